@@ -1,0 +1,1 @@
+//! The project memory: memories with evidence, staleness, search, trash.

@@ -1,0 +1,1 @@
+//! The only crate that knows MCP: `pith mcp` over stdio with rmcp.

@@ -1,0 +1,1 @@
+//! Local-model ranking of search candidates through Ollama; strict parse, fails open.

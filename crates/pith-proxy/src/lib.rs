@@ -1,0 +1,1 @@
+//! The proxy: HTTP server, upstream client, streaming tee, ledger writes.

@@ -1,0 +1,1 @@
+//! Workspace search on ripgrep's crates: .gitignore-aware, capped, paged.

@@ -1,0 +1,9 @@
+//! Storage for pith: the request ledger and the project memory (brain) in embedded SQLite.
+//!
+//! Every database is opened through [`sqlite::open`], which applies the same rules everywhere:
+//! WAL journal, a busy timeout so several processes can share a file, file mode 0600, and
+//! schema migrations versioned by `PRAGMA user_version`.
+
+pub mod sqlite;
+
+pub use sqlite::{StoreError, open};

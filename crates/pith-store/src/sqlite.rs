@@ -1,0 +1,187 @@
+//! Opening SQLite files with pith's rules.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+/// A storage failure, with the file it concerns where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("cannot migrate database {path} to schema version {version}: {source}")]
+    Migrate {
+        path: PathBuf,
+        version: usize,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "database {path} has schema version {found}, newer than this pith knows ({known}); upgrade pith"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: usize,
+        known: usize,
+    },
+    #[error("database error: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("io error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// How long a writer waits for another process's lock before giving up.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Open (creating if needed) the database at `path` and bring it to the newest schema.
+///
+/// `migrations[i]` is the SQL batch that takes the schema from version `i` to `i + 1`; each runs
+/// in its own transaction, so a crash mid-migration leaves the previous version intact.
+pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    let conn = Connection::open(path).map_err(|source| StoreError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    restrict_permissions(path)?;
+    configure(&conn).map_err(|source| StoreError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    migrate(&conn, path, migrations)?;
+    Ok(conn)
+}
+
+/// Open an in-memory database with the same schema (tests and benchmarks).
+pub fn open_in_memory(migrations: &[&str]) -> Result<Connection, StoreError> {
+    let conn = Connection::open_in_memory()?;
+    migrate(&conn, Path::new(":memory:"), migrations)?;
+    Ok(conn)
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<(), StoreError> {
+    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let current = usize::try_from(current).unwrap_or(0);
+    if current > migrations.len() {
+        return Err(StoreError::TooNew {
+            path: path.to_owned(),
+            found: current,
+            known: migrations.len(),
+        });
+    }
+    for (i, sql) in migrations.iter().enumerate().skip(current) {
+        let version = i + 1;
+        let run = || -> rusqlite::Result<()> {
+            let tx = conn.unchecked_transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", version as i64)?;
+            tx.commit()
+        };
+        run().map_err(|source| StoreError::Migrate {
+            path: path.to_owned(),
+            version,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn restrict_permissions(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let perms = std::fs::Permissions::from_mode(0o600);
+    for p in [
+        path.to_owned(),
+        path.with_extension("db-wal"),
+        path.with_extension("db-shm"),
+    ] {
+        if p.exists() {
+            std::fs::set_permissions(&p, perms.clone())
+                .map_err(|source| StoreError::Io { path: p, source })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn restrict_permissions(_path: &Path) -> Result<(), StoreError> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIGRATIONS: &[&str] = &[
+        "CREATE TABLE t (a INTEGER);",
+        "ALTER TABLE t ADD COLUMN b TEXT;",
+    ];
+
+    #[test]
+    fn migrates_once_and_sets_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/x.db");
+        let conn = open(&path, MIGRATIONS).unwrap();
+        conn.execute("INSERT INTO t (a, b) VALUES (1, 'x')", [])
+            .unwrap();
+        drop(conn);
+        let conn = open(&path, MIGRATIONS).unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let m = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(m & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        drop(open(&path, MIGRATIONS).unwrap());
+        let err = open(&path, &MIGRATIONS[..1]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::TooNew {
+                    found: 2,
+                    known: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! Test kit: a mock upstream speaking all three wires and a mock Ollama, on loopback.

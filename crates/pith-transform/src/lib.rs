@@ -1,0 +1,16 @@
+//! Pure request transforms over raw JSON bodies. No I/O.
+//!
+//! A transform is a [`Stage`]: a pure function from a [`Request`] (wire, path, headers, raw
+//! body bytes) to [`Outcome::Unchanged`] or an [`Edit`]. An edit is a list of [`Splice`]s into
+//! the original bytes plus header edits: a client body is never re-serialized, so every byte a
+//! stage did not mean to touch reaches the provider as the client sent it (prompt caches match
+//! byte prefixes). The [`Pipeline`] runs stages in order and fails open: a stage that errors,
+//! panics or produces invalid JSON leaves the request as it was and is reported as failed.
+
+mod pipeline;
+mod splice;
+mod stage;
+
+pub use pipeline::{Applied, Failure, Pipeline, PipelineResult, Skipped};
+pub use splice::{SpliceError, apply_splices, span_of};
+pub use stage::{Edit, HeaderEdit, Outcome, Request, Splice, Stage, StageError, append_list_value};

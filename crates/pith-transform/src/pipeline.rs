@@ -1,0 +1,274 @@
+//! Ordered stages that fail open.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use http::HeaderMap;
+
+use crate::splice::apply_splices;
+use crate::stage::{HeaderEdit, Outcome, Request, Stage};
+
+/// A stage that changed the request, with its facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub stage: &'static str,
+    pub facts: Vec<(&'static str, String)>,
+}
+
+impl Applied {
+    /// `stage;k=v;k=v`, one entry of the `pith-transforms` header.
+    pub fn render(&self) -> String {
+        let mut s = self.stage.to_owned();
+        for (k, v) in &self.facts {
+            s.push(';');
+            s.push_str(k);
+            s.push('=');
+            s.push_str(v);
+        }
+        s
+    }
+}
+
+/// A stage that chose not to change the request, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub stage: &'static str,
+    pub reason: &'static str,
+}
+
+/// A stage that errored, panicked or produced an unusable edit; its edit was dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub stage: &'static str,
+    pub error: String,
+}
+
+/// What the pipeline did to one request.
+#[derive(Debug, Default)]
+pub struct PipelineResult {
+    /// The rewritten body, or `None` when no stage changed it (forward the original bytes).
+    pub body: Option<Vec<u8>>,
+    pub header_edits: Vec<HeaderEdit>,
+    pub applied: Vec<Applied>,
+    pub skipped: Vec<Skipped>,
+    pub failed: Vec<Failure>,
+}
+
+impl PipelineResult {
+    /// Value of the `pith-transforms` response header, `None` when nothing changed.
+    pub fn transforms_header(&self) -> Option<String> {
+        if self.applied.is_empty() {
+            return None;
+        }
+        Some(
+            self.applied
+                .iter()
+                .map(Applied::render)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    }
+}
+
+/// Stages in the order they run. Each stage sees the body as the previous stages left it and the
+/// client's original headers.
+#[derive(Default)]
+pub struct Pipeline {
+    stages: Vec<Box<dyn Stage>>,
+}
+
+impl Pipeline {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_stage(mut self, stage: Box<dyn Stage>) -> Self {
+        self.stages.push(stage);
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    pub fn stage_names(&self) -> Vec<&'static str> {
+        self.stages.iter().map(|s| s.name()).collect()
+    }
+
+    /// Run every stage on `request`. Never fails: a stage's failure is recorded in
+    /// [`PipelineResult::failed`] and its edit is dropped.
+    pub fn run(&self, request: &Request<'_>) -> PipelineResult {
+        let mut result = PipelineResult::default();
+        if self.stages.is_empty() {
+            return result;
+        }
+        let input_is_json = serde_json::from_slice::<serde::de::IgnoredAny>(request.body).is_ok();
+        for stage in &self.stages {
+            let name = stage.name();
+            let current = Request {
+                body: result.body.as_deref().unwrap_or(request.body),
+                ..*request
+            };
+            let outcome = catch_unwind(AssertUnwindSafe(|| stage.apply(&current)));
+            let edit = match outcome {
+                Ok(Ok(Outcome::Unchanged(reason))) => {
+                    result.skipped.push(Skipped {
+                        stage: name,
+                        reason,
+                    });
+                    continue;
+                }
+                Ok(Ok(Outcome::Edited(edit))) => edit,
+                Ok(Err(e)) => {
+                    result.failed.push(Failure {
+                        stage: name,
+                        error: e.to_string(),
+                    });
+                    continue;
+                }
+                Err(panic) => {
+                    result.failed.push(Failure {
+                        stage: name,
+                        error: format!("panicked: {}", panic_message(&panic)),
+                    });
+                    continue;
+                }
+            };
+            let new_body = if edit.splices.is_empty() {
+                None
+            } else {
+                match apply_splices(current.body, &edit.splices) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        result.failed.push(Failure {
+                            stage: name,
+                            error: format!("splice: {e}"),
+                        });
+                        continue;
+                    }
+                }
+            };
+            if let Some(b) = &new_body {
+                if input_is_json && serde_json::from_slice::<serde::de::IgnoredAny>(b).is_err() {
+                    result.failed.push(Failure {
+                        stage: name,
+                        error: "edit produced invalid JSON".to_owned(),
+                    });
+                    continue;
+                }
+            }
+            if let Some(b) = new_body {
+                result.body = Some(b);
+            }
+            result.header_edits.extend(edit.headers);
+            result.applied.push(Applied {
+                stage: name,
+                facts: edit.facts,
+            });
+        }
+        result
+    }
+
+    /// Apply the header edits of `result` to `headers`.
+    pub fn apply_header_edits(result: &PipelineResult, headers: &mut HeaderMap) {
+        for edit in &result.header_edits {
+            edit.apply(headers);
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage::{Edit, Splice, StageError};
+    use pith_wire::Wire;
+
+    struct Replace(&'static str);
+    impl Stage for Replace {
+        fn name(&self) -> &'static str {
+            "replace"
+        }
+        fn apply(&self, r: &Request<'_>) -> Result<Outcome, StageError> {
+            let body = std::str::from_utf8(r.body).map_err(|e| StageError(e.to_string()))?;
+            let Some(at) = body.find("\"old\"") else {
+                return Ok(Outcome::Unchanged("no_match"));
+            };
+            Ok(Outcome::Edited(Edit {
+                splices: vec![Splice {
+                    range: at..at + 5,
+                    replacement: self.0.to_owned(),
+                }],
+                headers: vec![],
+                facts: vec![("n", "1".to_owned())],
+            }))
+        }
+    }
+
+    struct Panics;
+    impl Stage for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn apply(&self, _: &Request<'_>) -> Result<Outcome, StageError> {
+            panic!("boom")
+        }
+    }
+
+    struct Errors;
+    impl Stage for Errors {
+        fn name(&self) -> &'static str {
+            "errors"
+        }
+        fn apply(&self, _: &Request<'_>) -> Result<Outcome, StageError> {
+            Err(StageError("nope".into()))
+        }
+    }
+
+    fn request<'a>(body: &'a [u8], headers: &'a HeaderMap) -> Request<'a> {
+        Request {
+            wire: Wire::AnthropicMessages,
+            path: "/v1/messages",
+            headers,
+            body,
+        }
+    }
+
+    #[test]
+    fn failing_stages_leave_the_body_and_are_counted() {
+        let headers = HeaderMap::new();
+        let body = br#"{"x": "old"}"#;
+        let pipeline = Pipeline::new()
+            .with_stage(Box::new(Panics))
+            .with_stage(Box::new(Errors))
+            .with_stage(Box::new(Replace("not json")));
+        let result = pipeline.run(&request(body, &headers));
+        assert!(result.body.is_none());
+        assert!(result.applied.is_empty());
+        assert_eq!(result.transforms_header(), None);
+        let failed: Vec<_> = result.failed.iter().map(|f| f.stage).collect();
+        assert_eq!(failed, ["panics", "errors", "replace"]);
+        assert!(result.failed[0].error.contains("boom"));
+    }
+
+    #[test]
+    fn a_good_stage_after_a_failing_one_still_applies() {
+        let headers = HeaderMap::new();
+        let body = br#"{"x": "old"}"#;
+        let pipeline = Pipeline::new()
+            .with_stage(Box::new(Panics))
+            .with_stage(Box::new(Replace("\"new\"")));
+        let result = pipeline.run(&request(body, &headers));
+        assert_eq!(result.body.as_deref(), Some(&br#"{"x": "new"}"#[..]));
+        assert_eq!(result.transforms_header().as_deref(), Some("replace;n=1"));
+        assert_eq!(result.failed.len(), 1);
+    }
+}

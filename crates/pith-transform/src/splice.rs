@@ -1,0 +1,130 @@
+//! The one shared utility that turns edits into bytes: splices into the original body.
+
+use std::ops::Range;
+
+use serde_json::value::RawValue;
+
+use crate::stage::Splice;
+
+/// Why a set of splices could not be applied.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpliceError {
+    #[error("splice {start}..{end} is outside the {len}-byte body")]
+    OutOfBounds {
+        start: usize,
+        end: usize,
+        len: usize,
+    },
+    #[error("splices overlap at byte {at}")]
+    Overlap { at: usize },
+    #[error("splice boundary {at} is not on a UTF-8 character boundary")]
+    NotCharBoundary { at: usize },
+}
+
+/// Byte range of `raw` inside `body`, when `raw` was borrowed from `body` by serde_json
+/// (deserializing `&RawValue` from `body` keeps pointers into it). `None` if it was not.
+pub fn span_of(body: &str, raw: &RawValue) -> Option<Range<usize>> {
+    let base = body.as_ptr() as usize;
+    let start = (raw.get().as_ptr() as usize).checked_sub(base)?;
+    let end = start.checked_add(raw.get().len())?;
+    (end <= body.len()).then_some(start..end)
+}
+
+/// Apply `splices` to `body`: every byte outside the splice ranges is copied unchanged.
+/// Splices may come in any order; they must not overlap (two insertions at the same point are
+/// allowed and keep their given order).
+pub fn apply_splices(body: &[u8], splices: &[Splice]) -> Result<Vec<u8>, SpliceError> {
+    let mut order: Vec<&Splice> = splices.iter().collect();
+    order.sort_by_key(|s| (s.range.start, s.range.end));
+    let text = std::str::from_utf8(body).ok();
+    let extra: usize = splices.iter().map(|s| s.replacement.len()).sum();
+    let mut out = Vec::with_capacity(body.len() + extra);
+    let mut cursor = 0usize;
+    for s in order {
+        let Range { start, end } = s.range;
+        if start > end || end > body.len() {
+            return Err(SpliceError::OutOfBounds {
+                start,
+                end,
+                len: body.len(),
+            });
+        }
+        if start < cursor {
+            return Err(SpliceError::Overlap { at: start });
+        }
+        if let Some(text) = text {
+            for at in [start, end] {
+                if !text.is_char_boundary(at) {
+                    return Err(SpliceError::NotCharBoundary { at });
+                }
+            }
+        }
+        out.extend_from_slice(&body[cursor..start]);
+        out.extend_from_slice(s.replacement.as_bytes());
+        cursor = end;
+    }
+    out.extend_from_slice(&body[cursor..]);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn splice(range: Range<usize>, text: &str) -> Splice {
+        Splice {
+            range,
+            replacement: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn untouched_bytes_survive_exactly() {
+        let body = br#"{"a": 1,   "b":[1, 2]}"#;
+        let out = apply_splices(body, &[splice(6..7, "10")]).unwrap();
+        assert_eq!(out, br#"{"a": 10,   "b":[1, 2]}"#);
+    }
+
+    #[test]
+    fn insertions_and_replacements_in_any_order() {
+        let body = b"0123456789";
+        let out = apply_splices(
+            body,
+            &[splice(8..9, "X"), splice(2..2, "ab"), splice(2..2, "cd")],
+        )
+        .unwrap();
+        assert_eq!(out, b"01abcd234567X9");
+    }
+
+    #[test]
+    fn overlap_and_bounds_are_errors() {
+        let body = b"0123456789";
+        assert_eq!(
+            apply_splices(body, &[splice(1..5, ""), splice(4..6, "")]),
+            Err(SpliceError::Overlap { at: 4 })
+        );
+        assert!(matches!(
+            apply_splices(body, &[splice(9..12, "")]),
+            Err(SpliceError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            apply_splices("é".as_bytes(), &[splice(1..1, "x")]),
+            Err(SpliceError::NotCharBoundary { at: 1 })
+        ));
+    }
+
+    #[test]
+    fn span_of_finds_borrowed_values() {
+        #[derive(serde::Deserialize)]
+        struct Top<'a> {
+            #[serde(borrow)]
+            tools: &'a RawValue,
+        }
+        let body = r#"{"model":"m", "tools" : [ {"name":"x"} ] }"#;
+        let top: Top<'_> = serde_json::from_str(body).unwrap();
+        let span = span_of(body, top.tools).unwrap();
+        assert_eq!(&body[span], r#"[ {"name":"x"} ]"#);
+        let other = serde_json::value::to_raw_value(&1).unwrap();
+        assert_eq!(span_of(body, &other), None);
+    }
+}

@@ -1,0 +1,136 @@
+//! What a stage sees and what it may return.
+
+use std::ops::Range;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use pith_wire::Wire;
+
+/// A client request as a stage sees it. `body` is the exact bytes from the client (or from the
+/// previous stage's splices); stages must not assume it is valid JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub wire: Wire,
+    /// Path without the query string, e.g. `/v1/messages`.
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    pub body: &'a [u8],
+}
+
+/// Replace `range` of the body with `replacement` (an empty range inserts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Splice {
+    pub range: Range<usize>,
+    pub replacement: String,
+}
+
+/// A change to the request headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderEdit {
+    /// Add `value` to the comma-separated list header `name` (e.g. `anthropic-beta`), creating
+    /// it if absent. Never replaces what the client sent and never adds a value twice.
+    AppendListValue { name: HeaderName, value: String },
+}
+
+impl HeaderEdit {
+    /// Apply this edit to `headers`. An edit whose result is not a valid header value is
+    /// skipped and reported as `false`.
+    pub fn apply(&self, headers: &mut HeaderMap) -> bool {
+        match self {
+            HeaderEdit::AppendListValue { name, value } => append_list_value(headers, name, value),
+        }
+    }
+}
+
+/// Append `value` to the comma-separated header `name`, unless one of its entries already
+/// equals it. Returns whether the header map now holds a valid value with `value` in it.
+pub fn append_list_value(headers: &mut HeaderMap, name: &HeaderName, value: &str) -> bool {
+    let existing: Vec<String> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .collect();
+    if existing
+        .iter()
+        .flat_map(|v| v.split(','))
+        .any(|entry| entry.trim() == value)
+    {
+        return true;
+    }
+    let joined = match existing.last() {
+        Some(last) if !last.trim().is_empty() => format!("{last},{value}"),
+        _ => value.to_owned(),
+    };
+    let Ok(new_value) = HeaderValue::from_str(&joined) else {
+        return false;
+    };
+    // Replace only the last occurrence's value so earlier duplicates stay as the client sent them.
+    let mut all: Vec<HeaderValue> = headers.get_all(name).iter().cloned().collect();
+    all.pop();
+    all.push(new_value);
+    headers.remove(name);
+    for v in all {
+        headers.append(name.clone(), v);
+    }
+    true
+}
+
+/// A stage's change to one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Edit {
+    pub splices: Vec<Splice>,
+    pub headers: Vec<HeaderEdit>,
+    /// Facts for the `pith-transforms` header and the ledger, e.g. `[("tools", "41")]`.
+    pub facts: Vec<(&'static str, String)>,
+}
+
+/// What a stage decided for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Leave the request as it is; the reason is recorded (e.g. `"already_deferring"`).
+    Unchanged(&'static str),
+    Edited(Edit),
+}
+
+/// A stage's error: the pipeline leaves the request unchanged and counts it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StageError(pub String);
+
+impl From<serde_json::Error> for StageError {
+    fn from(e: serde_json::Error) -> Self {
+        StageError(format!("json: {e}"))
+    }
+}
+
+impl From<crate::SpliceError> for StageError {
+    fn from(e: crate::SpliceError) -> Self {
+        StageError(format!("splice: {e}"))
+    }
+}
+
+/// One transform. Must be a deterministic, pure function of the request so that turn N+1 of
+/// a session is rewritten exactly as turn N was (cache safety).
+pub trait Stage: Send + Sync {
+    /// Short stable name used in `pith-transforms` and the ledger, e.g. `defer`.
+    fn name(&self) -> &'static str;
+    fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn append_list_value_appends_once() {
+        let name = HeaderName::from_static("anthropic-beta");
+        let mut headers = HeaderMap::new();
+        assert!(append_list_value(&mut headers, &name, "x-1"));
+        assert_eq!(headers[&name], "x-1");
+        headers.insert(&name, HeaderValue::from_static("a-1, b-2"));
+        assert!(append_list_value(&mut headers, &name, "x-1"));
+        assert_eq!(headers[&name], "a-1, b-2,x-1");
+        assert!(append_list_value(&mut headers, &name, "b-2"));
+        assert_eq!(headers[&name], "a-1, b-2,x-1");
+    }
+}

@@ -1,0 +1,77 @@
+//! The three wire formats pith speaks: which one a request is, views over raw bodies,
+//! the SSE codec and usage extraction. Pure data handling: no I/O.
+
+pub mod anatomy;
+pub mod sse;
+pub mod usage;
+
+use std::fmt;
+
+/// The API a request speaks, decided by its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// Anthropic `POST /v1/messages` (and `/v1/messages/count_tokens`).
+    AnthropicMessages,
+    /// OpenAI `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// OpenAI `POST /v1/responses`.
+    Responses,
+}
+
+impl Wire {
+    /// The wire for a request path (query string already removed), or `None` for paths that
+    /// pith passes through without looking at the body.
+    pub fn from_path(path: &str) -> Option<Wire> {
+        match path {
+            "/v1/messages" | "/v1/messages/count_tokens" => Some(Wire::AnthropicMessages),
+            "/v1/chat/completions" => Some(Wire::ChatCompletions),
+            "/v1/responses" => Some(Wire::Responses),
+            _ => None,
+        }
+    }
+
+    /// The provider that serves this wire.
+    pub fn provider(self) -> Provider {
+        match self {
+            Wire::AnthropicMessages => Provider::Anthropic,
+            Wire::ChatCompletions | Wire::Responses => Provider::OpenAi,
+        }
+    }
+
+    /// Stable name used in the ledger and in `pith stats`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wire::AnthropicMessages => "anthropic",
+            Wire::ChatCompletions => "chat",
+            Wire::Responses => "responses",
+        }
+    }
+}
+
+impl fmt::Display for Wire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who a request belongs to upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Anthropic,
+    OpenAi,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+        }
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

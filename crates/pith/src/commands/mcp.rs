@@ -1,0 +1,10 @@
+//! `pith mcp`.
+
+use crate::config::Config;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args, _config: &Config) -> anyhow::Result<()> {
+    anyhow::bail!("`pith mcp` is not built yet")
+}

@@ -1,0 +1,7 @@
+//! One module per subcommand (`pith <name>` lives in `<name>.rs`).
+
+pub mod mcp;
+pub mod memory;
+pub mod proxy;
+pub mod setup;
+pub mod stats;

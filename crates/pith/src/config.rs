@@ -1,0 +1,176 @@
+//! `config.toml`: every section optional, every key with a default. Unknown keys are errors so
+//! that a typo never silently does nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub proxy: ProxyConfig,
+    pub upstreams: UpstreamsConfig,
+    pub ledger: LedgerConfig,
+    pub transforms: TransformsConfig,
+    pub mcp: McpConfig,
+    /// Prices in USD per million tokens, by model id. Merged over the built-in table.
+    pub prices: BTreeMap<String, PriceConfig>,
+    /// Where this config came from (not a TOML key).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Address to listen on, e.g. `127.0.0.1:8787`.
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamsConfig {
+    /// Base URL of the Anthropic API (default `https://api.anthropic.com`).
+    pub anthropic: Option<String>,
+    /// Base URL of the OpenAI API (default `https://api.openai.com`).
+    pub openai: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// Ledger database file (default `$PITH_HOME/ledger.db`).
+    pub path: Option<PathBuf>,
+    /// Rows the write queue holds before it drops (default 4096).
+    pub queue: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransformsConfig {
+    /// Tool deferral on Anthropic and Responses requests (default on).
+    pub defer_tools: Option<bool>,
+    /// Tools kept loaded because they are most relevant to the task (default 5).
+    pub keep_relevant: Option<usize>,
+    /// Definitions at or below this many characters stay loaded (default 0).
+    pub small_tool_chars: Option<usize>,
+    /// `regex` (default) or `bm25`: which Anthropic tool search tool to add.
+    pub tool_search: Option<String>,
+    /// Ollama base URL for semantic tool ranking (optional; BM25 otherwise).
+    pub embeddings_url: Option<String>,
+    /// Embedding model name for semantic tool ranking.
+    pub embeddings_model: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Rank large search results with a local model (default off).
+    pub local_prefilter: Option<bool>,
+    /// Ollama base URL (default `http://127.0.0.1:11434`).
+    pub ollama_url: Option<String>,
+    /// Local model name.
+    pub model: Option<String>,
+    /// Candidates above which the local model ranks (default 40).
+    pub prefilter_threshold: Option<usize>,
+    /// Local model timeout in milliseconds (default 3000).
+    pub prefilter_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// USD per million uncached input tokens.
+    pub input: f64,
+    /// USD per million output tokens.
+    pub output: f64,
+    /// USD per million cache-write tokens (default 1.25x input).
+    pub cache_write: Option<f64>,
+    /// USD per million cache-read tokens (default 0.1x input).
+    pub cache_read: Option<f64>,
+}
+
+impl Config {
+    /// Load `explicit`, else `$PITH_HOME/config.toml` if it exists, else defaults.
+    pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
+        let path = match explicit {
+            Some(p) => {
+                anyhow::ensure!(
+                    p.exists(),
+                    "config file {} does not exist (given by --config or PITH_CONFIG)",
+                    p.display()
+                );
+                Some(p.to_owned())
+            }
+            None => Some(pith_home()?.join("config.toml")).filter(|p| p.exists()),
+        };
+        let Some(path) = path else {
+            return Ok(Config::default());
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let mut config: Config = toml::from_str(&text)
+            .with_context(|| format!("invalid config file {}", path.display()))?;
+        config.source = Some(path);
+        Ok(config)
+    }
+}
+
+/// pith's own data directory: `$PITH_HOME`, else the platform data dir + `pith`.
+pub fn pith_home() -> anyhow::Result<PathBuf> {
+    if let Some(home) = std::env::var_os("PITH_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
+    dirs::data_dir()
+        .map(|d| d.join("pith"))
+        .context("cannot find a data directory for pith; set PITH_HOME")
+}
+
+/// A boolean environment switch: `1/true/yes/on` or `0/false/no/off`; anything else is an error
+/// that names the variable.
+pub fn env_flag(name: &str) -> anyhow::Result<Option<bool>> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" | "" => Ok(Some(false)),
+            other => anyhow::bail!("{name}={other:?} is not a switch; use 1 or 0"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = toml::from_str::<Config>("[proxy]\nlisten_on = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("listen_on"), "{err}");
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let c: Config = toml::from_str(
+            r#"
+            [proxy]
+            listen = "127.0.0.1:9000"
+            [upstreams]
+            anthropic = "http://127.0.0.1:1"
+            [transforms]
+            defer_tools = false
+            [mcp]
+            local_prefilter = true
+            [prices."claude-x"]
+            input = 3.0
+            output = 15.0
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.proxy.listen.as_deref(), Some("127.0.0.1:9000"));
+        assert_eq!(c.transforms.defer_tools, Some(false));
+        assert_eq!(c.prices["claude-x"].input, 3.0);
+    }
+}

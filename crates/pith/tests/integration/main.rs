@@ -1,0 +1,3 @@
+//! The one integration-test binary: drives the real `pith` executable.
+
+mod cli;

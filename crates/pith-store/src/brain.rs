@@ -1,0 +1,785 @@
+//! The project memory's storage: the [`BrainStore`] trait that `pith-brain` talks to, and its
+//! SQLite backend ([`SqliteBrain`]).
+//!
+//! The trait speaks in whole memories and plain search terms so that another backend
+//! (PostgreSQL for a shared team brain) can implement it without knowing SQLite's FTS5 syntax.
+//! Everything that needs the workspace's files (hashing evidence, deciding staleness) lives in
+//! `pith-brain`; the store only keeps what it is given.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+
+use crate::sqlite::{StoreError, open, open_in_memory};
+
+/// What a memory records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Something worth knowing about the project.
+    Note,
+    /// A fix for an error (carries the error's headline).
+    Fix,
+    /// An attempt that did not work, so nobody tries it again.
+    Failed,
+    /// A decision and its reason.
+    Decision,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Note, Kind::Fix, Kind::Failed, Kind::Decision];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Note => "note",
+            Kind::Fix => "fix",
+            Kind::Failed => "failed",
+            Kind::Decision => "decision",
+        }
+    }
+
+    /// Parse a kind name as users and agents write it (case-insensitive).
+    pub fn parse(name: &str) -> Option<Kind> {
+        let name = name.trim();
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(name))
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a memory's evidence still matches the files it was recorded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Freshness {
+    /// Every evidence file is unchanged since it was recorded.
+    Fresh,
+    /// An evidence file changed or is gone.
+    Stale,
+    /// Nothing to check against (no evidence with a recorded hash).
+    Unverified,
+}
+
+impl Freshness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Freshness::Fresh => "fresh",
+            Freshness::Stale => "stale",
+            Freshness::Unverified => "unverified",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Freshness> {
+        [Freshness::Fresh, Freshness::Stale, Freshness::Unverified]
+            .into_iter()
+            .find(|f| f.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Freshness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Inclusive 1-based line range of an evidence file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// A workspace file a memory depends on, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Path relative to the workspace root, `/`-separated.
+    pub path: String,
+    /// Only these lines were hashed, when set.
+    pub lines: Option<LineRange>,
+    /// SHA-256 (hex) of the content when recorded.
+    pub hash: Option<String>,
+    /// File size and modification time when last hashed: a cheap "unchanged" test that lets
+    /// reads skip rehashing files nobody touched.
+    pub size: Option<u64>,
+    pub mtime_ns: Option<i64>,
+}
+
+/// The outcome of the last explicit verification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastCheck {
+    pub status: Freshness,
+    /// Unix seconds.
+    pub at: i64,
+}
+
+/// One memory as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Memory {
+    pub id: String,
+    pub kind: Kind,
+    pub title: String,
+    pub body: String,
+    pub tags: Vec<String>,
+    /// For a fix: the error headline it fixes.
+    pub headline: Option<String>,
+    pub evidence: Vec<Evidence>,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// Times a search or get returned this memory to a caller.
+    pub hits: u64,
+    pub last_hit_at: Option<i64>,
+    pub last_check: Option<LastCheck>,
+    /// Set while the memory is in the trash.
+    pub trashed_at: Option<i64>,
+}
+
+/// A memory named without its body (pointers on file reads).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryRef {
+    pub id: String,
+    pub kind: Kind,
+    pub title: String,
+}
+
+/// A full-text search. `terms` are plain words or phrases; each backend turns them into its
+/// own query syntax, so no caller can inject operators.
+#[derive(Debug, Clone)]
+pub struct SearchQuery {
+    pub terms: Vec<String>,
+    pub kind: Option<Kind>,
+    pub limit: usize,
+}
+
+/// One search result, best first.
+#[derive(Debug, Clone)]
+pub struct SearchHit {
+    pub memory: Memory,
+    /// Backend relevance score; lower is better for SQLite's BM25 (only the order matters).
+    pub score: f64,
+    /// A short excerpt of the body around the matched terms.
+    pub snippet: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct SearchHits {
+    /// Memories that matched in all (the hits are the first `limit` of them).
+    pub total: u64,
+    pub hits: Vec<SearchHit>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub kind: Option<Kind>,
+    /// List the trash instead of live memories.
+    pub trashed: bool,
+    pub limit: Option<usize>,
+}
+
+/// Whether an insert found its id free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    Ok,
+    /// Another memory already has this id; try another.
+    IdTaken,
+}
+
+/// The storage a brain needs. Reads of a single memory include trashed ones (callers decide
+/// what trash means); searches and lists see only live memories unless asked for the trash.
+pub trait BrainStore: Send {
+    /// Store a new memory under `memory.id` unless that id is taken.
+    fn insert(&mut self, memory: &Memory) -> Result<Inserted, StoreError>;
+    fn get(&mut self, id: &str) -> Result<Option<Memory>, StoreError>;
+    fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError>;
+    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError>;
+    /// Live memories with evidence on `path` (workspace-relative), oldest first.
+    fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError>;
+    /// Move each hit counter by one: called only when memories were returned to a caller.
+    fn credit(&mut self, ids: &[&str], at: i64) -> Result<(), StoreError>;
+    /// Trash (`Some(time)`) or restore (`None`). Returns false for an unknown id.
+    fn set_trashed(&mut self, id: &str, trashed_at: Option<i64>) -> Result<bool, StoreError>;
+    /// Replace the evidence list and record a verification. Returns false for an unknown id.
+    fn record_check(
+        &mut self,
+        id: &str,
+        evidence: &[Evidence],
+        check: &LastCheck,
+    ) -> Result<bool, StoreError>;
+    /// Number of live memories.
+    fn count(&mut self) -> Result<u64, StoreError>;
+}
+
+/// Schema history of `brain.db`; append only.
+pub const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE memories (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('note', 'fix', 'failed', 'decision')),
+    title TEXT NOT NULL,
+    body TEXT NOT NULL DEFAULT '',
+    tags TEXT NOT NULL DEFAULT '',
+    headline TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0,
+    last_hit_at INTEGER,
+    checked_status TEXT,
+    checked_at INTEGER,
+    trashed_at INTEGER
+);
+
+CREATE TABLE evidence (
+    memory_seq INTEGER NOT NULL REFERENCES memories(seq) ON DELETE CASCADE,
+    ord INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    line_start INTEGER,
+    line_end INTEGER,
+    hash TEXT,
+    size INTEGER,
+    mtime_ns INTEGER,
+    PRIMARY KEY (memory_seq, ord)
+);
+CREATE INDEX evidence_by_path ON evidence(path);
+
+-- Only live memories are indexed, so searches never have to skip the trash.
+CREATE VIRTUAL TABLE memories_fts USING fts5(
+    title, body, tags, headline, kind,
+    content = 'memories', content_rowid = 'seq',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+-- Title weighs most, then the error headline, tags, body; kind is for filtering only.
+INSERT INTO memories_fts(memories_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 2.0, 3.0, 0.0)');
+
+CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories WHEN new.trashed_at IS NULL BEGIN
+    INSERT INTO memories_fts(rowid, title, body, tags, headline, kind)
+    VALUES (new.seq, new.title, new.body, new.tags, new.headline, new.kind);
+END;
+CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories WHEN old.trashed_at IS NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, title, body, tags, headline, kind)
+    VALUES ('delete', old.seq, old.title, old.body, old.tags, old.headline, old.kind);
+END;
+-- Hit counters change on every search: only text and trash changes touch the index.
+CREATE TRIGGER memories_fts_unindex AFTER UPDATE OF title, body, tags, headline, kind, trashed_at
+ON memories WHEN old.trashed_at IS NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, title, body, tags, headline, kind)
+    VALUES ('delete', old.seq, old.title, old.body, old.tags, old.headline, old.kind);
+END;
+CREATE TRIGGER memories_fts_reindex AFTER UPDATE OF title, body, tags, headline, kind, trashed_at
+ON memories WHEN new.trashed_at IS NULL BEGIN
+    INSERT INTO memories_fts(rowid, title, body, tags, headline, kind)
+    VALUES (new.seq, new.title, new.body, new.tags, new.headline, new.kind);
+END;
+"#];
+
+/// The SQLite backend: one connection to `<workspace>/.pith/brain.db`.
+pub struct SqliteBrain {
+    conn: Connection,
+}
+
+impl SqliteBrain {
+    /// Open (creating if needed) a brain database file.
+    pub fn open(path: &Path) -> Result<SqliteBrain, StoreError> {
+        Ok(SqliteBrain {
+            conn: open(path, MIGRATIONS)?,
+        })
+    }
+
+    /// A brain that lives in memory only (tests, benchmarks).
+    pub fn in_memory() -> Result<SqliteBrain, StoreError> {
+        Ok(SqliteBrain {
+            conn: open_in_memory(MIGRATIONS)?,
+        })
+    }
+
+    fn load(&self, seq: i64) -> Result<Option<Memory>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, kind, title, body, tags, headline, created_at, updated_at, hits,
+                    last_hit_at, checked_status, checked_at, trashed_at
+             FROM memories WHERE seq = ?1",
+        )?;
+        let row = stmt
+            .query_row([seq], |r| {
+                Ok(RawMemory {
+                    id: r.get(0)?,
+                    kind: r.get(1)?,
+                    title: r.get(2)?,
+                    body: r.get(3)?,
+                    tags: r.get(4)?,
+                    headline: r.get(5)?,
+                    created_at: r.get(6)?,
+                    updated_at: r.get(7)?,
+                    hits: r.get(8)?,
+                    last_hit_at: r.get(9)?,
+                    checked_status: r.get(10)?,
+                    checked_at: r.get(11)?,
+                    trashed_at: r.get(12)?,
+                })
+            })
+            .optional()?;
+        let Some(raw) = row else { return Ok(None) };
+        let evidence = self.load_evidence(seq)?;
+        Ok(Some(raw.into_memory(evidence)))
+    }
+
+    fn load_evidence(&self, seq: i64) -> Result<Vec<Evidence>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT path, line_start, line_end, hash, size, mtime_ns
+             FROM evidence WHERE memory_seq = ?1 ORDER BY ord",
+        )?;
+        let rows = stmt.query_map([seq], |r| {
+            let start: Option<u32> = r.get(1)?;
+            let end: Option<u32> = r.get(2)?;
+            Ok(Evidence {
+                path: r.get(0)?,
+                lines: start.zip(end).map(|(start, end)| LineRange { start, end }),
+                hash: r.get(3)?,
+                size: r.get::<_, Option<i64>>(4)?.and_then(|s| u64::try_from(s).ok()),
+                mtime_ns: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn seq_of(&self, id: &str) -> Result<Option<i64>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT seq FROM memories WHERE id = ?1")?;
+        Ok(stmt.query_row([id], |r| r.get(0)).optional()?)
+    }
+}
+
+fn write_evidence(
+    tx: &rusqlite::Transaction<'_>,
+    seq: i64,
+    evidence: &[Evidence],
+) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM evidence WHERE memory_seq = ?1", [seq])?;
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO evidence (memory_seq, ord, path, line_start, line_end, hash, size, mtime_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for (ord, e) in evidence.iter().enumerate() {
+        stmt.execute(params![
+            seq,
+            ord as i64,
+            e.path,
+            e.lines.map(|l| l.start),
+            e.lines.map(|l| l.end),
+            e.hash,
+            e.size.and_then(|s| i64::try_from(s).ok()),
+            e.mtime_ns,
+        ])?;
+    }
+    Ok(())
+}
+
+/// A row before its text columns are turned back into types.
+struct RawMemory {
+    id: String,
+    kind: String,
+    title: String,
+    body: String,
+    tags: String,
+    headline: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+    hits: i64,
+    last_hit_at: Option<i64>,
+    checked_status: Option<String>,
+    checked_at: Option<i64>,
+    trashed_at: Option<i64>,
+}
+
+impl RawMemory {
+    fn into_memory(self, evidence: Vec<Evidence>) -> Memory {
+        let last_check = self
+            .checked_status
+            .as_deref()
+            .and_then(Freshness::parse)
+            .zip(self.checked_at)
+            .map(|(status, at)| LastCheck { status, at });
+        Memory {
+            id: self.id,
+            // The CHECK constraint keeps this column to the four kinds.
+            kind: Kind::parse(&self.kind).unwrap_or(Kind::Note),
+            title: self.title,
+            body: self.body,
+            tags: self.tags.split_whitespace().map(str::to_owned).collect(),
+            headline: self.headline,
+            evidence,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            hits: u64::try_from(self.hits).unwrap_or(0),
+            last_hit_at: self.last_hit_at,
+            last_check,
+            trashed_at: self.trashed_at,
+        }
+    }
+}
+
+/// Each term becomes a quoted FTS5 string (inner quotes doubled), so user text can never be read
+/// as query syntax; terms are OR-ed and BM25 ranks memories matching more of them higher.
+fn fts_match(query: &SearchQuery) -> Option<String> {
+    let terms: Vec<String> = query
+        .terms
+        .iter()
+        .filter(|t| t.chars().any(char::is_alphanumeric))
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+        .collect();
+    if terms.is_empty() {
+        return None;
+    }
+    let any = terms.join(" OR ");
+    Some(match query.kind {
+        Some(kind) => format!("kind : \"{kind}\" AND ({any})"),
+        None => any,
+    })
+}
+
+impl BrainStore for SqliteBrain {
+    fn insert(&mut self, memory: &Memory) -> Result<Inserted, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let taken: bool = tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM memories WHERE id = ?1)")?
+            .query_row([&memory.id], |r| r.get(0))?;
+        if taken {
+            return Ok(Inserted::IdTaken);
+        }
+        tx.execute(
+            "INSERT INTO memories (id, kind, title, body, tags, headline, created_at, updated_at,
+                                   hits, last_hit_at, checked_status, checked_at, trashed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                memory.id,
+                memory.kind.as_str(),
+                memory.title,
+                memory.body,
+                memory.tags.join(" "),
+                memory.headline,
+                memory.created_at,
+                memory.updated_at,
+                i64::try_from(memory.hits).unwrap_or(i64::MAX),
+                memory.last_hit_at,
+                memory.last_check.as_ref().map(|c| c.status.as_str()),
+                memory.last_check.as_ref().map(|c| c.at),
+                memory.trashed_at,
+            ],
+        )?;
+        let seq = tx.last_insert_rowid();
+        write_evidence(&tx, seq, &memory.evidence)?;
+        tx.commit()?;
+        Ok(Inserted::Ok)
+    }
+
+    fn get(&mut self, id: &str) -> Result<Option<Memory>, StoreError> {
+        match self.seq_of(id)? {
+            Some(seq) => self.load(seq),
+            None => Ok(None),
+        }
+    }
+
+    fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError> {
+        let Some(expr) = fts_match(query) else {
+            return Ok(SearchHits {
+                total: 0,
+                hits: Vec::new(),
+            });
+        };
+        let total: i64 = self
+            .conn
+            .prepare_cached("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?1")?
+            .query_row([&expr], |r| r.get(0))?;
+        let ranked: Vec<(i64, f64, String)> = {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT rowid, rank, snippet(memories_fts, 1, '', '', '…', 16)
+                 FROM memories_fts WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2",
+            )?;
+            let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+            stmt.query_map(params![expr, limit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<_, _>>()?
+        };
+        let mut hits = Vec::with_capacity(ranked.len());
+        for (seq, score, snippet) in ranked {
+            if let Some(memory) = self.load(seq)? {
+                hits.push(SearchHit {
+                    memory,
+                    score,
+                    snippet,
+                });
+            }
+        }
+        Ok(SearchHits {
+            total: u64::try_from(total).unwrap_or(0),
+            hits,
+        })
+    }
+
+    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError> {
+        let seqs: Vec<i64> = {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT seq FROM memories
+                 WHERE (trashed_at IS NOT NULL) = ?1 AND (?2 IS NULL OR kind = ?2)
+                 ORDER BY created_at DESC, seq DESC LIMIT ?3",
+            )?;
+            let limit = filter
+                .limit
+                .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+            stmt.query_map(
+                params![filter.trashed, filter.kind.map(Kind::as_str), limit],
+                |r| r.get(0),
+            )?
+            .collect::<Result<_, _>>()?
+        };
+        let mut out = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(m) = self.load(seq)? {
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+
+    fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT m.id, m.kind, m.title FROM memories m
+             WHERE m.trashed_at IS NULL
+               AND EXISTS (SELECT 1 FROM evidence e WHERE e.memory_seq = m.seq AND e.path = ?1)
+             ORDER BY m.created_at, m.seq",
+        )?;
+        let rows = stmt.query_map([path], |r| {
+            let kind: String = r.get(1)?;
+            Ok(MemoryRef {
+                id: r.get(0)?,
+                kind: Kind::parse(&kind).unwrap_or(Kind::Note),
+                title: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn credit(&mut self, ids: &[&str], at: i64) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE memories SET hits = hits + 1, last_hit_at = ?2 WHERE id = ?1",
+            )?;
+            for id in ids {
+                stmt.execute(params![id, at])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn set_trashed(&mut self, id: &str, trashed_at: Option<i64>) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "UPDATE memories SET trashed_at = ?2 WHERE id = ?1",
+            params![id, trashed_at],
+        )?;
+        Ok(n > 0)
+    }
+
+    fn record_check(
+        &mut self,
+        id: &str,
+        evidence: &[Evidence],
+        check: &LastCheck,
+    ) -> Result<bool, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let seq: Option<i64> = tx
+            .prepare_cached("SELECT seq FROM memories WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?;
+        let Some(seq) = seq else { return Ok(false) };
+        tx.execute(
+            "UPDATE memories SET checked_status = ?2, checked_at = ?3 WHERE seq = ?1",
+            params![seq, check.status.as_str(), check.at],
+        )?;
+        write_evidence(&tx, seq, evidence)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn count(&mut self) -> Result<u64, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM memories WHERE trashed_at IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(id: &str, kind: Kind, title: &str, body: &str) -> Memory {
+        Memory {
+            id: id.to_owned(),
+            kind,
+            title: title.to_owned(),
+            body: body.to_owned(),
+            tags: vec!["sqlite".to_owned()],
+            headline: None,
+            evidence: vec![Evidence {
+                path: "src/lib.rs".to_owned(),
+                lines: Some(LineRange { start: 3, end: 9 }),
+                hash: Some("ab".repeat(32)),
+                size: Some(120),
+                mtime_ns: Some(1),
+            }],
+            created_at: 100,
+            updated_at: 100,
+            hits: 0,
+            last_hit_at: None,
+            last_check: None,
+            trashed_at: None,
+        }
+    }
+
+    fn terms(words: &[&str]) -> SearchQuery {
+        SearchQuery {
+            terms: words.iter().map(|w| (*w).to_owned()).collect(),
+            kind: None,
+            limit: 10,
+        }
+    }
+
+    #[test]
+    fn insert_get_roundtrip_and_taken_id() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        let m = memory("m-0001", Kind::Fix, "Retry on busy", "use a busy timeout");
+        assert_eq!(s.insert(&m).unwrap(), Inserted::Ok);
+        assert_eq!(s.insert(&m).unwrap(), Inserted::IdTaken);
+        assert_eq!(s.get("m-0001").unwrap().unwrap(), m);
+        assert!(s.get("m-ffff").unwrap().is_none());
+    }
+
+    #[test]
+    fn search_ranks_title_over_body_and_filters_kind() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        s.insert(&memory("m-1", Kind::Note, "Unrelated", "the ledger queue"))
+            .unwrap();
+        s.insert(&memory("m-2", Kind::Fix, "Ledger queue drops rows", "x"))
+            .unwrap();
+        let found = s.search(&terms(&["ledger"])).unwrap();
+        assert_eq!(found.total, 2);
+        let ids: Vec<_> = found.hits.iter().map(|h| h.memory.id.as_str()).collect();
+        assert_eq!(ids, ["m-2", "m-1"]);
+
+        let mut q = terms(&["ledger"]);
+        q.kind = Some(Kind::Note);
+        let found = s.search(&q).unwrap();
+        assert_eq!(found.total, 1);
+        assert_eq!(found.hits[0].memory.id, "m-1");
+    }
+
+    #[test]
+    fn query_syntax_in_terms_is_inert() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        s.insert(&memory("m-1", Kind::Note, "NEAR AND OR", "\"quoted\" body"))
+            .unwrap();
+        for t in ["\"", "AND", "title:x", "(", "*", "NEAR(a b)", "-x"] {
+            s.search(&terms(&[t])).unwrap();
+        }
+        assert_eq!(s.search(&terms(&["\"quoted\""])).unwrap().total, 1);
+    }
+
+    #[test]
+    fn stemming_matches_word_forms() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        s.insert(&memory("m-1", Kind::Note, "Timeouts everywhere", ""))
+            .unwrap();
+        assert_eq!(s.search(&terms(&["timeout"])).unwrap().total, 1);
+    }
+
+    #[test]
+    fn trash_leaves_the_index_and_restore_returns() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        s.insert(&memory("m-1", Kind::Note, "Cache keys", "")).unwrap();
+        assert!(s.set_trashed("m-1", Some(5)).unwrap());
+        assert_eq!(s.search(&terms(&["cache"])).unwrap().total, 0);
+        assert!(s.on_path("src/lib.rs").unwrap().is_empty());
+        assert_eq!(s.count().unwrap(), 0);
+        let trash = s
+            .list(&ListFilter {
+                trashed: true,
+                ..ListFilter::default()
+            })
+            .unwrap();
+        assert_eq!(trash.len(), 1);
+        assert_eq!(trash[0].trashed_at, Some(5));
+        assert!(s.set_trashed("m-1", None).unwrap());
+        assert_eq!(s.search(&terms(&["cache"])).unwrap().total, 1);
+        assert!(!s.set_trashed("m-404", None).unwrap());
+    }
+
+    #[test]
+    fn credit_moves_only_named_counters_and_keeps_index() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        s.insert(&memory("m-1", Kind::Note, "Alpha", "")).unwrap();
+        s.insert(&memory("m-2", Kind::Note, "Beta", "")).unwrap();
+        s.credit(&["m-1", "m-1"], 7).unwrap();
+        assert_eq!(s.get("m-1").unwrap().unwrap().hits, 2);
+        assert_eq!(s.get("m-1").unwrap().unwrap().last_hit_at, Some(7));
+        assert_eq!(s.get("m-2").unwrap().unwrap().hits, 0);
+        assert_eq!(s.search(&terms(&["alpha"])).unwrap().total, 1);
+    }
+
+    #[test]
+    fn record_check_replaces_evidence() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        s.insert(&memory("m-1", Kind::Note, "Alpha", "")).unwrap();
+        let check = LastCheck {
+            status: Freshness::Stale,
+            at: 9,
+        };
+        assert!(s.record_check("m-1", &[], &check).unwrap());
+        let m = s.get("m-1").unwrap().unwrap();
+        assert!(m.evidence.is_empty());
+        assert_eq!(m.last_check, Some(check));
+    }
+
+    #[test]
+    fn two_connections_write_concurrently() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".pith/brain.db");
+        drop(SqliteBrain::open(&path).unwrap());
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let mut s = SqliteBrain::open(&path).unwrap();
+                    for i in 0..100 {
+                        let id = format!("m-{w}-{i}");
+                        let m = memory(&id, Kind::Note, "Concurrent write", "body");
+                        assert_eq!(s.insert(&m).unwrap(), Inserted::Ok);
+                        s.credit(&[&id], i).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let mut s = SqliteBrain::open(&path).unwrap();
+        assert_eq!(s.count().unwrap(), 200);
+        assert_eq!(s.search(&terms(&["concurrent"])).unwrap().total, 200);
+    }
+}

@@ -1,0 +1,399 @@
+//! Evidence: fingerprinting the files a memory depends on, and telling whether they changed.
+
+use std::path::Path;
+
+use pith_store::brain::{Evidence, Freshness, LineRange};
+use sha2::{Digest, Sha256};
+
+use crate::workspace::{PathError, Workspace};
+
+/// Evidence as a caller names it: `path`, `path:12` or `path:12-40` (1-based, inclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvidenceSpec {
+    pub path: String,
+    pub lines: Option<LineRange>,
+}
+
+impl EvidenceSpec {
+    /// Parse `path[:start[-end]]`. A suffix that is not a line range is part of the path.
+    pub fn parse(spec: &str) -> Result<EvidenceSpec, String> {
+        let spec = spec.trim();
+        if let Some((path, range)) = spec.rsplit_once(':')
+            && !range.is_empty()
+            && range.chars().all(|c| c.is_ascii_digit() || c == '-')
+        {
+            let (start, end) = match range.split_once('-') {
+                Some((a, b)) => (a, b),
+                None => (range, range),
+            };
+            let parse = |n: &str| n.parse::<u32>().ok().filter(|n| *n > 0);
+            let (Some(start), Some(end)) = (parse(start), parse(end)) else {
+                return Err(format!(
+                    "{spec}: line range must be START or START-END with lines counted from 1"
+                ));
+            };
+            if end < start {
+                return Err(format!("{spec}: line range ends before it starts"));
+            }
+            return Ok(EvidenceSpec {
+                path: path.to_owned(),
+                lines: Some(LineRange { start, end }),
+            });
+        }
+        Ok(EvidenceSpec {
+            path: spec.to_owned(),
+            lines: None,
+        })
+    }
+}
+
+impl std::fmt::Display for EvidenceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.path)?;
+        if let Some(l) = self.lines {
+            write_range(f, l)?;
+        }
+        Ok(())
+    }
+}
+
+/// `:12` or `:12-40`.
+pub(crate) fn write_range(f: &mut impl std::fmt::Write, l: LineRange) -> std::fmt::Result {
+    if l.start == l.end {
+        write!(f, ":{}", l.start)
+    } else {
+        write!(f, ":{}-{}", l.start, l.end)
+    }
+}
+
+/// Why a piece of evidence cannot be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum EvidenceError {
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("{path} is not a regular file")]
+    NotAFile { path: String },
+    #[error("{path} has {lines} lines; the range {start}-{end} is past its end")]
+    PastEnd {
+        path: String,
+        lines: usize,
+        start: u32,
+        end: u32,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Record a file as evidence: resolve it inside the workspace and fingerprint it now.
+pub fn record(ws: &Workspace, spec: &EvidenceSpec) -> Result<Evidence, EvidenceError> {
+    let resolved = ws.resolve(&spec.path)?;
+    let Fingerprint {
+        hash,
+        size,
+        mtime_ns,
+        line_count,
+    } = fingerprint(&resolved.abs, &resolved.rel, spec.lines)?;
+    if let Some(l) = spec.lines
+        && usize::try_from(l.start).unwrap_or(usize::MAX) > line_count
+    {
+        return Err(EvidenceError::PastEnd {
+            path: resolved.rel,
+            lines: line_count,
+            start: l.start,
+            end: l.end,
+        });
+    }
+    Ok(Evidence {
+        path: resolved.rel,
+        lines: spec.lines,
+        hash: Some(hash),
+        size: Some(size),
+        mtime_ns,
+    })
+}
+
+struct Fingerprint {
+    hash: String,
+    size: u64,
+    mtime_ns: Option<i64>,
+    line_count: usize,
+}
+
+/// SHA-256 of the file, or of just the given lines (so edits elsewhere in the file leave a
+/// line-scoped memory fresh).
+fn fingerprint(
+    abs: &Path,
+    rel: &str,
+    lines: Option<LineRange>,
+) -> Result<Fingerprint, EvidenceError> {
+    let meta = std::fs::metadata(abs).map_err(|source| EvidenceError::Read {
+        path: rel.to_owned(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(EvidenceError::NotAFile {
+            path: rel.to_owned(),
+        });
+    }
+    let bytes = std::fs::read(abs).map_err(|source| EvidenceError::Read {
+        path: rel.to_owned(),
+        source,
+    })?;
+    let line_count = bytes.split_inclusive(|b| *b == b'\n').count();
+    let mut hasher = Sha256::new();
+    match lines {
+        None => hasher.update(&bytes),
+        Some(l) => {
+            let skip = usize::try_from(l.start.saturating_sub(1)).unwrap_or(usize::MAX);
+            let take = usize::try_from(l.end - l.start + 1).unwrap_or(usize::MAX);
+            for line in bytes.split_inclusive(|b| *b == b'\n').skip(skip).take(take) {
+                hasher.update(line);
+            }
+        }
+    }
+    Ok(Fingerprint {
+        hash: hex(&hasher.finalize()),
+        size: meta.len(),
+        mtime_ns: mtime_ns(&meta),
+        line_count,
+    })
+}
+
+fn mtime_ns(meta: &std::fs::Metadata) -> Option<i64> {
+    let since = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    i64::try_from(since.as_nanos()).ok()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// What became of one evidence file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvidenceState {
+    /// Same content as recorded.
+    Unchanged,
+    /// The content (or the recorded lines) differ.
+    Changed,
+    /// The file no longer exists.
+    Gone,
+    /// No hash was recorded, so nothing to compare.
+    Unrecorded,
+    /// The path can no longer be checked (now a directory, unreadable, or leads outside).
+    Unreadable { reason: String },
+}
+
+impl EvidenceState {
+    fn is_problem(&self) -> bool {
+        matches!(
+            self,
+            EvidenceState::Changed | EvidenceState::Gone | EvidenceState::Unreadable { .. }
+        )
+    }
+}
+
+/// One evidence file checked against the workspace.
+#[derive(Debug, Clone)]
+pub struct EvidenceCheck {
+    pub recorded: Evidence,
+    pub state: EvidenceState,
+    /// The file's fingerprint now, when it could be taken (used to refresh the record).
+    current: Option<Evidence>,
+}
+
+/// A memory's derived status and what it was derived from.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub freshness: Freshness,
+    pub evidence: Vec<EvidenceCheck>,
+}
+
+impl Status {
+    /// Evidence that changed, vanished or can no longer be read.
+    pub fn problems(&self) -> impl Iterator<Item = &EvidenceCheck> {
+        self.evidence.iter().filter(|c| c.state.is_problem())
+    }
+
+    /// The evidence to store after this check: refreshed size/mtime for unchanged files (so the
+    /// next quick check is cheap), with `accept`, current content for changed files and no entry
+    /// for files that are gone.
+    pub(crate) fn evidence_to_store(&self, accept: bool) -> Vec<Evidence> {
+        self.evidence
+            .iter()
+            .filter_map(|c| match (&c.state, &c.current) {
+                (EvidenceState::Unchanged, Some(now)) => Some(now.clone()),
+                (EvidenceState::Changed, Some(now)) if accept => Some(now.clone()),
+                (EvidenceState::Gone, _) if accept => None,
+                _ => Some(c.recorded.clone()),
+            })
+            .collect()
+    }
+}
+
+/// How hard to look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckMode {
+    /// Trust an unchanged size and modification time; rehash only files that moved. For reads
+    /// and searches.
+    Quick,
+    /// Rehash everything. For explicit verification.
+    Full,
+}
+
+/// Derive a memory's status from its evidence and the files as they are now.
+pub fn check(ws: &Workspace, evidence: &[Evidence], mode: CheckMode) -> Status {
+    let checks: Vec<EvidenceCheck> = evidence.iter().map(|e| check_one(ws, e, mode)).collect();
+    let freshness = if checks.iter().any(|c| c.state.is_problem()) {
+        Freshness::Stale
+    } else if checks.iter().any(|c| c.state == EvidenceState::Unchanged) {
+        Freshness::Fresh
+    } else {
+        Freshness::Unverified
+    };
+    Status {
+        freshness,
+        evidence: checks,
+    }
+}
+
+fn check_one(ws: &Workspace, recorded: &Evidence, mode: CheckMode) -> EvidenceCheck {
+    let done = |state, current| EvidenceCheck {
+        recorded: recorded.clone(),
+        state,
+        current,
+    };
+    let resolved = match ws.resolve(&recorded.path) {
+        Ok(r) => r,
+        Err(PathError::NotFound { .. }) => return done(EvidenceState::Gone, None),
+        Err(e) => {
+            let reason = e.to_string();
+            return done(EvidenceState::Unreadable { reason }, None);
+        }
+    };
+    let Some(recorded_hash) = &recorded.hash else {
+        return done(EvidenceState::Unrecorded, None);
+    };
+    if mode == CheckMode::Quick
+        && let Ok(meta) = std::fs::metadata(&resolved.abs)
+        && meta.is_file()
+        && recorded.size == Some(meta.len())
+        && recorded.mtime_ns.is_some()
+        && recorded.mtime_ns == mtime_ns(&meta)
+    {
+        return done(EvidenceState::Unchanged, None);
+    }
+    match fingerprint(&resolved.abs, &resolved.rel, recorded.lines) {
+        Ok(now) => {
+            let state = if &now.hash == recorded_hash {
+                EvidenceState::Unchanged
+            } else {
+                EvidenceState::Changed
+            };
+            let current = Evidence {
+                path: recorded.path.clone(),
+                lines: recorded.lines,
+                hash: Some(now.hash),
+                size: Some(now.size),
+                mtime_ns: now.mtime_ns,
+            };
+            done(state, Some(current))
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            done(EvidenceState::Unreadable { reason }, None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws_with(files: &[(&str, &str)]) -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let ws = Workspace::new(dir.path()).unwrap();
+        (dir, ws)
+    }
+
+    #[test]
+    fn parses_specs() {
+        let p = |s| EvidenceSpec::parse(s).unwrap();
+        assert_eq!(p("src/a.rs").lines, None);
+        assert_eq!(p("src/a.rs:7").lines, Some(LineRange { start: 7, end: 7 }));
+        let r = p("src/a.rs:3-9");
+        assert_eq!(r.path, "src/a.rs");
+        assert_eq!(r.lines, Some(LineRange { start: 3, end: 9 }));
+        assert_eq!(p("weird:name.rs").path, "weird:name.rs");
+        assert!(EvidenceSpec::parse("a.rs:9-3").is_err());
+        assert!(EvidenceSpec::parse("a.rs:0").is_err());
+        assert!(EvidenceSpec::parse("a.rs:1-").is_err());
+        assert_eq!(r.to_string(), "src/a.rs:3-9");
+    }
+
+    #[test]
+    fn fresh_then_stale_when_edited_or_deleted() {
+        let (dir, ws) = ws_with(&[("a.rs", "one\ntwo\n"), ("b.rs", "x\n")]);
+        let specs = ["a.rs", "b.rs"].map(|s| EvidenceSpec::parse(s).unwrap());
+        let ev: Vec<_> = specs.iter().map(|s| record(&ws, s).unwrap()).collect();
+        assert_eq!(check(&ws, &ev, CheckMode::Full).freshness, Freshness::Fresh);
+        assert_eq!(
+            check(&ws, &ev, CheckMode::Quick).freshness,
+            Freshness::Fresh
+        );
+
+        std::fs::write(dir.path().join("a.rs"), "one\nTWO and more\n").unwrap();
+        std::fs::remove_file(dir.path().join("b.rs")).unwrap();
+        for mode in [CheckMode::Quick, CheckMode::Full] {
+            let status = check(&ws, &ev, mode);
+            assert_eq!(status.freshness, Freshness::Stale);
+            let states: Vec<_> = status.evidence.iter().map(|c| c.state.clone()).collect();
+            assert_eq!(states, [EvidenceState::Changed, EvidenceState::Gone]);
+        }
+    }
+
+    #[test]
+    fn line_ranges_ignore_edits_elsewhere() {
+        let (dir, ws) = ws_with(&[("a.rs", "1\n2\n3\n4\n")]);
+        let ev = record(&ws, &EvidenceSpec::parse("a.rs:2-3").unwrap()).unwrap();
+        std::fs::write(dir.path().join("a.rs"), "1\n2\n3\n4 changed\n").unwrap();
+        let status = check(&ws, std::slice::from_ref(&ev), CheckMode::Full);
+        assert_eq!(status.freshness, Freshness::Fresh);
+        std::fs::write(dir.path().join("a.rs"), "1\n2 changed\n3\n4\n").unwrap();
+        let status = check(&ws, &[ev], CheckMode::Full);
+        assert_eq!(status.freshness, Freshness::Stale);
+    }
+
+    #[test]
+    fn refuses_ranges_past_the_end_and_directories() {
+        let (_dir, ws) = ws_with(&[("a.rs", "1\n2\n"), ("d/x", "")]);
+        let err = record(&ws, &EvidenceSpec::parse("a.rs:5-6").unwrap()).unwrap_err();
+        assert!(err.to_string().contains("has 2 lines"), "{err}");
+        let err = record(&ws, &EvidenceSpec::parse("d").unwrap()).unwrap_err();
+        assert!(matches!(err, EvidenceError::NotAFile { .. }), "{err}");
+    }
+
+    #[test]
+    fn no_evidence_is_unverified() {
+        let (_dir, ws) = ws_with(&[]);
+        assert_eq!(
+            check(&ws, &[], CheckMode::Full).freshness,
+            Freshness::Unverified
+        );
+    }
+}

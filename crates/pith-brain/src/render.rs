@@ -1,0 +1,389 @@
+//! Text for people (CLI) and agents (MCP): the same words in both places, with the next step
+//! named in each caller's own terms ([`Hints`]).
+//!
+//! Agent-facing text is short on purpose: every line costs tokens on the turn that reads it.
+
+use std::fmt::Write;
+
+use pith_store::brain::{Evidence, Freshness, Memory, MemoryRef};
+use serde_json::{Value, json};
+
+use crate::evidence::{EvidenceCheck, EvidenceState, Status, write_range};
+use crate::{Checked, SearchResult, Verification};
+
+/// How the caller names the follow-up actions.
+#[derive(Debug, Clone, Copy)]
+pub struct Hints {
+    /// Getting a full memory by id, e.g. `get_memory` or `pith memory show <id>`.
+    pub get: &'static str,
+    /// Seeing more search results, e.g. `raise limit` or `use --limit N`.
+    pub more: &'static str,
+    /// Re-recording evidence after checking, e.g. `verify_memory with accept=true`.
+    pub accept: &'static str,
+    /// Trashing a memory, e.g. `forget_memory` or `pith memory forget <id>`.
+    pub forget: &'static str,
+    /// Restoring from the trash.
+    pub restore: &'static str,
+}
+
+/// `path:3-9`.
+pub fn evidence_name(e: &Evidence) -> String {
+    let mut s = e.path.clone();
+    if let Some(l) = e.lines {
+        let _ = write_range(&mut s, l);
+    }
+    s
+}
+
+fn state_word(state: &EvidenceState) -> String {
+    match state {
+        EvidenceState::Unchanged => "unchanged".into(),
+        EvidenceState::Changed => "changed".into(),
+        EvidenceState::Gone => "gone".into(),
+        EvidenceState::Unrecorded => "no hash recorded".into(),
+        EvidenceState::Unreadable { reason } => format!("unreadable: {reason}"),
+    }
+}
+
+/// `fresh`, `unverified`, or `stale: src/a.rs changed, src/b.rs gone`.
+pub fn status(status: &Status) -> String {
+    match status.freshness {
+        Freshness::Stale => {
+            let problems: Vec<String> = status
+                .problems()
+                .map(|c| format!("{} {}", evidence_name(&c.recorded), state_word(&c.state)))
+                .collect();
+            format!("stale: {}", problems.join(", "))
+        }
+        other => other.as_str().to_owned(),
+    }
+}
+
+/// `m-7f3a fix [fresh] Retry on SQLITE_BUSY`.
+pub fn headline_line(c: &Checked) -> String {
+    format!(
+        "{} {} [{}] {}",
+        c.memory.id,
+        c.memory.kind,
+        status(&c.status),
+        c.memory.title
+    )
+}
+
+/// A whole memory.
+pub fn memory(c: &Checked) -> String {
+    let m = &c.memory;
+    let mut out = format!("{} {}: {}\n", m.id, m.kind, m.title);
+    let _ = writeln!(out, "status: {}", status(&c.status));
+    if let Some(h) = &m.headline {
+        let _ = writeln!(out, "error: {h}");
+    }
+    if !m.tags.is_empty() {
+        let _ = writeln!(out, "tags: {}", m.tags.join(", "));
+    }
+    if !c.status.evidence.is_empty() {
+        let list: Vec<String> = c.status.evidence.iter().map(evidence_with_state).collect();
+        let _ = writeln!(out, "evidence: {}", list.join(", "));
+    }
+    let _ = write!(out, "saved {}", date(m.created_at));
+    if let Some(check) = &m.last_check {
+        let _ = write!(out, ", verified {} ({})", date(check.at), check.status);
+    }
+    let _ = writeln!(out, ", {} {}", m.hits, plural(m.hits, "hit", "hits"));
+    if let Some(t) = m.trashed_at {
+        let _ = writeln!(out, "in the trash since {}", date(t));
+    }
+    if !m.body.is_empty() {
+        let _ = write!(out, "\n{}\n", m.body);
+    }
+    out
+}
+
+fn evidence_with_state(c: &EvidenceCheck) -> String {
+    format!("{} ({})", evidence_name(&c.recorded), state_word(&c.state))
+}
+
+/// Search results, best first, with how many more matched and how to see them.
+pub fn search(result: &SearchResult, hints: &Hints) -> String {
+    if result.hits.is_empty() {
+        return format!("no memories match \"{}\"\n", result.query);
+    }
+    let shown = result.hits.len() as u64;
+    let mut out = if shown == result.total {
+        format!(
+            "{} {} \"{}\":\n",
+            shown,
+            plural(shown, "memory matches", "memories match"),
+            result.query
+        )
+    } else {
+        format!(
+            "{} of {} memories matching \"{}\", best first:\n",
+            shown, result.total, result.query
+        )
+    };
+    for found in &result.hits {
+        let _ = writeln!(out, "{}", headline_line(&found.checked));
+        if let Some(h) = &found.checked.memory.headline {
+            let _ = writeln!(out, "  error: {h}");
+        }
+        if !found.snippet.is_empty() {
+            let _ = writeln!(out, "  {}", found.snippet);
+        }
+    }
+    if result.total > shown {
+        let _ = writeln!(
+            out,
+            "{} more: {} or narrow the query.",
+            result.total - shown,
+            hints.more
+        );
+    }
+    let _ = writeln!(out, "Full memory: {}.", hints.get);
+    out
+}
+
+/// One line per memory, for listings.
+pub fn list(items: &[Checked]) -> String {
+    let mut out = String::new();
+    for c in items {
+        let m = &c.memory;
+        let _ = write!(
+            out,
+            "{:<8} {:<8} {:<10} {}",
+            m.id,
+            m.kind.as_str(),
+            c.status.freshness.as_str(),
+            m.title
+        );
+        if !m.tags.is_empty() {
+            let _ = write!(out, "  [{}]", m.tags.join(" "));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// What a verification found and what to do about it.
+pub fn verification(v: &Verification, hints: &Hints) -> String {
+    let mut out = format!("{} {}: ", v.id, v.title);
+    match &v.accepted {
+        Some(old) => {
+            let _ = writeln!(
+                out,
+                "{} -> evidence re-recorded, now {}",
+                status(old),
+                status(&v.status)
+            );
+            return out;
+        }
+        None => out.push_str(&status(&v.status)),
+    }
+    match v.before {
+        Some(before) if before != v.status.freshness => {
+            let _ = write!(out, " (was {before})");
+        }
+        Some(_) => out.push_str(" (unchanged since the last verify)"),
+        None => {}
+    }
+    out.push('\n');
+    for c in &v.status.evidence {
+        let _ = writeln!(out, "  {}", evidence_with_state(c));
+    }
+    if v.status.freshness == Freshness::Stale {
+        let _ = writeln!(
+            out,
+            "The memory may no longer hold. If it still does: {}; if not: {}.",
+            hints.accept, hints.forget
+        );
+    }
+    out
+}
+
+/// The one line appended to a file read when memories cite that file: ids and titles only.
+pub fn pointer_line(refs: &[MemoryRef], hints: &Hints) -> Option<String> {
+    const SHOWN: usize = 5;
+    if refs.is_empty() {
+        return None;
+    }
+    let n = refs.len();
+    let mut items: Vec<String> = refs
+        .iter()
+        .take(SHOWN)
+        .map(|r| format!("{} {}: {}", r.id, r.kind, clip(&r.title, 80)))
+        .collect();
+    if n > SHOWN {
+        items.push(format!("{} more", n - SHOWN));
+    }
+    Some(format!(
+        "pith: {} {} on this file: {}; {} for details",
+        n,
+        plural(n as u64, "memory", "memories"),
+        items.join(", "),
+        hints.get
+    ))
+}
+
+/// A memory moved to or from the trash.
+pub fn trashed(m: &Memory, hints: &Hints) -> String {
+    format!(
+        "{} {}: moved to the trash; {} brings it back\n",
+        m.id, m.title, hints.restore
+    )
+}
+
+pub fn restored(m: &Memory) -> String {
+    format!("{} {}: restored\n", m.id, m.title)
+}
+
+/// The JSON form of evidence checks (`--json`): path, lines, hash, and what became of it.
+pub fn evidence_json(checks: &[EvidenceCheck]) -> Value {
+    checks
+        .iter()
+        .map(|c| {
+            let mut v = json!({
+                "path": c.recorded.path,
+                "lines": c.recorded.lines,
+                "hash": c.recorded.hash,
+                "state": match &c.state {
+                    EvidenceState::Unchanged => "unchanged",
+                    EvidenceState::Changed => "changed",
+                    EvidenceState::Gone => "gone",
+                    EvidenceState::Unrecorded => "unrecorded",
+                    EvidenceState::Unreadable { .. } => "unreadable",
+                },
+            });
+            if let EvidenceState::Unreadable { reason } = &c.state {
+                v["reason"] = json!(reason);
+            }
+            v
+        })
+        .collect()
+}
+
+/// The JSON form of a memory with its derived status (`--json`).
+pub fn memory_json(c: &Checked) -> Value {
+    let m = &c.memory;
+    json!({
+        "id": m.id,
+        "kind": m.kind,
+        "title": m.title,
+        "body": m.body,
+        "tags": m.tags,
+        "headline": m.headline,
+        "status": c.status.freshness,
+        "evidence": evidence_json(&c.status.evidence),
+        "hits": m.hits,
+        "last_hit_at": m.last_hit_at,
+        "created_at": m.created_at,
+        "updated_at": m.updated_at,
+        "last_check": m.last_check,
+        "trashed_at": m.trashed_at,
+    })
+}
+
+/// The JSON form of a search (`--json`).
+pub fn search_json(result: &SearchResult) -> Value {
+    let hits: Vec<Value> = result
+        .hits
+        .iter()
+        .map(|f| {
+            let mut v = memory_json(&f.checked);
+            v["snippet"] = json!(f.snippet);
+            v
+        })
+        .collect();
+    json!({ "query": result.query, "total": result.total, "hits": hits })
+}
+
+/// The JSON form of a verification (`--json`).
+pub fn verification_json(v: &Verification) -> Value {
+    json!({
+        "id": v.id,
+        "title": v.title,
+        "before": v.before,
+        "status": v.status.freshness,
+        "evidence": evidence_json(&v.status.evidence),
+        "accepted": v.accepted.as_ref().map(|old| json!({
+            "status": old.freshness,
+            "evidence": evidence_json(&old.evidence),
+        })),
+    })
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
+/// `2026-11-20` (UTC) from unix seconds.
+pub fn date(secs: i64) -> String {
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pith_store::brain::Kind;
+
+    const HINTS: Hints = Hints {
+        get: "get_memory",
+        more: "raise limit",
+        accept: "verify with accept",
+        forget: "forget_memory",
+        restore: "restore",
+    };
+
+    #[test]
+    fn dates() {
+        assert_eq!(date(0), "1970-01-01");
+        assert_eq!(date(951_782_400), "2000-02-29");
+        assert_eq!(date(1_795_000_000), "2026-11-18");
+    }
+
+    #[test]
+    fn pointer_line_names_ids_and_titles_only() {
+        let refs = vec![
+            MemoryRef {
+                id: "m-7f3a".into(),
+                kind: Kind::Fix,
+                title: "Retry on busy".into(),
+            },
+            MemoryRef {
+                id: "m-19c0".into(),
+                kind: Kind::Failed,
+                title: "Bigger pool".into(),
+            },
+        ];
+        assert_eq!(
+            pointer_line(&refs, &HINTS).unwrap(),
+            "pith: 2 memories on this file: m-7f3a fix: Retry on busy, \
+             m-19c0 failed: Bigger pool; get_memory for details"
+        );
+        assert_eq!(pointer_line(&[], &HINTS), None);
+        let many: Vec<MemoryRef> = (0..7).map(|_| refs[0].clone()).collect();
+        assert!(
+            pointer_line(&many, &HINTS)
+                .unwrap()
+                .contains(", 2 more; get_memory")
+        );
+    }
+}

@@ -14,7 +14,8 @@ use crate::{Checked, SearchResult, Verification};
 /// How the caller names the follow-up actions.
 #[derive(Debug, Clone, Copy)]
 pub struct Hints {
-    /// Getting a full memory by id, e.g. `get_memory` or `pith memory show <id>`.
+    /// Getting a full memory by id, e.g. `get_memory` or `pith memory show <id>`. In the
+    /// hints below, `<id>` is replaced by the memory's id where one memory is meant.
     pub get: &'static str,
     /// Seeing more search results, e.g. `raise limit` or `use --limit N`.
     pub more: &'static str,
@@ -194,7 +195,8 @@ pub fn verification(v: &Verification, hints: &Hints) -> String {
         let _ = writeln!(
             out,
             "The memory may no longer hold. If it still does: {}; if not: {}.",
-            hints.accept, hints.forget
+            hints.accept.replace("<id>", &v.id),
+            hints.forget.replace("<id>", &v.id)
         );
     }
     out
@@ -228,7 +230,9 @@ pub fn pointer_line(refs: &[MemoryRef], hints: &Hints) -> Option<String> {
 pub fn trashed(m: &Memory, hints: &Hints) -> String {
     format!(
         "{} {}: moved to the trash; {} brings it back\n",
-        m.id, m.title, hints.restore
+        m.id,
+        m.title,
+        hints.restore.replace("<id>", &m.id)
     )
 }
 

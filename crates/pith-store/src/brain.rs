@@ -339,7 +339,9 @@ impl SqliteBrain {
                 path: r.get(0)?,
                 lines: start.zip(end).map(|(start, end)| LineRange { start, end }),
                 hash: r.get(3)?,
-                size: r.get::<_, Option<i64>>(4)?.and_then(|s| u64::try_from(s).ok()),
+                size: r
+                    .get::<_, Option<i64>>(4)?
+                    .and_then(|s| u64::try_from(s).ok()),
                 mtime_ns: r.get(5)?,
             })
         })?;
@@ -503,8 +505,10 @@ impl BrainStore for SqliteBrain {
                  FROM memories_fts WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2",
             )?;
             let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-            stmt.query_map(params![expr, limit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect::<Result<_, _>>()?
+            stmt.query_map(params![expr, limit], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<_, _>>()?
         };
         let mut hits = Vec::with_capacity(ranked.len());
         for (seq, score, snippet) in ranked {
@@ -712,7 +716,8 @@ mod tests {
     #[test]
     fn trash_leaves_the_index_and_restore_returns() {
         let mut s = SqliteBrain::in_memory().unwrap();
-        s.insert(&memory("m-1", Kind::Note, "Cache keys", "")).unwrap();
+        s.insert(&memory("m-1", Kind::Note, "Cache keys", ""))
+            .unwrap();
         assert!(s.set_trashed("m-1", Some(5)).unwrap());
         assert_eq!(s.search(&terms(&["cache"])).unwrap().total, 0);
         assert!(s.on_path("src/lib.rs").unwrap().is_empty());

@@ -77,7 +77,20 @@ pub fn open_in_memory(migrations: &[&str]) -> Result<Connection, StoreError> {
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // Switching to WAL does not wait on the busy handler: when another process is switching
+    // the same new file at that moment, retry within the busy timeout.
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => break other?,
+        }
+    }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
@@ -95,8 +108,17 @@ fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<(), St
     }
     for (i, sql) in migrations.iter().enumerate().skip(current) {
         let version = i + 1;
+        // IMMEDIATE takes the write lock up front, and the version is re-read under it: two
+        // processes opening a new file at once must not both run the same migration.
         let run = || -> rusqlite::Result<()> {
-            let tx = conn.unchecked_transaction()?;
+            let tx = rusqlite::Transaction::new_unchecked(
+                conn,
+                rusqlite::TransactionBehavior::Immediate,
+            )?;
+            let now: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if usize::try_from(now).unwrap_or(0) >= version {
+                return Ok(());
+            }
             tx.execute_batch(sql)?;
             tx.pragma_update(None, "user_version", version as i64)?;
             tx.commit()
@@ -163,6 +185,27 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             let m = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(m & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn processes_opening_a_new_file_at_once_migrate_it_once() {
+        for _ in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("x.db");
+            let start = std::sync::Arc::new(std::sync::Barrier::new(3));
+            let openers: Vec<_> = (0..3)
+                .map(|_| {
+                    let (path, start) = (path.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        open(&path, MIGRATIONS).map(drop)
+                    })
+                })
+                .collect();
+            for o in openers {
+                o.join().unwrap().unwrap();
+            }
         }
     }
 

@@ -35,8 +35,7 @@ enum Command {
     /// Run the MCP server (stdio) with workspace search and the project memory.
     Mcp(commands::mcp::Args),
     /// Read and write the project memory.
-    #[command(subcommand)]
-    Memory(commands::memory::MemoryCommand),
+    Memory(commands::memory::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
     Setup(commands::setup::Args),
 }

@@ -1,13 +1,335 @@
-//! `pith memory ...`.
+//! `pith memory ...`: the project memory for a person. The same brain and the same words as the
+//! MCP tools, with `--json` on every command for scripts.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::Context;
+use pith_brain::render::{self, Hints};
+use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory, Workspace};
+use serde_json::json;
 
 use crate::config::Config;
 
-#[derive(Debug, clap::Subcommand)]
-pub enum MemoryCommand {
-    /// List memories.
-    List,
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Workspace root. Default: the nearest ancestor of the current directory holding `.git`
+    /// or `.pith`, else the current directory.
+    #[arg(long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: MemoryCommand,
 }
 
-pub fn run(_cmd: MemoryCommand, _config: &Config) -> anyhow::Result<()> {
-    anyhow::bail!("`pith memory` is not built yet")
+#[derive(Debug, clap::Subcommand)]
+enum MemoryCommand {
+    /// Save a memory: `pith memory add fix "Retry on SQLITE_BUSY" --evidence src/db.rs:40-60`.
+    Add(AddArgs),
+    /// Search memories (title, body, tags, error headline), best first.
+    Search(SearchArgs),
+    /// Show a memory in full, with the status of its evidence.
+    Show(IdArgs),
+    /// Recheck evidence files, record the result and say what changed.
+    Verify(VerifyArgs),
+    /// List memories, newest first.
+    List(ListArgs),
+    /// Move a memory to the trash (`pith memory restore` brings it back).
+    Forget(IdArgs),
+    /// Bring a memory back from the trash.
+    Restore(IdArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct AddArgs {
+    /// note, fix, failed (an attempt that did not work) or decision.
+    #[arg(value_parser = parse_kind)]
+    kind: Kind,
+    /// One line saying what the memory is about.
+    title: String,
+    /// The detail; `-` reads it from standard input.
+    #[arg(long)]
+    body: Option<String>,
+    /// A tag (repeat, or separate with commas).
+    #[arg(long = "tag", value_name = "TAG")]
+    tags: Vec<String>,
+    /// For a fix: the error headline it fixes.
+    #[arg(long)]
+    headline: Option<String>,
+    /// A file the memory depends on, optionally a line range (repeat). Relative paths are
+    /// taken from the current directory when it is inside the workspace, else from the root.
+    #[arg(long = "evidence", value_name = "PATH[:START[-END]]")]
+    evidence: Vec<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct SearchArgs {
+    /// Words to look for; memories matching more of them rank higher.
+    #[arg(required = true, num_args = 1..)]
+    query: Vec<String>,
+    /// Only this kind.
+    #[arg(long, value_parser = parse_kind)]
+    kind: Option<Kind>,
+    /// Most results to show (at most 50).
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct IdArgs {
+    /// Memory id, e.g. m-7f3a.
+    id: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    /// Memory id, e.g. m-7f3a.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    id: Option<String>,
+    /// Verify every live memory.
+    #[arg(long)]
+    all: bool,
+    /// The memory still holds: record the files as they are now as its evidence.
+    #[arg(long)]
+    accept: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ListArgs {
+    /// Only this kind.
+    #[arg(long, value_parser = parse_kind)]
+    kind: Option<Kind>,
+    /// List the trash instead.
+    #[arg(long)]
+    trash: bool,
+    /// Most memories to list.
+    #[arg(long)]
+    limit: Option<usize>,
+    #[arg(long)]
+    json: bool,
+}
+
+const HINTS: Hints = Hints {
+    get: "`pith memory show <id>`",
+    more: "use --limit N (at most 50)",
+    accept: "`pith memory verify <id> --accept`",
+    forget: "`pith memory forget <id>`",
+    restore: "`pith memory restore <id>`",
+};
+
+fn parse_kind(s: &str) -> Result<Kind, String> {
+    Kind::parse(s).ok_or_else(|| format!("unknown kind {s:?}; use note, fix, failed or decision"))
+}
+
+/// The workspace a command works on: `--workspace` exactly, else discovered from the current
+/// directory.
+pub fn workspace_from(flag: Option<&Path>) -> anyhow::Result<Workspace> {
+    match flag {
+        Some(dir) => {
+            anyhow::ensure!(
+                dir.is_dir(),
+                "--workspace {} is not a directory",
+                dir.display()
+            );
+            Ok(Workspace::new(dir)?)
+        }
+        None => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            Ok(Workspace::discover(&cwd)?)
+        }
+    }
+}
+
+pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
+    let ws = workspace_from(args.workspace.as_deref())?;
+    let root = ws.root().to_path_buf();
+    let mut brain = Brain::open(ws)?;
+    match args.command {
+        MemoryCommand::Add(a) => add(&mut brain, a),
+        MemoryCommand::Search(a) => {
+            let query = a.query.join(" ");
+            let found = brain.search(&query, a.kind, a.limit)?;
+            emit(a.json, render::search_json(&found), || {
+                render::search(&found, &HINTS)
+            })
+        }
+        MemoryCommand::Show(a) => {
+            let c = brain.get(&a.id).map_err(|e| explain(e, &root))?;
+            emit(a.json, render::memory_json(&c), || render::memory(&c))
+        }
+        MemoryCommand::Verify(a) => verify(&mut brain, a, &root),
+        MemoryCommand::List(a) => {
+            let filter = ListFilter {
+                kind: a.kind,
+                trashed: a.trash,
+                limit: a.limit,
+            };
+            let items = brain.list(&filter)?;
+            let as_json = items.iter().map(render::memory_json).collect();
+            emit(a.json, as_json, || {
+                if !items.is_empty() {
+                    render::list(&items)
+                } else if a.trash {
+                    "the trash is empty\n".to_owned()
+                } else {
+                    format!(
+                        "no memories in {} yet; `pith memory add` saves one\n",
+                        root.display()
+                    )
+                }
+            })
+        }
+        MemoryCommand::Forget(a) => {
+            let m = brain.forget(&a.id).map_err(|e| explain(e, &root))?;
+            let value = json!({"id": m.id, "title": m.title, "trashed_at": m.trashed_at});
+            emit(a.json, value, || render::trashed(&m, &HINTS))
+        }
+        MemoryCommand::Restore(a) => {
+            let m = brain.restore(&a.id).map_err(|e| explain(e, &root))?;
+            let value = json!({"id": m.id, "title": m.title, "trashed_at": null});
+            emit(a.json, value, || render::restored(&m))
+        }
+    }
+}
+
+fn add(brain: &mut Brain, a: AddArgs) -> anyhow::Result<()> {
+    let body = match a.body.as_deref() {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read the body from standard input")?;
+            text
+        }
+        Some(text) => text.to_owned(),
+        None => String::new(),
+    };
+    let root = brain.workspace().root().to_path_buf();
+    let base = evidence_base(&root)?;
+    let evidence = a
+        .evidence
+        .iter()
+        .map(|spec| {
+            let mut parsed = EvidenceSpec::parse(spec).map_err(anyhow::Error::msg)?;
+            parsed.path = lexical_join(&base, Path::new(&parsed.path))
+                .to_string_lossy()
+                .into_owned();
+            Ok(parsed)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let saved = brain.save(NewMemory {
+        kind: a.kind,
+        title: a.title,
+        body,
+        tags: a.tags,
+        headline: a.headline,
+        evidence,
+    })?;
+    emit(a.json, render::memory_json(&saved), || {
+        format!(
+            "saved {} ({}, {}): {}\n",
+            saved.memory.id,
+            saved.memory.kind,
+            render::status(&saved.status),
+            saved.memory.title
+        )
+    })
+}
+
+fn verify(brain: &mut Brain, a: VerifyArgs, root: &Path) -> anyhow::Result<()> {
+    let ids: Vec<String> = match a.id {
+        Some(id) => vec![id],
+        None => brain
+            .list(&ListFilter::default())?
+            .into_iter()
+            .map(|c| c.memory.id)
+            .collect(),
+    };
+    let mut results = Vec::with_capacity(ids.len());
+    for id in &ids {
+        results.push(brain.verify(id, a.accept).map_err(|e| explain(e, root))?);
+    }
+    let as_json = if a.all {
+        results.iter().map(render::verification_json).collect()
+    } else {
+        results
+            .first()
+            .map(render::verification_json)
+            .unwrap_or_default()
+    };
+    emit(a.json, as_json, || {
+        if results.is_empty() {
+            return "no memories to verify\n".to_owned();
+        }
+        results
+            .iter()
+            .map(|v| render::verification(v, &HINTS))
+            .collect()
+    })
+}
+
+/// Where relative evidence paths start: the current directory when it is inside the
+/// workspace, else the workspace root.
+fn evidence_base(root: &Path) -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let cwd = cwd.canonicalize().unwrap_or(cwd);
+    Ok(if cwd.starts_with(root) {
+        cwd
+    } else {
+        root.to_path_buf()
+    })
+}
+
+/// `base` joined with `path`, with `.` and `..` folded away without touching the file system:
+/// on the command line `../src/a.rs` from a subdirectory is an ordinary way to name a file.
+fn lexical_join(base: &Path, path: &Path) -> PathBuf {
+    let mut out = base.to_path_buf();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Errors about one memory, with the command that helps.
+fn explain(e: BrainError, root: &Path) -> anyhow::Error {
+    match e {
+        BrainError::NotFound { id } => anyhow::anyhow!(
+            "no memory {id} in {}; `pith memory list` shows the ids",
+            root.display()
+        ),
+        BrainError::Trashed { id } => anyhow::anyhow!(
+            "memory {id} is in the trash; `pith memory restore {id}` brings it back"
+        ),
+        BrainError::NotTrashed { id } => {
+            anyhow::anyhow!("memory {id} is not in the trash; nothing to restore")
+        }
+        other => other.into(),
+    }
+}
+
+fn emit(
+    as_json: bool,
+    value: serde_json::Value,
+    text: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", text());
+    }
+    Ok(())
 }

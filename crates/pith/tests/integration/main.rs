@@ -1,3 +1,4 @@
 //! The one integration-test binary: drives the real `pith` executable.
 
 mod cli;
+mod memory;

@@ -1,1 +1,323 @@
-//! The only crate that knows MCP: `pith mcp` over stdio with rmcp.
+//! The only crate that knows MCP: `pith mcp`, a stdio server (rmcp) giving agents the
+//! workspace and the project memory.
+//!
+//! Tool descriptions are kept to a line: clients resend them on every turn. Failures the model
+//! can act on (a bad path, an unknown id) come back as tool results with `isError`, in words
+//! that name the next step; stdout carries protocol only (logs go through `tracing`, which the
+//! binary points at stderr).
+
+pub mod files;
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pith_brain::render::{self, Hints};
+use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, NewMemory, Workspace};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// What `pith mcp` serves.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub workspace: Workspace,
+}
+
+/// The server could not start or the transport failed.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("MCP server failed to start: {0}")]
+    Start(String),
+    #[error("MCP server stopped with an error: {0}")]
+    Run(String),
+}
+
+/// Serve MCP on stdin/stdout until the client closes stdin.
+pub async fn serve_stdio(options: ServerOptions) -> Result<(), McpError> {
+    let server = PithServer::new(options);
+    tracing::info!(root = %server.ws.root().display(), "pith mcp serving on stdio");
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| McpError::Start(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| McpError::Run(e.to_string()))?;
+    Ok(())
+}
+
+const HINTS: Hints = Hints {
+    get: "get_memory",
+    more: "raise limit (max 50)",
+    accept: "verify_memory with accept=true",
+    forget: "forget_memory",
+    restore: "the user can run `pith memory restore <id>`",
+};
+
+/// The brain is opened on first use, so starting `pith mcp` in a workspace creates nothing.
+type SharedBrain = Arc<Mutex<Option<Brain>>>;
+
+#[derive(Clone)]
+pub struct PithServer {
+    ws: Workspace,
+    brain: SharedBrain,
+    tool_router: ToolRouter<Self>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum KindArg {
+    Note,
+    Fix,
+    Failed,
+    Decision,
+}
+
+impl From<KindArg> for Kind {
+    fn from(k: KindArg) -> Kind {
+        match k {
+            KindArg::Note => Kind::Note,
+            KindArg::Fix => Kind::Fix,
+            KindArg::Failed => Kind::Failed,
+            KindArg::Decision => Kind::Decision,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ReadFileArgs {
+    /// Path relative to the workspace root.
+    path: String,
+    /// First line (1-based).
+    start_line: Option<u32>,
+    /// Last line (inclusive).
+    end_line: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SearchMemoryArgs {
+    /// Words to look for.
+    query: String,
+    kind: Option<KindArg>,
+    /// Default 5.
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct IdArgs {
+    /// Memory id, e.g. m-7f3a.
+    id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SaveMemoryArgs {
+    /// fix, failed (attempt that did not work), decision or note.
+    kind: KindArg,
+    /// One line.
+    title: String,
+    body: Option<String>,
+    tags: Option<Vec<String>>,
+    /// For a fix: the error message it fixes.
+    headline: Option<String>,
+    /// Files it depends on: "path" or "path:start-end".
+    evidence: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct VerifyMemoryArgs {
+    /// Memory id.
+    id: String,
+    /// Memory still holds: re-record the current files as evidence.
+    accept: Option<bool>,
+}
+
+/// Default number of memories a search returns to an agent.
+const DEFAULT_MEMORY_LIMIT: usize = 5;
+
+#[tool_router]
+impl PithServer {
+    pub fn new(options: ServerOptions) -> PithServer {
+        PithServer {
+            ws: options.workspace,
+            brain: Arc::new(Mutex::new(None)),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(description = "Read a workspace file, optionally a line range.")]
+    async fn read_workspace_file(
+        &self,
+        Parameters(a): Parameters<ReadFileArgs>,
+    ) -> Result<String, String> {
+        let (ws, brain) = (self.ws.clone(), self.brain.clone());
+        blocking(move || {
+            let read = files::read(&ws, &a.path, a.start_line, a.end_line)?;
+            // A pointer must never cost the read: a brain that cannot be opened adds nothing.
+            let pointers = with_brain(&brain, &ws, false, |b| b.pointers(&read.rel))
+                .unwrap_or_else(|e| {
+                    tracing::warn!("memory pointers for {}: {e}", read.rel);
+                    None
+                })
+                .unwrap_or_default();
+            let mut text = read.text;
+            if let Some(line) = render::pointer_line(&pointers, &HINTS) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            Ok(text)
+        })
+        .await
+    }
+
+    #[tool(description = "Search project memory: past fixes, failed attempts, decisions, notes.")]
+    async fn search_memory(
+        &self,
+        Parameters(a): Parameters<SearchMemoryArgs>,
+    ) -> Result<String, String> {
+        let limit = a
+            .limit
+            .and_then(|l| usize::try_from(l).ok())
+            .unwrap_or(DEFAULT_MEMORY_LIMIT);
+        self.brain_tool(move |b| {
+            let found = b.search(&a.query, a.kind.map(Kind::from), limit)?;
+            Ok(render::search(&found, &HINTS))
+        })
+        .await
+    }
+
+    #[tool(description = "Get a memory in full, with the status of its evidence.")]
+    async fn get_memory(&self, Parameters(a): Parameters<IdArgs>) -> Result<String, String> {
+        self.brain_tool(move |b| Ok(render::memory(&b.get(&a.id)?)))
+            .await
+    }
+
+    #[tool(
+        description = "Save a memory (fix, failed attempt, decision, note) tied to evidence files."
+    )]
+    async fn save_memory(
+        &self,
+        Parameters(a): Parameters<SaveMemoryArgs>,
+    ) -> Result<String, String> {
+        let evidence = a
+            .evidence
+            .unwrap_or_default()
+            .iter()
+            .map(|s| EvidenceSpec::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let new = NewMemory {
+            kind: a.kind.into(),
+            title: a.title,
+            body: a.body.unwrap_or_default(),
+            tags: a.tags.unwrap_or_default(),
+            headline: a.headline,
+            evidence,
+        };
+        self.brain_tool(move |b| {
+            let saved = b.save(new)?;
+            let mut text = format!(
+                "saved {} ({}, {}): {}",
+                saved.memory.id,
+                saved.memory.kind,
+                render::status(&saved.status),
+                saved.memory.title
+            );
+            if !saved.memory.evidence.is_empty() {
+                let names: Vec<String> = saved
+                    .memory
+                    .evidence
+                    .iter()
+                    .map(render::evidence_name)
+                    .collect();
+                text.push_str(&format!("\nevidence hashed: {}", names.join(", ")));
+            }
+            text.push('\n');
+            Ok(text)
+        })
+        .await
+    }
+
+    #[tool(description = "Recheck a memory's evidence files; report what changed.")]
+    async fn verify_memory(
+        &self,
+        Parameters(a): Parameters<VerifyMemoryArgs>,
+    ) -> Result<String, String> {
+        self.brain_tool(move |b| {
+            let v = b.verify(&a.id, a.accept.unwrap_or(false))?;
+            Ok(render::verification(&v, &HINTS))
+        })
+        .await
+    }
+
+    #[tool(description = "Move a memory to the trash (restorable).")]
+    async fn forget_memory(&self, Parameters(a): Parameters<IdArgs>) -> Result<String, String> {
+        self.brain_tool(move |b| Ok(render::trashed(&b.forget(&a.id)?, &HINTS)))
+            .await
+    }
+
+    /// Run a brain operation off the async threads, opening the brain if needed.
+    async fn brain_tool(
+        &self,
+        f: impl FnOnce(&mut Brain) -> Result<String, BrainError> + Send + 'static,
+    ) -> Result<String, String> {
+        let (ws, brain) = (self.ws.clone(), self.brain.clone());
+        blocking(move || {
+            with_brain(&brain, &ws, true, f)
+                .map_err(explain)?
+                .ok_or_else(|| "the project memory could not be opened".to_owned())
+        })
+        .await
+    }
+}
+
+#[tool_handler(
+    router = self.tool_router,
+    name = "pith",
+    instructions = "Workspace search and project memory. Before fixing an error or retrying an approach, search_memory; after a fix or a failed attempt, save_memory with evidence files."
+)]
+impl ServerHandler for PithServer {}
+
+/// Run `f` on the brain, opening it first (`create`: make `.pith/brain.db` if missing;
+/// otherwise a workspace without a brain yields `None`).
+fn with_brain<T>(
+    brain: &SharedBrain,
+    ws: &Workspace,
+    create: bool,
+    f: impl FnOnce(&mut Brain) -> Result<T, BrainError>,
+) -> Result<Option<T>, BrainError> {
+    let mut guard = brain.lock().unwrap_or_else(PoisonError::into_inner);
+    if guard.is_none() {
+        *guard = if create {
+            Some(Brain::open(ws.clone())?)
+        } else {
+            Brain::open_existing(ws.clone())?
+        };
+    }
+    match guard.as_mut() {
+        Some(b) => f(b).map(Some),
+        None => Ok(None),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(format!("internal error: {e}")))
+}
+
+/// Brain errors in the agent's terms, naming the tool that helps.
+fn explain(e: BrainError) -> String {
+    match e {
+        BrainError::NotFound { id } => format!("no memory {id}; search_memory finds ids"),
+        BrainError::Trashed { id } => {
+            format!("memory {id} is in the trash; the user can run `pith memory restore {id}`")
+        }
+        other => {
+            tracing::debug!("brain tool error: {other}");
+            other.to_string()
+        }
+    }
+}

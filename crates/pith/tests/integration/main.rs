@@ -3,3 +3,4 @@
 mod cli;
 mod mcp;
 mod memory;
+mod setup;

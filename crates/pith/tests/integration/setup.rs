@@ -1,0 +1,217 @@
+//! `pith setup <client>` on temporary projects and a temporary CODEX_HOME.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn setup(dir: &Path, codex_home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pith"))
+        .arg("setup")
+        .args(args)
+        .current_dir(dir)
+        .env("CODEX_HOME", codex_home)
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn ok(dir: &Path, codex_home: &Path, args: &[&str]) -> String {
+    let out = setup(dir, codex_home, args);
+    assert!(
+        out.status.success(),
+        "pith setup {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(dir: &Path, codex_home: &Path, args: &[&str]) -> String {
+    let out = setup(dir, codex_home, args);
+    assert!(!out.status.success(), "pith setup {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn project() -> (tempfile::TempDir, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    (dir, tempfile::tempdir().unwrap())
+}
+
+#[test]
+fn setup_claude_code_creates_then_is_idempotent() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let preview = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    let root = dir.canonicalize().unwrap();
+    insta::assert_snapshot!(
+        "setup_claude_code_new_file",
+        preview.replace(root.to_str().unwrap(), "[PROJECT]")
+    );
+    let written = std::fs::read_to_string(dir.join(".mcp.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&written).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"mcpServers": {"pith": {"type": "stdio", "command": "pith", "args": ["mcp"]}}})
+    );
+
+    let again = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(again.contains("already registers pith"), "{again}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".mcp.json")).unwrap(),
+        written
+    );
+}
+
+#[test]
+fn setup_defaults_to_this_binarys_path_when_pith_is_not_on_path() {
+    let (dir, codex) = project();
+    ok(dir.path(), codex.path(), &["claude-code"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(".mcp.json")).unwrap())
+            .unwrap();
+    let exe = Path::new(env!("CARGO_BIN_EXE_pith"))
+        .canonicalize()
+        .unwrap();
+    assert_eq!(v["mcpServers"]["pith"]["command"], exe.to_str().unwrap());
+}
+
+#[test]
+fn setup_keeps_unrelated_json_byte_for_byte() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let old = "{\n    \"mcpServers\": {\n        \"github\": { \"command\": \"gh-mcp\", \"env\": {\"TOKEN\": \"é\"} }\n    },\n    \"zzz\": [1, 2]\n}\n";
+    std::fs::write(dir.join(".mcp.json"), old).unwrap();
+    let preview = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(
+        preview.contains("+         \"pith\": {"),
+        "preview shows the addition:\n{preview}"
+    );
+    let new = std::fs::read_to_string(dir.join(".mcp.json")).unwrap();
+    assert_eq!(
+        new,
+        "{\n    \"mcpServers\": {\n        \"github\": { \"command\": \"gh-mcp\", \"env\": {\"TOKEN\": \"é\"} },\n        \"pith\": {\n            \"args\": [\n                \"mcp\"\n            ],\n            \"command\": \"pith\",\n            \"type\": \"stdio\"\n        }\n    },\n    \"zzz\": [1, 2]\n}\n"
+    );
+}
+
+#[test]
+fn setup_never_clobbers_a_different_pith_entry() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let old = r#"{"mcpServers": {"pith": {"command": "/opt/old/pith", "args": ["mcp"]}}}"#;
+    std::fs::write(dir.join(".mcp.json"), old).unwrap();
+    let err = fails(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(
+        err.contains("already has a different \"pith\" entry"),
+        "{err}"
+    );
+    assert!(err.contains("/opt/old/pith"), "{err}");
+    assert!(
+        err.contains("then run `pith setup claude-code` again"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(dir.join(".mcp.json")).unwrap(), old);
+
+    std::fs::write(dir.join(".mcp.json"), "{ not json").unwrap();
+    let err = fails(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(err.contains(".mcp.json is not valid JSON"), "{err}");
+}
+
+#[test]
+fn setup_dry_run_writes_nothing() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let out = ok(dir, codex, &["opencode", "--dry-run", "--command", "pith"]);
+    assert!(out.contains("(new file):"), "{out}");
+    assert!(out.contains("+ {"), "{out}");
+    assert!(out.contains("dry run: nothing written."), "{out}");
+    assert!(!dir.join("opencode.json").exists());
+    let out = ok(dir, codex, &["codex", "--dry-run", "--command", "pith"]);
+    assert!(out.contains("+ [mcp_servers.pith]"), "{out}");
+    assert!(!codex.join("config.toml").exists());
+}
+
+#[test]
+fn setup_opencode_adds_a_local_server_beside_existing_ones() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let old = "{\n  \"$schema\": \"https://opencode.ai/config.json\",\n  \"provider\": {\"anthropic\": {\"options\": {\"baseURL\": \"http://127.0.0.1:8787/v1\"}}},\n  \"mcp\": {\n    \"other\": {\"type\": \"remote\", \"url\": \"http://127.0.0.1:1/mcp\"}\n  }\n}\n";
+    std::fs::write(dir.join("opencode.json"), old).unwrap();
+    ok(
+        dir,
+        codex,
+        &["opencode", "--command", "/usr/local/bin/pith"],
+    );
+    let new = std::fs::read_to_string(dir.join("opencode.json")).unwrap();
+    assert!(new.starts_with(
+        "{\n  \"$schema\": \"https://opencode.ai/config.json\",\n  \"provider\": {\"anthropic\": {\"options\": {\"baseURL\": \"http://127.0.0.1:8787/v1\"}}},\n  \"mcp\": {\n    \"other\": {\"type\": \"remote\", \"url\": \"http://127.0.0.1:1/mcp\"},\n    \"pith\": {\n"
+    ), "{new}");
+    let v: serde_json::Value = serde_json::from_str(&new).unwrap();
+    assert_eq!(
+        v["mcp"]["pith"],
+        serde_json::json!({"type": "local", "command": ["/usr/local/bin/pith", "mcp"], "enabled": true})
+    );
+    let again = ok(
+        dir,
+        codex,
+        &["opencode", "--command", "/usr/local/bin/pith"],
+    );
+    assert!(again.contains("already registers pith"), "{again}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("opencode.json")).unwrap(),
+        new
+    );
+}
+
+#[test]
+fn setup_opencode_leaves_jsonc_to_the_user() {
+    let (dir, codex) = project();
+    let jsonc = "{ // comments\n}\n";
+    std::fs::write(dir.path().join("opencode.jsonc"), jsonc).unwrap();
+    let err = fails(dir.path(), codex.path(), &["opencode", "--command", "pith"]);
+    assert!(err.contains("pith edits only opencode.json"), "{err}");
+    assert!(err.contains(r#""command": ["pith", "mcp"]"#), "{err}");
+    assert!(!dir.path().join("opencode.json").exists());
+}
+
+#[test]
+fn setup_codex_edits_codex_home_config_preserving_it() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let old = "# my codex settings\nmodel = \"gpt-5.4\"   # keep this comment\n\n[model_providers.localproxy]\nname = \"Local proxy\"\nbase_url = \"http://127.0.0.1:8787/v1\"\n\n[mcp_servers.other]\ncommand = \"other-mcp\"\n";
+    std::fs::write(codex.join("config.toml"), old).unwrap();
+    let preview = ok(dir, codex, &["codex", "--command", "pith"]);
+    assert!(preview.contains("+ [mcp_servers.pith]"), "{preview}");
+    let new = std::fs::read_to_string(codex.join("config.toml")).unwrap();
+    assert_eq!(
+        new,
+        format!("{old}\n[mcp_servers.pith]\ncommand = \"pith\"\nargs = [\"mcp\"]\n")
+    );
+    let parsed: toml::Table = toml::from_str(&new).unwrap();
+    assert_eq!(
+        parsed["mcp_servers"]["pith"]["args"][0].as_str(),
+        Some("mcp")
+    );
+
+    let again = ok(dir, codex, &["codex", "--command", "pith"]);
+    assert!(again.contains("already registers pith"), "{again}");
+    let err = fails(dir, codex, &["codex", "--command", "/elsewhere/pith"]);
+    assert!(
+        err.contains("already has a different [mcp_servers.pith]"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(codex.join("config.toml")).unwrap(),
+        new
+    );
+}
+
+#[test]
+fn setup_codex_creates_the_config_when_missing() {
+    let (dir, codex) = project();
+    let home = codex.path().join("nested/.codex");
+    ok(dir.path(), &home, &["codex", "--command", "pith"]);
+    assert_eq!(
+        std::fs::read_to_string(home.join("config.toml")).unwrap(),
+        "[mcp_servers.pith]\ncommand = \"pith\"\nargs = [\"mcp\"]\n"
+    );
+}

@@ -18,7 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use evidence::{CheckMode, EvidenceCheck, EvidenceSpec, EvidenceState, Status};
 pub use pith_store::StoreError;
 pub use pith_store::brain::{
-    BrainStore, Evidence, Freshness, Kind, LastCheck, LineRange, ListFilter, Memory, MemoryRef,
+    BrainStore, Evidence, Freshness, Kind, LastCheck, LineRange, ListFilter, Matched, Memory,
+    MemoryRef, SEARCH_CAP,
 };
 use pith_store::brain::{Inserted, SearchQuery, SqliteBrain};
 pub use workspace::{PathError, Workspace, WorkspacePath};
@@ -88,8 +89,14 @@ pub struct Found {
 #[derive(Debug, Clone)]
 pub struct SearchResult {
     pub query: String,
-    /// How many memories matched in all.
+    /// How many memories matched; a lower bound when `total_capped`.
     pub total: u64,
+    pub total_capped: bool,
+    /// Whether the hits hold every word of the query, or only some.
+    pub matched: Matched,
+    /// Set when the query matched too many memories to rank them all: the newest this many
+    /// were ranked.
+    pub ranked_newest: Option<usize>,
     pub hits: Vec<Found>,
 }
 
@@ -252,6 +259,9 @@ impl Brain {
         Ok(SearchResult {
             query: query.trim().to_owned(),
             total: found.total,
+            total_capped: found.total_capped,
+            matched: found.matched,
+            ranked_newest: found.ranked_newest,
             hits,
         })
     }

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use pith_store::brain::{Evidence, Freshness, Memory, MemoryRef};
+use pith_store::brain::{Evidence, Freshness, Matched, Memory, MemoryRef};
 use serde_json::{Value, json};
 
 use crate::evidence::{EvidenceCheck, EvidenceState, Status, write_range};
@@ -110,19 +110,25 @@ pub fn search(result: &SearchResult, hints: &Hints) -> String {
         return format!("no memories match \"{}\"\n", result.query);
     }
     let shown = result.hits.len() as u64;
-    let mut out = if shown == result.total {
-        format!(
-            "{} {} \"{}\":\n",
-            shown,
-            plural(shown, "memory matches", "memories match"),
-            result.query
-        )
-    } else {
-        format!(
-            "{} of {} memories matching \"{}\", best first:\n",
-            shown, result.total, result.query
-        )
+    let q = &result.query;
+    let mut out = match result.ranked_newest {
+        Some(newest) => format!(
+            "{shown} of more than {} memories matching \"{q}\" (the newest {newest} ranked), best first",
+            result.total
+        ),
+        None if shown == result.total => format!(
+            "{shown} {} \"{q}\"",
+            plural(shown, "memory matches", "memories match")
+        ),
+        None => format!(
+            "{shown} of {} memories matching \"{q}\", best first",
+            result.total
+        ),
     };
+    if result.matched == Matched::Any {
+        out.push_str(" (any of the words)");
+    }
+    out.push_str(":\n");
     for found in &result.hits {
         let _ = writeln!(out, "{}", headline_line(&found.checked));
         if let Some(h) = &found.checked.memory.headline {
@@ -132,7 +138,9 @@ pub fn search(result: &SearchResult, hints: &Hints) -> String {
             let _ = writeln!(out, "  {}", found.snippet);
         }
     }
-    if result.total > shown {
+    if result.total_capped {
+        let _ = writeln!(out, "Many more match: add words to narrow the query.");
+    } else if result.total > shown {
         let _ = writeln!(
             out,
             "{} more: {} or narrow the query.",
@@ -297,7 +305,14 @@ pub fn search_json(result: &SearchResult) -> Value {
             v
         })
         .collect();
-    json!({ "query": result.query, "total": result.total, "hits": hits })
+    json!({
+        "query": result.query,
+        "total": result.total,
+        "total_capped": result.total_capped,
+        "matched": result.matched,
+        "ranked_newest": result.ranked_newest,
+        "hits": hits,
+    })
 }
 
 /// The JSON form of a verification (`--json`).

@@ -169,10 +169,32 @@ pub struct SearchHit {
 
 #[derive(Debug, Clone)]
 pub struct SearchHits {
-    /// Memories that matched in all (the hits are the first `limit` of them).
+    /// Memories that matched (the hits are the best `limit` of them). Counting stops at
+    /// [`SEARCH_CAP`]; then `total_capped` is set and `total` is a lower bound.
     pub total: u64,
+    pub total_capped: bool,
+    /// Whether the hits contain every term, or (when fewer than `limit` memories do) any.
+    pub matched: Matched,
+    /// Set when more memories matched than ranking considers: only the newest this many were
+    /// ranked by relevance.
+    pub ranked_newest: Option<usize>,
     pub hits: Vec<SearchHit>,
 }
+
+/// How the terms of a search were combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Matched {
+    /// Every term is in each memory.
+    All,
+    /// Fewer than `limit` memories hold every term, so memories holding any are ranked.
+    Any,
+}
+
+/// How many matches a search counts and ranks at most. Ranking cost grows with the number of
+/// matches, so a query matching much of a large brain ranks its newest matches and says so;
+/// this keeps a search within a few milliseconds at 100,000 memories.
+pub const SEARCH_CAP: usize = 1000;
 
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
@@ -426,8 +448,8 @@ impl RawMemory {
 }
 
 /// Each term becomes a quoted FTS5 string (inner quotes doubled), so user text can never be read
-/// as query syntax; terms are OR-ed and BM25 ranks memories matching more of them higher.
-fn fts_match(query: &SearchQuery) -> Option<String> {
+/// as query syntax. `joiner` is `" "` (FTS5's implicit AND) or `" OR "`.
+fn fts_match(query: &SearchQuery, joiner: &str) -> Option<String> {
     let terms: Vec<String> = query
         .terms
         .iter()
@@ -437,11 +459,65 @@ fn fts_match(query: &SearchQuery) -> Option<String> {
     if terms.is_empty() {
         return None;
     }
-    let any = terms.join(" OR ");
+    let terms = terms.join(joiner);
     Some(match query.kind {
-        Some(kind) => format!("kind : \"{kind}\" AND ({any})"),
-        None => any,
+        Some(kind) => format!("kind : \"{kind}\" AND ({terms})"),
+        None => terms,
     })
+}
+
+impl SqliteBrain {
+    /// Up to [`SEARCH_CAP`] + 1 matches of `expr`, newest first, with their BM25 rank. One pass
+    /// both counts (up to the cap) and scores, so ranking cost is bounded by the cap however
+    /// many memories match.
+    fn scored(&self, expr: &str) -> Result<Vec<(i64, f64)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT rowid, rank FROM memories_fts WHERE memories_fts MATCH ?1
+             ORDER BY rowid DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![expr, SEARCH_CAP as i64 + 1], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Up to about 16 words of `body` around the first word containing a query term, on one line.
+fn excerpt(body: &str, terms: &[String]) -> String {
+    const BEFORE: usize = 5;
+    const WORDS: usize = 16;
+    let words: Vec<&str> = body.split_whitespace().collect();
+    let needles: Vec<String> = terms
+        .iter()
+        .map(|t| {
+            t.chars()
+                .filter(|c| c.is_alphanumeric())
+                .flat_map(char::to_lowercase)
+                .collect::<String>()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    let hit = words
+        .iter()
+        .position(|w| {
+            let w = w.to_lowercase();
+            needles.iter().any(|n| w.contains(n.as_str()))
+        })
+        .unwrap_or(0);
+    // Fill the window when the hit is near the end, so short bodies show whole.
+    let start = hit
+        .saturating_sub(BEFORE)
+        .min(words.len().saturating_sub(WORDS));
+    let end = (start + WORDS).min(words.len());
+    let mut out = String::new();
+    if start > 0 {
+        out.push_str("… ");
+    }
+    out.push_str(&words[start..end].join(" "));
+    if end < words.len() {
+        out.push_str(" …");
+    }
+    out
 }
 
 impl BrainStore for SqliteBrain {
@@ -489,30 +565,31 @@ impl BrainStore for SqliteBrain {
     }
 
     fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError> {
-        let Some(expr) = fts_match(query) else {
+        let (Some(all), Some(any)) = (fts_match(query, " "), fts_match(query, " OR ")) else {
             return Ok(SearchHits {
                 total: 0,
+                total_capped: false,
+                matched: Matched::All,
+                ranked_newest: None,
                 hits: Vec::new(),
             });
         };
-        let total: i64 = self
-            .conn
-            .prepare_cached("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?1")?
-            .query_row([&expr], |r| r.get(0))?;
-        let ranked: Vec<(i64, f64, String)> = {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT rowid, rank, snippet(memories_fts, 1, '', '', '…', 16)
-                 FROM memories_fts WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2",
-            )?;
-            let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-            stmt.query_map(params![expr, limit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect::<Result<_, _>>()?
-        };
-        let mut hits = Vec::with_capacity(ranked.len());
-        for (seq, score, snippet) in ranked {
+        // Every term first (precise, and cheap to rank); any term when too few have all.
+        let mut matched = Matched::All;
+        let mut scored = self.scored(&all)?;
+        if scored.len() < query.limit && any != all {
+            matched = Matched::Any;
+            scored = self.scored(&any)?;
+        }
+        let capped = scored.len() > SEARCH_CAP;
+        scored.truncate(SEARCH_CAP);
+        let total = scored.len() as u64;
+        // BM25 rank: lower is better. Ties go to the newer memory (the order scored came in).
+        scored.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut hits = Vec::with_capacity(query.limit.min(scored.len()));
+        for &(seq, score) in scored.iter().take(query.limit) {
             if let Some(memory) = self.load(seq)? {
+                let snippet = excerpt(&memory.body, &query.terms);
                 hits.push(SearchHit {
                     memory,
                     score,
@@ -521,7 +598,10 @@ impl BrainStore for SqliteBrain {
             }
         }
         Ok(SearchHits {
-            total: u64::try_from(total).unwrap_or(0),
+            total,
+            total_capped: capped,
+            matched,
+            ranked_newest: capped.then_some(SEARCH_CAP),
             hits,
         })
     }
@@ -692,6 +772,68 @@ mod tests {
         let found = s.search(&q).unwrap();
         assert_eq!(found.total, 1);
         assert_eq!(found.hits[0].memory.id, "m-1");
+    }
+
+    #[test]
+    fn all_terms_first_then_any_term() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        s.insert(&memory("m-1", Kind::Note, "sqlite busy timeout", ""))
+            .unwrap();
+        s.insert(&memory("m-2", Kind::Note, "pool timeout", ""))
+            .unwrap();
+        s.insert(&memory("m-3", Kind::Note, "busy loop", ""))
+            .unwrap();
+        let mut q = terms(&["busy", "timeout"]);
+        q.limit = 1;
+        let found = s.search(&q).unwrap();
+        assert_eq!((found.matched, found.total), (Matched::All, 1));
+        assert_eq!(found.hits[0].memory.id, "m-1");
+        q.limit = 5;
+        let found = s.search(&q).unwrap();
+        assert_eq!((found.matched, found.total), (Matched::Any, 3));
+        assert_eq!(found.hits[0].memory.id, "m-1", "all-term match ranks first");
+    }
+
+    #[test]
+    fn broad_queries_rank_the_newest_matches_and_say_so() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        for i in 0..SEARCH_CAP + 50 {
+            let title = if i == 10 {
+                "common common common"
+            } else {
+                "common"
+            };
+            s.insert(&memory(&format!("m-{i}"), Kind::Note, title, ""))
+                .unwrap();
+        }
+        let found = s.search(&terms(&["common"])).unwrap();
+        assert!(found.total_capped);
+        assert_eq!(found.total, SEARCH_CAP as u64);
+        assert_eq!(found.ranked_newest, Some(SEARCH_CAP));
+        assert_eq!(found.hits.len(), 10);
+        // The old best match is outside the newest SEARCH_CAP, so it is not among the hits.
+        assert!(found.hits.iter().all(|h| h.memory.id != "m-10"));
+        let mut few = terms(&["common"]);
+        few.kind = Some(Kind::Fix);
+        let found = s.search(&few).unwrap();
+        assert_eq!((found.total, found.total_capped), (0, false));
+    }
+
+    #[test]
+    fn excerpts_centre_on_the_first_matching_word() {
+        let body = "one two three four five six seven eight nine ten eleven twelve \
+                    thirteen fourteen fifteen sixteen seventeen Timeouts nineteen twenty";
+        assert_eq!(
+            excerpt(body, &["timeout".into()]),
+            "… five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen \
+             seventeen Timeouts nineteen twenty"
+        );
+        assert_eq!(
+            excerpt(body, &["absent".into()]),
+            "one two three four five six seven eight nine ten eleven twelve thirteen \
+             fourteen fifteen sixteen …"
+        );
+        assert_eq!(excerpt("", &["x".into()]), "");
     }
 
     #[test]

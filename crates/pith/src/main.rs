@@ -4,6 +4,7 @@
 
 mod commands;
 mod config;
+mod logging;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

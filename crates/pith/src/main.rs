@@ -5,6 +5,7 @@
 mod commands;
 mod config;
 mod logging;
+mod prices;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

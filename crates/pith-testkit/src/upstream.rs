@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue};
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::fixtures::{self, DEFAULT_DELTAS, DEFAULT_USAGE};
 
@@ -293,13 +293,9 @@ impl Wire {
     }
 }
 
-fn default_reply(
-    builtin: &BuiltinDefaults,
-    method: &str,
-    path: &str,
-    body: &[u8],
-) -> Arc<Prepared> {
-    let Some(wire) = Wire::of(path) else {
+fn default_reply(builtin: &BuiltinDefaults, method: &str, uri: &Uri, body: &[u8]) -> Arc<Prepared> {
+    let Some(wire) = Wire::of(uri.path()) else {
+        let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
         let echo = serde_json::json!({ "method": method, "path": path }).to_string();
         return Prepared::new(Reply::json(echo));
     };
@@ -349,13 +345,38 @@ struct State {
 /// that the sync API and `Drop` of a stream body can use it without a runtime.
 struct Shared {
     state: Mutex<State>,
+    /// Wakes blocking waiters.
     changed: Condvar,
+    /// Wakes async waiters (who must not block their runtime's thread).
+    changed_async: Notify,
     builtin: BuiltinDefaults,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify(&self) {
+        self.changed.notify_all();
+        self.changed_async.notify_waiters();
+    }
+
+    /// Waits without blocking the thread until `done(state)` holds or `timeout` passes.
+    async fn wait_until_async(&self, timeout: Duration, done: impl Fn(&State) -> bool) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.changed_async.notified();
+                tokio::pin!(notified);
+                // Registered before the check, so a change right after it still wakes us.
+                notified.as_mut().enable();
+                if done(&self.lock()) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
     /// Blocks until `done(state)` holds or `timeout` passes; returns whether it held.
@@ -404,6 +425,7 @@ impl MockUpstream {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
+            changed_async: Notify::new(),
             builtin: BuiltinDefaults::new(),
         });
         let (shutdown, stop) = oneshot::channel();
@@ -477,9 +499,17 @@ impl MockUpstream {
     }
 
     /// Blocks until at least `n` requests were answered (see [`MockUpstream::request_count`]).
+    /// From async code use [`MockUpstream::wait_requests_async`].
     pub fn wait_requests(&self, n: usize, timeout: Duration) -> bool {
         self.shared
             .wait_until(timeout, |state| state.request_count >= n)
+    }
+
+    /// [`MockUpstream::wait_requests`] for async code (any tokio runtime with time enabled).
+    pub async fn wait_requests_async(&self, n: usize, timeout: Duration) -> bool {
+        self.shared
+            .wait_until_async(timeout, |state| state.request_count >= n)
+            .await
     }
 
     /// Streamed replies whose client went away before the last chunk was written.
@@ -488,9 +518,21 @@ impl MockUpstream {
     }
 
     /// Blocks until at least `n` streams were aborted; false if `timeout` passed first.
+    ///
+    /// This blocks the calling thread. In an async test on a current-thread runtime that also
+    /// stalls whatever must hang up (a client task, an in-process proxy), so use
+    /// [`MockUpstream::wait_aborted_streams_async`] there.
     pub fn wait_aborted_streams(&self, n: usize, timeout: Duration) -> bool {
         self.shared
             .wait_until(timeout, |state| state.aborted_streams >= n)
+    }
+
+    /// [`MockUpstream::wait_aborted_streams`] for async code (any tokio runtime with time
+    /// enabled).
+    pub async fn wait_aborted_streams_async(&self, n: usize, timeout: Duration) -> bool {
+        self.shared
+            .wait_until_async(timeout, |state| state.aborted_streams >= n)
+            .await
     }
 }
 
@@ -573,12 +615,11 @@ async fn handle(
                 body: body.clone(),
             });
         }
-        shared.changed.notify_all();
+        shared.notify();
         scripted
     };
     let reply = scripted.unwrap_or_else(|| {
-        let path = parts.uri.path();
-        default_reply(&shared.builtin, parts.method.as_str(), path, &body)
+        default_reply(&shared.builtin, parts.method.as_str(), &parts.uri, &body)
     });
 
     let mut response = Response::new(match &reply.payload {
@@ -699,7 +740,7 @@ impl Drop for ChunkStream {
         if self.next < self.len() {
             let mut state = self.shared.lock();
             state.aborted_streams += 1;
-            self.shared.changed.notify_all();
+            self.shared.notify();
         }
     }
 }

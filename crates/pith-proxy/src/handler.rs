@@ -291,11 +291,11 @@ pub(crate) async fn handle(
             if !resp_parts.status.is_success() {
                 r.outcome = "upstream_error";
             }
-            Some(Pending {
+            Some(Box::new(Pending {
                 record: r,
                 sink: sink.clone(),
                 started,
-            })
+            }))
         }
         _ => None,
     };

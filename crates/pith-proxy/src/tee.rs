@@ -56,11 +56,11 @@ impl ProxyBody {
 
 pub(crate) struct Tee {
     inner: Incoming,
-    pending: Option<Pending>,
+    pending: Option<Box<Pending>>,
 }
 
 impl Tee {
-    pub(crate) fn new(inner: Incoming, pending: Option<Pending>) -> Self {
+    pub(crate) fn new(inner: Incoming, pending: Option<Box<Pending>>) -> Self {
         Tee { inner, pending }
     }
 }

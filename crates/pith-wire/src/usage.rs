@@ -231,10 +231,8 @@ fn on_event(wire: Wire, facts: &mut ResponseFacts, e: &Event) {
     let Ok(body) = serde_json::from_str::<Body>(&e.data) else {
         return;
     };
-    if let Some(err) = &body.error {
-        if !err.is_null() {
-            facts.stream_error = Some(error_text(err));
-        }
+    if let Some(err) = body.error.as_ref().filter(|e| !e.is_null()) {
+        facts.stream_error = Some(error_text(err));
     }
     if wire == Wire::Responses && body.kind.as_deref() == Some("error") {
         facts.stream_error = Some(e.data.clone());

@@ -191,10 +191,8 @@ fn build_report(
                 s.totals.add(g, prices);
                 s.first_ms = s.first_ms.min(g.first_ms);
                 s.last_ms = s.last_ms.max(g.last_ms);
-                if let Some(m) = &g.model {
-                    if !s.models.contains(m) {
-                        s.models.push(m.clone());
-                    }
+                if let Some(m) = g.model.as_ref().filter(|m| !s.models.contains(m)) {
+                    s.models.push(m.clone());
                 }
             }
             None => {
@@ -219,10 +217,10 @@ fn build_report(
             let t = transforms.entry(stage.to_owned()).or_default();
             t.requests += 1;
             for fact in parts {
-                if let Some((k, v)) = fact.split_once('=') {
-                    if let Ok(n) = v.parse::<u64>() {
-                        *t.facts.entry(k.to_owned()).or_default() += n;
-                    }
+                if let Some((k, v)) = fact.split_once('=')
+                    && let Ok(n) = v.parse::<u64>()
+                {
+                    *t.facts.entry(k.to_owned()).or_default() += n;
                 }
             }
         }

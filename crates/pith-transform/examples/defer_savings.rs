@@ -7,6 +7,7 @@
 #[path = "../tests/defer/sim.rs"]
 mod sim;
 
+use pith_transform::defer::estimated_tokens;
 use pith_transform::{DeferOptions, DeferStage, Outcome, apply_splices};
 use serde_json::value::RawValue;
 
@@ -16,21 +17,25 @@ use sim::{
 };
 
 const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40";
+const FIX_CALC: &str = "opencode-1.18.33/anthropic-fix-calc";
 
 fn main() -> Result<(), String> {
     let stage = DeferStage::new(DeferOptions::default());
     println!("## Tool definitions kept out of context (estimated tokens = bytes / 4)\n");
     println!(
-        "| capture | requests | deferred in | tool JSON B/req | deferred B/req | est. tokens/req | session est. tokens |"
+        "| capture | requests | deferred | unchanged (reason) | tool JSON B per request with tools | deferred B per deferred request | est. tokens per deferred request | est. tokens kept out, whole session |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---|---:|---:|---:|---:|");
     for folder in capture_folders()? {
         let captures = replayed(&stage, &load_folder(&folder)?)?;
-        let (mut deferred_in, mut tool_bytes, mut deferred_bytes, mut reasons) =
-            (0usize, 0usize, 0usize, Vec::new());
+        let (mut with_tools, mut deferred_in, mut tool_bytes, mut deferred_bytes) = (0, 0, 0, 0);
+        let mut reasons: Vec<(&str, usize)> = Vec::new();
         for capture in &captures {
             let tools = tool_definitions(capture)?;
-            tool_bytes += tools.iter().map(|(_, raw)| raw.len()).sum::<usize>();
+            if !tools.is_empty() {
+                with_tools += 1;
+                tool_bytes += tools.iter().map(|(_, raw)| raw.len()).sum::<usize>();
+            }
             match capture.run(&stage).map_err(|e| e.to_string())? {
                 Outcome::Edited(edit) => {
                     let out =
@@ -44,32 +49,38 @@ fn main() -> Result<(), String> {
                         .sum::<usize>();
                 }
                 Outcome::Unchanged(reason) => {
-                    if !reasons.contains(&reason) {
-                        reasons.push(reason);
+                    match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                        Some((_, n)) => *n += 1,
+                        None => reasons.push((reason, 1)),
                     }
                 }
             }
         }
-        let n = captures.len();
+        let per = |total: usize, n: usize| if n == 0 { 0 } else { total / n };
+        let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} ({r})")).collect();
         println!(
-            "| {folder} | {n} | {deferred_in} | {} | {} | {} | {} |{}",
-            tool_bytes / n,
-            deferred_bytes / n,
-            pith_transform::defer::estimated_tokens(deferred_bytes / n),
-            pith_transform::defer::estimated_tokens(deferred_bytes),
-            if reasons.is_empty() {
-                String::new()
-            } else {
-                format!(" unchanged: {}", reasons.join(", "))
-            }
+            "| {folder} | {} | {deferred_in} | {} | {} | {} | {} | {} |",
+            captures.len(),
+            reasons.join(", "),
+            per(tool_bytes, with_tools),
+            per(deferred_bytes, deferred_in),
+            estimated_tokens(per(deferred_bytes, deferred_in)),
+            estimated_tokens(deferred_bytes),
         );
     }
+    for folder in [MCP40, FIX_CALC] {
+        cost_report(&stage, folder, folder == MCP40)?;
+    }
+    Ok(())
+}
 
-    let original = load_folder(MCP40)?;
-    let session = replayed(&stage, &original)?;
+/// Cache-weighted prompt cost of one Anthropic session before and after deferral.
+fn cost_report(stage: &DeferStage, folder: &str, detail: bool) -> Result<(), String> {
+    let original = load_folder(folder)?;
+    let session = replayed(stage, &original)?;
     let mut rewritten = Vec::new();
     for capture in &session {
-        rewritten.push(match capture.run(&stage).map_err(|e| e.to_string())? {
+        rewritten.push(match capture.run(stage).map_err(|e| e.to_string())? {
             Outcome::Edited(edit) => {
                 apply_splices(&capture.body, &edit.splices).map_err(|e| e.to_string())?
             }
@@ -77,48 +88,63 @@ fn main() -> Result<(), String> {
         });
     }
     let raw: Vec<Vec<u8>> = original.iter().map(|c| c.body.clone()).collect();
+    println!("\n## {folder}: cache-weighted prompt tokens (1x uncached, 1.25x write, 0.1x read)\n");
     for (label, model) in [
         (
-            "conservative: search tool +500 tokens, continuation re-reads the prompt",
+            "conservative (search tool +500 tokens, continuation re-reads the prompt)",
             CostModel::CONSERVATIVE,
         ),
         ("documented costs only", CostModel::DOCUMENTED),
     ] {
         let before = sim::session_costs(&raw, model)?;
         let after = sim::session_costs(&rewritten, model)?;
-        println!("\n## {MCP40}, cost model {label}\n");
-        println!(
-            "Prompt tokens per request (estimated, bytes/4), cache-weighted 1x uncached, 1.25x write, 0.1x read.\n"
-        );
-        println!(
-            "| request | before: uncached / write / read | weighted | after: uncached / write / read | search cont. | weighted | new write? |"
-        );
-        println!("|---|---|---:|---|---:|---:|---|");
-        for (k, (b, a)) in before.iter().zip(&after).enumerate() {
+        if detail {
+            println!("Cost model: {label}.\n");
             println!(
-                "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
-                original[k].file,
-                split(b),
-                b.weighted(),
-                split(a),
-                a.search_continuation,
-                a.weighted(),
-                if a.prompt.write > 0.0 && b.prompt.write == 0.0 {
-                    "YES"
-                } else {
-                    "no"
-                }
+                "| request | before: uncached / write / read | weighted | after: uncached / write / read | search cont. | weighted | new write? |"
             );
+            println!("|---|---|---:|---|---:|---:|---|");
+            for (k, (b, a)) in before.iter().zip(&after).enumerate() {
+                println!(
+                    "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
+                    original[k].file,
+                    split(b),
+                    b.weighted(),
+                    split(a),
+                    a.search_continuation,
+                    a.weighted(),
+                    if a.prompt.write > 0.0 && b.prompt.write == 0.0 {
+                        "YES"
+                    } else {
+                        "no"
+                    }
+                );
+            }
+            println!();
         }
+        let new_writes = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| a.prompt.write > 0.0 && b.prompt.write == 0.0)
+            .count();
         let (b, a) = (total(&before), total(&after));
         println!(
-            "\nsession: before {b:.0}, after {a:.0} weighted tokens: {:.1}% less",
+            "- {label}: before {b:.0}, after {a:.0} weighted tokens, {:.1}% less; requests with a cache write the original did not pay: {new_writes}",
             100.0 * (1.0 - a / b)
         );
+        if detail {
+            println!();
+        }
     }
     // The same tools section on the captured history, no searches: what a replay that ignores
     // the cost of finding deferred tools reports.
-    let section = tools_section(&rewritten[1])?;
+    let first = rewritten
+        .iter()
+        .zip(&original)
+        .find(|(out, orig)| out != &&orig.body)
+        .map(|(out, _)| out)
+        .ok_or("nothing deferred")?;
+    let section = tools_section(first)?;
     let mut no_search = Vec::new();
     for capture in &original {
         no_search.push(match tools_span(capture)? {
@@ -134,7 +160,7 @@ fn main() -> Result<(), String> {
     let before = total(&sim::session_costs(&raw, CostModel::DOCUMENTED)?);
     let after = total(&sim::session_costs(&no_search, CostModel::DOCUMENTED)?);
     println!(
-        "\nsame tools section on the captured history, searches not modelled: before {before:.0}, after {after:.0}: {:.1}% less",
+        "- searches not modelled (the deferred tools section on the captured history): before {before:.0}, after {after:.0}, {:.1}% less",
         100.0 * (1.0 - after / before)
     );
     Ok(())

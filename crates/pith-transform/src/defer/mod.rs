@@ -52,6 +52,8 @@ pub mod reason {
     pub const NOTHING_TO_DEFER: &str = "nothing_to_defer";
     /// Deferral would leave none of the client's tools loaded.
     pub const NO_TOOL_LEFT_LOADED: &str = "no_tool_left_loaded";
+    /// The deferred definitions add up to fewer than `min_deferred_chars` characters.
+    pub const TOO_LITTLE_TO_DEFER: &str = "too_little_to_defer";
     /// More deferred tools than the provider accepts.
     pub const TOO_MANY_TOOLS: &str = "too_many_tools";
     /// The history calls a tool that would be deferred and no tool search surfaced it: pith
@@ -97,6 +99,10 @@ pub struct DeferOptions {
     pub small_tool_chars: usize,
     /// Which Anthropic tool search tool to add (default regex).
     pub search: SearchVariant,
+    /// Defer only when the deferred definitions add up to at least this many characters
+    /// (default 0). Every search the model then needs costs its results at full price, so
+    /// deferring a few kilobytes can cost more than it saves (see BENCH-defer.md).
+    pub min_deferred_chars: usize,
 }
 
 impl Default for DeferOptions {
@@ -105,6 +111,7 @@ impl Default for DeferOptions {
             keep_relevant: 5,
             small_tool_chars: 0,
             search: SearchVariant::Regex,
+            min_deferred_chars: 0,
         }
     }
 }
@@ -240,6 +247,15 @@ impl DeferStage {
         if deferred.len() > MAX_DEFERRED {
             return Ok(Decision::Unchanged(reason::TOO_MANY_TOOLS));
         }
+        if self.options.min_deferred_chars > 0 {
+            let chars: usize = deferred
+                .iter()
+                .map(|&i| entries[i].raw.get().chars().count())
+                .sum();
+            if chars < self.options.min_deferred_chars {
+                return Ok(Decision::Unchanged(reason::TOO_LITTLE_TO_DEFER));
+            }
+        }
         if joined_midway(&entries, &deferred, &history) {
             return Ok(Decision::Unchanged(reason::MID_SESSION_JOIN));
         }
@@ -249,9 +265,21 @@ impl DeferStage {
 
     /// `loaded[i]` for every tool: not deferrable, small, or among the most relevant.
     fn loaded_set(&self, entries: &[Entry<'_>], task: &str) -> Vec<bool> {
+        let mut loaded: Vec<bool> = entries
+            .iter()
+            .map(|e| !e.deferrable || self.is_small(e.raw.get()))
+            .collect();
         let candidates: Vec<usize> = (0..entries.len())
             .filter(|&i| entries[i].deferrable)
             .collect();
+        let keep = self.options.keep_relevant;
+        if keep == 0 || keep >= candidates.len() {
+            // Nothing to rank: none or all of the candidates stay.
+            for &i in candidates.iter().take(keep) {
+                loaded[i] = true;
+            }
+            return loaded;
+        }
         let texts: Vec<ToolText<'_>> = candidates
             .iter()
             .map(|&i| ToolText {
@@ -266,24 +294,18 @@ impl DeferStage {
             .and_then(|r| r.scores(task, &texts))
             .filter(|s| s.len() == texts.len())
             .unwrap_or_else(|| bm25_scores(task, &texts));
-        let mut loaded: Vec<bool> = entries
-            .iter()
-            .map(|e| !e.deferrable || self.is_small(e.raw.get()))
-            .collect();
-        for at in rank::by_relevance(&scores)
-            .into_iter()
-            .take(self.options.keep_relevant)
-        {
+        for at in rank::by_relevance(&scores).into_iter().take(keep) {
             loaded[candidates[at]] = true;
         }
         loaded
     }
 
-    /// At or below `small_tool_chars` characters (bytes bound characters from above, so
-    /// most definitions are decided without counting).
+    /// At or below `small_tool_chars` characters. A character is 1 to 4 bytes, so the byte
+    /// length decides most definitions without counting.
     fn is_small(&self, definition: &str) -> bool {
         let limit = self.options.small_tool_chars;
-        limit > 0 && (definition.len() <= limit || definition.chars().count() <= limit)
+        let bytes = definition.len();
+        bytes <= limit || (bytes <= limit.saturating_mul(4) && definition.chars().count() <= limit)
     }
 
     fn edit(

@@ -403,3 +403,22 @@ fn every_capture_folder_passes_through_the_stage_without_error() {
         }
     }
 }
+
+#[test]
+fn min_deferred_chars_leaves_small_tool_lists_alone() {
+    let stage = DeferStage::new(DeferOptions {
+        min_deferred_chars: 20_000,
+        ..DeferOptions::default()
+    });
+    // OpenCode without MCP: five ~1.2 KB definitions would be deferred.
+    for capture in load(FIX_CALC).iter().filter(|c| has_tools(c)) {
+        let outcome = capture.run(&stage).expect("stage runs");
+        assert_eq!(
+            reason_of(outcome, &capture.file),
+            reason::TOO_LITTLE_TO_DEFER
+        );
+    }
+    // With the 40-tool MCP server, ~38 KB are deferred.
+    let captures = load(MCP40);
+    edit_of(captures[1].run(&stage).expect("stage runs"), "mcp40");
+}

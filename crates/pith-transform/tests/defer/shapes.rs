@@ -1,8 +1,12 @@
 //! Requests the stage must leave alone, and the Responses and BM25 variants.
 
+use std::sync::Arc;
+
 use http::HeaderMap;
 use pith_transform::defer::reason;
-use pith_transform::{DeferOptions, DeferStage, Outcome, Request, SearchVariant, Stage};
+use pith_transform::{
+    DeferOptions, DeferStage, Outcome, Request, SearchVariant, Stage, ToolRanker, ToolText,
+};
 use pith_wire::Wire;
 use serde_json::{Value, json};
 
@@ -353,4 +357,52 @@ fn responses_history_with_a_deferred_call_and_no_search_output_is_a_join() {
     }
     let body = responses_body(many_functions(10), json!({"input": input}));
     edit_of(run(Wire::Responses, &body), "surfaced");
+}
+
+/// A ranker with fixed answers, standing in for embeddings.
+struct Fixed(Option<Vec<f64>>);
+
+impl ToolRanker for Fixed {
+    fn scores(&self, task: &str, tools: &[ToolText<'_>]) -> Option<Vec<f64>> {
+        assert_eq!(task, "find the jira issue about login");
+        assert!(tools.iter().all(|t| t.definition.starts_with('{')));
+        self.0.clone()
+    }
+}
+
+fn loaded_with(ranker: Fixed) -> Vec<String> {
+    let mut tools = many_tools(6);
+    tools[2] = tool("jira_find", "Search jira issues about login");
+    let body = anthropic_body(tools, json!({}));
+    let stage = DeferStage::new(DeferOptions {
+        keep_relevant: 1,
+        ..DeferOptions::default()
+    })
+    .with_ranker(Arc::new(ranker));
+    let headers = HeaderMap::new();
+    let outcome = stage
+        .apply(&Request {
+            wire: Wire::AnthropicMessages,
+            path: "/v1/messages",
+            headers: &headers,
+            body: body.as_bytes(),
+        })
+        .expect("stage runs");
+    let out = tools_of(&apply(body.as_bytes(), &edit_of(outcome, "ranked")));
+    out.iter()
+        .filter(|t| t.get("defer_loading").is_none() && t.get("type").is_none())
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn an_injected_ranker_decides_and_bm25_answers_when_it_cannot() {
+    let semantic = Fixed(Some(vec![0.1, 0.2, 0.0, 0.9, 0.3, 0.4]));
+    assert_eq!(loaded_with(semantic), ["tool_3"]);
+    assert_eq!(loaded_with(Fixed(None)), ["jira_find"]);
+    assert_eq!(
+        loaded_with(Fixed(Some(vec![1.0]))),
+        ["jira_find"],
+        "wrong length"
+    );
 }

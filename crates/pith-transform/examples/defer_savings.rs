@@ -56,7 +56,7 @@ fn main() -> Result<(), String> {
                 }
             }
         }
-        let per = |total: usize, n: usize| if n == 0 { 0 } else { total / n };
+        let per = |total: usize, n: usize| total.checked_div(n).unwrap_or(0);
         let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} ({r})")).collect();
         println!(
             "| {folder} | {} | {deferred_in} | {} | {} | {} | {} | {} |",

@@ -143,54 +143,47 @@ const ASCII_CLASS: [u8; 128] = {
 /// alphanumeric runs, split where a lowercase letter or digit meets an uppercase one
 /// (`readFile` -> `read`, `File`).
 fn for_each_word<'t>(text: &'t str, mut f: impl FnMut(&'t str, bool)) {
-    let bytes = text.as_bytes();
     let mut start: Option<usize> = None;
     let mut ascii = true;
     let mut prev_lower = false;
-    let mut at = 0;
-    while at < bytes.len() {
-        let b = bytes[at];
-        let (len, class) = match ASCII_CLASS.get(usize::from(b)) {
-            Some(&class) => (1, class),
-            None => {
-                let Some(c) = text[at..].chars().next() else {
-                    break;
-                };
-                let class = if !c.is_alphanumeric() {
-                    0
-                } else if c.is_uppercase() {
-                    ALNUM | UPPER
-                } else if c.is_lowercase() || c.is_numeric() {
-                    ALNUM | LOWER_OR_DIGIT
-                } else {
-                    ALNUM
-                };
-                (c.len_utf8(), class)
-            }
+    for (at, &b) in text.as_bytes().iter().enumerate() {
+        let class = match ASCII_CLASS.get(usize::from(b)) {
+            Some(&class) => class,
+            // A UTF-8 continuation byte belongs to the character its lead byte classified.
+            None if b & 0xC0 == 0x80 => continue,
+            None => non_ascii_class(text.get(at..).and_then(|t| t.chars().next())),
         };
         if class & ALNUM == 0 {
             if let Some(s) = start.take() {
                 f(&text[s..at], ascii);
             }
             prev_lower = false;
-        } else {
-            if class & UPPER != 0
-                && prev_lower
-                && let Some(s) = start.take()
-            {
-                f(&text[s..at], ascii);
-            }
-            if start.is_none() {
-                start = Some(at);
-                ascii = true;
-            }
-            ascii &= len == 1;
-            prev_lower = class & LOWER_OR_DIGIT != 0;
+            continue;
         }
-        at += len;
+        if class & UPPER != 0
+            && prev_lower
+            && let Some(s) = start.take()
+        {
+            f(&text[s..at], ascii);
+        }
+        if start.is_none() {
+            start = Some(at);
+            ascii = true;
+        }
+        ascii &= b.is_ascii();
+        prev_lower = class & LOWER_OR_DIGIT != 0;
     }
     if let Some(s) = start {
         f(&text[s..], ascii);
+    }
+}
+
+fn non_ascii_class(c: Option<char>) -> u8 {
+    match c {
+        Some(c) if c.is_uppercase() => ALNUM | UPPER,
+        Some(c) if c.is_lowercase() || c.is_numeric() => ALNUM | LOWER_OR_DIGIT,
+        Some(c) if c.is_alphanumeric() => ALNUM,
+        _ => 0,
     }
 }
 
@@ -224,12 +217,21 @@ pub fn bm25_scores(query: &str, tools: &[ToolText<'_>]) -> Vec<f64> {
     }
     // A word can only normalize to a term if it starts with the term's first letter and is
     // at most two bytes longer (a folded plural); most words fail this without normalizing.
+    let mut first_bytes = [false; 256];
+    for t in &terms {
+        if let Some(&b) = t.as_bytes().first() {
+            first_bytes[usize::from(b)] = true;
+        }
+    }
     let could_match = |w: &str, ascii: bool| {
+        let Some(&first) = w.as_bytes().first() else {
+            return false;
+        };
         !ascii
-            || terms.iter().any(|t| {
-                t.as_bytes().first() == w.as_bytes().first().map(u8::to_ascii_lowercase).as_ref()
-                    && (t.len()..=t.len() + 2).contains(&w.len())
-            })
+            || (first_bytes[usize::from(first.to_ascii_lowercase())]
+                && terms
+                    .iter()
+                    .any(|t| (t.len()..=t.len() + 2).contains(&w.len())))
     };
     let width = terms.len();
     let mut tf = vec![0u32; tools.len() * width];

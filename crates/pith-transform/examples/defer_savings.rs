@@ -145,6 +145,19 @@ fn cost_report(stage: &DeferStage, folder: &str, detail: bool) -> Result<(), Str
         .map(|(out, _)| out)
         .ok_or("nothing deferred")?;
     let section = tools_section(first)?;
+    let tools: Vec<serde_json::Value> =
+        serde_json::from_str(&section).map_err(|e| e.to_string())?;
+    let loaded: Vec<&str> = tools
+        .iter()
+        .filter(|t| t.get("defer_loading").is_none())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    println!(
+        "- loaded set: {} of {} tools: {}",
+        loaded.len(),
+        tools.len(),
+        loaded.join(", ")
+    );
     let mut no_search = Vec::new();
     for capture in &original {
         no_search.push(match tools_span(capture)? {

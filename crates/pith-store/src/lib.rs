@@ -4,6 +4,7 @@
 //! WAL journal, a busy timeout so several processes can share a file, file mode 0600, and
 //! schema migrations versioned by `PRAGMA user_version`.
 
+pub mod ledger;
 pub mod sqlite;
 
 pub use sqlite::{StoreError, open};

@@ -1,3 +1,6 @@
 //! The one integration-test binary: drives the real `pith` executable.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test harness: a panic is the failure report
 
 mod cli;
+mod proxy;
+mod support;

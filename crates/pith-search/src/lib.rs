@@ -26,6 +26,10 @@ pub const DEFAULT_MAX_RESULTS: usize = 50;
 /// Largest page a caller can ask for; larger `max_results` are clamped to this so that one call
 /// cannot flood a model's context.
 pub const MAX_RESULTS_LIMIT: usize = 500;
+/// Largest `offset` accepted. Paging keeps every match before the page in memory, so an
+/// unbounded offset on a broad pattern could exhaust it; 200 pages deep, narrowing is the
+/// better tool anyway.
+pub const MAX_OFFSET: usize = 10_000;
 /// Longest matched-line text returned (in characters, after trimming surrounding whitespace);
 /// longer lines are cut to a window around the first match and marked with `…`.
 pub const MAX_LINE_CHARS: usize = 200;
@@ -50,7 +54,7 @@ pub struct SearchRequest {
     pub path: Option<String>,
     /// Page size (clamped to [`MAX_RESULTS_LIMIT`]); 0 counts without listing.
     pub max_results: usize,
-    /// Matches to skip, in (path, line) order.
+    /// Matches to skip, in (path, line) order (at most [`MAX_OFFSET`]).
     pub offset: usize,
     /// Disable ranking: list every match in (path, line) order, paged by `offset`.
     pub all: bool,
@@ -154,6 +158,14 @@ pub enum SearchError {
         glob: String,
         /// The glob parser's explanation.
         message: String,
+    },
+    /// The offset is beyond [`MAX_OFFSET`].
+    #[error(
+        "offset {offset} is beyond the paging limit ({MAX_OFFSET}): narrow the search with globs or path"
+    )]
+    OffsetTooLarge {
+        /// The offset as given.
+        offset: usize,
     },
     /// The search path resolves outside the workspace root.
     #[error("path {path:?} is outside the workspace; give a path relative to the workspace root")]

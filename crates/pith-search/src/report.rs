@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::walk::collect;
-use crate::{MAX_LINE_CHARS, Match, SearchError, SearchRequest};
+use crate::{MAX_LINE_CHARS, MAX_OFFSET, Match, SearchError, SearchRequest};
 
 /// One search result offered to a ranker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -245,11 +245,18 @@ impl SearchReport {
             "Showing matches {first}-{last} of {matches} in {files} (sorted by path, then line)."
         );
         match self.next_offset {
-            Some(next) => {
+            Some(next) if next <= MAX_OFFSET => {
                 let more = self.total_matches.saturating_sub(next as u64);
                 let _ = write!(
                     line,
                     " {more} more: pass offset={next} for the next page, or narrow with globs/path."
+                );
+            }
+            Some(next) => {
+                let more = self.total_matches.saturating_sub(next as u64);
+                let _ = write!(
+                    line,
+                    " {more} more, past the paging limit (offset {MAX_OFFSET}): narrow with globs/path."
                 );
             }
             None => line.push_str(" This is the last page."),

@@ -14,7 +14,7 @@ use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, WalkBuilder, WalkState};
 
 use crate::text::display_line;
-use crate::{Match, SearchError, SearchRequest, SearchResults};
+use crate::{MAX_OFFSET, Match, SearchError, SearchRequest, SearchResults};
 
 /// Searches the workspace at `root` and returns one page of matches in (path, line) order with
 /// the exact number of matching lines.
@@ -61,6 +61,9 @@ pub(crate) fn collect(
 ) -> Result<Collected, SearchError> {
     if req.pattern.is_empty() {
         return Err(SearchError::EmptyPattern);
+    }
+    if req.offset > MAX_OFFSET {
+        return Err(SearchError::OffsetTooLarge { offset: req.offset });
     }
     let root = root.canonicalize().map_err(|source| SearchError::Root {
         root: root.to_path_buf(),

@@ -352,6 +352,15 @@ fn max_results_is_clamped_and_zero_counts_only() {
     assert_eq!(results.matches.len(), pith_search::MAX_RESULTS_LIMIT);
     assert_eq!(results.total_matches, 2000);
 
+    let too_deep = SearchRequest {
+        offset: pith_search::MAX_OFFSET + 1,
+        ..SearchRequest::new("x")
+    };
+    assert!(matches!(
+        search(dir.path(), &too_deep).unwrap_err(),
+        SearchError::OffsetTooLarge { .. }
+    ));
+
     let count_only = SearchRequest {
         max_results: 0,
         ..SearchRequest::new("x")
@@ -568,4 +577,24 @@ fn a_bad_ranking_fails_open_with_nothing_withheld_beyond_the_page() {
         assert_eq!(report.matches, plain.matches);
         assert_eq!(report.render(), plain.render());
     }
+}
+
+#[test]
+fn paging_stops_at_the_offset_limit_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "huge.txt", "x\n".repeat(10_100));
+    let deep = SearchRequest {
+        offset: pith_search::MAX_OFFSET,
+        ..SearchRequest::new("x")
+    };
+    let report = search_workspace(dir.path(), &deep, None, 40).unwrap();
+    assert_eq!(report.matches[0].line, 10_001);
+    assert!(
+        report.render().ends_with(
+            "Showing matches 10001-10050 of 10100 matches in 1 file (sorted by path, then line). \
+             50 more, past the paging limit (offset 10000): narrow with globs/path.\n"
+        ),
+        "{}",
+        report.render()
+    );
 }

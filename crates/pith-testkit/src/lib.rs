@@ -1,6 +1,7 @@
 //! Test kit: a mock upstream speaking all three wires and a mock Ollama, on loopback.
 
 pub mod fixtures;
+mod stream_flags;
 pub mod upstream;
 
 pub use upstream::{Chunk, MockUpstream, Recorded, Reply};

@@ -442,6 +442,11 @@ impl MockUpstream {
         self.shared.lock().queue.push_back(prepared);
     }
 
+    /// Scripted replies not used yet (a test can check that every one was asked for).
+    pub fn queued_replies(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
     /// Replaces the built-in default for every later request that finds the queue empty.
     ///
     /// The built-in default depends on the path and the body's `"stream"` field: an Anthropic
@@ -577,11 +582,6 @@ async fn handle(
             return Ok(response);
         }
     };
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
-
     let scripted = {
         let mut state = shared.lock();
         state.request_count += 1;
@@ -592,7 +592,10 @@ async fn handle(
         if !state.not_recording {
             state.received.push(Recorded {
                 method: parts.method.as_str().to_owned(),
-                path_and_query: path_and_query.clone(),
+                path_and_query: parts
+                    .uri
+                    .path_and_query()
+                    .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned()),
                 headers: parts.headers,
                 body: body.clone(),
             });

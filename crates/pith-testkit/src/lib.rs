@@ -2,6 +2,7 @@
 
 pub mod fixtures;
 pub mod ollama;
+mod stream_flags;
 pub mod upstream;
 
 pub use upstream::{Chunk, MockUpstream, Recorded, Reply};

@@ -266,3 +266,46 @@ fn response_facts(r: &Record) -> usage::ResponseFacts {
 pub(crate) fn header_session(headers: &http::HeaderMap) -> Option<String> {
     session::session_from_headers(headers)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(i: usize) -> Record {
+        Record {
+            ts_ms: i as i64,
+            client: "test".into(),
+            method: "POST".into(),
+            path: "/v1/messages".into(),
+            outcome: "ok",
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        drop(Ledger::open(&path).unwrap());
+        // Another process holds the write lock: the writer blocks inside its first insert.
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let sink = LedgerSink::start(Ledger::open(&path).unwrap(), 2).unwrap();
+        let started = std::time::Instant::now();
+        for i in 0..100 {
+            sink.submit(record(i));
+        }
+        // 100 submissions against a stuck writer returned at once (no blocking).
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let dropped = sink.stats().dropped;
+        // At most the writer's in-hand record and two queued ones survive.
+        assert!(dropped >= 97, "dropped {dropped}");
+        blocker.execute_batch("COMMIT").unwrap();
+        sink.shutdown(Duration::from_secs(10));
+        let stats = sink.stats();
+        assert_eq!(stats.written + stats.dropped, 100, "{stats:?}");
+        let ledger = Ledger::open(&path).unwrap();
+        assert_eq!(ledger.counter(DROPPED_ROWS).unwrap(), stats.dropped);
+        assert_eq!(ledger.rows().unwrap().len() as u64, stats.written);
+    }
+}

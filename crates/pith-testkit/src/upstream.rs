@@ -29,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot};
 
 use crate::fixtures::{self, DEFAULT_DELTAS, DEFAULT_USAGE};
+use crate::stream_flags::stream_flags;
 
 /// One request exactly as the mock received it.
 #[derive(Clone, Debug)]
@@ -259,21 +260,6 @@ impl BuiltinDefaults {
     }
 }
 
-/// The fields of a request body that decide the built-in default reply.
-#[derive(serde::Deserialize)]
-struct StreamFlags {
-    #[serde(default)]
-    stream: Option<bool>,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-}
-
-#[derive(serde::Deserialize)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: Option<bool>,
-}
-
 enum Wire {
     Messages,
     CountTokens,
@@ -299,9 +285,9 @@ fn default_reply(builtin: &BuiltinDefaults, method: &str, uri: &Uri, body: &[u8]
         let echo = serde_json::json!({ "method": method, "path": path }).to_string();
         return Prepared::new(Reply::json(echo));
     };
-    let Ok(flags) = serde_json::from_slice::<StreamFlags>(body) else {
-        // What the real APIs do with a body that is not JSON; it also makes a proxy that
-        // corrupts a body fail loudly instead of getting a cheerful default.
+    let Some(flags) = stream_flags(body) else {
+        // What the real APIs do with a body that is not JSON (checked structurally only); it
+        // also makes a proxy that corrupts a body fail loudly instead of getting a default.
         let message = "mock upstream: request body is not valid JSON";
         let error = match wire {
             Wire::Messages | Wire::CountTokens => fixtures::anthropic::error_body(400, message),
@@ -309,18 +295,14 @@ fn default_reply(builtin: &BuiltinDefaults, method: &str, uri: &Uri, body: &[u8]
         };
         return Prepared::new(Reply::json_status(400, error));
     };
-    let stream = flags.stream.unwrap_or(false);
+    let stream = flags.stream;
     match wire {
         Wire::Messages if stream => Arc::clone(&builtin.messages_stream),
         Wire::Messages => Arc::clone(&builtin.messages),
         Wire::CountTokens => Arc::clone(&builtin.count_tokens),
         Wire::Chat if !stream => Arc::clone(&builtin.chat),
         Wire::Chat => {
-            let usage = flags
-                .stream_options
-                .and_then(|options| options.include_usage)
-                .unwrap_or(false);
-            if usage {
+            if flags.include_usage {
                 Arc::clone(&builtin.chat_stream_usage)
             } else {
                 Arc::clone(&builtin.chat_stream)
@@ -460,6 +442,11 @@ impl MockUpstream {
         self.shared.lock().queue.push_back(prepared);
     }
 
+    /// Scripted replies not used yet (a test can check that every one was asked for).
+    pub fn queued_replies(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
     /// Replaces the built-in default for every later request that finds the queue empty.
     ///
     /// The built-in default depends on the path and the body's `"stream"` field: an Anthropic
@@ -595,11 +582,6 @@ async fn handle(
             return Ok(response);
         }
     };
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
-
     let scripted = {
         let mut state = shared.lock();
         state.request_count += 1;
@@ -610,7 +592,10 @@ async fn handle(
         if !state.not_recording {
             state.received.push(Recorded {
                 method: parts.method.as_str().to_owned(),
-                path_and_query: path_and_query.clone(),
+                path_and_query: parts
+                    .uri
+                    .path_and_query()
+                    .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned()),
                 headers: parts.headers,
                 body: body.clone(),
             });

@@ -79,6 +79,7 @@ async fn scripted_replies_are_used_in_order_then_the_default() {
     ));
     mock.push(Reply::json(r#"{"second":true}"#).with_header("request-id", "req_2"));
     mock.push(Reply::sse(fixtures::chat::stream(&["x"], None)));
+    assert_eq!(mock.queued_replies(), 3);
 
     let (status, _, body) = fetch(mock.addr(), "POST", "/v1/messages", "{}").await;
     assert_eq!(status, 529);
@@ -103,6 +104,7 @@ async fn scripted_replies_are_used_in_order_then_the_default() {
         fixtures::anthropic::message(&DEFAULT_DELTAS.concat(), DEFAULT_USAGE)
     );
     assert_eq!(mock.request_count(), 4);
+    assert_eq!(mock.queued_replies(), 0);
     let paths: Vec<_> = mock
         .received()
         .into_iter()

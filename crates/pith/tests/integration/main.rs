@@ -3,4 +3,5 @@
 
 mod cli;
 mod proxy;
+mod stats;
 mod support;

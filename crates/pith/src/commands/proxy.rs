@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::Context;
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, UpstreamUrl};
 use pith_store::ledger::Ledger;
-use pith_transform::Pipeline;
+use pith_transform::{DeferOptions, DeferStage, Pipeline, SearchVariant};
 
-use crate::config::{Config, pith_home};
+use crate::config::{Config, env_flag, pith_home};
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 const DEFAULT_QUEUE: usize = 4096;
@@ -145,9 +145,51 @@ fn upstream(
     Ok(UpstreamUrl::parse(url)?)
 }
 
-/// The transform stages, in order, as config and environment switch them.
-fn build_pipeline(_config: &Config) -> anyhow::Result<Pipeline> {
-    Ok(Pipeline::new())
+/// The transform stages, in order, as config and environment switch them. Environment wins
+/// over config so a single run can be switched without editing files.
+fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
+    let mut pipeline = Pipeline::new();
+    let t = &config.transforms;
+    let defer_on = env_flag("PITH_DEFER_TOOLS")?
+        .or(t.defer_tools)
+        .unwrap_or(true);
+    if defer_on {
+        let defaults = DeferOptions::default();
+        let search = match t.tool_search.as_deref() {
+            None => defaults.search,
+            Some(name) => SearchVariant::from_name(name).with_context(|| {
+                format!("transforms.tool_search = {name:?}: use \"regex\" or \"bm25\"")
+            })?,
+        };
+        let small_tool_chars = match env_usize("PITH_SMALL_TOOL_CHARS")? {
+            Some(n) => n,
+            None => t.small_tool_chars.unwrap_or(defaults.small_tool_chars),
+        };
+        anyhow::ensure!(
+            t.embeddings_url.is_none() && t.embeddings_model.is_none(),
+            "transforms.embeddings_url / embeddings_model: semantic tool ranking is not built yet; \
+             remove these keys (tool relevance uses BM25)"
+        );
+        pipeline = pipeline.with_stage(Box::new(DeferStage::new(DeferOptions {
+            keep_relevant: t.keep_relevant.unwrap_or(defaults.keep_relevant),
+            small_tool_chars,
+            search,
+            min_deferred_chars: t.min_deferred_chars.unwrap_or(defaults.min_deferred_chars),
+        })));
+    }
+    Ok(pipeline)
+}
+
+/// A whole-number environment variable; anything else is an error naming it.
+fn env_usize(name: &str) -> anyhow::Result<Option<usize>> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .with_context(|| format!("{name}={v:?} is not a whole number")),
+    }
 }
 
 async fn shutdown_signal() {

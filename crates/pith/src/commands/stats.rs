@@ -124,6 +124,10 @@ struct TransformTotals {
     requests: u64,
     /// Sums of the numeric facts it reported (e.g. `chars` for defer).
     facts: BTreeMap<String, u64>,
+    /// For `defer`: prompt tokens of tool definitions kept out of context, estimated as one
+    /// token per 4 characters of definition JSON (a heuristic, not a tokenizer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_tokens_kept_out: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -224,6 +228,12 @@ fn build_report(
                 }
             }
         }
+    }
+    if let Some(defer) = transforms.get_mut("defer") {
+        let chars = defer.facts.get("chars").copied().unwrap_or(0);
+        let tokens =
+            pith_transform::defer::estimated_tokens(usize::try_from(chars).unwrap_or(usize::MAX));
+        defer.estimated_tokens_kept_out = Some(tokens as u64);
     }
     Ok(Report {
         ledger: path.to_owned(),
@@ -349,6 +359,13 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
             if facts.is_empty() { "" } else { "; " },
             facts.join(", ")
         ));
+        if let Some(tokens) = tt.estimated_tokens_kept_out {
+            out.push_str(&format!(
+                "  tool definitions kept out of context: {} chars, about {} tokens (estimate: 4 chars per token)\n",
+                tt.facts.get("chars").copied().unwrap_or(0),
+                tokens
+            ));
+        }
     }
     out.push_str(&format!(
         "transform failures: {}   dropped ledger rows: {}\n",

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test harness: a panic is the failure report
 
 mod cli;
+mod defer;
 mod proxy;
 mod stats;
 mod support;

@@ -1,1 +1,23 @@
-//! The proxy: HTTP server, upstream client, streaming tee, ledger writes.
+//! The proxy: an HTTP/1.1 server that forwards coding-agent traffic to its provider, runs the
+//! transform pipeline on the three wires it understands, streams answers back chunk by chunk,
+//! and records every request in the ledger without delaying it.
+//!
+//! Invariants:
+//! - A body no stage changed is forwarded as the exact bytes the client sent.
+//! - Response bytes are never altered or held back: each upstream chunk is handed to the client
+//!   as it arrives; accounting keeps cheap reference-counted copies and parses them later, on the
+//!   ledger thread.
+//! - Ledger writes never block a request: a bounded queue, drops counted.
+//! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged.
+
+mod errors;
+mod handler;
+pub mod ledger;
+mod server;
+mod tee;
+pub mod upstream;
+
+pub use handler::TRANSFORMS_HEADER;
+pub use ledger::{LedgerSink, LedgerStats};
+pub use server::{DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError};
+pub use upstream::{UpstreamError, UpstreamUrl};

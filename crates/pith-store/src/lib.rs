@@ -5,6 +5,7 @@
 //! schema migrations versioned by `PRAGMA user_version`.
 
 pub mod brain;
+pub mod ledger;
 pub mod sqlite;
 
 pub use sqlite::{StoreError, open};

@@ -1,1 +1,8 @@
 //! Test kit: a mock upstream speaking all three wires and a mock Ollama, on loopback.
+
+pub mod fixtures;
+pub mod ollama;
+mod stream_flags;
+pub mod upstream;
+
+pub use upstream::{Chunk, MockUpstream, Recorded, Reply};

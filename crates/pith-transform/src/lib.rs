@@ -7,10 +7,12 @@
 //! byte prefixes). The [`Pipeline`] runs stages in order and fails open: a stage that errors,
 //! panics or produces invalid JSON leaves the request as it was and is reported as failed.
 
+pub mod defer;
 mod pipeline;
 mod splice;
 mod stage;
 
+pub use defer::{DeferOptions, DeferStage, SearchVariant, ToolRanker, ToolText};
 pub use pipeline::{Applied, Failure, Pipeline, PipelineResult, Skipped};
 pub use splice::{SpliceError, apply_splices, span_of};
 pub use stage::{Edit, HeaderEdit, Outcome, Request, Splice, Stage, StageError, append_list_value};

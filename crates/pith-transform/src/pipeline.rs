@@ -101,7 +101,6 @@ impl Pipeline {
         if self.stages.is_empty() {
             return result;
         }
-        let input_is_json = serde_json::from_slice::<serde::de::IgnoredAny>(request.body).is_ok();
         for stage in &self.stages {
             let name = stage.name();
             let current = Request {
@@ -148,7 +147,8 @@ impl Pipeline {
                 }
             };
             if let Some(b) = &new_body {
-                if input_is_json && serde_json::from_slice::<serde::de::IgnoredAny>(b).is_err() {
+                // A stage only edits what it parsed, so an unparseable result is the stage's bug.
+                if serde_json::from_slice::<serde::de::IgnoredAny>(b).is_err() {
                     result.failed.push(Failure {
                         stage: name,
                         error: "edit produced invalid JSON".to_owned(),

@@ -1,7 +1,9 @@
 //! The three wire formats pith speaks: which one a request is, views over raw bodies,
 //! the SSE codec and usage extraction. Pure data handling: no I/O.
 
-pub mod anatomy;
+pub mod encoding;
+pub mod request;
+pub mod session;
 pub mod sse;
 pub mod usage;
 

@@ -1,1 +1,343 @@
-//! placeholder
+//! Token usage from provider responses, normalized to disjoint counters.
+//!
+//! Anthropic reports `input_tokens` *excluding* cache reads and writes; OpenAI reports
+//! `cached_tokens` as *part of* `prompt_tokens`/`input_tokens`. [`Usage`] always holds disjoint
+//! counters (Anthropic's convention), so the prompt total is `input + cache_write + cache_read`
+//! on every wire.
+
+use serde::Deserialize;
+
+use crate::Wire;
+use crate::sse::{Event, SseDecoder};
+
+/// Billed tokens of one response. All four counters are disjoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Uncached prompt tokens.
+    pub input: u64,
+    pub output: u64,
+    pub cache_write: u64,
+    pub cache_read: u64,
+}
+
+impl Usage {
+    /// Every prompt token, cached or not.
+    pub fn prompt_total(&self) -> u64 {
+        self.input + self.cache_write + self.cache_read
+    }
+}
+
+/// What pith learns from a response body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseFacts {
+    pub usage: Option<Usage>,
+    /// The model that answered, when the response names it.
+    pub model: Option<String>,
+    /// An error the provider reported inside a 200 stream (`error` event / error object).
+    pub stream_error: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AnthropicUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl AnthropicUsage {
+    /// Overlay the fields this report carries onto `usage` (`message_delta` counts are cumulative
+    /// and may repeat or omit input fields).
+    fn apply(&self, usage: &mut Usage) {
+        if let Some(v) = self.input_tokens {
+            usage.input = v;
+        }
+        if let Some(v) = self.output_tokens {
+            usage.output = v;
+        }
+        if let Some(v) = self.cache_creation_input_tokens {
+            usage.cache_write = v;
+        }
+        if let Some(v) = self.cache_read_input_tokens {
+            usage.cache_read = v;
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+    cache_write_tokens: Option<u64>,
+}
+
+/// Chat Completions (`prompt_tokens`) and Responses (`input_tokens`) usage in one shape.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct OpenAiUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<PromptDetails>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    input_tokens_details: Option<PromptDetails>,
+}
+
+impl OpenAiUsage {
+    fn normalize(&self) -> Usage {
+        let prompt = self.prompt_tokens.or(self.input_tokens).unwrap_or(0);
+        let output = self.completion_tokens.or(self.output_tokens).unwrap_or(0);
+        let details = self
+            .prompt_tokens_details
+            .as_ref()
+            .or(self.input_tokens_details.as_ref());
+        let cache_read = details.and_then(|d| d.cached_tokens).unwrap_or(0);
+        let cache_write = details.and_then(|d| d.cache_write_tokens).unwrap_or(0);
+        Usage {
+            input: prompt.saturating_sub(cache_read + cache_write),
+            output,
+            cache_write,
+            cache_read,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ErrorBody {
+    message: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Body {
+    model: Option<String>,
+    usage: Option<serde_json::Value>,
+    /// Anthropic `message_start.message`, Responses `response.*.response`.
+    message: Option<Box<Body>>,
+    response: Option<Box<Body>>,
+    error: Option<serde_json::Value>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+fn error_text(v: &serde_json::Value) -> String {
+    match serde_json::from_value::<ErrorBody>(v.clone()) {
+        Ok(ErrorBody {
+            message: Some(m),
+            kind,
+        }) => match kind {
+            Some(k) => format!("{k}: {m}"),
+            None => m,
+        },
+        _ => v.to_string(),
+    }
+}
+
+fn parse_usage(wire: Wire, value: &serde_json::Value, usage: &mut Usage) {
+    match wire {
+        Wire::AnthropicMessages => {
+            if let Ok(u) = AnthropicUsage::deserialize(value) {
+                u.apply(usage);
+            }
+        }
+        Wire::ChatCompletions | Wire::Responses => {
+            if let Ok(u) = OpenAiUsage::deserialize(value) {
+                *usage = u.normalize();
+            }
+        }
+    }
+}
+
+/// Facts from a complete (non-streamed) JSON response body.
+pub fn from_json(wire: Wire, body: &[u8]) -> ResponseFacts {
+    let Ok(parsed) = serde_json::from_slice::<Body>(body) else {
+        return ResponseFacts::default();
+    };
+    let mut facts = ResponseFacts {
+        model: parsed.model.clone(),
+        ..ResponseFacts::default()
+    };
+    if let Some(u) = parsed.usage.as_ref().filter(|u| u.is_object()) {
+        let mut usage = Usage::default();
+        parse_usage(wire, u, &mut usage);
+        facts.usage = Some(usage);
+    }
+    facts
+}
+
+/// Accumulates facts from SSE events as they pass.
+#[derive(Debug)]
+pub struct StreamFacts {
+    wire: Wire,
+    decoder: SseDecoder,
+    facts: ResponseFacts,
+}
+
+impl StreamFacts {
+    pub fn new(wire: Wire) -> Self {
+        Self {
+            wire,
+            decoder: SseDecoder::new(),
+            facts: ResponseFacts::default(),
+        }
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) {
+        let wire = self.wire;
+        let facts = &mut self.facts;
+        self.decoder.feed(chunk, |e| on_event(wire, facts, &e));
+    }
+
+    pub fn finish(mut self) -> ResponseFacts {
+        if let Some(e) = self.decoder.finish() {
+            on_event(self.wire, &mut self.facts, &e);
+        }
+        self.facts
+    }
+}
+
+/// Facts from a whole SSE body.
+pub fn from_sse(wire: Wire, body: &[u8]) -> ResponseFacts {
+    let mut s = StreamFacts::new(wire);
+    s.feed(body);
+    s.finish()
+}
+
+/// Only events that can carry usage, a model or an error are parsed; the rest (text deltas, the
+/// bulk of a stream) are skipped by name or by a substring check.
+fn on_event(wire: Wire, facts: &mut ResponseFacts, e: &Event) {
+    let interesting = match wire {
+        Wire::AnthropicMessages => matches!(
+            e.event.as_str(),
+            "message_start" | "message_delta" | "error" | ""
+        ),
+        Wire::ChatCompletions => e.data.contains("\"usage\"") || e.data.contains("\"error\""),
+        Wire::Responses => {
+            e.event.is_empty()
+                || e.event == "error"
+                || e.event == "response.created"
+                || e.event == "response.completed"
+                || e.event == "response.incomplete"
+                || e.event == "response.failed"
+        }
+    };
+    if !interesting || e.data == "[DONE]" {
+        return;
+    }
+    let Ok(body) = serde_json::from_str::<Body>(&e.data) else {
+        return;
+    };
+    if let Some(err) = body.error.as_ref().filter(|e| !e.is_null()) {
+        facts.stream_error = Some(error_text(err));
+    }
+    if wire == Wire::Responses && body.kind.as_deref() == Some("error") {
+        facts.stream_error = Some(e.data.clone());
+    }
+    let inner = body.message.as_deref().or(body.response.as_deref());
+    if let Some(model) = inner.and_then(|b| b.model.clone()).or(body.model.clone()) {
+        facts.model = Some(model);
+    }
+    let usage_value = inner
+        .and_then(|b| b.usage.as_ref())
+        .or(body.usage.as_ref())
+        .filter(|u| u.is_object());
+    if let Some(u) = usage_value {
+        let usage = facts.usage.get_or_insert_with(Usage::default);
+        parse_usage(wire, u, usage);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_json() {
+        let body = br#"{"id":"msg_1","type":"message","model":"claude-sonnet-4-6","content":[],"usage":{"input_tokens":21,"cache_creation_input_tokens":7,"cache_read_input_tokens":5120,"output_tokens":48}}"#;
+        let f = from_json(Wire::AnthropicMessages, body);
+        assert_eq!(f.model.as_deref(), Some("claude-sonnet-4-6"));
+        assert_eq!(
+            f.usage,
+            Some(Usage {
+                input: 21,
+                output: 48,
+                cache_write: 7,
+                cache_read: 5120
+            })
+        );
+    }
+
+    #[test]
+    fn anthropic_stream_delta_is_cumulative() {
+        let body = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":40,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":9000,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"\\\"usage\\\"\"}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":37}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let f = from_sse(Wire::AnthropicMessages, body.as_bytes());
+        assert_eq!(
+            f.usage,
+            Some(Usage {
+                input: 40,
+                output: 37,
+                cache_write: 0,
+                cache_read: 9000
+            })
+        );
+        assert_eq!(f.model.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn openai_cached_tokens_are_inside_prompt_tokens() {
+        let chat = br#"{"model":"gpt","usage":{"prompt_tokens":1200,"completion_tokens":80,"prompt_tokens_details":{"cached_tokens":1024}}}"#;
+        let f = from_json(Wire::ChatCompletions, chat);
+        assert_eq!(
+            f.usage,
+            Some(Usage {
+                input: 176,
+                output: 80,
+                cache_write: 0,
+                cache_read: 1024
+            })
+        );
+        let resp = br#"{"model":"gpt","usage":{"input_tokens":1500,"input_tokens_details":{"cached_tokens":1280},"output_tokens":220}}"#;
+        let f = from_json(Wire::Responses, resp);
+        assert_eq!(
+            f.usage.map(|u| (u.input, u.cache_read, u.output)),
+            Some((220, 1280, 220))
+        );
+    }
+
+    #[test]
+    fn chat_stream_usage_chunk_and_done() {
+        let body = "data: {\"model\":\"g\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\ndata: {\"model\":\"g\",\"choices\":[],\"usage\":{\"prompt_tokens\":90,\"completion_tokens\":12}}\n\ndata: [DONE]\n\n";
+        let f = from_sse(Wire::ChatCompletions, body.as_bytes());
+        assert_eq!(f.usage.map(|u| (u.input, u.output)), Some((90, 12)));
+        let no_usage = "data: {\"model\":\"g\",\"choices\":[],\"usage\":null}\n\ndata: [DONE]\n\n";
+        assert_eq!(
+            from_sse(Wire::ChatCompletions, no_usage.as_bytes()).usage,
+            None
+        );
+    }
+
+    #[test]
+    fn responses_stream_completed() {
+        let body = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"model\":\"gpt-5.5\",\"usage\":null}}\n\nevent: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"gpt-5.5\",\"usage\":{\"input_tokens\":12,\"input_tokens_details\":{\"cached_tokens\":2},\"output_tokens\":2}}}\n\n";
+        let f = from_sse(Wire::Responses, body.as_bytes());
+        assert_eq!(
+            f.usage.map(|u| (u.input, u.cache_read, u.output)),
+            Some((10, 2, 2))
+        );
+        assert_eq!(f.model.as_deref(), Some("gpt-5.5"));
+    }
+
+    #[test]
+    fn stream_errors_are_reported() {
+        let body = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+        let f = from_sse(Wire::AnthropicMessages, body.as_bytes());
+        assert_eq!(
+            f.stream_error.as_deref(),
+            Some("overloaded_error: Overloaded")
+        );
+    }
+}

@@ -58,9 +58,12 @@ pub struct TransformsConfig {
     pub small_tool_chars: Option<usize>,
     /// `regex` (default) or `bm25`: which Anthropic tool search tool to add.
     pub tool_search: Option<String>,
-    /// Ollama base URL for semantic tool ranking (optional; BM25 otherwise).
+    /// Defer only when the deferred definitions add up to at least this many characters
+    /// (default 0). See BENCHMARKS.md: deferring a few kilobytes can cost more than it saves.
+    pub min_deferred_chars: Option<usize>,
+    /// Reserved for semantic tool ranking (Ollama `/api/embed`); not built yet, rejected if set.
     pub embeddings_url: Option<String>,
-    /// Embedding model name for semantic tool ranking.
+    /// Reserved for semantic tool ranking; not built yet, rejected if set.
     pub embeddings_model: Option<String>,
 }
 

@@ -4,6 +4,8 @@
 
 mod commands;
 mod config;
+mod logging;
+mod prices;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,10 +1,215 @@
-//! `pith proxy`.
+//! `pith proxy`: run the proxy in the foreground until Ctrl-C or SIGTERM.
 
-use crate::config::Config;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
+use anyhow::Context;
+use pith_proxy::{LedgerSink, Proxy, ProxyConfig, UpstreamUrl};
+use pith_store::ledger::Ledger;
+use pith_transform::{DeferOptions, DeferStage, Pipeline, SearchVariant};
+
+use crate::config::{Config, env_flag, pith_home};
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+const DEFAULT_QUEUE: usize = 4096;
+
+/// Point your agent at the proxy:
+///   Claude Code:  ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
+///   OpenCode:     provider.<id>.options.baseURL = "http://127.0.0.1:8787/v1"
+///   Codex:        [model_providers.pith] base_url = "http://127.0.0.1:8787/v1", wire_api = "responses"
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Address to listen on [default: 127.0.0.1:8787; config: proxy.listen].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
 
-pub fn run(_args: Args, _config: &Config) -> anyhow::Result<()> {
-    anyhow::bail!("`pith proxy` is not built yet")
+    /// Anthropic API origin [default: https://api.anthropic.com; config: upstreams.anthropic].
+    #[arg(long, env = "PITH_ANTHROPIC_UPSTREAM", value_name = "URL")]
+    anthropic_upstream: Option<String>,
+
+    /// OpenAI API origin [default: https://api.openai.com; config: upstreams.openai].
+    #[arg(long, env = "PITH_OPENAI_UPSTREAM", value_name = "URL")]
+    openai_upstream: Option<String>,
+
+    /// Ledger database [default: $PITH_HOME/ledger.db; config: ledger.path].
+    #[arg(long, value_name = "FILE")]
+    ledger: Option<PathBuf>,
+
+    /// Do not record requests in the ledger.
+    #[arg(long, conflicts_with = "ledger")]
+    no_ledger: bool,
+}
+
+pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
+    crate::logging::init();
+    let listen = match args.listen {
+        Some(a) => a,
+        None => {
+            let text = config.proxy.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+            text.parse().with_context(|| {
+                format!("proxy.listen {text:?} is not an address like 127.0.0.1:8787")
+            })?
+        }
+    };
+    let anthropic = upstream(
+        args.anthropic_upstream.as_deref(),
+        config.upstreams.anthropic.as_deref(),
+        pith_proxy::upstream::ANTHROPIC_DEFAULT,
+    )?;
+    let openai = upstream(
+        args.openai_upstream.as_deref(),
+        config.upstreams.openai.as_deref(),
+        pith_proxy::upstream::OPENAI_DEFAULT,
+    )?;
+    let ledger_path = if args.no_ledger {
+        None
+    } else {
+        Some(match args.ledger.or_else(|| config.ledger.path.clone()) {
+            Some(p) => p,
+            None => pith_home()?.join("ledger.db"),
+        })
+    };
+    let ledger = match &ledger_path {
+        Some(path) => {
+            let ledger = Ledger::open(path)?;
+            Some(LedgerSink::start(
+                ledger,
+                config.ledger.queue.unwrap_or(DEFAULT_QUEUE),
+            )?)
+        }
+        None => None,
+    };
+    let pipeline = build_pipeline(config)?;
+    let stages = pipeline.stage_names();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("pith-proxy")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let proxy = Proxy::bind(ProxyConfig {
+            listen,
+            anthropic: anthropic.clone(),
+            openai: openai.clone(),
+            pipeline,
+            ledger: ledger.clone(),
+            max_body: pith_proxy::DEFAULT_MAX_BODY,
+        })
+        .await?;
+        let addr = proxy.local_addr()?;
+        eprintln!("pith proxy listening on http://{addr}");
+        eprintln!("  anthropic -> {anthropic}");
+        eprintln!("  openai    -> {openai}");
+        match &ledger_path {
+            Some(p) => eprintln!("  ledger    -> {}", p.display()),
+            None => eprintln!("  ledger    -> off"),
+        }
+        eprintln!(
+            "  transforms: {}",
+            if stages.is_empty() {
+                "none".to_owned()
+            } else {
+                stages.join(", ")
+            }
+        );
+        proxy
+            .serve(shutdown_signal(), Duration::from_secs(5))
+            .await?;
+        anyhow::Ok(())
+    })?;
+    if let Some(sink) = ledger {
+        sink.shutdown(Duration::from_secs(5));
+        let s = ledger_stats_line(&sink);
+        eprintln!("pith proxy stopped; {s}");
+    }
+    Ok(())
+}
+
+fn ledger_stats_line(sink: &LedgerSink) -> String {
+    let s = sink.stats();
+    format!(
+        "ledger: {} rows written, {} dropped, {} write errors",
+        s.written, s.dropped, s.write_errors
+    )
+}
+
+fn upstream(
+    flag: Option<&str>,
+    config: Option<&str>,
+    default: &str,
+) -> anyhow::Result<UpstreamUrl> {
+    let url = flag.or(config).unwrap_or(default);
+    Ok(UpstreamUrl::parse(url)?)
+}
+
+/// The transform stages, in order, as config and environment switch them. Environment wins
+/// over config so a single run can be switched without editing files.
+fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
+    let mut pipeline = Pipeline::new();
+    let t = &config.transforms;
+    let defer_on = env_flag("PITH_DEFER_TOOLS")?
+        .or(t.defer_tools)
+        .unwrap_or(true);
+    if defer_on {
+        let defaults = DeferOptions::default();
+        let search = match t.tool_search.as_deref() {
+            None => defaults.search,
+            Some(name) => SearchVariant::from_name(name).with_context(|| {
+                format!("transforms.tool_search = {name:?}: use \"regex\" or \"bm25\"")
+            })?,
+        };
+        let small_tool_chars = match env_usize("PITH_SMALL_TOOL_CHARS")? {
+            Some(n) => n,
+            None => t.small_tool_chars.unwrap_or(defaults.small_tool_chars),
+        };
+        anyhow::ensure!(
+            t.embeddings_url.is_none() && t.embeddings_model.is_none(),
+            "transforms.embeddings_url / embeddings_model: semantic tool ranking is not built yet; \
+             remove these keys (tool relevance uses BM25)"
+        );
+        pipeline = pipeline.with_stage(Box::new(DeferStage::new(DeferOptions {
+            keep_relevant: t.keep_relevant.unwrap_or(defaults.keep_relevant),
+            small_tool_chars,
+            search,
+            min_deferred_chars: t.min_deferred_chars.unwrap_or(defaults.min_deferred_chars),
+        })));
+    }
+    Ok(pipeline)
+}
+
+/// A whole-number environment variable; anything else is an error naming it.
+fn env_usize(name: &str) -> anyhow::Result<Option<usize>> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .with_context(|| format!("{name}={v:?} is not a whole number")),
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

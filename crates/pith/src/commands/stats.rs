@@ -1,10 +1,388 @@
-//! `pith stats`.
+//! `pith stats`: what the ledger recorded, per session and per model, with estimated cost.
 
-use crate::config::Config;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use anyhow::Context;
+use pith_store::ledger::{DROPPED_ROWS, Filter, Group, Ledger};
+use serde::Serialize;
+
+use crate::config::{Config, pith_home};
+use crate::prices::Prices;
+
+/// Totals per session and per model: prompt tokens (uncached, cache writes, cache reads),
+/// output tokens, cache hit share and estimated cost.
+///
+/// Cost uses the built-in list prices plus `[prices."<model>"]` from config (USD per million
+/// tokens); a model with no known price shows "unknown price" and is left out of cost totals.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Only requests newer than this: a number with m, h, d or w (e.g. 30m, 12h, 1d, 2w).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    since: Option<u64>,
 
-pub fn run(_args: Args, _config: &Config) -> anyhow::Result<()> {
-    anyhow::bail!("`pith stats` is not built yet")
+    /// Only this session.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+
+    /// Ledger database [default: $PITH_HOME/ledger.db; config: ledger.path].
+    #[arg(long, value_name = "FILE")]
+    ledger: Option<PathBuf>,
+}
+
+/// `30m`, `12h`, `1d`, `2w` as milliseconds.
+fn parse_age(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s:?} is not an age; use a number with m, h, d or w (e.g. 1d)");
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let unit_ms: u64 = match unit {
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(unit_ms).ok_or_else(bad)
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Totals {
+    requests: u64,
+    requests_with_usage: u64,
+    errors: u64,
+    input_tokens: u64,
+    cache_write_tokens: u64,
+    cache_read_tokens: u64,
+    output_tokens: u64,
+    prompt_tokens: u64,
+    /// Share of prompt tokens read from the provider's cache.
+    cache_hit_share: f64,
+    /// Cost of the priced requests; `None` when no request had a known price.
+    cost_usd: Option<f64>,
+    /// Models seen without a known price (their tokens are not in `cost_usd`).
+    unpriced_models: Vec<String>,
+}
+
+impl Totals {
+    fn add(&mut self, g: &Group, prices: &Prices) {
+        self.requests += g.requests;
+        self.requests_with_usage += g.with_usage;
+        self.errors += g.errors;
+        self.input_tokens += g.input;
+        self.cache_write_tokens += g.cache_write;
+        self.cache_read_tokens += g.cache_read;
+        self.output_tokens += g.output;
+        self.prompt_tokens = self.input_tokens + self.cache_write_tokens + self.cache_read_tokens;
+        self.cache_hit_share = if self.prompt_tokens == 0 {
+            0.0
+        } else {
+            self.cache_read_tokens as f64 / self.prompt_tokens as f64
+        };
+        let model = g.model.clone().unwrap_or_else(|| "(none)".to_owned());
+        let has_tokens = g.with_usage > 0;
+        match g.model.as_deref().and_then(|m| prices.lookup(m)) {
+            Some(p) => {
+                let c = p.cost(g.input, g.output, g.cache_write, g.cache_read);
+                *self.cost_usd.get_or_insert(0.0) += c;
+            }
+            None if has_tokens && !self.unpriced_models.contains(&model) => {
+                self.unpriced_models.push(model);
+            }
+            None => {}
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct SessionTotals {
+    session: Option<String>,
+    client: String,
+    models: Vec<String>,
+    first_ms: i64,
+    last_ms: i64,
+    #[serde(flatten)]
+    totals: Totals,
+}
+
+#[derive(Debug, Serialize)]
+struct ModelTotals {
+    model: Option<String>,
+    #[serde(flatten)]
+    totals: Totals,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct TransformTotals {
+    /// Requests the transform changed.
+    requests: u64,
+    /// Sums of the numeric facts it reported (e.g. `chars` for defer).
+    facts: BTreeMap<String, u64>,
+    /// For `defer`: prompt tokens of tool definitions kept out of context, estimated as one
+    /// token per 4 characters of definition JSON (a heuristic, not a tokenizer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_tokens_kept_out: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    ledger: PathBuf,
+    since_ms: Option<i64>,
+    session: Option<String>,
+    sessions: Vec<SessionTotals>,
+    models: Vec<ModelTotals>,
+    total: Totals,
+    transforms: BTreeMap<String, TransformTotals>,
+    transform_failures: u64,
+    /// Ledger rows lost because the write queue was full.
+    dropped_rows: u64,
+}
+
+pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
+    let path = match args.ledger.or_else(|| config.ledger.path.clone()) {
+        Some(p) => p,
+        None => pith_home()?.join("ledger.db"),
+    };
+    anyhow::ensure!(
+        path.exists(),
+        "no ledger at {}: run `pith proxy` and send requests through it first (or pass --ledger FILE)",
+        path.display()
+    );
+    let ledger =
+        Ledger::open(&path).with_context(|| format!("cannot open ledger {}", path.display()))?;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let filter = Filter {
+        since_ms: args
+            .since
+            .map(|age| now_ms.saturating_sub(i64::try_from(age).unwrap_or(i64::MAX))),
+        session: args.session.clone(),
+    };
+    let groups = ledger.groups(&filter)?;
+    let prices = Prices::new(&config.prices);
+    let report = build_report(&path, &filter, &groups, &ledger, &prices)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report, args.since.is_some()));
+    }
+    Ok(())
+}
+
+fn build_report(
+    path: &std::path::Path,
+    filter: &Filter,
+    groups: &[Group],
+    ledger: &Ledger,
+    prices: &Prices,
+) -> anyhow::Result<Report> {
+    let mut sessions: Vec<SessionTotals> = Vec::new();
+    let mut models: BTreeMap<Option<String>, Totals> = BTreeMap::new();
+    let mut total = Totals::default();
+    for g in groups {
+        total.add(g, prices);
+        models.entry(g.model.clone()).or_default().add(g, prices);
+        match sessions.iter_mut().find(|s| s.session == g.session) {
+            Some(s) => {
+                s.totals.add(g, prices);
+                s.first_ms = s.first_ms.min(g.first_ms);
+                s.last_ms = s.last_ms.max(g.last_ms);
+                if let Some(m) = g.model.as_ref().filter(|m| !s.models.contains(m)) {
+                    s.models.push(m.clone());
+                }
+            }
+            None => {
+                let mut totals = Totals::default();
+                totals.add(g, prices);
+                sessions.push(SessionTotals {
+                    session: g.session.clone(),
+                    client: g.client.clone(),
+                    models: g.model.iter().cloned().collect(),
+                    first_ms: g.first_ms,
+                    last_ms: g.last_ms,
+                    totals,
+                });
+            }
+        }
+    }
+    let mut transforms: BTreeMap<String, TransformTotals> = BTreeMap::new();
+    for (_model, header) in ledger.transforms(filter)? {
+        for entry in header.split(", ") {
+            let mut parts = entry.split(';');
+            let Some(stage) = parts.next() else { continue };
+            let t = transforms.entry(stage.to_owned()).or_default();
+            t.requests += 1;
+            for fact in parts {
+                if let Some((k, v)) = fact.split_once('=')
+                    && let Ok(n) = v.parse::<u64>()
+                {
+                    *t.facts.entry(k.to_owned()).or_default() += n;
+                }
+            }
+        }
+    }
+    if let Some(defer) = transforms.get_mut("defer") {
+        let chars = defer.facts.get("chars").copied().unwrap_or(0);
+        let tokens =
+            pith_transform::defer::estimated_tokens(usize::try_from(chars).unwrap_or(usize::MAX));
+        defer.estimated_tokens_kept_out = Some(tokens as u64);
+    }
+    Ok(Report {
+        ledger: path.to_owned(),
+        since_ms: filter.since_ms,
+        session: filter.session.clone(),
+        sessions,
+        models: models
+            .into_iter()
+            .map(|(model, totals)| ModelTotals { model, totals })
+            .collect(),
+        transform_failures: groups.iter().map(|g| g.transform_failures).sum(),
+        total,
+        transforms,
+        dropped_rows: ledger.counter(DROPPED_ROWS)?,
+    })
+}
+
+fn tokens(n: u64) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=9_999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+fn cost(t: &Totals) -> String {
+    match (t.cost_usd, t.unpriced_models.is_empty()) {
+        (Some(c), true) => format!("${c:.4}"),
+        (Some(c), false) => format!("${c:.4} + unknown price"),
+        (None, false) => "unknown price".to_owned(),
+        (None, true) => "$0".to_owned(),
+    }
+}
+
+fn row(label: &str, t: &Totals) -> Vec<String> {
+    vec![
+        label.to_owned(),
+        t.requests.to_string(),
+        tokens(t.input_tokens),
+        tokens(t.cache_write_tokens),
+        tokens(t.cache_read_tokens),
+        tokens(t.output_tokens),
+        format!("{:.0}%", t.cache_hit_share * 100.0),
+        cost(t),
+    ]
+}
+
+fn table(out: &mut String, head: &str, rows: &[Vec<String>]) {
+    let header: Vec<String> = [
+        head, "REQS", "INPUT", "CACHE-W", "CACHE-R", "OUTPUT", "HIT", "COST",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let all: Vec<&Vec<String>> = std::iter::once(&header).chain(rows.iter()).collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| all.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in all {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            if i == 0 {
+                line.push_str(&format!("{cell:<w$}", w = widths[i]));
+            } else {
+                line.push_str(&format!("  {cell:>w$}", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
+fn render(r: &Report, filtered_by_time: bool) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("ledger: {}\n", r.ledger.display()));
+    if r.total.requests == 0 {
+        out.push_str(if filtered_by_time || r.session.is_some() {
+            "no requests match\n"
+        } else {
+            "no requests recorded yet\n"
+        });
+        return out;
+    }
+    out.push('\n');
+    let session_rows: Vec<Vec<String>> = r
+        .sessions
+        .iter()
+        .map(|s| {
+            let id = s.session.as_deref().unwrap_or("(none)");
+            let short: String = id.chars().take(24).collect();
+            row(&format!("{short} {}", s.client), &s.totals)
+        })
+        .collect();
+    table(&mut out, "SESSION CLIENT", &session_rows);
+    out.push('\n');
+    let model_rows: Vec<Vec<String>> = r
+        .models
+        .iter()
+        .map(|m| row(m.model.as_deref().unwrap_or("(none)"), &m.totals))
+        .collect();
+    table(&mut out, "MODEL", &model_rows);
+    out.push('\n');
+    table(&mut out, "TOTAL", &[row("all", &r.total)]);
+    let t = &r.total;
+    if t.requests_with_usage < t.requests {
+        out.push_str(&format!(
+            "{} of {} requests carried no usage (errors, cancelled streams, count_tokens, other paths)\n",
+            t.requests - t.requests_with_usage,
+            t.requests
+        ));
+    }
+    if !t.unpriced_models.is_empty() {
+        out.push_str(&format!(
+            "unknown price for {}: add [prices.\"<model>\"] input/output (USD per million tokens) to config\n",
+            t.unpriced_models.join(", ")
+        ));
+    }
+    for (stage, tt) in &r.transforms {
+        let facts: Vec<String> = tt.facts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!(
+            "transform {stage}: changed {} requests{}{}\n",
+            tt.requests,
+            if facts.is_empty() { "" } else { "; " },
+            facts.join(", ")
+        ));
+        if let Some(tokens) = tt.estimated_tokens_kept_out {
+            out.push_str(&format!(
+                "  tool definitions kept out of context: {} chars, about {} tokens (estimate: 4 chars per token)\n",
+                tt.facts.get("chars").copied().unwrap_or(0),
+                tokens
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "transform failures: {}   dropped ledger rows: {}\n",
+        r.transform_failures, r.dropped_rows
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages() {
+        assert_eq!(parse_age("30m"), Ok(1_800_000));
+        assert_eq!(parse_age("1d"), Ok(86_400_000));
+        assert!(parse_age("1x").unwrap_err().contains("use a number"));
+        assert!(parse_age("d").is_err());
+    }
 }

@@ -1,6 +1,11 @@
 //! The one integration-test binary: drives the real `pith` executable.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test harness: a panic is the failure report
 
 mod cli;
+mod defer;
 mod mcp;
 mod memory;
+mod proxy;
 mod setup;
+mod stats;
+mod support;

@@ -1,0 +1,137 @@
+//! Listening, accepting and shutting down.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use pith_transform::Pipeline;
+use tokio::net::TcpListener;
+
+use crate::handler::{State, handle};
+use crate::ledger::LedgerSink;
+use crate::upstream::{self, UpstreamError, UpstreamUrl};
+
+/// Largest request body accepted (the Messages API's own limit is 32 MB).
+pub const DEFAULT_MAX_BODY: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error("accept failed: {0}")]
+    Accept(std::io::Error),
+}
+
+/// Everything a proxy needs; the binary builds it from config and flags.
+pub struct ProxyConfig {
+    pub listen: SocketAddr,
+    pub anthropic: UpstreamUrl,
+    pub openai: UpstreamUrl,
+    pub pipeline: Pipeline,
+    pub ledger: Option<LedgerSink>,
+    pub max_body: usize,
+}
+
+/// A bound proxy, ready to serve.
+pub struct Proxy {
+    listener: TcpListener,
+    state: Arc<State>,
+}
+
+impl Proxy {
+    pub async fn bind(config: ProxyConfig) -> Result<Proxy, ProxyError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ProxyError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let state = Arc::new(State {
+            client: upstream::client()?,
+            anthropic: config.anthropic,
+            openai: config.openai,
+            pipeline: config.pipeline,
+            ledger: config.ledger,
+            max_body: config.max_body,
+            transform_failures: AtomicU64::new(0),
+        });
+        Ok(Proxy { listener, state })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Transform stages that failed (and were skipped) since start.
+    pub fn transform_failures(&self) -> u64 {
+        self.state.transform_failures.load(Ordering::Relaxed)
+    }
+
+    /// Serve until `shutdown` resolves, then stop accepting and give open connections up to
+    /// `grace` to finish.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()>,
+        grace: Duration,
+    ) -> Result<(), ProxyError> {
+        let graceful = GracefulShutdown::new();
+        let mut http = http1::Builder::new();
+        http.keep_alive(true);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let (stream, _peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) if is_transient(&e) => {
+                            tracing::warn!(error = %e, "accept failed; continuing");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                        Err(e) => return Err(ProxyError::Accept(e)),
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let state = Arc::clone(&self.state);
+                    let service = service_fn(move |req| handle(Arc::clone(&state), req));
+                    let conn = http.serve_connection(TokioIo::new(stream), service);
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                    });
+                }
+                () = &mut shutdown => break,
+            }
+        }
+        drop(self.listener);
+        if tokio::time::timeout(grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::info!("grace period over; closing remaining connections");
+        }
+        Ok(())
+    }
+}
+
+/// Errors after which accepting can go on (a client reset, too many open files for a moment).
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+    ) || e.raw_os_error() == Some(24)
+}

@@ -1,0 +1,145 @@
+//! Upstream base URLs and the HTTP client that reaches them.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Uri;
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Public endpoints used when nothing else is configured.
+pub const ANTHROPIC_DEFAULT: &str = "https://api.anthropic.com";
+pub const OPENAI_DEFAULT: &str = "https://api.openai.com";
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("upstream {url:?} is not a valid URL: {reason}")]
+    Invalid { url: String, reason: String },
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
+}
+
+/// An upstream origin such as `https://api.anthropic.com` or `http://127.0.0.1:9000`. The
+/// client's request path (`/v1/messages?beta=true`) is appended to it unchanged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamUrl {
+    scheme: String,
+    authority: String,
+    /// Path prefix without trailing slash (usually empty).
+    prefix: String,
+}
+
+impl UpstreamUrl {
+    pub fn parse(url: &str) -> Result<UpstreamUrl, UpstreamError> {
+        let invalid = |reason: &str| UpstreamError::Invalid {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| invalid(&e.to_string()))?;
+        let scheme = uri
+            .scheme_str()
+            .ok_or_else(|| invalid("it needs a scheme: http:// or https://"))?;
+        if scheme != "http" && scheme != "https" {
+            return Err(invalid("the scheme must be http or https"));
+        }
+        let authority = uri
+            .authority()
+            .ok_or_else(|| invalid("it needs a host"))?
+            .to_string();
+        if uri.query().is_some() {
+            return Err(invalid("it must not carry a query string"));
+        }
+        let prefix = uri.path().trim_end_matches('/').to_owned();
+        if prefix.ends_with("/v1") {
+            return Err(invalid(
+                "give the origin without /v1 (clients already send /v1/... paths)",
+            ));
+        }
+        Ok(UpstreamUrl {
+            scheme: scheme.to_owned(),
+            authority,
+            prefix,
+        })
+    }
+
+    /// The full upstream URI for a client's `path_and_query`.
+    pub fn join(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+        Uri::builder()
+            .scheme(self.scheme.as_str())
+            .authority(self.authority.as_str())
+            .path_and_query(format!("{}{}", self.prefix, path_and_query))
+            .build()
+    }
+}
+
+impl fmt::Display for UpstreamUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.prefix)
+    }
+}
+
+impl fmt::Debug for UpstreamUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UpstreamUrl({self})")
+    }
+}
+
+pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// One pooled client for every upstream: HTTP/1.1 on plain connections, HTTP/2 or 1.1 by ALPN
+/// over TLS (rustls, webpki roots). TCP_NODELAY so small SSE frames are not held back.
+///
+/// hyper-util's client is used instead of reqwest because reqwest adds headers the client did
+/// not send (`accept: */*`), and pith must forward headers exactly.
+pub(crate) fn client() -> Result<HttpClient, UpstreamError> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(Duration::from_secs(10)));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(provider)
+        .map_err(|e| UpstreamError::Tls(e.to_string()))?
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(https))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_join() {
+        let u = UpstreamUrl::parse("http://127.0.0.1:9000/").unwrap();
+        assert_eq!(
+            u.join("/v1/messages?beta=true").unwrap().to_string(),
+            "http://127.0.0.1:9000/v1/messages?beta=true"
+        );
+        let u = UpstreamUrl::parse("https://gw.example/anthropic").unwrap();
+        assert_eq!(
+            u.join("/v1/messages").unwrap().to_string(),
+            "https://gw.example/anthropic/v1/messages"
+        );
+        for bad in [
+            "api.anthropic.com",
+            "ftp://x",
+            "https://api.openai.com/v1",
+            "http://x/?a=1",
+        ] {
+            let e = UpstreamUrl::parse(bad).unwrap_err();
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The proxy with test stages in its pipeline: failing stages leave the bytes alone and are
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test harness: a panic is the failure report
+//! counted; a working stage's edit reaches the upstream and is disclosed to the client.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use pith_proxy::{LedgerSink, Proxy, ProxyConfig, TRANSFORMS_HEADER, UpstreamUrl};
+use pith_store::ledger::Ledger;
+use pith_testkit::MockUpstream;
+use pith_transform::{Edit, Outcome, Pipeline, Request, Splice, Stage, StageError};
+
+struct Panics;
+impl Stage for Panics {
+    fn name(&self) -> &'static str {
+        "panics"
+    }
+    fn apply(&self, _: &Request<'_>) -> Result<Outcome, StageError> {
+        panic!("stage bug")
+    }
+}
+
+struct Errors;
+impl Stage for Errors {
+    fn name(&self) -> &'static str {
+        "errors"
+    }
+    fn apply(&self, _: &Request<'_>) -> Result<Outcome, StageError> {
+        Err(StageError("cannot".into()))
+    }
+}
+
+/// Breaks the JSON: the pipeline must reject its edit.
+struct Corrupts;
+impl Stage for Corrupts {
+    fn name(&self) -> &'static str {
+        "corrupts"
+    }
+    fn apply(&self, _: &Request<'_>) -> Result<Outcome, StageError> {
+        Ok(Outcome::Edited(Edit {
+            splices: vec![Splice {
+                range: 0..1,
+                replacement: "[".into(),
+            }],
+            ..Edit::default()
+        }))
+    }
+}
+
+/// Renames the model: a real edit, one span.
+struct RenamesModel;
+impl Stage for RenamesModel {
+    fn name(&self) -> &'static str {
+        "rename"
+    }
+    fn apply(&self, r: &Request<'_>) -> Result<Outcome, StageError> {
+        let text = std::str::from_utf8(r.body).map_err(|e| StageError(e.to_string()))?;
+        let at = text
+            .find("\"claude-haiku-4-5\"")
+            .ok_or_else(|| StageError("no model".into()))?;
+        Ok(Outcome::Edited(Edit {
+            splices: vec![Splice {
+                range: at..at + "\"claude-haiku-4-5\"".len(),
+                replacement: "\"claude-other\"".into(),
+            }],
+            facts: vec![("n", "1".into())],
+            ..Edit::default()
+        }))
+    }
+}
+
+async fn start(
+    pipeline: Pipeline,
+    mock: &MockUpstream,
+    ledger: &std::path::Path,
+) -> (SocketAddr, LedgerSink) {
+    let upstream = UpstreamUrl::parse(&mock.url()).unwrap();
+    let sink = LedgerSink::start(Ledger::open(ledger).unwrap(), 64).unwrap();
+    let proxy = Proxy::bind(ProxyConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        anthropic: upstream.clone(),
+        openai: upstream,
+        pipeline,
+        ledger: Some(sink.clone()),
+        max_body: pith_proxy::DEFAULT_MAX_BODY,
+    })
+    .await
+    .unwrap();
+    let addr = proxy.local_addr().unwrap();
+    tokio::spawn(proxy.serve(std::future::pending(), Duration::from_secs(1)));
+    (addr, sink)
+}
+
+const BODY: &str =
+    r#"{"model":"claude-haiku-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+
+async fn post(addr: SocketAddr) -> http::Response<hyper::body::Incoming> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = http::Request::post(format!("http://{addr}/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .unwrap();
+    client.request(req).await.unwrap()
+}
+
+#[tokio::test]
+async fn failing_stages_leave_the_request_byte_identical_and_are_counted() {
+    let mock = MockUpstream::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = Pipeline::new()
+        .with_stage(Box::new(Panics))
+        .with_stage(Box::new(Errors))
+        .with_stage(Box::new(Corrupts));
+    let (addr, sink) = start(pipeline, &mock, &dir.path().join("l.db")).await;
+    let resp = post(addr).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get(TRANSFORMS_HEADER).is_none());
+    resp.into_body().collect().await.unwrap();
+    assert_eq!(&mock.received()[0].body[..], BODY.as_bytes());
+    sink.shutdown(Duration::from_secs(5));
+    let rows = Ledger::open(&dir.path().join("l.db"))
+        .unwrap()
+        .rows()
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].transform_failures, 3);
+    assert_eq!(rows[0].transforms, None);
+}
+
+#[tokio::test]
+async fn an_edit_changes_only_its_span_and_is_disclosed() {
+    let mock = MockUpstream::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = Pipeline::new()
+        .with_stage(Box::new(Panics))
+        .with_stage(Box::new(RenamesModel));
+    let (addr, sink) = start(pipeline, &mock, &dir.path().join("l.db")).await;
+    let resp = post(addr).await;
+    assert_eq!(resp.headers()[TRANSFORMS_HEADER], "rename;n=1");
+    resp.into_body().collect().await.unwrap();
+    let got = mock.received();
+    assert_eq!(
+        &got[0].body[..],
+        BODY.replace("claude-haiku-4-5", "claude-other").as_bytes()
+    );
+    assert_eq!(
+        got[0].header("content-length"),
+        Some(got[0].body.len().to_string().as_str())
+    );
+    sink.shutdown(Duration::from_secs(5));
+    let rows = Ledger::open(&dir.path().join("l.db"))
+        .unwrap()
+        .rows()
+        .unwrap();
+    assert_eq!(rows[0].transforms.as_deref(), Some("rename;n=1"));
+    assert_eq!(rows[0].transform_failures, 1);
+    assert_eq!(rows[0].bytes_client, BODY.len() as u64);
+    assert_eq!(rows[0].bytes_upstream, got[0].body.len() as u64);
+}

@@ -1,0 +1,280 @@
+//! Search plus optional ranking, and the text an agent reads.
+//!
+//! Ranking rules (issue 3): a ranker only reorders; the report says how many matches it withheld
+//! and how to get all of them (`all: true`); any failure shows the plain page with nothing
+//! withheld; a ranked report names the ranker.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::walk::collect;
+use crate::{MAX_LINE_CHARS, MAX_OFFSET, Match, SearchError, SearchRequest};
+
+/// One search result offered to a ranker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Candidate {
+    /// Position in the candidate list (0-based); a ranking is an ordering of these ids.
+    pub id: usize,
+    /// `path:line: matched text`, one line.
+    pub summary: String,
+}
+
+/// Orders search results by relevance (a local model, in pith-prefilter).
+///
+/// Implementations must fail open: anything short of a definitive ordering is `None`.
+pub trait Ranker {
+    /// Who ranked, for the disclosure line, e.g. `qwen2.5-coder:1.5b (Ollama)`.
+    fn name(&self) -> String;
+
+    /// Largest candidate list this ranker accepts; broader searches are paged, not ranked.
+    fn max_candidates(&self) -> usize {
+        crate::DEFAULT_MAX_RANK_CANDIDATES
+    }
+
+    /// Every candidate id exactly once, most relevant first; `None` when it cannot rank
+    /// definitively (unreachable, timeout, malformed answer, ...).
+    fn rank(&self, query: &str, candidates: &[Candidate]) -> Option<Vec<usize>>;
+}
+
+/// Whether and how a report was ranked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Ranking {
+    /// Path order: no ranker, `all`, a later page (`offset > 0`), or too few or too many matches.
+    NotApplied,
+    /// Ranked: `matches` is the ranker's best prefix, most relevant first.
+    Ranked {
+        /// The ranker's name.
+        by: String,
+    },
+    /// The ranker was asked and gave no definitive order: path order, nothing withheld.
+    FailedOpen {
+        /// The ranker's name.
+        by: String,
+    },
+}
+
+/// The result of [`search_workspace`]: structured data plus [`SearchReport::render`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SearchReport {
+    /// The matches shown, in display order (ranked, or path then line).
+    pub matches: Vec<Match>,
+    /// Every matching line.
+    pub total_matches: u64,
+    /// Files with at least one matching line.
+    pub files_with_matches: u64,
+    /// Offset of the first shown match in path order (0 when ranked).
+    pub offset: usize,
+    /// Page size used (after clamping).
+    pub max_results: usize,
+    /// Matches not shown in this report (before the offset, after the page, or not in the
+    /// ranked prefix).
+    pub withheld: u64,
+    /// Offset of the next path-order page, when there is one (never set when ranked: the way
+    /// to the rest is `all: true`).
+    pub next_offset: Option<usize>,
+    /// Whether a ranker ordered `matches`.
+    pub ranking: Ranking,
+}
+
+/// Searches like [`crate::search`] and, when `ranker` is given, the request is a first page
+/// without `all`, and there are more than `threshold` matches (but no more than the ranker's
+/// [`Ranker::max_candidates`]), lets the ranker order them all and shows its best
+/// `min(max_results, threshold)`.
+///
+/// The ranker's order is checked again here (every id exactly once); anything else, or `None`,
+/// gives the plain path-order page with [`Ranking::FailedOpen`].
+pub fn search_workspace(
+    root: &Path,
+    req: &SearchRequest,
+    ranker: Option<&dyn Ranker>,
+    threshold: usize,
+) -> Result<SearchReport, SearchError> {
+    let max_results = req.effective_max_results();
+    let ranker = ranker.filter(|_| !req.all && req.offset == 0 && max_results > 0);
+    let rank_capacity = ranker.map_or(0, |ranker| ranker.max_candidates());
+    let keep = req.offset.saturating_add(max_results).max(rank_capacity);
+    let collected = collect(root, req, keep)?;
+
+    let mut ranking = Ranking::NotApplied;
+    if let Some(ranker) = ranker {
+        let total = collected.total_matches;
+        if total > threshold as u64 && total <= rank_capacity as u64 {
+            let candidates: Vec<Candidate> = collected
+                .first
+                .iter()
+                .enumerate()
+                .map(|(id, found)| Candidate {
+                    id,
+                    summary: found.summary(),
+                })
+                .collect();
+            let query = req
+                .intent
+                .as_deref()
+                .map(str::trim)
+                .filter(|intent| !intent.is_empty())
+                .unwrap_or(&req.pattern);
+            let by = ranker.name();
+            match ranker
+                .rank(query, &candidates)
+                .filter(|order| is_permutation(order, candidates.len()))
+            {
+                Some(order) => {
+                    let shown = max_results.min(threshold.max(1));
+                    let mut slots: Vec<Option<Match>> =
+                        collected.first.into_iter().map(Some).collect();
+                    let matches: Vec<Match> = order
+                        .iter()
+                        .take(shown)
+                        .filter_map(|&id| slots.get_mut(id).and_then(Option::take))
+                        .collect();
+                    return Ok(SearchReport {
+                        withheld: total.saturating_sub(matches.len() as u64),
+                        matches,
+                        total_matches: total,
+                        files_with_matches: collected.files_with_matches,
+                        offset: 0,
+                        max_results,
+                        next_offset: None,
+                        ranking: Ranking::Ranked { by },
+                    });
+                }
+                None => {
+                    tracing::info!(ranker = %by, "search: ranking gave no definitive order; showing path order");
+                    ranking = Ranking::FailedOpen { by };
+                }
+            }
+        }
+    }
+
+    let page = collected.into_page(req.offset, max_results);
+    let end = page.offset.saturating_add(page.matches.len());
+    let next_offset = (page.remaining() > 0).then_some(end);
+    Ok(SearchReport {
+        withheld: page.total_matches.saturating_sub(page.matches.len() as u64),
+        matches: page.matches,
+        total_matches: page.total_matches,
+        files_with_matches: page.files_with_matches,
+        offset: page.offset,
+        max_results,
+        next_offset,
+        ranking,
+    })
+}
+
+/// Every id in `0..len` exactly once.
+fn is_permutation(order: &[usize], len: usize) -> bool {
+    if order.len() != len {
+        return false;
+    }
+    let mut seen = vec![false; len];
+    order.iter().all(|&id| match seen.get_mut(id) {
+        Some(slot) if !*slot => {
+            *slot = true;
+            true
+        }
+        _ => false,
+    })
+}
+
+fn plural(count: u64, one: &str, many: &str) -> String {
+    if count == 1 {
+        format!("{count} {one}")
+    } else {
+        format!("{count} {many}")
+    }
+}
+
+impl SearchReport {
+    /// The report as text: one `path:line: text` line per shown match, and a line that says
+    /// what is shown, how many matches exist, and how to get the rest (a ranked report starts
+    /// with the disclosure line instead).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let matches = plural(self.total_matches, "match", "matches");
+        let files = plural(self.files_with_matches, "file", "files");
+        if let Ranking::Ranked { by } = &self.ranking {
+            let _ = writeln!(
+                out,
+                "pith: ranked by local model {by}: the {} most relevant of {matches} in {files}, \
+                 most relevant first; {} withheld. Pass all=true to list every match in path order.",
+                self.matches.len(),
+                self.withheld,
+            );
+        }
+        for found in &self.matches {
+            let _ = writeln!(out, "{}", found.summary());
+        }
+        if !matches!(self.ranking, Ranking::Ranked { .. }) {
+            out.push_str(&self.summary_line(&matches, &files));
+            out.push('\n');
+        }
+        if self.matches.iter().any(|found| found.truncated) {
+            let _ = writeln!(
+                out,
+                "Long lines are cut to {MAX_LINE_CHARS} characters around the match (marked …)."
+            );
+        }
+        out
+    }
+
+    fn summary_line(&self, matches: &str, files: &str) -> String {
+        let shown = self.matches.len() as u64;
+        if self.total_matches == 0 {
+            return "No matches (ignored, hidden and binary files are not searched).".to_owned();
+        }
+        if self.max_results == 0 {
+            return format!("{matches} in {files} (max_results=0: counts only).");
+        }
+        if shown == self.total_matches {
+            return format!("{matches} in {files}.");
+        }
+        if shown == 0 {
+            return format!(
+                "No matches at offset {}: there are {matches} in {files} (offsets 0-{}).",
+                self.offset,
+                self.total_matches - 1
+            );
+        }
+        let first = self.offset + 1;
+        let last = self.offset + self.matches.len();
+        let mut line = format!(
+            "Showing matches {first}-{last} of {matches} in {files} (sorted by path, then line)."
+        );
+        match self.next_offset {
+            Some(next) if next <= MAX_OFFSET => {
+                let more = self.total_matches.saturating_sub(next as u64);
+                let _ = write!(
+                    line,
+                    " {more} more: pass offset={next} for the next page, or narrow with globs/path."
+                );
+            }
+            Some(next) => {
+                let more = self.total_matches.saturating_sub(next as u64);
+                let _ = write!(
+                    line,
+                    " {more} more, past the paging limit (offset {MAX_OFFSET}): narrow with globs/path."
+                );
+            }
+            None => line.push_str(" This is the last page."),
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_check_rejects_everything_but_each_id_once() {
+        assert!(is_permutation(&[2, 0, 1], 3));
+        assert!(!is_permutation(&[2, 0], 3));
+        assert!(!is_permutation(&[2, 0, 0], 3));
+        assert!(!is_permutation(&[2, 0, 3], 3));
+        assert!(!is_permutation(&[2, 0, 1, 1], 3));
+    }
+}

@@ -1,0 +1,332 @@
+//! A mock Ollama server on 127.0.0.1 (random port) for the local-prefilter tests.
+//!
+//! It serves `GET /api/tags` and non-streaming `POST /api/chat` in Ollama's real response
+//! shapes, answers chat with a scripted [`ChatReply`] (success, prose, bad indices, slow, HTTP
+//! error), answers 404 for a model it does not list (as Ollama does for a model not pulled), and
+//! records every request so tests can check what was sent (e.g. `options.num_ctx`).
+//! It runs on its own thread and runtime, so sync tests can use it; dropping it stops it.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// How the mock answers `POST /api/chat` for a listed model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChatReply {
+    /// Message content `{"order": [...]}` with these indices, as given (a permutation, or one
+    /// with a duplicate, a gap or an invented index).
+    Order(Vec<i64>),
+    /// This exact message content.
+    Content(String),
+    /// Wait, then answer as the inner reply.
+    Delayed(Duration, Box<ChatReply>),
+    /// This HTTP status with Ollama's error body `{"error": message}`.
+    Error(u16, String),
+}
+
+impl ChatReply {
+    /// A valid ordering of `n` candidates: last first.
+    pub fn reversed(n: usize) -> Self {
+        Self::Order((0..n as i64).rev().collect())
+    }
+
+    /// The right ordering wrapped in prose, as chatty models answer.
+    pub fn prose(n: usize) -> Self {
+        let order: Vec<String> = (0..n).rev().map(|i| i.to_string()).collect();
+        Self::Content(format!(
+            "Sure! Here is the ranking, most relevant first:\n{{\"order\": [{}]}}",
+            order.join(", ")
+        ))
+    }
+
+    /// `n` indices where one appears twice (and so one is missing).
+    pub fn duplicate_index(n: usize) -> Self {
+        let mut order: Vec<i64> = (0..n as i64).collect();
+        if let Some(last) = order.last_mut() {
+            *last = 0;
+        }
+        Self::Order(order)
+    }
+
+    /// All indices but the last.
+    pub fn missing_index(n: usize) -> Self {
+        Self::Order((0..n.saturating_sub(1) as i64).collect())
+    }
+
+    /// Every index plus one that is not a candidate.
+    pub fn invented_index(n: usize) -> Self {
+        Self::Order((0..=n as i64).rev().collect())
+    }
+
+    /// A valid ordering, after `delay`.
+    pub fn slow(n: usize, delay: Duration) -> Self {
+        Self::Delayed(delay, Box::new(Self::reversed(n)))
+    }
+
+    /// HTTP 500 with an Ollama-style error.
+    pub fn server_error() -> Self {
+        Self::Error(
+            500,
+            "llama runner process has terminated: exit status 2".to_owned(),
+        )
+    }
+}
+
+/// A request the mock received.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Request path.
+    pub path: String,
+    /// The body parsed as JSON (`Null` when empty or not JSON).
+    pub body: Value,
+}
+
+struct State {
+    models: Vec<String>,
+    reply: ChatReply,
+    requests: Vec<RecordedRequest>,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(state: &Shared) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A running mock Ollama; stops when dropped.
+pub struct MockOllama {
+    addr: SocketAddr,
+    state: Shared,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MockOllama {
+    /// Starts a server that lists `models` in /api/tags and answers chat with `reply`.
+    pub fn start(models: &[&str], reply: ChatReply) -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let state: Shared = Arc::new(Mutex::new(State {
+            models: models.iter().map(|m| (*m).to_owned()).collect(),
+            reply,
+            requests: Vec::new(),
+        }));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (shutdown, stop) = oneshot::channel();
+        let served = Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("mock-ollama".to_owned())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => {
+                            tokio::select! {
+                                _ = stop => {}
+                                () = serve(listener, served) => {}
+                            }
+                        }
+                        Err(err) => eprintln!("mock ollama: cannot listen: {err}"),
+                    }
+                });
+                // Slow replies may still be sleeping: drop them rather than wait.
+                runtime.shutdown_background();
+            })?;
+        Ok(Self {
+            addr,
+            state,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Changes the chat reply for later requests.
+    pub fn set_reply(&self, reply: ChatReply) {
+        lock(&self.state).reply = reply;
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state).requests.clone()
+    }
+
+    /// The `/api/chat` requests received so far.
+    pub fn chat_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path == "/api/chat")
+            .collect()
+    }
+}
+
+impl Drop for MockOllama {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A loopback URL where nothing listens (connection refused): a port bound and released.
+pub fn closed_port_url() -> std::io::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    drop(listener);
+    Ok(format!("http://{addr}"))
+}
+
+async fn serve(listener: tokio::net::TcpListener, state: Shared) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| handle(req, Arc::clone(&state)));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    state: Shared,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let method = req.method().to_string();
+    let path = req.uri().path().to_owned();
+    let body = match req.into_body().collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let (models, reply) = {
+        let mut state = lock(&state);
+        state.requests.push(RecordedRequest {
+            method: method.clone(),
+            path: path.clone(),
+            body,
+        });
+        (state.models.clone(), state.reply.clone())
+    };
+    Ok(match (method.as_str(), path.as_str()) {
+        ("GET", "/api/tags") => json_response(200, &tags(&models)),
+        ("POST", "/api/chat") if models.contains(&model) => chat(&model, reply).await,
+        ("POST", "/api/chat") => json_response(
+            404,
+            &json!({"error": format!("model \"{model}\" not found, try pulling it first")}),
+        ),
+        _ => text_response(404, "404 page not found"),
+    })
+}
+
+async fn chat(model: &str, mut reply: ChatReply) -> Response<Full<Bytes>> {
+    loop {
+        match reply {
+            ChatReply::Delayed(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                reply = *inner;
+            }
+            ChatReply::Error(status, message) => {
+                return json_response(status, &json!({ "error": message }));
+            }
+            ChatReply::Order(order) => {
+                return json_response(
+                    200,
+                    &chat_body(model, &json!({ "order": order }).to_string()),
+                );
+            }
+            ChatReply::Content(content) => return json_response(200, &chat_body(model, &content)),
+        }
+    }
+}
+
+/// A non-streaming /api/chat reply as Ollama sends it (durations in nanoseconds).
+fn chat_body(model: &str, content: &str) -> Value {
+    json!({
+        "model": model,
+        "created_at": "2026-01-01T00:00:00.000000000Z",
+        "message": {"role": "assistant", "content": content},
+        "done_reason": "stop",
+        "done": true,
+        "total_duration": 412_345_678_u64,
+        "load_duration": 12_345_678_u64,
+        "prompt_eval_count": 1843,
+        "prompt_eval_duration": 250_000_000_u64,
+        "eval_count": 97,
+        "eval_duration": 150_000_000_u64,
+    })
+}
+
+/// /api/tags as Ollama lists pulled models.
+fn tags(models: &[String]) -> Value {
+    let models: Vec<Value> = models
+        .iter()
+        .map(|name| {
+            json!({
+                "name": name,
+                "model": name,
+                "modified_at": "2026-01-01T00:00:00.000000000Z",
+                "size": 986_061_892_u64,
+                "digest": "6d3abb8d2d53d1f6e1f1d0b5c8a2e6b2a0d1a9e0f6c3b4a5d6e7f8091a2b3c4d",
+                "details": {
+                    "parent_model": "",
+                    "format": "gguf",
+                    "family": "qwen2",
+                    "families": ["qwen2"],
+                    "parameter_size": "1.5B",
+                    "quantization_level": "Q4_K_M",
+                },
+            })
+        })
+        .collect();
+    json!({ "models": models })
+}
+
+fn json_response(status: u16, body: &Value) -> Response<Full<Bytes>> {
+    response(status, "application/json; charset=utf-8", body.to_string())
+}
+
+fn text_response(status: u16, body: &str) -> Response<Full<Bytes>> {
+    response(status, "text/plain; charset=utf-8", body.to_owned())
+}
+
+fn response(status: u16, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}

@@ -1,0 +1,108 @@
+//! The defer stage's own time on a 53-tool OpenCode request it rewrites (req003: later
+//! captured turns call tools it defers, which a replay without searches cannot have), next
+//! to plain JSON parses of
+//! the same body (the cheapest things any body-reading stage must do) for ratios. Measured
+//! twice: wall time (criterion's default) and the benchmark thread's CPU time, which other
+//! processes on a shared machine do not inflate.
+//!
+//! `cargo bench -p pith-transform --bench defer`
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Duration;
+
+use cpu_time::ThreadTime;
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
+use http::HeaderMap;
+use pith_transform::{DeferOptions, DeferStage, Outcome, Request, Stage};
+use pith_wire::Wire;
+
+/// CPU time of the measuring thread.
+struct ThreadCpu;
+
+static WALL: WallTime = WallTime;
+
+impl Measurement for ThreadCpu {
+    type Intermediate = ThreadTime;
+    type Value = Duration;
+
+    fn start(&self) -> ThreadTime {
+        ThreadTime::now()
+    }
+    fn end(&self, start: ThreadTime) -> Duration {
+        start.elapsed()
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WALL.formatter()
+    }
+}
+
+#[allow(
+    clippy::expect_used,
+    reason = "a benchmark without its input must stop loudly, not measure nothing"
+)]
+fn mcp40_body() -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/captures/opencode-1.18.33/anthropic-agentsmd-mcp40/req003.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("capture {} missing: {e}", path.display()));
+    let capture: serde_json::Value = serde_json::from_str(&text).expect("capture is JSON");
+    capture["body"]
+        .as_str()
+        .expect("capture has a body string")
+        .as_bytes()
+        .to_vec()
+}
+
+fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8]) {
+    let headers = HeaderMap::new();
+    let request = Request {
+        wire: Wire::AnthropicMessages,
+        path: "/v1/messages",
+        headers: &headers,
+        body,
+    };
+    let stage = DeferStage::new(DeferOptions::default());
+    assert!(
+        matches!(stage.apply(&request), Ok(Outcome::Edited(_))),
+        "the benchmark body is one the stage rewrites"
+    );
+    group.bench_function("stage_apply", |b| {
+        b.iter(|| stage.apply(black_box(&request)))
+    });
+    group.bench_function("baseline_serde_json_value_parse", |b| {
+        b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(body)))
+    });
+    group.bench_function("baseline_validate_ignored_any", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(body)))
+    });
+    group.finish();
+}
+
+fn wall(c: &mut Criterion) {
+    let body = mcp40_body();
+    run_group(c.benchmark_group("defer_mcp40_req003"), &body);
+}
+
+fn cpu(c: &mut Criterion<ThreadCpu>) {
+    let body = mcp40_body();
+    run_group(c.benchmark_group("defer_mcp40_req003_cpu"), &body);
+}
+
+criterion_group!(wall_time, wall);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = cpu
+}
+criterion_main!(wall_time, cpu_time);

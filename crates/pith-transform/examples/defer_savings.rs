@@ -1,0 +1,248 @@
+//! What tool deferral keeps out of context on the real captures, and the cache-weighted prompt
+//! cost of the OpenCode mcp40 session before and after.
+//!
+//! `cargo run --release -p pith-transform --example defer_savings`
+#![allow(clippy::print_stdout, reason = "a report printed for a person")]
+
+#[path = "../tests/defer/sim.rs"]
+mod sim;
+
+use pith_transform::defer::estimated_tokens;
+use pith_transform::{DeferOptions, DeferStage, Outcome, apply_splices};
+use serde_json::value::RawValue;
+
+use sim::{
+    Capture, CostModel, RequestCost, as_deferred_session, capture_folders, deferred_names,
+    load_folder,
+};
+
+const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40";
+const FIX_CALC: &str = "opencode-1.18.33/anthropic-fix-calc";
+
+fn main() -> Result<(), String> {
+    let stage = DeferStage::new(DeferOptions::default());
+    println!("## Tool definitions kept out of context (estimated tokens = bytes / 4)\n");
+    println!(
+        "| capture | requests | deferred | unchanged (reason) | tool JSON B per request with tools | deferred B per deferred request | est. tokens per deferred request | est. tokens kept out, whole session |"
+    );
+    println!("|---|---:|---:|---|---:|---:|---:|---:|");
+    for folder in capture_folders()? {
+        let captures = replayed(&stage, &load_folder(&folder)?)?;
+        let (mut with_tools, mut deferred_in, mut tool_bytes, mut deferred_bytes) = (0, 0, 0, 0);
+        let mut reasons: Vec<(&str, usize)> = Vec::new();
+        for capture in &captures {
+            let tools = tool_definitions(capture)?;
+            if !tools.is_empty() {
+                with_tools += 1;
+                tool_bytes += tools.iter().map(|(_, raw)| raw.len()).sum::<usize>();
+            }
+            match capture.run(&stage).map_err(|e| e.to_string())? {
+                Outcome::Edited(edit) => {
+                    let out =
+                        apply_splices(&capture.body, &edit.splices).map_err(|e| e.to_string())?;
+                    let names = deferred_names(&out)?;
+                    deferred_in += 1;
+                    deferred_bytes += tools
+                        .iter()
+                        .filter(|(name, _)| names.contains(name))
+                        .map(|(_, raw)| raw.len())
+                        .sum::<usize>();
+                }
+                Outcome::Unchanged(reason) => {
+                    match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                        Some((_, n)) => *n += 1,
+                        None => reasons.push((reason, 1)),
+                    }
+                }
+            }
+        }
+        let per = |total: usize, n: usize| total.checked_div(n).unwrap_or(0);
+        let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} ({r})")).collect();
+        println!(
+            "| {folder} | {} | {deferred_in} | {} | {} | {} | {} | {} |",
+            captures.len(),
+            reasons.join(", "),
+            per(tool_bytes, with_tools),
+            per(deferred_bytes, deferred_in),
+            estimated_tokens(per(deferred_bytes, deferred_in)),
+            estimated_tokens(deferred_bytes),
+        );
+    }
+    for folder in [MCP40, FIX_CALC] {
+        cost_report(&stage, folder, folder == MCP40)?;
+    }
+    Ok(())
+}
+
+/// Cache-weighted prompt cost of one Anthropic session before and after deferral.
+fn cost_report(stage: &DeferStage, folder: &str, detail: bool) -> Result<(), String> {
+    let original = load_folder(folder)?;
+    let session = replayed(stage, &original)?;
+    let mut rewritten = Vec::new();
+    for capture in &session {
+        rewritten.push(match capture.run(stage).map_err(|e| e.to_string())? {
+            Outcome::Edited(edit) => {
+                apply_splices(&capture.body, &edit.splices).map_err(|e| e.to_string())?
+            }
+            Outcome::Unchanged(_) => capture.body.clone(),
+        });
+    }
+    let raw: Vec<Vec<u8>> = original.iter().map(|c| c.body.clone()).collect();
+    println!("\n## {folder}: cache-weighted prompt tokens (1x uncached, 1.25x write, 0.1x read)\n");
+    for (label, model) in [
+        (
+            "conservative (search tool +500 tokens, continuation re-reads the prompt)",
+            CostModel::CONSERVATIVE,
+        ),
+        ("documented costs only", CostModel::DOCUMENTED),
+    ] {
+        let before = sim::session_costs(&raw, model)?;
+        let after = sim::session_costs(&rewritten, model)?;
+        if detail {
+            println!("Cost model: {label}.\n");
+            println!(
+                "| request | before: uncached / write / read | weighted | after: uncached / write / read | search cont. | weighted | new write? |"
+            );
+            println!("|---|---|---:|---|---:|---:|---|");
+            for (k, (b, a)) in before.iter().zip(&after).enumerate() {
+                println!(
+                    "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
+                    original[k].file,
+                    split(b),
+                    b.weighted(),
+                    split(a),
+                    a.search_continuation,
+                    a.weighted(),
+                    if a.prompt.write > 0.0 && b.prompt.write == 0.0 {
+                        "YES"
+                    } else {
+                        "no"
+                    }
+                );
+            }
+            println!();
+        }
+        let new_writes = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| a.prompt.write > 0.0 && b.prompt.write == 0.0)
+            .count();
+        let (b, a) = (total(&before), total(&after));
+        println!(
+            "- {label}: before {b:.0}, after {a:.0} weighted tokens, {:.1}% less; requests with a cache write the original did not pay: {new_writes}",
+            100.0 * (1.0 - a / b)
+        );
+        if detail {
+            println!();
+        }
+    }
+    // The same tools section on the captured history, no searches: what a replay that ignores
+    // the cost of finding deferred tools reports.
+    let first = rewritten
+        .iter()
+        .zip(&original)
+        .find(|(out, orig)| out != &&orig.body)
+        .map(|(out, _)| out)
+        .ok_or("nothing deferred")?;
+    let section = tools_section(first)?;
+    let tools: Vec<serde_json::Value> =
+        serde_json::from_str(&section).map_err(|e| e.to_string())?;
+    let loaded: Vec<&str> = tools
+        .iter()
+        .filter(|t| t.get("defer_loading").is_none())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    println!(
+        "- loaded set: {} of {} tools: {}",
+        loaded.len(),
+        tools.len(),
+        loaded.join(", ")
+    );
+    let mut no_search = Vec::new();
+    for capture in &original {
+        no_search.push(match tools_span(capture)? {
+            Some(span) => {
+                let mut body = capture.body[..span.start].to_vec();
+                body.extend_from_slice(section.as_bytes());
+                body.extend_from_slice(&capture.body[span.end..]);
+                body
+            }
+            None => capture.body.clone(),
+        });
+    }
+    let before = total(&sim::session_costs(&raw, CostModel::DOCUMENTED)?);
+    let after = total(&sim::session_costs(&no_search, CostModel::DOCUMENTED)?);
+    println!(
+        "- searches not modelled (the deferred tools section on the captured history): before {before:.0}, after {after:.0}, {:.1}% less",
+        100.0 * (1.0 - after / before)
+    );
+    Ok(())
+}
+
+fn total(costs: &[RequestCost]) -> f64 {
+    costs.iter().map(RequestCost::weighted).sum()
+}
+
+fn tools_span(capture: &Capture) -> Result<Option<std::ops::Range<usize>>, String> {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        tools: Option<&'a RawValue>,
+    }
+    let body = capture.body_str();
+    let top: Top<'_> = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    Ok(top.tools.and_then(|t| pith_transform::span_of(body, t)))
+}
+
+fn tools_section(body: &[u8]) -> Result<String, String> {
+    let capture = Capture {
+        file: String::new(),
+        path: String::new(),
+        headers: Default::default(),
+        body: body.to_vec(),
+    };
+    let span = tools_span(&capture)?.ok_or("no tools")?;
+    Ok(capture.body_str()[span].to_owned())
+}
+
+fn split(c: &RequestCost) -> String {
+    format!(
+        "{:.0} / {:.0} / {:.0}",
+        c.prompt.uncached, c.prompt.write, c.prompt.read
+    )
+}
+
+/// Anthropic sessions replayed as they would go under deferral (searches before the first
+/// call of each deferred tool); other wires as captured.
+fn replayed(stage: &DeferStage, captures: &[Capture]) -> Result<Vec<Capture>, String> {
+    for capture in captures {
+        if capture.wire() != Some(pith_wire::Wire::AnthropicMessages) {
+            continue;
+        }
+        if let Outcome::Edited(edit) = capture.run(stage).map_err(|e| e.to_string())? {
+            let out = apply_splices(&capture.body, &edit.splices).map_err(|e| e.to_string())?;
+            return as_deferred_session(captures, &deferred_names(&out)?);
+        }
+    }
+    as_deferred_session(captures, &[])
+}
+
+/// `(name, definition JSON)` of each tool in a request.
+fn tool_definitions(capture: &Capture) -> Result<Vec<(String, String)>, String> {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        tools: Option<Vec<&'a RawValue>>,
+    }
+    let top: Top<'_> = serde_json::from_slice(&capture.body).map_err(|e| e.to_string())?;
+    top.tools
+        .unwrap_or_default()
+        .into_iter()
+        .map(|raw| {
+            let value: serde_json::Value =
+                serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+            let name = value["name"].as_str().unwrap_or("").to_owned();
+            Ok((name, raw.get().to_owned()))
+        })
+        .collect()
+}

@@ -1,0 +1,427 @@
+//! Tool deferral: keep tool definitions the model is not using out of its context.
+//!
+//! On Anthropic Messages and OpenAI Responses, every tool that is not in the loaded set gets
+//! `"defer_loading": true` spliced into its definition and the provider's tool search tool is
+//! added, so the model sees a few definitions plus a search tool and loads the rest on demand.
+//! The loaded set is the tools at or below `small_tool_chars` plus the `keep_relevant` tools
+//! most relevant to the task, where the task is the first real user prompt of the
+//! conversation: both inputs are the same on every turn of a session, so the rewritten `tools`
+//! section (the start of the cached prefix) is byte-identical on every turn.
+//!
+//! Whenever deferral could be wrong the request is left unchanged, with a [`reason`].
+
+mod history;
+mod rank;
+mod view;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use http::HeaderName;
+use pith_wire::Wire;
+use serde_json::value::RawValue;
+
+use crate::splice::span_of;
+use crate::stage::{Edit, HeaderEdit, Outcome, Request, Splice, Stage, StageError};
+
+pub use rank::{ToolRanker, ToolText, bm25_scores};
+
+use history::History;
+use view::{Str, Tool, Top, TypeOnly, member_removal};
+
+/// The `anthropic-beta` value that enables the tool search tool and `defer_loading`.
+pub const ANTHROPIC_BETA: &str = "advanced-tool-use-2025-11-20";
+
+/// The provider's limit on deferred tools in one request.
+pub const MAX_DEFERRED: usize = 10_000;
+
+/// Why the stage left a request unchanged (recorded in the ledger as the skip reason).
+pub mod reason {
+    /// Chat Completions has no server-side tool search.
+    pub const NOT_APPLICABLE: &str = "not_applicable";
+    /// The body (or a part the stage must read) is not the JSON shape it expects.
+    pub const UNPARSEABLE: &str = "unparseable";
+    pub const NO_TOOLS: &str = "no_tools";
+    pub const SINGLE_TOOL: &str = "single_tool";
+    /// A tool carries `defer_loading` or a tool search tool is present.
+    pub const ALREADY_DEFERRING: &str = "already_deferring";
+    /// `tool_choice` forces a tool (Anthropic `any`/`tool`, Responses `required` or a named
+    /// tool) or is something the stage does not know.
+    pub const TOOL_CHOICE_FORCED: &str = "tool_choice_forced";
+    /// Every tool that could be deferred is in the loaded set.
+    pub const NOTHING_TO_DEFER: &str = "nothing_to_defer";
+    /// Deferral would leave none of the client's tools loaded.
+    pub const NO_TOOL_LEFT_LOADED: &str = "no_tool_left_loaded";
+    /// The deferred definitions add up to fewer than `min_deferred_chars` characters.
+    pub const TOO_LITTLE_TO_DEFER: &str = "too_little_to_defer";
+    /// More deferred tools than the provider accepts.
+    pub const TOO_MANY_TOOLS: &str = "too_many_tools";
+    /// The history calls a tool that would be deferred and no tool search surfaced it: pith
+    /// joined a session midway, and how the API treats such history is undocumented.
+    pub const MID_SESSION_JOIN: &str = "mid_session_join";
+}
+
+/// Which Anthropic tool search tool to add (`[transforms] tool_search`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SearchVariant {
+    /// `tool_search_tool_regex_20251119`: the model searches with a regular expression.
+    #[default]
+    Regex,
+    /// `tool_search_tool_bm25_20251119`: the model searches with natural language.
+    Bm25,
+}
+
+impl SearchVariant {
+    /// `"regex"` or `"bm25"` (the config values).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "regex" => Some(SearchVariant::Regex),
+            "bm25" => Some(SearchVariant::Bm25),
+            _ => None,
+        }
+    }
+
+    fn anthropic_type_and_name(self) -> (&'static str, &'static str) {
+        match self {
+            SearchVariant::Regex => ("tool_search_tool_regex_20251119", "tool_search_tool_regex"),
+            SearchVariant::Bm25 => ("tool_search_tool_bm25_20251119", "tool_search_tool_bm25"),
+        }
+    }
+}
+
+/// Options of the defer stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeferOptions {
+    /// Tools kept loaded because they are the most relevant to the task (default 5).
+    pub keep_relevant: usize,
+    /// Definitions of at most this many characters stay loaded (default 0: a published A/B
+    /// found that exempting small definitions cost more than it saved).
+    pub small_tool_chars: usize,
+    /// Which Anthropic tool search tool to add (default regex).
+    pub search: SearchVariant,
+    /// Defer only when the deferred definitions add up to at least this many characters
+    /// (default 0). Every search the model then needs costs its results at full price, so
+    /// deferring a few kilobytes can cost more than it saves (see BENCH-defer.md).
+    pub min_deferred_chars: usize,
+}
+
+impl Default for DeferOptions {
+    fn default() -> Self {
+        Self {
+            keep_relevant: 5,
+            small_tool_chars: 0,
+            search: SearchVariant::Regex,
+            min_deferred_chars: 0,
+        }
+    }
+}
+
+/// Estimated prompt tokens of `chars` characters of tool-definition JSON: one token per 4
+/// characters, rounded up. A heuristic, not a tokenizer: JSON schemas run close to 4
+/// characters per token on Claude and GPT tokenizers, so treat it as an estimate.
+pub fn estimated_tokens(chars: usize) -> usize {
+    chars.div_ceil(4)
+}
+
+/// The `defer` stage. Facts on success: `tools` (deferred count) and `chars` (characters of
+/// their definitions), e.g. `defer;tools=41;chars=31200`.
+pub struct DeferStage {
+    options: DeferOptions,
+    ranker: Option<Arc<dyn ToolRanker>>,
+}
+
+impl DeferStage {
+    pub fn new(options: DeferOptions) -> Self {
+        Self {
+            options,
+            ranker: None,
+        }
+    }
+
+    /// Rank by `ranker` instead of BM25 (BM25 still answers when the ranker returns `None`).
+    pub fn with_ranker(mut self, ranker: Arc<dyn ToolRanker>) -> Self {
+        self.ranker = Some(ranker);
+        self
+    }
+
+    pub fn options(&self) -> &DeferOptions {
+        &self.options
+    }
+}
+
+impl Stage for DeferStage {
+    fn name(&self) -> &'static str {
+        "defer"
+    }
+
+    fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError> {
+        if request.wire == Wire::ChatCompletions {
+            return Ok(Outcome::Unchanged(reason::NOT_APPLICABLE));
+        }
+        let Ok(body) = std::str::from_utf8(request.body) else {
+            return Ok(Outcome::Unchanged(reason::UNPARSEABLE));
+        };
+        match self.plan(request.wire, body) {
+            Ok(Decision::Unchanged(why)) => Ok(Outcome::Unchanged(why)),
+            Ok(Decision::Defer(edit)) => Ok(Outcome::Edited(edit)),
+            Err(Unparseable) => Ok(Outcome::Unchanged(reason::UNPARSEABLE)),
+        }
+    }
+}
+
+enum Decision {
+    Unchanged(&'static str),
+    Defer(Edit),
+}
+
+/// The body is not the shape the stage understands; the request passes unchanged.
+struct Unparseable;
+
+impl From<serde_json::Error> for Unparseable {
+    fn from(_: serde_json::Error) -> Self {
+        Unparseable
+    }
+}
+
+/// One entry of the client's `tools` array.
+struct Entry<'a> {
+    raw: &'a RawValue,
+    tool: Tool<'a>,
+    /// Custom (Anthropic) or function (Responses) tool with a name: may be deferred.
+    deferrable: bool,
+}
+
+impl DeferStage {
+    fn plan(&self, wire: Wire, body: &str) -> Result<Decision, Unparseable> {
+        let top: Top<'_> = serde_json::from_str(body)?;
+        let raws = top.tools.unwrap_or_default();
+        match raws.len() {
+            0 => return Ok(Decision::Unchanged(reason::NO_TOOLS)),
+            1 => return Ok(Decision::Unchanged(reason::SINGLE_TOOL)),
+            _ => {}
+        }
+        let mut entries = Vec::with_capacity(raws.len());
+        for raw in raws {
+            if !raw.get().starts_with('{') {
+                return Err(Unparseable);
+            }
+            let tool: Tool<'_> = serde_json::from_str(raw.get())?;
+            let kind = tool.kind.as_ref().map(Str::as_str);
+            if tool.defer_loading.is_some() || is_search_tool(wire, kind) {
+                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
+            }
+            let deferrable = tool.name.is_some()
+                && match wire {
+                    Wire::AnthropicMessages => matches!(kind, None | Some("custom")),
+                    Wire::Responses | Wire::ChatCompletions => kind == Some("function"),
+                };
+            entries.push(Entry {
+                raw,
+                tool,
+                deferrable,
+            });
+        }
+        if let Some(choice) = top.tool_choice
+            && forces_a_tool(wire, choice)?
+        {
+            return Ok(Decision::Unchanged(reason::TOOL_CHOICE_FORCED));
+        }
+        let history = match wire {
+            Wire::AnthropicMessages => top.messages.map(history::anthropic).transpose()?,
+            Wire::Responses | Wire::ChatCompletions => {
+                top.input.map(history::responses).transpose()?
+            }
+        }
+        .unwrap_or_default();
+
+        let loaded = self.loaded_set(&entries, history.task.as_deref().unwrap_or(""));
+        let deferred: Vec<usize> = (0..entries.len())
+            .filter(|&i| entries[i].deferrable && !loaded[i])
+            .collect();
+        if deferred.is_empty() {
+            return Ok(Decision::Unchanged(reason::NOTHING_TO_DEFER));
+        }
+        if deferred.len() == entries.len() {
+            return Ok(Decision::Unchanged(reason::NO_TOOL_LEFT_LOADED));
+        }
+        if deferred.len() > MAX_DEFERRED {
+            return Ok(Decision::Unchanged(reason::TOO_MANY_TOOLS));
+        }
+        if self.options.min_deferred_chars > 0 {
+            let chars: usize = deferred
+                .iter()
+                .map(|&i| entries[i].raw.get().chars().count())
+                .sum();
+            if chars < self.options.min_deferred_chars {
+                return Ok(Decision::Unchanged(reason::TOO_LITTLE_TO_DEFER));
+            }
+        }
+        if joined_midway(&entries, &deferred, &history) {
+            return Ok(Decision::Unchanged(reason::MID_SESSION_JOIN));
+        }
+        self.edit(wire, body, &entries, &deferred)
+            .map(Decision::Defer)
+    }
+
+    /// `loaded[i]` for every tool: not deferrable, small, or among the most relevant.
+    fn loaded_set(&self, entries: &[Entry<'_>], task: &str) -> Vec<bool> {
+        let mut loaded: Vec<bool> = entries
+            .iter()
+            .map(|e| !e.deferrable || self.is_small(e.raw.get()))
+            .collect();
+        let candidates: Vec<usize> = (0..entries.len())
+            .filter(|&i| entries[i].deferrable)
+            .collect();
+        let keep = self.options.keep_relevant;
+        if keep == 0 || keep >= candidates.len() {
+            // Nothing to rank: none or all of the candidates stay.
+            for &i in candidates.iter().take(keep) {
+                loaded[i] = true;
+            }
+            return loaded;
+        }
+        let texts: Vec<ToolText<'_>> = candidates
+            .iter()
+            .map(|&i| ToolText {
+                name: entries[i].tool.name.as_ref().map_or("", Str::as_str),
+                description: entries[i].tool.description.as_ref().map_or("", Str::as_str),
+                definition: entries[i].raw.get(),
+            })
+            .collect();
+        let scores = self
+            .ranker
+            .as_ref()
+            .and_then(|r| r.scores(task, &texts))
+            .filter(|s| s.len() == texts.len())
+            .unwrap_or_else(|| bm25_scores(task, &texts));
+        for at in rank::by_relevance(&scores).into_iter().take(keep) {
+            loaded[candidates[at]] = true;
+        }
+        loaded
+    }
+
+    /// At or below `small_tool_chars` characters. A character is 1 to 4 bytes, so the byte
+    /// length decides most definitions without counting.
+    fn is_small(&self, definition: &str) -> bool {
+        let limit = self.options.small_tool_chars;
+        let bytes = definition.len();
+        bytes <= limit || (bytes <= limit.saturating_mul(4) && definition.chars().count() <= limit)
+    }
+
+    fn edit(
+        &self,
+        wire: Wire,
+        body: &str,
+        entries: &[Entry<'_>],
+        deferred: &[usize],
+    ) -> Result<Edit, Unparseable> {
+        let mut splices = Vec::with_capacity(deferred.len() * 2 + 1);
+        let mut moved_breakpoint: Option<&str> = None;
+        let mut chars = 0usize;
+        for &i in deferred {
+            let entry = &entries[i];
+            let span = span_of(body, entry.raw).ok_or(Unparseable)?;
+            if !body[span.clone()].ends_with('}') {
+                return Err(Unparseable);
+            }
+            chars += entry.raw.get().chars().count();
+            if let Some(cache_control) = entry.tool.cache_control {
+                let value = span_of(body, cache_control).ok_or(Unparseable)?;
+                let range = member_removal(body, value, "cache_control").ok_or(Unparseable)?;
+                splices.push(Splice {
+                    range,
+                    replacement: String::new(),
+                });
+                if cache_control.get() != "null" {
+                    moved_breakpoint = Some(cache_control.get());
+                }
+            }
+            let close = span.end - 1;
+            splices.push(Splice {
+                range: close..close,
+                replacement: ",\"defer_loading\":true".to_owned(),
+            });
+        }
+        let last = entries.last().ok_or(Unparseable)?;
+        let after_last = span_of(body, last.raw).ok_or(Unparseable)?.end;
+        let mut headers = Vec::new();
+        let search_tool = match wire {
+            Wire::AnthropicMessages => {
+                let (kind, name) = self.options.search.anthropic_type_and_name();
+                headers.push(HeaderEdit::AppendListValue {
+                    name: HeaderName::from_static("anthropic-beta"),
+                    value: ANTHROPIC_BETA.to_owned(),
+                });
+                // The breakpoint lands on the search tool: it is the last loaded tool, so
+                // the cached prefix still ends where the tools section ends.
+                match moved_breakpoint {
+                    Some(cc) => {
+                        format!(
+                            ",{{\"type\":\"{kind}\",\"name\":\"{name}\",\"cache_control\":{cc}}}"
+                        )
+                    }
+                    None => format!(",{{\"type\":\"{kind}\",\"name\":\"{name}\"}}"),
+                }
+            }
+            Wire::Responses | Wire::ChatCompletions => ",{\"type\":\"tool_search\"}".to_owned(),
+        };
+        splices.push(Splice {
+            range: after_last..after_last,
+            replacement: search_tool,
+        });
+        Ok(Edit {
+            splices,
+            headers,
+            facts: vec![
+                ("tools", deferred.len().to_string()),
+                ("chars", chars.to_string()),
+            ],
+        })
+    }
+}
+
+fn is_search_tool(wire: Wire, kind: Option<&str>) -> bool {
+    let Some(kind) = kind else {
+        return false;
+    };
+    match wire {
+        Wire::AnthropicMessages => kind.starts_with("tool_search_tool_"),
+        Wire::Responses | Wire::ChatCompletions => kind == "tool_search",
+    }
+}
+
+/// Whether `tool_choice` makes the model call a particular tool (or is not understood).
+fn forces_a_tool(wire: Wire, choice: &RawValue) -> Result<bool, Unparseable> {
+    let text = choice.get();
+    if text == "null" {
+        return Ok(false);
+    }
+    match wire {
+        Wire::AnthropicMessages => {
+            let choice: TypeOnly<'_> = serde_json::from_str(text)?;
+            Ok(!matches!(
+                choice.kind.as_ref().map(Str::as_str),
+                Some("auto" | "none")
+            ))
+        }
+        Wire::Responses | Wire::ChatCompletions => {
+            if text.starts_with('"') {
+                let choice: Cow<'_, str> = serde_json::from_str(text)?;
+                Ok(!matches!(choice.as_ref(), "auto" | "none"))
+            } else {
+                // Any object names a tool or restricts the set: leave it to the client.
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// The history called a tool that would be deferred and that no tool search surfaced.
+fn joined_midway(entries: &[Entry<'_>], deferred: &[usize], history: &History<'_>) -> bool {
+    history.called.iter().any(|called| {
+        deferred
+            .iter()
+            .any(|&i| entries[i].tool.name.as_ref().map(Str::as_str) == Some(called.as_ref()))
+            && !history.surfaced.iter().any(|s| s == called)
+    })
+}

@@ -1,0 +1,424 @@
+//! The stage on real traffic from Claude Code, OpenCode and Codex.
+
+use http::{HeaderMap, HeaderValue};
+use pith_transform::defer::{ANTHROPIC_BETA, reason};
+use pith_transform::{DeferOptions, DeferStage, HeaderEdit, Pipeline, Request};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::sim::{
+    Capture, CostModel, as_deferred_session, capture_folders, deferred_names, load_folder,
+    session_costs,
+};
+use super::{apply, edit_of, fact, reason_of, tools_of, tools_span};
+
+const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40";
+const FIX_CALC: &str = "opencode-1.18.33/anthropic-fix-calc";
+
+fn stage() -> DeferStage {
+    DeferStage::new(DeferOptions::default())
+}
+
+fn load(folder: &str) -> Vec<Capture> {
+    load_folder(folder).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn has_tools(c: &Capture) -> bool {
+    serde_json::from_slice::<Value>(&c.body).expect("capture is JSON")["tools"].is_array()
+}
+
+/// The session as it would look with pith deferring from its first request.
+fn deferred_session(folder: &str) -> Vec<Capture> {
+    let captures = load(folder);
+    let first = captures
+        .iter()
+        .find(|c| has_tools(c))
+        .expect("a main-loop request");
+    let edit = edit_of(first.run(&stage()).expect("stage runs"), &first.file);
+    let deferred = deferred_names(&apply(&first.body, &edit)).expect("deferred names");
+    as_deferred_session(&captures, &deferred).expect("replay")
+}
+
+/// Every check that holds for one rewritten main-loop request.
+fn check_rewrite(original: &Capture, min_deferred: usize) -> Vec<u8> {
+    let what = format!("{} {}", original.file, original.path);
+    let edit = edit_of(original.run(&stage()).expect("stage runs"), &what);
+    let out = apply(&original.body, &edit);
+    let body = original.body_str();
+    let out_str = std::str::from_utf8(&out).expect("utf-8");
+    let out_value: Value = serde_json::from_str(out_str).expect("rewritten body is valid JSON");
+
+    // Only the tools array changed: every byte before and after it is the client's.
+    let span = tools_span(body);
+    for s in &edit.splices {
+        assert!(
+            span.start < s.range.start && s.range.end < span.end,
+            "{what}: splice {:?} outside tools {span:?}",
+            s.range
+        );
+    }
+    let tail = body.len() - span.end;
+    assert_eq!(
+        &out[..span.start],
+        &original.body[..span.start],
+        "{what}: prefix changed"
+    );
+    assert_eq!(
+        &out[out.len() - tail..],
+        &original.body[span.end..],
+        "{what}: suffix changed"
+    );
+
+    // Each client tool is its original bytes, plus `"defer_loading":true` when deferred.
+    let before: Vec<&RawValue> = serde_json::from_str(&body[span.clone()]).expect("tools");
+    let out_span = tools_span(out_str);
+    let after: Vec<&RawValue> = serde_json::from_str(&out_str[out_span]).expect("tools");
+    assert_eq!(
+        after.len(),
+        before.len() + 1,
+        "{what}: one search tool added"
+    );
+    let mut deferred = 0;
+    for (b, a) in before.iter().zip(&after) {
+        let (b, a) = (b.get(), a.get());
+        if a != b {
+            let a_value: Value = serde_json::from_str(a).expect("tool");
+            assert!(
+                a_value.get("cache_control").is_none(),
+                "{what}: cache_control on {a}"
+            );
+            if !b.contains("\"cache_control\"") {
+                assert_eq!(a, format!("{},\"defer_loading\":true}}", &b[..b.len() - 1]));
+            }
+            deferred += 1;
+        }
+    }
+    let search: Value = serde_json::from_str(after[before.len()].get()).expect("search tool");
+    assert_eq!(search["type"], "tool_search_tool_regex_20251119");
+    assert_eq!(search["name"], "tool_search_tool_regex");
+    assert!(deferred >= min_deferred, "{what}: only {deferred} deferred");
+    assert!(deferred < before.len(), "{what}: every tool deferred");
+    assert_eq!(fact(&edit, "tools"), deferred);
+    let chars: usize = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| b.get() != a.get())
+        .map(|(b, _)| b.get().chars().count())
+        .sum();
+    assert_eq!(fact(&edit, "chars"), chars);
+    assert_eq!(
+        edit.headers,
+        [HeaderEdit::AppendListValue {
+            name: http::HeaderName::from_static("anthropic-beta"),
+            value: ANTHROPIC_BETA.to_owned(),
+        }]
+    );
+    assert_tool_pairing(&out_value, &what);
+    out
+}
+
+/// Every `tool_use` is answered by a `tool_result` in the next message, and every result
+/// answers a call.
+fn assert_tool_pairing(body: &Value, what: &str) {
+    let messages = body["messages"].as_array().expect("messages");
+    for (i, message) in messages.iter().enumerate() {
+        let ids = |m: &Value, kind: &str, key: &str| -> Vec<String> {
+            m["content"]
+                .as_array()
+                .map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter(|b| b["type"] == kind)
+                        .filter_map(|b| b[key].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let calls = ids(message, "tool_use", "id");
+        if calls.is_empty() || i + 1 == messages.len() {
+            continue;
+        }
+        let results = ids(&messages[i + 1], "tool_result", "tool_use_id");
+        assert_eq!(calls, results, "{what}: message {i} calls vs results");
+    }
+}
+
+#[test]
+fn opencode_mcp40_deferred_session_defers_every_main_loop_turn() {
+    let session = deferred_session(MCP40);
+    let mut main_loop = 0;
+    for capture in &session {
+        if !has_tools(capture) {
+            // The title side call has no tools.
+            let outcome = capture.run(&stage()).expect("stage runs");
+            assert_eq!(reason_of(outcome, &capture.file), reason::NO_TOOLS);
+            continue;
+        }
+        assert_eq!(tools_of(&capture.body).len(), 53);
+        check_rewrite(capture, 40);
+        main_loop += 1;
+    }
+    assert_eq!(main_loop, 6);
+}
+
+#[test]
+fn opencode_raw_capture_defers_until_history_calls_a_deferred_tool() {
+    // The capture was recorded without deferral: from the first call of a tool that pith
+    // would defer (`read`), the history is what a mid-session join looks like.
+    let captures = load(MCP40);
+    let outcomes: Vec<String> = captures
+        .iter()
+        .map(|c| match c.run(&stage()).expect("stage runs") {
+            pith_transform::Outcome::Edited(_) => "edited".to_owned(),
+            pith_transform::Outcome::Unchanged(r) => r.to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            reason::NO_TOOLS,
+            "edited",
+            "edited",
+            reason::MID_SESSION_JOIN,
+            reason::MID_SESSION_JOIN,
+            reason::MID_SESSION_JOIN,
+            reason::MID_SESSION_JOIN,
+        ]
+    );
+    check_rewrite(&captures[1], 40);
+}
+
+#[test]
+fn rewritten_tools_section_is_byte_identical_on_every_turn() {
+    for folder in [MCP40, FIX_CALC] {
+        let mut sections: Vec<(String, String)> = Vec::new();
+        for capture in deferred_session(folder).iter().filter(|c| has_tools(c)) {
+            let out = check_rewrite(capture, 1);
+            let out = String::from_utf8(out).expect("utf-8");
+            let span = tools_span(&out);
+            sections.push((capture.file.clone(), out[span].to_owned()));
+        }
+        assert!(
+            sections.len() >= 6,
+            "{folder}: {} main-loop turns",
+            sections.len()
+        );
+        for (file, section) in &sections[1..] {
+            assert!(
+                section == &sections[0].1,
+                "{folder}: {file} tools differ from turn 1"
+            );
+        }
+    }
+}
+
+#[test]
+fn loaded_set_is_the_most_relevant_tools_for_the_first_prompt() {
+    let captures = load(MCP40);
+    let edit = edit_of(captures[1].run(&stage()).expect("stage runs"), "req002");
+    let out = apply(&captures[1].body, &edit);
+    let loaded: Vec<String> = tools_of(&out)
+        .iter()
+        .filter(|t| t.get("defer_loading").is_none())
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    // "the test fails, fix calc.py": bash mentions tests, failures, fixes and .py files.
+    assert_eq!(loaded.len(), 6);
+    assert_eq!(loaded[0], "bash");
+    assert_eq!(loaded[5], "tool_search_tool_regex");
+    assert!(
+        loaded.iter().all(|n| !n.starts_with("demo_jira")),
+        "{loaded:?}"
+    );
+}
+
+/// `capture` with `"cache_control":{"type":"ephemeral"}` added to the tools named.
+fn with_tool_breakpoints(capture: &Capture, names: &[&str]) -> Capture {
+    let body = capture.body_str();
+    let span = tools_span(body);
+    let tools: Vec<&RawValue> = serde_json::from_str(&body[span]).expect("tools");
+    let mut splices = Vec::new();
+    for tool in tools {
+        let value: Value = serde_json::from_str(tool.get()).expect("tool");
+        if names.iter().any(|n| value["name"] == *n) {
+            let end = pith_transform::span_of(body, tool).expect("borrowed").end - 1;
+            splices.push(pith_transform::Splice {
+                range: end..end,
+                replacement: r#","cache_control":{"type":"ephemeral","ttl":"1h"}"#.to_owned(),
+            });
+        }
+    }
+    assert_eq!(splices.len(), names.len());
+    capture.with_body(pith_transform::apply_splices(&capture.body, &splices).expect("splice"))
+}
+
+#[test]
+fn cache_control_on_deferred_tools_moves_to_the_last_loaded_tool() {
+    let captures = load(MCP40);
+    // Two deferred tools carry breakpoints: they collapse onto the search tool, the last loaded.
+    let tagged = with_tool_breakpoints(&captures[1], &["demo_jira_op_7", "webfetch"]);
+    let out = check_rewrite(&tagged, 40);
+    let tools = tools_of(&out);
+    let marked: Vec<&str> = tools
+        .iter()
+        .filter(|t| t.get("cache_control").is_some())
+        .map(|t| t["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(marked, ["tool_search_tool_regex"]);
+    let search = tools.last().expect("search tool");
+    assert_eq!(
+        search["cache_control"],
+        serde_json::json!({"type":"ephemeral","ttl":"1h"})
+    );
+    for tool in &tools {
+        assert!(!(tool.get("defer_loading").is_some() && tool.get("cache_control").is_some()));
+    }
+}
+
+#[test]
+fn cache_control_on_a_loaded_tool_stays_where_it_is() {
+    let captures = load(MCP40);
+    let tagged = with_tool_breakpoints(&captures[1], &["bash"]);
+    let out = check_rewrite(&tagged, 40);
+    let tools = tools_of(&out);
+    assert!(tools[0].get("cache_control").is_some());
+    assert!(tools.last().expect("search").get("cache_control").is_none());
+}
+
+#[test]
+fn claude_code_and_codex_captures_are_unchanged_because_they_already_defer() {
+    for folder in [
+        "claude-code-2.1.328/fix-calc",
+        "codex-0.169.0/responses-fix-calc",
+        "codex-0.169.0/responses-agentsmd-mcp40",
+    ] {
+        for capture in load(folder) {
+            let outcome = capture.run(&stage()).expect("stage runs");
+            let what = format!("{folder}/{}", capture.file);
+            assert_eq!(
+                reason_of(outcome, &what),
+                reason::ALREADY_DEFERRING,
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn chat_completions_capture_is_not_applicable() {
+    for capture in load("opencode-1.18.33/chat-completions-fix-calc") {
+        let outcome = capture.run(&stage()).expect("stage runs");
+        assert_eq!(reason_of(outcome, &capture.file), reason::NOT_APPLICABLE);
+    }
+}
+
+#[test]
+fn pipeline_forwards_the_rewrite_and_appends_the_beta_value() {
+    let captures = load(MCP40);
+    let capture = &captures[2];
+    let pipeline = Pipeline::new().with_stage(Box::new(stage()));
+    let result = pipeline.run(&Request {
+        wire: pith_wire::Wire::AnthropicMessages,
+        path: "/v1/messages",
+        headers: &capture.headers,
+        body: &capture.body,
+    });
+    assert!(result.failed.is_empty(), "{:?}", result.failed);
+    let body = result.body.as_deref().expect("rewritten");
+    assert!(serde_json::from_slice::<Value>(body).is_ok());
+    let header = result.transforms_header().expect("pith-transforms");
+    assert!(header.starts_with("defer;tools=4"), "{header}");
+    assert!(header.contains(";chars="), "{header}");
+    let mut headers: HeaderMap = capture.headers.clone();
+    Pipeline::apply_header_edits(&result, &mut headers);
+    assert_eq!(
+        headers["anthropic-beta"],
+        HeaderValue::from_static("structured-outputs-2025-11-13,advanced-tool-use-2025-11-20")
+    );
+    // A second pass sees a client that already defers.
+    let again = pipeline.run(&Request {
+        wire: pith_wire::Wire::AnthropicMessages,
+        path: "/v1/messages",
+        headers: &headers,
+        body,
+    });
+    assert!(again.body.is_none());
+    assert_eq!(again.skipped[0].reason, reason::ALREADY_DEFERRING);
+}
+
+#[test]
+fn mcp40_deferred_session_costs_less_and_never_adds_a_cache_write() {
+    // Figures for BENCH-defer.md come from `--example defer_savings`; this guards the shape:
+    // cheaper under the conservative cost model, and no request writes the cache where the
+    // original did not.
+    let original = load(MCP40);
+    let session = deferred_session(MCP40);
+    let rewritten: Vec<Vec<u8>> = session
+        .iter()
+        .map(|c| match c.run(&stage()).expect("stage runs") {
+            pith_transform::Outcome::Edited(edit) => apply(&c.body, &edit),
+            pith_transform::Outcome::Unchanged(_) => c.body.clone(),
+        })
+        .collect();
+    let raw: Vec<Vec<u8>> = original.iter().map(|c| c.body.clone()).collect();
+    let before = session_costs(&raw, CostModel::CONSERVATIVE).expect("simulate original");
+    let after = session_costs(&rewritten, CostModel::CONSERVATIVE).expect("simulate deferred");
+    for (k, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(
+            a.prompt.write == 0.0 || b.prompt.write > 0.0,
+            "request {k} writes the cache only under deferral: {b:?} vs {a:?}"
+        );
+    }
+    let total = |costs: &[super::sim::RequestCost]| costs.iter().map(|c| c.weighted()).sum::<f64>();
+    assert!(total(&after) < total(&before));
+    let lean = |bodies: &[Vec<u8>]| {
+        total(&session_costs(bodies, CostModel::DOCUMENTED).expect("simulate"))
+    };
+    assert!(
+        lean(&rewritten) < total(&after),
+        "documented-only costs are the lower bound"
+    );
+    assert!(lean(&rewritten) < lean(&raw));
+    // The first main-loop request carries no history: its prompt shrinks by the deferred tools.
+    assert!(after[1].prompt.total() < 0.5 * before[1].prompt.total());
+}
+
+#[test]
+fn every_capture_folder_passes_through_the_stage_without_error() {
+    let folders = capture_folders().unwrap_or_else(|e| panic!("{e}"));
+    assert!(folders.len() >= 6, "{folders:?}");
+    for folder in folders {
+        for capture in load(&folder) {
+            let outcome = capture
+                .run(&stage())
+                .expect("stage never errors on real traffic");
+            if let pith_transform::Outcome::Edited(edit) = outcome {
+                let out = apply(&capture.body, &edit);
+                assert!(
+                    serde_json::from_slice::<Value>(&out).is_ok(),
+                    "{folder}/{}",
+                    capture.file
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn min_deferred_chars_leaves_small_tool_lists_alone() {
+    let stage = DeferStage::new(DeferOptions {
+        min_deferred_chars: 20_000,
+        ..DeferOptions::default()
+    });
+    // OpenCode without MCP: five ~1.2 KB definitions would be deferred.
+    for capture in load(FIX_CALC).iter().filter(|c| has_tools(c)) {
+        let outcome = capture.run(&stage).expect("stage runs");
+        assert_eq!(
+            reason_of(outcome, &capture.file),
+            reason::TOO_LITTLE_TO_DEFER
+        );
+    }
+    // With the 40-tool MCP server, ~38 KB are deferred.
+    let captures = load(MCP40);
+    edit_of(captures[1].run(&stage).expect("stage runs"), "mcp40");
+}

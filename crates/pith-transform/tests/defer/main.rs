@@ -1,0 +1,61 @@
+//! Tests of the `defer` stage on real captures, synthetic edge cases and generated tool lists.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test harness: a panic is the failure report"
+)]
+
+mod cache_model;
+mod captures;
+mod props;
+mod shapes;
+mod sim;
+
+use pith_transform::{Edit, Outcome, apply_splices};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// The edit of an outcome that must be an edit.
+fn edit_of(outcome: Outcome, what: &str) -> Edit {
+    match outcome {
+        Outcome::Edited(edit) => edit,
+        Outcome::Unchanged(reason) => panic!("{what}: expected an edit, got unchanged ({reason})"),
+    }
+}
+
+fn reason_of(outcome: Outcome, what: &str) -> &'static str {
+    match outcome {
+        Outcome::Unchanged(reason) => reason,
+        Outcome::Edited(edit) => panic!("{what}: expected unchanged, got {edit:?}"),
+    }
+}
+
+fn apply(body: &[u8], edit: &Edit) -> Vec<u8> {
+    apply_splices(body, &edit.splices).expect("splices apply")
+}
+
+fn fact(edit: &Edit, key: &str) -> usize {
+    edit.facts
+        .iter()
+        .find(|(k, _)| *k == key)
+        .unwrap_or_else(|| panic!("fact {key} missing in {:?}", edit.facts))
+        .1
+        .parse()
+        .expect("numeric fact")
+}
+
+/// Byte range of the top-level `tools` array.
+fn tools_span(body: &str) -> std::ops::Range<usize> {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        tools: &'a RawValue,
+    }
+    let top: Top<'_> = serde_json::from_str(body).expect("body with tools");
+    pith_transform::span_of(body, top.tools).expect("borrowed")
+}
+
+fn tools_of(body: &[u8]) -> Vec<Value> {
+    let value: Value = serde_json::from_slice(body).expect("valid JSON");
+    value["tools"].as_array().expect("tools array").clone()
+}

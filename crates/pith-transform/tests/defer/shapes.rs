@@ -1,0 +1,408 @@
+//! Requests the stage must leave alone, and the Responses and BM25 variants.
+
+use std::sync::Arc;
+
+use http::HeaderMap;
+use pith_transform::defer::reason;
+use pith_transform::{
+    DeferOptions, DeferStage, Outcome, Request, SearchVariant, Stage, ToolRanker, ToolText,
+};
+use pith_wire::Wire;
+use serde_json::{Value, json};
+
+use super::sim::load_folder;
+use super::{apply, edit_of, reason_of, tools_of};
+
+fn run_with(options: DeferOptions, wire: Wire, body: &str) -> Outcome {
+    let headers = HeaderMap::new();
+    DeferStage::new(options)
+        .apply(&Request {
+            wire,
+            path: "/v1/messages",
+            headers: &headers,
+            body: body.as_bytes(),
+        })
+        .expect("stage runs")
+}
+
+fn run(wire: Wire, body: &str) -> Outcome {
+    run_with(DeferOptions::default(), wire, body)
+}
+
+fn tool(name: &str, description: &str) -> Value {
+    json!({"name": name, "description": description,
+           "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}})
+}
+
+fn anthropic_body(tools: Vec<Value>, extra: Value) -> String {
+    let mut body = json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "find the jira issue about login"}],
+        "tools": tools,
+    });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    body.to_string()
+}
+
+fn many_tools(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| tool(&format!("tool_{i}"), &format!("Does thing number {i}")))
+        .collect()
+}
+
+#[test]
+fn no_tools_single_tool_and_empty_tools_are_unchanged() {
+    let body = anthropic_body(vec![], json!({}));
+    assert_eq!(
+        reason_of(run(Wire::AnthropicMessages, &body), "empty"),
+        reason::NO_TOOLS
+    );
+    let body = json!({"model": "m", "messages": []}).to_string();
+    assert_eq!(
+        reason_of(run(Wire::AnthropicMessages, &body), "absent"),
+        reason::NO_TOOLS
+    );
+    let body = json!({"model": "m", "messages": [], "tools": null}).to_string();
+    assert_eq!(
+        reason_of(run(Wire::AnthropicMessages, &body), "null"),
+        reason::NO_TOOLS
+    );
+    let body = anthropic_body(many_tools(1), json!({}));
+    assert_eq!(
+        reason_of(run(Wire::AnthropicMessages, &body), "one"),
+        reason::SINGLE_TOOL
+    );
+}
+
+#[test]
+fn forced_tool_choice_is_unchanged() {
+    for choice in [
+        json!({"type": "any"}),
+        json!({"type": "tool", "name": "tool_3"}),
+    ] {
+        let body = anthropic_body(many_tools(20), json!({"tool_choice": choice}));
+        let outcome = run(Wire::AnthropicMessages, &body);
+        assert_eq!(reason_of(outcome, "forced"), reason::TOOL_CHOICE_FORCED);
+    }
+    for choice in [json!({"type": "auto"}), json!({"type": "none"})] {
+        let body = anthropic_body(many_tools(20), json!({"tool_choice": choice}));
+        edit_of(run(Wire::AnthropicMessages, &body), "not forced");
+    }
+    for choice in [
+        json!("required"),
+        json!({"type": "function", "name": "tool_3"}),
+    ] {
+        let body = responses_body(many_functions(20), json!({"tool_choice": choice}));
+        let outcome = run(Wire::Responses, &body);
+        assert_eq!(reason_of(outcome, "forced"), reason::TOOL_CHOICE_FORCED);
+    }
+}
+
+#[test]
+fn a_client_that_already_defers_is_unchanged() {
+    let mut tools = many_tools(10);
+    tools[4]["defer_loading"] = Value::Null;
+    let body = anthropic_body(tools, json!({}));
+    assert_eq!(
+        reason_of(run(Wire::AnthropicMessages, &body), "null defer_loading"),
+        reason::ALREADY_DEFERRING
+    );
+    let mut tools = many_tools(10);
+    tools.push(json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}));
+    let body = anthropic_body(tools, json!({}));
+    assert_eq!(
+        reason_of(run(Wire::AnthropicMessages, &body), "search tool"),
+        reason::ALREADY_DEFERRING
+    );
+}
+
+#[test]
+fn deferral_that_would_leave_nothing_loaded_or_nothing_deferred_is_unchanged() {
+    let none_kept = DeferOptions {
+        keep_relevant: 0,
+        ..DeferOptions::default()
+    };
+    let body = anthropic_body(many_tools(10), json!({}));
+    let outcome = run_with(none_kept.clone(), Wire::AnthropicMessages, &body);
+    assert_eq!(reason_of(outcome, "keep 0"), reason::NO_TOOL_LEFT_LOADED);
+    // A server tool that can never be deferred keeps one tool loaded.
+    let mut tools = many_tools(10);
+    tools.push(json!({"type": "web_search_20250305", "name": "web_search"}));
+    let body = anthropic_body(tools, json!({}));
+    let edit = edit_of(
+        run_with(none_kept, Wire::AnthropicMessages, &body),
+        "server tool",
+    );
+    let out = tools_of(&apply(body.as_bytes(), &edit));
+    assert_eq!(out[10].get("defer_loading"), None);
+    assert_eq!(
+        out.iter()
+            .filter(|t| t.get("defer_loading").is_some())
+            .count(),
+        10
+    );
+
+    let body = anthropic_body(many_tools(5), json!({}));
+    let outcome = run(Wire::AnthropicMessages, &body);
+    assert_eq!(
+        reason_of(outcome, "5 tools keep 5"),
+        reason::NOTHING_TO_DEFER
+    );
+    let everything_small = DeferOptions {
+        small_tool_chars: 10_000,
+        ..DeferOptions::default()
+    };
+    let body = anthropic_body(many_tools(20), json!({}));
+    let outcome = run_with(everything_small, Wire::AnthropicMessages, &body);
+    assert_eq!(reason_of(outcome, "all small"), reason::NOTHING_TO_DEFER);
+}
+
+#[test]
+fn small_definitions_stay_loaded() {
+    let mut tools = many_tools(10);
+    tools[9] = json!({"name": "tiny", "input_schema": {"type": "object"}});
+    let small = DeferOptions {
+        small_tool_chars: 60,
+        keep_relevant: 1,
+        ..DeferOptions::default()
+    };
+    let body = anthropic_body(tools, json!({}));
+    let edit = edit_of(run_with(small, Wire::AnthropicMessages, &body), "small");
+    let out = tools_of(&apply(body.as_bytes(), &edit));
+    assert_eq!(out[9].get("defer_loading"), None);
+    assert_eq!(
+        out.iter()
+            .filter(|t| t.get("defer_loading").is_none())
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn a_session_joined_midway_is_unchanged_until_search_surfaced_the_tool() {
+    let mut tools = many_tools(10);
+    tools.push(tool(
+        "jira_login_search",
+        "Find a jira issue about login problems",
+    ));
+    let messages = |with_search: bool| {
+        let mut assistant = vec![];
+        if with_search {
+            assistant.push(json!({"type": "server_tool_use", "id": "srvtoolu_1",
+                "name": "tool_search_tool_regex", "input": {"pattern": "tool_7"}}));
+            assistant.push(
+                json!({"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1",
+                "content": {"type": "tool_search_tool_search_result",
+                "tool_references": [{"type": "tool_reference", "tool_name": "tool_7"}]}}),
+            );
+        }
+        assistant.push(json!({"type": "tool_use", "id": "toolu_1", "name": "tool_7", "input": {}}));
+        json!([
+            {"role": "user", "content": "find the jira issue about login"},
+            {"role": "assistant", "content": assistant},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+        ])
+    };
+    let body = anthropic_body(tools.clone(), json!({"messages": messages(false)}));
+    let outcome = run(Wire::AnthropicMessages, &body);
+    assert_eq!(reason_of(outcome, "joined"), reason::MID_SESSION_JOIN);
+    let body = anthropic_body(tools, json!({"messages": messages(true)}));
+    edit_of(run(Wire::AnthropicMessages, &body), "searched first");
+}
+
+#[test]
+fn unparseable_bodies_are_unchanged() {
+    for body in [
+        "not json",
+        "{\"tools\": 3}",
+        "{\"tools\": [1, 2]}",
+        "{\"tools\": [], \"tools\": []}",
+        "{\"tools\": [{\"name\": 1}, {\"name\": \"b\"}]}",
+    ] {
+        assert_eq!(
+            reason_of(run(Wire::AnthropicMessages, body), body),
+            reason::UNPARSEABLE
+        );
+    }
+    for messages in [
+        json!("oops"),
+        json!(7),
+        json!([{"role": "user", "content": 7}]),
+    ] {
+        let body = anthropic_body(many_tools(10), json!({"messages": messages}));
+        let outcome = run(Wire::AnthropicMessages, &body);
+        assert_eq!(reason_of(outcome, &body), reason::UNPARSEABLE);
+    }
+    let headers = HeaderMap::new();
+    let outcome = DeferStage::new(DeferOptions::default())
+        .apply(&Request {
+            wire: Wire::AnthropicMessages,
+            path: "/v1/messages",
+            headers: &headers,
+            body: &[0xff, 0xfe],
+        })
+        .expect("stage runs");
+    assert_eq!(reason_of(outcome, "bytes"), reason::UNPARSEABLE);
+}
+
+#[test]
+fn the_most_relevant_tools_stay_loaded() {
+    let mut tools = many_tools(12);
+    tools[8] = tool(
+        "jira_find",
+        "Search jira issues by text, e.g. about a login bug",
+    );
+    let options = DeferOptions {
+        keep_relevant: 1,
+        ..DeferOptions::default()
+    };
+    let body = anthropic_body(tools, json!({}));
+    let edit = edit_of(
+        run_with(options, Wire::AnthropicMessages, &body),
+        "relevant",
+    );
+    let out = tools_of(&apply(body.as_bytes(), &edit));
+    let loaded: Vec<&str> = out
+        .iter()
+        .filter(|t| t.get("defer_loading").is_none())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(loaded, ["jira_find", "tool_search_tool_regex"]);
+}
+
+#[test]
+fn bm25_variant_adds_the_bm25_search_tool() {
+    let options = DeferOptions {
+        search: SearchVariant::from_name("BM25").expect("known variant"),
+        ..DeferOptions::default()
+    };
+    assert_eq!(SearchVariant::from_name("fuzzy"), None);
+    let body = anthropic_body(many_tools(10), json!({}));
+    let edit = edit_of(run_with(options, Wire::AnthropicMessages, &body), "bm25");
+    let out = tools_of(&apply(body.as_bytes(), &edit));
+    assert_eq!(
+        out.last(),
+        Some(&json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}))
+    );
+}
+
+fn many_functions(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            json!({"type": "function", "name": format!("fn_{i}"),
+            "description": format!("Function {i}"), "parameters": {"type": "object"}})
+        })
+        .collect()
+}
+
+fn responses_body(tools: Vec<Value>, extra: Value) -> String {
+    let mut body = json!({"model": "gpt-5.5", "input": "fix the failing test", "tools": tools});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    body.to_string()
+}
+
+#[test]
+fn codex_request_without_its_own_search_gets_tool_search_and_deferred_functions() {
+    // Codex's real request, minus its client-side tool_search: pith defers function tools
+    // and never touches the custom (apply_patch) and hosted (web_search) tools.
+    let captures = load_folder("codex-0.169.0/responses-agentsmd-mcp40").expect("captures");
+    let mut value: Value = serde_json::from_slice(&captures[0].body).expect("json");
+    let tools = value["tools"].as_array_mut().expect("tools");
+    tools.retain(|t| t["type"] != "tool_search");
+    let body = value.to_string();
+    let edit = edit_of(run(Wire::Responses, &body), "codex");
+    assert!(edit.headers.is_empty(), "no beta header on Responses");
+    let out = tools_of(&apply(body.as_bytes(), &edit));
+    assert_eq!(out.last(), Some(&json!({"type": "tool_search"})));
+    for t in &out {
+        if t.get("defer_loading").is_some() {
+            assert_eq!(t["type"], "function", "{t}");
+        }
+    }
+    assert!(
+        out.iter()
+            .any(|t| t["type"] == "custom" && t.get("defer_loading").is_none())
+    );
+    let deferred = out
+        .iter()
+        .filter(|t| t.get("defer_loading").is_some())
+        .count();
+    assert_eq!(deferred, 12 - 2 - 5, "12 tools, 2 not functions, 5 kept");
+}
+
+#[test]
+fn responses_history_with_a_deferred_call_and_no_search_output_is_a_join() {
+    let input = json!([
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "function_call", "call_id": "c1", "name": "fn_9", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "done"},
+    ]);
+    let body = responses_body(many_functions(10), json!({"input": input}));
+    assert_eq!(
+        reason_of(run(Wire::Responses, &body), "join"),
+        reason::MID_SESSION_JOIN
+    );
+    let mut input = input;
+    if let Some(items) = input.as_array_mut() {
+        items.insert(
+            1,
+            json!({"type": "tool_search_output", "execution": "server",
+            "tools": [{"type": "function", "name": "fn_9"}]}),
+        );
+    }
+    let body = responses_body(many_functions(10), json!({"input": input}));
+    edit_of(run(Wire::Responses, &body), "surfaced");
+}
+
+/// A ranker with fixed answers, standing in for embeddings.
+struct Fixed(Option<Vec<f64>>);
+
+impl ToolRanker for Fixed {
+    fn scores(&self, task: &str, tools: &[ToolText<'_>]) -> Option<Vec<f64>> {
+        assert_eq!(task, "find the jira issue about login");
+        assert!(tools.iter().all(|t| t.definition.starts_with('{')));
+        self.0.clone()
+    }
+}
+
+fn loaded_with(ranker: Fixed) -> Vec<String> {
+    let mut tools = many_tools(6);
+    tools[2] = tool("jira_find", "Search jira issues about login");
+    let body = anthropic_body(tools, json!({}));
+    let stage = DeferStage::new(DeferOptions {
+        keep_relevant: 1,
+        ..DeferOptions::default()
+    })
+    .with_ranker(Arc::new(ranker));
+    let headers = HeaderMap::new();
+    let outcome = stage
+        .apply(&Request {
+            wire: Wire::AnthropicMessages,
+            path: "/v1/messages",
+            headers: &headers,
+            body: body.as_bytes(),
+        })
+        .expect("stage runs");
+    let out = tools_of(&apply(body.as_bytes(), &edit_of(outcome, "ranked")));
+    out.iter()
+        .filter(|t| t.get("defer_loading").is_none() && t.get("type").is_none())
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn an_injected_ranker_decides_and_bm25_answers_when_it_cannot() {
+    let semantic = Fixed(Some(vec![0.1, 0.2, 0.0, 0.9, 0.3, 0.4]));
+    assert_eq!(loaded_with(semantic), ["tool_3"]);
+    assert_eq!(loaded_with(Fixed(None)), ["jira_find"]);
+    assert_eq!(
+        loaded_with(Fixed(Some(vec![1.0]))),
+        ["jira_find"],
+        "wrong length"
+    );
+}

@@ -1,0 +1,124 @@
+//! Facts about a client request body, for the ledger: model, anatomy, session fallback.
+//! Computed off the request path (the proxy hands the body to the ledger writer).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+
+use crate::Wire;
+
+/// Bytes of a request body by role. `system` is Anthropic `system` or Responses
+/// `instructions`; Chat Completions and Codex carry their system prompt as a message, counted in
+/// `messages` (which is `messages` or Responses `input`). Everything else is `other`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Anatomy {
+    pub tools: u64,
+    pub system: u64,
+    pub messages: u64,
+    pub other: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestFacts {
+    pub model: Option<String>,
+    pub anatomy: Anatomy,
+    /// `metadata.user_id`'s `session_id` (Claude Code), when present.
+    pub metadata_session: Option<String>,
+    /// Stable hash of the first user message: the session id of last resort.
+    pub first_user_hash: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Metadata<'a> {
+    #[serde(borrow)]
+    user_id: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct UserIdJson {
+    session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    role: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+}
+
+/// Parse the top level of `body`. Returns defaults (all `other`) when it is not a JSON object.
+pub fn request_facts(wire: Wire, body: &[u8]) -> RequestFacts {
+    let mut facts = RequestFacts::default();
+    let Ok(obj) = serde_json::from_slice::<BTreeMap<&str, &RawValue>>(body) else {
+        facts.anatomy.other = body.len() as u64;
+        return facts;
+    };
+    for (key, value) in &obj {
+        let len = value.get().len() as u64;
+        match *key {
+            "tools" => facts.anatomy.tools += len,
+            "system" | "instructions" => facts.anatomy.system += len,
+            "messages" | "input" => facts.anatomy.messages += len,
+            _ => {}
+        }
+    }
+    facts.anatomy.other = (body.len() as u64)
+        .saturating_sub(facts.anatomy.tools + facts.anatomy.system + facts.anatomy.messages);
+    facts.model = obj
+        .get("model")
+        .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    facts.metadata_session = obj
+        .get("metadata")
+        .and_then(|m| serde_json::from_str::<Metadata<'_>>(m.get()).ok())
+        .and_then(|m| m.user_id)
+        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+        .and_then(|s| serde_json::from_str::<UserIdJson>(&s).ok())
+        .and_then(|u| u.session_id);
+    let messages_key = match wire {
+        Wire::Responses => "input",
+        _ => "messages",
+    };
+    facts.first_user_hash = obj
+        .get(messages_key)
+        .and_then(|m| serde_json::from_str::<Vec<Message<'_>>>(m.get()).ok())
+        .and_then(|msgs| {
+            msgs.into_iter()
+                .find(|m| m.role.is_some_and(|r| r.get() == "\"user\""))
+                .and_then(|m| m.content)
+        })
+        .map(|content| {
+            let digest = Sha256::digest(content.get().as_bytes());
+            let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("h-{hex}")
+        });
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anatomy_adds_up_and_session_fallbacks() {
+        let body = br#"{"model":"claude-x","system":[{"type":"text","text":"s"}],"tools":[{"name":"a"}],"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"abc\"}"},"messages":[{"role":"user","content":"hi"}],"max_tokens":5}"#;
+        let f = request_facts(Wire::AnthropicMessages, body);
+        assert_eq!(f.model.as_deref(), Some("claude-x"));
+        assert_eq!(f.metadata_session.as_deref(), Some("abc"));
+        let a = f.anatomy;
+        assert_eq!(a.tools, r#"[{"name":"a"}]"#.len() as u64);
+        assert_eq!(a.tools + a.system + a.messages + a.other, body.len() as u64);
+        let again = request_facts(Wire::AnthropicMessages, body);
+        assert_eq!(again.first_user_hash, f.first_user_hash);
+        assert!(f.first_user_hash.is_some());
+    }
+
+    #[test]
+    fn non_json_is_all_other() {
+        let f = request_facts(Wire::ChatCompletions, b"{not json");
+        assert_eq!(f.anatomy.other, 9);
+        assert_eq!(f.model, None);
+    }
+}

@@ -1,0 +1,239 @@
+//! Added latency and memory of `pith proxy` against the same requests sent straight to the mock
+//! upstream, measured in one run with interleaved rounds (these machines are noisy, so the
+//! baseline is always measured next to the figure it is compared with).
+//!
+//! Run: `cargo bench -p pith --bench proxy_overhead` (env: PITH_BENCH_ROUNDS, PITH_BENCH_PER_ROUND).
+//! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `../shared/captures`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a bench reports by printing
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use pith_testkit::MockUpstream;
+use pith_testkit::fixtures as captures;
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+struct Sample {
+    total: Duration,
+    ttfb: Duration,
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn start_pith(mock: &str, home: &std::path::Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pith"))
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .args(["--anthropic-upstream", mock, "--openai-upstream", mock])
+        .env("PITH_HOME", home)
+        .env("PITH_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("pith exited before listening").unwrap();
+        if let Some(a) = line.strip_prefix("pith proxy listening on http://") {
+            break a.trim().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+/// VmRSS and VmHWM (peak) of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+async fn one(client: &HttpClient, url: &str, body: &Bytes) -> Sample {
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-claude-code-session-id", "bench")
+        .body(Full::new(body.clone()))
+        .unwrap();
+    let start = Instant::now();
+    let resp = client.request(req).await.unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let mut body = resp.into_body();
+    let mut ttfb = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap();
+        if frame.is_data() && ttfb.is_none() {
+            ttfb = Some(start.elapsed());
+        }
+    }
+    let total = start.elapsed();
+    Sample {
+        total,
+        ttfb: ttfb.unwrap_or(total),
+    }
+}
+
+/// `concurrency` workers each send `per_worker` requests back to back.
+async fn round(url: &str, body: &Bytes, concurrency: usize, per_worker: usize) -> Vec<Sample> {
+    let client: HttpClient = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(concurrency)
+        .build_http();
+    let url: Arc<str> = Arc::from(url);
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let client = client.clone();
+        let url = Arc::clone(&url);
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::with_capacity(per_worker);
+            for _ in 0..per_worker {
+                out.push(one(&client, &url, &body).await);
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+struct Stats {
+    p50: f64,
+    p99: f64,
+    ttfb_p50: f64,
+    ttfb_p99: f64,
+}
+
+fn stats(samples: &[Sample]) -> Stats {
+    let mut total: Vec<Duration> = samples.iter().map(|s| s.total).collect();
+    let mut ttfb: Vec<Duration> = samples.iter().map(|s| s.ttfb).collect();
+    total.sort();
+    ttfb.sort();
+    Stats {
+        p50: pct(&total, 0.5),
+        p99: pct(&total, 0.99),
+        ttfb_p50: pct(&ttfb, 0.5),
+        ttfb_p99: pct(&ttfb, 0.99),
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing: run a smoke pass.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let rounds = if smoke {
+        1
+    } else {
+        env_usize("PITH_BENCH_ROUNDS", 10)
+    };
+    let per_round = if smoke {
+        20
+    } else {
+        env_usize("PITH_BENCH_PER_ROUND", 200)
+    };
+
+    let shared = captures::shared_dir().unwrap();
+    let capture = captures::load_captures(&shared)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.id() == "claude-code-2.1.328/fix-calc/req002")
+        .expect("capture claude-code-2.1.328/fix-calc/req002");
+    let streamed = capture.body.clone();
+    let text = std::str::from_utf8(&streamed).unwrap();
+    assert!(text.contains("\"stream\":true"));
+    let unstreamed = Bytes::from(text.replace("\"stream\":true", "\"stream\":false"));
+
+    let mock = MockUpstream::start().unwrap();
+    mock.set_recording(false);
+    let home = tempfile::tempdir().unwrap();
+    let (mut child, addr) = start_pith(&mock.url(), home.path());
+    let pid = child.id();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (idle_rss, _) = memory_kib(pid);
+
+    println!(
+        "body: {} bytes; {rounds} rounds x {per_round} requests per configuration, direct and via pith interleaved",
+        streamed.len()
+    );
+    println!();
+    println!(
+        "| mode | conc | direct p50 | pith p50 | added p50 | direct p99 | pith p99 | added p99 | added ttfb p50 | added ttfb p99 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let direct_url = format!("{}/v1/messages?beta=true", mock.url());
+    let pith_url = format!("http://{addr}/v1/messages?beta=true");
+    for (mode, body) in [("json", &unstreamed), ("sse", &streamed)] {
+        for concurrency in [1usize, 16] {
+            let per_worker = (per_round / concurrency).max(1);
+            // Warm both paths (connections, pith's pools, page cache).
+            rt.block_on(round(&direct_url, body, concurrency, per_worker));
+            rt.block_on(round(&pith_url, body, concurrency, per_worker));
+            let mut direct = Vec::new();
+            let mut via = Vec::new();
+            for _ in 0..rounds {
+                direct.extend(rt.block_on(round(&direct_url, body, concurrency, per_worker)));
+                via.extend(rt.block_on(round(&pith_url, body, concurrency, per_worker)));
+            }
+            let d = stats(&direct);
+            let p = stats(&via);
+            println!(
+                "| {mode} | {concurrency} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                d.p50,
+                p.p50,
+                p.p50 - d.p50,
+                d.p99,
+                p.p99,
+                p.p99 - d.p99,
+                p.ttfb_p50 - d.ttfb_p50,
+                p.ttfb_p99 - d.ttfb_p99,
+            );
+        }
+    }
+    // Memory under concurrency 64 (streamed, the heavier case).
+    let per_worker = if smoke { 2 } else { 20 };
+    rt.block_on(round(&pith_url, &streamed, 64, per_worker));
+    let (after_rss, peak) = memory_kib(pid);
+    println!();
+    println!("(all times in ms; added = pith minus direct at the same percentile)");
+    println!(
+        "pith RSS: idle {:.1} MiB; after concurrency 64: {:.1} MiB; peak {:.1} MiB",
+        idle_rss as f64 / 1024.0,
+        after_rss as f64 / 1024.0,
+        peak as f64 / 1024.0
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

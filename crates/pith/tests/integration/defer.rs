@@ -1,0 +1,176 @@
+//! Tool deferral through the real proxy, on by default.
+
+use std::process::Command;
+
+use pith_testkit::MockUpstream;
+use pith_testkit::fixtures::{self, Capture};
+
+use crate::support::*;
+
+const PER_HOP: &[&str] = &["host", "content-length", "connection", "transfer-encoding"];
+
+fn capture(id: &str) -> Capture {
+    let shared = fixtures::shared_dir().unwrap();
+    fixtures::load_captures(&shared)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.id() == id)
+        .unwrap_or_else(|| panic!("no capture {id}"))
+}
+
+/// Send a capture through pith; returns the response headers.
+fn replay(pith: &PithProxy, cap: &Capture) -> http::HeaderMap {
+    let sent: Vec<(String, String)> = cap
+        .headers
+        .iter()
+        .filter(|(k, _)| !PER_HOP.contains(&k.to_ascii_lowercase().as_str()))
+        .cloned()
+        .collect();
+    let rt = runtime();
+    let (status, hdrs, _) = rt.block_on(async {
+        read_all(
+            send(
+                &client(),
+                request(
+                    &cap.method,
+                    &format!("{}{}", pith.url(), cap.path),
+                    &sent,
+                    cap.body.clone(),
+                ),
+            )
+            .await,
+        )
+        .await
+    });
+    assert_eq!(status, 200, "{}", cap.id());
+    hdrs
+}
+
+#[test]
+fn opencode_mcp40_is_deferred_with_the_beta_header_and_disclosed() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let cap = capture("opencode-1.18.33/anthropic-agentsmd-mcp40/req002");
+    let hdrs = replay(&pith, &cap);
+
+    let disclosed = hdrs["pith-transforms"].to_str().unwrap();
+    assert!(disclosed.starts_with("defer;tools="), "{disclosed}");
+    let got = &mock.received()[0];
+    let beta = got.header("anthropic-beta").unwrap();
+    assert_eq!(
+        beta,
+        "structured-outputs-2025-11-13,advanced-tool-use-2025-11-20"
+    );
+    let body = got.body_json().unwrap();
+    let tools = body["tools"].as_array().unwrap();
+    let deferred = tools
+        .iter()
+        .filter(|t| t["defer_loading"] == serde_json::json!(true))
+        .count();
+    assert!(
+        deferred >= 40,
+        "only {deferred} of {} tools deferred",
+        tools.len()
+    );
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["type"] == "tool_search_tool_regex_20251119"),
+        "no tool search tool added"
+    );
+    let n: usize = disclosed
+        .trim_start_matches("defer;tools=")
+        .split(';')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(n, deferred);
+
+    let rows = pith.wait_rows(1);
+    assert_eq!(rows[0].transforms.as_deref(), Some(disclosed));
+    assert!(rows[0].bytes_upstream > rows[0].bytes_client);
+
+    let out = Command::new(pith_bin())
+        .args(["stats", "--json"])
+        .env("PITH_HOME", pith.home.path())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let defer = &v["transforms"]["defer"];
+    assert_eq!(defer["requests"], 1);
+    let chars = defer["facts"]["chars"].as_u64().unwrap();
+    assert!(chars > 30_000, "{chars}");
+    assert_eq!(defer["estimated_tokens_kept_out"], chars.div_ceil(4));
+}
+
+#[test]
+fn clients_that_already_defer_pass_byte_identical_with_defaults() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    for id in [
+        "claude-code-2.1.328/fix-calc/req002",
+        "codex-0.169.0/responses-agentsmd-mcp40/req002",
+        "opencode-1.18.33/chat-completions-fix-calc/req002",
+    ] {
+        mock.clear_received();
+        let cap = capture(id);
+        let hdrs = replay(&pith, &cap);
+        assert!(hdrs.get("pith-transforms").is_none(), "{id}");
+        let got = &mock.received()[0];
+        assert!(got.body == cap.body, "{id}: body changed");
+        let beta_sent = cap
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("anthropic-beta"))
+            .map(|(_, v)| v.as_str());
+        assert_eq!(got.header("anthropic-beta"), beta_sent, "{id}");
+    }
+    let rows = pith.wait_rows(3);
+    assert!(
+        rows[0]
+            .transform_skips
+            .as_deref()
+            .unwrap()
+            .contains("defer:already_deferring")
+    );
+    assert!(
+        rows[2]
+            .transform_skips
+            .as_deref()
+            .unwrap()
+            .contains("defer:not_applicable")
+    );
+}
+
+#[test]
+fn deferral_can_be_switched_off_and_bad_config_is_an_error() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_DEFER_TOOLS", "0")]);
+    let cap = capture("opencode-1.18.33/anthropic-agentsmd-mcp40/req002");
+    let hdrs = replay(&pith, &cap);
+    assert!(hdrs.get("pith-transforms").is_none());
+    assert!(mock.received()[0].body == cap.body);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[transforms]\ntool_search = \"fuzzy\"\n").unwrap();
+    let out = Command::new(pith_bin())
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env("PITH_HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tool_search") && err.contains("bm25"), "{err}");
+
+    let out = Command::new(pith_bin())
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .env("PITH_HOME", dir.path())
+        .env("PITH_DEFER_TOOLS", "maybe")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PITH_DEFER_TOOLS"));
+}

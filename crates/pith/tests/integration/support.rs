@@ -1,0 +1,224 @@
+//! Running the real `pith` binary and talking to it over loopback.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use pith_store::ledger::{Ledger, Row};
+
+pub fn pith_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_pith")
+}
+
+/// A `pith proxy` process on a random loopback port with its own PITH_HOME.
+pub struct PithProxy {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub home: tempfile::TempDir,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl PithProxy {
+    /// Start with both upstreams at `upstream` and extra environment variables.
+    pub fn start(upstream: &str, env: &[(&str, &str)]) -> PithProxy {
+        Self::start_with(upstream, upstream, env)
+    }
+
+    pub fn start_with(anthropic: &str, openai: &str, env: &[(&str, &str)]) -> PithProxy {
+        let home = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(pith_bin());
+        cmd.args(["proxy", "--listen", "127.0.0.1:0"])
+            .args([
+                "--anthropic-upstream",
+                anthropic,
+                "--openai-upstream",
+                openai,
+            ])
+            .env("PITH_HOME", home.path())
+            .env_remove("PITH_ANTHROPIC_UPSTREAM")
+            .env_remove("PITH_OPENAI_UPSTREAM")
+            .env_remove("PITH_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let log2 = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("pith proxy listening on http://") {
+                    let _ = tx.send(rest.trim().to_owned());
+                }
+                let mut l = log2.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => a.parse().unwrap(),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("pith proxy did not start:\n{}", log.lock().unwrap());
+            }
+        };
+        PithProxy {
+            child: Some(child),
+            addr,
+            home,
+            stderr: log,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn ledger_path(&self) -> PathBuf {
+        self.home.path().join("ledger.db")
+    }
+
+    /// Wait until the ledger holds at least `n` rows and return them.
+    pub fn wait_rows(&self, n: usize) -> Vec<Row> {
+        wait_rows(&self.ledger_path(), n)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGTERM, then wait for a clean exit. PITH_HOME stays until `self` is dropped.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "pith did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for PithProxy {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn wait_rows(path: &Path, n: usize) -> Vec<Row> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if path.exists()
+            && let Ok(rows) = Ledger::open(path).and_then(|l| l.rows())
+            && rows.len() >= n
+        {
+            return rows;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ledger at {} did not reach {n} rows",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub type TestClient = Client<HttpConnector, Full<Bytes>>;
+
+pub fn client() -> TestClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Build a request; `headers` are sent as given (no defaults added beyond what hyper needs).
+pub fn request(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: impl Into<Bytes>,
+) -> http::Request<Full<Bytes>> {
+    let mut b = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    b.body(Full::new(body.into())).unwrap()
+}
+
+pub async fn send(
+    client: &TestClient,
+    req: http::Request<Full<Bytes>>,
+) -> http::Response<Incoming> {
+    client.request(req).await.unwrap()
+}
+
+/// Read a whole response: status, headers and the body as the frames it arrived in.
+pub async fn read_all(
+    resp: http::Response<Incoming>,
+) -> (http::StatusCode, http::HeaderMap, Vec<Bytes>) {
+    let (parts, mut body) = resp.into_parts();
+    let mut frames = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            frames.push(data);
+        }
+    }
+    (parts.status, parts.headers, frames)
+}
+
+pub fn concat(frames: &[Bytes]) -> Vec<u8> {
+    frames.iter().flat_map(|b| b.iter().copied()).collect()
+}
+
+pub fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The official-SDK driver script and the Python that has the SDKs (set by scripts/test).
+pub fn python() -> PathBuf {
+    match std::env::var_os("PITH_TEST_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => panic!(
+            "PITH_TEST_PYTHON is not set: run the tests through scripts/test, which creates .venv \
+             with the official SDKs and sets it"
+        ),
+    }
+}
+
+pub fn python_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/python")
+        .join(name)
+}

@@ -1,5 +1,6 @@
 //! The only crate that knows MCP: `pith mcp`, a stdio server (rmcp) giving agents the
-//! workspace and the project memory.
+//! workspace (search, optionally ranked by a local model, and file reads) and the project
+//! memory.
 //!
 //! Tool descriptions are kept to a line: clients resend them on every turn. Failures the model
 //! can act on (a bad path, an unknown id) come back as tool results with `isError`, in words
@@ -12,6 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pith_brain::render::{self, Hints};
 use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, NewMemory, Workspace};
+use pith_prefilter::{OllamaRanker, PrefilterConfig};
+use pith_search::{Ranker, SearchRequest};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
@@ -22,6 +25,8 @@ use serde::Deserialize;
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub workspace: Workspace,
+    /// Local-model ranking of broad workspace searches (off unless `enabled`).
+    pub prefilter: PrefilterConfig,
 }
 
 /// The server could not start or the transport failed.
@@ -36,7 +41,11 @@ pub enum McpError {
 /// Serve MCP on stdin/stdout until the client closes stdin.
 pub async fn serve_stdio(options: ServerOptions) -> Result<(), McpError> {
     let server = PithServer::new(options);
-    tracing::info!(root = %server.ws.root().display(), "pith mcp serving on stdio");
+    tracing::info!(
+        root = %server.ws.root().display(),
+        prefilter = server.ranker.as_ref().map(|r| r.name()),
+        "pith mcp serving on stdio"
+    );
     let running = server
         .serve(rmcp::transport::stdio())
         .await
@@ -63,6 +72,9 @@ type SharedBrain = Arc<Mutex<Option<Brain>>>;
 pub struct PithServer {
     ws: Workspace,
     brain: SharedBrain,
+    /// Set only when the user opted in to local-model ranking.
+    ranker: Option<Arc<OllamaRanker>>,
+    rank_threshold: usize,
     tool_router: ToolRouter<Self>,
 }
 
@@ -84,6 +96,26 @@ impl From<KindArg> for Kind {
             KindArg::Decision => Kind::Decision,
         }
     }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SearchWorkspaceArgs {
+    /// Regex (Rust syntax), or text with literal=true.
+    pattern: String,
+    literal: Option<bool>,
+    case_insensitive: Option<bool>,
+    /// e.g. "*.rs", "!tests/**".
+    globs: Option<Vec<String>>,
+    /// Subdirectory or file to search.
+    path: Option<String>,
+    /// Page size (default 50).
+    max_results: Option<u32>,
+    /// Matches to skip (next page).
+    offset: Option<u32>,
+    /// Every match in path order, unranked.
+    all: Option<bool>,
+    /// What you are looking for, in words (for ranking).
+    intent: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -142,8 +174,43 @@ impl PithServer {
         PithServer {
             ws: options.workspace,
             brain: Arc::new(Mutex::new(None)),
+            ranker: OllamaRanker::from_config(&options.prefilter).map(Arc::new),
+            rank_threshold: options.prefilter.threshold,
             tool_router: Self::tool_router(),
         }
+    }
+
+    #[tool(
+        description = "Search workspace files: regex or literal, globs, .gitignore-aware, paged."
+    )]
+    async fn search_workspace(
+        &self,
+        Parameters(a): Parameters<SearchWorkspaceArgs>,
+    ) -> Result<String, String> {
+        let defaults = SearchRequest::default();
+        let request = SearchRequest {
+            pattern: a.pattern,
+            literal: a.literal.unwrap_or(false),
+            case_insensitive: a.case_insensitive.unwrap_or(false),
+            globs: a.globs.unwrap_or_default(),
+            path: a.path,
+            max_results: a
+                .max_results
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.max_results),
+            offset: a.offset.and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
+            all: a.all.unwrap_or(false),
+            intent: a.intent,
+        };
+        let root = self.ws.root().to_path_buf();
+        let (ranker, threshold) = (self.ranker.clone(), self.rank_threshold);
+        blocking(move || {
+            let ranker = ranker.as_deref().map(|r| r as &dyn Ranker);
+            pith_search::search_workspace(&root, &request, ranker, threshold)
+                .map(|report| report.render())
+                .map_err(|e| e.to_string())
+        })
+        .await
     }
 
     #[tool(description = "Read a workspace file, optionally a line range.")]

@@ -85,6 +85,8 @@ fn mcp_stdout_is_protocol_only() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pith"))
         .args(["mcp", "--workspace"])
         .arg(ws.path())
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_LOCAL_PREFILTER")
         .env("PITH_LOG", "debug")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -128,4 +130,225 @@ fn mcp_stdout_is_protocol_only() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(stderr.contains("pith mcp serving on stdio"), "{stderr}");
+}
+
+/// A bare JSON-RPC client over a `pith mcp` child's stdio, for checks the SDK would hide.
+struct RawClient {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    next_id: u64,
+}
+
+impl RawClient {
+    fn start(ws: &Path, env: &[(&str, &str)]) -> RawClient {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pith"));
+        cmd.args(["mcp", "--workspace"])
+            .arg(ws)
+            .env_remove("PITH_CONFIG")
+            .env_remove("PITH_LOCAL_PREFILTER")
+            .env_remove("PITH_OLLAMA_URL")
+            .env_remove("PITH_PREFILTER_MODEL")
+            .env("PITH_HOME", ws.join(".pith-home"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut client = RawClient {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        client.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "raw", "version": "1"}}),
+        );
+        writeln!(
+            client.stdin,
+            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+        )
+        .unwrap();
+        client
+    }
+
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let msg =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let line = self.lines.next().expect("server closed stdout").unwrap();
+            let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if reply["id"] == id {
+                return reply;
+            }
+        }
+    }
+
+    /// A tool call's text, and whether it was a tool error.
+    fn call(&mut self, name: &str, args: serde_json::Value) -> (String, bool) {
+        let reply = self.request(
+            "tools/call",
+            serde_json::json!({"name": name, "arguments": args}),
+        );
+        let result = &reply["result"];
+        let text = result["content"][0]["text"].as_str().unwrap().to_owned();
+        (text, result["isError"] == true)
+    }
+}
+
+impl Drop for RawClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const RANK_MATCHES: usize = 60;
+
+/// A workspace where `needle` matches on 60 lines, one per file, in path order n00..n59.
+fn needle_workspace() -> tempfile::TempDir {
+    let ws = super::memory::workspace();
+    for i in 0..RANK_MATCHES {
+        std::fs::write(
+            ws.path().join(format!("src/n{i:02}.rs")),
+            format!("let needle = {i};\n"),
+        )
+        .unwrap();
+    }
+    ws
+}
+
+fn search_needle(client: &mut RawClient) -> String {
+    let (text, is_error) =
+        client.call("search_workspace", serde_json::json!({"pattern": "needle"}));
+    assert!(!is_error, "{text}");
+    text
+}
+
+#[test]
+fn mcp_search_workspace_ranks_when_the_env_opts_in() {
+    use pith_testkit::ollama::{ChatReply, MockOllama};
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::reversed(RANK_MATCHES)).unwrap();
+    let ws = needle_workspace();
+    let url = ollama.url();
+    let mut client = RawClient::start(
+        ws.path(),
+        &[
+            ("PITH_LOCAL_PREFILTER", "1"),
+            ("PITH_OLLAMA_URL", url.as_str()),
+            ("PITH_PREFILTER_MODEL", "tiny:1b"),
+        ],
+    );
+    let text = search_needle(&mut client);
+    let mut lines = text.lines();
+    let disclosure = lines.next().unwrap();
+    assert!(
+        disclosure.starts_with("pith: ranked by local model tiny:1b (Ollama)"),
+        "{text}"
+    );
+    assert!(disclosure.contains("all=true"), "{disclosure}");
+    assert_eq!(
+        lines.next(),
+        Some("src/n59.rs:1: let needle = 59;"),
+        "{text}"
+    );
+    assert_eq!(ollama.chat_requests().len(), 1);
+
+    // all=true: every match in path order, no model call.
+    let (text, _) = client.call(
+        "search_workspace",
+        serde_json::json!({"pattern": "needle", "all": true, "max_results": 100}),
+    );
+    assert!(
+        text.starts_with("src/n00.rs:1: let needle = 0;\n"),
+        "{text}"
+    );
+    assert!(text.contains("60 matches in 60 files."), "{text}");
+    assert_eq!(ollama.chat_requests().len(), 1);
+}
+
+#[test]
+fn mcp_search_workspace_ranks_when_the_config_opts_in() {
+    use pith_testkit::ollama::{ChatReply, MockOllama};
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::reversed(RANK_MATCHES)).unwrap();
+    let ws = needle_workspace();
+    let config = ws.path().join("pith.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp]\nlocal_prefilter = true\nollama_url = \"{}\"\nmodel = \"tiny:1b\"\nprefilter_threshold = 10\nprefilter_timeout_ms = 2000\n",
+            ollama.url()
+        ),
+    )
+    .unwrap();
+    let mut client = RawClient::start(ws.path(), &[("PITH_CONFIG", config.to_str().unwrap())]);
+    let text = search_needle(&mut client);
+    assert!(
+        text.starts_with("pith: ranked by local model tiny:1b (Ollama): the 10 most relevant"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 11, "{text}");
+}
+
+#[test]
+fn mcp_search_workspace_is_unranked_by_default_and_fails_open() {
+    use pith_testkit::ollama::{ChatReply, MockOllama};
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::prose(RANK_MATCHES)).unwrap();
+    let ws = needle_workspace();
+    let path_order = "src/n00.rs:1: let needle = 0;\n";
+    let page = "Showing matches 1-50 of 60 matches in 60 files (sorted by path, then line). \
+                10 more: pass offset=50 for the next page";
+
+    // Not opted in: the model is never asked.
+    let mut client = RawClient::start(ws.path(), &[("PITH_OLLAMA_URL", ollama.url().as_str())]);
+    let text = search_needle(&mut client);
+    assert!(
+        text.starts_with(path_order) && text.contains(page),
+        "{text}"
+    );
+    assert!(ollama.requests().is_empty());
+    drop(client);
+
+    // Opted in, but the model answers in prose: the plain page, nothing withheld.
+    let mut client = RawClient::start(
+        ws.path(),
+        &[
+            ("PITH_LOCAL_PREFILTER", "1"),
+            ("PITH_OLLAMA_URL", ollama.url().as_str()),
+            ("PITH_PREFILTER_MODEL", "tiny:1b"),
+        ],
+    );
+    let text = search_needle(&mut client);
+    assert!(
+        text.starts_with(path_order) && text.contains(page),
+        "{text}"
+    );
+    assert!(!text.contains("ranked by"), "{text}");
+    assert_eq!(ollama.chat_requests().len(), 1);
+}
+
+#[test]
+fn mcp_rejects_a_mistyped_prefilter_switch() {
+    let ws = super::memory::workspace();
+    let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+        .args(["mcp", "--workspace"])
+        .arg(ws.path())
+        .env("PITH_LOCAL_PREFILTER", "yes please")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PITH_LOCAL_PREFILTER"), "{err}");
 }

@@ -87,6 +87,13 @@ async def files_and_refusals(session, ws, outside):
 
 
 async def memory_tools(session, ws):
+    # Reads on a workspace without memories answer plainly and create nothing.
+    text = await call(session, "search_memory", {"query": "busy"})
+    contains(text, "none saved in this workspace yet", "search_memory on an empty workspace")
+    text = await call(session, "get_memory", {"id": "m-0000"}, error=True)
+    contains(text, "no memory m-0000", "get_memory on an empty workspace")
+    check(not os.path.exists(os.path.join(ws, ".pith")), "a memory read created .pith/")
+
     text = await call(
         session,
         "save_memory",

@@ -247,7 +247,11 @@ impl PithServer {
             .limit
             .and_then(|l| usize::try_from(l).ok())
             .unwrap_or(DEFAULT_MEMORY_LIMIT);
-        self.brain_tool(move |b| {
+        let empty = Ok(format!(
+            "no memories match \"{}\" (none saved in this workspace yet)\n",
+            a.query.trim()
+        ));
+        self.brain_tool(empty, move |b| {
             let found = b.search(&a.query, a.kind.map(Kind::from), limit)?;
             Ok(render::search(&found, &HINTS))
         })
@@ -256,8 +260,10 @@ impl PithServer {
 
     #[tool(description = "Get a memory in full, with the status of its evidence.")]
     async fn get_memory(&self, Parameters(a): Parameters<IdArgs>) -> Result<String, String> {
-        self.brain_tool(move |b| Ok(render::memory(&b.get(&a.id)?)))
-            .await
+        self.brain_tool(no_memory(&a.id), move |b| {
+            Ok(render::memory(&b.get(&a.id)?))
+        })
+        .await
     }
 
     #[tool(
@@ -281,7 +287,7 @@ impl PithServer {
             headline: a.headline,
             evidence,
         };
-        self.brain_tool(move |b| {
+        self.brain_tool_creating(move |b| {
             let saved = b.save(new)?;
             let mut text = format!(
                 "saved {} ({}, {}): {}",
@@ -310,7 +316,7 @@ impl PithServer {
         &self,
         Parameters(a): Parameters<VerifyMemoryArgs>,
     ) -> Result<String, String> {
-        self.brain_tool(move |b| {
+        self.brain_tool(no_memory(&a.id), move |b| {
             let v = b.verify(&a.id, a.accept.unwrap_or(false))?;
             Ok(render::verification(&v, &HINTS))
         })
@@ -319,12 +325,30 @@ impl PithServer {
 
     #[tool(description = "Move a memory to the trash (restorable).")]
     async fn forget_memory(&self, Parameters(a): Parameters<IdArgs>) -> Result<String, String> {
-        self.brain_tool(move |b| Ok(render::trashed(&b.forget(&a.id)?, &HINTS)))
-            .await
+        self.brain_tool(no_memory(&a.id), move |b| {
+            Ok(render::trashed(&b.forget(&a.id)?, &HINTS))
+        })
+        .await
     }
 
-    /// Run a brain operation off the async threads, opening the brain if needed.
+    /// Run a brain operation off the async threads on the workspace's brain; a workspace
+    /// without one gets `empty` and no `.pith/` is created (only saving creates it).
     async fn brain_tool(
+        &self,
+        empty: Result<String, String>,
+        f: impl FnOnce(&mut Brain) -> Result<String, BrainError> + Send + 'static,
+    ) -> Result<String, String> {
+        let (ws, brain) = (self.ws.clone(), self.brain.clone());
+        blocking(move || {
+            with_brain(&brain, &ws, false, f)
+                .map_err(explain)?
+                .map_or(empty, Ok)
+        })
+        .await
+    }
+
+    /// Like [`PithServer::brain_tool`], creating `.pith/brain.db` when the workspace has none.
+    async fn brain_tool_creating(
         &self,
         f: impl FnOnce(&mut Brain) -> Result<String, BrainError> + Send + 'static,
     ) -> Result<String, String> {
@@ -373,6 +397,13 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(format!("internal error: {e}")))
+}
+
+/// The reply for an id in a workspace that has no memories at all.
+fn no_memory(id: &str) -> Result<String, String> {
+    Err(explain(BrainError::NotFound {
+        id: id.trim().to_owned(),
+    }))
 }
 
 /// Brain errors in the agent's terms, naming the tool that helps.

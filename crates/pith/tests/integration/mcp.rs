@@ -115,13 +115,17 @@ fn mcp_stdout_is_protocol_only() {
             answered.insert(id);
             if id == 3 {
                 let text = msg["result"]["content"][0]["text"].as_str().unwrap();
-                assert_eq!(text, "no memories match \"anything\"\n");
+                assert_eq!(
+                    text,
+                    "no memories match \"anything\" (none saved in this workspace yet)\n"
+                );
             }
         }
     }
     drop(stdin);
     let status = child.wait().unwrap();
     assert!(status.success(), "server exit on stdin EOF: {status}");
+    assert!(!ws.path().join(".pith").exists(), "a read created .pith/");
     for rest in lines {
         let line = rest.unwrap();
         serde_json::from_str::<serde_json::Value>(&line)

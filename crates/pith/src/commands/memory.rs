@@ -329,7 +329,9 @@ fn emit(
     if as_json {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", text());
+        let text = text();
+        // Renderers end some texts with a newline and not others; print exactly one.
+        println!("{}", text.trim_end_matches('\n'));
     }
     Ok(())
 }

@@ -7,8 +7,6 @@ use pith_testkit::fixtures::{self, Capture};
 
 use crate::support::*;
 
-const PER_HOP: &[&str] = &["host", "content-length", "connection", "transfer-encoding"];
-
 fn capture(id: &str) -> Capture {
     let shared = fixtures::shared_dir().unwrap();
     fixtures::load_captures(&shared)
@@ -20,12 +18,7 @@ fn capture(id: &str) -> Capture {
 
 /// Send a capture through pith; returns the response headers.
 fn replay(pith: &PithProxy, cap: &Capture) -> http::HeaderMap {
-    let sent: Vec<(String, String)> = cap
-        .headers
-        .iter()
-        .filter(|(k, _)| !PER_HOP.contains(&k.to_ascii_lowercase().as_str()))
-        .cloned()
-        .collect();
+    let sent = capture_headers(cap);
     let rt = runtime();
     let (status, hdrs, _) = rt.block_on(async {
         read_all(

@@ -11,9 +11,6 @@ use pith_testkit::{MockUpstream, Reply};
 
 use crate::support::*;
 
-/// Headers hyper or the proxy legitimately recompute per hop.
-const PER_HOP: &[&str] = &["host", "content-length", "connection", "transfer-encoding"];
-
 fn no_transforms() -> [(&'static str, &'static str); 1] {
     [("PITH_DEFER_TOOLS", "0")]
 }
@@ -33,12 +30,7 @@ fn every_capture_reaches_the_upstream_byte_identical_with_the_same_headers() {
     let client = client();
     for cap in &all {
         mock.clear_received();
-        let sent: Vec<(String, String)> = cap
-            .headers
-            .iter()
-            .filter(|(k, _)| !PER_HOP.contains(&k.to_ascii_lowercase().as_str()))
-            .cloned()
-            .collect();
+        let sent = capture_headers(cap);
         let url = format!("{}{}", pith.url(), cap.path);
         let (status, _, _) = rt.block_on(async {
             read_all(send(&client, request(&cap.method, &url, &sent, cap.body.clone())).await).await

@@ -222,3 +222,15 @@ pub fn python_script(name: &str) -> PathBuf {
         .join("../../tests/python")
         .join(name)
 }
+
+/// Headers hyper or the proxy legitimately recompute per hop.
+pub const PER_HOP: &[&str] = &["host", "content-length", "connection", "transfer-encoding"];
+
+/// A capture's headers as a client would send them again (per-hop ones left to hyper).
+pub fn capture_headers(cap: &pith_testkit::fixtures::Capture) -> Vec<(String, String)> {
+    cap.headers
+        .iter()
+        .filter(|(k, _)| !PER_HOP.contains(&k.to_ascii_lowercase().as_str()))
+        .cloned()
+        .collect()
+}

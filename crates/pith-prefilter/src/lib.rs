@@ -7,7 +7,11 @@
 //!
 //! Calls block for up to [`PrefilterConfig::timeout`] per HTTP request (the availability probe
 //! and the ranking each get their own timeout); from async code, call through `spawn_blocking`.
+//!
+//! [`embed::OllamaEmbedRanker`] ranks tool definitions for the defer stage by embedding
+//! similarity, with BM25 as the fallback.
 
+pub mod embed;
 mod http;
 mod prompt;
 
@@ -17,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use pith_search::{Candidate, DEFAULT_MAX_RANK_CANDIDATES, DEFAULT_RANK_THRESHOLD, Ranker};
 
+pub use embed::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedError, OllamaEmbedRanker};
 pub use http::HttpError;
 pub use prompt::ReplyError;
 

@@ -1,9 +1,11 @@
 //! A mock Ollama server on 127.0.0.1 (random port) for the local-prefilter tests.
 //!
-//! It serves `GET /api/tags` and non-streaming `POST /api/chat` in Ollama's real response
-//! shapes, answers chat with a scripted [`ChatReply`] (success, prose, bad indices, slow, HTTP
-//! error), answers 404 for a model it does not list (as Ollama does for a model not pulled), and
-//! records every request so tests can check what was sent (e.g. `options.num_ctx`).
+//! It serves `GET /api/tags`, non-streaming `POST /api/chat` and `POST /api/embed` in Ollama's
+//! real response shapes, answers chat with a scripted [`ChatReply`] (success, prose, bad indices,
+//! slow, HTTP error) and embed with an [`EmbedReply`] (a deterministic bag-of-words embedding, or
+//! a failure), answers 404 for a model it does not list (as Ollama does for a model not pulled),
+//! and records every request so tests can check what was sent (e.g. `options.num_ctx`) and how
+//! often (caching).
 //! It runs on its own thread and runtime, so sync tests can use it; dropping it stops it.
 
 use std::convert::Infallible;
@@ -84,6 +86,70 @@ impl ChatReply {
     }
 }
 
+/// How the mock answers `POST /api/embed` for a listed model.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EmbedReply {
+    /// A bag-of-words embedding of each input: every word (lowercased alphanumeric run) is
+    /// replaced by its alias if it has one, then hashed into one of [`EMBED_DIMENSIONS`]
+    /// buckets; the vector is L2-normalized as Ollama's are. Texts sharing words, or words
+    /// aliased to the same concept, point the same way, so tests control what is "related".
+    BagOfWords {
+        /// `(word, concept)` pairs, e.g. `("compiler", "build")`.
+        aliases: Vec<(String, String)>,
+    },
+    /// These embeddings whatever the input (wrong count, ragged dimensions, zero vectors).
+    Fixed(Vec<Vec<f64>>),
+    /// Wait, then answer as the inner reply.
+    Delayed(Duration, Box<EmbedReply>),
+    /// This HTTP status with Ollama's error body `{"error": message}`.
+    Error(u16, String),
+}
+
+/// Length of the [`EmbedReply::BagOfWords`] vectors.
+pub const EMBED_DIMENSIONS: usize = 64;
+
+impl EmbedReply {
+    /// Bag of words with no aliases.
+    pub fn bag_of_words() -> Self {
+        Self::with_aliases(&[])
+    }
+
+    /// Bag of words where each `(word, concept)` word counts as its concept.
+    pub fn with_aliases(aliases: &[(&str, &str)]) -> Self {
+        Self::BagOfWords {
+            aliases: aliases
+                .iter()
+                .map(|(w, c)| ((*w).to_owned(), (*c).to_owned()))
+                .collect(),
+        }
+    }
+
+    /// The embedding [`EmbedReply::BagOfWords`] gives `text`.
+    pub fn embed(aliases: &[(String, String)], text: &str) -> Vec<f64> {
+        let mut vector = vec![0.0; EMBED_DIMENSIONS];
+        let lower = text.to_lowercase();
+        for word in lower.split(|c: char| !c.is_alphanumeric()) {
+            if word.is_empty() {
+                continue;
+            }
+            let concept = aliases
+                .iter()
+                .find(|(w, _)| w == word)
+                .map_or(word, |(_, c)| c.as_str());
+            // FNV-1a: fixed across runs and platforms, unlike std's RandomState.
+            let hash = concept.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            vector[(hash % EMBED_DIMENSIONS as u64) as usize] += 1.0;
+        }
+        let norm = vector.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm > 0.0 {
+            vector.iter_mut().for_each(|x| *x /= norm);
+        }
+        vector
+    }
+}
+
 /// A request the mock received.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordedRequest {
@@ -98,6 +164,7 @@ pub struct RecordedRequest {
 struct State {
     models: Vec<String>,
     reply: ChatReply,
+    embed: EmbedReply,
     requests: Vec<RecordedRequest>,
 }
 
@@ -116,7 +183,8 @@ pub struct MockOllama {
 }
 
 impl MockOllama {
-    /// Starts a server that lists `models` in /api/tags and answers chat with `reply`.
+    /// Starts a server that lists `models` in /api/tags, answers chat with `reply` and embed
+    /// with [`EmbedReply::bag_of_words`].
     pub fn start(models: &[&str], reply: ChatReply) -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
@@ -124,6 +192,7 @@ impl MockOllama {
         let state: Shared = Arc::new(Mutex::new(State {
             models: models.iter().map(|m| (*m).to_owned()).collect(),
             reply,
+            embed: EmbedReply::bag_of_words(),
             requests: Vec::new(),
         }));
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -164,6 +233,19 @@ impl MockOllama {
     /// Changes the chat reply for later requests.
     pub fn set_reply(&self, reply: ChatReply) {
         lock(&self.state).reply = reply;
+    }
+
+    /// Changes the embed reply for later requests.
+    pub fn set_embed_reply(&self, reply: EmbedReply) {
+        lock(&self.state).embed = reply;
+    }
+
+    /// The `/api/embed` requests received so far.
+    pub fn embed_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path == "/api/embed")
+            .collect()
     }
 
     /// Every request received so far, in arrival order.
@@ -230,19 +312,27 @@ async fn handle(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let (models, reply) = {
+    let inputs = embed_inputs(&body);
+    let (models, reply, embed_reply) = {
         let mut state = lock(&state);
         state.requests.push(RecordedRequest {
             method: method.clone(),
             path: path.clone(),
             body,
         });
-        (state.models.clone(), state.reply.clone())
+        (
+            state.models.clone(),
+            state.reply.clone(),
+            state.embed.clone(),
+        )
     };
     Ok(match (method.as_str(), path.as_str()) {
         ("GET", "/api/tags") => json_response(200, &tags(&models)),
         ("POST", "/api/chat") if models.contains(&model) => chat(&model, reply).await,
-        ("POST", "/api/chat") => json_response(
+        ("POST", "/api/embed") if models.contains(&model) => {
+            embed(&model, &inputs, embed_reply).await
+        }
+        ("POST", "/api/chat" | "/api/embed") => json_response(
             404,
             &json!({"error": format!("model \"{model}\" not found, try pulling it first")}),
         ),
@@ -268,6 +358,48 @@ async fn chat(model: &str, mut reply: ChatReply) -> Response<Full<Bytes>> {
             }
             ChatReply::Content(content) => return json_response(200, &chat_body(model, &content)),
         }
+    }
+}
+
+/// `input` of an /api/embed request: one string or an array of them.
+fn embed_inputs(body: &Value) -> Vec<String> {
+    match body.get("input") {
+        Some(Value::String(text)) => vec![text.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().unwrap_or_default().to_owned())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+async fn embed(model: &str, inputs: &[String], mut reply: EmbedReply) -> Response<Full<Bytes>> {
+    loop {
+        let embeddings = match reply {
+            EmbedReply::Delayed(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                reply = *inner;
+                continue;
+            }
+            EmbedReply::Error(status, message) => {
+                return json_response(status, &json!({ "error": message }));
+            }
+            EmbedReply::Fixed(embeddings) => embeddings,
+            EmbedReply::BagOfWords { aliases } => inputs
+                .iter()
+                .map(|text| EmbedReply::embed(&aliases, text))
+                .collect(),
+        };
+        return json_response(
+            200,
+            &json!({
+                "model": model,
+                "embeddings": embeddings,
+                "total_duration": 14_143_917_u64,
+                "load_duration": 1_019_500_u64,
+                "prompt_eval_count": inputs.len() * 8,
+            }),
+        );
     }
 }
 

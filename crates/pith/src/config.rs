@@ -61,9 +61,12 @@ pub struct TransformsConfig {
     /// Defer only when the deferred definitions add up to at least this many characters
     /// (default 0). See BENCHMARKS.md: deferring a few kilobytes can cost more than it saves.
     pub min_deferred_chars: Option<usize>,
-    /// Reserved for semantic tool ranking (Ollama `/api/embed`); not built yet, rejected if set.
+    /// Ollama base URL for semantic tool ranking (`/api/embed`); with `embeddings_model`,
+    /// tools are ranked by embedding similarity instead of BM25. Each session's ranking is
+    /// decided once and cached under `$PITH_HOME/embeddings`; any failure means BM25.
     pub embeddings_url: Option<String>,
-    /// Reserved for semantic tool ranking; not built yet, rejected if set.
+    /// Ollama embedding model for semantic tool ranking (e.g. `nomic-embed-text`); needs
+    /// `embeddings_url`.
     pub embeddings_model: Option<String>,
 }
 

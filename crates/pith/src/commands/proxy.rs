@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, UpstreamUrl};
 use pith_store::ledger::Ledger;
 use pith_transform::{DeferOptions, DeferStage, Pipeline, SearchVariant};
@@ -165,17 +167,37 @@ fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
             Some(n) => n,
             None => t.small_tool_chars.unwrap_or(defaults.small_tool_chars),
         };
-        anyhow::ensure!(
-            t.embeddings_url.is_none() && t.embeddings_model.is_none(),
-            "transforms.embeddings_url / embeddings_model: semantic tool ranking is not built yet; \
-             remove these keys (tool relevance uses BM25)"
-        );
-        pipeline = pipeline.with_stage(Box::new(DeferStage::new(DeferOptions {
+        let stage = DeferStage::new(DeferOptions {
             keep_relevant: t.keep_relevant.unwrap_or(defaults.keep_relevant),
             small_tool_chars,
             search,
             min_deferred_chars: t.min_deferred_chars.unwrap_or(defaults.min_deferred_chars),
-        })));
+        });
+        let stage = match (&t.embeddings_url, &t.embeddings_model) {
+            (None, None) => stage,
+            (Some(url), Some(model)) => {
+                // The ranker blocks the request handler (a tokio worker) for at most the
+                // timeout, and only on the first sight of a (task, tool list): later turns of
+                // the session are answered from its memory or disk cache.
+                let ranker = OllamaEmbedRanker::new(EmbedConfig {
+                    url: url.clone(),
+                    model: model.clone(),
+                    timeout: DEFAULT_EMBED_TIMEOUT,
+                    cache_dir: pith_home()?.join("embeddings"),
+                })
+                .context("transforms.embeddings_url")?;
+                stage.with_ranker(Arc::new(ranker))
+            }
+            (Some(_), None) => anyhow::bail!(
+                "transforms.embeddings_url is set but transforms.embeddings_model is missing: \
+                 name the Ollama embedding model (e.g. \"nomic-embed-text\")"
+            ),
+            (None, Some(_)) => anyhow::bail!(
+                "transforms.embeddings_model is set but transforms.embeddings_url is missing: \
+                 give the Ollama base URL (e.g. \"http://127.0.0.1:11434\")"
+            ),
+        };
+        pipeline = pipeline.with_stage(Box::new(stage));
     }
     Ok(pipeline)
 }

@@ -167,3 +167,111 @@ fn deferral_can_be_switched_off_and_bad_config_is_an_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("PITH_DEFER_TOOLS"));
 }
+
+#[test]
+fn embeddings_config_ranks_tools_semantically_once_per_session() {
+    use pith_testkit::ollama::{ChatReply, EmbedReply, MockOllama};
+
+    let ollama = MockOllama::start(&["nomic-embed-text"], ChatReply::reversed(1)).unwrap();
+    // "build" matches no tool by words (BM25 would keep the first tool, read_file); the mock
+    // embeds "compiler" as "build", so the vectors favour cargo_check.
+    ollama.set_embed_reply(EmbedReply::with_aliases(&[("compiler", "build")]));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[transforms]\nkeep_relevant = 1\nembeddings_url = \"{}\"\n\
+             embeddings_model = \"nomic-embed-text\"\n",
+            ollama.url()
+        ),
+    )
+    .unwrap();
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_CONFIG", config.to_str().unwrap())]);
+
+    let tool = |name: &str, description: &str| {
+        serde_json::json!({"name": name, "description": description,
+                           "input_schema": {"type": "object", "properties": {}}})
+    };
+    let body = serde_json::json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "fix the build"}],
+        "tools": [
+            tool("read_file", "Read a file from disk"),
+            tool("list_dir", "List a directory"),
+            tool("send_email", "Send a mail message"),
+            tool("cargo_check", "Run the compiler over the workspace"),
+        ],
+    })
+    .to_string();
+    let headers = [
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("anthropic-version".to_owned(), "2023-06-01".to_owned()),
+        ("x-api-key".to_owned(), "test-key".to_owned()),
+    ];
+    let rt = runtime();
+    for turn in 0..2 {
+        let (status, hdrs, _) = rt.block_on(async {
+            read_all(
+                send(
+                    &client(),
+                    request(
+                        "POST",
+                        &format!("{}/v1/messages", pith.url()),
+                        &headers,
+                        body.clone(),
+                    ),
+                )
+                .await,
+            )
+            .await
+        });
+        assert_eq!(status, 200, "turn {turn}");
+        let disclosed = hdrs["pith-transforms"].to_str().unwrap();
+        assert!(
+            disclosed.starts_with("defer;tools=3;"),
+            "turn {turn}: {disclosed}"
+        );
+    }
+    let received = mock.received();
+    assert_eq!(received.len(), 2);
+    for got in &received {
+        let sent = got.body_json().unwrap();
+        let loaded: Vec<&str> = sent["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t.get("defer_loading").is_none() && t.get("type").is_none())
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(loaded, ["cargo_check"], "{}", pith.stderr());
+    }
+    assert!(received[0].body == received[1].body, "turns differ");
+    assert_eq!(ollama.embed_requests().len(), 1, "second turn re-embedded");
+    assert!(
+        pith.home
+            .path()
+            .join("embeddings/decisions")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some()
+    );
+
+    std::fs::write(
+        &config,
+        "[transforms]\nembeddings_url = \"http://127.0.0.1:11434\"\n",
+    )
+    .unwrap();
+    let out = Command::new(pith_bin())
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env("PITH_HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("embeddings_model is missing"), "{err}");
+}

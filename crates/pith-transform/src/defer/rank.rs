@@ -9,10 +9,10 @@ pub struct ToolText<'a> {
     pub definition: &'a str,
 }
 
-/// A relevance ranking injected into the stage (e.g. embeddings). The stage is pure, so an
-/// implementation must answer from data it already holds: fetch and cache vectors outside the
-/// request path. It must also be deterministic for the same inputs, because the loaded set has
-/// to be the same on every turn of a session.
+/// A relevance ranking injected into the stage (e.g. embeddings). The stage itself does no I/O;
+/// an implementation may (a bounded call on the first sight of a task and tool list), but it
+/// must remember its answer: the same inputs must give the same scores on every turn of a
+/// session, because the loaded set, and with it the cached prompt prefix, must not change.
 pub trait ToolRanker: Send + Sync {
     /// One score per tool, higher is more relevant; `None` falls back to BM25.
     fn scores(&self, task: &str, tools: &[ToolText<'_>]) -> Option<Vec<f64>>;

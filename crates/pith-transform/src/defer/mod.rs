@@ -27,7 +27,7 @@ use crate::stage::{Edit, HeaderEdit, Outcome, Request, Splice, Stage, StageError
 pub use rank::{ToolRanker, ToolText, bm25_scores};
 
 use history::History;
-use view::{Str, Tool, Top, TypeOnly, member_removal};
+use view::{Str, Tool, ToolProbe, Top, TypeOnly, member_removal};
 
 /// The `anthropic-beta` value that enables the tool search tool and `defer_loading`.
 pub const ANTHROPIC_BETA: &str = "advanced-tool-use-2025-11-20";
@@ -200,6 +200,14 @@ impl DeferStage {
             1 => return Ok(Decision::Unchanged(reason::SINGLE_TOOL)),
             _ => {}
         }
+        for raw in &raws {
+            let probe: ToolProbe<'_> = serde_json::from_str(raw.get())?;
+            if probe.defer_loading.is_some()
+                || is_search_tool(wire, probe.kind.as_ref().map(Str::as_str))
+            {
+                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
+            }
+        }
         let mut entries = Vec::with_capacity(raws.len());
         for raw in raws {
             if !raw.get().starts_with('{') {
@@ -207,9 +215,6 @@ impl DeferStage {
             }
             let tool: Tool<'_> = serde_json::from_str(raw.get())?;
             let kind = tool.kind.as_ref().map(Str::as_str);
-            if tool.defer_loading.is_some() || is_search_tool(wire, kind) {
-                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
-            }
             let deferrable = tool.name.is_some()
                 && match wire {
                     Wire::AnthropicMessages => matches!(kind, None | Some("custom")),

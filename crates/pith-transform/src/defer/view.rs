@@ -42,11 +42,20 @@ pub(super) struct Tool<'a> {
     pub name: Option<Str<'a>>,
     #[serde(borrow, default)]
     pub description: Option<Str<'a>>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    pub cache_control: Option<&'a RawValue>,
+}
+
+/// Just enough of a tool to tell whether the client already defers: a cheap first pass that
+/// skips descriptions and schemas without allocating (Claude Code sends ~35 KB of tools on
+/// every request and already defers, so this answer must come fast).
+#[derive(Debug, Deserialize)]
+pub(super) struct ToolProbe<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Option<Str<'a>>,
     /// Present (even as `null`) means the client decides deferral itself.
     #[serde(borrow, default, deserialize_with = "present")]
     pub defer_loading: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    pub cache_control: Option<&'a RawValue>,
 }
 
 /// `{"type": ...}` of a `tool_choice` object.

@@ -1,7 +1,8 @@
 //! The defer stage's own time on a 53-tool OpenCode request it rewrites (req003: later
-//! captured turns call tools it defers, which a replay without searches cannot have), next
-//! to plain JSON parses of
-//! the same body (the cheapest things any body-reading stage must do) for ratios. Measured
+//! captured turns call tools it defers, which a replay without searches cannot have) and on a
+//! Claude Code request it must leave alone (already deferring; on every Claude Code request),
+//! next to plain JSON parses of the same body (the cheapest things any body-reading stage must
+//! do) for ratios. Measured
 //! twice: wall time (criterion's default) and the benchmark thread's CPU time, which other
 //! processes on a shared machine do not inflate.
 //!
@@ -51,9 +52,10 @@ impl Measurement for ThreadCpu {
     clippy::expect_used,
     reason = "a benchmark without its input must stop loudly, not measure nothing"
 )]
-fn mcp40_body() -> Vec<u8> {
+fn capture_body(capture: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/captures/opencode-1.18.33/anthropic-agentsmd-mcp40/req003.json");
+        .join("../../../shared/captures")
+        .join(capture);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("capture {} missing: {e}", path.display()));
     let capture: serde_json::Value = serde_json::from_str(&text).expect("capture is JSON");
@@ -64,7 +66,12 @@ fn mcp40_body() -> Vec<u8> {
         .to_vec()
 }
 
-fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8]) {
+/// The body the stage rewrites (53 tools, 48 deferred).
+const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40/req003.json";
+/// A body the stage leaves alone because Claude Code already defers (14 tools, ~35 KB).
+const CLAUDE_CODE: &str = "claude-code-2.1.328/fix-calc/req002.json";
+
+fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], rewrites: bool) {
     let headers = HeaderMap::new();
     let request = Request {
         wire: Wire::AnthropicMessages,
@@ -73,9 +80,10 @@ fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8]) {
         body,
     };
     let stage = DeferStage::new(DeferOptions::default());
-    assert!(
+    assert_eq!(
         matches!(stage.apply(&request), Ok(Outcome::Edited(_))),
-        "the benchmark body is one the stage rewrites"
+        rewrites,
+        "the benchmark body is not the case it is meant to measure"
     );
     group.bench_function("stage_apply", |b| {
         b.iter(|| stage.apply(black_box(&request)))
@@ -90,13 +98,21 @@ fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8]) {
 }
 
 fn wall(c: &mut Criterion) {
-    let body = mcp40_body();
-    run_group(c.benchmark_group("defer_mcp40_req003"), &body);
+    run_group(c.benchmark_group("defer_mcp40_req003"), &capture_body(MCP40), true);
+    run_group(
+        c.benchmark_group("defer_claude_code_req002_already_deferring"),
+        &capture_body(CLAUDE_CODE),
+        false,
+    );
 }
 
 fn cpu(c: &mut Criterion<ThreadCpu>) {
-    let body = mcp40_body();
-    run_group(c.benchmark_group("defer_mcp40_req003_cpu"), &body);
+    run_group(c.benchmark_group("defer_mcp40_req003_cpu"), &capture_body(MCP40), true);
+    run_group(
+        c.benchmark_group("defer_claude_code_req002_already_deferring_cpu"),
+        &capture_body(CLAUDE_CODE),
+        false,
+    );
 }
 
 criterion_group!(wall_time, wall);

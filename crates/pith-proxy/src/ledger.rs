@@ -19,8 +19,6 @@ use pith_wire::{Provider, Wire, encoding, request, session, usage};
 const MAX_DECODED: u64 = 64 << 20;
 /// Rows written per transaction at most.
 const BATCH: usize = 256;
-/// How long the writer waits after the first queued record before writing, to batch a burst.
-const LINGER: Duration = Duration::from_millis(20);
 
 /// Everything the request path knows about one request, unparsed.
 #[derive(Debug, Default)]
@@ -137,11 +135,6 @@ fn writer(mut ledger: Ledger, rx: Receiver<Message>, shared: &Shared) {
     let mut stopping = false;
     while !stopping {
         let Ok(first) = rx.recv() else { break };
-        // Let a burst gather: one transaction and one wake-up for many rows instead of one per
-        // request, so the writer takes less CPU from the requests it records.
-        if !matches!(first, Message::Stop) {
-            std::thread::sleep(LINGER);
-        }
         let mut rows = Vec::new();
         let mut next = Some(first);
         while let Some(message) = next.take() {

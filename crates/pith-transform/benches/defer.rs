@@ -98,7 +98,11 @@ fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], rewr
 }
 
 fn wall(c: &mut Criterion) {
-    run_group(c.benchmark_group("defer_mcp40_req003"), &capture_body(MCP40), true);
+    run_group(
+        c.benchmark_group("defer_mcp40_req003"),
+        &capture_body(MCP40),
+        true,
+    );
     run_group(
         c.benchmark_group("defer_claude_code_req002_already_deferring"),
         &capture_body(CLAUDE_CODE),
@@ -107,7 +111,11 @@ fn wall(c: &mut Criterion) {
 }
 
 fn cpu(c: &mut Criterion<ThreadCpu>) {
-    run_group(c.benchmark_group("defer_mcp40_req003_cpu"), &capture_body(MCP40), true);
+    run_group(
+        c.benchmark_group("defer_mcp40_req003_cpu"),
+        &capture_body(MCP40),
+        true,
+    );
     run_group(
         c.benchmark_group("defer_claude_code_req002_already_deferring_cpu"),
         &capture_body(CLAUDE_CODE),

@@ -101,7 +101,7 @@ pub struct DeferOptions {
     pub search: SearchVariant,
     /// Defer only when the deferred definitions add up to at least this many characters
     /// (default 0). Every search the model then needs costs its results at full price, so
-    /// deferring a few kilobytes can cost more than it saves (see BENCH-defer.md).
+    /// deferring a few kilobytes can cost more than it saves (see BENCHMARKS.md).
     pub min_deferred_chars: usize,
 }
 

@@ -348,7 +348,7 @@ fn pipeline_forwards_the_rewrite_and_appends_the_beta_value() {
 
 #[test]
 fn mcp40_deferred_session_costs_less_and_never_adds_a_cache_write() {
-    // Figures for BENCH-defer.md come from `--example defer_savings`; this guards the shape:
+    // Figures for BENCHMARKS.md come from `--example defer_savings`; this guards the shape:
     // cheaper under the conservative cost model, and no request writes the cache where the
     // original did not.
     let original = load(MCP40);

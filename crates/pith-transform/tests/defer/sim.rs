@@ -277,7 +277,7 @@ fn search_results(tools: &[Value], deferred: &[String], wanted: &str) -> Vec<Str
     hits
 }
 
-/// Characters per estimated token (a heuristic; see BENCH-defer.md).
+/// Characters per estimated token (a heuristic; see BENCHMARKS.md).
 pub const CHARS_PER_TOKEN: f64 = 4.0;
 /// What the cost model assumes where the provider documents nothing.
 #[derive(Debug, Clone, Copy)]

@@ -68,8 +68,8 @@ fn every_capture_reaches_the_upstream_byte_identical_with_the_same_headers() {
 fn a_stream_is_forwarded_event_by_event_and_byte_identical() {
     let mock = MockUpstream::start().unwrap();
     let sse = fixtures::anthropic::stream(&["one", " two", " three"], fixtures::DEFAULT_USAGE);
-    // Paced: each event is written 150 ms after the previous one.
-    let chunks = fixtures::split_at_events(&sse, Duration::from_millis(150));
+    // Paced: each event is written 300 ms after the previous one.
+    let chunks = fixtures::split_at_events(&sse, Duration::from_millis(300));
     let n_chunks = chunks.len();
     mock.push(Reply::stream(chunks));
     let pith = PithProxy::start(&mock.url(), &[]);

@@ -101,6 +101,49 @@ fn local_error(
     resp
 }
 
+/// Run the pipeline inline (pure CPU, tens of microseconds), or on the blocking pool when a
+/// stage may wait on I/O, so one slow request never stalls the event loop.
+async fn run_pipeline(
+    state: &Arc<State>,
+    wire: Wire,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> PipelineResult {
+    if !state.pipeline.may_block() {
+        return state.pipeline.run(&pith_transform::Request {
+            wire,
+            path,
+            headers,
+            body,
+        });
+    }
+    let (state, path, headers, body) = (
+        Arc::clone(state),
+        path.to_owned(),
+        headers.clone(),
+        body.clone(),
+    );
+    let run = tokio::task::spawn_blocking(move || {
+        state.pipeline.run(&pith_transform::Request {
+            wire,
+            path: &path,
+            headers: &headers,
+            body: &body,
+        })
+    });
+    match run.await {
+        Ok(result) => result,
+        Err(e) => PipelineResult {
+            failed: vec![pith_transform::Failure {
+                stage: "pipeline",
+                error: format!("blocking task failed: {e}"),
+            }],
+            ..PipelineResult::default()
+        },
+    }
+}
+
 pub(crate) async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
@@ -167,12 +210,9 @@ pub(crate) async fn handle(
     };
 
     let result = match wire {
-        Some(w) if !state.pipeline.is_empty() => state.pipeline.run(&pith_transform::Request {
-            wire: w,
-            path: &path,
-            headers: &parts.headers,
-            body: &client_body,
-        }),
+        Some(w) if !state.pipeline.is_empty() => {
+            run_pipeline(&state, w, &path, &parts.headers, &client_body).await
+        }
         _ => PipelineResult::default(),
     };
     if !result.failed.is_empty() {

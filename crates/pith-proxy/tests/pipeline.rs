@@ -161,3 +161,66 @@ async fn an_edit_changes_only_its_span_and_is_disclosed() {
     assert_eq!(rows[0].bytes_client, BODY.len() as u64);
     assert_eq!(rows[0].bytes_upstream, got[0].body.len() as u64);
 }
+
+/// Holds its request until the test releases it, and says whether it had to give up waiting.
+struct Gate {
+    entered: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    timed_out: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+impl Stage for Gate {
+    fn name(&self) -> &'static str {
+        "gate"
+    }
+    fn apply(&self, _: &Request<'_>) -> Result<Outcome, StageError> {
+        let _ = self.entered.lock().unwrap().send(());
+        let waited = self
+            .release
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10));
+        if waited.is_err() {
+            self.timed_out
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(Outcome::Unchanged("released"))
+    }
+}
+
+#[tokio::test]
+async fn a_blocking_stage_does_not_stall_other_requests() {
+    let mock = MockUpstream::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel();
+    let timed_out = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pipeline = Pipeline::new()
+        .with_stage(Box::new(Gate {
+            entered: std::sync::Mutex::new(entered_tx),
+            release: std::sync::Mutex::new(release_rx),
+            timed_out: std::sync::Arc::clone(&timed_out),
+        }))
+        .blocking();
+    // The proxy runs on this test's single-threaded runtime: had the stage run inline, the
+    // runtime would be stuck inside it and nothing below could happen until it gave up.
+    let (addr, sink) = start(pipeline, &mock, &dir.path().join("l.db")).await;
+    let held = tokio::spawn(post(addr));
+    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
+        .await
+        .unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let other = client
+        .request(
+            http::Request::get(format!("http://{addr}/v1/models"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+    release_tx.send(()).unwrap();
+    let held = held.await.unwrap();
+    assert_eq!(held.status(), 200);
+    assert!(!timed_out.load(std::sync::atomic::Ordering::SeqCst));
+    sink.shutdown(Duration::from_secs(5));
+}

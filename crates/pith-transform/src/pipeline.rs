@@ -74,6 +74,7 @@ impl PipelineResult {
 #[derive(Default)]
 pub struct Pipeline {
     stages: Vec<Box<dyn Stage>>,
+    may_block: bool,
 }
 
 impl Pipeline {
@@ -84,6 +85,17 @@ impl Pipeline {
     pub fn with_stage(mut self, stage: Box<dyn Stage>) -> Self {
         self.stages.push(stage);
         self
+    }
+
+    /// Declare that a stage may block on I/O (e.g. a ranker's first call to a local model), so
+    /// that an async caller runs the pipeline off its event loop.
+    pub fn blocking(mut self) -> Self {
+        self.may_block = true;
+        self
+    }
+
+    pub fn may_block(&self) -> bool {
+        self.may_block
     }
 
     pub fn is_empty(&self) -> bool {

@@ -86,9 +86,11 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let pipeline = build_pipeline(config)?;
     let stages = pipeline.stage_names();
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One event-loop thread: an agent sends a few requests a second, and on one thread every
+    // streamed chunk goes from the upstream connection to the client without a cross-thread
+    // wake-up (measured in BENCHMARKS.md). Blocking stages run on tokio's blocking pool.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .thread_name("pith-proxy")
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
@@ -176,9 +178,9 @@ fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
         let stage = match (&t.embeddings_url, &t.embeddings_model) {
             (None, None) => stage,
             (Some(url), Some(model)) => {
-                // The ranker blocks the request handler (a tokio worker) for at most the
-                // timeout, and only on the first sight of a (task, tool list): later turns of
-                // the session are answered from its memory or disk cache.
+                // The ranker blocks for at most the timeout, and only on the first sight of a
+                // (task, tool list); the proxy then runs the pipeline on its blocking pool.
+                pipeline = pipeline.blocking();
                 let ranker = OllamaEmbedRanker::new(EmbedConfig {
                     url: url.clone(),
                     model: model.clone(),

@@ -16,12 +16,14 @@ use crate::config::{Config, env_flag, pith_home};
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 const DEFAULT_QUEUE: usize = 4096;
 
-/// Point your agent at the proxy:
-///   Claude Code:  ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
-///   OpenCode:     provider.<id>.options.baseURL = "http://127.0.0.1:8787/v1"
-///   Codex:        [model_providers.pith] base_url = "http://127.0.0.1:8787/v1", wire_api = "responses"
 #[derive(Debug, clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(after_help = "Point your agent at the proxy:
+  Claude Code:  ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
+  OpenCode:     provider.<id>.options.baseURL = \"http://127.0.0.1:8787/v1\" in opencode.json
+  Codex:        [model_providers.pith] base_url = \"http://127.0.0.1:8787/v1\", wire_api = \"responses\"
+
+Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off); every rewrite is named in
+the pith-transforms response header and in `pith stats`. Logs go to stderr (PITH_LOG=debug).")]
 pub struct Args {
     /// Address to listen on [default: 127.0.0.1:8787; config: proxy.listen].
     #[arg(long, value_name = "ADDR")]

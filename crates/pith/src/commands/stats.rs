@@ -11,12 +11,17 @@ use serde::Serialize;
 use crate::config::{Config, pith_home};
 use crate::prices::Prices;
 
-/// Totals per session and per model: prompt tokens (uncached, cache writes, cache reads),
-/// output tokens, cache hit share and estimated cost.
-///
-/// Cost uses the built-in list prices plus `[prices."<model>"]` from config (USD per million
-/// tokens); a model with no known price shows "unknown price" and is left out of cost totals.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Prompt tokens are split into uncached input, cache writes and cache reads (disjoint on
+every wire). Cost uses built-in list prices plus [prices.\"<model>\"] from config (USD per
+million tokens; cache writes default to 1.25x input, reads to 0.1x); a model with no known
+price shows \"unknown price\" and is left out of the cost total.
+
+Examples:
+  pith stats --since 1d
+  pith stats --session 39dd4aa9-e8f6-4b73-8e36-c3a73b8de0ec --json"
+)]
 pub struct Args {
     /// Only requests newer than this: a number with m, h, d or w (e.g. 30m, 12h, 1d, 2w).
     #[arg(long, value_name = "AGE", value_parser = parse_age)]

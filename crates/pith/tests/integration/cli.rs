@@ -14,3 +14,34 @@ fn help_lists_every_command() {
         assert!(text.contains(cmd), "--help lacks {cmd}:\n{text}");
     }
 }
+
+#[test]
+fn subcommand_help_teaches_setup_and_pricing() {
+    let help = |cmd: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let proxy = help("proxy");
+    for needle in [
+        "ANTHROPIC_BASE_URL",
+        "wire_api",
+        "PITH_DEFER_TOOLS",
+        "--listen",
+    ] {
+        assert!(
+            proxy.contains(needle),
+            "proxy --help lacks {needle}:\n{proxy}"
+        );
+    }
+    let stats = help("stats");
+    for needle in ["unknown price", "--since", "--json"] {
+        assert!(
+            stats.contains(needle),
+            "stats --help lacks {needle}:\n{stats}"
+        );
+    }
+}

@@ -2,7 +2,8 @@
 //! upstream, measured in one run with interleaved rounds (these machines are noisy, so the
 //! baseline is always measured next to the figure it is compared with).
 //!
-//! Run: `cargo bench -p pith --bench proxy_overhead` (env: PITH_BENCH_ROUNDS, PITH_BENCH_PER_ROUND).
+//! Run: `cargo bench -p pith --bench proxy_overhead` (env: PITH_BENCH_ROUNDS, PITH_BENCH_PER_ROUND,
+//! PITH_BENCH_LEDGER=0 to run pith without its ledger).
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `../shared/captures`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a bench reports by printing
 
@@ -35,8 +36,13 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn start_pith(mock: &str, home: &std::path::Path) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pith"))
-        .args(["proxy", "--listen", "127.0.0.1:0"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pith"));
+    cmd.args(["proxy", "--listen", "127.0.0.1:0"]);
+    // PITH_BENCH_LEDGER=0 measures the proxy without its ledger thread.
+    if std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0") {
+        cmd.arg("--no-ledger");
+    }
+    let mut child = cmd
         .args(["--anthropic-upstream", mock, "--openai-upstream", mock])
         .env("PITH_HOME", home)
         .env("PITH_LOG", "warn")

@@ -209,7 +209,7 @@ pub(crate) async fn handle(
         }
     };
 
-    let result = match wire {
+    let mut result = match wire {
         Some(w) if !state.pipeline.is_empty() => {
             run_pipeline(&state, w, &path, &parts.headers, &client_body).await
         }
@@ -226,8 +226,8 @@ pub(crate) async fn handle(
 
     let mut headers = end_to_end(&parts.headers);
     Pipeline::apply_header_edits(&result, &mut headers);
-    let upstream_body = match &result.body {
-        Some(b) => Bytes::from(b.clone()),
+    let upstream_body = match result.body.take() {
+        Some(b) => Bytes::from(b),
         None => client_body.clone(),
     };
     let transforms = result.transforms_header();

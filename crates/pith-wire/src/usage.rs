@@ -11,7 +11,7 @@ use crate::Wire;
 use crate::sse::{Event, SseDecoder};
 
 /// Billed tokens of one response. All four counters are disjoint.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Usage {
     /// Uncached prompt tokens.
     pub input: u64,
@@ -24,6 +24,11 @@ impl Usage {
     /// Every prompt token, cached or not.
     pub fn prompt_total(&self) -> u64 {
         self.input + self.cache_write + self.cache_read
+    }
+
+    /// Prompt plus output: OpenAI's `total_tokens`.
+    pub fn total(&self) -> u64 {
+        self.prompt_total() + self.output
     }
 }
 

@@ -198,9 +198,39 @@ fn normalize<'b>(word: &str, buf: &'b mut String) -> Option<&'b str> {
     (!is_stopword(buf)).then(|| stem(buf))
 }
 
+/// Whether a whitespace-separated token of a task names a file: `calc.py`, `src/main.rs`,
+/// `./run`, `Makefile/`. An extension must hold a letter (`1.5` is a number), and a URL is not
+/// a file (`webfetch` should win it, not the file tools).
+fn names_a_file(token: &str) -> bool {
+    let token = token
+        .trim_matches(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '/' | '_' | '-' | '~')));
+    let token = token.trim_end_matches('.');
+    if token.contains("://") || !token.chars().any(char::is_alphanumeric) {
+        return false;
+    }
+    if token.contains('/') {
+        return true;
+    }
+    match token.rsplit_once('.') {
+        Some((stem, extension)) => {
+            // `e.g.` is an abbreviation; a one-letter stem is rarely a file (`a.c` loses out).
+            stem.chars().count() >= 2
+                && (1..=8).contains(&extension.len())
+                && extension.chars().all(char::is_alphanumeric)
+                && extension.chars().any(char::is_alphabetic)
+        }
+        None => false,
+    }
+}
+
+/// The word a task gains when it names a file: the tools that read, write, edit and search
+/// files describe themselves with it, and a task that names a file needs them, though it
+/// rarely says so ("fix calc.py" means "read calc.py, then edit it").
+const FILE_TERM: &str = "file";
+
 /// Okapi BM25 (k1 = 1.2, b = 0.75) of each tool's name and description against `query`.
-/// Query words are lowercased, stopwords dropped and plurals folded; a tool's length counts
-/// all its words.
+/// Query words are lowercased, stopwords dropped and plurals folded; a query that names a file
+/// (see [`names_a_file`]) also counts the word `file`. A tool's length counts all its words.
 pub fn bm25_scores(query: &str, tools: &[ToolText<'_>]) -> Vec<f64> {
     let mut buf = String::new();
     let mut terms: Vec<String> = Vec::new();
@@ -211,6 +241,9 @@ pub fn bm25_scores(query: &str, tools: &[ToolText<'_>]) -> Vec<f64> {
             terms.push(t.to_owned());
         }
     });
+    if query.split_whitespace().any(names_a_file) && !terms.iter().any(|q| q == FILE_TERM) {
+        terms.push(FILE_TERM.to_owned());
+    }
     let mut scores = vec![0.0; tools.len()];
     if terms.is_empty() || tools.is_empty() {
         return scores;
@@ -326,9 +359,50 @@ mod tests {
             tool("read", "Read a file"),
             tool("write", "Write a file"),
         ];
-        let scores = bm25_scores("the tests fail, fix calc.py", &tools);
+        let scores = bm25_scores("the tests fail, please run them", &tools);
         assert!(scores[1] > 0.0);
         assert_eq!(by_relevance(&scores), [1, 0, 2, 3]);
         assert_eq!(by_relevance(&bm25_scores("", &tools)), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn file_names_are_recognised_and_numbers_and_urls_are_not() {
+        for token in [
+            "calc.py",
+            "\"calc.py\"",
+            "src/main.rs,",
+            "./run",
+            "README.md.",
+            "(lib/util.ts)",
+            "~/.bashrc",
+        ] {
+            assert!(names_a_file(token), "{token} names a file");
+        }
+        for token in [
+            "1.5",
+            "e.g.",
+            "fix",
+            "v2.0",
+            "https://example.test/a.html",
+            "...",
+            "/",
+        ] {
+            assert!(!names_a_file(token), "{token} does not name a file");
+        }
+    }
+
+    #[test]
+    fn a_task_that_names_a_file_ranks_the_file_tools() {
+        let tools = [
+            tool("jira_search", "Search Jira issues"),
+            tool("bash", "Run a shell command, e.g. run the tests"),
+            tool("read", "Read a file from the local filesystem"),
+            tool("fetch", "Fetch a URL"),
+        ];
+        let order = by_relevance(&bm25_scores("the tests fail, fix calc.py", &tools));
+        assert_eq!(order[..2], [2, 1], "read, then bash: {order:?}");
+        // Without a file name the word is not added.
+        let scores = bm25_scores("the tests fail, fix the calculator", &tools);
+        assert_eq!(scores[2], 0.0);
     }
 }

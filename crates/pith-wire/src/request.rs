@@ -49,8 +49,19 @@ struct Message<'a> {
     content: Option<&'a RawValue>,
 }
 
+/// Whether the caller still needs a session id from the body. Finding the first user message
+/// is a second pass over the history (most of the body), so a caller that already has a session
+/// id from a header says [`SessionNeed::Known`] and skips the body's fallbacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionNeed {
+    /// A header named the session: `metadata_session` and `first_user_hash` stay `None`.
+    Known,
+    /// Look in `metadata.user_id`, then fall back to the first user message's hash.
+    FromBody,
+}
+
 /// Parse the top level of `body`. Returns defaults (all `other`) when it is not a JSON object.
-pub fn request_facts(wire: Wire, body: &[u8]) -> RequestFacts {
+pub fn request_facts(wire: Wire, body: &[u8], session: SessionNeed) -> RequestFacts {
     let mut facts = RequestFacts::default();
     let Ok(obj) = serde_json::from_slice::<BTreeMap<&str, &RawValue>>(body) else {
         facts.anatomy.other = body.len() as u64;
@@ -70,6 +81,9 @@ pub fn request_facts(wire: Wire, body: &[u8]) -> RequestFacts {
     facts.model = obj
         .get("model")
         .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    if session == SessionNeed::Known {
+        return facts;
+    }
     facts.metadata_session = obj
         .get("metadata")
         .and_then(|m| serde_json::from_str::<Metadata<'_>>(m.get()).ok())
@@ -81,6 +95,9 @@ pub fn request_facts(wire: Wire, body: &[u8]) -> RequestFacts {
         Wire::Responses => "input",
         _ => "messages",
     };
+    if facts.metadata_session.is_some() {
+        return facts;
+    }
     facts.first_user_hash = obj
         .get(messages_key)
         .and_then(|m| serde_json::from_str::<Vec<Message<'_>>>(m.get()).ok())
@@ -104,20 +121,31 @@ mod tests {
     #[test]
     fn anatomy_adds_up_and_session_fallbacks() {
         let body = br#"{"model":"claude-x","system":[{"type":"text","text":"s"}],"tools":[{"name":"a"}],"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"abc\"}"},"messages":[{"role":"user","content":"hi"}],"max_tokens":5}"#;
-        let f = request_facts(Wire::AnthropicMessages, body);
+        let f = request_facts(Wire::AnthropicMessages, body, SessionNeed::FromBody);
         assert_eq!(f.model.as_deref(), Some("claude-x"));
         assert_eq!(f.metadata_session.as_deref(), Some("abc"));
+        assert_eq!(f.first_user_hash, None, "metadata named the session");
         let a = f.anatomy;
         assert_eq!(a.tools, r#"[{"name":"a"}]"#.len() as u64);
         assert_eq!(a.tools + a.system + a.messages + a.other, body.len() as u64);
-        let again = request_facts(Wire::AnthropicMessages, body);
-        assert_eq!(again.first_user_hash, f.first_user_hash);
+
+        let known = request_facts(Wire::AnthropicMessages, body, SessionNeed::Known);
+        assert_eq!((known.model, known.anatomy), (f.model, f.anatomy));
+        assert_eq!(
+            (known.metadata_session, known.first_user_hash),
+            (None, None)
+        );
+
+        let anonymous = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let f = request_facts(Wire::AnthropicMessages, anonymous, SessionNeed::FromBody);
+        let again = request_facts(Wire::AnthropicMessages, anonymous, SessionNeed::FromBody);
         assert!(f.first_user_hash.is_some());
+        assert_eq!(again.first_user_hash, f.first_user_hash);
     }
 
     #[test]
     fn non_json_is_all_other() {
-        let f = request_facts(Wire::ChatCompletions, b"{not json");
+        let f = request_facts(Wire::ChatCompletions, b"{not json", SessionNeed::FromBody);
         assert_eq!(f.anatomy.other, 9);
         assert_eq!(f.model, None);
     }

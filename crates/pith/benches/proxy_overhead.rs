@@ -3,7 +3,8 @@
 //! baseline is always measured next to the figure it is compared with).
 //!
 //! Run: `cargo bench -p pith --bench proxy_overhead` (env: PITH_BENCH_ROUNDS, PITH_BENCH_PER_ROUND,
-//! PITH_BENCH_LEDGER=0 to run pith without its ledger).
+//! PITH_BENCH_LEDGER=0 to run pith without its ledger, PITH_BENCH_MODES=json,sse and
+//! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling).
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `../shared/captures`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a bench reports by printing
 
@@ -33,6 +34,16 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// A comma-separated list from the environment, or `default`.
+fn env_list(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 fn start_pith(mock: &str, home: &std::path::Path) -> (Child, SocketAddr) {
@@ -201,8 +212,19 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let direct_url = format!("{}/v1/messages?beta=true", mock.url());
     let pith_url = format!("http://{addr}/v1/messages?beta=true");
+    let modes = env_list("PITH_BENCH_MODES", "json,sse");
+    let concurrencies: Vec<usize> = env_list("PITH_BENCH_CONCURRENCY", "1,16")
+        .iter()
+        .map(|c| {
+            c.parse()
+                .expect("PITH_BENCH_CONCURRENCY: numbers, e.g. 1,16")
+        })
+        .collect();
     for (mode, body) in [("json", &unstreamed), ("sse", &streamed)] {
-        for concurrency in [1usize, 16] {
+        if !modes.iter().any(|m| m == mode) {
+            continue;
+        }
+        for &concurrency in &concurrencies {
             let per_worker = (per_round / concurrency).max(1);
             // Warm both paths (connections, pith's pools, page cache).
             rt.block_on(round(&direct_url, body, concurrency, per_worker));

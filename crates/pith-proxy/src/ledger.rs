@@ -51,9 +51,28 @@ pub(crate) struct Record {
     pub local: bool,
 }
 
+impl Record {
+    /// Bytes of request and response body this record keeps alive until the writer is done.
+    fn held_bytes(&self) -> usize {
+        self.request_body.len() + self.response_chunks.iter().map(Bytes::len).sum::<usize>()
+    }
+}
+
+/// Records waiting for the writer, with the body bytes they hold.
+#[derive(Default)]
+struct Queue {
+    records: VecDeque<Box<Record>>,
+    bytes: usize,
+}
+
+/// Body bytes the queue may hold (one record larger than this is still taken into an empty
+/// queue). The writer runs at idle priority, so on a saturated machine it falls behind; this
+/// bounds the memory that costs, and the records beyond it are dropped and counted.
+const MAX_QUEUED_BYTES: usize = 16 << 20;
+
 /// Records waiting for the writer, and what the writer and the request path tell each other.
 struct Shared {
-    queue: Mutex<VecDeque<Box<Record>>>,
+    queue: Mutex<Queue>,
     capacity: usize,
     /// Set by the writer before it parks; the request path that finds it set wakes the writer.
     parked: AtomicBool,
@@ -64,8 +83,8 @@ struct Shared {
 }
 
 impl Shared {
-    fn queue(&self) -> MutexGuard<'_, VecDeque<Box<Record>>> {
-        // A panic while holding the lock cannot leave a VecDeque half-updated.
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock cannot leave the queue half-updated.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -99,7 +118,7 @@ impl LedgerSink {
     pub fn start(ledger: Ledger, capacity: usize) -> std::io::Result<LedgerSink> {
         let capacity = capacity.max(1);
         let shared = Arc::new(Shared {
-            queue: Mutex::new(VecDeque::with_capacity(capacity.min(1024))),
+            queue: Mutex::new(Queue::default()),
             capacity,
             parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -120,14 +139,18 @@ impl LedgerSink {
 
     /// Queue a record without waiting; a full queue drops it and counts the drop.
     pub(crate) fn submit(&self, record: Record) {
+        let bytes = record.held_bytes();
         {
             let mut queue = self.shared.queue();
-            if queue.len() >= self.shared.capacity {
+            let full = queue.records.len() >= self.shared.capacity
+                || (queue.bytes > 0 && queue.bytes.saturating_add(bytes) > MAX_QUEUED_BYTES);
+            if full {
                 drop(queue);
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            queue.push_back(Box::new(record));
+            queue.records.push_back(Box::new(record));
+            queue.bytes = queue.bytes.saturating_add(bytes);
         }
         if self.shared.parked.swap(false, Ordering::SeqCst) {
             self.writer.unpark();
@@ -165,7 +188,7 @@ impl LedgerSink {
 
 /// Ask the OS to run the writer only on otherwise idle CPU time (Linux `SCHED_IDLE`): on a
 /// small machine its parsing and SQLite work then never delays the proxy's own thread or the
-/// agent. Rows are late under full load, never lost (the queue bounds what waits).
+/// agent. Under full load rows are late; past the queue's bounds they are dropped and counted.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
@@ -190,7 +213,7 @@ fn writer(mut ledger: Ledger, shared: &Shared) {
     let mut idle_ticks = 0u32;
     loop {
         let stopping = shared.stop.load(Ordering::SeqCst);
-        let records = std::mem::take(&mut *shared.queue());
+        let records = std::mem::take(&mut *shared.queue()).records;
         if records.is_empty() {
             if stopping {
                 break;
@@ -203,7 +226,7 @@ fn writer(mut ledger: Ledger, shared: &Shared) {
             // Announce the park before looking at the queue once more, so a record queued
             // in between either is seen here or finds `parked` set and wakes us.
             shared.parked.store(true, Ordering::SeqCst);
-            if shared.queue().is_empty() && !shared.stop.load(Ordering::SeqCst) {
+            if shared.queue().records.is_empty() && !shared.stop.load(Ordering::SeqCst) {
                 std::thread::park();
             }
             shared.parked.store(false, Ordering::SeqCst);
@@ -393,5 +416,49 @@ mod tests {
         let ledger = Ledger::open(&path).unwrap();
         assert_eq!(ledger.counter(DROPPED_ROWS).unwrap(), stats.dropped);
         assert_eq!(ledger.rows().unwrap().len() as u64, stats.written);
+    }
+
+    #[test]
+    fn queued_bodies_are_bounded_in_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        drop(Ledger::open(&path).unwrap());
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        // Room for 1000 records, but each holds 10 MiB: the byte bound decides.
+        let sink = LedgerSink::start(Ledger::open(&path).unwrap(), 1000).unwrap();
+        let body = Bytes::from(vec![b'x'; 10 << 20]);
+        let submitted = 10;
+        for i in 0..submitted {
+            let mut r = record(i);
+            r.request_body = body.clone();
+            sink.submit(r);
+        }
+        // Accepted: one into the empty queue, perhaps one the writer took out before it
+        // blocked and one more into the queue it emptied; never the other seven.
+        let dropped = sink.stats().dropped;
+        assert!(dropped >= 7, "dropped {dropped}");
+        blocker.execute_batch("COMMIT").unwrap();
+        sink.shutdown(Duration::from_secs(10));
+        let stats = sink.stats();
+        assert_eq!(stats.written + stats.dropped, submitted as u64, "{stats:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_writer_asks_for_idle_priority() {
+        use thread_priority::unix::{
+            NormalThreadSchedulePolicy, ThreadSchedulePolicy, thread_schedule_policy,
+        };
+        let policy = std::thread::spawn(|| {
+            lower_priority();
+            thread_schedule_policy().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            policy,
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle)
+        );
     }
 }

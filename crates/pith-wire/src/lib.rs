@@ -4,6 +4,7 @@
 pub mod encoding;
 pub mod request;
 pub mod session;
+pub mod skim;
 pub mod sse;
 pub mod usage;
 

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::HeaderName;
-use pith_wire::Wire;
+use pith_wire::{Wire, skim};
 use serde_json::value::RawValue;
 
 use crate::splice::span_of;
@@ -157,6 +157,9 @@ impl Stage for DeferStage {
     fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError> {
         if request.wire == Wire::ChatCompletions {
             return Ok(Outcome::Unchanged(reason::NOT_APPLICABLE));
+        }
+        if already_defers(request.wire, request.body) {
+            return Ok(Outcome::Unchanged(reason::ALREADY_DEFERRING));
         }
         let Ok(body) = std::str::from_utf8(request.body) else {
             return Ok(Outcome::Unchanged(reason::UNPARSEABLE));
@@ -383,6 +386,43 @@ impl DeferStage {
             ],
         })
     }
+}
+
+/// The fast answer for clients that defer their own tools (Claude Code sends ~35 KB of tools
+/// after a history that grows to megabytes, on every request): skim the body to the `tools`
+/// array and parse only the definitions that mention `defer_loading` or `tool_search`. `true`
+/// only when one of them really is a deferred tool or a search tool and there are at least two
+/// tools, the same answer the full plan gives; `false` means "plan in full". A skim never
+/// justifies an edit (see `pith_wire::skim`).
+fn already_defers(wire: Wire, body: &[u8]) -> bool {
+    let finder = |needle: &'static [u8]| memchr::memmem::Finder::new(needle);
+    let (deferred, search) = (finder(b"\"defer_loading\""), finder(b"tool_search"));
+    let Some(members) = skim::object_members(body) else {
+        return false;
+    };
+    let mut tools = members.iter().filter(|m| &body[m.key.clone()] == b"tools");
+    let (Some(tools), None) = (tools.next(), tools.next()) else {
+        return false;
+    };
+    let tools = &body[tools.value.clone()];
+    if deferred.find(tools).is_none() && search.find(tools).is_none() {
+        return false;
+    }
+    let Some(elements) = skim::array_elements(tools) else {
+        return false;
+    };
+    elements.len() >= 2
+        && elements.into_iter().any(|span| {
+            let tool = &tools[span];
+            (deferred.find(tool).is_some() || search.find(tool).is_some())
+                && std::str::from_utf8(tool)
+                    .ok()
+                    .and_then(|text| serde_json::from_str::<ToolProbe<'_>>(text).ok())
+                    .is_some_and(|probe| {
+                        probe.defer_loading.is_some()
+                            || is_search_tool(wire, probe.kind.as_ref().map(Str::as_str))
+                    })
+        })
 }
 
 fn is_search_tool(wire: Wire, kind: Option<&str>) -> bool {

@@ -164,7 +164,8 @@ fn opencode_mcp40_deferred_session_defers_every_main_loop_turn() {
 #[test]
 fn opencode_raw_capture_defers_until_history_calls_a_deferred_tool() {
     // The capture was recorded without deferral: from the first call of a tool that pith
-    // would defer (`read`), the history is what a mid-session join looks like.
+    // would defer (`grep`, in req007: the task names a file, so `read` and `edit` stay loaded),
+    // the history is what a mid-session join looks like.
     let captures = load(MCP40);
     let outcomes: Vec<String> = captures
         .iter()
@@ -179,9 +180,9 @@ fn opencode_raw_capture_defers_until_history_calls_a_deferred_tool() {
             reason::NO_TOOLS,
             "edited",
             "edited",
-            reason::MID_SESSION_JOIN,
-            reason::MID_SESSION_JOIN,
-            reason::MID_SESSION_JOIN,
+            "edited",
+            "edited",
+            "edited",
             reason::MID_SESSION_JOIN,
         ]
     );

@@ -120,6 +120,35 @@ fn a_client_that_already_defers_is_unchanged() {
 }
 
 #[test]
+fn the_words_defer_loading_and_tool_search_elsewhere_do_not_count_as_deferring() {
+    // A parameter named `defer_loading`, a description naming tool search, and a history
+    // whose tool call carries a `defer_loading` key: none is a client deferring its tools.
+    let mut tools = many_tools(10);
+    tools[2]["input_schema"]["properties"]["defer_loading"] = json!({"type": "boolean"});
+    tools[3]["description"] = json!("Wraps tool_search_tool_regex for \"defer_loading\" tools");
+    let body = anthropic_body(
+        tools,
+        json!({"messages": [
+            {"role": "user", "content": "find the jira issue about login"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "tool_1",
+                "input": {"defer_loading": true, "type": "tool_search_tool_regex_20251119"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}
+        ]}),
+    );
+    assert!(body.contains("\"defer_loading\""));
+    match run(Wire::AnthropicMessages, &body) {
+        Outcome::Edited(_) => {}
+        Outcome::Unchanged(reason) => {
+            assert_ne!(
+                reason,
+                reason::ALREADY_DEFERRING,
+                "misread as already deferring"
+            )
+        }
+    }
+}
+
+#[test]
 fn deferral_that_would_leave_nothing_loaded_or_nothing_deferred_is_unchanged() {
     let none_kept = DeferOptions {
         keep_relevant: 0,

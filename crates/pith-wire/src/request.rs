@@ -1,13 +1,11 @@
 //! Facts about a client request body, for the ledger: model, anatomy, session fallback.
 //! Computed off the request path (the proxy hands the body to the ledger writer).
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::Wire;
+use crate::{Wire, skim};
 
 /// Bytes of a request body by role. `system` is Anthropic `system` or Responses
 /// `instructions`; Chat Completions and Codex carry their system prompt as a message, counted in
@@ -63,44 +61,49 @@ pub enum SessionNeed {
 /// Parse the top level of `body`. Returns defaults (all `other`) when it is not a JSON object.
 pub fn request_facts(wire: Wire, body: &[u8], session: SessionNeed) -> RequestFacts {
     let mut facts = RequestFacts::default();
-    let Ok(obj) = serde_json::from_slice::<BTreeMap<&str, &RawValue>>(body) else {
+    // A skim, not a parse: these facts describe the request, they never change it, and the
+    // ledger writer should not spend a full validation of a megabyte history on them.
+    let Some(members) = skim::object_members(body) else {
         facts.anatomy.other = body.len() as u64;
         return facts;
     };
-    for (key, value) in &obj {
-        let len = value.get().len() as u64;
-        match *key {
-            "tools" => facts.anatomy.tools += len,
-            "system" | "instructions" => facts.anatomy.system += len,
-            "messages" | "input" => facts.anatomy.messages += len,
+    let value = |key: &[u8]| {
+        members
+            .iter()
+            .find(|m| &body[m.key.clone()] == key)
+            .map(|m| &body[m.value.clone()])
+    };
+    for m in &members {
+        let len = m.value.len() as u64;
+        match &body[m.key.clone()] {
+            b"tools" => facts.anatomy.tools += len,
+            b"system" | b"instructions" => facts.anatomy.system += len,
+            b"messages" | b"input" => facts.anatomy.messages += len,
             _ => {}
         }
     }
     facts.anatomy.other = (body.len() as u64)
         .saturating_sub(facts.anatomy.tools + facts.anatomy.system + facts.anatomy.messages);
-    facts.model = obj
-        .get("model")
-        .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    facts.model = value(b"model").and_then(|v| serde_json::from_slice::<String>(v).ok());
     if session == SessionNeed::Known {
         return facts;
     }
-    facts.metadata_session = obj
-        .get("metadata")
-        .and_then(|m| serde_json::from_str::<Metadata<'_>>(m.get()).ok())
+    facts.metadata_session = value(b"metadata")
+        .and_then(|m| serde_json::from_slice::<Metadata<'_>>(m).ok())
         .and_then(|m| m.user_id)
         .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
         .and_then(|s| serde_json::from_str::<UserIdJson>(&s).ok())
         .and_then(|u| u.session_id);
-    let messages_key = match wire {
-        Wire::Responses => "input",
-        _ => "messages",
-    };
     if facts.metadata_session.is_some() {
         return facts;
     }
-    facts.first_user_hash = obj
-        .get(messages_key)
-        .and_then(|m| serde_json::from_str::<Vec<Message<'_>>>(m.get()).ok())
+    let messages_key: &[u8] = match wire {
+        Wire::Responses => b"input",
+        _ => b"messages",
+    };
+    facts.first_user_hash = value(messages_key)
+        .and_then(|m| std::str::from_utf8(m).ok())
+        .and_then(|m| serde_json::from_str::<Vec<Message<'_>>>(m).ok())
         .and_then(|msgs| {
             msgs.into_iter()
                 .find(|m| m.role.is_some_and(|r| r.get() == "\"user\""))

@@ -112,11 +112,22 @@ async fn one(client: &HttpClient, url: &str, body: &Bytes) -> Sample {
     }
 }
 
-/// `concurrency` workers each send `per_worker` requests back to back.
-async fn round(url: &str, body: &Bytes, concurrency: usize, per_worker: usize) -> Vec<Sample> {
-    let client: HttpClient = Client::builder(TokioExecutor::new())
+/// One keep-alive client per path, as an agent keeps its connection to the provider (or to
+/// pith) open across requests.
+fn client(concurrency: usize) -> HttpClient {
+    Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(concurrency)
-        .build_http();
+        .build_http()
+}
+
+/// `concurrency` workers each send `per_worker` requests back to back.
+async fn round(
+    client: &HttpClient,
+    url: &str,
+    body: &Bytes,
+    concurrency: usize,
+    per_worker: usize,
+) -> Vec<Sample> {
     let url: Arc<str> = Arc::from(url);
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
@@ -169,12 +180,12 @@ fn main() {
     let rounds = if smoke {
         1
     } else {
-        env_usize("PITH_BENCH_ROUNDS", 10)
+        env_usize("PITH_BENCH_ROUNDS", 50)
     };
     let per_round = if smoke {
         20
     } else {
-        env_usize("PITH_BENCH_PER_ROUND", 200)
+        env_usize("PITH_BENCH_PER_ROUND", 40)
     };
 
     let shared = captures::shared_dir().unwrap();
@@ -226,14 +237,39 @@ fn main() {
         }
         for &concurrency in &concurrencies {
             let per_worker = (per_round / concurrency).max(1);
+            let (direct_client, pith_client) = (client(concurrency), client(concurrency));
             // Warm both paths (connections, pith's pools, page cache).
-            rt.block_on(round(&direct_url, body, concurrency, per_worker));
-            rt.block_on(round(&pith_url, body, concurrency, per_worker));
+            rt.block_on(round(
+                &direct_client,
+                &direct_url,
+                body,
+                concurrency,
+                per_worker,
+            ));
+            rt.block_on(round(
+                &pith_client,
+                &pith_url,
+                body,
+                concurrency,
+                per_worker,
+            ));
             let mut direct = Vec::new();
             let mut via = Vec::new();
             for _ in 0..rounds {
-                direct.extend(rt.block_on(round(&direct_url, body, concurrency, per_worker)));
-                via.extend(rt.block_on(round(&pith_url, body, concurrency, per_worker)));
+                direct.extend(rt.block_on(round(
+                    &direct_client,
+                    &direct_url,
+                    body,
+                    concurrency,
+                    per_worker,
+                )));
+                via.extend(rt.block_on(round(
+                    &pith_client,
+                    &pith_url,
+                    body,
+                    concurrency,
+                    per_worker,
+                )));
             }
             let d = stats(&direct);
             let p = stats(&via);
@@ -252,7 +288,7 @@ fn main() {
     }
     // Memory under concurrency 64 (streamed, the heavier case).
     let per_worker = if smoke { 2 } else { 20 };
-    rt.block_on(round(&pith_url, &streamed, 64, per_worker));
+    rt.block_on(round(&client(64), &pith_url, &streamed, 64, per_worker));
     let (after_rss, peak) = memory_kib(pid);
     println!();
     println!("(all times in ms; added = pith minus direct at the same percentile)");
@@ -262,6 +298,22 @@ fn main() {
         after_rss as f64 / 1024.0,
         peak as f64 / 1024.0
     );
-    let _ = child.kill();
+    // SIGTERM: pith drains its ledger queue before it exits; then count what the ledger kept.
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
     let _ = child.wait();
+    if std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0") {
+        return;
+    }
+    let stats = Command::new(env!("CARGO_BIN_EXE_pith"))
+        .args(["stats", "--json"])
+        .env("PITH_HOME", home.path())
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap_or_default();
+    println!(
+        "ledger: {} rows written, {} dropped (queue full)",
+        report["total"]["requests"], report["dropped_rows"]
+    );
 }

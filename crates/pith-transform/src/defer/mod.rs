@@ -395,8 +395,6 @@ impl DeferStage {
 /// tools, the same answer the full plan gives; `false` means "plan in full". A skim never
 /// justifies an edit (see `pith_wire::skim`).
 fn already_defers(wire: Wire, body: &[u8]) -> bool {
-    let finder = |needle: &'static [u8]| memchr::memmem::Finder::new(needle);
-    let (deferred, search) = (finder(b"\"defer_loading\""), finder(b"tool_search"));
     let Some(members) = skim::object_members(body) else {
         return false;
     };
@@ -405,24 +403,38 @@ fn already_defers(wire: Wire, body: &[u8]) -> bool {
         return false;
     };
     let tools = &body[tools.value.clone()];
-    if deferred.find(tools).is_none() && search.find(tools).is_none() {
+    // Where the words occur, in order; most tool lists have none and stop here.
+    let mut hits: Vec<usize> = memchr::memmem::find_iter(tools, b"\"defer_loading\"")
+        .chain(memchr::memmem::find_iter(tools, b"tool_search"))
+        .collect();
+    if hits.is_empty() {
         return false;
     }
+    hits.sort_unstable();
     let Some(elements) = skim::array_elements(tools) else {
         return false;
     };
-    elements.len() >= 2
-        && elements.into_iter().any(|span| {
-            let tool = &tools[span];
-            (deferred.find(tool).is_some() || search.find(tool).is_some())
-                && std::str::from_utf8(tool)
-                    .ok()
-                    .and_then(|text| serde_json::from_str::<ToolProbe<'_>>(text).ok())
-                    .is_some_and(|probe| {
-                        probe.defer_loading.is_some()
-                            || is_search_tool(wire, probe.kind.as_ref().map(Str::as_str))
-                    })
-        })
+    if elements.len() < 2 {
+        return false;
+    }
+    // Probe each definition that holds a hit, once.
+    let mut probed = usize::MAX;
+    hits.into_iter().any(|hit| {
+        let Some(at) = elements.iter().position(|span| span.contains(&hit)) else {
+            return false;
+        };
+        if at == probed {
+            return false;
+        }
+        probed = at;
+        std::str::from_utf8(&tools[elements[at].clone()])
+            .ok()
+            .and_then(|text| serde_json::from_str::<ToolProbe<'_>>(text).ok())
+            .is_some_and(|probe| {
+                probe.defer_loading.is_some()
+                    || is_search_tool(wire, probe.kind.as_ref().map(Str::as_str))
+            })
+    })
 }
 
 fn is_search_tool(wire: Wire, kind: Option<&str>) -> bool {

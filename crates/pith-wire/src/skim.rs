@@ -79,6 +79,155 @@ pub fn array_elements(json: &[u8]) -> Option<Vec<Range<usize>>> {
     }
 }
 
+/// The members of the object that `json` holds, read from its end: the last member first.
+/// Clients put `tools` after the history, so a caller looking for it stops long before the
+/// history, whatever its size. The walk ends early (yields no more) at a malformed structure;
+/// a caller that needs to tell "absent" from "malformed" uses [`object_members`].
+pub fn members_rev(json: &[u8]) -> MembersRev<'_> {
+    let end = json.iter().rposition(|&b| !is_ws(b));
+    let at = match end {
+        Some(end) if json[end] == b'}' => Some(end),
+        _ => None,
+    };
+    MembersRev {
+        json,
+        at,
+        separators: Vec::new(),
+    }
+}
+
+/// Iterator of [`members_rev`]: `at` is the `}` or `,` that follows the next member to yield.
+pub struct MembersRev<'a> {
+    json: &'a [u8],
+    at: Option<usize>,
+    /// The commas between the elements of the last yielded value, when it is an array.
+    separators: Vec<usize>,
+}
+
+impl MembersRev<'_> {
+    /// The element spans of `member`, the member last yielded, when its value is an array:
+    /// found by the same pass that found the member, so the array is not read twice.
+    pub fn elements_of_last(&self, member: &Member) -> Option<Vec<Range<usize>>> {
+        let json = self.json;
+        if json.get(member.value.start) != Some(&b'[') {
+            return None;
+        }
+        let inner = member.value.start + 1..member.value.end - 1;
+        if json[inner.clone()].iter().all(|&b| is_ws(b)) {
+            return Some(Vec::new());
+        }
+        let mut bounds = vec![inner.start];
+        bounds.extend(self.separators.iter().rev().map(|&comma| comma + 1));
+        let ends = self.separators.iter().rev().copied().chain([inner.end]);
+        Some(
+            bounds
+                .into_iter()
+                .zip(ends)
+                .map(|(start, end)| {
+                    let start = skip_ws(json, start);
+                    let end = json[..end]
+                        .iter()
+                        .rposition(|&b| !is_ws(b))
+                        .map_or(start, |l| l + 1);
+                    start..end
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Iterator for MembersRev<'_> {
+    type Item = Member;
+
+    fn next(&mut self) -> Option<Member> {
+        let json = self.json;
+        let after = self.at.take()?;
+        let last = skip_ws_back(json, after)?;
+        if json[last] == b'{' {
+            return None;
+        }
+        self.separators.clear();
+        let value_start = value_start_back(json, last, &mut self.separators)?;
+        let colon = skip_ws_back(json, value_start)?;
+        if json[colon] != b':' {
+            return None;
+        }
+        let key_close = skip_ws_back(json, colon)?;
+        if json[key_close] != b'"' {
+            return None;
+        }
+        let key_open = string_start_back(json, key_close)?;
+        let before = skip_ws_back(json, key_open)?;
+        match json[before] {
+            b',' => self.at = Some(before),
+            b'{' if skip_ws_back(json, before).is_none() => {}
+            _ => return None,
+        }
+        Some(Member {
+            key: key_open + 1..key_close,
+            value: value_start..last + 1,
+        })
+    }
+}
+
+/// The index of the last non-whitespace byte before `at`.
+fn skip_ws_back(json: &[u8], at: usize) -> Option<usize> {
+    json[..at].iter().rposition(|&b| !is_ws(b))
+}
+
+/// The opening quote of the string whose closing quote is at `close`.
+fn string_start_back(json: &[u8], close: usize) -> Option<usize> {
+    let mut before = close;
+    loop {
+        let quote = memchr::memrchr(b'"', &json[..before])?;
+        // Backslashes cannot occur outside strings, so an unescaped quote is a delimiter.
+        if !escaped(json, quote) {
+            return Some(quote);
+        }
+        before = quote;
+    }
+}
+
+/// The index where the value whose last byte is at `last` begins; the commas directly inside
+/// it (between an array's elements or an object's members) go to `separators`, last first.
+fn value_start_back(json: &[u8], last: usize, separators: &mut Vec<usize>) -> Option<usize> {
+    match json[last] {
+        b'"' => string_start_back(json, last),
+        b'}' | b']' => {
+            let mut depth = 0usize;
+            let mut at = last + 1;
+            while at > 0 {
+                at -= 1;
+                match json[at] {
+                    b'"' => at = string_start_back(json, at)?,
+                    b'}' | b']' => depth += 1,
+                    b'{' | b'[' => {
+                        depth = depth.checked_sub(1)?;
+                        if depth == 0 {
+                            return Some(at);
+                        }
+                    }
+                    b',' if depth == 1 => separators.push(at),
+                    _ => {}
+                }
+            }
+            None
+        }
+        _ => {
+            let start = json[..=last]
+                .iter()
+                .rposition(|&b| is_ws(b) || matches!(b, b',' | b'{' | b'[' | b':'))
+                .map_or(0, |d| d + 1);
+            (start <= last).then_some(start)
+        }
+    }
+}
+
+/// Whether the quote at `at` is escaped: preceded by an odd run of backslashes.
+fn escaped(json: &[u8], at: usize) -> bool {
+    json[..at].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
+}
+
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
@@ -99,17 +248,25 @@ fn only_ws_after(json: &[u8], at: usize) -> bool {
 fn string_end(json: &[u8], at: usize) -> Option<usize> {
     let mut from = at + 1;
     loop {
-        let quote = from + memchr::memchr(b'"', json.get(from..)?)?;
+        let quote = from + next_quote(json.get(from..)?)?;
         // A quote closes the string unless an odd run of backslashes escapes it.
-        let backslashes = json[from..quote]
-            .iter()
-            .rev()
-            .take_while(|&&b| b == b'\\')
-            .count();
-        if backslashes % 2 == 0 {
+        if !escaped(json, quote) {
             return Some(quote + 1);
         }
         from = quote + 1;
+    }
+}
+
+/// The offset of the first `"` in `bytes`. Most strings in a request are short (keys, types,
+/// ids), and a vectorised search costs more to set up than a short loop, so the first bytes are
+/// looked at one by one.
+fn next_quote(bytes: &[u8]) -> Option<usize> {
+    const SHORT: usize = 24;
+    let head = &bytes[..bytes.len().min(SHORT)];
+    match head.iter().position(|&b| b == b'"') {
+        Some(at) => Some(at),
+        None if bytes.len() > SHORT => memchr::memchr(b'"', &bytes[SHORT..]).map(|at| at + SHORT),
+        None => None,
     }
 }
 
@@ -209,5 +366,28 @@ mod tests {
         }
         assert_eq!(array_elements(b"{}"), None);
         assert_eq!(array_elements(b"[1,"), None);
+    }
+
+    #[test]
+    fn reading_from_the_end_stops_at_broken_structure() {
+        let keys_rev = |json: &str| -> Vec<String> {
+            members_rev(json.as_bytes())
+                .map(|m| json[m.key].to_owned())
+                .collect()
+        };
+        assert_eq!(
+            keys_rev(r#"{"a":"x\"y","b":[1,"]"],"c":-2}"#),
+            ["c", "b", "a"]
+        );
+        assert_eq!(keys_rev("{}"), Vec::<String>::new());
+        // The members after the break are still read; the walk stops at it.
+        assert_eq!(keys_rev(r#"{"a" 1,"b":2}"#), ["b"]);
+        assert_eq!(
+            keys_rev(r#"x{"a":1}"#),
+            Vec::<String>::new(),
+            "text before the object"
+        );
+        assert_eq!(keys_rev(r#"{"a":1"#), Vec::<String>::new());
+        assert_eq!(keys_rev("[1,2]"), Vec::<String>::new());
     }
 }

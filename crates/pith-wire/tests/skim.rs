@@ -1,11 +1,11 @@
-//! The skim finds exactly the spans serde finds: on every real capture, at every level, and on
-//! generated JSON written compactly and pretty.
+//! The skim finds exactly the spans serde finds, reading forwards and from the end: on every
+//! real capture, at every level, and on generated JSON written compactly and pretty.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 
 use pith_testkit::fixtures::{load_captures, shared_dir};
-use pith_wire::skim::{array_elements, object_members};
+use pith_wire::skim::{array_elements, members_rev, object_members};
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 
@@ -23,6 +23,27 @@ fn same_as_serde(json: &str) -> usize {
         let serde: BTreeMap<String, &RawValue> = serde_json::from_str(json).unwrap();
         let members = object_members(json.as_bytes()).expect("skim reads the object");
         assert_eq!(members.len(), serde.len());
+        let mut walk = members_rev(json.as_bytes());
+        let mut backwards = Vec::new();
+        while let Some(member) = walk.next() {
+            // Arrays come with their elements, from the same pass.
+            if let Some(elements) = walk.elements_of_last(&member) {
+                let forwards = array_elements(&json.as_bytes()[member.value.clone()]).unwrap();
+                let shifted: Vec<_> = forwards
+                    .into_iter()
+                    .map(|r| r.start + member.value.start..r.end + member.value.start)
+                    .collect();
+                assert_eq!(
+                    elements,
+                    shifted,
+                    "elements of {:?}",
+                    &json[member.key.clone()]
+                );
+            }
+            backwards.push(member);
+        }
+        backwards.reverse();
+        assert_eq!(backwards, members, "read from the end");
         for m in &members {
             let key: String =
                 serde_json::from_str(&format!("\"{}\"", &json[m.key.clone()])).unwrap();

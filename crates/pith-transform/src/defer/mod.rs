@@ -389,20 +389,22 @@ impl DeferStage {
 }
 
 /// The fast answer for clients that defer their own tools (Claude Code sends ~35 KB of tools
-/// after a history that grows to megabytes, on every request): skim the body to the `tools`
-/// array and parse only the definitions that mention `defer_loading` or `tool_search`. `true`
-/// only when one of them really is a deferred tool or a search tool and there are at least two
-/// tools, the same answer the full plan gives; `false` means "plan in full". A skim never
-/// justifies an edit (see `pith_wire::skim`).
+/// after a history that grows to megabytes, on every request): skim the body from its end to
+/// the `tools` array and parse only the definitions that mention `defer_loading` or
+/// `tool_search`. `true` only when one of them really is a deferred tool or a search tool and
+/// there are at least two tools; `false` means "plan in full". Where the full plan would find
+/// the body unparseable, this may say "already deferring" instead: both leave the request
+/// unchanged. A skim never justifies an edit (see `pith_wire::skim`).
 fn already_defers(wire: Wire, body: &[u8]) -> bool {
-    let Some(members) = skim::object_members(body) else {
+    // From the end: clients send `tools` after the history, so this never reads the history.
+    let mut members = skim::members_rev(body);
+    let Some(member) = members.find(|m| &body[m.key.clone()] == b"tools") else {
         return false;
     };
-    let mut tools = members.iter().filter(|m| &body[m.key.clone()] == b"tools");
-    let (Some(tools), None) = (tools.next(), tools.next()) else {
+    let Some(elements) = members.elements_of_last(&member) else {
         return false;
     };
-    let tools = &body[tools.value.clone()];
+    let tools = &body[member.value.clone()];
     // Where the words occur, in order; most tool lists have none and stop here.
     let mut hits: Vec<usize> = memchr::memmem::find_iter(tools, b"\"defer_loading\"")
         .chain(memchr::memmem::find_iter(tools, b"tool_search"))
@@ -411,9 +413,11 @@ fn already_defers(wire: Wire, body: &[u8]) -> bool {
         return false;
     }
     hits.sort_unstable();
-    let Some(elements) = skim::array_elements(tools) else {
-        return false;
-    };
+    // Spans relative to `tools`.
+    let elements: Vec<std::ops::Range<usize>> = elements
+        .into_iter()
+        .map(|r| r.start - member.value.start..r.end - member.value.start)
+        .collect();
     if elements.len() < 2 {
         return false;
     }

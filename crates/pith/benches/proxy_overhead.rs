@@ -237,6 +237,9 @@ fn main() {
         }
         for &concurrency in &concurrencies {
             let per_worker = (per_round / concurrency).max(1);
+            // Start each configuration from a quiet machine: the ledger writes the rows of the
+            // previous one (thousands after concurrency 16) on otherwise idle CPU time.
+            std::thread::sleep(Duration::from_secs(if smoke { 0 } else { 2 }));
             let (direct_client, pith_client) = (client(concurrency), client(concurrency));
             // Warm both paths (connections, pith's pools, page cache).
             rt.block_on(round(

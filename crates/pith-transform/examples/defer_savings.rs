@@ -2,6 +2,10 @@
 //! cost of the OpenCode mcp40 session before and after.
 //!
 //! `cargo run --release -p pith-transform --example defer_savings`
+//!
+//! With `PITH_EMBED_URL` (an Ollama `/api/embed` endpoint, e.g. `scripts/eval/minilm_embed_server.py`)
+//! and optionally `PITH_EMBED_MODEL`, tools are ranked by pith's embedding client instead of
+//! BM25, the way `[transforms] embeddings_url` makes the proxy rank them.
 #![allow(clippy::print_stdout, reason = "a report printed for a person")]
 
 #[path = "../tests/defer/sim.rs"]
@@ -20,7 +24,8 @@ const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40";
 const FIX_CALC: &str = "opencode-1.18.33/anthropic-fix-calc";
 
 fn main() -> Result<(), String> {
-    let stage = DeferStage::new(DeferOptions::default());
+    let cache = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let stage = stage(cache.path())?;
     println!("## Tool definitions kept out of context (estimated tokens = bytes / 4)\n");
     println!(
         "| capture | requests | deferred | unchanged (reason) | tool JSON B per request with tools | deferred B per deferred request | est. tokens per deferred request | est. tokens kept out, whole session |"
@@ -72,6 +77,25 @@ fn main() -> Result<(), String> {
         cost_report(&stage, folder, folder == MCP40)?;
     }
     Ok(())
+}
+
+/// The default stage, or one ranking by embeddings when `PITH_EMBED_URL` is set.
+fn stage(cache_dir: &std::path::Path) -> Result<DeferStage, String> {
+    let stage = DeferStage::new(DeferOptions::default());
+    let Ok(url) = std::env::var("PITH_EMBED_URL") else {
+        println!("Ranking: BM25 (set PITH_EMBED_URL to rank by embeddings).\n");
+        return Ok(stage);
+    };
+    let model = std::env::var("PITH_EMBED_MODEL").unwrap_or_else(|_| "all-minilm".to_owned());
+    println!("Ranking: embeddings from {url} (model {model}).\n");
+    let ranker = pith_prefilter::OllamaEmbedRanker::new(pith_prefilter::EmbedConfig {
+        url,
+        model,
+        timeout: std::time::Duration::from_secs(60),
+        cache_dir: cache_dir.to_owned(),
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(stage.with_ranker(std::sync::Arc::new(ranker)))
 }
 
 /// Cache-weighted prompt cost of one Anthropic session before and after deferral.

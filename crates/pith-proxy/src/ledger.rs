@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pith_store::ledger::{DROPPED_ROWS, Ledger, Row, RowUsage};
@@ -63,7 +63,15 @@ impl Record {
 struct Queue {
     records: VecDeque<Box<Record>>,
     bytes: usize,
+    /// When the oldest waiting record arrived.
+    oldest: Option<Instant>,
 }
+
+/// How long a record may wait for the idle writer before the rescue writer takes it: rows reach
+/// the ledger within about this long (plus one rescue check) even on a saturated machine.
+const MAX_WAIT: Duration = Duration::from_secs(2);
+/// How often the rescue writer looks at the age of the queue while records are arriving.
+const RESCUE_CHECK: Duration = Duration::from_secs(1);
 
 /// Body bytes the queue may hold (one record larger than this is still taken into an empty
 /// queue): what a writer that falls behind may cost in memory.
@@ -74,6 +82,16 @@ impl Queue {
     /// machine is saturated), and the rescue writer must take over before records drop.
     fn backlogged(&self, capacity: usize) -> bool {
         self.records.len() * 2 >= capacity || self.bytes * 2 >= MAX_QUEUED_BYTES
+    }
+
+    /// A record has waited longer than the idle writer would ever make it wait on a machine
+    /// with idle time: it is starved, and the rescue writer writes the row instead.
+    fn stale(&self) -> bool {
+        self.oldest.is_some_and(|t| t.elapsed() >= MAX_WAIT)
+    }
+
+    fn needs_rescue(&self, capacity: usize) -> bool {
+        self.backlogged(capacity) || self.stale()
     }
 }
 
@@ -143,6 +161,16 @@ const IDLE_TICKS: u32 = 50;
 impl LedgerSink {
     /// Start the writer thread; at most `capacity` records wait in its queue.
     pub fn start(ledger: Ledger, capacity: usize) -> std::io::Result<LedgerSink> {
+        Self::start_writers(ledger, capacity, true)
+    }
+
+    /// `idle_writer_runs: false` stands in for a machine so busy that the idle-priority
+    /// writer never gets the CPU (tests of the rescue writer).
+    fn start_writers(
+        ledger: Ledger,
+        capacity: usize,
+        idle_writer_runs: bool,
+    ) -> std::io::Result<LedgerSink> {
         let capacity = capacity.max(1);
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -161,7 +189,15 @@ impl LedgerSink {
         let thread_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
             .name("pith-ledger".into())
-            .spawn(move || writer(&thread_shared))?;
+            .spawn(move || {
+                if idle_writer_runs {
+                    writer(&thread_shared);
+                } else {
+                    while !thread_shared.stop.load(Ordering::SeqCst) {
+                        std::thread::park();
+                    }
+                }
+            })?;
         let rescue_shared = Arc::clone(&shared);
         let rescue_handle = std::thread::Builder::new()
             .name("pith-ledger-rescue".into())
@@ -188,6 +224,7 @@ impl LedgerSink {
             }
             queue.records.push_back(Box::new(record));
             queue.bytes = queue.bytes.saturating_add(bytes);
+            queue.oldest.get_or_insert_with(Instant::now);
             if queue.backlogged(self.shared.capacity)
                 && self.shared.rescue_parked.swap(false, Ordering::SeqCst)
             {
@@ -195,7 +232,9 @@ impl LedgerSink {
             }
         }
         if self.shared.parked.swap(false, Ordering::SeqCst) {
+            // Traffic resumes after a pause: both writers leave their untimed sleep.
             self.writer.unpark();
+            self.rescue.unpark();
         }
     }
 
@@ -280,19 +319,32 @@ fn writer(shared: &Shared) {
     persist_drops(&mut store, shared);
 }
 
-/// The normal-priority writer: asleep until a request finds the queue backlogged.
+/// The normal-priority writer. While records arrive it looks every second for a queue that is
+/// half full or holds a record older than [`MAX_WAIT`] (a request that finds the queue half
+/// full wakes it at once), and writes the rows the starved idle writer could not. While the
+/// proxy is idle (the idle writer parked, the queue empty) it sleeps until traffic resumes.
 fn rescue(shared: &Shared) {
     loop {
         shared.rescue_parked.store(true, Ordering::SeqCst);
-        let backlogged = shared.queue().backlogged(shared.capacity);
-        if !backlogged && !shared.stop.load(Ordering::SeqCst) {
-            std::thread::park();
+        let (needed, empty) = {
+            let queue = shared.queue();
+            (
+                queue.needs_rescue(shared.capacity),
+                queue.records.is_empty(),
+            )
+        };
+        if !needed && !shared.stop.load(Ordering::SeqCst) {
+            if empty && shared.parked.load(Ordering::SeqCst) {
+                std::thread::park();
+            } else {
+                std::thread::park_timeout(RESCUE_CHECK);
+            }
         }
         shared.rescue_parked.store(false, Ordering::SeqCst);
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        while shared.queue().backlogged(shared.capacity) {
+        while shared.queue().needs_rescue(shared.capacity) {
             drain(shared);
         }
     }
@@ -523,5 +575,39 @@ mod tests {
             policy,
             ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle)
         );
+    }
+
+    #[test]
+    fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let sink = LedgerSink::start_writers(Ledger::open(&path).unwrap(), 1000, false).unwrap();
+        let started = Instant::now();
+        // Far from half full: only the record's age can bring the rescue writer in.
+        sink.submit(record(1));
+        while sink.stats().written == 0 && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let waited = started.elapsed();
+        assert_eq!(sink.stats().written, 1, "not written after {waited:?}");
+        // Written once the record was MAX_WAIT old, at the next rescue check.
+        assert!(waited >= MAX_WAIT, "{waited:?}");
+        assert!(
+            waited < MAX_WAIT + RESCUE_CHECK + Duration::from_secs(2),
+            "{waited:?}"
+        );
+
+        // Half full (capacity 4: two records) wakes the rescue writer at once.
+        let sink = LedgerSink::start_writers(Ledger::open(&path).unwrap(), 4, false).unwrap();
+        let started = Instant::now();
+        sink.submit(record(2));
+        sink.submit(record(3));
+        while sink.stats().written < 2 && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(sink.stats().written, 2);
+        assert!(started.elapsed() < MAX_WAIT, "{:?}", started.elapsed());
+        sink.shutdown(Duration::from_secs(5));
+        assert_eq!(Ledger::open(&path).unwrap().rows().unwrap().len(), 3);
     }
 }

@@ -140,8 +140,8 @@ pub struct LedgerStats {
 /// The request path's handle on the ledger writers. Cloning shares the same writers.
 ///
 /// Two threads write: `pith-ledger` at idle CPU priority does all the work while the machine
-/// has idle time, and `pith-ledger-rescue`, at normal priority, sleeps until the queue is half
-/// full (the machine is saturated and the idle writer starves), then drains it.
+/// has idle time, and `pith-ledger-rescue`, at normal priority, writes when the idle one
+/// starves (the queue half full, or a record waiting [`MAX_WAIT`]) and at shutdown.
 #[derive(Clone)]
 pub struct LedgerSink {
     shared: Arc<Shared>,
@@ -159,7 +159,7 @@ const TICK: Duration = Duration::from_millis(10);
 const IDLE_TICKS: u32 = 50;
 
 impl LedgerSink {
-    /// Start the writer thread; at most `capacity` records wait in its queue.
+    /// Start the writer threads; at most `capacity` records wait in the queue.
     pub fn start(ledger: Ledger, capacity: usize) -> std::io::Result<LedgerSink> {
         Self::start_writers(ledger, capacity, true)
     }
@@ -342,6 +342,9 @@ fn rescue(shared: &Shared) {
         }
         shared.rescue_parked.store(false, Ordering::SeqCst);
         if shared.stop.load(Ordering::SeqCst) {
+            // Shutting down: write what is queued at normal priority, so a busy machine does
+            // not leave it to the idle writer until the shutdown timeout cuts it off.
+            while drain(shared) {}
             return;
         }
         while shared.queue().needs_rescue(shared.capacity) {

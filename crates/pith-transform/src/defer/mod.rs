@@ -404,23 +404,16 @@ fn already_defers(wire: Wire, body: &[u8]) -> bool {
     let Some(elements) = members.elements_of_last(&member) else {
         return false;
     };
-    let tools = &body[member.value.clone()];
-    // Where the words occur, in order; most tool lists have none and stop here.
-    let mut hits: Vec<usize> = memchr::memmem::find_iter(tools, b"\"defer_loading\"")
-        .chain(memchr::memmem::find_iter(tools, b"tool_search"))
-        .collect();
-    if hits.is_empty() {
-        return false;
-    }
-    hits.sort_unstable();
-    // Spans relative to `tools`.
-    let elements: Vec<std::ops::Range<usize>> = elements
-        .into_iter()
-        .map(|r| r.start - member.value.start..r.end - member.value.start)
-        .collect();
     if elements.len() < 2 {
         return false;
     }
+    // Where the words occur (as offsets into the body), in order; most tool lists have none.
+    let tools = &body[member.value.clone()];
+    let mut hits: Vec<usize> = memchr::memmem::find_iter(tools, b"\"defer_loading\"")
+        .chain(memchr::memmem::find_iter(tools, b"tool_search"))
+        .map(|at| member.value.start + at)
+        .collect();
+    hits.sort_unstable();
     // Probe each definition that holds a hit, once.
     let mut probed = usize::MAX;
     hits.into_iter().any(|hit| {
@@ -431,7 +424,7 @@ fn already_defers(wire: Wire, body: &[u8]) -> bool {
             return false;
         }
         probed = at;
-        std::str::from_utf8(&tools[elements[at].clone()])
+        std::str::from_utf8(&body[elements[at].clone()])
             .ok()
             .and_then(|text| serde_json::from_str::<ToolProbe<'_>>(text).ok())
             .is_some_and(|probe| {

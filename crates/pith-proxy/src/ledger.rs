@@ -1,9 +1,10 @@
-//! The ledger writer: a bounded queue drained by one thread into the store.
+//! The ledger writers: a bounded queue drained into the store by two threads.
 //!
 //! The request path only moves a [`Record`] (reference-counted body chunks, no parsing) into the
-//! queue under a short lock, and wakes no thread while traffic flows: the writer drains the queue
-//! on its own clock and runs at idle priority. Everything costly (JSON and SSE parsing,
-//! decompression, SQLite) runs on the writer thread. A full queue drops the record and counts
+//! queue under a short lock, and while traffic flows it wakes no thread: the idle-priority
+//! writer drains the queue on its own clock. Only a queue that is half full, or the first record
+//! after a pause, makes a request wake a writer. Everything costly (JSON and SSE parsing,
+//! decompression, SQLite) runs on the writer threads. A full queue drops the record and counts
 //! it; the count is persisted in the ledger's counters so `pith stats` shows it.
 
 use std::collections::VecDeque;
@@ -397,7 +398,7 @@ fn persist_drops(store: &mut Store, shared: &Shared) {
     }
 }
 
-/// Parse a record into a ledger row. Runs on the writer thread.
+/// Parse a record into a ledger row. Runs on a writer thread.
 fn to_row(r: Record) -> Row {
     let session_need = match r.header_session {
         Some(_) => request::SessionNeed::Known,

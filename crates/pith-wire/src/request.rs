@@ -58,7 +58,8 @@ pub enum SessionNeed {
     FromBody,
 }
 
-/// Parse the top level of `body`. Returns defaults (all `other`) when it is not a JSON object.
+/// The facts in the top level of `body`, read with a skim (see `crate::skim`). Returns defaults
+/// (all `other`) when it does not have an object's structure.
 pub fn request_facts(wire: Wire, body: &[u8], session: SessionNeed) -> RequestFacts {
     let mut facts = RequestFacts::default();
     // A skim, not a parse: these facts describe the request, they never change it, and the

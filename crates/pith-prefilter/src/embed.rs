@@ -376,8 +376,10 @@ impl ToolRanker for OllamaEmbedRanker {
 
 /// What is embedded for a tool: name and description, the text a model chooses tools by. The
 /// full definition would add the JSON schema, whose structural words (`type`, `object`,
-/// `properties`) make every tool look alike and which can exceed an embedding model's context;
-/// BM25 reads the same two fields, so both rankings judge the same text.
+/// `properties`) make every tool look alike and which can exceed an embedding model's context.
+/// BM25 also reads the arguments' names and descriptions; embedding them too was measured
+/// worse (all-MiniLM-L6-v2 on the OpenCode mcp40 session: `edit` fell out of the loaded set
+/// and the saving dropped from 44% to 28%, BENCHMARKS.md), so `ToolText::arguments` is unused.
 fn tool_text(tool: &ToolText<'_>) -> String {
     let text = if tool.description.is_empty() {
         tool.name.to_owned()

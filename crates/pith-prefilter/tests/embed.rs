@@ -54,6 +54,7 @@ fn texts(definitions: &[String]) -> Vec<ToolText<'_>> {
         .map(|((name, description), definition)| ToolText {
             name,
             description,
+            arguments: "",
             definition,
         })
         .collect()
@@ -399,6 +400,8 @@ fn the_defer_stage_loads_what_the_embeddings_favour() {
     .to_string();
     let options = DeferOptions {
         keep_relevant: 1,
+        // Deferral at any size: these definitions are tiny.
+        min_deferred_chars: 0,
         ..DeferOptions::default()
     };
     let bm25 = DeferStage::new(options.clone());

@@ -59,7 +59,8 @@ pub struct TransformsConfig {
     /// `regex` (default) or `bm25`: which Anthropic tool search tool to add.
     pub tool_search: Option<String>,
     /// Defer only when the deferred definitions add up to at least this many characters
-    /// (default 0). See BENCHMARKS.md: deferring a few kilobytes can cost more than it saves.
+    /// (default 20,000; env `PITH_MIN_DEFERRED_CHARS`). See BENCHMARKS.md: deferring a few
+    /// kilobytes can cost more than it saves.
     pub min_deferred_chars: Option<usize>,
     /// Ollama base URL for semantic tool ranking (`/api/embed`); with `embeddings_model`,
     /// tools are ranked by embedding similarity instead of BM25. Each session's ranking is

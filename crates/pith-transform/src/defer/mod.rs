@@ -61,6 +61,13 @@ pub mod reason {
     pub const MID_SESSION_JOIN: &str = "mid_session_join";
 }
 
+/// Below this many characters of deferrable definitions (about 5k tokens) a request is left
+/// unchanged. Measured on OpenCode's own sessions (BENCHMARKS.md): deferring its 10 built-in
+/// tools (6 KB) made a session cost 14-30% more, because each search the model then needs
+/// costs more than the few kilobytes saved; with a 40-tool MCP server (42 KB) it cost 61-64%
+/// less. A search costs a few thousand tokens; 5k tokens kept out of a session pays for two.
+pub const DEFAULT_MIN_DEFERRED_CHARS: usize = 20_000;
+
 /// Which Anthropic tool search tool to add (`[transforms] tool_search`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SearchVariant {
@@ -100,8 +107,8 @@ pub struct DeferOptions {
     /// Which Anthropic tool search tool to add (default regex).
     pub search: SearchVariant,
     /// Defer only when the deferred definitions add up to at least this many characters
-    /// (default 0). Every search the model then needs costs its results at full price, so
-    /// deferring a few kilobytes can cost more than it saves (see BENCHMARKS.md).
+    /// (default [`DEFAULT_MIN_DEFERRED_CHARS`]). Every search the model then needs costs its
+    /// results at full price, so deferring a few kilobytes can cost more than it saves.
     pub min_deferred_chars: usize,
 }
 
@@ -111,7 +118,7 @@ impl Default for DeferOptions {
             keep_relevant: 5,
             small_tool_chars: 0,
             search: SearchVariant::Regex,
-            min_deferred_chars: 0,
+            min_deferred_chars: DEFAULT_MIN_DEFERRED_CHARS,
         }
     }
 }
@@ -288,11 +295,20 @@ impl DeferStage {
             }
             return loaded;
         }
+        let arguments: Vec<String> = candidates
+            .iter()
+            .map(|&i| {
+                let tool = &entries[i].tool;
+                view::argument_text(tool.input_schema.or(tool.parameters))
+            })
+            .collect();
         let texts: Vec<ToolText<'_>> = candidates
             .iter()
-            .map(|&i| ToolText {
+            .zip(&arguments)
+            .map(|(&i, arguments)| ToolText {
                 name: entries[i].tool.name.as_ref().map_or("", Str::as_str),
                 description: entries[i].tool.description.as_ref().map_or("", Str::as_str),
+                arguments,
                 definition: entries[i].raw.get(),
             })
             .collect();

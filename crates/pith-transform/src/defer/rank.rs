@@ -5,6 +5,8 @@
 pub struct ToolText<'a> {
     pub name: &'a str,
     pub description: &'a str,
+    /// The names and descriptions of its arguments, one per line (from its JSON Schema).
+    pub arguments: &'a str,
     /// The definition's JSON exactly as the client sent it (a stable key for caching vectors).
     pub definition: &'a str,
 }
@@ -228,7 +230,8 @@ fn names_a_file(token: &str) -> bool {
 /// rarely says so ("fix calc.py" means "read calc.py, then edit it").
 const FILE_TERM: &str = "file";
 
-/// Okapi BM25 (k1 = 1.2, b = 0.75) of each tool's name and description against `query`.
+/// Okapi BM25 (k1 = 1.2, b = 0.75) of each tool's name, description and arguments (names and
+/// descriptions: the fields the provider's own tool search reads) against `query`.
 /// Query words are lowercased, stopwords dropped and plurals folded; a query that names a file
 /// (see [`names_a_file`]) also counts the word `file`. A tool's length counts all its words.
 pub fn bm25_scores(query: &str, tools: &[ToolText<'_>]) -> Vec<f64> {
@@ -272,7 +275,7 @@ pub fn bm25_scores(query: &str, tools: &[ToolText<'_>]) -> Vec<f64> {
     for (d, tool) in tools.iter().enumerate() {
         let row = &mut tf[d * width..(d + 1) * width];
         let mut length = 0u32;
-        for text in [tool.name, tool.description] {
+        for text in [tool.name, tool.description, tool.arguments] {
             for_each_word(text, |w, ascii| {
                 length += 1;
                 if could_match(w, ascii)
@@ -319,6 +322,7 @@ mod tests {
         ToolText {
             name,
             description,
+            arguments: "",
             definition: "",
         }
     }
@@ -363,6 +367,19 @@ mod tests {
         assert!(scores[1] > 0.0);
         assert_eq!(by_relevance(&scores), [1, 0, 2, 3]);
         assert_eq!(by_relevance(&bm25_scores("", &tools)), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn arguments_count_like_the_description() {
+        let mut tools = [
+            tool("lookup", "Look things up"),
+            tool("jira_search", "Search Jira issues"),
+        ];
+        assert_eq!(bm25_scores("fix the failing test", &tools)[0], 0.0);
+        tools[0].arguments = "test_name\nThe failing test to look up\n";
+        let scores = bm25_scores("fix the failing test", &tools);
+        assert!(scores[0] > 0.0);
+        assert_eq!(by_relevance(&scores), [0, 1]);
     }
 
     #[test]

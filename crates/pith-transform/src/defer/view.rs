@@ -44,6 +44,60 @@ pub(super) struct Tool<'a> {
     pub description: Option<Str<'a>>,
     #[serde(borrow, default, deserialize_with = "present")]
     pub cache_control: Option<&'a RawValue>,
+    /// Anthropic: the JSON Schema of the tool's arguments.
+    #[serde(borrow, default)]
+    pub input_schema: Option<&'a RawValue>,
+    /// OpenAI Responses: the JSON Schema of the function's arguments.
+    #[serde(borrow, default)]
+    pub parameters: Option<&'a RawValue>,
+}
+
+/// The parts of a JSON Schema that say what a tool's arguments mean: their names and
+/// descriptions, at any depth (`properties`, `items`, `anyOf`/`oneOf`/`allOf`). Every other
+/// keyword is skipped unread.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct Schema<'a> {
+    #[serde(borrow)]
+    pub description: Option<Str<'a>>,
+    #[serde(borrow)]
+    pub properties: Option<Properties<'a>>,
+    /// A schema, or (tuple validation) an array of them.
+    #[serde(borrow)]
+    pub items: Option<&'a RawValue>,
+    #[serde(rename = "anyOf", borrow)]
+    pub any_of: Option<Vec<Schema<'a>>>,
+    #[serde(rename = "oneOf", borrow)]
+    pub one_of: Option<Vec<Schema<'a>>>,
+    #[serde(rename = "allOf", borrow)]
+    pub all_of: Option<Vec<Schema<'a>>>,
+}
+
+/// `properties`: argument names with their schemas, in the order the client wrote them.
+#[derive(Debug, Default)]
+pub(super) struct Properties<'a>(pub Vec<(Str<'a>, Schema<'a>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Properties<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Properties<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of argument schemas")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<Str<'de>, Schema<'de>>()? {
+                    out.push(entry);
+                }
+                Ok(Properties(out))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
 }
 
 /// Just enough of a tool to tell whether the client already defers: a cheap first pass that
@@ -56,6 +110,56 @@ pub(super) struct ToolProbe<'a> {
     /// Present (even as `null`) means the client decides deferral itself.
     #[serde(borrow, default, deserialize_with = "present")]
     pub defer_loading: Option<&'a RawValue>,
+}
+
+/// The names and descriptions of a tool's arguments as one text, one per line, for ranking.
+/// Empty when there is no schema or it is not the shape of one: ranking text never makes a
+/// request unparseable.
+pub(super) fn argument_text(schema: Option<&RawValue>) -> String {
+    let mut out = String::new();
+    if let Some(schema) = schema
+        && let Ok(schema) = serde_json::from_str::<Schema<'_>>(schema.get())
+    {
+        schema.push_argument_text(&mut out);
+    }
+    out
+}
+
+impl Schema<'_> {
+    fn push_argument_text(&self, out: &mut String) {
+        for (name, schema) in self.properties.iter().flat_map(|p| &p.0) {
+            out.push_str(name.as_str());
+            out.push('\n');
+            schema.push_described(out);
+        }
+        if let Some(items) = self.items {
+            let nested = if items.get().starts_with('[') {
+                serde_json::from_str::<Vec<Schema<'_>>>(items.get()).unwrap_or_default()
+            } else {
+                serde_json::from_str::<Schema<'_>>(items.get())
+                    .map(|s| vec![s])
+                    .unwrap_or_default()
+            };
+            for schema in &nested {
+                schema.push_described(out);
+            }
+        }
+        for alternatives in [&self.any_of, &self.one_of, &self.all_of] {
+            for schema in alternatives.iter().flatten() {
+                schema.push_described(out);
+            }
+        }
+    }
+
+    /// A schema that describes the same argument as its parent (an array's items, an
+    /// alternative): its description, then its own arguments.
+    fn push_described(&self, out: &mut String) {
+        if let Some(description) = &self.description {
+            out.push_str(description.as_str());
+            out.push('\n');
+        }
+        self.push_argument_text(out);
+    }
 }
 
 /// `{"type": ...}` of a `tool_choice` object.
@@ -140,5 +244,45 @@ mod tests {
         let body = r#"{"k":VAL}"#;
         let at = body.find("VAL").unwrap();
         assert_eq!(member_removal(body, at..at + 3, "k"), None);
+    }
+
+    fn arguments(schema: &str) -> String {
+        let raw: &RawValue = serde_json::from_str(schema).unwrap();
+        argument_text(Some(raw))
+    }
+
+    #[test]
+    fn argument_text_reads_names_and_descriptions_at_any_depth() {
+        let schema = r#"{"type":"object","required":["pattern"],"properties":{
+            "pattern":{"type":"string","description":"The regex to search file contents for"},
+            "options":{"type":"object","properties":{"case\u005fsensitive":{"type":"boolean"}}},
+            "paths":{"type":"array","items":{"type":"string","description":"A directory"}},
+            "limit":{"anyOf":[{"type":"integer","description":"Max matches"},{"type":"null"}]}
+        },"additionalProperties":false}"#;
+        assert_eq!(
+            arguments(schema),
+            "pattern\nThe regex to search file contents for\noptions\ncase_sensitive\npaths\n\
+             A directory\nlimit\nMax matches\n"
+        );
+        // Tuple validation: `items` as an array of schemas.
+        assert_eq!(
+            arguments(
+                r#"{"properties":{"pair":{"items":[{"description":"x"},{"description":"y"}]}}}"#
+            ),
+            "pair\nx\ny\n"
+        );
+    }
+
+    #[test]
+    fn argument_text_fails_open_to_nothing() {
+        assert_eq!(argument_text(None), "");
+        for schema in [
+            r#"{"properties":{"a":{"description":7}}}"#,
+            r#"{"properties":[1,2]}"#,
+            r#""a string""#,
+            r#"{"type":"object"}"#,
+        ] {
+            assert_eq!(arguments(schema), "", "{schema}");
+        }
     }
 }

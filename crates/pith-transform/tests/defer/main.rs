@@ -15,6 +15,15 @@ use pith_transform::{Edit, Outcome, apply_splices};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+/// Default options without the size threshold, so the rules can be tested on tool lists of any
+/// size (the threshold has tests of its own).
+fn any_size() -> pith_transform::DeferOptions {
+    pith_transform::DeferOptions {
+        min_deferred_chars: 0,
+        ..pith_transform::DeferOptions::default()
+    }
+}
+
 /// The edit of an outcome that must be an edit.
 fn edit_of(outcome: Outcome, what: &str) -> Edit {
     match outcome {

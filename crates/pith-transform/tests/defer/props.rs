@@ -4,6 +4,8 @@ use http::HeaderMap;
 use pith_transform::defer::reason;
 use pith_transform::{DeferOptions, DeferStage, Outcome, Request, Stage, apply_splices};
 use pith_wire::Wire;
+
+use super::any_size;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -122,7 +124,7 @@ proptest! {
     ) {
         let wire = if responses { Wire::Responses } else { Wire::AnthropicMessages };
         let body = render(&tools, &task, wire, pretty);
-        let stage = DeferStage::new(DeferOptions { keep_relevant, small_tool_chars, ..DeferOptions::default() });
+        let stage = DeferStage::new(DeferOptions { keep_relevant, small_tool_chars, ..any_size() });
         let Outcome::Edited(edit) = run(&stage, wire, body.as_bytes()) else {
             return Ok(());
         };

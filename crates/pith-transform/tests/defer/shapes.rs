@@ -11,7 +11,7 @@ use pith_wire::Wire;
 use serde_json::{Value, json};
 
 use super::sim::load_folder;
-use super::{apply, edit_of, reason_of, tools_of};
+use super::{any_size, apply, edit_of, reason_of, tools_of};
 
 fn run_with(options: DeferOptions, wire: Wire, body: &str) -> Outcome {
     let headers = HeaderMap::new();
@@ -26,7 +26,7 @@ fn run_with(options: DeferOptions, wire: Wire, body: &str) -> Outcome {
 }
 
 fn run(wire: Wire, body: &str) -> Outcome {
-    run_with(DeferOptions::default(), wire, body)
+    run_with(any_size(), wire, body)
 }
 
 fn tool(name: &str, description: &str) -> Value {
@@ -152,7 +152,7 @@ fn the_words_defer_loading_and_tool_search_elsewhere_do_not_count_as_deferring()
 fn deferral_that_would_leave_nothing_loaded_or_nothing_deferred_is_unchanged() {
     let none_kept = DeferOptions {
         keep_relevant: 0,
-        ..DeferOptions::default()
+        ..any_size()
     };
     let body = anthropic_body(many_tools(10), json!({}));
     let outcome = run_with(none_kept.clone(), Wire::AnthropicMessages, &body);
@@ -182,7 +182,7 @@ fn deferral_that_would_leave_nothing_loaded_or_nothing_deferred_is_unchanged() {
     );
     let everything_small = DeferOptions {
         small_tool_chars: 10_000,
-        ..DeferOptions::default()
+        ..any_size()
     };
     let body = anthropic_body(many_tools(20), json!({}));
     let outcome = run_with(everything_small, Wire::AnthropicMessages, &body);
@@ -196,7 +196,7 @@ fn small_definitions_stay_loaded() {
     let small = DeferOptions {
         small_tool_chars: 60,
         keep_relevant: 1,
-        ..DeferOptions::default()
+        ..any_size()
     };
     let body = anthropic_body(tools, json!({}));
     let edit = edit_of(run_with(small, Wire::AnthropicMessages, &body), "small");
@@ -266,7 +266,7 @@ fn unparseable_bodies_are_unchanged() {
         assert_eq!(reason_of(outcome, &body), reason::UNPARSEABLE);
     }
     let headers = HeaderMap::new();
-    let outcome = DeferStage::new(DeferOptions::default())
+    let outcome = DeferStage::new(any_size())
         .apply(&Request {
             wire: Wire::AnthropicMessages,
             path: "/v1/messages",
@@ -286,7 +286,7 @@ fn the_most_relevant_tools_stay_loaded() {
     );
     let options = DeferOptions {
         keep_relevant: 1,
-        ..DeferOptions::default()
+        ..any_size()
     };
     let body = anthropic_body(tools, json!({}));
     let edit = edit_of(
@@ -306,7 +306,7 @@ fn the_most_relevant_tools_stay_loaded() {
 fn bm25_variant_adds_the_bm25_search_tool() {
     let options = DeferOptions {
         search: SearchVariant::from_name("BM25").expect("known variant"),
-        ..DeferOptions::default()
+        ..any_size()
     };
     assert_eq!(SearchVariant::from_name("fuzzy"), None);
     let body = anthropic_body(many_tools(10), json!({}));
@@ -405,7 +405,7 @@ fn loaded_with(ranker: Fixed) -> Vec<String> {
     let body = anthropic_body(tools, json!({}));
     let stage = DeferStage::new(DeferOptions {
         keep_relevant: 1,
-        ..DeferOptions::default()
+        ..any_size()
     })
     .with_ranker(Arc::new(ranker));
     let headers = HeaderMap::new();

@@ -175,7 +175,10 @@ fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
             keep_relevant: t.keep_relevant.unwrap_or(defaults.keep_relevant),
             small_tool_chars,
             search,
-            min_deferred_chars: t.min_deferred_chars.unwrap_or(defaults.min_deferred_chars),
+            min_deferred_chars: match env_usize("PITH_MIN_DEFERRED_CHARS")? {
+                Some(n) => n,
+                None => t.min_deferred_chars.unwrap_or(defaults.min_deferred_chars),
+            },
         });
         let stage = match (&t.embeddings_url, &t.embeddings_model) {
             (None, None) => stage,

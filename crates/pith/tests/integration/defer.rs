@@ -137,6 +137,40 @@ fn clients_that_already_defer_pass_byte_identical_with_defaults() {
 }
 
 #[test]
+fn small_tool_lists_pass_unchanged_unless_the_threshold_is_lowered() {
+    // OpenCode without MCP: 10 tools, ~6 KB would be deferred, below the default threshold.
+    let cap = capture("opencode-1.18.33/anthropic-fix-calc/req002");
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let hdrs = replay(&pith, &cap);
+    assert!(hdrs.get("pith-transforms").is_none());
+    assert!(mock.received()[0].body == cap.body, "body changed");
+    let rows = pith.wait_rows(1);
+    let skips = rows[0].transform_skips.as_deref().unwrap();
+    assert!(skips.contains("defer:too_little_to_defer"), "{skips}");
+
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_MIN_DEFERRED_CHARS", "0")]);
+    let hdrs = replay(&pith, &cap);
+    let disclosed = hdrs["pith-transforms"].to_str().unwrap();
+    assert!(disclosed.starts_with("defer;tools=5;"), "{disclosed}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(pith_bin())
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .env("PITH_HOME", dir.path())
+        .env("PITH_MIN_DEFERRED_CHARS", "20k")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PITH_MIN_DEFERRED_CHARS") && err.contains("whole number"),
+        "{err}"
+    );
+}
+
+#[test]
 fn deferral_can_be_switched_off_and_bad_config_is_an_error() {
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[("PITH_DEFER_TOOLS", "0")]);
@@ -181,7 +215,7 @@ fn embeddings_config_ranks_tools_semantically_once_per_session() {
     std::fs::write(
         &config,
         format!(
-            "[transforms]\nkeep_relevant = 1\nembeddings_url = \"{}\"\n\
+            "[transforms]\nkeep_relevant = 1\nmin_deferred_chars = 0\nembeddings_url = \"{}\"\n\
              embeddings_model = \"nomic-embed-text\"\n",
             ollama.url()
         ),

@@ -302,6 +302,50 @@ fn the_most_relevant_tools_stay_loaded() {
     assert_eq!(loaded, ["jira_find", "tool_search_tool_regex"]);
 }
 
+/// Names of the tools left loaded (no `defer_loading`) after the stage, keeping one.
+fn loaded_keeping_one(wire: Wire, body: &str) -> Vec<String> {
+    let options = DeferOptions {
+        keep_relevant: 1,
+        ..any_size()
+    };
+    let edit = edit_of(run_with(options, wire, body), "one kept");
+    tools_of(&apply(body.as_bytes(), &edit))
+        .iter()
+        .filter(|t| t.get("defer_loading").is_none())
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn arguments_count_towards_relevance_on_both_wires() {
+    // Only `lookup`'s argument (Anthropic `input_schema`, Responses `parameters`) says what the
+    // task is about.
+    let argument = json!({"type": "object", "properties": {
+        "issue": {"type": "string", "description": "The jira issue about a login failure"}}});
+    let mut tools = many_tools(4);
+    tools[2] = json!({"name": "lookup", "description": "Look something up",
+                      "input_schema": argument});
+    let body = anthropic_body(tools, json!({}));
+    assert_eq!(
+        loaded_keeping_one(Wire::AnthropicMessages, &body),
+        ["lookup", "tool_search_tool_regex"]
+    );
+
+    let function = |name: &str, parameters: Value| {
+        json!({"type": "function", "name": name, "description": "Look something up",
+               "parameters": parameters})
+    };
+    let failing = json!({"type": "object", "properties": {
+        "test": {"type": "string", "description": "The failing test to fix"}}});
+    let tools = vec![
+        function("first", json!({"type": "object", "properties": {}})),
+        function("second", failing),
+        function("third", json!({"type": "object"})),
+    ];
+    let body = responses_body(tools, json!({}));
+    assert_eq!(loaded_keeping_one(Wire::Responses, &body), ["second"]);
+}
+
 #[test]
 fn bm25_variant_adds_the_bm25_search_tool() {
     let options = DeferOptions {

@@ -94,6 +94,15 @@ pub struct RowUsage {
     pub cache_read: u64,
 }
 
+/// The transform columns of one row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransformNotes {
+    /// The `pith-transforms` value: `stage;fact=n;...` entries joined by `, `.
+    pub applied: Option<String>,
+    /// Stages that left the request unchanged: `stage:reason` entries joined by `,`.
+    pub skipped: Option<String>,
+}
+
 /// Which rows a summary covers.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -260,15 +269,19 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The `transforms` values of matching rows (for per-transform savings).
-    pub fn transforms(&self, filter: &Filter) -> Result<Vec<(Option<String>, String)>, StoreError> {
+    /// What the transforms did to each matching row that any of them looked at: the
+    /// `pith-transforms` header they applied and the stages that left the request unchanged.
+    pub fn transform_notes(&self, filter: &Filter) -> Result<Vec<TransformNotes>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT model, transforms FROM requests
-             WHERE transforms IS NOT NULL
+            "SELECT transforms, transform_skips FROM requests
+             WHERE (transforms IS NOT NULL OR transform_skips IS NOT NULL)
                AND (?1 IS NULL OR ts_ms >= ?1) AND (?2 IS NULL OR session = ?2)",
         )?;
         let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok((r.get(0)?, r.get(1)?))
+            Ok(TransformNotes {
+                applied: r.get(0)?,
+                skipped: r.get(1)?,
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -313,9 +313,17 @@ fn default_reply(builtin: &BuiltinDefaults, method: &str, uri: &Uri, body: &[u8]
     }
 }
 
+/// Which requests a queued reply is for: any, or those whose body passes a test.
+type BodyTest = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+struct Queued {
+    when: Option<BodyTest>,
+    reply: Arc<Prepared>,
+}
+
 #[derive(Default)]
 struct State {
-    queue: VecDeque<Arc<Prepared>>,
+    queue: VecDeque<Queued>,
     custom_default: Option<Arc<Prepared>>,
     received: Vec<Recorded>,
     request_count: usize,
@@ -438,8 +446,22 @@ impl MockUpstream {
     /// Queues a scripted reply. Replies are used first in, first out, one per request; with the
     /// queue empty the default reply answers (see [`MockUpstream::set_default`]).
     pub fn push(&self, reply: Reply) {
-        let prepared = Prepared::new(reply);
-        self.shared.lock().queue.push_back(prepared);
+        let reply = Prepared::new(reply);
+        self.shared
+            .lock()
+            .queue
+            .push_back(Queued { when: None, reply });
+    }
+
+    /// Queues a scripted reply for the first request whose body passes `when`; requests that
+    /// it does not fit take the next reply that fits them, or the default. For clients that
+    /// send side requests concurrently (OpenCode's title call races its first turn).
+    pub fn push_when(&self, when: impl Fn(&[u8]) -> bool + Send + Sync + 'static, reply: Reply) {
+        let reply = Prepared::new(reply);
+        self.shared.lock().queue.push_back(Queued {
+            when: Some(Arc::new(when)),
+            reply,
+        });
     }
 
     /// Scripted replies not used yet (a test can check that every one was asked for).
@@ -587,7 +609,10 @@ async fn handle(
         state.request_count += 1;
         let scripted = state
             .queue
-            .pop_front()
+            .iter()
+            .position(|q| q.when.as_ref().is_none_or(|when| when(&body)))
+            .and_then(|at| state.queue.remove(at))
+            .map(|q| q.reply)
             .or_else(|| state.custom_default.clone());
         if !state.not_recording {
             state.received.push(Recorded {

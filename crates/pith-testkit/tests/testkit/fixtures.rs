@@ -136,6 +136,52 @@ fn anthropic_tool_stream_sends_input_in_fragments_that_join_to_the_arguments() {
 }
 
 #[test]
+fn anthropic_tool_search_stream_finds_then_calls() {
+    let search = anthropic::ToolSearch {
+        id: "srvtoolu_01S".to_owned(),
+        pattern: "(?i)read".to_owned(),
+        found: vec!["read_file".to_owned(), "read_dir".to_owned()],
+    };
+    let events = sse::parse(&anthropic::stream_with_tool_search(&search, &tool(), USAGE));
+    let blocks: Vec<Value> = events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("content_block_start"))
+        .map(|e| e.json())
+        .collect();
+    let kinds: Vec<&str> = blocks
+        .iter()
+        .map(|b| b["content_block"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["server_tool_use", "tool_search_tool_result", "tool_use"]
+    );
+    assert_eq!(blocks[0]["content_block"]["name"], "tool_search_tool_regex");
+    assert_eq!(
+        blocks[1]["content_block"],
+        json!({"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_01S",
+               "content": {"type": "tool_search_tool_search_result", "tool_references": [
+                   {"type": "tool_reference", "tool_name": "read_file"},
+                   {"type": "tool_reference", "tool_name": "read_dir"}]}})
+    );
+    assert_eq!(blocks[2]["index"], 2);
+    // The search input arrives as one input_json_delta on block 0.
+    let search_input: Vec<Value> = events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("content_block_delta"))
+        .map(|e| e.json())
+        .filter(|d| d["index"] == 0)
+        .map(|d| serde_json::from_str(d["delta"]["partial_json"].as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(search_input, [json!({"pattern": "(?i)read"})]);
+    let delta = events
+        .iter()
+        .find(|e| e.name.as_deref() == Some("message_delta"))
+        .unwrap();
+    assert_eq!(delta.json()["delta"]["stop_reason"], "tool_use");
+}
+
+#[test]
 fn anthropic_errors_use_the_documented_types() {
     let body = parse(&anthropic::error_body(429, "slow down"));
     assert_eq!(

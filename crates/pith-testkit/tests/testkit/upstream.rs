@@ -117,6 +117,28 @@ async fn scripted_replies_are_used_in_order_then_the_default() {
 }
 
 #[tokio::test]
+async fn conditional_replies_wait_for_a_body_they_fit() {
+    let mock = MockUpstream::start().unwrap();
+    let has_tools = |body: &[u8]| body.windows(8).any(|w| w == b"\"tools\":");
+    mock.push_when(has_tools, Reply::json(r#"{"for":"tools"}"#));
+    mock.push(Reply::json(r#"{"for":"anyone"}"#));
+
+    // A body without tools skips the conditional reply and takes the next one that fits.
+    let (_, _, body) = fetch(mock.addr(), "POST", "/v1/messages", r#"{"a":1}"#).await;
+    assert_eq!(body.as_ref(), br#"{"for":"anyone"}"#);
+    let (_, _, body) = fetch(mock.addr(), "POST", "/v1/messages", r#"{"b":2}"#).await;
+    assert_eq!(
+        body,
+        fixtures::anthropic::message(&DEFAULT_DELTAS.concat(), DEFAULT_USAGE),
+        "nothing queued fits: the default answers"
+    );
+    assert_eq!(mock.queued_replies(), 1);
+    let (_, _, body) = fetch(mock.addr(), "POST", "/v1/messages", r#"{"tools":[]}"#).await;
+    assert_eq!(body.as_ref(), br#"{"for":"tools"}"#);
+    assert_eq!(mock.queued_replies(), 0);
+}
+
+#[tokio::test]
 async fn reply_headers_replace_defaults_and_repeat() {
     let mock = MockUpstream::start().unwrap();
     mock.push(

@@ -133,6 +133,9 @@ struct TransformTotals {
     /// token per 4 characters of definition JSON (a heuristic, not a tokenizer).
     #[serde(skip_serializing_if = "Option::is_none")]
     estimated_tokens_kept_out: Option<u64>,
+    /// Requests the transform looked at and left unchanged, by reason (e.g. defer's
+    /// `already_deferring`, `too_little_to_defer`).
+    unchanged: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -219,8 +222,8 @@ fn build_report(
         }
     }
     let mut transforms: BTreeMap<String, TransformTotals> = BTreeMap::new();
-    for (_model, header) in ledger.transforms(filter)? {
-        for entry in header.split(", ") {
+    for notes in ledger.transform_notes(filter)? {
+        for entry in notes.applied.iter().flat_map(|h| h.split(", ")) {
             let mut parts = entry.split(';');
             let Some(stage) = parts.next() else { continue };
             let t = transforms.entry(stage.to_owned()).or_default();
@@ -231,6 +234,12 @@ fn build_report(
                 {
                     *t.facts.entry(k.to_owned()).or_default() += n;
                 }
+            }
+        }
+        for entry in notes.skipped.iter().flat_map(|s| s.split(',')) {
+            if let Some((stage, reason)) = entry.split_once(':') {
+                let t = transforms.entry(stage.to_owned()).or_default();
+                *t.unchanged.entry(reason.to_owned()).or_default() += 1;
             }
         }
     }
@@ -370,6 +379,14 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
                 tt.facts.get("chars").copied().unwrap_or(0),
                 tokens
             ));
+        }
+        if !tt.unchanged.is_empty() {
+            let reasons: Vec<String> = tt
+                .unchanged
+                .iter()
+                .map(|(reason, n)| format!("{n} {reason}"))
+                .collect();
+            out.push_str(&format!("  left unchanged: {}\n", reasons.join(", ")));
         }
     }
     out.push_str(&format!(

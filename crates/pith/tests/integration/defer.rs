@@ -148,6 +148,28 @@ fn small_tool_lists_pass_unchanged_unless_the_threshold_is_lowered() {
     let rows = pith.wait_rows(1);
     let skips = rows[0].transform_skips.as_deref().unwrap();
     assert!(skips.contains("defer:too_little_to_defer"), "{skips}");
+    // `pith stats` says why nothing was deferred.
+    let stats = |json: bool| {
+        let out = Command::new(pith_bin())
+            .arg("stats")
+            .args(json.then_some("--json"))
+            .env("PITH_HOME", pith.home.path())
+            .env_remove("PITH_CONFIG")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let v: serde_json::Value = serde_json::from_str(&stats(true)).unwrap();
+    let defer = &v["transforms"]["defer"];
+    assert_eq!(defer["requests"], 0);
+    assert_eq!(defer["unchanged"]["too_little_to_defer"], 1);
+    let text = stats(false);
+    assert!(
+        text.contains("transform defer: changed 0 requests")
+            && text.contains("left unchanged: 1 too_little_to_defer"),
+        "{text}"
+    );
 
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[("PITH_MIN_DEFERRED_CHARS", "0")]);

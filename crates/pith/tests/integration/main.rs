@@ -5,6 +5,7 @@ mod cli;
 mod defer;
 mod mcp;
 mod memory;
+mod opencode;
 mod proxy;
 mod setup;
 mod stats;

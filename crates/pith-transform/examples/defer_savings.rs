@@ -175,6 +175,33 @@ fn cost_report(stage: &DeferStage, folder: &str, detail: bool) -> Result<(), Str
             println!();
         }
     }
+    // A client that drops the search blocks from the history it sends back (OpenCode 1.18.33,
+    // observed with the real CLI): the stage sees the captured history as it is, and from the
+    // first call of a tool no search surfaced it forwards requests unchanged.
+    let mut dropped = Vec::new();
+    let mut unchanged_after = None;
+    for capture in &original {
+        dropped.push(match capture.run(stage).map_err(|e| e.to_string())? {
+            Outcome::Edited(edit) => {
+                apply_splices(&capture.body, &edit.splices).map_err(|e| e.to_string())?
+            }
+            Outcome::Unchanged(reason) => {
+                if reason == pith_transform::defer::reason::MID_SESSION_JOIN
+                    && unchanged_after.is_none()
+                {
+                    unchanged_after = Some(capture.file.clone());
+                }
+                capture.body.clone()
+            }
+        });
+    }
+    let before = total(&sim::session_costs(&raw, CostModel::DOCUMENTED)?);
+    let after = total(&sim::session_costs(&dropped, CostModel::DOCUMENTED)?);
+    println!(
+        "- a client that drops the search blocks (OpenCode): before {before:.0}, after {after:.0}, {:.1}% less (documented costs; unchanged from {})",
+        100.0 * (1.0 - after / before),
+        unchanged_after.as_deref().unwrap_or("no request")
+    );
     // The same tools section on the captured history, no searches: what a replay that ignores
     // the cost of finding deferred tools reports.
     let first = rewritten

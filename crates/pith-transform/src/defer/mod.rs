@@ -210,14 +210,6 @@ impl DeferStage {
             1 => return Ok(Decision::Unchanged(reason::SINGLE_TOOL)),
             _ => {}
         }
-        for raw in &raws {
-            let probe: ToolProbe<'_> = serde_json::from_str(raw.get())?;
-            if probe.defer_loading.is_some()
-                || is_search_tool(wire, probe.kind.as_ref().map(Str::as_str))
-            {
-                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
-            }
-        }
         let mut entries = Vec::with_capacity(raws.len());
         for raw in raws {
             if !raw.get().starts_with('{') {
@@ -225,6 +217,9 @@ impl DeferStage {
             }
             let tool: Tool<'_> = serde_json::from_str(raw.get())?;
             let kind = tool.kind.as_ref().map(Str::as_str);
+            if tool.defer_loading.is_some() || is_search_tool(wire, kind) {
+                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
+            }
             let deferrable = tool.name.is_some()
                 && match wire {
                     Wire::AnthropicMessages => matches!(kind, None | Some("custom")),

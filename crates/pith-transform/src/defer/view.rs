@@ -44,6 +44,9 @@ pub(super) struct Tool<'a> {
     pub description: Option<Str<'a>>,
     #[serde(borrow, default, deserialize_with = "present")]
     pub cache_control: Option<&'a RawValue>,
+    /// Present (even as `null`) means the client decides deferral itself.
+    #[serde(borrow, default, deserialize_with = "present")]
+    pub defer_loading: Option<&'a RawValue>,
     /// Anthropic: the JSON Schema of the tool's arguments.
     #[serde(borrow, default)]
     pub input_schema: Option<&'a RawValue>,

@@ -62,17 +62,10 @@ pub enum EmbedError {
     /// The configured URL is not one the client speaks to.
     #[error("{0:?} is not a plain http:// URL")]
     BadUrl(String),
-    /// The request failed (refused, timed out, malformed HTTP).
-    #[error("request to Ollama failed: {0}")]
+    /// The request failed (refused, timed out, malformed HTTP), or Ollama answered with an
+    /// error status (e.g. 404 for a model not pulled).
+    #[error("Ollama: {0}")]
     Http(#[from] HttpError),
-    /// Ollama answered with an error status (e.g. 404 for a model not pulled).
-    #[error("Ollama answered HTTP {status}: {body}")]
-    Status {
-        /// HTTP status.
-        status: u16,
-        /// Start of the body (Ollama puts `{"error": ...}` there).
-        body: String,
-    },
     /// The body is not `{"embeddings": [[number, ...], ...]}`.
     #[error("reply is not a list of embeddings: {0}")]
     Malformed(String),
@@ -294,16 +287,8 @@ impl OllamaEmbedRanker {
                 "/api/embed",
                 Some(body.as_bytes()),
                 deadline,
-            )?;
-            if response.status != 200 {
-                return Err(EmbedError::Status {
-                    status: response.status,
-                    body: String::from_utf8_lossy(&response.body)
-                        .chars()
-                        .take(200)
-                        .collect(),
-                });
-            }
+            )?
+            .ok()?;
             let reply: EmbedReply = serde_json::from_slice(&response.body)
                 .map_err(|err| EmbedError::Malformed(err.to_string()))?;
             if reply.embeddings.len() != batch.len() {

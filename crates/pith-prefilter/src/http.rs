@@ -29,6 +29,14 @@ pub enum HttpError {
     /// The reply is not valid HTTP/1.x or is too large.
     #[error("malformed HTTP reply: {0}")]
     Malformed(&'static str),
+    /// The server answered with an error status (see [`Response::ok`]).
+    #[error("answered HTTP {status}: {body}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// Start of the body (Ollama puts `{"error": ...}` there).
+        body: String,
+    },
 }
 
 /// Where the server is: `http://host:port[/prefix]`.
@@ -86,6 +94,23 @@ impl Endpoint {
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The reply if its status is 200; otherwise [`HttpError::Status`] with the start of the
+    /// body, which says why.
+    pub fn ok(self) -> Result<Response, HttpError> {
+        if self.status == 200 {
+            return Ok(self);
+        }
+        Err(HttpError::Status {
+            status: self.status,
+            body: String::from_utf8_lossy(&self.body)
+                .chars()
+                .take(200)
+                .collect(),
+        })
+    }
 }
 
 /// Sends one request and reads the whole reply, all before `deadline`.

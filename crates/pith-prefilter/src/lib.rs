@@ -126,17 +126,9 @@ pub enum RankError {
     /// The candidate list would not fit the largest context we request.
     #[error("{0} candidates need more than the largest context window we request")]
     TooManyCandidates(usize),
-    /// The request failed.
-    #[error("request to Ollama failed: {0}")]
+    /// The request failed, or Ollama answered with an error status.
+    #[error("Ollama: {0}")]
     Http(#[from] HttpError),
-    /// Ollama answered with an error status.
-    #[error("Ollama answered HTTP {status}: {body}")]
-    Status {
-        /// HTTP status.
-        status: u16,
-        /// Start of the body (Ollama puts `{"error": ...}` there).
-        body: String,
-    },
     /// The reply is not a definitive ordering.
     #[error("reply rejected: {0}")]
     Reply(#[from] ReplyError),
@@ -255,16 +247,8 @@ impl OllamaRanker {
             "/api/chat",
             Some(&request.body),
             deadline,
-        )?;
-        if response.status != 200 {
-            return Err(RankError::Status {
-                status: response.status,
-                body: String::from_utf8_lossy(&response.body)
-                    .chars()
-                    .take(200)
-                    .collect(),
-            });
-        }
+        )?
+        .ok()?;
         Ok(prompt::parse_reply(&response.body, candidates.len())?)
     }
 }

@@ -158,7 +158,7 @@ fn every_failure_falls_back_to_bm25_and_is_recorded() {
         (
             "server error",
             Some(EmbedReply::Error(500, "boom".into())),
-            |e| matches!(e, EmbedError::Status { status: 500, .. }),
+            |e| matches!(e, EmbedError::Http(HttpError::Status { status: 500, .. })),
         ),
         (
             "slow",
@@ -226,7 +226,7 @@ fn every_failure_falls_back_to_bm25_and_is_recorded() {
     .unwrap();
     assert!(matches!(
         missing.try_scores("fix the build", &tools),
-        Err(EmbedError::Status { status: 404, .. })
+        Err(EmbedError::Http(HttpError::Status { status: 404, .. }))
     ));
     assert!(matches!(
         OllamaEmbedRanker::new(EmbedConfig {

@@ -5,7 +5,9 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use pith_prefilter::{OllamaRanker, PrefilterConfig, RankError, reset_availability_cache};
+use pith_prefilter::{
+    HttpError, OllamaRanker, PrefilterConfig, RankError, reset_availability_cache,
+};
 use pith_search::{Ranker, Ranking, SearchReport, SearchRequest, search_workspace};
 use pith_testkit::ollama::{ChatReply, MockOllama, closed_port_url};
 
@@ -253,7 +255,7 @@ fn failure_reasons_are_specific() {
     mock.set_reply(ChatReply::server_error());
     let err = ranker.try_rank("x", &candidates).unwrap_err();
     assert!(
-        matches!(err, RankError::Status { status: 500, .. }),
+        matches!(err, RankError::Http(HttpError::Status { status: 500, .. })),
         "{err}"
     );
 

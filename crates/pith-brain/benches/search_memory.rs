@@ -17,24 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use pith_brain::{Brain, EvidenceSpec, Kind, NewMemory, Workspace};
-
-/// xorshift64*: deterministic and dependency-free.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
+use pith_testkit::rng::Rng;
 
 const VERBS: &[&str] = &[
     "Retry",
@@ -350,7 +333,7 @@ fn queries(rng: &mut Rng) -> Vec<String> {
 fn build(dir: &Path, count: usize) -> Result<Brain, Box<dyn Error>> {
     let ws = make_workspace(dir)?;
     let mut brain = Brain::open(ws)?;
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let started = Instant::now();
     for _ in 0..count {
         brain.save(memory(&mut rng))?;
@@ -393,7 +376,7 @@ fn bench(c: &mut Criterion) {
 }
 
 fn run(c: &mut Criterion) -> Result<(), Box<dyn Error>> {
-    let mut rng = Rng(0x0bad_5eed);
+    let mut rng = Rng::new(0x0bad_5eed);
     let queries = queries(&mut rng);
     let mut group = c.benchmark_group("search_memory");
     group

@@ -11,6 +11,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use pith_search::{SearchRequest, search_workspace};
+use pith_testkit::rng::Rng;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,24 +32,6 @@ fn main() -> Result<(), Box<dyn Error>> {
         _ => Err(
             "usage: search_bench gen DIR FILES | search_bench search DIR PATTERN [-i] [-F]".into(),
         ),
-    }
-}
-
-/// xorshift64*: deterministic, so every run of the script searches the same bytes.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
-        words[self.below(words.len())]
     }
 }
 
@@ -203,7 +186,7 @@ fn c_file(rng: &mut Rng) -> String {
 }
 
 fn generate(root: &Path, files: usize) -> Result<(), Box<dyn Error>> {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     fs::create_dir_all(root.join(".git"))?;
     fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n")?;
     fs::write(root.join(".gitignore"), "target/\n*.o\n")?;

@@ -2,6 +2,7 @@
 
 pub mod fixtures;
 pub mod ollama;
+pub mod rng;
 mod stream_flags;
 pub mod upstream;
 

@@ -1,7 +1,5 @@
 //! Tool deferral through the real proxy, on by default.
 
-use std::process::Command;
-
 use pith_testkit::MockUpstream;
 use pith_testkit::fixtures::{self, Capture};
 
@@ -84,11 +82,7 @@ fn opencode_mcp40_is_deferred_with_the_beta_header_and_disclosed() {
     assert_eq!(rows[0].transforms.as_deref(), Some(disclosed));
     assert!(rows[0].bytes_upstream > rows[0].bytes_client);
 
-    let out = Command::new(pith_bin())
-        .args(["stats", "--json"])
-        .env("PITH_HOME", pith.home.path())
-        .output()
-        .unwrap();
+    let out = pith_stats(&pith, &["--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let defer = &v["transforms"]["defer"];
     assert_eq!(defer["requests"], 1);
@@ -150,13 +144,7 @@ fn small_tool_lists_pass_unchanged_unless_the_threshold_is_lowered() {
     assert!(skips.contains("defer:too_little_to_defer"), "{skips}");
     // `pith stats` says why nothing was deferred.
     let stats = |json: bool| {
-        let out = Command::new(pith_bin())
-            .arg("stats")
-            .args(json.then_some("--json"))
-            .env("PITH_HOME", pith.home.path())
-            .env_remove("PITH_CONFIG")
-            .output()
-            .unwrap();
+        let out = pith_stats(&pith, if json { &["--json"] } else { &[] });
         assert!(out.status.success());
         String::from_utf8(out.stdout).unwrap()
     };
@@ -177,15 +165,7 @@ fn small_tool_lists_pass_unchanged_unless_the_threshold_is_lowered() {
     let disclosed = hdrs["pith-transforms"].to_str().unwrap();
     assert!(disclosed.starts_with("defer;tools=5;"), "{disclosed}");
 
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(pith_bin())
-        .args(["proxy", "--listen", "127.0.0.1:0"])
-        .env("PITH_HOME", dir.path())
-        .env("PITH_MIN_DEFERRED_CHARS", "20k")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = proxy_start_error(None, &[("PITH_MIN_DEFERRED_CHARS", "20k")]);
     assert!(
         err.contains("PITH_MIN_DEFERRED_CHARS") && err.contains("whole number"),
         "{err}"
@@ -201,27 +181,11 @@ fn deferral_can_be_switched_off_and_bad_config_is_an_error() {
     assert!(hdrs.get("pith-transforms").is_none());
     assert!(mock.received()[0].body == cap.body);
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "[transforms]\ntool_search = \"fuzzy\"\n").unwrap();
-    let out = Command::new(pith_bin())
-        .args(["proxy", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .env("PITH_HOME", dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = proxy_start_error(Some("[transforms]\ntool_search = \"fuzzy\"\n"), &[]);
     assert!(err.contains("tool_search") && err.contains("bm25"), "{err}");
 
-    let out = Command::new(pith_bin())
-        .args(["proxy", "--listen", "127.0.0.1:0"])
-        .env("PITH_HOME", dir.path())
-        .env("PITH_DEFER_TOOLS", "maybe")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("PITH_DEFER_TOOLS"));
+    let err = proxy_start_error(None, &[("PITH_DEFER_TOOLS", "maybe")]);
+    assert!(err.contains("PITH_DEFER_TOOLS"), "{err}");
 }
 
 #[test]
@@ -316,18 +280,9 @@ fn embeddings_config_ranks_tools_semantically_once_per_session() {
             .is_some()
     );
 
-    std::fs::write(
-        &config,
-        "[transforms]\nembeddings_url = \"http://127.0.0.1:11434\"\n",
-    )
-    .unwrap();
-    let out = Command::new(pith_bin())
-        .args(["proxy", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .env("PITH_HOME", dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = proxy_start_error(
+        Some("[transforms]\nembeddings_url = \"http://127.0.0.1:11434\"\n"),
+        &[],
+    );
     assert!(err.contains("embeddings_model is missing"), "{err}");
 }

@@ -7,16 +7,6 @@ use pith_testkit::{MockUpstream, Reply};
 
 use crate::support::*;
 
-fn stats(pith: &PithProxy, args: &[&str]) -> std::process::Output {
-    Command::new(pith_bin())
-        .arg("stats")
-        .args(args)
-        .env("PITH_HOME", pith.home.path())
-        .env_remove("PITH_CONFIG")
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn stats_totals_per_session_and_model_with_cost_and_unknown_prices() {
     let mock = MockUpstream::start().unwrap();
@@ -69,7 +59,7 @@ fn stats_totals_per_session_and_model_with_cost_and_unknown_prices() {
     }
     pith.wait_rows(3);
 
-    let out = stats(&pith, &["--json"]);
+    let out = pith_stats(&pith, &["--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -97,17 +87,17 @@ fn stats_totals_per_session_and_model_with_cost_and_unknown_prices() {
     assert_eq!(sessions[1]["cost_usd"], serde_json::Value::Null);
     assert_eq!(v["dropped_rows"], 0);
 
-    let out = stats(&pith, &["--session", "ses_b", "--json"]);
+    let out = pith_stats(&pith, &["--session", "ses_b", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["total"]["requests"], 1);
 
-    let out = stats(&pith, &[]);
+    let out = pith_stats(&pith, &[]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("unknown price for gpt-5.4"), "{text}");
     assert!(text.contains("claude-haiku-4-5"), "{text}");
     assert!(text.contains("ses_a"), "{text}");
 
-    let out = stats(&pith, &["--since", "soon"]);
+    let out = pith_stats(&pith, &["--since", "soon"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("use a number with m, h, d or w"));
 }

@@ -206,6 +206,38 @@ pub fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `pith stats ARGS` over the proxy's ledger, with no config from the environment.
+pub fn pith_stats(pith: &PithProxy, args: &[&str]) -> std::process::Output {
+    Command::new(pith_bin())
+        .arg("stats")
+        .args(args)
+        .env("PITH_HOME", pith.home.path())
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap()
+}
+
+/// Starts `pith proxy` with a fresh PITH_HOME, the config file `config` (if any) and `env`,
+/// expects it to refuse, and returns what it said on stderr.
+pub fn proxy_start_error(config: Option<&str>, env: &[(&str, &str)]) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(pith_bin());
+    cmd.args(["proxy", "--listen", "127.0.0.1:0"])
+        .env("PITH_HOME", home.path())
+        .env_remove("PITH_CONFIG");
+    if let Some(text) = config {
+        let path = home.path().join("config.toml");
+        std::fs::write(&path, text).unwrap();
+        cmd.arg("--config").arg(path);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "pith proxy started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// The official-SDK driver script and the Python that has the SDKs (set by scripts/test).
 pub fn python() -> PathBuf {
     match std::env::var_os("PITH_TEST_PYTHON") {

@@ -87,8 +87,7 @@ async fn round_trip(sender: &mut SendRequest<Full<Bytes>>, path: &str, body: &By
 /// The largest real request (OpenCode with 53 tools, ~65 KB), made non-streaming so both
 /// servers answer the same JSON.
 fn largest_capture() -> Bytes {
-    let dir = fixtures::shared_dir().expect("shared/ next to the workspace");
-    let body = fixtures::load_captures(&dir)
+    let body = fixtures::captures()
         .expect("captures")
         .into_iter()
         .map(|capture| capture.body)

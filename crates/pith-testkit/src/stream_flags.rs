@@ -225,8 +225,7 @@ mod tests {
 
     #[test]
     fn agrees_with_serde_on_real_client_bodies() {
-        let dir = crate::fixtures::shared_dir().unwrap();
-        let captures = crate::fixtures::load_captures(&dir).unwrap();
+        let captures = crate::fixtures::captures().unwrap();
         assert!(!captures.is_empty());
         for capture in captures {
             let value: serde_json::Value = serde_json::from_slice(&capture.body).unwrap();

@@ -9,7 +9,6 @@
 //! `cargo bench -p pith-transform --bench defer`
 
 use std::hint::black_box;
-use std::path::Path;
 use std::time::Duration;
 
 use cpu_time::ThreadTime;
@@ -52,24 +51,20 @@ impl Measurement for ThreadCpu {
     clippy::expect_used,
     reason = "a benchmark without its input must stop loudly, not measure nothing"
 )]
-fn capture_body(capture: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/captures")
-        .join(capture);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("capture {} missing: {e}", path.display()));
-    let capture: serde_json::Value = serde_json::from_str(&text).expect("capture is JSON");
-    capture["body"]
-        .as_str()
-        .expect("capture has a body string")
-        .as_bytes()
+fn capture_body(id: &str) -> Vec<u8> {
+    pith_testkit::fixtures::captures()
+        .expect("the captures in pith-testkit/fixtures")
+        .into_iter()
+        .find(|c| c.id() == id)
+        .unwrap_or_else(|| panic!("no capture {id}"))
+        .body
         .to_vec()
 }
 
 /// The body the stage rewrites (53 tools, 48 deferred).
-const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40/req003.json";
+const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40/req003";
 /// A body the stage leaves alone because Claude Code already defers (14 tools, ~35 KB).
-const CLAUDE_CODE: &str = "claude-code-2.1.328/fix-calc/req002.json";
+const CLAUDE_CODE: &str = "claude-code-2.1.328/fix-calc/req002";
 
 fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], rewrites: bool) {
     let headers = HeaderMap::new();

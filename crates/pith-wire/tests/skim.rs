@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pith_testkit::fixtures::{load_captures, shared_dir};
+use pith_testkit::fixtures::captures;
 use pith_wire::skim::{array_elements, members_rev, object_members};
 use proptest::prelude::*;
 use serde_json::value::RawValue;
@@ -67,7 +67,7 @@ fn same_as_serde(json: &str) -> usize {
 
 #[test]
 fn every_capture_skims_like_serde_at_every_level() {
-    let captures = load_captures(&shared_dir().unwrap()).unwrap();
+    let captures = captures().unwrap();
     assert!(captures.len() >= 30, "{} captures", captures.len());
     for capture in &captures {
         let body = std::str::from_utf8(&capture.body).unwrap();

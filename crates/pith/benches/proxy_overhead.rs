@@ -5,7 +5,7 @@
 //! Run: `cargo bench -p pith --bench proxy_overhead` (env: PITH_BENCH_ROUNDS, PITH_BENCH_PER_ROUND,
 //! PITH_BENCH_LEDGER=0 to run pith without its ledger, PITH_BENCH_MODES=json,sse and
 //! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling).
-//! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `../shared/captures`.
+//! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `pith-testkit/fixtures/captures`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a bench reports by printing
 
 use std::io::{BufRead, BufReader};
@@ -188,8 +188,7 @@ fn main() {
         env_usize("PITH_BENCH_PER_ROUND", 40)
     };
 
-    let shared = captures::shared_dir().unwrap();
-    let capture = captures::load_captures(&shared)
+    let capture = captures::captures()
         .unwrap()
         .into_iter()
         .find(|c| c.id() == "claude-code-2.1.328/fix-calc/req002")

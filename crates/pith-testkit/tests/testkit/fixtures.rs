@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use pith_testkit::fixtures::{
-    self, Capture, ToolCall, Usage, anthropic, chat, load_captures, responses, shared_dir,
+    self, Capture, ToolCall, Usage, anthropic, chat, fixtures_dir, load_captures, responses,
 };
 use serde_json::{Value, json};
 
@@ -429,7 +429,7 @@ fn splitters_cover_the_input_and_cut_where_asked() {
 
 #[test]
 fn every_capture_loads_with_its_exact_body_and_header_order() {
-    let dir = shared_dir().unwrap();
+    let dir = fixtures_dir().unwrap();
     let captures = load_captures(&dir).unwrap();
 
     // Count and decode the files independently of the loader.

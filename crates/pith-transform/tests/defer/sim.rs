@@ -1,4 +1,4 @@
-//! Shared by the defer tests and the `defer_savings` example: loading the real captures,
+//! Shared by the defer tests and the `defer_savings` example (`pith-prefilter/examples`): loading the real captures,
 //! replaying a captured session as it would have looked under deferral, and a model of
 //! Anthropic's prompt cache for cache-weighted cost.
 //!
@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pith_transform::{Outcome, Request, Splice, Stage, StageError, apply_splices, span_of};
@@ -16,33 +15,12 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// `../shared/captures` next to the workspace (the layout CI has).
-pub fn captures_dir() -> Result<PathBuf, String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/captures");
-    if dir.is_dir() {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "real captures not found at {}: these tests need the shared/ folder next to the \
-             workspace (see shared/captures/README.md)",
-            dir.display()
-        ))
-    }
-}
-
 /// One recorded request.
 pub struct Capture {
     pub file: String,
     pub path: String,
     pub headers: HeaderMap,
     pub body: Vec<u8>,
-}
-
-#[derive(Deserialize)]
-struct CaptureFile {
-    path: String,
-    headers: serde_json::Map<String, Value>,
-    body: String,
 }
 
 impl Capture {
@@ -77,78 +55,50 @@ impl Capture {
     }
 }
 
-/// Folders under `captures/` that hold `reqNNN.json` files, relative names sorted.
-pub fn capture_folders() -> Result<Vec<String>, String> {
-    let root = captures_dir()?;
-    let mut out = Vec::new();
-    for client in read_dir_sorted(&root)? {
-        if !client.is_dir() {
-            continue;
-        }
-        for folder in read_dir_sorted(&client)? {
-            if folder.is_dir() && !load_folder_at(&folder)?.is_empty() {
-                let rel = folder
-                    .strip_prefix(&root)
-                    .map_err(|e| e.to_string())?
-                    .to_string_lossy()
-                    .into_owned();
-                out.push(rel);
+/// Every capture, as `client/scenario` folder names with their requests in order.
+fn all_folders() -> Result<Vec<(String, Vec<Capture>)>, String> {
+    let mut out: Vec<(String, Vec<Capture>)> = Vec::new();
+    for capture in pith_testkit::fixtures::captures().map_err(|e| e.to_string())? {
+        let folder = format!("{}/{}", capture.client_folder, capture.scenario);
+        let mut headers = HeaderMap::new();
+        for (name, value) in &capture.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(name, value);
             }
+        }
+        let request = Capture {
+            file: format!("{}.json", capture.name),
+            path: capture.path,
+            headers,
+            body: capture.body.to_vec(),
+        };
+        match out.last_mut() {
+            Some((last, requests)) if *last == folder => requests.push(request),
+            _ => out.push((folder, vec![request])),
         }
     }
     Ok(out)
 }
 
-fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    paths.sort();
-    Ok(paths)
+/// Folders under `captures/` that hold `reqNNN.json` files, relative names sorted.
+pub fn capture_folders() -> Result<Vec<String>, String> {
+    Ok(all_folders()?
+        .into_iter()
+        .map(|(folder, _)| folder)
+        .collect())
 }
 
 /// The requests of one capture folder (e.g. `opencode-1.18.33/anthropic-agentsmd-mcp40`),
 /// in order.
 pub fn load_folder(folder: &str) -> Result<Vec<Capture>, String> {
-    let captures = load_folder_at(&captures_dir()?.join(folder))?;
-    if captures.is_empty() {
-        return Err(format!("no reqNNN.json in capture folder {folder}"));
-    }
-    Ok(captures)
-}
-
-fn load_folder_at(dir: &Path) -> Result<Vec<Capture>, String> {
-    let mut out = Vec::new();
-    for path in read_dir_sorted(dir)? {
-        let file = path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if !(file.starts_with("req") && file.ends_with(".json")) {
-            continue;
-        }
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let parsed: CaptureFile =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut headers = HeaderMap::new();
-        for (name, value) in parsed.headers {
-            if let (Ok(name), Some(Ok(value))) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                value.as_str().map(HeaderValue::from_str),
-            ) {
-                headers.append(name, value);
-            }
-        }
-        out.push(Capture {
-            file,
-            path: parsed.path,
-            headers,
-            body: parsed.body.into_bytes(),
-        });
-    }
-    Ok(out)
+    all_folders()?
+        .into_iter()
+        .find(|(name, _)| name == folder)
+        .map(|(_, requests)| requests)
+        .ok_or_else(|| format!("no reqNNN.json in capture folder {folder}"))
 }
 
 /// Names of the tools that carry `"defer_loading": true` in an Anthropic or Responses body.

@@ -6,8 +6,7 @@ use pith_testkit::fixtures::{self, Capture};
 use crate::support::*;
 
 fn capture(id: &str) -> Capture {
-    let shared = fixtures::shared_dir().unwrap();
-    fixtures::load_captures(&shared)
+    fixtures::captures()
         .unwrap()
         .into_iter()
         .find(|c| c.id() == id)

@@ -19,8 +19,7 @@ fn no_transforms() -> [(&'static str, &'static str); 1] {
 fn every_capture_reaches_the_upstream_byte_identical_with_the_same_headers() {
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &no_transforms());
-    let shared = captures::shared_dir().unwrap();
-    let all = captures::load_captures(&shared).unwrap();
+    let all = captures::captures().unwrap();
     assert!(
         all.len() >= 30,
         "expected every capture, found {}",

@@ -1,14 +1,17 @@
 //! What tool deferral keeps out of context on the real captures, and the cache-weighted prompt
 //! cost of the OpenCode mcp40 session before and after.
 //!
-//! `cargo run --release -p pith-transform --example defer_savings`
+//! `cargo run --release -p pith-prefilter --example defer_savings`
+//!
+//! It lives here, beside the embedding ranker it can compare against BM25, because this crate
+//! already depends on `pith-transform`: the evaluation points downward only.
 //!
 //! With `PITH_EMBED_URL` (an Ollama `/api/embed` endpoint, e.g. `scripts/eval/minilm_embed_server.py`)
 //! and optionally `PITH_EMBED_MODEL`, tools are ranked by pith's embedding client instead of
 //! BM25, the way `[transforms] embeddings_url` makes the proxy rank them.
 #![allow(clippy::print_stdout, reason = "a report printed for a person")]
 
-#[path = "../tests/defer/sim.rs"]
+#[path = "../../pith-transform/tests/defer/sim.rs"]
 mod sim;
 
 use pith_transform::defer::estimated_tokens;

@@ -14,7 +14,7 @@
 #[path = "../../pith-transform/tests/defer/sim.rs"]
 mod sim;
 
-use pith_transform::defer::estimated_tokens;
+use pith_transform::estimated_tokens;
 use pith_transform::{DeferOptions, DeferStage, Outcome, apply_splices};
 use serde_json::value::RawValue;
 

@@ -14,15 +14,19 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pith_store::ledger::{DROPPED_ROWS, Ledger, Row, RowUsage};
-use pith_wire::{Provider, Wire, encoding, request, session, usage};
+use pith_store::ledger::{
+    self as store, DROPPED_ROWS, Ledger, Outcome, Row, RowUsage, Transform, TransformResult,
+};
+use pith_transform::{StageReport, StageResult};
+use pith_wire::{Provider, Wire, encoding, request, usage};
 
 /// Largest decoded response body parsed for usage.
 const MAX_DECODED: u64 = 64 << 20;
 /// Rows written per transaction at most.
 const BATCH: usize = 256;
 
-/// Everything the request path knows about one request, unparsed.
+/// Everything the request path knows about one request, unparsed. Built in one place
+/// (`request::Context::record`) and finished in one place (`tee::Pending::finish`).
 #[derive(Debug, Default)]
 pub(crate) struct Record {
     pub ts_ms: i64,
@@ -33,7 +37,8 @@ pub(crate) struct Record {
     pub method: String,
     pub path: String,
     pub status: Option<u16>,
-    pub outcome: &'static str,
+    /// `Ok` while the provider's answer streams; what pith answered with otherwise.
+    pub outcome: Outcome,
     pub error: Option<String>,
     /// The client's original body (shared with the forwarding path, not copied).
     pub request_body: Bytes,
@@ -46,13 +51,16 @@ pub(crate) struct Record {
     pub content_encoding: Option<String>,
     pub ttfb_ms: Option<f64>,
     pub total_ms: f64,
-    pub transforms: Option<String>,
-    pub transform_skips: Option<String>,
-    pub transform_failures: u32,
-    pub local: bool,
+    /// What each transform stage did, in pipeline order (converted on the writer thread).
+    pub transforms: Vec<StageReport>,
 }
 
 impl Record {
+    /// The provider answered with a 4xx or 5xx.
+    pub fn upstream_status_failed(&self) -> bool {
+        self.status.is_some_and(|s| !(200..300).contains(&s))
+    }
+
     /// Bytes of request and response body this record keeps alive until the writer is done.
     fn held_bytes(&self) -> usize {
         self.request_body.len() + self.response_chunks.iter().map(Bytes::len).sum::<usize>()
@@ -413,10 +421,10 @@ fn to_row(r: Record) -> Row {
         anatomy.other = r.request_body.len() as u64;
     }
     let response = response_facts(&r);
-    let mut outcome = r.outcome.to_owned();
+    let mut outcome = r.outcome;
     let mut error = r.error;
     if let Some(e) = &response.stream_error {
-        outcome = "stream_error".to_owned();
+        outcome = Outcome::StreamError;
         error = Some(e.clone());
     }
     Row {
@@ -452,10 +460,29 @@ fn to_row(r: Record) -> Row {
         }),
         ttfb_ms: r.ttfb_ms,
         total_ms: r.total_ms,
-        transforms: r.transforms,
-        transform_skips: r.transform_skips,
-        transform_failures: r.transform_failures,
-        local: r.local,
+        transforms: r.transforms.into_iter().map(transform_entry).collect(),
+    }
+}
+
+/// A stage's report in the ledger's words.
+fn transform_entry(report: StageReport) -> Transform {
+    let result = match report.result {
+        StageResult::Applied(facts) => TransformResult::Applied(
+            facts
+                .into_iter()
+                .map(|f| store::Fact {
+                    name: f.name.to_owned(),
+                    kind: f.kind.as_str().to_owned(),
+                    value: f.value,
+                })
+                .collect(),
+        ),
+        StageResult::Unchanged(reason) => TransformResult::Unchanged(reason.to_owned()),
+        StageResult::Failed(error) => TransformResult::Failed(error),
+    };
+    Transform {
+        stage: report.stage.to_owned(),
+        result,
     }
 }
 
@@ -489,11 +516,6 @@ fn response_facts(r: &Record) -> usage::ResponseFacts {
     }
 }
 
-/// The session id a record will be filed under, from headers alone (used for logging).
-pub(crate) fn header_session(headers: &http::HeaderMap) -> Option<String> {
-    session::session_from_headers(headers)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,7 +526,6 @@ mod tests {
             client: "test".into(),
             method: "POST".into(),
             path: "/v1/messages".into(),
-            outcome: "ok",
             ..Record::default()
         }
     }

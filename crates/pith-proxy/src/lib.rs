@@ -10,14 +10,15 @@
 //! - Ledger writes never block a request: a bounded queue, drops counted.
 //! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged.
 
-mod errors;
-mod handler;
+mod fault;
 pub mod ledger;
+mod request;
+pub mod rewrite;
 mod server;
 mod tee;
 pub mod upstream;
 
-pub use handler::TRANSFORMS_HEADER;
 pub use ledger::{LedgerSink, LedgerStats};
+pub use request::TRANSFORMS_HEADER;
 pub use server::{DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError};
 pub use upstream::{UpstreamError, UpstreamUrl};

@@ -13,9 +13,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use pith_transform::Pipeline;
 use tokio::net::TcpListener;
 
-use crate::handler::{State, handle};
 use crate::ledger::LedgerSink;
-use crate::upstream::{self, UpstreamError, UpstreamUrl};
+use crate::request;
+use crate::rewrite::ResponseRewrites;
+use crate::upstream::{self, HttpClient, UpstreamError, UpstreamUrl};
 
 /// Largest request body accepted (the Messages API's own limit is 32 MB).
 pub const DEFAULT_MAX_BODY: usize = 64 << 20;
@@ -38,9 +39,25 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     pub anthropic: UpstreamUrl,
     pub openai: UpstreamUrl,
+    /// Request transforms.
     pub pipeline: Pipeline,
+    /// Response transforms: chooses a rewriter for a streamed answer (none by default).
+    pub rewrites: Option<Arc<dyn ResponseRewrites>>,
     pub ledger: Option<LedgerSink>,
     pub max_body: usize,
+}
+
+/// Shared by every request of one proxy.
+pub(crate) struct State {
+    pub client: HttpClient,
+    pub anthropic: UpstreamUrl,
+    pub openai: UpstreamUrl,
+    pub pipeline: Pipeline,
+    pub rewrites: Option<Arc<dyn ResponseRewrites>>,
+    pub ledger: Option<LedgerSink>,
+    pub max_body: usize,
+    /// Transform stages that failed (and were skipped) since start.
+    pub transform_failures: AtomicU64,
 }
 
 /// A bound proxy, ready to serve.
@@ -63,6 +80,7 @@ impl Proxy {
             anthropic: config.anthropic,
             openai: config.openai,
             pipeline: config.pipeline,
+            rewrites: config.rewrites,
             ledger: config.ledger,
             max_body: config.max_body,
             transform_failures: AtomicU64::new(0),
@@ -104,7 +122,7 @@ impl Proxy {
                     };
                     let _ = stream.set_nodelay(true);
                     let state = Arc::clone(&self.state);
-                    let service = service_fn(move |req| handle(Arc::clone(&state), req));
+                    let service = service_fn(move |req| request::serve(Arc::clone(&state), req));
                     let conn = http.serve_connection(TokioIo::new(stream), service);
                     let conn = graceful.watch(conn);
                     tokio::spawn(async move {

@@ -9,9 +9,13 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
+
+use pith_proxy::rewrite::{EventRewriter, ResponseInfo, ResponseRewrites, Rewrite};
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, TRANSFORMS_HEADER, UpstreamUrl};
-use pith_store::ledger::Ledger;
-use pith_testkit::MockUpstream;
+use pith_store::ledger::{self, Fact, Ledger, Transform, TransformResult};
+use pith_testkit::fixtures::{self, Usage};
+use pith_testkit::{MockUpstream, Reply};
 use pith_transform::{Edit, Outcome, Pipeline, Request, Splice, Stage, StageError};
 
 struct Panics;
@@ -67,7 +71,7 @@ impl Stage for RenamesModel {
                 range: at..at + "\"claude-haiku-4-5\"".len(),
                 replacement: "\"claude-other\"".into(),
             }],
-            facts: vec![("n", "1".into())],
+            facts: vec![pith_transform::Fact::count("n", 1)],
             ..Edit::default()
         }))
     }
@@ -78,6 +82,15 @@ async fn start(
     mock: &MockUpstream,
     ledger: &std::path::Path,
 ) -> (SocketAddr, LedgerSink) {
+    start_with(pipeline, None, mock, ledger).await
+}
+
+async fn start_with(
+    pipeline: Pipeline,
+    rewrites: Option<Arc<dyn ResponseRewrites>>,
+    mock: &MockUpstream,
+    ledger: &std::path::Path,
+) -> (SocketAddr, LedgerSink) {
     let upstream = UpstreamUrl::parse(&mock.url()).unwrap();
     let sink = LedgerSink::start(Ledger::open(ledger).unwrap(), 64).unwrap();
     let proxy = Proxy::bind(ProxyConfig {
@@ -85,6 +98,7 @@ async fn start(
         anthropic: upstream.clone(),
         openai: upstream,
         pipeline,
+        rewrites,
         ledger: Some(sink.clone()),
         max_body: pith_proxy::DEFAULT_MAX_BODY,
     })
@@ -127,8 +141,21 @@ async fn failing_stages_leave_the_request_byte_identical_and_are_counted() {
         .rows()
         .unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].transform_failures, 3);
-    assert_eq!(rows[0].transforms, None);
+    let failed: Vec<&str> = rows[0]
+        .transforms
+        .iter()
+        .filter(|t| matches!(t.result, TransformResult::Failed(_)))
+        .map(|t| t.stage.as_str())
+        .collect();
+    assert_eq!(failed, ["panics", "errors", "corrupts"]);
+    let groups = Ledger::open(&dir.path().join("l.db"))
+        .unwrap()
+        .groups(&Default::default())
+        .unwrap();
+    assert_eq!(
+        (groups[0].transform_failures, groups[0].transformed),
+        (3, 0)
+    );
 }
 
 #[tokio::test]
@@ -156,8 +183,23 @@ async fn an_edit_changes_only_its_span_and_is_disclosed() {
         .unwrap()
         .rows()
         .unwrap();
-    assert_eq!(rows[0].transforms.as_deref(), Some("rename;n=1"));
-    assert_eq!(rows[0].transform_failures, 1);
+    assert_eq!(
+        rows[0].transforms,
+        [
+            Transform {
+                stage: "panics".into(),
+                result: TransformResult::Failed("panicked: stage bug".into()),
+            },
+            Transform {
+                stage: "rename".into(),
+                result: TransformResult::Applied(vec![Fact {
+                    name: "n".into(),
+                    kind: "count".into(),
+                    value: 1,
+                }]),
+            },
+        ]
+    );
     assert_eq!(rows[0].bytes_client, BODY.len() as u64);
     assert_eq!(rows[0].bytes_upstream, got[0].body.len() as u64);
 }
@@ -223,4 +265,83 @@ async fn a_blocking_stage_does_not_stall_other_requests() {
     assert_eq!(held.status(), 200);
     assert!(!timed_out.load(std::sync::atomic::Ordering::SeqCst));
     sink.shutdown(Duration::from_secs(5));
+}
+
+/// Drops `ping` events and renames the text of the first delta; records the events it saw.
+struct DropPings(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+impl EventRewriter for DropPings {
+    fn event(&mut self, event: &[u8]) -> Rewrite {
+        self.0.lock().unwrap().push(event.to_vec());
+        let text = String::from_utf8_lossy(event);
+        if text.starts_with("event: ping") {
+            Rewrite::Drop
+        } else if text.contains("\"text\":\"Hel\"") {
+            Rewrite::Replace(Bytes::from(text.replace("\"Hel\"", "\"Jel\"")))
+        } else {
+            Rewrite::Keep
+        }
+    }
+}
+
+struct Rewrites(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+impl ResponseRewrites for Rewrites {
+    fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Box<dyn EventRewriter>> {
+        assert_eq!(info.path, "/v1/messages");
+        Some(Box::new(DropPings(Arc::clone(&self.0))))
+    }
+}
+
+#[tokio::test]
+async fn a_response_rewriter_sees_each_event_whole_and_the_ledger_the_provider_bytes() {
+    let mock = MockUpstream::start().unwrap();
+    let stream = fixtures::anthropic::stream(
+        &["Hel", "lo"],
+        Usage {
+            input: 10,
+            output: 3,
+            ..Usage::default()
+        },
+    );
+    // Chunks of 7 bytes: every event arrives split across frames.
+    mock.push(Reply::stream(fixtures::split_every(
+        &stream,
+        7,
+        Duration::ZERO,
+    )));
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rewrites: Arc<dyn ResponseRewrites> = Arc::new(Rewrites(Arc::clone(&seen)));
+    let (addr, sink) = start_with(
+        Pipeline::new(),
+        Some(rewrites),
+        &mock,
+        &dir.path().join("l.db"),
+    )
+    .await;
+    let resp = post(addr).await;
+    assert!(resp.headers().get("content-length").is_none());
+    let got = resp.into_body().collect().await.unwrap().to_bytes();
+
+    // The rewriter saw the provider's events, each whole and exactly as sent.
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.concat(), stream.to_vec());
+    assert!(seen.iter().all(|e| e.ends_with(b"\n\n")), "{seen:?}");
+    let text = String::from_utf8_lossy(&stream).into_owned();
+    let expected = text
+        .split_inclusive("\n\n")
+        .filter(|e| !e.starts_with("event: ping"))
+        .collect::<String>()
+        .replace("\"Hel\"", "\"Jel\"");
+    assert_ne!(expected, text);
+    assert_eq!(String::from_utf8_lossy(&got), expected);
+
+    sink.shutdown(Duration::from_secs(5));
+    let rows = Ledger::open(&dir.path().join("l.db"))
+        .unwrap()
+        .rows()
+        .unwrap();
+    // Usage is the provider's; the row counts the bytes the provider sent.
+    assert_eq!(rows[0].outcome, ledger::Outcome::Ok);
+    assert_eq!(rows[0].bytes_response, stream.len() as u64);
+    assert_eq!(rows[0].usage.map(|u| (u.input, u.output)), Some((10, 3)));
 }

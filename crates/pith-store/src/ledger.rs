@@ -1,5 +1,7 @@
-//! The request ledger: one row per request that passed through the proxy.
+//! The request ledger: one row per request that passed through the proxy, with what each
+//! transform stage did to it (`transform_results`, `transform_facts`).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use rusqlite::{Connection, params};
@@ -44,10 +46,213 @@ CREATE TABLE counters (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+", "
+-- What each transform stage did to a request, as data instead of header text.
+CREATE TABLE transform_results (
+    request_id INTEGER NOT NULL REFERENCES requests (id),
+    stage      TEXT NOT NULL,
+    position   INTEGER NOT NULL, -- the stage's place in the pipeline
+    result     TEXT NOT NULL,   -- applied, unchanged, failed
+    detail     TEXT,            -- the named reason (unchanged) or the error (failed)
+    PRIMARY KEY (request_id, stage)
+) WITHOUT ROWID;
+CREATE TABLE transform_facts (
+    request_id INTEGER NOT NULL REFERENCES requests (id),
+    stage      TEXT NOT NULL,
+    position   INTEGER NOT NULL,
+    name       TEXT NOT NULL,
+    kind       TEXT NOT NULL,   -- count, chars_kept_out
+    value      INTEGER NOT NULL,
+    PRIMARY KEY (request_id, stage, position)
+) WITHOUT ROWID;
+
+-- Rows written by schema 1 kept this as text: `stage:reason` joined by `,` ...
+WITH RECURSIVE skips (id, entry, rest) AS (
+    SELECT id, NULL, transform_skips || ',' FROM requests WHERE transform_skips IS NOT NULL
+    UNION ALL
+    SELECT id, substr(rest, 1, instr(rest, ',') - 1), substr(rest, instr(rest, ',') + 1)
+    FROM skips WHERE rest != ''
+)
+INSERT OR IGNORE INTO transform_results (request_id, stage, position, result, detail)
+SELECT id, substr(entry, 1, instr(entry, ':') - 1), 0, 'unchanged', substr(entry, instr(entry, ':') + 1)
+FROM skips WHERE instr(entry, ':') > 1;
+
+-- ... and the header value: `stage;name=value;...` joined by `, `. Only `defer` existed then,
+-- and its `chars` fact counted characters kept out of context.
+WITH RECURSIVE applied (id, entry, rest) AS (
+    SELECT id, NULL, transforms || ', ' FROM requests WHERE transforms IS NOT NULL
+    UNION ALL
+    SELECT id, substr(rest, 1, instr(rest, ', ') - 1), substr(rest, instr(rest, ', ') + 2)
+    FROM applied WHERE rest != ''
+),
+stages (id, stage, rest, position, fact) AS (
+    SELECT id, substr(entry, 1, instr(entry || ';', ';') - 1),
+           substr(entry, instr(entry || ';', ';') + 1) || ';', 0, NULL
+    FROM applied WHERE entry IS NOT NULL AND entry != ''
+    UNION ALL
+    SELECT id, stage, substr(rest, instr(rest, ';') + 1), position + 1,
+           substr(rest, 1, instr(rest, ';') - 1)
+    FROM stages WHERE rest != '' AND rest != ';'
+)
+INSERT OR IGNORE INTO transform_facts (request_id, stage, position, name, kind, value)
+SELECT id, stage, position - 1, substr(fact, 1, instr(fact, '=') - 1),
+       CASE WHEN stage = 'defer' AND substr(fact, 1, instr(fact, '=') - 1) = 'chars'
+            THEN 'chars_kept_out' ELSE 'count' END,
+       CAST(substr(fact, instr(fact, '=') + 1) AS INTEGER)
+FROM stages WHERE fact IS NOT NULL AND instr(fact, '=') > 1;
+
+WITH RECURSIVE applied (id, entry, rest) AS (
+    SELECT id, NULL, transforms || ', ' FROM requests WHERE transforms IS NOT NULL
+    UNION ALL
+    SELECT id, substr(rest, 1, instr(rest, ', ') - 1), substr(rest, instr(rest, ', ') + 2)
+    FROM applied WHERE rest != ''
+)
+INSERT OR IGNORE INTO transform_results (request_id, stage, position, result, detail)
+SELECT id, substr(entry, 1, instr(entry || ';', ';') - 1), 0, 'applied', NULL
+FROM applied WHERE entry IS NOT NULL AND entry != '';
+
+-- Failures were only counted; their stage was not kept.
+INSERT OR IGNORE INTO transform_results (request_id, stage, position, result, detail)
+SELECT id, 'unknown', 1, 'failed', transform_failures || ' stage(s) failed (recorded before schema 2)'
+FROM requests WHERE transform_failures > 0;
+
+-- pith answered without the provider: now its own outcome. Nothing ever set the column.
+UPDATE requests SET outcome = 'local' WHERE local != 0 AND outcome = 'ok';
+ALTER TABLE requests DROP COLUMN transforms;
+ALTER TABLE requests DROP COLUMN transform_skips;
+ALTER TABLE requests DROP COLUMN transform_failures;
+ALTER TABLE requests DROP COLUMN local;
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
 pub const DROPPED_ROWS: &str = "dropped_rows";
+
+/// Who caused a request to end the way it did, when it did not end well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Party {
+    Client,
+    Upstream,
+    Pith,
+}
+
+/// How a request ended. Stored by [`Outcome::as_str`]; each failure names who caused it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The provider answered and the answer reached the client.
+    #[default]
+    Ok,
+    /// pith answered without contacting the provider (its own reply, marked as such).
+    Local,
+    /// The client went away before the answer was complete (the upstream request was cancelled).
+    ClientClosed,
+    /// The client's request could not be forwarded: unreadable or too large a body, a target
+    /// that makes no upstream URL. pith answered in the provider's error shape.
+    ClientError,
+    /// No connection to the provider. pith answered with a 502 in the provider's error shape.
+    UpstreamUnreachable,
+    /// The provider answered with a 4xx or 5xx status (forwarded unchanged).
+    UpstreamError,
+    /// The provider's answer broke off mid-body (connection reset, protocol error).
+    UpstreamBroken,
+    /// The provider reported an error event inside a successful stream.
+    StreamError,
+    /// pith itself failed to handle the request.
+    PithError,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 9] = [
+        Outcome::Ok,
+        Outcome::Local,
+        Outcome::ClientClosed,
+        Outcome::ClientError,
+        Outcome::UpstreamUnreachable,
+        Outcome::UpstreamError,
+        Outcome::UpstreamBroken,
+        Outcome::StreamError,
+        Outcome::PithError,
+    ];
+
+    /// The stable name stored in the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Local => "local",
+            Outcome::ClientClosed => "client_closed",
+            Outcome::ClientError => "client_error",
+            Outcome::UpstreamUnreachable => "upstream_unreachable",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::UpstreamBroken => "upstream_broken",
+            Outcome::StreamError => "stream_error",
+            Outcome::PithError => "pith_error",
+        }
+    }
+
+    /// The outcome stored as `name`; an unknown name (a newer pith wrote it) reads as a pith
+    /// error rather than as success.
+    pub fn parse(name: &str) -> Outcome {
+        Outcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == name)
+            .unwrap_or(Outcome::PithError)
+    }
+
+    /// Who caused it, when the request did not end well.
+    pub fn caused_by(self) -> Option<Party> {
+        match self {
+            Outcome::Ok | Outcome::Local => None,
+            Outcome::ClientClosed | Outcome::ClientError => Some(Party::Client),
+            Outcome::UpstreamUnreachable
+            | Outcome::UpstreamError
+            | Outcome::UpstreamBroken
+            | Outcome::StreamError => Some(Party::Upstream),
+            Outcome::PithError => Some(Party::Pith),
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One number a transform reported, e.g. `tools = 48` of kind `count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fact {
+    pub name: String,
+    /// What the number measures (`pith_transform::FactKind::as_str`), e.g. `chars_kept_out`.
+    pub kind: String,
+    pub value: u64,
+}
+
+/// What one transform stage did to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransformResult {
+    /// It changed the request; its facts in the order the `pith-transforms` header lists them.
+    Applied(Vec<Fact>),
+    /// It left the request unchanged, for this named reason (e.g. `already_deferring`).
+    Unchanged(String),
+    /// It failed and its edit was dropped (the request went on without it); the error.
+    Failed(String),
+}
+
+impl TransformResult {
+    fn as_str(&self) -> &'static str {
+        match self {
+            TransformResult::Applied(_) => "applied",
+            TransformResult::Unchanged(_) => "unchanged",
+            TransformResult::Failed(_) => "failed",
+        }
+    }
+}
+
+/// One stage's entry for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transform {
+    pub stage: String,
+    pub result: TransformResult,
+}
 
 /// One request as the ledger records it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -63,8 +268,7 @@ pub struct Row {
     pub path: String,
     /// HTTP status returned to the client; `None` if it went away first.
     pub status: Option<u16>,
-    /// `ok`, `client_closed`, `upstream_unreachable`, `upstream_error`, `stream_error`.
-    pub outcome: String,
+    pub outcome: Outcome,
     pub error: Option<String>,
     pub bytes_client: u64,
     pub bytes_upstream: u64,
@@ -76,13 +280,18 @@ pub struct Row {
     pub usage: Option<RowUsage>,
     pub ttfb_ms: Option<f64>,
     pub total_ms: f64,
-    /// The `pith-transforms` header value, when a transform changed the request.
-    pub transforms: Option<String>,
-    /// `stage:reason` of stages that left the request unchanged, comma-separated.
-    pub transform_skips: Option<String>,
-    pub transform_failures: u32,
-    /// pith answered without contacting the provider.
-    pub local: bool,
+    /// What each stage of the pipeline did, in pipeline order.
+    pub transforms: Vec<Transform>,
+}
+
+impl Row {
+    /// What `stage` did to this request, if it looked at it.
+    pub fn transform(&self, stage: &str) -> Option<&TransformResult> {
+        self.transforms
+            .iter()
+            .find(|t| t.stage == stage)
+            .map(|t| &t.result)
+    }
 }
 
 /// Disjoint token counters (see `pith_wire::usage::Usage`).
@@ -92,15 +301,6 @@ pub struct RowUsage {
     pub output: u64,
     pub cache_write: u64,
     pub cache_read: u64,
-}
-
-/// The transform columns of one row.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TransformNotes {
-    /// The `pith-transforms` value: `stage;fact=n;...` entries joined by `, `.
-    pub applied: Option<String>,
-    /// Stages that left the request unchanged: `stage:reason` entries joined by `,`.
-    pub skipped: Option<String>,
 }
 
 /// Which rows a summary covers.
@@ -123,12 +323,27 @@ pub struct Group {
     pub output: u64,
     pub cache_write: u64,
     pub cache_read: u64,
+    /// Requests that did not end `ok` or `local`.
     pub errors: u64,
     pub local: u64,
+    /// Requests some stage changed.
     pub transformed: u64,
     pub transform_failures: u64,
     pub first_ms: i64,
     pub last_ms: i64,
+}
+
+/// What one stage did over the rows a filter covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageTotals {
+    pub stage: String,
+    /// Requests it changed.
+    pub applied: u64,
+    pub failed: u64,
+    /// Requests it left unchanged, by reason, reasons sorted.
+    pub unchanged: Vec<(String, u64)>,
+    /// Its facts summed over the requests it changed: (name, kind, sum), sorted by name.
+    pub facts: Vec<(String, String, u64)>,
 }
 
 /// The ledger database.
@@ -144,6 +359,10 @@ fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
+/// The rows a [`Filter`] covers, as a condition on `requests` (parameters `?1`, `?2`).
+const FILTERED: &str =
+    "(?1 IS NULL OR requests.ts_ms >= ?1) AND (?2 IS NULL OR requests.session = ?2)";
+
 impl Ledger {
     pub fn open(path: &Path) -> Result<Ledger, StoreError> {
         Ok(Ledger {
@@ -157,22 +376,29 @@ impl Ledger {
         })
     }
 
-    /// Insert rows in one transaction.
+    /// Insert rows, with their transform entries, in one transaction.
     pub fn insert(&mut self, rows: &[Row]) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         {
-            let mut stmt = tx.prepare_cached(
+            let mut request = tx.prepare_cached(
                 "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    transforms, transform_skips, transform_failures, local)
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+            )?;
+            let mut result = tx.prepare_cached(
+                "INSERT INTO transform_results (request_id, stage, position, result, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let mut fact = tx.prepare_cached(
+                "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             for r in rows {
                 let u = r.usage;
-                stmt.execute(params![
+                let id = request.insert(params![
                     r.ts_ms,
                     r.client,
                     r.session,
@@ -182,7 +408,7 @@ impl Ledger {
                     r.method,
                     r.path,
                     r.status,
-                    r.outcome,
+                    r.outcome.as_str(),
                     r.error,
                     to_i64(r.bytes_client),
                     to_i64(r.bytes_upstream),
@@ -197,11 +423,32 @@ impl Ledger {
                     u.map(|u| to_i64(u.cache_read)),
                     r.ttfb_ms,
                     r.total_ms,
-                    r.transforms,
-                    r.transform_skips,
-                    r.transform_failures,
-                    r.local,
                 ])?;
+                for (position, t) in r.transforms.iter().enumerate() {
+                    let detail = match &t.result {
+                        TransformResult::Applied(facts) => {
+                            for (n, f) in facts.iter().enumerate() {
+                                fact.execute(params![
+                                    id,
+                                    t.stage,
+                                    n as i64,
+                                    f.name,
+                                    f.kind,
+                                    to_i64(f.value)
+                                ])?;
+                            }
+                            None
+                        }
+                        TransformResult::Unchanged(d) | TransformResult::Failed(d) => Some(d),
+                    };
+                    result.execute(params![
+                        id,
+                        t.stage,
+                        position as i64,
+                        t.result.as_str(),
+                        detail
+                    ])?;
+                }
             }
         }
         tx.commit()?;
@@ -235,18 +482,23 @@ impl Ledger {
 
     /// Totals per (session, model), oldest session first.
     pub fn groups(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
+        let sql = format!(
             "SELECT session, min(client), model, count(*),
                     count(input_tokens),
                     coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
                     coalesce(sum(cache_write_tokens), 0), coalesce(sum(cache_read_tokens), 0),
-                    sum(outcome != 'ok'), sum(local), count(transforms), sum(transform_failures),
+                    sum(outcome NOT IN ('ok', 'local')), sum(outcome = 'local'),
+                    sum(EXISTS (SELECT 1 FROM transform_results t
+                                WHERE t.request_id = requests.id AND t.result = 'applied')),
+                    sum((SELECT count(*) FROM transform_results t
+                         WHERE t.request_id = requests.id AND t.result = 'failed')),
                     min(ts_ms), max(ts_ms)
              FROM requests
-             WHERE (?1 IS NULL OR ts_ms >= ?1) AND (?2 IS NULL OR session = ?2)
+             WHERE {FILTERED}
              GROUP BY session, model
-             ORDER BY min(ts_ms)",
-        )?;
+             ORDER BY min(ts_ms)"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
             Ok(Group {
                 session: r.get(0)?,
@@ -269,31 +521,66 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// What the transforms did to each matching row that any of them looked at: the
-    /// `pith-transforms` header they applied and the stages that left the request unchanged.
-    pub fn transform_notes(&self, filter: &Filter) -> Result<Vec<TransformNotes>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT transforms, transform_skips FROM requests
-             WHERE (transforms IS NOT NULL OR transform_skips IS NOT NULL)
-               AND (?1 IS NULL OR ts_ms >= ?1) AND (?2 IS NULL OR session = ?2)",
-        )?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok(TransformNotes {
-                applied: r.get(0)?,
-                skipped: r.get(1)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+    /// What each transform stage did over the rows `filter` covers, stages sorted by name.
+    pub fn stage_totals(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
+        let mut stages: Vec<StageTotals> = Vec::new();
+        fn entry(stages: &mut Vec<StageTotals>, stage: String) -> &mut StageTotals {
+            let at = match stages.iter().position(|s| s.stage == stage) {
+                Some(at) => at,
+                None => {
+                    stages.push(StageTotals {
+                        stage,
+                        ..StageTotals::default()
+                    });
+                    stages.len() - 1
+                }
+            };
+            &mut stages[at]
+        }
+        let results = format!(
+            "SELECT t.stage, t.result, CASE WHEN t.result = 'unchanged' THEN t.detail END, count(*)
+             FROM transform_results t JOIN requests ON requests.id = t.request_id
+             WHERE {FILTERED}
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+        );
+        let mut stmt = self.conn.prepare_cached(&results)?;
+        let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
+        while let Some(r) = rows.next()? {
+            let s = entry(&mut stages, r.get(0)?);
+            let result: String = r.get(1)?;
+            let n = to_u64(r.get(3)?);
+            match result.as_str() {
+                "applied" => s.applied += n,
+                "failed" => s.failed += n,
+                _ => s
+                    .unchanged
+                    .push((r.get::<_, Option<String>>(2)?.unwrap_or_default(), n)),
+            }
+        }
+        let facts = format!(
+            "SELECT f.stage, f.name, f.kind, sum(f.value)
+             FROM transform_facts f JOIN requests ON requests.id = f.request_id
+             WHERE {FILTERED}
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+        );
+        let mut stmt = self.conn.prepare_cached(&facts)?;
+        let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
+        while let Some(r) = rows.next()? {
+            let s = entry(&mut stages, r.get(0)?);
+            s.facts.push((r.get(1)?, r.get(2)?, to_u64(r.get(3)?)));
+        }
+        stages.sort_by(|a, b| a.stage.cmp(&b.stage));
+        Ok(stages)
     }
 
-    /// Every row, oldest first (tests and export).
+    /// Every row, oldest first, with its transform entries (tests and export).
     pub fn rows(&self) -> Result<Vec<Row>, StoreError> {
+        let mut transforms = self.transforms_by_request()?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT ts_ms, client, session, wire, provider, model, method, path, status, outcome,
                     error, bytes_client, bytes_upstream, bytes_response, tools_bytes,
                     system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
-                    cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
-                    transform_skips, transform_failures, local
+                    cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, id
              FROM requests ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -307,6 +594,7 @@ impl Ledger {
                 }),
                 None => None,
             };
+            let id: i64 = r.get(24)?;
             Ok(Row {
                 ts_ms: r.get(0)?,
                 client: r.get(1)?,
@@ -317,7 +605,7 @@ impl Ledger {
                 method: r.get(6)?,
                 path: r.get(7)?,
                 status: r.get(8)?,
-                outcome: r.get(9)?,
+                outcome: Outcome::parse(&r.get::<_, String>(9)?),
                 error: r.get(10)?,
                 bytes_client: to_u64(r.get(11)?),
                 bytes_upstream: to_u64(r.get(12)?),
@@ -329,13 +617,48 @@ impl Ledger {
                 usage,
                 ttfb_ms: r.get(22)?,
                 total_ms: r.get(23)?,
-                transforms: r.get(24)?,
-                transform_skips: r.get(25)?,
-                transform_failures: r.get(26)?,
-                local: r.get(27)?,
+                transforms: transforms.remove(&id).unwrap_or_default(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every request's transform entries, stages in the order they were written.
+    fn transforms_by_request(&self) -> Result<HashMap<i64, Vec<Transform>>, StoreError> {
+        let mut facts: HashMap<(i64, String), Vec<Fact>> = HashMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT request_id, stage, name, kind, value FROM transform_facts
+             ORDER BY request_id, stage, position",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            facts.entry((r.get(0)?, r.get(1)?)).or_default().push(Fact {
+                name: r.get(2)?,
+                kind: r.get(3)?,
+                value: to_u64(r.get(4)?),
+            });
+        }
+        let mut out: HashMap<i64, Vec<Transform>> = HashMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT request_id, stage, result, detail FROM transform_results
+             ORDER BY request_id, position",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(0)?;
+            let stage: String = r.get(1)?;
+            let result: String = r.get(2)?;
+            let detail: Option<String> = r.get(3)?;
+            let result = match result.as_str() {
+                "applied" => {
+                    TransformResult::Applied(facts.remove(&(id, stage.clone())).unwrap_or_default())
+                }
+                "unchanged" => TransformResult::Unchanged(detail.unwrap_or_default()),
+                _ => TransformResult::Failed(detail.unwrap_or_default()),
+            };
+            out.entry(id).or_default().push(Transform { stage, result });
+        }
+        Ok(out)
     }
 }
 
@@ -354,7 +677,7 @@ mod tests {
             method: "POST".into(),
             path: "/v1/messages".into(),
             status: Some(200),
-            outcome: "ok".into(),
+            outcome: Outcome::Ok,
             usage,
             total_ms: 1.5,
             ..Row::default()
@@ -408,5 +731,165 @@ mod tests {
         l.add_counter(DROPPED_ROWS, 3).unwrap();
         l.add_counter(DROPPED_ROWS, 4).unwrap();
         assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 7);
+    }
+
+    fn applied(stage: &str, facts: &[(&str, &str, u64)]) -> Transform {
+        Transform {
+            stage: stage.into(),
+            result: TransformResult::Applied(
+                facts
+                    .iter()
+                    .map(|(name, kind, value)| Fact {
+                        name: (*name).into(),
+                        kind: (*kind).into(),
+                        value: *value,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn unchanged(stage: &str, reason: &str) -> Transform {
+        Transform {
+            stage: stage.into(),
+            result: TransformResult::Unchanged(reason.into()),
+        }
+    }
+
+    #[test]
+    fn transform_entries_round_trip_in_pipeline_order_and_sum_per_stage() {
+        let mut l = Ledger::open_in_memory().unwrap();
+        let mut a = row("s1", "m1", 1, None);
+        // "zeta" runs before "defer": the order read back is the pipeline's, not the names'.
+        a.transforms = vec![
+            unchanged("zeta", "no_match"),
+            applied(
+                "defer",
+                &[("tools", "count", 48), ("chars", "chars_kept_out", 41707)],
+            ),
+        ];
+        let mut b = row("s1", "m1", 2, None);
+        b.transforms = vec![
+            applied(
+                "defer",
+                &[("tools", "count", 2), ("chars", "chars_kept_out", 3)],
+            ),
+            Transform {
+                stage: "zeta".into(),
+                result: TransformResult::Failed("panicked: boom".into()),
+            },
+        ];
+        let mut c = row("s2", "m1", 3, None);
+        c.transforms = vec![unchanged("defer", "already_deferring")];
+        c.outcome = Outcome::Local;
+        let rows = vec![a, b, c];
+        l.insert(&rows).unwrap();
+        assert_eq!(l.rows().unwrap(), rows);
+        assert_eq!(
+            rows[0].transform("zeta"),
+            Some(&TransformResult::Unchanged("no_match".into()))
+        );
+
+        let totals = l.stage_totals(&Filter::default()).unwrap();
+        assert_eq!(
+            totals,
+            vec![
+                StageTotals {
+                    stage: "defer".into(),
+                    applied: 2,
+                    failed: 0,
+                    unchanged: vec![("already_deferring".into(), 1)],
+                    facts: vec![
+                        ("chars".into(), "chars_kept_out".into(), 41710),
+                        ("tools".into(), "count".into(), 50),
+                    ],
+                },
+                StageTotals {
+                    stage: "zeta".into(),
+                    applied: 0,
+                    failed: 1,
+                    unchanged: vec![("no_match".into(), 1)],
+                    facts: vec![],
+                },
+            ]
+        );
+        let s2 = l
+            .stage_totals(&Filter {
+                session: Some("s2".into()),
+                ..Filter::default()
+            })
+            .unwrap();
+        assert_eq!(s2.len(), 1);
+        assert_eq!((s2[0].applied, s2[0].unchanged.len()), (0, 1));
+
+        let groups = l.groups(&Filter::default()).unwrap();
+        assert_eq!(
+            (groups[0].transformed, groups[0].transform_failures),
+            (2, 1)
+        );
+        assert_eq!((groups[1].local, groups[1].errors), (1, 0));
+    }
+
+    #[test]
+    fn outcomes_round_trip_by_name_and_name_who_caused_them() {
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::parse(o.as_str()), o);
+        }
+        assert_eq!(Outcome::parse("from_a_newer_pith"), Outcome::PithError);
+        assert_eq!(Outcome::UpstreamBroken.caused_by(), Some(Party::Upstream));
+        assert_eq!(Outcome::ClientError.caused_by(), Some(Party::Client));
+        assert_eq!(Outcome::Local.caused_by(), None);
+    }
+
+    /// A ledger written by schema 1 (transforms as header text) reads back as structured data.
+    #[test]
+    fn schema_one_rows_are_carried_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let old = sqlite::open(&path, &MIGRATIONS[..1]).unwrap();
+        let insert = "INSERT INTO requests (ts_ms, client, provider, method, path, outcome,
+                bytes_client, bytes_upstream, bytes_response, tools_bytes, system_bytes,
+                messages_bytes, other_bytes, total_ms, transforms, transform_skips,
+                transform_failures, local)
+            VALUES (?1, 'c', 'anthropic', 'POST', '/v1/messages', 'ok', 0, 0, 0, 0, 0, 0, 0, 1.0,
+                ?2, ?3, ?4, 0)";
+        old.execute(
+            insert,
+            params![1, "defer;tools=48;chars=41707", None::<String>, 0],
+        )
+        .unwrap();
+        old.execute(
+            insert,
+            params![2, None::<String>, "defer:already_deferring", 1],
+        )
+        .unwrap();
+        old.execute(insert, params![3, None::<String>, None::<String>, 0])
+            .unwrap();
+        drop(old);
+
+        let l = Ledger::open(&path).unwrap();
+        let rows = l.rows().unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            rows[0].transforms,
+            vec![applied(
+                "defer",
+                &[("tools", "count", 48), ("chars", "chars_kept_out", 41707)]
+            )]
+        );
+        assert_eq!(
+            rows[1].transform("defer"),
+            Some(&TransformResult::Unchanged("already_deferring".into()))
+        );
+        assert!(matches!(
+            rows[1].transform("unknown"),
+            Some(TransformResult::Failed(_))
+        ));
+        assert!(rows[2].transforms.is_empty());
+        let groups = l.groups(&Filter::default()).unwrap();
+        assert_eq!(
+            (groups[0].transformed, groups[0].transform_failures),
+            (1, 1)
+        );
     }
 }

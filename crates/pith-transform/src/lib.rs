@@ -13,6 +13,9 @@ mod splice;
 mod stage;
 
 pub use defer::{DeferOptions, DeferStage, SearchVariant, ToolRanker, ToolText};
-pub use pipeline::{Applied, Failure, Pipeline, PipelineResult, Skipped};
+pub use pipeline::{Applied, Pipeline, PipelineResult, StageReport, StageResult};
 pub use splice::{SpliceError, apply_splices, span_of};
-pub use stage::{Edit, HeaderEdit, Outcome, Request, Splice, Stage, StageError, append_list_value};
+pub use stage::{
+    Edit, Fact, FactKind, HeaderEdit, Outcome, Request, Splice, Stage, StageError,
+    append_list_value, estimated_tokens,
+};

@@ -5,41 +5,42 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use http::HeaderMap;
 
 use crate::splice::apply_splices;
-use crate::stage::{HeaderEdit, Outcome, Request, Stage};
+use crate::stage::{Fact, HeaderEdit, Outcome, Request, Stage};
 
 /// A stage that changed the request, with its facts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
     pub stage: &'static str,
-    pub facts: Vec<(&'static str, String)>,
+    pub facts: Vec<Fact>,
 }
 
 impl Applied {
     /// `stage;k=v;k=v`, one entry of the `pith-transforms` header.
     pub fn render(&self) -> String {
         let mut s = self.stage.to_owned();
-        for (k, v) in &self.facts {
-            s.push(';');
-            s.push_str(k);
-            s.push('=');
-            s.push_str(v);
+        for fact in &self.facts {
+            s.push_str(&format!(";{}={}", fact.name, fact.value));
         }
         s
     }
 }
 
-/// A stage that chose not to change the request, and why.
+/// What one stage did to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    pub stage: &'static str,
-    pub reason: &'static str,
+pub enum StageResult {
+    /// It changed the request; its facts.
+    Applied(Vec<Fact>),
+    /// It chose not to change the request, for this named reason.
+    Unchanged(&'static str),
+    /// It errored, panicked or produced an unusable edit; its edit was dropped.
+    Failed(String),
 }
 
-/// A stage that errored, panicked or produced an unusable edit; its edit was dropped.
+/// One stage's entry in a [`PipelineResult`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub struct StageReport {
     pub stage: &'static str,
-    pub error: String,
+    pub result: StageResult,
 }
 
 /// What the pipeline did to one request.
@@ -48,24 +49,45 @@ pub struct PipelineResult {
     /// The rewritten body, or `None` when no stage changed it (forward the original bytes).
     pub body: Option<Vec<u8>>,
     pub header_edits: Vec<HeaderEdit>,
-    pub applied: Vec<Applied>,
-    pub skipped: Vec<Skipped>,
-    pub failed: Vec<Failure>,
+    /// Every stage that ran, in pipeline order.
+    pub reports: Vec<StageReport>,
 }
 
 impl PipelineResult {
+    /// The stages that changed the request, with their facts.
+    pub fn applied(&self) -> impl Iterator<Item = Applied> + '_ {
+        self.reports.iter().filter_map(|r| match &r.result {
+            StageResult::Applied(facts) => Some(Applied {
+                stage: r.stage,
+                facts: facts.clone(),
+            }),
+            _ => None,
+        })
+    }
+
+    /// `(stage, error)` of the stages that failed.
+    pub fn failures(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+        self.reports.iter().filter_map(|r| match &r.result {
+            StageResult::Failed(e) => Some((r.stage, e.as_str())),
+            _ => None,
+        })
+    }
+
+    /// A result that only reports `stage` failing with `error` (the request goes on unchanged).
+    pub fn failed(stage: &'static str, error: String) -> PipelineResult {
+        PipelineResult {
+            reports: vec![StageReport {
+                stage,
+                result: StageResult::Failed(error),
+            }],
+            ..PipelineResult::default()
+        }
+    }
+
     /// Value of the `pith-transforms` response header, `None` when nothing changed.
     pub fn transforms_header(&self) -> Option<String> {
-        if self.applied.is_empty() {
-            return None;
-        }
-        Some(
-            self.applied
-                .iter()
-                .map(Applied::render)
-                .collect::<Vec<_>>()
-                .join(", "),
-        )
+        let entries: Vec<String> = self.applied().map(|a| a.render()).collect();
+        (!entries.is_empty()).then(|| entries.join(", "))
     }
 }
 
@@ -120,27 +142,25 @@ impl Pipeline {
                 ..*request
             };
             let outcome = catch_unwind(AssertUnwindSafe(|| stage.apply(&current)));
+            let report = |result| StageReport {
+                stage: name,
+                result,
+            };
             let edit = match outcome {
                 Ok(Ok(Outcome::Unchanged(reason))) => {
-                    result.skipped.push(Skipped {
-                        stage: name,
-                        reason,
-                    });
+                    result.reports.push(report(StageResult::Unchanged(reason)));
                     continue;
                 }
                 Ok(Ok(Outcome::Edited(edit))) => edit,
                 Ok(Err(e)) => {
-                    result.failed.push(Failure {
-                        stage: name,
-                        error: e.to_string(),
-                    });
+                    result
+                        .reports
+                        .push(report(StageResult::Failed(e.to_string())));
                     continue;
                 }
                 Err(panic) => {
-                    result.failed.push(Failure {
-                        stage: name,
-                        error: format!("panicked: {}", panic_message(&panic)),
-                    });
+                    let error = format!("panicked: {}", panic_message(&panic));
+                    result.reports.push(report(StageResult::Failed(error)));
                     continue;
                 }
             };
@@ -150,10 +170,9 @@ impl Pipeline {
                 match apply_splices(current.body, &edit.splices) {
                     Ok(b) => Some(b),
                     Err(e) => {
-                        result.failed.push(Failure {
-                            stage: name,
-                            error: format!("splice: {e}"),
-                        });
+                        result
+                            .reports
+                            .push(report(StageResult::Failed(format!("splice: {e}"))));
                         continue;
                     }
                 }
@@ -161,10 +180,8 @@ impl Pipeline {
             if let Some(b) = &new_body {
                 // A stage only edits what it parsed, so an unparseable result is the stage's bug.
                 if serde_json::from_slice::<serde::de::IgnoredAny>(b).is_err() {
-                    result.failed.push(Failure {
-                        stage: name,
-                        error: "edit produced invalid JSON".to_owned(),
-                    });
+                    let error = "edit produced invalid JSON".to_owned();
+                    result.reports.push(report(StageResult::Failed(error)));
                     continue;
                 }
             }
@@ -172,10 +189,9 @@ impl Pipeline {
                 result.body = Some(b);
             }
             result.header_edits.extend(edit.headers);
-            result.applied.push(Applied {
-                stage: name,
-                facts: edit.facts,
-            });
+            result
+                .reports
+                .push(report(StageResult::Applied(edit.facts)));
         }
         result
     }
@@ -201,7 +217,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stage::{Edit, Splice, StageError};
+    use crate::stage::{Edit, Fact, Splice, StageError};
     use pith_wire::Wire;
 
     struct Replace(&'static str);
@@ -220,7 +236,7 @@ mod tests {
                     replacement: self.0.to_owned(),
                 }],
                 headers: vec![],
-                facts: vec![("n", "1".to_owned())],
+                facts: vec![Fact::count("n", 1)],
             }))
         }
     }
@@ -264,11 +280,14 @@ mod tests {
             .with_stage(Box::new(Replace("not json")));
         let result = pipeline.run(&request(body, &headers));
         assert!(result.body.is_none());
-        assert!(result.applied.is_empty());
+        assert_eq!(result.applied().count(), 0);
         assert_eq!(result.transforms_header(), None);
-        let failed: Vec<_> = result.failed.iter().map(|f| f.stage).collect();
-        assert_eq!(failed, ["panics", "errors", "replace"]);
-        assert!(result.failed[0].error.contains("boom"));
+        let failed: Vec<_> = result.failures().collect();
+        assert_eq!(
+            failed.iter().map(|f| f.0).collect::<Vec<_>>(),
+            ["panics", "errors", "replace"]
+        );
+        assert!(failed[0].1.contains("boom"));
     }
 
     #[test]
@@ -281,6 +300,6 @@ mod tests {
         let result = pipeline.run(&request(body, &headers));
         assert_eq!(result.body.as_deref(), Some(&br#"{"x": "new"}"#[..]));
         assert_eq!(result.transforms_header().as_deref(), Some("replace;n=1"));
-        assert_eq!(result.failed.len(), 1);
+        assert_eq!(result.failures().count(), 1);
     }
 }

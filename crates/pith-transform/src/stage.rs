@@ -75,13 +75,78 @@ pub fn append_list_value(headers: &mut HeaderMap, name: &HeaderName, value: &str
     true
 }
 
+/// What a number a stage reports measures, so that readers (the ledger, `pith stats`, the
+/// dashboard) can treat facts of every stage alike without knowing the stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FactKind {
+    /// A count of things, e.g. tools deferred.
+    Count,
+    /// Characters of prompt the edit kept out of the model's context; readers estimate the
+    /// tokens they stand for.
+    CharsKeptOut,
+}
+
+impl FactKind {
+    /// Stable name, stored in the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FactKind::Count => "count",
+            FactKind::CharsKeptOut => "chars_kept_out",
+        }
+    }
+
+    /// The kind named by [`FactKind::as_str`].
+    pub fn parse(name: &str) -> Option<FactKind> {
+        [FactKind::Count, FactKind::CharsKeptOut]
+            .into_iter()
+            .find(|k| k.as_str() == name)
+    }
+}
+
+/// Estimated prompt tokens of `chars` characters kept out of context (a
+/// [`FactKind::CharsKeptOut`] fact): one token per 4 characters, rounded up. A heuristic, not a
+/// tokenizer: JSON schemas run close to 4 characters per token on Claude and GPT tokenizers, so
+/// treat it as an estimate.
+pub fn estimated_tokens(chars: usize) -> usize {
+    chars.div_ceil(4)
+}
+
+/// One number a stage reports about its edit, e.g. `tools = 48` (a count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fact {
+    /// Short stable name, shown as `name=value` in the `pith-transforms` header.
+    pub name: &'static str,
+    pub value: u64,
+    pub kind: FactKind,
+}
+
+impl Fact {
+    /// A count of things named `name`.
+    pub fn count(name: &'static str, value: usize) -> Fact {
+        Fact {
+            name,
+            value: value as u64,
+            kind: FactKind::Count,
+        }
+    }
+
+    /// `value` characters of prompt kept out of context, named `name`.
+    pub fn chars_kept_out(name: &'static str, value: usize) -> Fact {
+        Fact {
+            name,
+            value: value as u64,
+            kind: FactKind::CharsKeptOut,
+        }
+    }
+}
+
 /// A stage's change to one request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Edit {
     pub splices: Vec<Splice>,
     pub headers: Vec<HeaderEdit>,
-    /// Facts for the `pith-transforms` header and the ledger, e.g. `[("tools", "41")]`.
-    pub facts: Vec<(&'static str, String)>,
+    /// What the edit did, for the `pith-transforms` header and the ledger, in header order.
+    pub facts: Vec<Fact>,
 }
 
 /// What a stage decided for one request.

@@ -106,9 +106,120 @@ pub fn decode_all(body: &[u8]) -> Vec<Event> {
     events
 }
 
+/// Splits a stream into raw SSE events without decoding them, for rewriting a stream one event
+/// at a time: each event comes out as the exact bytes that carried it, through the blank line
+/// that ends it, so an event kept as it is reaches the client byte for byte. Holds at most one
+/// incomplete event.
+///
+/// A `\r\n` split across chunks after an event's final `\r` starts the next event with `\n`
+/// (nothing is lost or reordered; a rewriter parsing that event sees a leading blank line).
+#[derive(Debug, Default)]
+pub struct EventSplitter {
+    buf: bytes::BytesMut,
+    /// Bytes of `buf` already scanned for the end of the current event.
+    scanned: usize,
+    /// The last byte scanned ended a line (so the next terminator ends the event).
+    at_line_start: bool,
+    /// The last byte scanned was `\r`: a `\n` right after it belongs to the same terminator.
+    pending_cr: bool,
+}
+
+impl EventSplitter {
+    pub fn new() -> Self {
+        EventSplitter {
+            at_line_start: true,
+            ..Self::default()
+        }
+    }
+
+    /// Add the next chunk of the stream.
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete event, if the bytes pushed so far hold one.
+    pub fn next_event(&mut self) -> Option<bytes::Bytes> {
+        while self.scanned < self.buf.len() {
+            let b = self.buf[self.scanned];
+            self.scanned += 1;
+            if std::mem::take(&mut self.pending_cr) && b == b'\n' {
+                continue;
+            }
+            if b != b'\n' && b != b'\r' {
+                self.at_line_start = false;
+                continue;
+            }
+            if b == b'\r' {
+                self.pending_cr = true;
+            }
+            if !self.at_line_start {
+                self.at_line_start = true;
+                continue;
+            }
+            // A blank line: the event ends here, with its `\r\n` when both bytes are here.
+            if self.pending_cr && self.buf.get(self.scanned) == Some(&b'\n') {
+                self.scanned += 1;
+                self.pending_cr = false;
+            }
+            let event = self.buf.split_to(self.scanned).freeze();
+            self.scanned = 0;
+            return Some(event);
+        }
+        None
+    }
+
+    /// End of stream: whatever followed the last complete event (an event without its closing
+    /// blank line), if anything.
+    pub fn finish(&mut self) -> Option<bytes::Bytes> {
+        self.scanned = 0;
+        self.at_line_start = true;
+        self.pending_cr = false;
+        (!self.buf.is_empty()).then(|| self.buf.split().freeze())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn raw_events(parts: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut splitter = EventSplitter::new();
+        let mut out = Vec::new();
+        for part in parts {
+            splitter.push(part);
+            while let Some(e) = splitter.next_event() {
+                out.push(e.to_vec());
+            }
+        }
+        out.extend(splitter.finish().map(|e| e.to_vec()));
+        out
+    }
+
+    #[test]
+    fn raw_events_are_the_exact_bytes_of_each_event_for_every_split() {
+        let bytes = STREAM.as_bytes();
+        let whole = raw_events(&[bytes]);
+        let raw: Vec<&[u8]> = vec![
+            b"event: message_start\ndata: {\"a\":1}\n\n",
+            b": comment\nevent: ping\r\ndata: {\"type\":\"ping\"}\r\n\r\n",
+            b"data: line1\ndata: line2\n\n",
+            b"event: no_data\n\n",
+            "data: é tail".as_bytes(),
+        ];
+        assert_eq!(whole, raw);
+        // Each raw event decodes to what the decoder makes of it.
+        let decoded: Vec<Event> = whole.iter().flat_map(|e| decode_all(e)).collect();
+        assert_eq!(decoded, expected());
+        for a in 0..bytes.len() {
+            for b in a..bytes.len() {
+                let got = raw_events(&[&bytes[..a], &bytes[a..b], &bytes[b..]]);
+                assert_eq!(got.concat(), bytes, "bytes lost or reordered at {a},{b}");
+                if !(bytes[..a].ends_with(b"\r") || bytes[..b].ends_with(b"\r")) {
+                    assert_eq!(got, raw, "split at {a},{b}");
+                }
+            }
+        }
+    }
 
     const STREAM: &str = "event: message_start\ndata: {\"a\":1}\n\n: comment\nevent: ping\r\ndata: {\"type\":\"ping\"}\r\n\r\ndata: line1\ndata: line2\n\nevent: no_data\n\ndata: é tail";
 

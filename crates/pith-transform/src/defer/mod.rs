@@ -22,7 +22,7 @@ use pith_wire::{Wire, skim};
 use serde_json::value::RawValue;
 
 use crate::splice::span_of;
-use crate::stage::{Edit, HeaderEdit, Outcome, Request, Splice, Stage, StageError};
+use crate::stage::{Edit, Fact, HeaderEdit, Outcome, Request, Splice, Stage, StageError};
 
 pub use rank::{ToolRanker, ToolText, bm25_scores};
 
@@ -121,13 +121,6 @@ impl Default for DeferOptions {
             min_deferred_chars: DEFAULT_MIN_DEFERRED_CHARS,
         }
     }
-}
-
-/// Estimated prompt tokens of `chars` characters of tool-definition JSON: one token per 4
-/// characters, rounded up. A heuristic, not a tokenizer: JSON schemas run close to 4
-/// characters per token on Claude and GPT tokenizers, so treat it as an estimate.
-pub fn estimated_tokens(chars: usize) -> usize {
-    chars.div_ceil(4)
 }
 
 /// The `defer` stage. Facts on success: `tools` (deferred count) and `chars` (characters of
@@ -392,8 +385,8 @@ impl DeferStage {
             splices,
             headers,
             facts: vec![
-                ("tools", deferred.len().to_string()),
-                ("chars", chars.to_string()),
+                Fact::count("tools", deferred.len()),
+                Fact::chars_kept_out("chars", chars),
             ],
         })
     }

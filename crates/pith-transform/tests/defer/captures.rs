@@ -350,7 +350,7 @@ fn pipeline_forwards_the_rewrite_and_appends_the_beta_value() {
         headers: &capture.headers,
         body: &capture.body,
     });
-    assert!(result.failed.is_empty(), "{:?}", result.failed);
+    assert_eq!(result.failures().count(), 0, "{:?}", result.reports);
     let body = result.body.as_deref().expect("rewritten");
     assert!(serde_json::from_slice::<Value>(body).is_ok());
     let header = result.transforms_header().expect("pith-transforms");
@@ -370,7 +370,10 @@ fn pipeline_forwards_the_rewrite_and_appends_the_beta_value() {
         body,
     });
     assert!(again.body.is_none());
-    assert_eq!(again.skipped[0].reason, reason::ALREADY_DEFERRING);
+    assert_eq!(
+        again.reports[0].result,
+        pith_transform::StageResult::Unchanged(reason::ALREADY_DEFERRING)
+    );
 }
 
 #[test]

@@ -44,13 +44,12 @@ fn apply(body: &[u8], edit: &Edit) -> Vec<u8> {
 }
 
 fn fact(edit: &Edit, key: &str) -> usize {
-    edit.facts
+    let fact = edit
+        .facts
         .iter()
-        .find(|(k, _)| *k == key)
-        .unwrap_or_else(|| panic!("fact {key} missing in {:?}", edit.facts))
-        .1
-        .parse()
-        .expect("numeric fact")
+        .find(|f| f.name == key)
+        .unwrap_or_else(|| panic!("fact {key} missing in {:?}", edit.facts));
+    usize::try_from(fact.value).expect("fact fits usize")
 }
 
 /// Byte range of the top-level `tools` array.

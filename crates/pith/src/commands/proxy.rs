@@ -104,6 +104,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             openai: openai.clone(),
             pipeline,
             ledger: ledger.clone(),
+            rewrites: None,
             max_body: pith_proxy::DEFAULT_MAX_BODY,
         })
         .await?;

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use pith_store::ledger::{DROPPED_ROWS, Filter, Group, Ledger};
+use pith_transform::FactKind;
 use serde::Serialize;
 
 use crate::config::{Config, pith_home};
@@ -129,8 +130,12 @@ struct TransformTotals {
     requests: u64,
     /// Sums of the numeric facts it reported (e.g. `chars` for defer).
     facts: BTreeMap<String, u64>,
-    /// For `defer`: prompt tokens of tool definitions kept out of context, estimated as one
-    /// token per 4 characters of definition JSON (a heuristic, not a tokenizer).
+    /// Characters its edits kept out of context (the facts of that kind, e.g. defer's
+    /// `chars`), when it reports any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chars_kept_out: Option<u64>,
+    /// Prompt tokens those characters stand for, estimated as one token per 4 characters (a
+    /// heuristic, not a tokenizer).
     #[serde(skip_serializing_if = "Option::is_none")]
     estimated_tokens_kept_out: Option<u64>,
     /// Requests the transform looked at and left unchanged, by reason (e.g. defer's
@@ -222,32 +227,19 @@ fn build_report(
         }
     }
     let mut transforms: BTreeMap<String, TransformTotals> = BTreeMap::new();
-    for notes in ledger.transform_notes(filter)? {
-        for entry in notes.applied.iter().flat_map(|h| h.split(", ")) {
-            let mut parts = entry.split(';');
-            let Some(stage) = parts.next() else { continue };
-            let t = transforms.entry(stage.to_owned()).or_default();
-            t.requests += 1;
-            for fact in parts {
-                if let Some((k, v)) = fact.split_once('=')
-                    && let Ok(n) = v.parse::<u64>()
-                {
-                    *t.facts.entry(k.to_owned()).or_default() += n;
-                }
+    for stage in ledger.stage_totals(filter)? {
+        let t = transforms.entry(stage.stage).or_default();
+        t.requests = stage.applied;
+        t.unchanged = stage.unchanged.into_iter().collect();
+        for (name, kind, sum) in stage.facts {
+            if FactKind::parse(&kind) == Some(FactKind::CharsKeptOut) {
+                *t.chars_kept_out.get_or_insert(0) += sum;
             }
+            t.facts.insert(name, sum);
         }
-        for entry in notes.skipped.iter().flat_map(|s| s.split(',')) {
-            if let Some((stage, reason)) = entry.split_once(':') {
-                let t = transforms.entry(stage.to_owned()).or_default();
-                *t.unchanged.entry(reason.to_owned()).or_default() += 1;
-            }
-        }
-    }
-    if let Some(defer) = transforms.get_mut("defer") {
-        let chars = defer.facts.get("chars").copied().unwrap_or(0);
-        let tokens =
-            pith_transform::defer::estimated_tokens(usize::try_from(chars).unwrap_or(usize::MAX));
-        defer.estimated_tokens_kept_out = Some(tokens as u64);
+        t.estimated_tokens_kept_out = t.chars_kept_out.map(|chars| {
+            pith_transform::estimated_tokens(usize::try_from(chars).unwrap_or(usize::MAX)) as u64
+        });
     }
     Ok(Report {
         ledger: path.to_owned(),
@@ -373,11 +365,9 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
             if facts.is_empty() { "" } else { "; " },
             facts.join(", ")
         ));
-        if let Some(tokens) = tt.estimated_tokens_kept_out {
+        if let (Some(chars), Some(tokens)) = (tt.chars_kept_out, tt.estimated_tokens_kept_out) {
             out.push_str(&format!(
-                "  tool definitions kept out of context: {} chars, about {} tokens (estimate: 4 chars per token)\n",
-                tt.facts.get("chars").copied().unwrap_or(0),
-                tokens
+                "  kept out of context: {chars} chars, about {tokens} tokens (estimate: 4 chars per token)\n"
             ));
         }
         if !tt.unchanged.is_empty() {

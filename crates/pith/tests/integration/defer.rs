@@ -78,7 +78,10 @@ fn opencode_mcp40_is_deferred_with_the_beta_header_and_disclosed() {
     assert_eq!(n, deferred);
 
     let rows = pith.wait_rows(1);
-    assert_eq!(rows[0].transforms.as_deref(), Some(disclosed));
+    assert_eq!(
+        crate::support::disclosed(&rows[0]).as_deref(),
+        Some(disclosed)
+    );
     assert!(rows[0].bytes_upstream > rows[0].bytes_client);
 
     let out = pith_stats(&pith, &["--json"]);
@@ -113,19 +116,13 @@ fn clients_that_already_defer_pass_byte_identical_with_defaults() {
         assert_eq!(got.header("anthropic-beta"), beta_sent, "{id}");
     }
     let rows = pith.wait_rows(3);
-    assert!(
-        rows[0]
-            .transform_skips
-            .as_deref()
-            .unwrap()
-            .contains("defer:already_deferring")
+    assert_eq!(
+        crate::support::unchanged_reason(&rows[0], "defer"),
+        Some("already_deferring")
     );
-    assert!(
-        rows[2]
-            .transform_skips
-            .as_deref()
-            .unwrap()
-            .contains("defer:not_applicable")
+    assert_eq!(
+        crate::support::unchanged_reason(&rows[2], "defer"),
+        Some("not_applicable")
     );
 }
 
@@ -139,8 +136,12 @@ fn small_tool_lists_pass_unchanged_unless_the_threshold_is_lowered() {
     assert!(hdrs.get("pith-transforms").is_none());
     assert!(mock.received()[0].body == cap.body, "body changed");
     let rows = pith.wait_rows(1);
-    let skips = rows[0].transform_skips.as_deref().unwrap();
-    assert!(skips.contains("defer:too_little_to_defer"), "{skips}");
+    assert_eq!(
+        crate::support::unchanged_reason(&rows[0], "defer"),
+        Some("too_little_to_defer"),
+        "{:?}",
+        rows[0].transforms
+    );
     // `pith stats` says why nothing was deferred.
     let stats = |json: bool| {
         let out = pith_stats(&pith, if json { &["--json"] } else { &[] });

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use pith_store::ledger::{Ledger, Row};
+use pith_store::ledger::{Ledger, Row, TransformResult};
 
 pub fn pith_bin() -> &'static str {
     env!("CARGO_BIN_EXE_pith")
@@ -126,6 +126,32 @@ impl Drop for PithProxy {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// The row's applied transforms written the way the `pith-transforms` header writes them.
+pub fn disclosed(row: &Row) -> Option<String> {
+    let entries: Vec<String> = row
+        .transforms
+        .iter()
+        .filter_map(|t| match &t.result {
+            TransformResult::Applied(facts) => Some(
+                std::iter::once(t.stage.clone())
+                    .chain(facts.iter().map(|f| format!("{}={}", f.name, f.value)))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+            ),
+            _ => None,
+        })
+        .collect();
+    (!entries.is_empty()).then(|| entries.join(", "))
+}
+
+/// Why `stage` left the row's request unchanged, if it did.
+pub fn unchanged_reason<'a>(row: &'a Row, stage: &str) -> Option<&'a str> {
+    match row.transform(stage) {
+        Some(TransformResult::Unchanged(reason)) => Some(reason),
+        _ => None,
     }
 }
 

@@ -1,0 +1,100 @@
+//! What one request carries through the phases, and the one place its ledger record is built.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use pith_store::ledger::Outcome;
+use pith_transform::StageReport;
+use pith_wire::{Provider, Wire, session};
+
+use crate::ledger::{LedgerSink, Record};
+use crate::tee::Pending;
+
+/// One request on its way from the client to the provider and back. Each phase fills in what
+/// it learns; nothing here is parsed from the body (that happens on a ledger writer thread).
+pub(crate) struct Context {
+    pub started: Instant,
+    /// Wall-clock time the request arrived, for the ledger.
+    pub ts_ms: i64,
+    pub method: Method,
+    /// Path without the query, e.g. `/v1/messages`: what routing matches on.
+    pub path: String,
+    /// Path and query as the client sent them, appended unchanged to the upstream origin.
+    pub path_and_query: String,
+    /// One of the three wires pith understands, or `None` for a pass-through path.
+    pub wire: Option<Wire>,
+    pub provider: Provider,
+    /// The client's headers, as it sent them.
+    pub headers: HeaderMap,
+    /// The client's body, as it sent it (shared with the forwarding path, not copied).
+    pub body: Bytes,
+    /// Length of the body sent upstream (differs from `body` when a stage changed it).
+    pub bytes_upstream: u64,
+    /// What each transform stage did, in pipeline order.
+    pub transforms: Vec<StageReport>,
+    /// The `pith-transforms` value, when a stage changed the request.
+    pub transforms_header: Option<String>,
+    /// Status of the answer the client gets.
+    pub status: Option<StatusCode>,
+    pub response_is_sse: bool,
+    pub content_encoding: Option<String>,
+}
+
+impl Context {
+    pub fn new(method: Method, path: String, path_and_query: String, headers: HeaderMap) -> Self {
+        Context {
+            started: Instant::now(),
+            ts_ms: now_ms(),
+            method,
+            path,
+            path_and_query,
+            wire: None,
+            provider: Provider::OpenAi,
+            headers,
+            body: Bytes::new(),
+            bytes_upstream: 0,
+            transforms: Vec::new(),
+            transforms_header: None,
+            status: None,
+            response_is_sse: false,
+            content_encoding: None,
+        }
+    }
+
+    /// The request's ledger record, waiting for the request to end, when a ledger is kept.
+    /// `outcome` is `Ok` for an answer the provider is sending; for an answer pith made, what
+    /// it made. This is the one place a record is built.
+    pub fn into_pending(self, ledger: Option<&LedgerSink>, outcome: Outcome) -> Option<Pending> {
+        let sink = ledger?.clone();
+        let record = Record {
+            ts_ms: self.ts_ms,
+            client: session::client_from_user_agent(&self.headers),
+            header_session: session::session_from_headers(&self.headers),
+            wire: self.wire,
+            provider: Some(self.provider),
+            method: self.method.to_string(),
+            path: self.path,
+            status: self.status.map(|s| s.as_u16()),
+            outcome,
+            bytes_upstream: self.bytes_upstream,
+            request_body: self.body,
+            response_is_sse: self.response_is_sse,
+            content_encoding: self.content_encoding,
+            transforms: self.transforms,
+            ..Record::default()
+        };
+        Some(Pending {
+            record,
+            sink,
+            started: self.started,
+        })
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

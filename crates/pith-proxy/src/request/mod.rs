@@ -1,0 +1,286 @@
+//! One request, from the socket to the ledger row, in named phases run top to bottom by
+//! [`serve`]: route → read body → answer locally → transform request → forward → respond; the
+//! record is finished when the answer's last byte has gone out (`tee::Pending::finish`).
+//!
+//! Each phase is a function with one job that reads and fills the request's [`Context`]. A
+//! phase that cannot go on returns a [`Fault`] (tagged by who caused it, answered in the
+//! provider's own error shape), and the request ends there with its ledger row.
+
+mod context;
+mod headers;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use pith_store::ledger::Outcome;
+use pith_transform::{Pipeline, PipelineResult};
+use pith_wire::{Provider, Wire, session};
+
+use crate::fault::Fault;
+use crate::rewrite::ResponseInfo;
+use crate::server::State;
+use crate::tee::{End, ProxyBody, Tee};
+pub(crate) use context::Context;
+
+/// Response header naming what pith changed in the request.
+pub const TRANSFORMS_HEADER: &str = "pith-transforms";
+
+/// Serve one request: the phases, in order.
+pub(crate) async fn serve(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let mut ctx = route(parts);
+    ctx.body = match read_body(&state, body).await {
+        Ok(body) => body,
+        Err(fault) => return Ok(answer_fault(&state, ctx, &fault)),
+    };
+    if let Some(reply) = answer_locally(&state, &ctx) {
+        return Ok(answer_local(&state, ctx, reply));
+    }
+    let upstream = transform_request(&state, &mut ctx).await;
+    let response = match forward(&state, &ctx, upstream).await {
+        Ok(response) => response,
+        Err(fault) => return Ok(answer_fault(&state, ctx, &fault)),
+    };
+    Ok(respond(&state, ctx, response))
+}
+
+/// Route: which wire (by path, POST only) and which provider the request is for.
+fn route(parts: http::request::Parts) -> Context {
+    let path = parts.uri.path().to_owned();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| path.clone());
+    let mut ctx = Context::new(parts.method, path, path_and_query, parts.headers);
+    ctx.wire = (ctx.method == Method::POST)
+        .then(|| Wire::from_path(&ctx.path))
+        .flatten();
+    ctx.provider = provider_for(ctx.wire, &ctx.headers);
+    ctx
+}
+
+/// Anthropic when the request carries Anthropic's headers, else OpenAI (for pass-through paths).
+fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
+    match wire {
+        Some(w) => w.provider(),
+        None if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") => {
+            Provider::Anthropic
+        }
+        None => Provider::OpenAi,
+    }
+}
+
+/// Read body: the whole client body, up to the proxy's limit.
+async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
+    match Limited::new(body, state.max_body).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(Fault::client(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                format!(
+                    "pith: request body is larger than the proxy's limit of {} bytes",
+                    state.max_body
+                ),
+            ))
+        }
+        Err(e) => Err(Fault::client(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("pith: could not read the request body: {e}"),
+        )),
+    }
+}
+
+/// Answer locally: a request pith answers itself, without the provider (pin commands will).
+/// Nothing does yet.
+fn answer_locally(_state: &State, _ctx: &Context) -> Option<Response<ProxyBody>> {
+    None
+}
+
+/// What goes upstream: the body and headers after the transforms.
+struct Upstream {
+    body: Bytes,
+    headers: HeaderMap,
+}
+
+/// Transform request: run the pipeline on the three wires and apply its edits.
+async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
+    let mut result = match ctx.wire {
+        Some(wire) if !state.pipeline.is_empty() => run_pipeline(state, wire, ctx).await,
+        _ => PipelineResult::default(),
+    };
+    for (stage, error) in result.failures() {
+        state.transform_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            stage,
+            error,
+            "transform failed; request left unchanged by it"
+        );
+    }
+    let mut headers = headers::end_to_end(&ctx.headers);
+    Pipeline::apply_header_edits(&result, &mut headers);
+    let body = match result.body.take() {
+        Some(b) => Bytes::from(b),
+        None => ctx.body.clone(),
+    };
+    ctx.bytes_upstream = body.len() as u64;
+    ctx.transforms_header = result.transforms_header();
+    ctx.transforms = result.reports;
+    Upstream { body, headers }
+}
+
+/// Run the pipeline inline (pure CPU, tens of microseconds), or on the blocking pool when a
+/// stage may wait on I/O, so one slow request never stalls the event loop.
+async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> PipelineResult {
+    if !state.pipeline.may_block() {
+        return state.pipeline.run(&pith_transform::Request {
+            wire,
+            path: &ctx.path,
+            headers: &ctx.headers,
+            body: &ctx.body,
+        });
+    }
+    let (state, path, headers, body) = (
+        Arc::clone(state),
+        ctx.path.clone(),
+        ctx.headers.clone(),
+        ctx.body.clone(),
+    );
+    let run = tokio::task::spawn_blocking(move || {
+        state.pipeline.run(&pith_transform::Request {
+            wire,
+            path: &path,
+            headers: &headers,
+            body: &body,
+        })
+    });
+    match run.await {
+        Ok(result) => result,
+        Err(e) => PipelineResult::failed("pipeline", format!("blocking task failed: {e}")),
+    }
+}
+
+/// Forward: send the request to its provider and wait for the response head.
+async fn forward(
+    state: &State,
+    ctx: &Context,
+    upstream: Upstream,
+) -> Result<Response<Incoming>, Fault> {
+    let base = match ctx.provider {
+        Provider::Anthropic => &state.anthropic,
+        Provider::OpenAi => &state.openai,
+    };
+    let uri = base.join(&ctx.path_and_query).map_err(|e| {
+        Fault::client(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!(
+                "pith: cannot build the upstream URL from {base} and {}: {e}",
+                ctx.path_and_query
+            ),
+        )
+    })?;
+    let mut req = Request::new(Full::new(upstream.body));
+    *req.method_mut() = ctx.method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = upstream.headers;
+    state.client.request(req).await.map_err(|e| {
+        let mut cause = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            cause.push_str(": ");
+            cause.push_str(&s.to_string());
+            source = s.source();
+        }
+        let provider = ctx.provider;
+        let message = format!("pith could not reach the {provider} upstream {base}: {cause}");
+        tracing::warn!("{message}");
+        Fault::unreachable(message)
+    })
+}
+
+/// Respond: the provider's status and end-to-end headers, plus the disclosure of what pith
+/// changed; the body streams through the tee (and the response rewriter, when one applies).
+fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Response<ProxyBody> {
+    let (mut parts, incoming) = response.into_parts();
+    let mut headers = headers::end_to_end(&parts.headers);
+    if let Some(len) = parts.headers.get(header::CONTENT_LENGTH) {
+        headers.insert(header::CONTENT_LENGTH, len.clone());
+    }
+    if let Some(t) = ctx
+        .transforms_header
+        .as_deref()
+        .and_then(|t| HeaderValue::from_str(t).ok())
+    {
+        headers.insert(HeaderName::from_static(TRANSFORMS_HEADER), t);
+    }
+    ctx.status = Some(parts.status);
+    ctx.response_is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    ctx.content_encoding = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let rewriter = match (ctx.wire, &state.rewrites) {
+        (Some(wire), Some(rewrites)) if ctx.response_is_sse => {
+            let session = session::session_from_headers(&ctx.headers);
+            rewrites.for_response(&ResponseInfo {
+                wire,
+                path: &ctx.path,
+                session: session.as_deref(),
+                status: parts.status,
+            })
+        }
+        _ => None,
+    };
+    if rewriter.is_some() {
+        // The rewritten body's length is not the provider's.
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    parts.headers = headers;
+    let pending = ctx
+        .into_pending(state.ledger.as_ref(), Outcome::Ok)
+        .map(Box::new);
+    Response::from_parts(parts, ProxyBody::Tee(Tee::new(incoming, pending, rewriter)))
+}
+
+/// The request ends with a fault pith answers in the provider's shape.
+fn answer_fault(state: &State, mut ctx: Context, fault: &Fault) -> Response<ProxyBody> {
+    let response = fault.response(ctx.provider);
+    ctx.status = Some(fault.status);
+    if let Some(pending) = ctx.into_pending(state.ledger.as_ref(), fault.outcome) {
+        pending.finish(End::Complete, Some(fault.message.clone()));
+    }
+    response
+}
+
+/// The request ends with pith's own answer.
+fn answer_local(
+    state: &State,
+    mut ctx: Context,
+    reply: Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    ctx.status = Some(reply.status());
+    if let Some(pending) = ctx.into_pending(state.ledger.as_ref(), Outcome::Local) {
+        pending.finish(End::Complete, None);
+    }
+    reply
+}

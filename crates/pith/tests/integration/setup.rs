@@ -89,7 +89,7 @@ fn setup_keeps_unrelated_json_byte_for_byte() {
     let new = std::fs::read_to_string(dir.join(".mcp.json")).unwrap();
     assert_eq!(
         new,
-        "{\n    \"mcpServers\": {\n        \"github\": { \"command\": \"gh-mcp\", \"env\": {\"TOKEN\": \"é\"} },\n        \"pith\": {\n            \"args\": [\n                \"mcp\"\n            ],\n            \"command\": \"pith\",\n            \"type\": \"stdio\"\n        }\n    },\n    \"zzz\": [1, 2]\n}\n"
+        "{\n    \"mcpServers\": {\n        \"github\": { \"command\": \"gh-mcp\", \"env\": {\"TOKEN\": \"é\"} },\n        \"pith\": {\n            \"type\": \"stdio\",\n            \"command\": \"pith\",\n            \"args\": [\"mcp\"]\n        }\n    },\n    \"zzz\": [1, 2]\n}\n"
     );
 }
 
@@ -113,7 +113,14 @@ fn setup_never_clobbers_a_different_pith_entry() {
 
     std::fs::write(dir.join(".mcp.json"), "{ not json").unwrap();
     let err = fails(dir, codex, &["claude-code", "--command", "pith"]);
-    assert!(err.contains(".mcp.json is not valid JSON"), "{err}");
+    assert!(
+        err.contains(".mcp.json is not valid JSON (Expected string for object property on line 1 column 3); fix that, then run `pith setup claude-code` again"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".mcp.json")).unwrap(),
+        "{ not json"
+    );
 }
 
 #[test]

@@ -39,7 +39,7 @@ pub struct Args {
 enum Client {
     /// Claude Code: `.mcp.json` in the project.
     ClaudeCode,
-    /// OpenCode: the `mcp` key of `opencode.json` in the project.
+    /// OpenCode: the `mcp` key of `opencode.jsonc` in the project, else of `opencode.json`.
     Opencode,
     /// Codex: `[mcp_servers.pith]` in `$CODEX_HOME/config.toml` (default `~/.codex`).
     Codex,
@@ -91,29 +91,18 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
             ]),
             |existing| existing["command"] == command && existing["args"] == json!(["mcp"]),
         )?,
-        Client::Opencode => {
-            let jsonc = path.with_extension("jsonc");
-            if old.is_none() && jsonc.exists() {
-                bail!(
-                    "{} exists; pith edits only opencode.json. Add this under its \"mcp\" key by \
-                     hand: \"pith\": {{\"type\": \"local\", \"command\": [{}, \"mcp\"]}}",
-                    jsonc.display(),
-                    json!(command)
-                );
-            }
-            plan_json(
-                &path,
-                &rerun,
-                old,
-                "mcp",
-                object([
-                    ("type", "local".into()),
-                    ("command", vec![command.as_str(), "mcp"].into()),
-                    ("enabled", true.into()),
-                ]),
-                |existing| existing["command"] == json!([command, "mcp"]),
-            )?
-        }
+        Client::Opencode => plan_json(
+            &path,
+            &rerun,
+            old,
+            "mcp",
+            object([
+                ("type", "local".into()),
+                ("command", vec![command.as_str(), "mcp"].into()),
+                ("enabled", true.into()),
+            ]),
+            |existing| existing["command"] == json!([command, "mcp"]),
+        )?,
         Client::Codex => plan_toml(&path, &rerun, old, &command)?,
     };
     let (old, new) = match plan {
@@ -153,7 +142,16 @@ fn config_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<PathB
     let project = || super::memory::workspace_from(workspace).map(|ws| ws.root().to_path_buf());
     Ok(match client {
         Client::ClaudeCode => project()?.join(".mcp.json"),
-        Client::Opencode => project()?.join("opencode.json"),
+        Client::Opencode => {
+            // OpenCode reads both and lets opencode.jsonc win, so that is where the entry counts.
+            let root = project()?;
+            let jsonc = root.join("opencode.jsonc");
+            if jsonc.exists() {
+                jsonc
+            } else {
+                root.join("opencode.json")
+            }
+        }
         Client::Codex => {
             let home = match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
                 Some(h) => PathBuf::from(h),

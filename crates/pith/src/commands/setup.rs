@@ -1,13 +1,18 @@
 //! `pith setup <client>`: register `pith mcp` in a coding agent's own MCP config.
 //!
-//! The edit is an insertion into the user's file, never a rewrite: JSON files get the new entry
-//! spliced into their text (formatting, key order and every other entry stay byte for byte),
-//! TOML goes through `toml_edit`, which keeps comments and layout. An existing `pith` entry that
-//! already runs the same command is left as it is; a different one is never overwritten.
+//! The edit is an insertion into the user's file, never a rewrite. JSON and JSONC go through
+//! jsonc-parser's CST, which adds the entry and keeps comments, trailing commas, key order and
+//! every other entry as they were. Only whitespace may move: an object still written on one line
+//! is spread over lines, so the entry can be indented like its neighbours, and the object that
+//! takes the entry loses blank lines just inside its braces. TOML goes through `toml_edit`, which
+//! keeps comments and layout. An existing `pith` entry that already runs the same command is left
+//! as it is; a different one is never overwritten.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
+use jsonc_parser::ParseOptions;
+use jsonc_parser::cst::{CstInputValue, CstObject, CstObjectProp, CstRootNode};
 use serde_json::{Value, json};
 
 use crate::config::Config;
@@ -34,7 +39,7 @@ pub struct Args {
 enum Client {
     /// Claude Code: `.mcp.json` in the project.
     ClaudeCode,
-    /// OpenCode: the `mcp` key of `opencode.json` in the project.
+    /// OpenCode: the `mcp` key of `opencode.jsonc` in the project, else of `opencode.json`.
     Opencode,
     /// Codex: `[mcp_servers.pith]` in `$CODEX_HOME/config.toml` (default `~/.codex`).
     Codex,
@@ -79,28 +84,25 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
             &rerun,
             old,
             "mcpServers",
-            json!({"type": "stdio", "command": command, "args": ["mcp"]}),
+            object([
+                ("type", "stdio".into()),
+                ("command", command.as_str().into()),
+                ("args", vec!["mcp"].into()),
+            ]),
             |existing| existing["command"] == command && existing["args"] == json!(["mcp"]),
         )?,
-        Client::Opencode => {
-            let jsonc = path.with_extension("jsonc");
-            if old.is_none() && jsonc.exists() {
-                bail!(
-                    "{} exists; pith edits only opencode.json. Add this under its \"mcp\" key by \
-                     hand: \"pith\": {{\"type\": \"local\", \"command\": [{}, \"mcp\"]}}",
-                    jsonc.display(),
-                    json!(command)
-                );
-            }
-            plan_json(
-                &path,
-                &rerun,
-                old,
-                "mcp",
-                json!({"type": "local", "command": [command, "mcp"], "enabled": true}),
-                |existing| existing["command"] == json!([command, "mcp"]),
-            )?
-        }
+        Client::Opencode => plan_json(
+            &path,
+            &rerun,
+            old,
+            "mcp",
+            object([
+                ("type", "local".into()),
+                ("command", vec![command.as_str(), "mcp"].into()),
+                ("enabled", true.into()),
+            ]),
+            |existing| existing["command"] == json!([command, "mcp"]),
+        )?,
         Client::Codex => plan_toml(&path, &rerun, old, &command)?,
     };
     let (old, new) = match plan {
@@ -140,7 +142,16 @@ fn config_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<PathB
     let project = || super::memory::workspace_from(workspace).map(|ws| ws.root().to_path_buf());
     Ok(match client {
         Client::ClaudeCode => project()?.join(".mcp.json"),
-        Client::Opencode => project()?.join("opencode.json"),
+        Client::Opencode => {
+            // OpenCode reads both and lets opencode.jsonc win, so that is where the entry counts.
+            let root = project()?;
+            let jsonc = root.join("opencode.jsonc");
+            if jsonc.exists() {
+                jsonc
+            } else {
+                root.join("opencode.json")
+            }
+        }
         Client::Codex => {
             let home = match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
                 Some(h) => PathBuf::from(h),
@@ -171,24 +182,94 @@ fn default_command() -> anyhow::Result<String> {
     })
 }
 
+/// What OpenCode reads (comments, trailing commas) and no more: a file using the JSON5 extras
+/// jsonc-parser also knows would not load in either client, so it is refused as invalid.
+const JSONC: ParseOptions = ParseOptions {
+    allow_comments: true,
+    allow_trailing_commas: true,
+    allow_loose_object_property_names: false,
+    allow_missing_commas: false,
+    allow_single_quoted_strings: false,
+    allow_hexadecimal_numbers: false,
+    allow_unary_plus_numbers: false,
+    allow_bare_decimal_point_numbers: false,
+    allow_non_finite_numbers: false,
+    allow_extended_string_escapes: false,
+};
+
+/// An object whose members stay in the order written (a `serde_json::Map` would sort them).
+fn object<const N: usize>(members: [(&str, CstInputValue); N]) -> CstInputValue {
+    CstInputValue::Object(
+        members
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    )
+}
+
+/// The same value as serde sees it, to compare with what the file holds.
+fn to_value(input: &CstInputValue) -> Value {
+    match input {
+        CstInputValue::Null => Value::Null,
+        CstInputValue::Bool(b) => Value::Bool(*b),
+        // Only pith's own entries get here; a number that does not parse fails the safety check.
+        CstInputValue::Number(n) => serde_json::from_str(n).unwrap_or(Value::Null),
+        CstInputValue::String(s) => Value::String(s.clone()),
+        CstInputValue::Array(items) => Value::Array(items.iter().map(to_value).collect()),
+        CstInputValue::Object(members) => Value::Object(
+            members
+                .iter()
+                .map(|(k, v)| (k.clone(), to_value(v)))
+                .collect(),
+        ),
+    }
+}
+
+/// The member `name` of `object`; the last one if it repeats, as JSON parsers (and so the
+/// clients) take the last.
+fn member(object: &CstObject, name: &str) -> Option<CstObjectProp> {
+    object
+        .properties()
+        .into_iter()
+        .rfind(|p| p.decoded_name().as_deref() == Some(name))
+}
+
+/// Whether every non-blank byte of `old` is still in `new`, in order: the edit may add text and
+/// move whitespace, never drop or change what was written, comments included, which the value
+/// comparison cannot see.
+fn keeps_text(old: &str, new: &str) -> bool {
+    let mut rest = new.bytes().filter(|b| !b.is_ascii_whitespace());
+    old.bytes()
+        .filter(|b| !b.is_ascii_whitespace())
+        .all(|b| rest.any(|n| n == b))
+}
+
 fn plan_json(
     path: &Path,
     rerun: &str,
     old: Option<String>,
     section: &str,
-    entry: Value,
+    entry: CstInputValue,
     same: impl Fn(&Value) -> bool,
 ) -> anyhow::Result<Plan> {
     let file = path.display();
-    let Some(old) = old.filter(|t| !t.trim().is_empty()) else {
-        let new = format!(
-            "{}\n",
-            pretty(&json!({ section: { "pith": entry } }), "", "  ")
-        );
-        return Ok(Plan::Write { old: None, new });
+    // A blank file is as good as none: it gets a fresh one.
+    let old = old.filter(|t| !t.trim().is_empty());
+    let text = old.as_deref().unwrap_or("");
+    let format = if path.extension().is_some_and(|e| e == "jsonc") {
+        "JSONC"
+    } else {
+        "JSON"
     };
-    let parsed: Value =
-        serde_json::from_str(&old).with_context(|| format!("{file} is not valid JSON"))?;
+    let invalid = |e: jsonc_parser::errors::ParseError| {
+        anyhow!("{file} is not valid {format} ({e}); fix that, then run `{rerun}` again")
+    };
+    let root = CstRootNode::parse(text, &JSONC).map_err(invalid)?;
+    // A file of only comments holds no value yet; it gets an object after them.
+    let parsed: Value = match root.value() {
+        Some(_) => jsonc_parser::parse_to_serde_value(text, &JSONC).map_err(invalid)?,
+        None => json!({}),
+    };
     let Some(top) = parsed.as_object() else {
         bail!("{file} is not a JSON object; fix it by hand");
     };
@@ -207,24 +288,31 @@ fn plan_json(
         );
     }
 
-    let bytes = old.as_bytes();
-    let open = skip_ws(bytes, 0);
-    let new = match member_span(bytes, open, section)? {
-        Some(section_open) => insert_member(&old, section_open, "pith", &entry)?,
-        None => insert_member(&old, open, section, &json!({ "pith": entry }))?,
+    let value = to_value(&entry);
+    let Some(top_node) = root.object_value_or_create() else {
+        bail!("{file} is not a JSON object; fix it by hand");
     };
+    // The CST spreads the object it adds to over lines; a one-line root gets the same first, or
+    // the new lines would be indented against a brace on the line above.
+    top_node.ensure_multiline();
+    match member(&top_node, section) {
+        Some(servers) => servers
+            .object_value()
+            .context("internal error: the section is not an object")?
+            .append("pith", entry),
+        None => top_node.append(section, CstInputValue::Object(vec![("pith".into(), entry)])),
+    };
+    let new = root.to_string();
 
-    // The splice must add exactly the entry and change nothing else.
+    // The edit must add exactly the entry and change nothing else.
     let mut expected = parsed;
-    expected[section]["pith"] = entry;
-    let got: Value = serde_json::from_str(&new).context("internal error: edit broke the JSON")?;
-    if got != expected {
+    expected[section]["pith"] = value;
+    let got: Value = jsonc_parser::parse_to_serde_value(&new, &JSONC)
+        .context("internal error: the edit broke the JSON")?;
+    if got != expected || !keeps_text(text, &new) {
         bail!("internal error: the edit of {file} would change other content; nothing written");
     }
-    Ok(Plan::Write {
-        old: Some(old),
-        new,
-    })
+    Ok(Plan::Write { old, new })
 }
 
 fn plan_toml(path: &Path, rerun: &str, old: Option<String>, command: &str) -> anyhow::Result<Plan> {
@@ -312,184 +400,24 @@ fn diff(old: &str, new: &str) -> String {
     out
 }
 
-// A minimal scanner over JSON text that is already known to be valid (serde_json parsed it),
-// so that an entry can be spliced in without re-serializing the user's file.
-
-fn skip_ws(s: &[u8], mut i: usize) -> usize {
-    while s.get(i).is_some_and(u8::is_ascii_whitespace) {
-        i += 1;
-    }
-    i
-}
-
-/// Index just past the string starting at `i` (which holds `"`).
-fn string_end(s: &[u8], mut i: usize) -> anyhow::Result<usize> {
-    i += 1;
-    while let Some(&c) = s.get(i) {
-        match c {
-            b'\\' => i += 2,
-            b'"' => return Ok(i + 1),
-            _ => i += 1,
-        }
-    }
-    bail!("unterminated JSON string")
-}
-
-/// Index just past the value starting at `i`.
-fn value_end(s: &[u8], i: usize) -> anyhow::Result<usize> {
-    match s.get(i) {
-        Some(b'"') => string_end(s, i),
-        Some(b'{' | b'[') => {
-            let mut depth = 0usize;
-            let mut j = i;
-            while let Some(&c) = s.get(j) {
-                match c {
-                    b'"' => {
-                        j = string_end(s, j)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Ok(j + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-            bail!("unterminated JSON container")
-        }
-        Some(_) => {
-            let mut j = i;
-            while s
-                .get(j)
-                .is_some_and(|c| !matches!(c, b',' | b'}' | b']') && !c.is_ascii_whitespace())
-            {
-                j += 1;
-            }
-            Ok(j)
-        }
-        None => bail!("JSON ended where a value was expected"),
-    }
-}
-
-struct Member {
-    key: String,
-    key_start: usize,
-    value_start: usize,
-    value_end: usize,
-}
-
-/// The members of the object opening at `open`, and the index of its closing brace.
-fn members(text: &str, open: usize) -> anyhow::Result<(Vec<Member>, usize)> {
-    let s = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = skip_ws(s, open + 1);
-    if s.get(i) == Some(&b'}') {
-        return Ok((out, i));
-    }
-    loop {
-        let key_start = i;
-        let key_end = string_end(s, i)?;
-        let key: String = serde_json::from_str(&text[key_start..key_end])?;
-        i = skip_ws(s, key_end);
-        anyhow::ensure!(s.get(i) == Some(&b':'), "expected `:` in JSON object");
-        let value_start = skip_ws(s, i + 1);
-        let value_end = value_end(s, value_start)?;
-        out.push(Member {
-            key,
-            key_start,
-            value_start,
-            value_end,
-        });
-        i = skip_ws(s, value_end);
-        match s.get(i) {
-            Some(b',') => i = skip_ws(s, i + 1),
-            Some(b'}') => return Ok((out, i)),
-            _ => bail!("expected `,` or `}}` in JSON object"),
-        }
-    }
-}
-
-/// Where the object-valued member `key` of the object at `open` opens, if present.
-fn member_span(s: &[u8], open: usize, key: &str) -> anyhow::Result<Option<usize>> {
-    let text = std::str::from_utf8(s)?;
-    let (members, _) = members(text, open)?;
-    Ok(members
-        .into_iter()
-        .rfind(|m| m.key == key)
-        .map(|m| m.value_start))
-}
-
-/// The whitespace that starts the line holding byte `i`.
-fn line_indent(text: &str, i: usize) -> &str {
-    let start = text[..i].rfind('\n').map_or(0, |n| n + 1);
-    let line = &text[start..];
-    let end = line
-        .find(|c: char| c != ' ' && c != '\t')
-        .unwrap_or(line.len());
-    &line[..end]
-}
-
-/// Insert `"key": value` as the last member of the object opening at `open`, in the style
-/// the object already uses (its members' indentation, or one line when it is written inline).
-fn insert_member(text: &str, open: usize, key: &str, value: &Value) -> anyhow::Result<String> {
-    let (members, close) = members(text, open)?;
-    let key_json = serde_json::to_string(key)?;
-    let outer = line_indent(text, open);
-    let Some(last) = members.last() else {
-        let inner = format!("{outer}  ");
-        return Ok(format!(
-            "{}\n{inner}{key_json}: {}\n{outer}{}",
-            &text[..=open],
-            pretty(value, &inner, "  "),
-            &text[close..]
-        ));
-    };
-    let first_key = members.first().map_or(last.key_start, |m| m.key_start);
-    let insertion = if text[open..first_key].contains('\n') {
-        let indent = line_indent(text, first_key);
-        let unit = indent
-            .strip_prefix(outer)
-            .filter(|u| !u.is_empty())
-            .unwrap_or("  ");
-        format!(",\n{indent}{key_json}: {}", pretty(value, indent, unit))
-    } else {
-        format!(", {key_json}: {}", serde_json::to_string(value)?)
-    };
-    let at = last.value_end;
-    Ok(format!("{}{insertion}{}", &text[..at], &text[at..]))
-}
-
-/// Pretty JSON indented by `unit` per level, every line after the first prefixed by `indent`.
-fn pretty(value: &Value, indent: &str, unit: &str) -> String {
-    use serde::Serialize;
-    let mut buf = Vec::new();
-    let formatter = serde_json::ser::PrettyFormatter::with_indent(unit.as_bytes());
-    let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);
-    // Serializing a Value into memory cannot fail.
-    let _ = value.serialize(&mut ser);
-    String::from_utf8_lossy(&buf).replace('\n', &format!("\n{indent}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn splice(old: &str, section: &str) -> String {
-        let entry = json!({"command": "pith", "args": ["mcp"]});
-        match plan_json(
-            Path::new("x.json"),
+    fn plan(old: &str, section: &str) -> anyhow::Result<Plan> {
+        let entry = object([("command", "pith".into()), ("args", vec!["mcp"].into())]);
+        plan_json(
+            Path::new("x.jsonc"),
             "pith setup x",
             Some(old.into()),
             section,
             entry,
             |_| false,
         )
-        .unwrap()
-        {
+    }
+
+    fn splice(old: &str, section: &str) -> String {
+        match plan(old, section).unwrap() {
             Plan::Write { new, .. } => new,
             Plan::Registered => panic!("registered"),
         }
@@ -500,24 +428,69 @@ mod tests {
         let old = "{\n    \"zeta\": 1,\n    \"mcpServers\": {\n        \"other\": {\"command\": \"x\"}\n    }\n}\n";
         assert_eq!(
             splice(old, "mcpServers"),
-            "{\n    \"zeta\": 1,\n    \"mcpServers\": {\n        \"other\": {\"command\": \"x\"},\n        \"pith\": {\n            \"args\": [\n                \"mcp\"\n            ],\n            \"command\": \"pith\"\n        }\n    }\n}\n"
+            "{\n    \"zeta\": 1,\n    \"mcpServers\": {\n        \"other\": {\"command\": \"x\"},\n        \"pith\": {\n            \"command\": \"pith\",\n            \"args\": [\"mcp\"]\n        }\n    }\n}\n"
+        );
+        let crlf = "{\r\n  \"mcp\": {\r\n    \"other\": 1\r\n  }\r\n}\r\n";
+        assert_eq!(
+            splice(crlf, "mcp"),
+            "{\r\n  \"mcp\": {\r\n    \"other\": 1,\r\n    \"pith\": {\r\n      \"command\": \"pith\",\r\n      \"args\": [\"mcp\"]\r\n    }\r\n  }\r\n}\r\n"
         );
     }
 
     #[test]
     fn adds_a_missing_section_and_fills_empty_objects() {
+        // One-line objects are spread over lines; their content stays.
         assert_eq!(
             splice("{\"a\": \"}{\\\"\"}", "mcp"),
-            "{\"a\": \"}{\\\"\", \"mcp\": {\"pith\":{\"args\":[\"mcp\"],\"command\":\"pith\"}}}"
+            "{\n  \"a\": \"}{\\\"\",\n  \"mcp\": {\n    \"pith\": {\n      \"command\": \"pith\",\n      \"args\": [\"mcp\"]\n    }\n  }\n}"
         );
         assert_eq!(
-            splice("{}\n", "mcp"),
-            "{\n  \"mcp\": {\n    \"pith\": {\n      \"args\": [\n        \"mcp\"\n      ],\n      \"command\": \"pith\"\n    }\n  }\n}\n"
+            splice("{\"mcp\": {}}\n", "mcp"),
+            "{\n  \"mcp\": {\n    \"pith\": {\n      \"command\": \"pith\",\n      \"args\": [\"mcp\"]\n    }\n  }\n}\n"
         );
         assert_eq!(
             splice("{\n\t\"mcp\": {}\n}", "mcp"),
-            "{\n\t\"mcp\": {\n\t  \"pith\": {\n\t    \"args\": [\n\t      \"mcp\"\n\t    ],\n\t    \"command\": \"pith\"\n\t  }\n\t}\n}"
+            "{\n\t\"mcp\": {\n\t\t\"pith\": {\n\t\t\t\"command\": \"pith\",\n\t\t\t\"args\": [\"mcp\"]\n\t\t}\n\t}\n}"
         );
+    }
+
+    #[test]
+    fn a_blank_file_is_new_and_a_comment_only_file_keeps_its_comment() {
+        let fresh = "{\n  \"mcp\": {\n    \"pith\": {\n      \"command\": \"pith\",\n      \"args\": [\"mcp\"]\n    }\n  }\n}\n";
+        match plan(" \n", "mcp").unwrap() {
+            Plan::Write { old: None, new } => assert_eq!(new, fresh),
+            _ => panic!("a blank file gets a fresh one"),
+        }
+        assert_eq!(
+            splice("// project settings\n", "mcp"),
+            format!("// project settings\n{fresh}")
+        );
+    }
+
+    #[test]
+    fn refuses_what_the_clients_would_not_read() {
+        for bad in ["{ not json", "{'a': 1}", "{a: 1}", "{\"a\": 0x10}", "[1]"] {
+            let err = plan(bad, "mcp")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.starts_with("x.jsonc is not "), "{bad}: {err}");
+        }
+        let err = plan("{\n  \"a\": 1\n  \"b\": 2\n}", "mcp")
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            err,
+            "x.jsonc is not valid JSONC (Expected comma on line 2 column 9); fix that, then run \
+             `pith setup x` again"
+        );
+    }
+
+    #[test]
+    fn keeps_text_sees_a_dropped_comment() {
+        assert!(keeps_text("{ /* c */ }", "{\n  /* c */\n  \"a\": 1\n}"));
+        assert!(!keeps_text("{ /* c */ }", "{\n  \"a\": 1\n}"));
     }
 
     #[test]

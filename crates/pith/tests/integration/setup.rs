@@ -89,7 +89,7 @@ fn setup_keeps_unrelated_json_byte_for_byte() {
     let new = std::fs::read_to_string(dir.join(".mcp.json")).unwrap();
     assert_eq!(
         new,
-        "{\n    \"mcpServers\": {\n        \"github\": { \"command\": \"gh-mcp\", \"env\": {\"TOKEN\": \"é\"} },\n        \"pith\": {\n            \"args\": [\n                \"mcp\"\n            ],\n            \"command\": \"pith\",\n            \"type\": \"stdio\"\n        }\n    },\n    \"zzz\": [1, 2]\n}\n"
+        "{\n    \"mcpServers\": {\n        \"github\": { \"command\": \"gh-mcp\", \"env\": {\"TOKEN\": \"é\"} },\n        \"pith\": {\n            \"type\": \"stdio\",\n            \"command\": \"pith\",\n            \"args\": [\"mcp\"]\n        }\n    },\n    \"zzz\": [1, 2]\n}\n"
     );
 }
 
@@ -113,7 +113,14 @@ fn setup_never_clobbers_a_different_pith_entry() {
 
     std::fs::write(dir.join(".mcp.json"), "{ not json").unwrap();
     let err = fails(dir, codex, &["claude-code", "--command", "pith"]);
-    assert!(err.contains(".mcp.json is not valid JSON"), "{err}");
+    assert!(
+        err.contains(".mcp.json is not valid JSON (Expected string for object property on line 1 column 3); fix that, then run `pith setup claude-code` again"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".mcp.json")).unwrap(),
+        "{ not json"
+    );
 }
 
 #[test]
@@ -163,14 +170,71 @@ fn setup_opencode_adds_a_local_server_beside_existing_ones() {
 }
 
 #[test]
-fn setup_opencode_leaves_jsonc_to_the_user() {
+fn setup_opencode_edits_a_commented_jsonc_keeping_every_comment() {
     let (dir, codex) = project();
-    let jsonc = "{ // comments\n}\n";
-    std::fs::write(dir.path().join("opencode.jsonc"), jsonc).unwrap();
-    let err = fails(dir.path(), codex.path(), &["opencode", "--command", "pith"]);
-    assert!(err.contains("pith edits only opencode.json"), "{err}");
-    assert!(err.contains(r#""command": ["pith", "mcp"]"#), "{err}");
-    assert!(!dir.path().join("opencode.json").exists());
+    let (dir, codex) = (dir.path(), codex.path());
+    let old = "// project settings\n{\n  /* the proxy */\n  \"provider\": {\"anthropic\": {}}, // local\n  \"model\": \"anthropic/claude-sonnet-4-5\",\n}\n";
+    std::fs::write(dir.join("opencode.jsonc"), old).unwrap();
+    let preview = ok(dir, codex, &["opencode", "--command", "pith"]);
+    assert!(
+        preview.contains("opencode.jsonc:\n"),
+        "edits the jsonc:\n{preview}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap(),
+        "// project settings\n{\n  /* the proxy */\n  \"provider\": {\"anthropic\": {}}, // local\n  \"model\": \"anthropic/claude-sonnet-4-5\",\n  \"mcp\": {\n    \"pith\": {\n      \"type\": \"local\",\n      \"command\": [\"pith\", \"mcp\"],\n      \"enabled\": true,\n    },\n  },\n}\n"
+    );
+    assert!(!dir.join("opencode.json").exists());
+}
+
+#[test]
+fn setup_opencode_adds_to_an_existing_section_of_a_commented_jsonc() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    // OpenCode reads both files and lets opencode.jsonc win, so that is the one edited.
+    let json = "{\"mcp\": {}}\n";
+    std::fs::write(dir.join("opencode.json"), json).unwrap();
+    let old = "{\n  \"mcp\": {\n    // search\n    \"other\": {\"type\": \"remote\", \"url\": \"http://127.0.0.1:1/mcp\"} /* keep */\n    // the end\n  }\n}";
+    std::fs::write(dir.join("opencode.jsonc"), old).unwrap();
+    ok(dir, codex, &["opencode", "--command", "pith"]);
+    let new = std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap();
+    assert_eq!(
+        new,
+        "{\n  \"mcp\": {\n    // search\n    \"other\": {\"type\": \"remote\", \"url\": \"http://127.0.0.1:1/mcp\"}, /* keep */\n    \"pith\": {\n      \"type\": \"local\",\n      \"command\": [\"pith\", \"mcp\"],\n      \"enabled\": true\n    }\n    // the end\n  }\n}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("opencode.json")).unwrap(),
+        json
+    );
+    let again = ok(dir, codex, &["opencode", "--command", "pith"]);
+    assert!(again.contains("already registers pith"), "{again}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap(),
+        new
+    );
+}
+
+#[test]
+fn setup_opencode_refuses_an_invalid_jsonc_and_writes_nothing() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let old = "{\n  // an unfinished edit\n  \"mcp\": {\n}\n";
+    std::fs::write(dir.join("opencode.jsonc"), old).unwrap();
+    let err = fails(dir, codex, &["opencode", "--command", "pith"]);
+    assert!(
+        err.contains("opencode.jsonc is not valid JSONC (Unterminated object on line 1 column 1); fix that, then run `pith setup opencode` again"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap(),
+        old
+    );
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".git", "opencode.jsonc"]);
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! With `PITH_EMBED_URL` (an Ollama `/api/embed` endpoint, e.g. `scripts/eval/minilm_embed_server.py`)
 //! and optionally `PITH_EMBED_MODEL`, tools are ranked by pith's embedding client instead of
 //! BM25, the way `[transforms] embeddings_url` makes the proxy rank them.
-#![allow(clippy::print_stdout, reason = "a report printed for a person")]
+#![expect(clippy::print_stdout, reason = "a report printed for a person")]
 
 #[path = "../../pith-transform/tests/defer/sim.rs"]
 mod sim;

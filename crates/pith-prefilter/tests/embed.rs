@@ -60,11 +60,7 @@ fn texts(definitions: &[String]) -> Vec<ToolText<'_>> {
         .collect()
 }
 
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helper: a failure should fail the test"
-)]
+#[expect(clippy::expect_used, reason = "test helper: a failure should fail the test")]
 fn ranker(url: String, cache: &Path) -> OllamaEmbedRanker {
     OllamaEmbedRanker::new(EmbedConfig {
         url,
@@ -75,11 +71,7 @@ fn ranker(url: String, cache: &Path) -> OllamaEmbedRanker {
     .expect("plain http URL")
 }
 
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helper: a failure should fail the test"
-)]
+#[expect(clippy::expect_used, reason = "test helper: a failure should fail the test")]
 fn mock() -> MockOllama {
     let mock = MockOllama::start(&[MODEL], pith_testkit::ollama::ChatReply::reversed(1))
         .expect("mock starts");
@@ -87,11 +79,7 @@ fn mock() -> MockOllama {
     mock
 }
 
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helper: a failure should fail the test"
-)]
+#[expect(clippy::expect_used, reason = "test helper: a failure should fail the test")]
 fn best(scores: &[f64]) -> usize {
     (0..scores.len())
         .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
@@ -354,11 +342,7 @@ fn damaged_cache_files_are_ignored_and_rewritten() {
 }
 
 /// The names of the tools the stage leaves loaded for `body`.
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helper: a failure should fail the test"
-)]
+#[expect(clippy::unwrap_used, reason = "test helper: a failure should fail the test")]
 fn loaded(stage: &DeferStage, body: &str) -> Vec<String> {
     let headers = HeaderMap::new();
     let outcome = stage

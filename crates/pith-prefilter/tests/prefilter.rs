@@ -14,7 +14,7 @@ use pith_testkit::ollama::{ChatReply, MockOllama, closed_port_url};
 /// 9 files x 5 matching lines = 45 matches: above the default threshold (40), within one page.
 const MATCHES: usize = 45;
 
-#[allow(
+#[expect(
     clippy::unwrap_used,
     reason = "test setup: a failure should fail the test"
 )]
@@ -41,13 +41,13 @@ fn config(url: String, model: &str) -> PrefilterConfig {
     }
 }
 
-#[allow(clippy::unwrap_used, reason = "test helper")]
+#[expect(clippy::unwrap_used, reason = "test helper")]
 fn run(root: &Path, config: &PrefilterConfig, req: &SearchRequest) -> SearchReport {
     let ranker = OllamaRanker::from_config(config).unwrap();
     search_workspace(root, req, Some(&ranker), config.threshold).unwrap()
 }
 
-#[allow(clippy::unwrap_used, reason = "test helper")]
+#[expect(clippy::unwrap_used, reason = "test helper")]
 fn unranked(root: &Path) -> SearchReport {
     search_workspace(root, &SearchRequest::new("dispatch"), None, 40).unwrap()
 }

@@ -10,7 +10,7 @@ use pith_search::{
     search_workspace,
 };
 
-#[allow(
+#[expect(
     clippy::unwrap_used,
     reason = "test setup: a failure should fail the test"
 )]
@@ -28,7 +28,7 @@ fn paths(results: &[pith_search::Match]) -> Vec<String> {
 }
 
 /// A small project: sources, an ignored build dir, an ignored log, a hidden dir, a .git dir.
-#[allow(
+#[expect(
     clippy::unwrap_used,
     reason = "test setup: a failure should fail the test"
 )]
@@ -266,7 +266,7 @@ fn binary_files_are_skipped_whole() {
 }
 
 /// 30 files x 4 matching lines = 120 matches, plus non-matching lines.
-#[allow(
+#[expect(
     clippy::unwrap_used,
     reason = "test setup: a failure should fail the test"
 )]

@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo bench -p pith-testkit --bench mock_upstream`
 
-#![allow(
+#![expect(
     clippy::expect_used,
     reason = "a benchmark whose setup fails cannot measure anything; stopping loudly is right"
 )]

@@ -47,7 +47,7 @@ impl Measurement for ThreadCpu {
     }
 }
 
-#[allow(
+#[expect(
     clippy::expect_used,
     reason = "a benchmark without its input must stop loudly, not measure nothing"
 )]

@@ -1,6 +1,10 @@
 //! The skim finds exactly the spans serde finds, reading forwards and from the end: on every
 //! real capture, at every level, and on generated JSON written compactly and pretty.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test harness: a panic is the failure report"
+)]
 
 use std::collections::BTreeMap;
 

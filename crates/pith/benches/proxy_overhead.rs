@@ -6,7 +6,12 @@
 //! PITH_BENCH_LEDGER=0 to run pith without its ledger, PITH_BENCH_MODES=json,sse and
 //! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling).
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `pith-testkit/fixtures/captures`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a bench reports by printing
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a bench stops loudly on a broken setup and reports by printing"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

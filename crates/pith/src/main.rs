@@ -1,6 +1,9 @@
 //! `pith`: the binary. Parses the command line, loads config, wires the library crates
 //! together; the only crate that prints to stdout or exits.
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+#![expect(
+    clippy::print_stdout,
+    reason = "the binary is the one place that prints: command output and protocol"
+)]
 
 mod commands;
 mod config;

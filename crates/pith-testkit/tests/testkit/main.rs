@@ -3,7 +3,7 @@
 
 // clippy.toml allows these inside #[test] functions only; the shared helpers here are test
 // code too, where a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used, reason = "test helpers")]
+#![expect(clippy::unwrap_used, reason = "test helpers")]
 
 mod client;
 mod fixtures;

@@ -1,9 +1,5 @@
 //! Tests of the `defer` stage on real captures, synthetic edge cases and generated tool lists.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test harness: a panic is the failure report"
-)]
+#![expect(clippy::expect_used, reason = "test harness: a panic is the failure report")]
 
 mod cache_model;
 mod captures;

@@ -62,6 +62,10 @@ fn gen_tool() -> impl Strategy<Value = GenTool> {
         })
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "writes a generated client body (test input), not one pith forwards"
+)]
 fn render(tools: &[GenTool], task: &str, wire: Wire, pretty: bool) -> String {
     let tools: Vec<Value> = tools
         .iter()

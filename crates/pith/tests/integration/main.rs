@@ -1,5 +1,9 @@
 //! The one integration-test binary: drives the real `pith` executable.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test harness: a panic is the failure report
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test harness: a panic is the failure report"
+)]
 
 mod cli;
 mod defer;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use pith_brain::{Brain, EvidenceSpec, Kind, NewMemory, Workspace};
+use pith_store::brain::open_workspace_brain;
 use pith_testkit::rng::Rng;
 
 const VERBS: &[&str] = &[
@@ -332,7 +333,7 @@ fn queries(rng: &mut Rng) -> Vec<String> {
 
 fn build(dir: &Path, count: usize) -> Result<Brain, Box<dyn Error>> {
     let ws = make_workspace(dir)?;
-    let mut brain = Brain::open(ws)?;
+    let mut brain = open_workspace_brain(ws)?;
     let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let started = Instant::now();
     for _ in 0..count {

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use pith_store::brain::{Evidence, Freshness, LineRange};
 use sha2::{Digest, Sha256};
 
+use crate::model::{Evidence, Freshness, LineRange};
 use crate::workspace::{PathError, Workspace};
 
 /// Evidence as a caller names it: `path`, `path:12` or `path:12-40` (1-based, inclusive).

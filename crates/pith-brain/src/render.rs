@@ -5,10 +5,11 @@
 
 use std::fmt::Write;
 
-use pith_store::brain::{Evidence, Freshness, Matched, Memory, MemoryRef};
 use serde_json::{Value, json};
 
 use crate::evidence::{EvidenceCheck, EvidenceState, Status, write_range};
+use crate::model::{Evidence, Freshness, Memory, MemoryRef};
+use crate::store::Matched;
 use crate::{Checked, SearchResult, Verification};
 
 /// How the caller names the follow-up actions.
@@ -361,7 +362,7 @@ pub fn date(secs: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pith_store::brain::Kind;
+    use crate::model::Kind;
 
     const HINTS: Hints = Hints {
         get: "get_memory",

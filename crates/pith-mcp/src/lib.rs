@@ -15,6 +15,7 @@ use pith_brain::render::{self, Hints};
 use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, NewMemory, Workspace};
 use pith_prefilter::{OllamaRanker, PrefilterConfig};
 use pith_search::{Ranker, SearchRequest};
+use pith_store::brain::{open_existing_workspace_brain, open_workspace_brain};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
@@ -380,9 +381,9 @@ fn with_brain<T>(
     let mut guard = brain.lock().unwrap_or_else(PoisonError::into_inner);
     if guard.is_none() {
         *guard = if create {
-            Some(Brain::open(ws.clone())?)
+            Some(open_workspace_brain(ws.clone())?)
         } else {
-            Brain::open_existing(ws.clone())?
+            open_existing_workspace_brain(ws.clone())?
         };
     }
     match guard.as_mut() {

@@ -2,7 +2,8 @@
 //!
 //! Every database is opened through [`sqlite::open`], which applies the same rules everywhere:
 //! WAL journal, a busy timeout so several processes can share a file, file mode 0600, and
-//! schema migrations versioned by `PRAGMA user_version`.
+//! schema migrations versioned by `PRAGMA user_version`. The brain's types and its storage
+//! trait belong to `pith-brain`; [`brain`] implements that trait here.
 
 pub mod brain;
 pub mod ledger;

@@ -7,6 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::Context;
 use pith_brain::render::{self, Hints};
 use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory, Workspace};
+use pith_store::brain::open_workspace_brain;
 use serde_json::json;
 
 use crate::config::Config;
@@ -151,7 +152,7 @@ pub fn workspace_from(flag: Option<&Path>) -> anyhow::Result<Workspace> {
 pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
     let ws = workspace_from(args.workspace.as_deref())?;
     let root = ws.root().to_path_buf();
-    let mut brain = Brain::open(ws)?;
+    let mut brain = open_workspace_brain(ws)?;
     match args.command {
         MemoryCommand::Add(a) => add(&mut brain, a),
         MemoryCommand::Search(a) => {

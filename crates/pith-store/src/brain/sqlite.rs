@@ -1,303 +1,18 @@
-//! The project memory's storage: the [`BrainStore`] trait that `pith-brain` talks to, and its
-//! SQLite backend ([`SqliteBrain`]).
-//!
-//! The trait speaks in whole memories and plain search terms so that another backend
-//! (PostgreSQL for a shared team brain) can implement it without knowing SQLite's FTS5 syntax.
-//! Everything that needs the workspace's files (hashing evidence, deciding staleness) lives in
-//! `pith-brain`; the store only keeps what it is given.
+//! The SQLite backend of the brain: one connection to `<workspace>/.pith/brain.db`, FTS5 with
+//! BM25 over title, body, tags and error headline.
 
 use std::path::Path;
 
+use pith_brain::store::{
+    BrainStore, Inserted, ListFilter, Matched, SEARCH_CAP, SearchHit, SearchHits, SearchQuery,
+    StoreError as BackendError,
+};
+use pith_brain::{Evidence, Freshness, Kind, LastCheck, LineRange, Memory, MemoryRef};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use serde::{Deserialize, Serialize};
 
+use super::excerpt::excerpt;
+use super::schema::MIGRATIONS;
 use crate::sqlite::{StoreError, open, open_in_memory};
-
-/// What a memory records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// Something worth knowing about the project.
-    Note,
-    /// A fix for an error (carries the error's headline).
-    Fix,
-    /// An attempt that did not work, so nobody tries it again.
-    Failed,
-    /// A decision and its reason.
-    Decision,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Note, Kind::Fix, Kind::Failed, Kind::Decision];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Note => "note",
-            Kind::Fix => "fix",
-            Kind::Failed => "failed",
-            Kind::Decision => "decision",
-        }
-    }
-
-    /// Parse a kind name as users and agents write it (case-insensitive).
-    pub fn parse(name: &str) -> Option<Kind> {
-        let name = name.trim();
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.as_str().eq_ignore_ascii_case(name))
-    }
-}
-
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Whether a memory's evidence still matches the files it was recorded from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Freshness {
-    /// Every evidence file is unchanged since it was recorded.
-    Fresh,
-    /// An evidence file changed or is gone.
-    Stale,
-    /// Nothing to check against (no evidence with a recorded hash).
-    Unverified,
-}
-
-impl Freshness {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Freshness::Fresh => "fresh",
-            Freshness::Stale => "stale",
-            Freshness::Unverified => "unverified",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Freshness> {
-        [Freshness::Fresh, Freshness::Stale, Freshness::Unverified]
-            .into_iter()
-            .find(|f| f.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for Freshness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Inclusive 1-based line range of an evidence file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LineRange {
-    pub start: u32,
-    pub end: u32,
-}
-
-/// A workspace file a memory depends on, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Evidence {
-    /// Path relative to the workspace root, `/`-separated.
-    pub path: String,
-    /// Only these lines were hashed, when set.
-    pub lines: Option<LineRange>,
-    /// SHA-256 (hex) of the content when recorded.
-    pub hash: Option<String>,
-    /// File size and modification time when last hashed: a cheap "unchanged" test that lets
-    /// reads skip rehashing files nobody touched.
-    pub size: Option<u64>,
-    pub mtime_ns: Option<i64>,
-}
-
-/// The outcome of the last explicit verification.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LastCheck {
-    pub status: Freshness,
-    /// Unix seconds.
-    pub at: i64,
-}
-
-/// One memory as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Memory {
-    pub id: String,
-    pub kind: Kind,
-    pub title: String,
-    pub body: String,
-    pub tags: Vec<String>,
-    /// For a fix: the error headline it fixes.
-    pub headline: Option<String>,
-    pub evidence: Vec<Evidence>,
-    /// Unix seconds.
-    pub created_at: i64,
-    pub updated_at: i64,
-    /// Times a search or get returned this memory to a caller.
-    pub hits: u64,
-    pub last_hit_at: Option<i64>,
-    pub last_check: Option<LastCheck>,
-    /// Set while the memory is in the trash.
-    pub trashed_at: Option<i64>,
-}
-
-/// A memory named without its body (pointers on file reads).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryRef {
-    pub id: String,
-    pub kind: Kind,
-    pub title: String,
-}
-
-/// A full-text search. `terms` are plain words or phrases; each backend turns them into its
-/// own query syntax, so no caller can inject operators.
-#[derive(Debug, Clone)]
-pub struct SearchQuery {
-    pub terms: Vec<String>,
-    pub kind: Option<Kind>,
-    pub limit: usize,
-}
-
-/// One search result, best first.
-#[derive(Debug, Clone)]
-pub struct SearchHit {
-    pub memory: Memory,
-    /// Backend relevance score; lower is better for SQLite's BM25 (only the order matters).
-    pub score: f64,
-    /// A short excerpt of the body around the matched terms.
-    pub snippet: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct SearchHits {
-    /// Memories that matched (the hits are the best `limit` of them). Counting stops at
-    /// [`SEARCH_CAP`]; then `total_capped` is set and `total` is a lower bound.
-    pub total: u64,
-    pub total_capped: bool,
-    /// Whether the hits contain every term, or (when fewer than `limit` memories do) any.
-    pub matched: Matched,
-    /// Set when more memories matched than ranking considers: only the newest this many were
-    /// ranked by relevance.
-    pub ranked_newest: Option<usize>,
-    pub hits: Vec<SearchHit>,
-}
-
-/// How the terms of a search were combined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Matched {
-    /// Every term is in each memory.
-    All,
-    /// Fewer than `limit` memories hold every term, so memories holding any are ranked.
-    Any,
-}
-
-/// How many matches a search counts and ranks at most. Ranking cost grows with the number of
-/// matches, so a query matching much of a large brain ranks its newest matches and says so;
-/// this keeps a search within a few milliseconds at 100,000 memories.
-pub const SEARCH_CAP: usize = 1000;
-
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    pub kind: Option<Kind>,
-    /// List the trash instead of live memories.
-    pub trashed: bool,
-    pub limit: Option<usize>,
-}
-
-/// Whether an insert found its id free.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Inserted {
-    Ok,
-    /// Another memory already has this id; try another.
-    IdTaken,
-}
-
-/// The storage a brain needs. Reads of a single memory include trashed ones (callers decide
-/// what trash means); searches and lists see only live memories unless asked for the trash.
-pub trait BrainStore: Send {
-    /// Store a new memory under `memory.id` unless that id is taken.
-    fn insert(&mut self, memory: &Memory) -> Result<Inserted, StoreError>;
-    fn get(&mut self, id: &str) -> Result<Option<Memory>, StoreError>;
-    fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError>;
-    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError>;
-    /// Live memories with evidence on `path` (workspace-relative), oldest first.
-    fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError>;
-    /// Move each hit counter by one: called only when memories were returned to a caller.
-    fn credit(&mut self, ids: &[&str], at: i64) -> Result<(), StoreError>;
-    /// Trash (`Some(time)`) or restore (`None`). Returns false for an unknown id.
-    fn set_trashed(&mut self, id: &str, trashed_at: Option<i64>) -> Result<bool, StoreError>;
-    /// Replace the evidence list and record a verification. Returns false for an unknown id.
-    fn record_check(
-        &mut self,
-        id: &str,
-        evidence: &[Evidence],
-        check: &LastCheck,
-    ) -> Result<bool, StoreError>;
-    /// Number of live memories.
-    fn count(&mut self) -> Result<u64, StoreError>;
-}
-
-/// Schema history of `brain.db`; append only.
-pub const MIGRATIONS: &[&str] = &[r#"
-CREATE TABLE memories (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    kind TEXT NOT NULL CHECK (kind IN ('note', 'fix', 'failed', 'decision')),
-    title TEXT NOT NULL,
-    body TEXT NOT NULL DEFAULT '',
-    tags TEXT NOT NULL DEFAULT '',
-    headline TEXT,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    hits INTEGER NOT NULL DEFAULT 0,
-    last_hit_at INTEGER,
-    checked_status TEXT,
-    checked_at INTEGER,
-    trashed_at INTEGER
-);
-
-CREATE TABLE evidence (
-    memory_seq INTEGER NOT NULL REFERENCES memories(seq) ON DELETE CASCADE,
-    ord INTEGER NOT NULL,
-    path TEXT NOT NULL,
-    line_start INTEGER,
-    line_end INTEGER,
-    hash TEXT,
-    size INTEGER,
-    mtime_ns INTEGER,
-    PRIMARY KEY (memory_seq, ord)
-);
-CREATE INDEX evidence_by_path ON evidence(path);
-
--- Only live memories are indexed, so searches never have to skip the trash.
-CREATE VIRTUAL TABLE memories_fts USING fts5(
-    title, body, tags, headline, kind,
-    content = 'memories', content_rowid = 'seq',
-    tokenize = 'porter unicode61 remove_diacritics 2'
-);
--- Title weighs most, then the error headline, tags, body; kind is for filtering only.
-INSERT INTO memories_fts(memories_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 2.0, 3.0, 0.0)');
-
-CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories WHEN new.trashed_at IS NULL BEGIN
-    INSERT INTO memories_fts(rowid, title, body, tags, headline, kind)
-    VALUES (new.seq, new.title, new.body, new.tags, new.headline, new.kind);
-END;
-CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories WHEN old.trashed_at IS NULL BEGIN
-    INSERT INTO memories_fts(memories_fts, rowid, title, body, tags, headline, kind)
-    VALUES ('delete', old.seq, old.title, old.body, old.tags, old.headline, old.kind);
-END;
--- Hit counters change on every search: only text and trash changes touch the index.
-CREATE TRIGGER memories_fts_unindex AFTER UPDATE OF title, body, tags, headline, kind, trashed_at
-ON memories WHEN old.trashed_at IS NULL BEGIN
-    INSERT INTO memories_fts(memories_fts, rowid, title, body, tags, headline, kind)
-    VALUES ('delete', old.seq, old.title, old.body, old.tags, old.headline, old.kind);
-END;
-CREATE TRIGGER memories_fts_reindex AFTER UPDATE OF title, body, tags, headline, kind, trashed_at
-ON memories WHEN new.trashed_at IS NULL BEGIN
-    INSERT INTO memories_fts(rowid, title, body, tags, headline, kind)
-    VALUES (new.seq, new.title, new.body, new.tags, new.headline, new.kind);
-END;
-"#];
 
 /// The SQLite backend: one connection to `<workspace>/.pith/brain.db`.
 pub struct SqliteBrain {
@@ -482,46 +197,11 @@ impl SqliteBrain {
     }
 }
 
-/// Up to about 16 words of `body` around the first word containing a query term, on one line.
-fn excerpt(body: &str, terms: &[String]) -> String {
-    const BEFORE: usize = 5;
-    const WORDS: usize = 16;
-    let words: Vec<&str> = body.split_whitespace().collect();
-    let needles: Vec<String> = terms
-        .iter()
-        .map(|t| {
-            t.chars()
-                .filter(|c| c.is_alphanumeric())
-                .flat_map(char::to_lowercase)
-                .collect::<String>()
-        })
-        .filter(|t| !t.is_empty())
-        .collect();
-    let hit = words
-        .iter()
-        .position(|w| {
-            let w = w.to_lowercase();
-            needles.iter().any(|n| w.contains(n.as_str()))
-        })
-        .unwrap_or(0);
-    // Fill the window when the hit is near the end, so short bodies show whole.
-    let start = hit
-        .saturating_sub(BEFORE)
-        .min(words.len().saturating_sub(WORDS));
-    let end = (start + WORDS).min(words.len());
-    let mut out = String::new();
-    if start > 0 {
-        out.push_str("… ");
-    }
-    out.push_str(&words[start..end].join(" "));
-    if end < words.len() {
-        out.push_str(" …");
-    }
-    out
-}
-
-impl BrainStore for SqliteBrain {
-    fn insert(&mut self, memory: &Memory) -> Result<Inserted, StoreError> {
+/// The operations [`BrainStore`] names, with this backend's own error (callers that know the
+/// backend can match on it).
+impl SqliteBrain {
+    /// Store a new memory under `memory.id` unless that id is taken.
+    pub fn insert(&mut self, memory: &Memory) -> Result<Inserted, StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -557,14 +237,16 @@ impl BrainStore for SqliteBrain {
         Ok(Inserted::Ok)
     }
 
-    fn get(&mut self, id: &str) -> Result<Option<Memory>, StoreError> {
+    /// A memory by id, trashed ones included.
+    pub fn get(&mut self, id: &str) -> Result<Option<Memory>, StoreError> {
         match self.seq_of(id)? {
             Some(seq) => self.load(seq),
             None => Ok(None),
         }
     }
 
-    fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError> {
+    /// Full-text search: every term first, any term when too few memories hold them all.
+    pub fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError> {
         let (Some(all), Some(any)) = (fts_match(query, " "), fts_match(query, " OR ")) else {
             return Ok(SearchHits {
                 total: 0,
@@ -606,7 +288,8 @@ impl BrainStore for SqliteBrain {
         })
     }
 
-    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError> {
+    /// Memories newest first (live ones, or the trash).
+    pub fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError> {
         let seqs: Vec<i64> = {
             let mut stmt = self.conn.prepare_cached(
                 "SELECT seq FROM memories
@@ -631,7 +314,8 @@ impl BrainStore for SqliteBrain {
         Ok(out)
     }
 
-    fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError> {
+    /// Live memories with evidence on `path` (workspace-relative), oldest first.
+    pub fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT m.id, m.kind, m.title FROM memories m
              WHERE m.trashed_at IS NULL
@@ -649,7 +333,8 @@ impl BrainStore for SqliteBrain {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn credit(&mut self, ids: &[&str], at: i64) -> Result<(), StoreError> {
+    /// Move each hit counter by one: called only when memories were returned to a caller.
+    pub fn credit(&mut self, ids: &[&str], at: i64) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -668,7 +353,8 @@ impl BrainStore for SqliteBrain {
         Ok(())
     }
 
-    fn set_trashed(&mut self, id: &str, trashed_at: Option<i64>) -> Result<bool, StoreError> {
+    /// Trash (`Some(time)`) or restore (`None`). Returns false for an unknown id.
+    pub fn set_trashed(&mut self, id: &str, trashed_at: Option<i64>) -> Result<bool, StoreError> {
         let n = self.conn.execute(
             "UPDATE memories SET trashed_at = ?2 WHERE id = ?1",
             params![id, trashed_at],
@@ -676,7 +362,8 @@ impl BrainStore for SqliteBrain {
         Ok(n > 0)
     }
 
-    fn record_check(
+    /// Replace the evidence list and record a verification. Returns false for an unknown id.
+    pub fn record_check(
         &mut self,
         id: &str,
         evidence: &[Evidence],
@@ -699,13 +386,58 @@ impl BrainStore for SqliteBrain {
         Ok(true)
     }
 
-    fn count(&mut self) -> Result<u64, StoreError> {
+    /// Number of live memories.
+    pub fn count(&mut self) -> Result<u64, StoreError> {
         let n: i64 = self.conn.query_row(
             "SELECT count(*) FROM memories WHERE trashed_at IS NULL",
             [],
             |r| r.get(0),
         )?;
         Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+/// The brain's view of this backend: the methods above, their errors wrapped.
+impl BrainStore for SqliteBrain {
+    fn insert(&mut self, memory: &Memory) -> Result<Inserted, BackendError> {
+        Ok(SqliteBrain::insert(self, memory)?)
+    }
+
+    fn get(&mut self, id: &str) -> Result<Option<Memory>, BackendError> {
+        Ok(SqliteBrain::get(self, id)?)
+    }
+
+    fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, BackendError> {
+        Ok(SqliteBrain::search(self, query)?)
+    }
+
+    fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, BackendError> {
+        Ok(SqliteBrain::list(self, filter)?)
+    }
+
+    fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, BackendError> {
+        Ok(SqliteBrain::on_path(self, path)?)
+    }
+
+    fn credit(&mut self, ids: &[&str], at: i64) -> Result<(), BackendError> {
+        Ok(SqliteBrain::credit(self, ids, at)?)
+    }
+
+    fn set_trashed(&mut self, id: &str, trashed_at: Option<i64>) -> Result<bool, BackendError> {
+        Ok(SqliteBrain::set_trashed(self, id, trashed_at)?)
+    }
+
+    fn record_check(
+        &mut self,
+        id: &str,
+        evidence: &[Evidence],
+        check: &LastCheck,
+    ) -> Result<bool, BackendError> {
+        Ok(SqliteBrain::record_check(self, id, evidence, check)?)
+    }
+
+    fn count(&mut self) -> Result<u64, BackendError> {
+        Ok(SqliteBrain::count(self)?)
     }
 }
 
@@ -817,23 +549,6 @@ mod tests {
         few.kind = Some(Kind::Fix);
         let found = s.search(&few).unwrap();
         assert_eq!((found.total, found.total_capped), (0, false));
-    }
-
-    #[test]
-    fn excerpts_centre_on_the_first_matching_word() {
-        let body = "one two three four five six seven eight nine ten eleven twelve \
-                    thirteen fourteen fifteen sixteen seventeen Timeouts nineteen twenty";
-        assert_eq!(
-            excerpt(body, &["timeout".into()]),
-            "… five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen \
-             seventeen Timeouts nineteen twenty"
-        );
-        assert_eq!(
-            excerpt(body, &["absent".into()]),
-            "one two three four five six seven eight nine ten eleven twelve thirteen \
-             fourteen fifteen sixteen …"
-        );
-        assert_eq!(excerpt("", &["x".into()]), "");
     }
 
     #[test]

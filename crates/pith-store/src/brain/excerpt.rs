@@ -1,0 +1,61 @@
+//! The snippet a search hit shows: a few words of the body around the first match.
+
+/// Up to about 16 words of `body` around the first word containing a query term, on one line.
+pub(crate) fn excerpt(body: &str, terms: &[String]) -> String {
+    const BEFORE: usize = 5;
+    const WORDS: usize = 16;
+    let words: Vec<&str> = body.split_whitespace().collect();
+    let needles: Vec<String> = terms
+        .iter()
+        .map(|t| {
+            t.chars()
+                .filter(|c| c.is_alphanumeric())
+                .flat_map(char::to_lowercase)
+                .collect::<String>()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    let hit = words
+        .iter()
+        .position(|w| {
+            let w = w.to_lowercase();
+            needles.iter().any(|n| w.contains(n.as_str()))
+        })
+        .unwrap_or(0);
+    // Fill the window when the hit is near the end, so short bodies show whole.
+    let start = hit
+        .saturating_sub(BEFORE)
+        .min(words.len().saturating_sub(WORDS));
+    let end = (start + WORDS).min(words.len());
+    let mut out = String::new();
+    if start > 0 {
+        out.push_str("… ");
+    }
+    out.push_str(&words[start..end].join(" "));
+    if end < words.len() {
+        out.push_str(" …");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_centre_on_the_first_matching_word() {
+        let body = "one two three four five six seven eight nine ten eleven twelve \
+                    thirteen fourteen fifteen sixteen seventeen Timeouts nineteen twenty";
+        assert_eq!(
+            excerpt(body, &["timeout".into()]),
+            "… five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen \
+             seventeen Timeouts nineteen twenty"
+        );
+        assert_eq!(
+            excerpt(body, &["absent".into()]),
+            "one two three four five six seven eight nine ten eleven twelve thirteen \
+             fourteen fifteen sixteen …"
+        );
+        assert_eq!(excerpt("", &["x".into()]), "");
+    }
+}

@@ -141,8 +141,11 @@ impl Shared {
 /// Counters of what the writer did; `dropped` counts records refused by a full queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LedgerStats {
+    /// Rows written to the ledger.
     pub written: u64,
+    /// Records refused because the queue was full (by records or by held bytes).
     pub dropped: u64,
+    /// Write transactions that failed; their rows are lost.
     pub write_errors: u64,
 }
 
@@ -247,6 +250,7 @@ impl LedgerSink {
         }
     }
 
+    /// What the writers have done since start.
     pub fn stats(&self) -> LedgerStats {
         LedgerStats {
             written: self.shared.written.load(Ordering::Relaxed),

@@ -22,17 +22,20 @@ pub enum Rewrite {
 /// Rewrites one streamed answer. `event` is one raw SSE event, the exact bytes through the blank
 /// line that ends it (the last one of a stream may lack that line).
 pub trait EventRewriter: Send {
+    /// What the client receives in place of `event`.
     fn event(&mut self, event: &[u8]) -> Rewrite;
 }
 
 /// What a factory knows when it decides whether an answer needs rewriting.
 #[derive(Debug, Clone, Copy)]
 pub struct ResponseInfo<'a> {
+    /// The wire of the request the answer belongs to.
     pub wire: Wire,
     /// The request path without query, e.g. `/v1/messages`.
     pub path: &'a str,
     /// The session the request belongs to, from its headers, if they named one.
     pub session: Option<&'a str>,
+    /// The status the provider answered with.
     pub status: StatusCode,
 }
 

@@ -21,29 +21,42 @@ use crate::upstream::{self, HttpClient, UpstreamError, UpstreamUrl};
 /// Largest request body accepted (the Messages API's own limit is 32 MB).
 pub const DEFAULT_MAX_BODY: usize = 64 << 20;
 
+/// Why a proxy could not start, or stopped serving.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The OS error.
         source: std::io::Error,
     },
+    /// The upstream HTTP client could not be set up.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// Accepting connections failed with an error that is not transient.
     #[error("accept failed: {0}")]
     Accept(std::io::Error),
 }
 
 /// Everything a proxy needs; the binary builds it from config and flags.
 pub struct ProxyConfig {
+    /// Address to listen on, e.g. `127.0.0.1:8787` (port 0 picks a free one).
     pub listen: SocketAddr,
+    /// Where Anthropic Messages requests go, and pass-through requests carrying Anthropic's
+    /// headers (`anthropic-version`, `x-api-key`).
     pub anthropic: UpstreamUrl,
+    /// Where Chat Completions and Responses requests go, and every other pass-through request.
     pub openai: UpstreamUrl,
     /// Request transforms.
     pub pipeline: Pipeline,
     /// Response transforms: chooses a rewriter for a streamed answer (none by default).
     pub rewrites: Option<Arc<dyn ResponseRewrites>>,
+    /// Where each request's record goes; `None` keeps no ledger.
     pub ledger: Option<LedgerSink>,
+    /// Largest client request body accepted, in bytes (a larger one is answered 413);
+    /// usually [`DEFAULT_MAX_BODY`].
     pub max_body: usize,
 }
 
@@ -67,6 +80,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Bind the listen address and set up the upstream client; [`Proxy::serve`] starts serving.
     pub async fn bind(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         let listener =
             TcpListener::bind(config.listen)
@@ -88,6 +102,7 @@ impl Proxy {
         Ok(Proxy { listener, state })
     }
 
+    /// The address bound (the port chosen, when `listen` asked for port 0).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }

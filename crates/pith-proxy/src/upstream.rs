@@ -12,14 +12,23 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-/// Public endpoints used when nothing else is configured.
+/// Anthropic's public endpoint, used when nothing else is configured.
 pub const ANTHROPIC_DEFAULT: &str = "https://api.anthropic.com";
+/// OpenAI's public endpoint, used when nothing else is configured.
 pub const OPENAI_DEFAULT: &str = "https://api.openai.com";
 
+/// Why an upstream could not be configured.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
+    /// The configured upstream is not a usable origin.
     #[error("upstream {url:?} is not a valid URL: {reason}")]
-    Invalid { url: String, reason: String },
+    Invalid {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The HTTP client's TLS setup (rustls, webpki roots) failed.
     #[error("cannot set up TLS: {0}")]
     Tls(String),
 }
@@ -35,6 +44,8 @@ pub struct UpstreamUrl {
 }
 
 impl UpstreamUrl {
+    /// Parse an origin: `http` or `https`, a host, an optional path prefix; no query string and
+    /// no trailing `/v1` (the client's paths carry it).
     pub fn parse(url: &str) -> Result<UpstreamUrl, UpstreamError> {
         let invalid = |reason: &str| UpstreamError::Invalid {
             url: url.to_owned(),

@@ -1,6 +1,9 @@
 //! The proxy with test stages in its pipeline: failing stages leave the bytes alone and are
 //! counted; a working stage's edit reaches the upstream and is disclosed to the client.
-#![expect(clippy::unwrap_used, reason = "test harness: a panic is the failure report")]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test harness: a panic is the failure report"
+)]
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -130,8 +130,11 @@ pub const DROPPED_ROWS: &str = "dropped_rows";
 /// Who caused a request to end the way it did, when it did not end well.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Party {
+    /// The client: a request pith could not forward, or it went away before the answer ended.
     Client,
+    /// The provider: unreachable, an error status, or a stream that broke off or reported an error.
     Upstream,
+    /// pith itself.
     Pith,
 }
 
@@ -220,9 +223,11 @@ impl std::fmt::Display for Outcome {
 /// One number a transform reported, e.g. `tools = 48` of kind `count`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fact {
+    /// Short stable name, e.g. `tools`.
     pub name: String,
     /// What the number measures (`pith_transform::FactKind::as_str`), e.g. `chars_kept_out`.
     pub kind: String,
+    /// The number, in what `kind` says it measures.
     pub value: u64,
 }
 
@@ -250,35 +255,62 @@ impl TransformResult {
 /// One stage's entry for a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transform {
+    /// The stage's name (`Stage::name`), e.g. `defer`.
     pub stage: String,
+    /// What the stage did.
     pub result: TransformResult,
 }
 
 /// One request as the ledger records it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Row {
+    /// When the request arrived, in milliseconds since the Unix epoch.
     pub ts_ms: i64,
+    /// Short client name from the user-agent, e.g. `claude-code`; `unknown` when it has none.
     pub client: String,
+    /// Session id: from a session header, else `metadata.user_id`, else `h-` and a hash of the
+    /// first user message; `None` when none of them is there.
     pub session: Option<String>,
     /// `anthropic`, `chat`, `responses`; `None` for pass-through paths.
     pub wire: Option<String>,
+    /// The upstream the request went to: `anthropic` or `openai`.
     pub provider: String,
+    /// The model the request asked for, else the one the response named; `None` when neither did.
     pub model: Option<String>,
+    /// HTTP method, e.g. `POST`.
     pub method: String,
+    /// Request path without the query, e.g. `/v1/messages`.
     pub path: String,
     /// HTTP status returned to the client; `None` if it went away first.
     pub status: Option<u16>,
+    /// How the request ended.
     pub outcome: Outcome,
+    /// What went wrong, in words: pith's own fault message, a broken stream, or the error a stream
+    /// reported; `None` otherwise (an upstream error status is in `status`).
     pub error: Option<String>,
+    /// Length of the request body the client sent.
     pub bytes_client: u64,
+    /// Length of the request body sent upstream (differs from `bytes_client` when a stage changed
+    /// it; 0 when the request never got that far).
     pub bytes_upstream: u64,
+    /// Bytes of response body the provider sent, as encoded on the wire; 0 when pith answered.
     pub bytes_response: u64,
+    /// Bytes of the client's body in `tools`.
     pub tools_bytes: u64,
+    /// Bytes of the client's body in the system prompt (Anthropic `system`, Responses
+    /// `instructions`).
     pub system_bytes: u64,
+    /// Bytes of the client's body in the history (`messages`, Responses `input`).
     pub messages_bytes: u64,
+    /// Every other byte of the client's body (all of it on pass-through paths).
     pub other_bytes: u64,
+    /// Billed tokens the response reported; `None` when it reported none or was not read (an
+    /// error status, `count_tokens`, a pass-through path, a body too large to keep).
     pub usage: Option<RowUsage>,
+    /// Milliseconds from arrival to the provider's first body chunk; `None` if none came.
     pub ttfb_ms: Option<f64>,
+    /// Milliseconds from arrival until the exchange ended (last byte out, a failure, or the client
+    /// going away).
     pub total_ms: f64,
     /// What each stage of the pipeline did, in pipeline order.
     pub transforms: Vec<Transform>,
@@ -297,48 +329,68 @@ impl Row {
 /// Disjoint token counters (see `pith_wire::usage::Usage`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RowUsage {
+    /// Uncached prompt tokens.
     pub input: u64,
+    /// Output tokens.
     pub output: u64,
+    /// Prompt tokens written to the cache.
     pub cache_write: u64,
+    /// Prompt tokens read from the cache.
     pub cache_read: u64,
 }
 
 /// Which rows a summary covers.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
+    /// Only rows that arrived at or after this time (ms since the Unix epoch); `None` for all.
     pub since_ms: Option<i64>,
+    /// Only the rows of this session; `None` for every session.
     pub session: Option<String>,
 }
 
 /// Totals of the rows sharing one (session, model) pair.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Group {
+    /// The session; `None` for rows without one.
     pub session: Option<String>,
+    /// The client of the group's rows (the first by name, should they differ).
     pub client: String,
+    /// The model; `None` for rows without one.
     pub model: Option<String>,
+    /// Rows in the group.
     pub requests: u64,
     /// Requests whose response carried usage.
     pub with_usage: u64,
+    /// Uncached prompt tokens, summed.
     pub input: u64,
+    /// Output tokens, summed.
     pub output: u64,
+    /// Prompt tokens written to the cache, summed.
     pub cache_write: u64,
+    /// Prompt tokens read from the cache, summed.
     pub cache_read: u64,
     /// Requests that did not end `ok` or `local`.
     pub errors: u64,
+    /// Requests pith answered itself (outcome `local`).
     pub local: u64,
     /// Requests some stage changed.
     pub transformed: u64,
+    /// Stage failures, summed (one request may count several).
     pub transform_failures: u64,
+    /// Arrival of the group's first request, ms since the Unix epoch.
     pub first_ms: i64,
+    /// Arrival of the group's last request, ms since the Unix epoch.
     pub last_ms: i64,
 }
 
 /// What one stage did over the rows a filter covers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageTotals {
+    /// The stage's name.
     pub stage: String,
     /// Requests it changed.
     pub applied: u64,
+    /// Requests on which it failed.
     pub failed: u64,
     /// Requests it left unchanged, by reason, reasons sorted.
     pub unchanged: Vec<(String, u64)>,
@@ -364,12 +416,14 @@ const FILTERED: &str =
     "(?1 IS NULL OR requests.ts_ms >= ?1) AND (?2 IS NULL OR requests.session = ?2)";
 
 impl Ledger {
+    /// Open the ledger at `path`, creating it and bringing it to the newest schema as needed.
     pub fn open(path: &Path) -> Result<Ledger, StoreError> {
         Ok(Ledger {
             conn: sqlite::open(path, MIGRATIONS)?,
         })
     }
 
+    /// A new, empty ledger that lives in memory only (tests).
     pub fn open_in_memory() -> Result<Ledger, StoreError> {
         Ok(Ledger {
             conn: sqlite::open_in_memory(MIGRATIONS)?,
@@ -465,6 +519,7 @@ impl Ledger {
         Ok(())
     }
 
+    /// The named counter's value; 0 if nothing was ever added to it.
     pub fn counter(&self, name: &str) -> Result<u64, StoreError> {
         let v: Option<i64> = self
             .conn

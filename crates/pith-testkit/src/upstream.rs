@@ -34,9 +34,11 @@ use crate::stream_flags::stream_flags;
 /// One request exactly as the mock received it.
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    /// HTTP method, e.g. `POST`.
     pub method: String,
     /// Path plus `?query` as sent on the request line (e.g. `/v1/messages?beta=true`).
     pub path_and_query: String,
+    /// The headers, as received.
     pub headers: HeaderMap,
     /// The complete request body, byte for byte.
     pub body: Bytes,
@@ -66,15 +68,21 @@ impl Recorded {
 pub enum Reply {
     /// A complete body with `content-type: application/json` (unless `headers` sets one).
     Json {
+        /// HTTP status; an invalid one makes the mock answer 500 saying so.
         status: u16,
+        /// Extra response headers, in order; a name given here replaces the mock's default.
         headers: Vec<(String, String)>,
+        /// The whole body.
         body: Bytes,
     },
     /// Sent with content-type `text/event-stream; charset=utf-8` (unless `headers` sets one) and
     /// chunked transfer encoding; each chunk is written and flushed separately after its delay.
     Stream {
+        /// HTTP status; an invalid one makes the mock answer 500 saying so.
         status: u16,
+        /// Extra response headers, in order; a name given here replaces the mock's default.
         headers: Vec<(String, String)>,
+        /// The body, in the chunks it is written in.
         chunks: Vec<Chunk>,
     },
 }
@@ -123,7 +131,9 @@ impl Reply {
 /// One piece of a streamed reply: wait `delay`, then write and flush `bytes`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chunk {
+    /// How long to wait after the previous chunk (the response head, for the first).
     pub delay: Duration,
+    /// The bytes to write.
     pub bytes: Bytes,
 }
 
@@ -439,6 +449,7 @@ impl MockUpstream {
         format!("http://{}", self.addr)
     }
 
+    /// The address it listens on (127.0.0.1 and its port).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

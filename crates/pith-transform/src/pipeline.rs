@@ -10,7 +10,9 @@ use crate::stage::{Fact, HeaderEdit, Outcome, Request, Stage};
 /// A stage that changed the request, with its facts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
+    /// The stage's name.
     pub stage: &'static str,
+    /// Its facts, in header order.
     pub facts: Vec<Fact>,
 }
 
@@ -39,7 +41,9 @@ pub enum StageResult {
 /// One stage's entry in a [`PipelineResult`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageReport {
+    /// The stage's name ([`Stage::name`]).
     pub stage: &'static str,
+    /// What it did.
     pub result: StageResult,
 }
 
@@ -48,6 +52,7 @@ pub struct StageReport {
 pub struct PipelineResult {
     /// The rewritten body, or `None` when no stage changed it (forward the original bytes).
     pub body: Option<Vec<u8>>,
+    /// Header edits of the stages that changed the request, in pipeline order.
     pub header_edits: Vec<HeaderEdit>,
     /// Every stage that ran, in pipeline order.
     pub reports: Vec<StageReport>,
@@ -100,10 +105,12 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// A pipeline without stages: every request passes unchanged.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Add `stage` to run after the stages already added.
     pub fn with_stage(mut self, stage: Box<dyn Stage>) -> Self {
         self.stages.push(stage);
         self
@@ -116,14 +123,17 @@ impl Pipeline {
         self
     }
 
+    /// Whether [`Pipeline::blocking`] was declared.
     pub fn may_block(&self) -> bool {
         self.may_block
     }
 
+    /// Whether it has no stages (then there is nothing to run).
     pub fn is_empty(&self) -> bool {
         self.stages.is_empty()
     }
 
+    /// The stages' names, in the order they run.
     pub fn stage_names(&self) -> Vec<&'static str> {
         self.stages.iter().map(|s| s.name()).collect()
     }

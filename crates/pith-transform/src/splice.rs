@@ -9,16 +9,28 @@ use crate::stage::Splice;
 /// Why a set of splices could not be applied.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpliceError {
+    /// A range that ends before it starts, or past the end of the body.
     #[error("splice {start}..{end} is outside the {len}-byte body")]
     OutOfBounds {
+        /// The range's start.
         start: usize,
+        /// The range's end.
         end: usize,
+        /// The body's length.
         len: usize,
     },
+    /// A splice starts inside the range of the one before it.
     #[error("splices overlap at byte {at}")]
-    Overlap { at: usize },
+    Overlap {
+        /// Where the later splice starts.
+        at: usize,
+    },
+    /// A range boundary falls inside a UTF-8 character (checked when the body is UTF-8).
     #[error("splice boundary {at} is not on a UTF-8 character boundary")]
-    NotCharBoundary { at: usize },
+    NotCharBoundary {
+        /// The boundary, as a byte offset.
+        at: usize,
+    },
 }
 
 /// Byte range of `raw` inside `body`, when `raw` was borrowed from `body` by serde_json

@@ -9,17 +9,22 @@ use pith_wire::Wire;
 /// previous stage's splices); stages must not assume it is valid JSON.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
+    /// The wire the request speaks.
     pub wire: Wire,
     /// Path without the query string, e.g. `/v1/messages`.
     pub path: &'a str,
+    /// The client's headers as it sent them (earlier stages' header edits are not applied).
     pub headers: &'a HeaderMap,
+    /// The body's bytes, as the client or the previous stage left them; maybe not valid JSON.
     pub body: &'a [u8],
 }
 
 /// Replace `range` of the body with `replacement` (an empty range inserts).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Splice {
+    /// Byte range of the body to replace.
     pub range: Range<usize>,
+    /// The text that takes its place.
     pub replacement: String,
 }
 
@@ -28,7 +33,12 @@ pub struct Splice {
 pub enum HeaderEdit {
     /// Add `value` to the comma-separated list header `name` (e.g. `anthropic-beta`), creating
     /// it if absent. Never replaces what the client sent and never adds a value twice.
-    AppendListValue { name: HeaderName, value: String },
+    AppendListValue {
+        /// The header to append to.
+        name: HeaderName,
+        /// The entry to append.
+        value: String,
+    },
 }
 
 impl HeaderEdit {
@@ -116,7 +126,9 @@ pub fn estimated_tokens(chars: usize) -> usize {
 pub struct Fact {
     /// Short stable name, shown as `name=value` in the `pith-transforms` header.
     pub name: &'static str,
+    /// The number, in what `kind` says it measures.
     pub value: u64,
+    /// What the number measures.
     pub kind: FactKind,
 }
 
@@ -143,7 +155,9 @@ impl Fact {
 /// A stage's change to one request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Edit {
+    /// Splices into the body as the stage received it; none leaves the body as it is.
     pub splices: Vec<Splice>,
+    /// Changes to the request headers.
     pub headers: Vec<HeaderEdit>,
     /// What the edit did, for the `pith-transforms` header and the ledger, in header order.
     pub facts: Vec<Fact>,
@@ -154,6 +168,7 @@ pub struct Edit {
 pub enum Outcome {
     /// Leave the request as it is; the reason is recorded (e.g. `"already_deferring"`).
     Unchanged(&'static str),
+    /// Change the request by this edit.
     Edited(Edit),
 }
 
@@ -179,6 +194,8 @@ impl From<crate::SpliceError> for StageError {
 pub trait Stage: Send + Sync {
     /// Short stable name used in `pith-transforms` and the ledger, e.g. `defer`.
     fn name(&self) -> &'static str;
+    /// Decide for `request`: leave it unchanged (with a reason) or edit it. An error drops the
+    /// stage for this request only; the request goes on without its edit.
     fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError>;
 }
 

@@ -6,11 +6,15 @@ use std::io::Read;
 /// Why a body could not be decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// A coding pith does not decode; the coding, lowercased.
     #[error("unsupported content-encoding {0:?}")]
     Unsupported(String),
+    /// The bytes do not decode as the coding says.
     #[error("corrupt {encoding} body: {source}")]
     Corrupt {
+        /// The coding that failed, lowercased.
         encoding: String,
+        /// The decoder's error.
         source: std::io::Error,
     },
 }

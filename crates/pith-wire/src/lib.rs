@@ -60,11 +60,14 @@ impl fmt::Display for Wire {
 /// Who a request belongs to upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Provider {
+    /// Anthropic: the Messages API.
     Anthropic,
+    /// OpenAI: Chat Completions and Responses.
     OpenAi,
 }
 
 impl Provider {
+    /// Stable name used in the ledger and in error messages: `anthropic` or `openai`.
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Anthropic => "anthropic",

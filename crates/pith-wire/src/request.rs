@@ -12,15 +12,22 @@ use crate::{Wire, skim};
 /// `messages` (which is `messages` or Responses `input`). Everything else is `other`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Anatomy {
+    /// Bytes of the `tools` value.
     pub tools: u64,
+    /// Bytes of the system prompt (`system` or `instructions`).
     pub system: u64,
+    /// Bytes of the history (`messages` or `input`).
     pub messages: u64,
+    /// Every other byte: other members, keys, punctuation and whitespace.
     pub other: u64,
 }
 
+/// What the ledger learns from a request body (see [`request_facts`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestFacts {
+    /// The top-level `model`, when it is a string.
     pub model: Option<String>,
+    /// Bytes of the body by role.
     pub anatomy: Anatomy,
     /// `metadata.user_id`'s `session_id` (Claude Code), when present.
     pub metadata_session: Option<String>,

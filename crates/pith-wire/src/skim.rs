@@ -15,7 +15,9 @@ use std::ops::Range;
 /// written) and the span of its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
+    /// The key's bytes, without its quotes.
     pub key: Range<usize>,
+    /// The value's span, surrounding whitespace excluded.
     pub value: Range<usize>,
 }
 

@@ -4,7 +4,9 @@
 /// One SSE event: the `event:` name (empty when absent) and its `data:` lines joined by `\n`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Event {
+    /// The `event:` field; empty when the event has none.
     pub event: String,
+    /// The `data:` lines, joined by `\n`.
     pub data: String,
 }
 
@@ -20,6 +22,7 @@ pub struct SseDecoder {
 }
 
 impl SseDecoder {
+    /// A decoder at the start of a stream.
     pub fn new() -> Self {
         Self::default()
     }
@@ -125,6 +128,7 @@ pub struct EventSplitter {
 }
 
 impl EventSplitter {
+    /// A splitter for a new stream (unlike `Default`, it starts at the start of a line).
     pub fn new() -> Self {
         EventSplitter {
             at_line_start: true,

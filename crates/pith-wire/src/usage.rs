@@ -15,8 +15,11 @@ use crate::sse::{Event, SseDecoder};
 pub struct Usage {
     /// Uncached prompt tokens.
     pub input: u64,
+    /// Output tokens.
     pub output: u64,
+    /// Prompt tokens written to the cache.
     pub cache_write: u64,
+    /// Prompt tokens read from the cache.
     pub cache_read: u64,
 }
 
@@ -35,6 +38,7 @@ impl Usage {
 /// What pith learns from a response body.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResponseFacts {
+    /// The response's usage; `None` when no usage object was found.
     pub usage: Option<Usage>,
     /// The model that answered, when the response names it.
     pub model: Option<String>,
@@ -183,6 +187,7 @@ pub struct StreamFacts {
 }
 
 impl StreamFacts {
+    /// An accumulator for a streamed response on `wire`, with nothing seen yet.
     pub fn new(wire: Wire) -> Self {
         Self {
             wire,
@@ -191,12 +196,15 @@ impl StreamFacts {
         }
     }
 
+    /// Take the next chunk of the stream (chunks may split anywhere).
     pub fn feed(&mut self, chunk: &[u8]) {
         let wire = self.wire;
         let facts = &mut self.facts;
         self.decoder.feed(chunk, |e| on_event(wire, facts, &e));
     }
 
+    /// End of stream: the facts of every event, the last one included even without its
+    /// closing blank line.
     pub fn finish(mut self) -> ResponseFacts {
         if let Some(e) = self.decoder.finish() {
             on_event(self.wire, &mut self.facts, &e);

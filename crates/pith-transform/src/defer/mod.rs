@@ -41,7 +41,9 @@ pub mod reason {
     pub const NOT_APPLICABLE: &str = "not_applicable";
     /// The body (or a part the stage must read) is not the JSON shape it expects.
     pub const UNPARSEABLE: &str = "unparseable";
+    /// The request has no tools (`tools` absent, `null` or empty).
     pub const NO_TOOLS: &str = "no_tools";
+    /// The request has one tool: too few to defer any.
     pub const SINGLE_TOOL: &str = "single_tool";
     /// A tool carries `defer_loading` or a tool search tool is present.
     pub const ALREADY_DEFERRING: &str = "already_deferring";
@@ -131,6 +133,7 @@ pub struct DeferStage {
 }
 
 impl DeferStage {
+    /// The stage with `options`, ranking by BM25.
     pub fn new(options: DeferOptions) -> Self {
         Self {
             options,
@@ -144,6 +147,7 @@ impl DeferStage {
         self
     }
 
+    /// The options it runs with.
     pub fn options(&self) -> &DeferOptions {
         &self.options
     }

@@ -3,7 +3,9 @@
 /// One tool as a ranker sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct ToolText<'a> {
+    /// The tool's name (empty when it has none).
     pub name: &'a str,
+    /// Its description (empty when it has none).
     pub description: &'a str,
     /// The names and descriptions of its arguments, one per line (from its JSON Schema).
     pub arguments: &'a str,

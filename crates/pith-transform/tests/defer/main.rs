@@ -1,5 +1,8 @@
 //! Tests of the `defer` stage on real captures, synthetic edge cases and generated tool lists.
-#![expect(clippy::expect_used, reason = "test harness: a panic is the failure report")]
+#![expect(
+    clippy::expect_used,
+    reason = "test harness: a panic is the failure report"
+)]
 
 mod cache_model;
 mod captures;

@@ -17,8 +17,10 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in declaration order.
     pub const ALL: [Kind; 4] = [Kind::Note, Kind::Fix, Kind::Failed, Kind::Decision];
 
+    /// The lowercase name, as stored, shown and serialized.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Note => "note",
@@ -56,6 +58,7 @@ pub enum Freshness {
 }
 
 impl Freshness {
+    /// The lowercase name, as stored, shown and serialized.
     pub fn as_str(self) -> &'static str {
         match self {
             Freshness::Fresh => "fresh",
@@ -81,7 +84,9 @@ impl std::fmt::Display for Freshness {
 /// Inclusive 1-based line range of an evidence file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LineRange {
+    /// First line, counted from 1.
     pub start: u32,
+    /// Last line, included; never before `start`.
     pub end: u32,
 }
 
@@ -97,12 +102,15 @@ pub struct Evidence {
     /// File size and modification time when last hashed: a cheap "unchanged" test that lets
     /// reads skip rehashing files nobody touched.
     pub size: Option<u64>,
+    /// Modification time in nanoseconds since the Unix epoch; `None` where the file system
+    /// gives none.
     pub mtime_ns: Option<i64>,
 }
 
 /// The outcome of the last explicit verification.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LastCheck {
+    /// What the verification found.
     pub status: Freshness,
     /// Unix seconds.
     pub at: i64,
@@ -111,29 +119,42 @@ pub struct LastCheck {
 /// One memory as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Memory {
+    /// Short id such as `m-7f3a`, unique within the brain.
     pub id: String,
+    /// What the memory records.
     pub kind: Kind,
+    /// One line that names the memory in lists and pointers.
     pub title: String,
+    /// The full text; may be empty.
     pub body: String,
+    /// Lowercase tags without `#`, each once, in the order given.
     pub tags: Vec<String>,
     /// For a fix: the error headline it fixes.
     pub headline: Option<String>,
+    /// The files the memory depends on, each once, in the order given.
     pub evidence: Vec<Evidence>,
     /// Unix seconds.
     pub created_at: i64,
+    /// Unix seconds of the last change to the memory itself (hits and verifications leave it
+    /// alone).
     pub updated_at: i64,
     /// Times a search or get returned this memory to a caller.
     pub hits: u64,
+    /// Unix seconds of the latest hit; `None` if it was never returned.
     pub last_hit_at: Option<i64>,
+    /// The last explicit verification; `None` if it was never verified.
     pub last_check: Option<LastCheck>,
-    /// Set while the memory is in the trash.
+    /// Set while the memory is in the trash: when it was trashed, in Unix seconds.
     pub trashed_at: Option<i64>,
 }
 
 /// A memory named without its body (pointers on file reads).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryRef {
+    /// The memory's id.
     pub id: String,
+    /// What the memory records.
     pub kind: Kind,
+    /// The memory's title.
     pub title: String,
 }

@@ -60,7 +60,10 @@ fn texts(definitions: &[String]) -> Vec<ToolText<'_>> {
         .collect()
 }
 
-#[expect(clippy::expect_used, reason = "test helper: a failure should fail the test")]
+#[expect(
+    clippy::expect_used,
+    reason = "test helper: a failure should fail the test"
+)]
 fn ranker(url: String, cache: &Path) -> OllamaEmbedRanker {
     OllamaEmbedRanker::new(EmbedConfig {
         url,
@@ -71,7 +74,10 @@ fn ranker(url: String, cache: &Path) -> OllamaEmbedRanker {
     .expect("plain http URL")
 }
 
-#[expect(clippy::expect_used, reason = "test helper: a failure should fail the test")]
+#[expect(
+    clippy::expect_used,
+    reason = "test helper: a failure should fail the test"
+)]
 fn mock() -> MockOllama {
     let mock = MockOllama::start(&[MODEL], pith_testkit::ollama::ChatReply::reversed(1))
         .expect("mock starts");
@@ -79,7 +85,10 @@ fn mock() -> MockOllama {
     mock
 }
 
-#[expect(clippy::expect_used, reason = "test helper: a failure should fail the test")]
+#[expect(
+    clippy::expect_used,
+    reason = "test helper: a failure should fail the test"
+)]
 fn best(scores: &[f64]) -> usize {
     (0..scores.len())
         .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
@@ -342,7 +351,10 @@ fn damaged_cache_files_are_ignored_and_rewritten() {
 }
 
 /// The names of the tools the stage leaves loaded for `body`.
-#[expect(clippy::unwrap_used, reason = "test helper: a failure should fail the test")]
+#[expect(
+    clippy::unwrap_used,
+    reason = "test helper: a failure should fail the test"
+)]
 fn loaded(stage: &DeferStage, body: &str) -> Vec<String> {
     let headers = HeaderMap::new();
     let outcome = stage

@@ -10,7 +10,9 @@ use crate::workspace::{PathError, Workspace};
 /// Evidence as a caller names it: `path`, `path:12` or `path:12-40` (1-based, inclusive).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvidenceSpec {
+    /// The path as given, not yet resolved against the workspace.
     pub path: String,
+    /// Only these lines; `None` for the whole file.
     pub lines: Option<LineRange>,
 }
 
@@ -69,20 +71,33 @@ pub(crate) fn write_range(f: &mut impl std::fmt::Write, l: LineRange) -> std::fm
 /// Why a piece of evidence cannot be recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum EvidenceError {
+    /// The path is empty, leads outside the workspace or does not exist.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// The path names a directory or another non-file.
     #[error("{path} is not a regular file")]
-    NotAFile { path: String },
+    NotAFile {
+        /// Workspace-relative path.
+        path: String,
+    },
+    /// The line range starts after the file's last line.
     #[error("{path} has {lines} lines; the range {start}-{end} is past its end")]
     PastEnd {
+        /// Workspace-relative path.
         path: String,
+        /// Lines the file has.
         lines: usize,
+        /// First line asked for.
         start: u32,
+        /// Last line asked for.
         end: u32,
     },
+    /// The file's metadata or content could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// Workspace-relative path.
         path: String,
+        /// The I/O error.
         source: std::io::Error,
     },
 }
@@ -191,7 +206,10 @@ pub enum EvidenceState {
     /// No hash was recorded, so nothing to compare.
     Unrecorded,
     /// The path can no longer be checked (now a directory, unreadable, or leads outside).
-    Unreadable { reason: String },
+    Unreadable {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 impl EvidenceState {
@@ -206,7 +224,9 @@ impl EvidenceState {
 /// One evidence file checked against the workspace.
 #[derive(Debug, Clone)]
 pub struct EvidenceCheck {
+    /// The evidence as the memory holds it.
     pub recorded: Evidence,
+    /// How the file compares with it now.
     pub state: EvidenceState,
     /// The file's fingerprint now, when it could be taken (used to refresh the record).
     current: Option<Evidence>,
@@ -215,7 +235,9 @@ pub struct EvidenceCheck {
 /// A memory's derived status and what it was derived from.
 #[derive(Debug, Clone)]
 pub struct Status {
+    /// Stale if any evidence is a problem, else fresh if any is unchanged, else unverified.
     pub freshness: Freshness,
+    /// One check per evidence file, in the memory's order.
     pub evidence: Vec<EvidenceCheck>,
 }
 

@@ -144,17 +144,17 @@ pub struct Memory {
     pub last_hit_at: Option<i64>,
     /// The last explicit verification; `None` if it was never verified.
     pub last_check: Option<LastCheck>,
-    /// Set while the memory is in the trash: when it was trashed, in Unix seconds.
+    /// Set while the memory is in the trash.
     pub trashed_at: Option<i64>,
 }
 
 /// A memory named without its body (pointers on file reads).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryRef {
-    /// The memory's id.
+    /// The id to fetch the whole memory by.
     pub id: String,
     /// What the memory records.
     pub kind: Kind,
-    /// The memory's title.
+    /// The title, which stands in for the body.
     pub title: String,
 }

@@ -17,6 +17,7 @@ use crate::model::{Evidence, Kind, LastCheck, Memory, MemoryRef};
 pub struct StoreError(Box<dyn std::error::Error + Send + Sync + 'static>);
 
 impl StoreError {
+    /// Wrap a backend's own error.
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
         StoreError(Box::new(error))
     }
@@ -26,14 +27,18 @@ impl StoreError {
 /// own query syntax, so no caller can inject operators.
 #[derive(Debug, Clone)]
 pub struct SearchQuery {
+    /// The words or phrases to look for; with none, nothing matches.
     pub terms: Vec<String>,
+    /// Only memories of this kind; `None` for every kind.
     pub kind: Option<Kind>,
+    /// Most hits to return.
     pub limit: usize,
 }
 
 /// One search result, best first.
 #[derive(Debug, Clone)]
 pub struct SearchHit {
+    /// The memory that matched, as stored (before this search credits it).
     pub memory: Memory,
     /// Backend relevance score; lower is better for SQLite's BM25 (only the order matters).
     pub score: f64,
@@ -41,17 +46,20 @@ pub struct SearchHit {
     pub snippet: String,
 }
 
+/// What a search found: the best hits and how many memories matched in all.
 #[derive(Debug, Clone)]
 pub struct SearchHits {
     /// Memories that matched (the hits are the best `limit` of them). Counting stops at
     /// [`SEARCH_CAP`]; then `total_capped` is set and `total` is a lower bound.
     pub total: u64,
+    /// Counting stopped at [`SEARCH_CAP`], so `total` is a lower bound.
     pub total_capped: bool,
     /// Whether the hits contain every term, or (when fewer than `limit` memories do) any.
     pub matched: Matched,
     /// Set when more memories matched than ranking considers: only the newest this many were
     /// ranked by relevance.
     pub ranked_newest: Option<usize>,
+    /// At most `limit` hits, best first.
     pub hits: Vec<SearchHit>,
 }
 
@@ -70,17 +78,21 @@ pub enum Matched {
 /// this keeps a search within a few milliseconds at 100,000 memories.
 pub const SEARCH_CAP: usize = 1000;
 
+/// Which memories a list returns (newest first).
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
+    /// Only memories of this kind; `None` for every kind.
     pub kind: Option<Kind>,
     /// List the trash instead of live memories.
     pub trashed: bool,
+    /// Most memories to return; `None` for all.
     pub limit: Option<usize>,
 }
 
 /// Whether an insert found its id free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inserted {
+    /// The memory is stored under its id.
     Ok,
     /// Another memory already has this id; try another.
     IdTaken,
@@ -91,8 +103,12 @@ pub enum Inserted {
 pub trait BrainStore: Send {
     /// Store a new memory under `memory.id` unless that id is taken.
     fn insert(&mut self, memory: &Memory) -> Result<Inserted, StoreError>;
+    /// The memory with this id, trashed or not; `None` for an unknown id.
     fn get(&mut self, id: &str) -> Result<Option<Memory>, StoreError>;
+    /// Live memories matching `query`, best first. Credits nothing: the brain calls
+    /// [`BrainStore::credit`] for the hits it returns.
     fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError>;
+    /// Memories newest first, live or (with `filter.trashed`) the trash.
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError>;
     /// Live memories with evidence on `path` (workspace-relative), oldest first.
     fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError>;

@@ -12,6 +12,8 @@ pub const MAX_LINE_CHARS: usize = 2000;
 pub struct FileRead {
     /// Workspace-relative path, the key memories' evidence is stored under.
     pub rel: String,
+    /// The reply: numbered lines and a trailer when not all were shown, or a note for an
+    /// empty or binary file.
     pub text: String,
 }
 

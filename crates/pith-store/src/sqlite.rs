@@ -8,35 +8,53 @@ use rusqlite::Connection;
 /// A storage failure, with the file it concerns where there is one.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database's directory could not be created.
     #[error("cannot create directory {path}: {source}")]
     CreateDir {
+        /// The directory.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// SQLite could not open or configure the file.
     #[error("cannot open database {path}: {source}")]
     Open {
+        /// The database file.
         path: PathBuf,
+        /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// A migration failed; its transaction was rolled back.
     #[error("cannot migrate database {path} to schema version {version}: {source}")]
     Migrate {
+        /// The database file.
         path: PathBuf,
+        /// The schema version the failed migration leads to.
         version: usize,
+        /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// The file was written by a newer pith; it is left untouched.
     #[error(
         "database {path} has schema version {found}, newer than this pith knows ({known}); upgrade pith"
     )]
     TooNew {
+        /// The database file.
         path: PathBuf,
+        /// The file's schema version (`PRAGMA user_version`).
         found: usize,
+        /// The newest schema version this build knows.
         known: usize,
     },
+    /// Any other SQLite failure, such as a query on an open database.
     #[error("database error: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// A database file's mode could not be set to 0600.
     #[error("io error on {path}: {source}")]
     Io {
+        /// The database, WAL or shared-memory file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
 }

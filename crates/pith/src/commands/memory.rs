@@ -2,11 +2,12 @@
 //! MCP tools, with `--json` on every command for scripts.
 
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use pith_brain::render::{self, Hints};
 use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory, Workspace};
+use pith_search::workspace_path::lexically_normal;
 use pith_store::brain::open_workspace_brain;
 use serde_json::json;
 
@@ -220,7 +221,9 @@ fn add(brain: &mut Brain, a: AddArgs) -> anyhow::Result<()> {
         .iter()
         .map(|spec| {
             let mut parsed = EvidenceSpec::parse(spec).map_err(anyhow::Error::msg)?;
-            parsed.path = lexical_join(&base, Path::new(&parsed.path))
+            // `..` folded by name, not resolved: on the command line `../src/a.rs` from a
+            // subdirectory is an ordinary way to name a file; the brain then confines it.
+            parsed.path = lexically_normal(&base.join(&parsed.path))
                 .to_string_lossy()
                 .into_owned();
             Ok(parsed)
@@ -287,22 +290,6 @@ fn evidence_base(root: &Path) -> anyhow::Result<PathBuf> {
     } else {
         root.to_path_buf()
     })
-}
-
-/// `base` joined with `path`, with `.` and `..` folded away without touching the file system:
-/// on the command line `../src/a.rs` from a subdirectory is an ordinary way to name a file.
-fn lexical_join(base: &Path, path: &Path) -> PathBuf {
-    let mut out = base.to_path_buf();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// Errors about one memory, with the command that helps.

@@ -238,13 +238,7 @@ fn add(brain: &mut Brain, a: AddArgs) -> anyhow::Result<()> {
         evidence,
     })?;
     emit(a.json, render::memory_json(&saved), || {
-        format!(
-            "saved {} ({}, {}): {}\n",
-            saved.memory.id,
-            saved.memory.kind,
-            render::status(&saved.status),
-            saved.memory.title
-        )
+        render::saved(&saved)
     })
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use pith_brain::render::{self, Hints};
-use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory, Workspace};
+use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory};
 use pith_search::workspace_path::lexically_normal;
 use pith_store::brain::open_workspace_brain;
 use serde_json::json;
@@ -131,27 +131,8 @@ fn parse_kind(s: &str) -> Result<Kind, String> {
     Kind::parse(s).ok_or_else(|| format!("unknown kind {s:?}; use note, fix, failed or decision"))
 }
 
-/// The workspace a command works on: `--workspace` exactly, else discovered from the current
-/// directory.
-pub fn workspace_from(flag: Option<&Path>) -> anyhow::Result<Workspace> {
-    match flag {
-        Some(dir) => {
-            anyhow::ensure!(
-                dir.is_dir(),
-                "--workspace {} is not a directory",
-                dir.display()
-            );
-            Ok(Workspace::new(dir)?)
-        }
-        None => {
-            let cwd = std::env::current_dir().context("cannot read the current directory")?;
-            Ok(Workspace::discover(&cwd)?)
-        }
-    }
-}
-
 pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
-    let ws = workspace_from(args.workspace.as_deref())?;
+    let ws = crate::workspace::workspace_from(args.workspace.as_deref())?;
     let root = ws.root().to_path_buf();
     let mut brain = open_workspace_brain(ws)?;
     match args.command {

@@ -235,6 +235,29 @@ pub fn pointer_line(refs: &[MemoryRef], hints: &Hints) -> Option<String> {
     ))
 }
 
+/// The reply to a save: `saved m-7f3a (fix, fresh): Retry on SQLITE_BUSY`.
+pub fn saved(c: &Checked) -> String {
+    let m = &c.memory;
+    format!(
+        "saved {} ({}, {}): {}\n",
+        m.id,
+        m.kind,
+        status(&c.status),
+        m.title
+    )
+}
+
+/// [`saved`], then the evidence files that were hashed (`evidence hashed: src/db.rs:40-60`), so
+/// an agent sees which of the paths it named were recorded.
+pub fn saved_with_evidence(c: &Checked) -> String {
+    let mut out = saved(c);
+    if !c.memory.evidence.is_empty() {
+        let names: Vec<String> = c.memory.evidence.iter().map(evidence_name).collect();
+        let _ = writeln!(out, "evidence hashed: {}", names.join(", "));
+    }
+    out
+}
+
 /// A memory moved to or from the trash.
 pub fn trashed(m: &Memory, hints: &Hints) -> String {
     format!(
@@ -362,7 +385,7 @@ pub fn date(secs: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Kind;
+    use crate::model::{Kind, LineRange};
 
     const HINTS: Hints = Hints {
         get: "get_memory",
@@ -371,6 +394,50 @@ mod tests {
         forget: "forget_memory",
         restore: "restore",
     };
+
+    #[test]
+    fn saved_names_the_memory_and_optionally_its_evidence() {
+        let evidence = |path: &str, lines| Evidence {
+            path: path.into(),
+            lines,
+            hash: None,
+            size: None,
+            mtime_ns: None,
+        };
+        let mut c = Checked {
+            memory: Memory {
+                id: "m-7f3a".into(),
+                kind: Kind::Fix,
+                title: "Retry on busy".into(),
+                body: String::new(),
+                tags: Vec::new(),
+                headline: None,
+                evidence: Vec::new(),
+                created_at: 0,
+                updated_at: 0,
+                hits: 0,
+                last_hit_at: None,
+                last_check: None,
+                trashed_at: None,
+            },
+            status: Status {
+                freshness: Freshness::Fresh,
+                evidence: Vec::new(),
+            },
+        };
+        let line = "saved m-7f3a (fix, fresh): Retry on busy\n";
+        assert_eq!(saved(&c), line);
+        assert_eq!(saved_with_evidence(&c), line);
+        c.memory.evidence = vec![
+            evidence("src/db.rs", Some(LineRange { start: 40, end: 60 })),
+            evidence("Cargo.toml", None),
+        ];
+        assert_eq!(saved(&c), line);
+        assert_eq!(
+            saved_with_evidence(&c),
+            format!("{line}evidence hashed: src/db.rs:40-60, Cargo.toml\n")
+        );
+    }
 
     #[test]
     fn dates() {

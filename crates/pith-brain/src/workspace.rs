@@ -2,9 +2,13 @@
 //!
 //! Every path an agent or user hands pith (a file to read, an evidence file) goes through
 //! [`Workspace::resolve`], which refuses `..`, absolute paths outside the root and symlinks that
-//! lead out of it, so no tool can be talked into reading `~/.ssh` through the workspace.
+//! lead out of it, so no tool can be talked into reading `~/.ssh` through the workspace. The
+//! confinement itself is `pith_search::workspace_path`, the one rule workspace search uses too;
+//! this module adds the brain's stricter policy (no `..` at all) and its words.
 
 use std::path::{Component, Path, PathBuf};
+
+use pith_search::workspace_path::{Refused, confine};
 
 /// A path pith refuses or cannot find, in words fit to show the caller.
 #[derive(Debug, thiserror::Error)]
@@ -100,34 +104,31 @@ impl Workspace {
             })
             .collect();
         let rel = parts.join("/");
-        let joined = parts.iter().fold(self.root.clone(), |p, part| p.join(part));
-        let abs = joined.canonicalize().map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
+        // Relative and free of `..` by now: only a symlink can lead out.
+        let abs = confine(&self.root, Path::new(&rel)).map_err(|refused| match refused {
+            Refused::Outside => PathError::SymlinkEscape {
+                path: input.to_owned(),
+            },
+            Refused::Unresolved(source) if source.kind() == std::io::ErrorKind::NotFound => {
                 PathError::NotFound {
                     path: input.to_owned(),
                 }
-            } else {
-                PathError::Io {
-                    path: input.to_owned(),
-                    source,
-                }
             }
-        })?;
-        if !abs.starts_with(&self.root) {
-            return Err(PathError::SymlinkEscape {
+            Refused::Unresolved(source) => PathError::Io {
                 path: input.to_owned(),
-            });
-        }
+                source,
+            },
+        })?;
         Ok(WorkspacePath { abs, rel })
     }
 
-    /// `path` relative to the root, when it lies under it (as given, or once canonicalized, for
+    /// `path` relative to the root, when it lies under it (as given, or once resolved, for
     /// absolute paths that reach the root through a symlinked prefix).
     fn strip_root(&self, path: &Path) -> Option<PathBuf> {
         if let Ok(rest) = path.strip_prefix(&self.root) {
             return Some(rest.to_path_buf());
         }
-        let canonical = path.canonicalize().ok()?;
+        let canonical = confine(&self.root, path).ok()?;
         canonical
             .strip_prefix(&self.root)
             .ok()

@@ -288,28 +288,8 @@ impl PithServer {
             headline: a.headline,
             evidence,
         };
-        self.brain_tool_creating(move |b| {
-            let saved = b.save(new)?;
-            let mut text = format!(
-                "saved {} ({}, {}): {}",
-                saved.memory.id,
-                saved.memory.kind,
-                render::status(&saved.status),
-                saved.memory.title
-            );
-            if !saved.memory.evidence.is_empty() {
-                let names: Vec<String> = saved
-                    .memory
-                    .evidence
-                    .iter()
-                    .map(render::evidence_name)
-                    .collect();
-                text.push_str(&format!("\nevidence hashed: {}", names.join(", ")));
-            }
-            text.push('\n');
-            Ok(text)
-        })
-        .await
+        self.brain_tool_creating(move |b| Ok(render::saved_with_evidence(&b.save(new)?)))
+            .await
     }
 
     #[tool(description = "Recheck a memory's evidence files; report what changed.")]

@@ -9,10 +9,14 @@
 //!
 //! Both are blocking (a parallel directory walk, and for ranking an HTTP call); call them from
 //! `tokio::task::spawn_blocking` in async code.
+//!
+//! [`workspace_path`] holds the rule for paths inside a workspace (no way out by `..`, absolute
+//! paths or symlinks), shared with the brain and the CLI.
 
 mod report;
 mod text;
 mod walk;
+pub mod workspace_path;
 
 use std::path::PathBuf;
 

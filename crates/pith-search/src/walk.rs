@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -14,6 +14,7 @@ use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, WalkBuilder, WalkState};
 
 use crate::text::display_line;
+use crate::workspace_path::{Refused, confine};
 use crate::{MAX_OFFSET, Match, SearchError, SearchRequest, SearchResults};
 
 /// Searches the workspace at `root` and returns one page of matches in (path, line) order with
@@ -127,35 +128,14 @@ fn resolve_start(root: &Path, path: Option<&str>) -> Result<PathBuf, SearchError
     let Some(given) = path.filter(|p| !p.trim().is_empty()) else {
         return Ok(root.to_path_buf());
     };
-    let joined = root.join(given);
-    match joined.canonicalize() {
-        Ok(resolved) if resolved.starts_with(root) => Ok(resolved),
-        Ok(_) => Err(SearchError::OutsideWorkspace {
+    confine(root, Path::new(given)).map_err(|refused| match refused {
+        Refused::Outside => SearchError::OutsideWorkspace {
             path: given.to_owned(),
-        }),
-        Err(_) if lexically_normal(&joined).starts_with(root) => Err(SearchError::PathNotFound {
+        },
+        Refused::Unresolved(_) => SearchError::PathNotFound {
             path: given.to_owned(),
-        }),
-        Err(_) => Err(SearchError::OutsideWorkspace {
-            path: given.to_owned(),
-        }),
-    }
-}
-
-/// `path` with `.` and `..` resolved without touching the file system (for paths that do not
-/// exist, to tell "missing" from "outside").
-fn lexically_normal(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
+        },
+    })
 }
 
 fn build_matcher(req: &SearchRequest) -> Result<RegexMatcher, SearchError> {

@@ -9,6 +9,7 @@ mod commands;
 mod config;
 mod logging;
 mod prices;
+mod workspace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -18,8 +18,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
-    init_stderr_logging();
-    let workspace = super::memory::workspace_from(args.workspace.as_deref())?;
+    // No colour: the client reads this stderr, not a person.
+    crate::logging::init_with("warn", false);
+    let workspace = crate::workspace::workspace_from(args.workspace.as_deref())?;
     let options = pith_mcp::ServerOptions {
         workspace,
         prefilter: prefilter_config(&config.mcp)?,
@@ -30,17 +31,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(pith_mcp::serve_stdio(options))?;
     Ok(())
-}
-
-fn init_stderr_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PITH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // A second subscriber (tests calling run twice) is harmless; ignore that error.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
 }
 
 /// `[mcp]` settings, then the environment over them (`PITH_LOCAL_PREFILTER=1` turns ranking on

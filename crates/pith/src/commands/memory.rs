@@ -2,11 +2,12 @@
 //! MCP tools, with `--json` on every command for scripts.
 
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use pith_brain::render::{self, Hints};
-use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory, Workspace};
+use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory};
+use pith_search::workspace_path::lexically_normal;
 use pith_store::brain::open_workspace_brain;
 use serde_json::json;
 
@@ -130,27 +131,8 @@ fn parse_kind(s: &str) -> Result<Kind, String> {
     Kind::parse(s).ok_or_else(|| format!("unknown kind {s:?}; use note, fix, failed or decision"))
 }
 
-/// The workspace a command works on: `--workspace` exactly, else discovered from the current
-/// directory.
-pub fn workspace_from(flag: Option<&Path>) -> anyhow::Result<Workspace> {
-    match flag {
-        Some(dir) => {
-            anyhow::ensure!(
-                dir.is_dir(),
-                "--workspace {} is not a directory",
-                dir.display()
-            );
-            Ok(Workspace::new(dir)?)
-        }
-        None => {
-            let cwd = std::env::current_dir().context("cannot read the current directory")?;
-            Ok(Workspace::discover(&cwd)?)
-        }
-    }
-}
-
 pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
-    let ws = workspace_from(args.workspace.as_deref())?;
+    let ws = crate::workspace::workspace_from(args.workspace.as_deref())?;
     let root = ws.root().to_path_buf();
     let mut brain = open_workspace_brain(ws)?;
     match args.command {
@@ -220,7 +202,9 @@ fn add(brain: &mut Brain, a: AddArgs) -> anyhow::Result<()> {
         .iter()
         .map(|spec| {
             let mut parsed = EvidenceSpec::parse(spec).map_err(anyhow::Error::msg)?;
-            parsed.path = lexical_join(&base, Path::new(&parsed.path))
+            // `..` folded by name, not resolved: on the command line `../src/a.rs` from a
+            // subdirectory is an ordinary way to name a file; the brain then confines it.
+            parsed.path = lexically_normal(&base.join(&parsed.path))
                 .to_string_lossy()
                 .into_owned();
             Ok(parsed)
@@ -235,13 +219,7 @@ fn add(brain: &mut Brain, a: AddArgs) -> anyhow::Result<()> {
         evidence,
     })?;
     emit(a.json, render::memory_json(&saved), || {
-        format!(
-            "saved {} ({}, {}): {}\n",
-            saved.memory.id,
-            saved.memory.kind,
-            render::status(&saved.status),
-            saved.memory.title
-        )
+        render::saved(&saved)
     })
 }
 
@@ -287,22 +265,6 @@ fn evidence_base(root: &Path) -> anyhow::Result<PathBuf> {
     } else {
         root.to_path_buf()
     })
-}
-
-/// `base` joined with `path`, with `.` and `..` folded away without touching the file system:
-/// on the command line `../src/a.rs` from a subdirectory is an ordinary way to name a file.
-fn lexical_join(base: &Path, path: &Path) -> PathBuf {
-    let mut out = base.to_path_buf();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// Errors about one memory, with the command that helps.

@@ -139,7 +139,7 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
 
 /// The file a client's registration goes in.
 fn config_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let project = || super::memory::workspace_from(workspace).map(|ws| ws.root().to_path_buf());
+    let project = || crate::workspace::workspace_from(workspace).map(|ws| ws.root().to_path_buf());
     Ok(match client {
         Client::ClaudeCode => project()?.join(".mcp.json"),
         Client::Opencode => {

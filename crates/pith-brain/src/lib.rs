@@ -39,23 +39,48 @@ pub const MAX_TITLE_CHARS: usize = 200;
 /// A failure the caller can act on; messages name the memory or the input at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum BrainError {
+    /// The backend failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// No memory has this id, trashed or not.
     #[error("no memory {id}")]
-    NotFound { id: String },
+    NotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// The memory exists but is in the trash, so it cannot be used until restored.
     #[error("memory {id} is in the trash")]
-    Trashed { id: String },
+    Trashed {
+        /// The trashed memory's id.
+        id: String,
+    },
+    /// Restore was asked for a memory that is not in the trash.
     #[error("memory {id} is not in the trash")]
-    NotTrashed { id: String },
+    NotTrashed {
+        /// The memory's id.
+        id: String,
+    },
+    /// The request cannot be carried out as given (an empty or overlong title, a line break
+    /// where one line is wanted, a query with no words); the message says which.
     #[error("{0}")]
     Invalid(String),
+    /// An evidence file could not be recorded.
     #[error("evidence {spec}: {source}")]
-    Evidence { spec: String, source: EvidenceError },
+    Evidence {
+        /// The evidence as the caller gave it (`path[:start[-end]]`).
+        spec: String,
+        /// Why recording it failed.
+        source: EvidenceError,
+    },
+    /// A path the caller gave is refused or missing.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// The brain directory could not be created.
     #[error("cannot create {path}: {source}")]
     Io {
+        /// The file or directory being created.
         path: PathBuf,
+        /// The underlying error.
         source: std::io::Error,
     },
 }
@@ -63,24 +88,33 @@ pub enum BrainError {
 /// A memory to save, as a caller gives it.
 #[derive(Debug, Clone)]
 pub struct NewMemory {
+    /// What sort of memory this is.
     pub kind: Kind,
+    /// One line, at most [`MAX_TITLE_CHARS`] characters.
     pub title: String,
+    /// The detail, free text.
     pub body: String,
+    /// As typed; entries may hold several comma-separated tags, normalized on save.
     pub tags: Vec<String>,
+    /// For a fix: the error headline it fixes, on one line.
     pub headline: Option<String>,
+    /// Workspace files the memory depends on, fingerprinted on save.
     pub evidence: Vec<EvidenceSpec>,
 }
 
 /// A memory with its status derived against the workspace as it is now.
 #[derive(Debug, Clone)]
 pub struct Checked {
+    /// The memory as stored.
     pub memory: Memory,
+    /// Its evidence checked against the files now.
     pub status: Status,
 }
 
 /// One search result.
 #[derive(Debug, Clone)]
 pub struct Found {
+    /// The matching memory and its status.
     pub checked: Checked,
     /// Body excerpt around the matched words, on one line.
     pub snippet: String,
@@ -89,22 +123,27 @@ pub struct Found {
 /// A search's results, best first.
 #[derive(Debug, Clone)]
 pub struct SearchResult {
+    /// The query as searched.
     pub query: String,
     /// How many memories matched; a lower bound when `total_capped`.
     pub total: u64,
+    /// Counting stopped at [`SEARCH_CAP`], so `total` is a lower bound.
     pub total_capped: bool,
     /// Whether the hits hold every word of the query, or only some.
     pub matched: Matched,
     /// Set when the query matched too many memories to rank them all: the newest this many
     /// were ranked.
     pub ranked_newest: Option<usize>,
+    /// The best results, at most the limit asked for.
     pub hits: Vec<Found>,
 }
 
 /// What `verify` found.
 #[derive(Debug, Clone)]
 pub struct Verification {
+    /// The verified memory's id.
     pub id: String,
+    /// Its title.
     pub title: String,
     /// The status at the previous verification, if there was one.
     pub before: Option<Freshness>,
@@ -158,6 +197,7 @@ impl Brain {
         Brain { ws, store }
     }
 
+    /// The workspace this brain belongs to.
     pub fn workspace(&self) -> &Workspace {
         &self.ws
     }

@@ -268,6 +268,7 @@ pub fn trashed(m: &Memory, hints: &Hints) -> String {
     )
 }
 
+/// A memory brought back from the trash.
 pub fn restored(m: &Memory) -> String {
     format!("{} {}: restored\n", m.id, m.title)
 }

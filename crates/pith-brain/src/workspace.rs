@@ -13,19 +13,41 @@ use pith_search::workspace_path::{Refused, confine};
 /// A path pith refuses or cannot find, in words fit to show the caller.
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
+    /// The path was empty or only whitespace.
     #[error("empty path")]
     Empty,
+    /// The path has a `..` component, refused outright.
     #[error("{path}: `..` is not allowed; give a path inside the workspace")]
-    ParentDir { path: String },
+    ParentDir {
+        /// The path as given.
+        path: String,
+    },
+    /// An absolute path outside the workspace root.
     #[error("{path} is outside the workspace ({root})")]
-    Outside { path: String, root: String },
+    Outside {
+        /// The path as given.
+        path: String,
+        /// The workspace root, for the message.
+        root: String,
+    },
+    /// The path is inside the root but a symlink on it leads out.
     #[error("{path} is a symlink that leads outside the workspace")]
-    SymlinkEscape { path: String },
+    SymlinkEscape {
+        /// The path as given.
+        path: String,
+    },
+    /// Nothing exists at the path.
     #[error("{path} does not exist in the workspace")]
-    NotFound { path: String },
+    NotFound {
+        /// The path as given.
+        path: String,
+    },
+    /// The path could not be read or canonicalized.
     #[error("{path}: {source}")]
     Io {
+        /// The path as given.
         path: String,
+        /// The underlying error.
         source: std::io::Error,
     },
 }
@@ -71,6 +93,7 @@ impl Workspace {
         })
     }
 
+    /// The canonical root directory.
     pub fn root(&self) -> &Path {
         &self.root
     }

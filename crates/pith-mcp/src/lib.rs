@@ -25,6 +25,7 @@ use serde::Deserialize;
 /// What `pith mcp` serves.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
+    /// The workspace whose files and memory the tools serve.
     pub workspace: Workspace,
     /// Local-model ranking of broad workspace searches (off unless `enabled`).
     pub prefilter: PrefilterConfig,
@@ -33,8 +34,10 @@ pub struct ServerOptions {
 /// The server could not start or the transport failed.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
+    /// The handshake with the client failed.
     #[error("MCP server failed to start: {0}")]
     Start(String),
+    /// The session ended with a transport error.
     #[error("MCP server stopped with an error: {0}")]
     Run(String),
 }
@@ -69,6 +72,7 @@ const HINTS: Hints = Hints {
 /// The brain is opened on first use, so starting `pith mcp` in a workspace creates nothing.
 type SharedBrain = Arc<Mutex<Option<Brain>>>;
 
+/// The MCP handler: the tools over one workspace and its brain.
 #[derive(Clone)]
 pub struct PithServer {
     ws: Workspace,
@@ -171,6 +175,7 @@ const DEFAULT_MEMORY_LIMIT: usize = 5;
 
 #[tool_router]
 impl PithServer {
+    /// A server for `options`; the brain is opened on first use, so this creates nothing.
     pub fn new(options: ServerOptions) -> PithServer {
         PithServer {
             ws: options.workspace,

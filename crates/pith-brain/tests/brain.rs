@@ -7,7 +7,7 @@ use pith_brain::{
 };
 use pith_store::brain::{open_existing_workspace_brain, open_workspace_brain};
 
-#[allow(
+#[expect(
     clippy::unwrap_used,
     reason = "test setup: a failure should fail the test"
 )]
@@ -20,7 +20,7 @@ fn brain() -> (tempfile::TempDir, Brain) {
     (dir, brain)
 }
 
-#[allow(
+#[expect(
     clippy::unwrap_used,
     reason = "test setup: a failure should fail the test"
 )]

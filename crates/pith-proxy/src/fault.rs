@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
-use pith_store::ledger::Outcome;
+use pith_store::ledger::RequestOutcome;
 use pith_wire::Provider;
 
 use crate::tee::ProxyBody;
@@ -14,7 +14,7 @@ use crate::tee::ProxyBody;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fault {
     /// The ledger outcome; it names who caused the fault.
-    pub outcome: Outcome,
+    pub outcome: RequestOutcome,
     pub status: StatusCode,
     /// The provider's error type, e.g. `invalid_request_error`, `api_error`.
     pub kind: &'static str,
@@ -26,7 +26,7 @@ impl Fault {
     /// The client sent something pith cannot forward (HTTP 400 unless `status` says more).
     pub fn client(status: StatusCode, kind: &'static str, message: String) -> Fault {
         Fault {
-            outcome: Outcome::ClientError,
+            outcome: RequestOutcome::ClientError,
             status,
             kind,
             message,
@@ -36,7 +36,7 @@ impl Fault {
     /// No connection to the provider could be made.
     pub fn unreachable(message: String) -> Fault {
         Fault {
-            outcome: Outcome::UpstreamUnreachable,
+            outcome: RequestOutcome::UpstreamUnreachable,
             status: StatusCode::BAD_GATEWAY,
             kind: "api_error",
             message,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pith_store::ledger::{
-    self as store, DROPPED_ROWS, Ledger, Outcome, Row, RowUsage, Transform, TransformResult,
+    self as store, DROPPED_ROWS, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult,
 };
 use pith_transform::{StageReport, StageResult};
 use pith_wire::{Provider, Wire, encoding, request, usage};
@@ -38,7 +38,7 @@ pub(crate) struct Record {
     pub path: String,
     pub status: Option<u16>,
     /// `Ok` while the provider's answer streams; what pith answered with otherwise.
-    pub outcome: Outcome,
+    pub outcome: RequestOutcome,
     pub error: Option<String>,
     /// The client's original body (shared with the forwarding path, not copied).
     pub request_body: Bytes,
@@ -428,7 +428,7 @@ fn to_row(r: Record) -> Row {
     let mut outcome = r.outcome;
     let mut error = r.error;
     if let Some(e) = &response.stream_error {
-        outcome = Outcome::StreamError;
+        outcome = RequestOutcome::StreamError;
         error = Some(e.clone());
     }
     Row {

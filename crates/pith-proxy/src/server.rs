@@ -60,15 +60,10 @@ pub struct ProxyConfig {
     pub max_body: usize,
 }
 
-/// Shared by every request of one proxy.
+/// Shared by every request of one proxy: its configuration and what it set up from it.
 pub(crate) struct State {
+    pub config: ProxyConfig,
     pub client: HttpClient,
-    pub anthropic: UpstreamUrl,
-    pub openai: UpstreamUrl,
-    pub pipeline: Pipeline,
-    pub rewrites: Option<Arc<dyn ResponseRewrites>>,
-    pub ledger: Option<LedgerSink>,
-    pub max_body: usize,
     /// Transform stages that failed (and were skipped) since start.
     pub transform_failures: AtomicU64,
 }
@@ -91,12 +86,7 @@ impl Proxy {
                 })?;
         let state = Arc::new(State {
             client: upstream::client()?,
-            anthropic: config.anthropic,
-            openai: config.openai,
-            pipeline: config.pipeline,
-            rewrites: config.rewrites,
-            ledger: config.ledger,
-            max_body: config.max_body,
+            config,
             transform_failures: AtomicU64::new(0),
         });
         Ok(Proxy { listener, state })

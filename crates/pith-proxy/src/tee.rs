@@ -10,7 +10,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use pith_store::ledger::Outcome;
+use pith_store::ledger::RequestOutcome;
 use pith_wire::sse::EventSplitter;
 
 use crate::ledger::{LedgerSink, Record};
@@ -42,12 +42,12 @@ impl Pending {
     /// time, then into the ledger's queue.
     pub(crate) fn finish(mut self, end: End, error: Option<String>) {
         self.record.total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        let answered_by_provider = self.record.outcome == Outcome::Ok;
+        let answered_by_provider = self.record.outcome == RequestOutcome::Ok;
         self.record.outcome = match end {
-            End::ClientGone => Outcome::ClientClosed,
-            End::Broken => Outcome::UpstreamBroken,
+            End::ClientGone => RequestOutcome::ClientClosed,
+            End::Broken => RequestOutcome::UpstreamBroken,
             End::Complete if answered_by_provider && self.record.upstream_status_failed() => {
-                Outcome::UpstreamError
+                RequestOutcome::UpstreamError
             }
             // A local answer (or fault) keeps the outcome it was made with.
             End::Complete => self.record.outcome,

@@ -344,7 +344,7 @@ async fn a_response_rewriter_sees_each_event_whole_and_the_ledger_the_provider_b
         .rows()
         .unwrap();
     // Usage is the provider's; the row counts the bytes the provider sent.
-    assert_eq!(rows[0].outcome, ledger::Outcome::Ok);
+    assert_eq!(rows[0].outcome, ledger::RequestOutcome::Ok);
     assert_eq!(rows[0].bytes_response, stream.len() as u64);
     assert_eq!(rows[0].usage.map(|u| (u.input, u.output)), Some((10, 3)));
 }

@@ -1,7 +1,7 @@
 //! The request ledger: one row per request that passed through the proxy, with what each
 //! transform stage did to it (`transform_results`, `transform_facts`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rusqlite::{Connection, params};
@@ -138,9 +138,9 @@ pub enum Party {
     Pith,
 }
 
-/// How a request ended. Stored by [`Outcome::as_str`]; each failure names who caused it.
+/// How a request ended. Stored by [`RequestOutcome::as_str`]; each failure names who caused it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub enum RequestOutcome {
     /// The provider answered and the answer reached the client.
     #[default]
     Ok,
@@ -163,58 +163,58 @@ pub enum Outcome {
     PithError,
 }
 
-impl Outcome {
-    const ALL: [Outcome; 9] = [
-        Outcome::Ok,
-        Outcome::Local,
-        Outcome::ClientClosed,
-        Outcome::ClientError,
-        Outcome::UpstreamUnreachable,
-        Outcome::UpstreamError,
-        Outcome::UpstreamBroken,
-        Outcome::StreamError,
-        Outcome::PithError,
+impl RequestOutcome {
+    const ALL: [RequestOutcome; 9] = [
+        RequestOutcome::Ok,
+        RequestOutcome::Local,
+        RequestOutcome::ClientClosed,
+        RequestOutcome::ClientError,
+        RequestOutcome::UpstreamUnreachable,
+        RequestOutcome::UpstreamError,
+        RequestOutcome::UpstreamBroken,
+        RequestOutcome::StreamError,
+        RequestOutcome::PithError,
     ];
 
     /// The stable name stored in the ledger.
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Ok => "ok",
-            Outcome::Local => "local",
-            Outcome::ClientClosed => "client_closed",
-            Outcome::ClientError => "client_error",
-            Outcome::UpstreamUnreachable => "upstream_unreachable",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::UpstreamBroken => "upstream_broken",
-            Outcome::StreamError => "stream_error",
-            Outcome::PithError => "pith_error",
+            RequestOutcome::Ok => "ok",
+            RequestOutcome::Local => "local",
+            RequestOutcome::ClientClosed => "client_closed",
+            RequestOutcome::ClientError => "client_error",
+            RequestOutcome::UpstreamUnreachable => "upstream_unreachable",
+            RequestOutcome::UpstreamError => "upstream_error",
+            RequestOutcome::UpstreamBroken => "upstream_broken",
+            RequestOutcome::StreamError => "stream_error",
+            RequestOutcome::PithError => "pith_error",
         }
     }
 
     /// The outcome stored as `name`; an unknown name (a newer pith wrote it) reads as a pith
     /// error rather than as success.
-    pub fn parse(name: &str) -> Outcome {
-        Outcome::ALL
+    pub fn parse(name: &str) -> RequestOutcome {
+        RequestOutcome::ALL
             .into_iter()
             .find(|o| o.as_str() == name)
-            .unwrap_or(Outcome::PithError)
+            .unwrap_or(RequestOutcome::PithError)
     }
 
     /// Who caused it, when the request did not end well.
     pub fn caused_by(self) -> Option<Party> {
         match self {
-            Outcome::Ok | Outcome::Local => None,
-            Outcome::ClientClosed | Outcome::ClientError => Some(Party::Client),
-            Outcome::UpstreamUnreachable
-            | Outcome::UpstreamError
-            | Outcome::UpstreamBroken
-            | Outcome::StreamError => Some(Party::Upstream),
-            Outcome::PithError => Some(Party::Pith),
+            RequestOutcome::Ok | RequestOutcome::Local => None,
+            RequestOutcome::ClientClosed | RequestOutcome::ClientError => Some(Party::Client),
+            RequestOutcome::UpstreamUnreachable
+            | RequestOutcome::UpstreamError
+            | RequestOutcome::UpstreamBroken
+            | RequestOutcome::StreamError => Some(Party::Upstream),
+            RequestOutcome::PithError => Some(Party::Pith),
         }
     }
 }
 
-impl std::fmt::Display for Outcome {
+impl std::fmt::Display for RequestOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -284,7 +284,7 @@ pub struct Row {
     /// HTTP status returned to the client; `None` if it went away first.
     pub status: Option<u16>,
     /// How the request ended.
-    pub outcome: Outcome,
+    pub outcome: RequestOutcome,
     /// What went wrong, in words: pith's own fault message, a broken stream, or the error a stream
     /// reported; `None` otherwise (an upstream error status is in `status`).
     pub error: Option<String>,
@@ -578,54 +578,38 @@ impl Ledger {
 
     /// What each transform stage did over the rows `filter` covers, stages sorted by name.
     pub fn stage_totals(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
-        let mut stages: Vec<StageTotals> = Vec::new();
-        fn entry(stages: &mut Vec<StageTotals>, stage: String) -> &mut StageTotals {
-            let at = match stages.iter().position(|s| s.stage == stage) {
-                Some(at) => at,
-                None => {
-                    stages.push(StageTotals {
-                        stage,
-                        ..StageTotals::default()
-                    });
-                    stages.len() - 1
-                }
-            };
-            &mut stages[at]
-        }
+        // Both queries give (stage, text, text, count) per group: results first, then facts.
         let results = format!(
             "SELECT t.stage, t.result, CASE WHEN t.result = 'unchanged' THEN t.detail END, count(*)
              FROM transform_results t JOIN requests ON requests.id = t.request_id
-             WHERE {FILTERED}
-             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+             WHERE {FILTERED} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
         );
-        let mut stmt = self.conn.prepare_cached(&results)?;
-        let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
-        while let Some(r) = rows.next()? {
-            let s = entry(&mut stages, r.get(0)?);
-            let result: String = r.get(1)?;
-            let n = to_u64(r.get(3)?);
-            match result.as_str() {
-                "applied" => s.applied += n,
-                "failed" => s.failed += n,
-                _ => s
-                    .unchanged
-                    .push((r.get::<_, Option<String>>(2)?.unwrap_or_default(), n)),
-            }
-        }
         let facts = format!(
             "SELECT f.stage, f.name, f.kind, sum(f.value)
              FROM transform_facts f JOIN requests ON requests.id = f.request_id
-             WHERE {FILTERED}
-             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+             WHERE {FILTERED} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
         );
-        let mut stmt = self.conn.prepare_cached(&facts)?;
-        let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
-        while let Some(r) = rows.next()? {
-            let s = entry(&mut stages, r.get(0)?);
-            s.facts.push((r.get(1)?, r.get(2)?, to_u64(r.get(3)?)));
+        let mut stages: BTreeMap<String, StageTotals> = BTreeMap::new();
+        for (is_fact, sql) in [(false, results), (true, facts)] {
+            let mut stmt = self.conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
+            while let Some(r) = rows.next()? {
+                let stage: String = r.get(0)?;
+                let (a, b, n): (String, Option<String>, i64) = (r.get(1)?, r.get(2)?, r.get(3)?);
+                let (b, n) = (b.unwrap_or_default(), to_u64(n));
+                let s = stages.entry(stage.clone()).or_insert_with(|| StageTotals {
+                    stage,
+                    ..StageTotals::default()
+                });
+                match (is_fact, a.as_str()) {
+                    (true, _) => s.facts.push((a, b, n)),
+                    (false, "applied") => s.applied += n,
+                    (false, "failed") => s.failed += n,
+                    (false, _) => s.unchanged.push((b, n)),
+                }
+            }
         }
-        stages.sort_by(|a, b| a.stage.cmp(&b.stage));
-        Ok(stages)
+        Ok(stages.into_values().collect())
     }
 
     /// Every row, oldest first, with its transform entries (tests and export).
@@ -660,7 +644,7 @@ impl Ledger {
                 method: r.get(6)?,
                 path: r.get(7)?,
                 status: r.get(8)?,
-                outcome: Outcome::parse(&r.get::<_, String>(9)?),
+                outcome: RequestOutcome::parse(&r.get::<_, String>(9)?),
                 error: r.get(10)?,
                 bytes_client: to_u64(r.get(11)?),
                 bytes_upstream: to_u64(r.get(12)?),
@@ -732,7 +716,7 @@ mod tests {
             method: "POST".into(),
             path: "/v1/messages".into(),
             status: Some(200),
-            outcome: Outcome::Ok,
+            outcome: RequestOutcome::Ok,
             usage,
             total_ms: 1.5,
             ..Row::default()
@@ -836,7 +820,7 @@ mod tests {
         ];
         let mut c = row("s2", "m1", 3, None);
         c.transforms = vec![unchanged("defer", "already_deferring")];
-        c.outcome = Outcome::Local;
+        c.outcome = RequestOutcome::Local;
         let rows = vec![a, b, c];
         l.insert(&rows).unwrap();
         assert_eq!(l.rows().unwrap(), rows);
@@ -887,13 +871,19 @@ mod tests {
 
     #[test]
     fn outcomes_round_trip_by_name_and_name_who_caused_them() {
-        for o in Outcome::ALL {
-            assert_eq!(Outcome::parse(o.as_str()), o);
+        for o in RequestOutcome::ALL {
+            assert_eq!(RequestOutcome::parse(o.as_str()), o);
         }
-        assert_eq!(Outcome::parse("from_a_newer_pith"), Outcome::PithError);
-        assert_eq!(Outcome::UpstreamBroken.caused_by(), Some(Party::Upstream));
-        assert_eq!(Outcome::ClientError.caused_by(), Some(Party::Client));
-        assert_eq!(Outcome::Local.caused_by(), None);
+        assert_eq!(
+            RequestOutcome::parse("from_a_newer_pith"),
+            RequestOutcome::PithError
+        );
+        assert_eq!(
+            RequestOutcome::UpstreamBroken.caused_by(),
+            Some(Party::Upstream)
+        );
+        assert_eq!(RequestOutcome::ClientError.caused_by(), Some(Party::Client));
+        assert_eq!(RequestOutcome::Local.caused_by(), None);
     }
 
     /// A ledger written by schema 1 (transforms as header text) reads back as structured data.

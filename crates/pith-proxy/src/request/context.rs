@@ -4,7 +4,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use pith_store::ledger::Outcome;
+use pith_store::ledger::RequestOutcome;
 use pith_transform::StageReport;
 use pith_wire::{Provider, Wire, session};
 
@@ -65,7 +65,11 @@ impl Context {
     /// The request's ledger record, waiting for the request to end, when a ledger is kept.
     /// `outcome` is `Ok` for an answer the provider is sending; for an answer pith made, what
     /// it made. This is the one place a record is built.
-    pub fn into_pending(self, ledger: Option<&LedgerSink>, outcome: Outcome) -> Option<Pending> {
+    pub fn into_pending(
+        self,
+        ledger: Option<&LedgerSink>,
+        outcome: RequestOutcome,
+    ) -> Option<Pending> {
         let sink = ledger?.clone();
         let record = Record {
             ts_ms: self.ts_ms,

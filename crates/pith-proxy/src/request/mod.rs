@@ -18,7 +18,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use pith_store::ledger::Outcome;
+use pith_store::ledger::RequestOutcome;
 use pith_transform::{Pipeline, PipelineResult};
 use pith_wire::{Provider, Wire, session};
 
@@ -82,7 +82,7 @@ fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
 
 /// Read body: the whole client body, up to the proxy's limit.
 async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
-    match Limited::new(body, state.max_body).collect().await {
+    match Limited::new(body, state.config.max_body).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -93,7 +93,7 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
                 "request_too_large",
                 format!(
                     "pith: request body is larger than the proxy's limit of {} bytes",
-                    state.max_body
+                    state.config.max_body
                 ),
             ))
         }
@@ -120,7 +120,7 @@ struct Upstream {
 /// Transform request: run the pipeline on the three wires and apply its edits.
 async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     let mut result = match ctx.wire {
-        Some(wire) if !state.pipeline.is_empty() => run_pipeline(state, wire, ctx).await,
+        Some(wire) if !state.config.pipeline.is_empty() => run_pipeline(state, wire, ctx).await,
         _ => PipelineResult::default(),
     };
     for (stage, error) in result.failures() {
@@ -146,8 +146,8 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
 /// Run the pipeline inline (pure CPU, tens of microseconds), or on the blocking pool when a
 /// stage may wait on I/O, so one slow request never stalls the event loop.
 async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> PipelineResult {
-    if !state.pipeline.may_block() {
-        return state.pipeline.run(&pith_transform::Request {
+    if !state.config.pipeline.may_block() {
+        return state.config.pipeline.run(&pith_transform::Request {
             wire,
             path: &ctx.path,
             headers: &ctx.headers,
@@ -161,7 +161,7 @@ async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> Pipeline
         ctx.body.clone(),
     );
     let run = tokio::task::spawn_blocking(move || {
-        state.pipeline.run(&pith_transform::Request {
+        state.config.pipeline.run(&pith_transform::Request {
             wire,
             path: &path,
             headers: &headers,
@@ -181,8 +181,8 @@ async fn forward(
     upstream: Upstream,
 ) -> Result<Response<Incoming>, Fault> {
     let base = match ctx.provider {
-        Provider::Anthropic => &state.anthropic,
-        Provider::OpenAi => &state.openai,
+        Provider::Anthropic => &state.config.anthropic,
+        Provider::OpenAi => &state.config.openai,
     };
     let uri = base.join(&ctx.path_and_query).map_err(|e| {
         Fault::client(
@@ -239,7 +239,7 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let rewriter = match (ctx.wire, &state.rewrites) {
+    let rewriter = match (ctx.wire, &state.config.rewrites) {
         (Some(wire), Some(rewrites)) if ctx.response_is_sse => {
             let session = session::session_from_headers(&ctx.headers);
             rewrites.for_response(&ResponseInfo {
@@ -257,7 +257,7 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
     }
     parts.headers = headers;
     let pending = ctx
-        .into_pending(state.ledger.as_ref(), Outcome::Ok)
+        .into_pending(state.config.ledger.as_ref(), RequestOutcome::Ok)
         .map(Box::new);
     Response::from_parts(parts, ProxyBody::Tee(Tee::new(incoming, pending, rewriter)))
 }
@@ -266,7 +266,7 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
 fn answer_fault(state: &State, mut ctx: Context, fault: &Fault) -> Response<ProxyBody> {
     let response = fault.response(ctx.provider);
     ctx.status = Some(fault.status);
-    if let Some(pending) = ctx.into_pending(state.ledger.as_ref(), fault.outcome) {
+    if let Some(pending) = ctx.into_pending(state.config.ledger.as_ref(), fault.outcome) {
         pending.finish(End::Complete, Some(fault.message.clone()));
     }
     response
@@ -279,7 +279,7 @@ fn answer_local(
     reply: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     ctx.status = Some(reply.status());
-    if let Some(pending) = ctx.into_pending(state.ledger.as_ref(), Outcome::Local) {
+    if let Some(pending) = ctx.into_pending(state.config.ledger.as_ref(), RequestOutcome::Local) {
         pending.finish(End::Complete, None);
     }
     reply

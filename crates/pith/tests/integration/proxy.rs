@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use pith_store::ledger::Outcome;
+use pith_store::ledger::RequestOutcome;
 use pith_testkit::fixtures as captures;
 use pith_testkit::fixtures::{self as fixtures, Usage};
 use pith_testkit::{MockUpstream, Reply};
@@ -221,7 +221,7 @@ fn usage_is_recorded_for_every_wire_streamed_and_not() {
             "{}",
             case.name
         );
-        assert_eq!(row.outcome, Outcome::Ok, "{}", case.name);
+        assert_eq!(row.outcome, RequestOutcome::Ok, "{}", case.name);
         assert_eq!(row.session.as_deref(), Some("ses_usage"));
         assert!(row.ttfb_ms.is_some(), "{}", case.name);
         assert!(row.model.is_some(), "{}", case.name);
@@ -281,7 +281,7 @@ fn an_unreachable_upstream_is_a_502_in_the_providers_error_shape() {
     let rows = pith.wait_rows(2);
     assert!(
         rows.iter()
-            .all(|r| r.outcome == Outcome::UpstreamUnreachable && r.status == Some(502))
+            .all(|r| r.outcome == RequestOutcome::UpstreamUnreachable && r.status == Some(502))
     );
 }
 
@@ -332,7 +332,8 @@ fn upstream_errors_pass_through_with_status_headers_and_body() {
     }
     let rows = pith.wait_rows(3);
     assert!(
-        rows.iter().all(|r| r.outcome == Outcome::UpstreamError),
+        rows.iter()
+            .all(|r| r.outcome == RequestOutcome::UpstreamError),
         "{rows:?}"
     );
 }
@@ -368,7 +369,7 @@ fn a_client_that_goes_away_mid_stream_cancels_the_upstream_request() {
         "the upstream stream was not cancelled"
     );
     let rows = pith.wait_rows(1);
-    assert_eq!(rows[0].outcome, Outcome::ClientClosed);
+    assert_eq!(rows[0].outcome, RequestOutcome::ClientClosed);
 }
 
 #[test]

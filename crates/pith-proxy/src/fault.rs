@@ -43,6 +43,20 @@ impl Fault {
         }
     }
 
+    /// The provider sent no response headers within the proxy's limit (HTTP 504, the
+    /// provider's own timeout type).
+    pub fn upstream_timeout(provider: Provider, message: String) -> Fault {
+        Fault {
+            outcome: RequestOutcome::UpstreamTimeout,
+            status: StatusCode::GATEWAY_TIMEOUT,
+            kind: match provider {
+                Provider::Anthropic => "timeout_error",
+                Provider::OpenAi => "timeout",
+            },
+            message,
+        }
+    }
+
     /// The reply to send the client, in `provider`'s error shape.
     pub fn response(&self, provider: Provider) -> Response<ProxyBody> {
         let mut resp = Response::new(ProxyBody::full(error_body(

@@ -3,15 +3,16 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use pith_transform::Pipeline;
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
 
 use crate::ledger::LedgerSink;
 use crate::request;
@@ -35,9 +36,50 @@ pub enum ProxyError {
     /// The upstream HTTP client could not be set up.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// Listening beyond loopback without an access token would let anyone who can reach the
+    /// address spend the user's provider credits.
+    #[error(
+        "refusing to listen on {addr} without an access token: anyone who can reach it could use your provider credentials. Set [proxy] token in config or PITH_PROXY_TOKEN (clients then send it in the x-pith-token header), or listen on 127.0.0.1"
+    )]
+    NeedsToken {
+        /// The non-loopback address asked for.
+        addr: SocketAddr,
+    },
     /// Accepting connections failed with an error that is not transient.
     #[error("accept failed: {0}")]
     Accept(std::io::Error),
+}
+
+/// How long the proxy waits, at each point where a peer can go silent. The defaults suit LLM
+/// traffic: a long generation is not a hang, a silent socket is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From sending the request to the provider's response headers. A non-streamed answer
+    /// arrives whole, so this bounds the longest generation: 10 minutes, the official SDKs'
+    /// own default request timeout.
+    pub upstream_headers: Duration,
+    /// Longest silence between two chunks of the provider's body. Streams carry events (and
+    /// Anthropic's pings) while the model works; 5 minutes of nothing is a dead connection.
+    pub upstream_idle: Duration,
+    /// Longest time a client may take to send its request headers (slow clients that never
+    /// finish hold a connection each): 30 s.
+    pub client_headers: Duration,
+    /// Longest silence between two chunks of a client's request body: 60 s.
+    pub client_idle: Duration,
+    /// How long an idle upstream connection stays pooled for reuse: 90 s.
+    pub pool_idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            upstream_headers: Duration::from_secs(600),
+            upstream_idle: Duration::from_secs(300),
+            client_headers: Duration::from_secs(30),
+            client_idle: Duration::from_secs(60),
+            pool_idle: Duration::from_secs(90),
+        }
+    }
 }
 
 /// Everything a proxy needs; the binary builds it from config and flags.
@@ -58,7 +100,15 @@ pub struct ProxyConfig {
     /// Largest client request body accepted, in bytes (a larger one is answered 413);
     /// usually [`DEFAULT_MAX_BODY`].
     pub max_body: usize,
+    /// Where the proxy stops waiting.
+    pub timeouts: Timeouts,
+    /// When set, every request must carry it in the [`TOKEN_HEADER`] header (the header is
+    /// not forwarded). Required to listen on anything but loopback.
+    pub token: Option<String>,
 }
+
+/// The request header that carries the proxy's access token.
+pub const TOKEN_HEADER: &str = "x-pith-token";
 
 /// Shared by every request of one proxy: its configuration and what it set up from it.
 pub(crate) struct State {
@@ -66,6 +116,9 @@ pub(crate) struct State {
     pub client: HttpClient,
     /// Transform stages that failed (and were skipped) since start.
     pub transform_failures: AtomicU64,
+    /// Set when the grace period is over and open requests are being cut: their ledger rows
+    /// say `shutdown`, not `client_closed`.
+    pub shutting_down: Arc<AtomicBool>,
 }
 
 /// A bound proxy, ready to serve.
@@ -77,6 +130,11 @@ pub struct Proxy {
 impl Proxy {
     /// Bind the listen address and set up the upstream client; [`Proxy::serve`] starts serving.
     pub async fn bind(config: ProxyConfig) -> Result<Proxy, ProxyError> {
+        if !config.listen.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
+            return Err(ProxyError::NeedsToken {
+                addr: config.listen,
+            });
+        }
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -85,9 +143,10 @@ impl Proxy {
                     source,
                 })?;
         let state = Arc::new(State {
-            client: upstream::client()?,
+            client: upstream::client(config.timeouts.pool_idle)?,
             config,
             transform_failures: AtomicU64::new(0),
+            shutting_down: Arc::new(AtomicBool::new(false)),
         });
         Ok(Proxy { listener, state })
     }
@@ -111,10 +170,15 @@ impl Proxy {
     ) -> Result<(), ProxyError> {
         let graceful = GracefulShutdown::new();
         let mut http = http1::Builder::new();
-        http.keep_alive(true);
+        http.keep_alive(true)
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.state.config.timeouts.client_headers);
+        let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
+                // Reap finished connections so the set holds only open ones.
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = self.listener.accept() => {
                     let (stream, _peer) = match accepted {
                         Ok(a) => a,
@@ -130,7 +194,7 @@ impl Proxy {
                     let service = service_fn(move |req| request::serve(Arc::clone(&state), req));
                     let conn = http.serve_connection(TokioIo::new(stream), service);
                     let conn = graceful.watch(conn);
-                    tokio::spawn(async move {
+                    connections.spawn(async move {
                         if let Err(e) = conn.await {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
@@ -146,6 +210,11 @@ impl Proxy {
         {
             tracing::info!("grace period over; closing remaining connections");
         }
+        // Cut what is still open here, before returning, so that each cut request's ledger
+        // row is queued while the caller can still write it.
+        self.state.shutting_down.store(true, Ordering::SeqCst);
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
         Ok(())
     }
 }

@@ -3,17 +3,20 @@
 //! ledger gets reference-counted copies of what the provider sent, and timings.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pith_store::ledger::RequestOutcome;
 use pith_wire::sse::EventSplitter;
+use pith_wire::{Provider, Wire};
 
-use crate::ledger::{LedgerSink, Record};
+use crate::ledger::Record;
+use crate::request::Recorder;
 use crate::rewrite::{EventRewriter, Rewrite};
 
 /// Responses larger than this are forwarded in full but not kept for usage parsing.
@@ -26,14 +29,18 @@ pub(crate) enum End {
     Complete,
     /// The upstream body failed mid-way.
     Broken,
+    /// The upstream went silent for longer than the idle timeout.
+    TimedOut,
     /// The client went away first.
     ClientGone,
+    /// The proxy shut down with the request still open.
+    Shutdown,
 }
 
 /// A ledger record waiting for its request to end, and where to send it.
 pub(crate) struct Pending {
     pub record: Record,
-    pub sink: LedgerSink,
+    pub recorder: Recorder,
     pub started: Instant,
 }
 
@@ -45,7 +52,9 @@ impl Pending {
         let answered_by_provider = self.record.outcome == RequestOutcome::Ok;
         self.record.outcome = match end {
             End::ClientGone => RequestOutcome::ClientClosed,
+            End::Shutdown => RequestOutcome::Shutdown,
             End::Broken => RequestOutcome::UpstreamBroken,
+            End::TimedOut => RequestOutcome::UpstreamTimeout,
             End::Complete if answered_by_provider && self.record.upstream_status_failed() => {
                 RequestOutcome::UpstreamError
             }
@@ -55,8 +64,92 @@ impl Pending {
         if error.is_some() {
             self.record.error = error;
         }
-        self.sink.submit(self.record);
+        self.recorder.sink.submit(self.record);
     }
+}
+
+/// The error a body hands hyper, which then aborts the connection (the client sees a broken
+/// body, not a complete one).
+pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The provider went silent mid-body on a wire without an error event of its own.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Silent(String);
+
+/// The provider's silence limit while its body streams, and how to tell the client.
+pub(crate) struct Idle {
+    limit: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    provider: Provider,
+    /// The wire whose own error event ends a silent stream (`None`: not a stream pith can end
+    /// cleanly, so the connection is cut).
+    event_wire: Option<Wire>,
+    /// The last frame handed on: the error event starts on an event boundary, and a Responses
+    /// event's sequence number follows the last one.
+    last: Bytes,
+}
+
+impl Idle {
+    pub(crate) fn new(limit: Duration, provider: Provider, sse_wire: Option<Wire>) -> Idle {
+        Idle {
+            limit,
+            sleep: Box::pin(tokio::time::sleep(limit)),
+            provider,
+            event_wire: sse_wire,
+            last: Bytes::new(),
+        }
+    }
+
+    fn heard(&mut self, data: &Bytes) {
+        self.last = data.clone();
+        let deadline = tokio::time::Instant::now() + self.limit;
+        self.sleep.as_mut().reset(deadline);
+    }
+
+    fn message(&self) -> String {
+        format!(
+            "pith: the {} upstream sent nothing for {} s mid-answer, so pith ended the answer              (proxy.upstream_idle_timeout); it is incomplete",
+            self.provider,
+            self.limit.as_secs()
+        )
+    }
+
+    /// The wire's own error event carrying `message`, where the wire has one.
+    fn error_event(&self, message: &str) -> Option<Bytes> {
+        let data = match self.event_wire? {
+            Wire::AnthropicMessages => serde_json::json!({
+                "type": "error",
+                "error": {"type": "timeout_error", "message": message},
+            }),
+            Wire::Responses => serde_json::json!({
+                "type": "error",
+                "code": "timeout",
+                "message": message,
+                "param": null,
+                "sequence_number": last_sequence_number(&self.last).map_or(0, |n| n + 1),
+            }),
+            Wire::ChatCompletions => return None,
+        };
+        let boundary = self.last.is_empty()
+            || self.last.ends_with(b"\n\n")
+            || self.last.ends_with(b"\r\n\r\n");
+        let lead = if boundary { "" } else { "\n\n" };
+        Some(Bytes::from(format!("{lead}event: error\ndata: {data}\n\n")))
+    }
+}
+
+/// The last `"sequence_number":N` in `chunk`.
+fn last_sequence_number(chunk: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"\"sequence_number\":";
+    let at = memchr::memmem::rfind(chunk, KEY)? + KEY.len();
+    let digits: Vec<u8> = chunk[at..]
+        .iter()
+        .skip_while(|b| **b == b' ')
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 /// Body sent to the client.
@@ -64,7 +157,7 @@ pub(crate) enum ProxyBody {
     /// A body pith made (errors) or nothing.
     Full(Option<Bytes>),
     /// An upstream body streaming through.
-    Tee(Tee<Incoming>),
+    Tee(Box<Tee<Incoming>>),
 }
 
 impl ProxyBody {
@@ -118,6 +211,9 @@ pub(crate) struct Tee<B: Body> {
     inner: B,
     pending: Option<Box<Pending>>,
     rewriting: Option<Rewriting>,
+    idle: Option<Idle>,
+    /// pith's own last frame (the error event of a silent stream), sent before the end.
+    tail: Option<Bytes>,
     /// The upstream body has ended (a rewriter may still hold bytes to hand on).
     upstream_done: bool,
 }
@@ -127,10 +223,13 @@ impl<B: Body> Tee<B> {
         inner: B,
         pending: Option<Box<Pending>>,
         rewriter: Option<Box<dyn EventRewriter>>,
+        idle: Option<Idle>,
     ) -> Self {
         Tee {
             inner,
             pending,
+            idle,
+            tail: None,
             rewriting: rewriter.map(|rewriter| Rewriting {
                 rewriter,
                 splitter: EventSplitter::new(),
@@ -168,12 +267,15 @@ impl<B: Body> Tee<B> {
 impl<B> Tee<B>
 where
     B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
+    B::Error: Into<BodyError> + std::fmt::Display,
 {
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         loop {
             if let Some(ready) = self.rewriting.as_mut().and_then(Rewriting::drain) {
                 return Poll::Ready(Some(Ok(Frame::data(ready))));
+            }
+            if let Some(tail) = self.tail.take() {
+                return Poll::Ready(Some(Ok(Frame::data(tail))));
             }
             if self.upstream_done {
                 return Poll::Ready(None);
@@ -186,6 +288,9 @@ where
                     };
                     let data = data.clone();
                     self.account(&data);
+                    if let Some(idle) = self.idle.as_mut() {
+                        idle.heard(&data);
+                    }
                     match self.rewriting.as_mut() {
                         // Nothing ready yet means an incomplete event: read on.
                         Some(rewriting) => rewriting.feed(&data),
@@ -194,7 +299,7 @@ where
                 }
                 Poll::Ready(Some(Err(e))) => {
                     self.end(End::Broken, Some(format!("upstream stream failed: {e}")));
-                    return Poll::Ready(Some(Err(e)));
+                    return Poll::Ready(Some(Err(e.into())));
                 }
                 Poll::Ready(None) => {
                     self.upstream_done = true;
@@ -204,7 +309,23 @@ where
                         None => return Poll::Ready(None),
                     }
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    let Some(idle) = self.idle.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    if idle.sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let message = idle.message();
+                    let event = idle.error_event(&message);
+                    tracing::warn!("{message}");
+                    self.upstream_done = true;
+                    self.end(End::TimedOut, Some(message.clone()));
+                    match event {
+                        Some(event) => self.tail = Some(event),
+                        None => return Poll::Ready(Some(Err(Box::new(Silent(message))))),
+                    }
+                }
             }
         }
     }
@@ -212,12 +333,12 @@ where
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             ProxyBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Tee(tee) => tee.poll(cx),
@@ -244,9 +365,12 @@ impl Body for ProxyBody {
 
 impl<B: Body> Tee<B> {
     fn is_end_stream(&self) -> bool {
+        if self.tail.is_some() {
+            return false;
+        }
         match &self.rewriting {
             Some(r) => self.upstream_done && r.ready.is_empty(),
-            None => self.inner.is_end_stream(),
+            None => self.upstream_done || self.inner.is_end_stream(),
         }
     }
 }
@@ -256,10 +380,10 @@ impl<B: Body> Drop for Tee<B> {
     /// `inner` closes the upstream connection, which cancels the upstream request.
     fn drop(&mut self) {
         // hyper may drop an already-finished body without polling its end.
-        let end = if self.inner.is_end_stream() {
-            End::Complete
-        } else {
-            End::ClientGone
+        let end = match &self.pending {
+            None => return,
+            Some(_) if self.inner.is_end_stream() => End::Complete,
+            Some(p) => p.recorder.cut_short(),
         };
         self.end(end, None);
     }

@@ -10,7 +10,7 @@ use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 /// Anthropic's public endpoint, used when nothing else is configured.
 pub const ANTHROPIC_DEFAULT: &str = "https://api.anthropic.com";
@@ -48,7 +48,7 @@ impl UpstreamUrl {
     /// no trailing `/v1` (the client's paths carry it).
     pub fn parse(url: &str) -> Result<UpstreamUrl, UpstreamError> {
         let invalid = |reason: &str| UpstreamError::Invalid {
-            url: url.to_owned(),
+            url: redact_credentials(url),
             reason: reason.to_owned(),
         };
         let uri: Uri = url
@@ -90,9 +90,24 @@ impl UpstreamUrl {
     }
 }
 
+/// `url` with the credentials of its authority (`user:password@`) replaced by `***@`.
+fn redact_credentials(url: &str) -> String {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[after_scheme..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| after_scheme + i);
+    match url[after_scheme..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..after_scheme], &url[after_scheme + at..]),
+        None => url.to_owned(),
+    }
+}
+
 impl fmt::Display for UpstreamUrl {
+    /// The URL with any credentials in it replaced by `***`: it is shown in the banner, logs,
+    /// error replies and the ledger.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}{}", self.scheme, self.authority, self.prefix)
+        let url = format!("{}://{}{}", self.scheme, self.authority, self.prefix);
+        f.write_str(&redact_credentials(&url))
     }
 }
 
@@ -109,7 +124,7 @@ pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 ///
 /// hyper-util's client is used instead of reqwest because reqwest adds headers the client did
 /// not send (`accept: */*`), and pith must forward headers exactly.
-pub(crate) fn client() -> Result<HttpClient, UpstreamError> {
+pub(crate) fn client(pool_idle: Duration) -> Result<HttpClient, UpstreamError> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
@@ -122,8 +137,10 @@ pub(crate) fn client() -> Result<HttpClient, UpstreamError> {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
+    // The idle timeout only fires with a timer: without one, idle sockets stay pooled forever.
     Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(pool_idle)
         .build(https))
 }
 
@@ -142,6 +159,19 @@ mod tests {
         assert_eq!(
             u.join("/v1/messages").unwrap().to_string(),
             "https://gw.example/anthropic/v1/messages"
+        );
+        // Credentials in the URL never reach a message.
+        let u = UpstreamUrl::parse("http://user:s3cret@127.0.0.1:9000/gw").unwrap();
+        assert_eq!(u.to_string(), "http://***@127.0.0.1:9000/gw");
+        assert_eq!(
+            format!("{u:?}"),
+            "UpstreamUrl(http://***@127.0.0.1:9000/gw)"
+        );
+        let e = UpstreamUrl::parse("ftp://user:s3cret@host/x").unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert_eq!(
+            redact_credentials("https://a@b@host?x=@"),
+            "https://***@host?x=@"
         );
         for bad in [
             "api.anthropic.com",

@@ -104,6 +104,8 @@ async fn start_with(
         rewrites,
         ledger: Some(sink.clone()),
         max_body: pith_proxy::DEFAULT_MAX_BODY,
+        timeouts: pith_proxy::Timeouts::default(),
+        token: None,
     })
     .await
     .unwrap();

@@ -149,8 +149,11 @@ pub enum RequestOutcome {
     /// The client went away before the answer was complete (the upstream request was cancelled).
     ClientClosed,
     /// The client's request could not be forwarded: unreadable or too large a body, a target
-    /// that makes no upstream URL. pith answered in the provider's error shape.
+    /// that makes no upstream URL, a method pith does not proxy, a missing access token. pith
+    /// answered in the provider's error shape.
     ClientError,
+    /// The client stopped sending its request body for longer than the proxy waits.
+    ClientTimeout,
     /// No connection to the provider. pith answered with a 502 in the provider's error shape.
     UpstreamUnreachable,
     /// The provider answered with a 4xx or 5xx status (forwarded unchanged).
@@ -159,20 +162,28 @@ pub enum RequestOutcome {
     UpstreamBroken,
     /// The provider reported an error event inside a successful stream.
     StreamError,
+    /// The provider sent no response headers, or went silent mid-body, for longer than the
+    /// proxy waits; pith ended the request with an error naming the limit.
+    UpstreamTimeout,
+    /// The proxy shut down with the request still open (after its grace period).
+    Shutdown,
     /// pith itself failed to handle the request.
     PithError,
 }
 
 impl RequestOutcome {
-    const ALL: [RequestOutcome; 9] = [
+    const ALL: [RequestOutcome; 12] = [
         RequestOutcome::Ok,
         RequestOutcome::Local,
         RequestOutcome::ClientClosed,
         RequestOutcome::ClientError,
+        RequestOutcome::ClientTimeout,
         RequestOutcome::UpstreamUnreachable,
         RequestOutcome::UpstreamError,
         RequestOutcome::UpstreamBroken,
         RequestOutcome::StreamError,
+        RequestOutcome::UpstreamTimeout,
+        RequestOutcome::Shutdown,
         RequestOutcome::PithError,
     ];
 
@@ -183,10 +194,13 @@ impl RequestOutcome {
             RequestOutcome::Local => "local",
             RequestOutcome::ClientClosed => "client_closed",
             RequestOutcome::ClientError => "client_error",
+            RequestOutcome::ClientTimeout => "client_timeout",
             RequestOutcome::UpstreamUnreachable => "upstream_unreachable",
             RequestOutcome::UpstreamError => "upstream_error",
             RequestOutcome::UpstreamBroken => "upstream_broken",
             RequestOutcome::StreamError => "stream_error",
+            RequestOutcome::UpstreamTimeout => "upstream_timeout",
+            RequestOutcome::Shutdown => "shutdown",
             RequestOutcome::PithError => "pith_error",
         }
     }
@@ -204,12 +218,15 @@ impl RequestOutcome {
     pub fn caused_by(self) -> Option<Party> {
         match self {
             RequestOutcome::Ok | RequestOutcome::Local => None,
-            RequestOutcome::ClientClosed | RequestOutcome::ClientError => Some(Party::Client),
+            RequestOutcome::ClientClosed
+            | RequestOutcome::ClientError
+            | RequestOutcome::ClientTimeout => Some(Party::Client),
             RequestOutcome::UpstreamUnreachable
             | RequestOutcome::UpstreamError
             | RequestOutcome::UpstreamBroken
-            | RequestOutcome::StreamError => Some(Party::Upstream),
-            RequestOutcome::PithError => Some(Party::Pith),
+            | RequestOutcome::StreamError
+            | RequestOutcome::UpstreamTimeout => Some(Party::Upstream),
+            RequestOutcome::Shutdown | RequestOutcome::PithError => Some(Party::Pith),
         }
     }
 }

@@ -27,6 +27,24 @@ pub struct Config {
 pub struct ProxyConfig {
     /// Address to listen on, e.g. `127.0.0.1:8787`.
     pub listen: Option<String>,
+    /// Access token clients send in `x-pith-token`; required to listen beyond loopback
+    /// (env `PITH_PROXY_TOKEN`).
+    pub token: Option<String>,
+    /// Wait for the provider's response headers (default `10m`; env
+    /// `PITH_UPSTREAM_HEADERS_TIMEOUT`).
+    pub upstream_headers_timeout: Option<String>,
+    /// Longest silence between chunks of the provider's answer (default `5m`; env
+    /// `PITH_UPSTREAM_IDLE_TIMEOUT`).
+    pub upstream_idle_timeout: Option<String>,
+    /// Longest a client may take to send its request headers (default `30s`; env
+    /// `PITH_CLIENT_HEADER_TIMEOUT`).
+    pub client_header_timeout: Option<String>,
+    /// Longest silence between chunks of a client's request body (default `60s`; env
+    /// `PITH_CLIENT_IDLE_TIMEOUT`).
+    pub client_idle_timeout: Option<String>,
+    /// How long an idle upstream connection stays pooled (default `90s`; env
+    /// `PITH_POOL_IDLE_TIMEOUT`).
+    pub pool_idle_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

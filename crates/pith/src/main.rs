@@ -7,6 +7,7 @@
 
 mod commands;
 mod config;
+mod duration;
 mod logging;
 mod prices;
 mod workspace;

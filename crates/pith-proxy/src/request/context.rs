@@ -1,5 +1,7 @@
 //! What one request carries through the phases, and the one place its ledger record is built.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -9,10 +11,32 @@ use pith_transform::StageReport;
 use pith_wire::{Provider, Wire, session};
 
 use crate::ledger::{LedgerSink, Record};
-use crate::tee::Pending;
+use crate::tee::{End, Pending};
+
+/// Where a request's record goes, and whether the proxy is cutting requests at shutdown.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    pub sink: LedgerSink,
+    pub shutting_down: Arc<AtomicBool>,
+}
+
+impl Recorder {
+    /// How a request that was cut short ended: cut at shutdown, or left by its client.
+    pub fn cut_short(&self) -> End {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            End::Shutdown
+        } else {
+            End::ClientGone
+        }
+    }
+}
 
 /// One request on its way from the client to the provider and back. Each phase fills in what
 /// it learns; nothing here is parsed from the body (that happens on a ledger writer thread).
+///
+/// A context whose record was never built when it is dropped (hyper dropped the request's
+/// future: the client went away before the provider answered, or the proxy shut down) records
+/// itself then, so every request that reached pith has a ledger row.
 pub(crate) struct Context {
     pub started: Instant,
     /// Wall-clock time the request arrived, for the ledger.
@@ -39,10 +63,18 @@ pub(crate) struct Context {
     pub status: Option<StatusCode>,
     pub response_is_sse: bool,
     pub content_encoding: Option<String>,
+    /// Where the record goes; `None` once it was built (or when no ledger is kept).
+    recorder: Option<Recorder>,
 }
 
 impl Context {
-    pub fn new(method: Method, path: String, path_and_query: String, headers: HeaderMap) -> Self {
+    pub fn new(
+        method: Method,
+        path: String,
+        path_and_query: String,
+        headers: HeaderMap,
+        recorder: Option<Recorder>,
+    ) -> Self {
         Context {
             started: Instant::now(),
             ts_ms: now_ms(),
@@ -59,18 +91,15 @@ impl Context {
             status: None,
             response_is_sse: false,
             content_encoding: None,
+            recorder,
         }
     }
 
     /// The request's ledger record, waiting for the request to end, when a ledger is kept.
     /// `outcome` is `Ok` for an answer the provider is sending; for an answer pith made, what
-    /// it made. This is the one place a record is built.
-    pub fn into_pending(
-        self,
-        ledger: Option<&LedgerSink>,
-        outcome: RequestOutcome,
-    ) -> Option<Pending> {
-        let sink = ledger?.clone();
+    /// it made. This is the one place a record is built; it is built once.
+    pub fn take_pending(&mut self, outcome: RequestOutcome) -> Option<Pending> {
+        let recorder = self.recorder.take()?;
         let record = Record {
             ts_ms: self.ts_ms,
             client: session::client_from_user_agent(&self.headers),
@@ -78,21 +107,34 @@ impl Context {
             wire: self.wire,
             provider: Some(self.provider),
             method: self.method.to_string(),
-            path: self.path,
+            path: std::mem::take(&mut self.path),
             status: self.status.map(|s| s.as_u16()),
             outcome,
             bytes_upstream: self.bytes_upstream,
-            request_body: self.body,
+            request_body: std::mem::take(&mut self.body),
             response_is_sse: self.response_is_sse,
-            content_encoding: self.content_encoding,
-            transforms: self.transforms,
+            content_encoding: self.content_encoding.take(),
+            transforms: std::mem::take(&mut self.transforms),
             ..Record::default()
         };
         Some(Pending {
             record,
-            sink,
+            recorder,
             started: self.started,
         })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        let end = match &self.recorder {
+            Some(recorder) => recorder.cut_short(),
+            None => return,
+        };
+        if let Some(pending) = self.take_pending(RequestOutcome::Ok) {
+            let error = "the request ended before the provider's response headers arrived";
+            pending.finish(end, Some(error.to_owned()));
+        }
     }
 }
 

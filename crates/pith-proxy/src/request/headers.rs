@@ -3,7 +3,8 @@
 
 use http::header::{self, HeaderMap, HeaderName};
 
-/// Headers that describe one hop, not the request (RFC 9110 7.6.1), plus those pith recomputes.
+/// Headers that describe one hop, not the request (RFC 9110 7.6.1), plus those pith recomputes
+/// and pith's own access token (meant for pith, never for the provider).
 fn is_hop_header(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -17,6 +18,7 @@ fn is_hop_header(name: &HeaderName) -> bool {
             | "expect"
             | "host"
             | "content-length"
+            | crate::server::TOKEN_HEADER
     )
 }
 

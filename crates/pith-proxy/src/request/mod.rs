@@ -1,13 +1,16 @@
 //! One request, from the socket to the ledger row, in named phases run top to bottom by
-//! [`serve`]: route → read body → answer locally → transform request → forward → respond; the
-//! record is finished when the answer's last byte has gone out (`tee::Pending::finish`).
+//! [`serve`]: route → admit → read body → answer locally → transform request → forward →
+//! respond; the record is finished when the answer's last byte has gone out
+//! (`tee::Pending::finish`), or when the request is cut short (`Context`'s drop).
 //!
 //! Each phase is a function with one job that reads and fills the request's [`Context`]. A
 //! phase that cannot go on returns a [`Fault`] (tagged by who caused it, answered in the
-//! provider's own error shape), and the request ends there with its ledger row.
+//! provider's own error shape), and the request ends there with its ledger row. Every wait on
+//! a peer is bounded by a [`crate::Timeouts`] limit.
 
 mod context;
 mod headers;
+mod token;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -24,9 +27,9 @@ use pith_wire::{Provider, Wire, session};
 
 use crate::fault::Fault;
 use crate::rewrite::ResponseInfo;
-use crate::server::State;
-use crate::tee::{End, ProxyBody, Tee};
-pub(crate) use context::Context;
+use crate::server::{State, TOKEN_HEADER};
+use crate::tee::{End, Idle, ProxyBody, Tee};
+pub(crate) use context::{Context, Recorder};
 
 /// Response header naming what pith changed in the request.
 pub const TRANSFORMS_HEADER: &str = "pith-transforms";
@@ -37,31 +40,38 @@ pub(crate) async fn serve(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let (parts, body) = req.into_parts();
-    let mut ctx = route(parts);
+    let mut ctx = route(&state, parts);
+    if let Err(fault) = admit(&state, &ctx) {
+        return Ok(answer_fault(ctx, &fault));
+    }
     ctx.body = match read_body(&state, body).await {
         Ok(body) => body,
-        Err(fault) => return Ok(answer_fault(&state, ctx, &fault)),
+        Err(fault) => return Ok(answer_fault(ctx, &fault)),
     };
     if let Some(reply) = answer_locally(&state, &ctx) {
-        return Ok(answer_local(&state, ctx, reply));
+        return Ok(answer_local(ctx, reply));
     }
     let upstream = transform_request(&state, &mut ctx).await;
     let response = match forward(&state, &ctx, upstream).await {
         Ok(response) => response,
-        Err(fault) => return Ok(answer_fault(&state, ctx, &fault)),
+        Err(fault) => return Ok(answer_fault(ctx, &fault)),
     };
     Ok(respond(&state, ctx, response))
 }
 
 /// Route: which wire (by path, POST only) and which provider the request is for.
-fn route(parts: http::request::Parts) -> Context {
+fn route(state: &State, parts: http::request::Parts) -> Context {
     let path = parts.uri.path().to_owned();
     let path_and_query = parts
         .uri
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| path.clone());
-    let mut ctx = Context::new(parts.method, path, path_and_query, parts.headers);
+    let recorder = state.config.ledger.as_ref().map(|sink| Recorder {
+        sink: sink.clone(),
+        shutting_down: Arc::clone(&state.shutting_down),
+    });
+    let mut ctx = Context::new(parts.method, path, path_and_query, parts.headers, recorder);
     ctx.wire = (ctx.method == Method::POST)
         .then(|| Wire::from_path(&ctx.path))
         .flatten();
@@ -80,29 +90,82 @@ fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
     }
 }
 
-/// Read body: the whole client body, up to the proxy's limit.
-async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
-    match Limited::new(body, state.config.max_body).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(Fault::client(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                format!(
-                    "pith: request body is larger than the proxy's limit of {} bytes",
-                    state.config.max_body
-                ),
-            ))
-        }
-        Err(e) => Err(Fault::client(
-            StatusCode::BAD_REQUEST,
+/// Admit: a method pith proxies, and the access token when the proxy has one.
+fn admit(state: &State, ctx: &Context) -> Result<(), Fault> {
+    if ctx.method == Method::CONNECT || ctx.method == Method::TRACE {
+        return Err(Fault::client(
+            StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",
-            format!("pith: could not read the request body: {e}"),
-        )),
+            format!(
+                "pith: {} is not proxied; pith forwards API requests (POST /v1/messages, \
+                 /v1/chat/completions, /v1/responses, and other paths as they are)",
+                ctx.method
+            ),
+        ));
     }
+    match state.config.token.as_deref() {
+        Some(expected) if !token::matches(&ctx.headers, expected) => Err(Fault::client(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            format!(
+                "pith: this proxy needs its access token in the {TOKEN_HEADER} header \
+                 (the [proxy] token or PITH_PROXY_TOKEN it was started with)"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Read body: the whole client body, up to the proxy's limit, each chunk within the client
+/// idle timeout.
+async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
+    let limit = state.config.max_body;
+    let idle = state.config.timeouts.client_idle;
+    let mut body = Limited::new(body, limit);
+    let mut chunks = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) => {
+                return Err(Fault {
+                    outcome: RequestOutcome::ClientTimeout,
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    kind: "invalid_request_error",
+                    message: format!(
+                        "pith: the request body stalled for {} s (proxy.client_idle_timeout)",
+                        idle.as_secs()
+                    ),
+                });
+            }
+        };
+        match frame {
+            Ok(frame) => chunks.extend(frame.into_data().ok()),
+            Err(e)
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some() =>
+            {
+                return Err(Fault::client(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    format!("pith: request body is larger than the proxy's limit of {limit} bytes"),
+                ));
+            }
+            Err(e) => {
+                return Err(Fault::client(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    format!("pith: could not read the request body: {e}"),
+                ));
+            }
+        }
+    }
+    // A body that came in one chunk is kept as it came, without a copy.
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => chunks.concat().into(),
+    })
 }
 
 /// Answer locally: a request pith answers itself, without the provider (pin commands will).
@@ -174,7 +237,8 @@ async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> Pipeline
     }
 }
 
-/// Forward: send the request to its provider and wait for the response head.
+/// Forward: send the request to its provider and wait for the response head, up to the
+/// headers timeout.
 async fn forward(
     state: &State,
     ctx: &Context,
@@ -198,7 +262,18 @@ async fn forward(
     *req.method_mut() = ctx.method.clone();
     *req.uri_mut() = uri;
     *req.headers_mut() = upstream.headers;
-    state.client.request(req).await.map_err(|e| {
+    let provider = ctx.provider;
+    let limit = state.config.timeouts.upstream_headers;
+    let Ok(sent) = tokio::time::timeout(limit, state.client.request(req)).await else {
+        let message = format!(
+            "pith: the {provider} upstream {base} sent no response headers within {} s \
+             (proxy.upstream_headers_timeout)",
+            limit.as_secs()
+        );
+        tracing::warn!("{message}");
+        return Err(Fault::upstream_timeout(provider, message));
+    };
+    sent.map_err(|e| {
         let mut cause = e.to_string();
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
@@ -206,7 +281,6 @@ async fn forward(
             cause.push_str(&s.to_string());
             source = s.source();
         }
-        let provider = ctx.provider;
         let message = format!("pith could not reach the {provider} upstream {base}: {cause}");
         tracing::warn!("{message}");
         Fault::unreachable(message)
@@ -256,30 +330,27 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
         headers.remove(header::CONTENT_LENGTH);
     }
     parts.headers = headers;
-    let pending = ctx
-        .into_pending(state.config.ledger.as_ref(), RequestOutcome::Ok)
-        .map(Box::new);
-    Response::from_parts(parts, ProxyBody::Tee(Tee::new(incoming, pending, rewriter)))
+    let sse_wire = ctx.wire.filter(|_| ctx.response_is_sse);
+    let idle = Idle::new(state.config.timeouts.upstream_idle, ctx.provider, sse_wire);
+    let pending = ctx.take_pending(RequestOutcome::Ok).map(Box::new);
+    let tee = Tee::new(incoming, pending, rewriter, Some(idle));
+    Response::from_parts(parts, ProxyBody::Tee(Box::new(tee)))
 }
 
 /// The request ends with a fault pith answers in the provider's shape.
-fn answer_fault(state: &State, mut ctx: Context, fault: &Fault) -> Response<ProxyBody> {
+fn answer_fault(mut ctx: Context, fault: &Fault) -> Response<ProxyBody> {
     let response = fault.response(ctx.provider);
     ctx.status = Some(fault.status);
-    if let Some(pending) = ctx.into_pending(state.config.ledger.as_ref(), fault.outcome) {
+    if let Some(pending) = ctx.take_pending(fault.outcome) {
         pending.finish(End::Complete, Some(fault.message.clone()));
     }
     response
 }
 
 /// The request ends with pith's own answer.
-fn answer_local(
-    state: &State,
-    mut ctx: Context,
-    reply: Response<ProxyBody>,
-) -> Response<ProxyBody> {
+fn answer_local(mut ctx: Context, reply: Response<ProxyBody>) -> Response<ProxyBody> {
     ctx.status = Some(reply.status());
-    if let Some(pending) = ctx.into_pending(state.config.ledger.as_ref(), RequestOutcome::Local) {
+    if let Some(pending) = ctx.take_pending(RequestOutcome::Local) {
         pending.finish(End::Complete, None);
     }
     reply

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
-use pith_proxy::{LedgerSink, Proxy, ProxyConfig, UpstreamUrl};
+use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
 use pith_store::ledger::Ledger;
 use pith_transform::{DeferOptions, DeferStage, Pipeline, SearchVariant};
 
@@ -25,7 +25,18 @@ const DEFAULT_QUEUE: usize = 4096;
 Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists with at least
 20,000 characters of deferrable definitions (PITH_MIN_DEFERRED_CHARS); every rewrite is named in
 the pith-transforms response header, and `pith stats` shows what was deferred and why other
-requests were left alone. Logs go to stderr (PITH_LOG=debug).")]
+requests were left alone. Logs go to stderr (PITH_LOG=debug).
+
+Timeouts (env, or [proxy] keys without the PITH_ prefix, e.g. upstream_idle_timeout = \"5m\"):
+  PITH_UPSTREAM_HEADERS_TIMEOUT  provider's response headers      default 10m
+  PITH_UPSTREAM_IDLE_TIMEOUT     silence inside the provider's answer  default 5m
+  PITH_CLIENT_HEADER_TIMEOUT     client's request headers          default 30s
+  PITH_CLIENT_IDLE_TIMEOUT       silence inside a client's body    default 60s
+  PITH_POOL_IDLE_TIMEOUT         idle upstream connections kept    default 90s
+A timed-out request ends with an error in the provider's own shape naming the limit.
+
+Listening beyond loopback needs an access token ([proxy] token or PITH_PROXY_TOKEN); clients
+send it in the x-pith-token header (Claude Code: ANTHROPIC_CUSTOM_HEADERS=\"x-pith-token: ...\").")]
 pub struct Args {
     /// Address to listen on [default: 127.0.0.1:8787; config: proxy.listen].
     #[arg(long, value_name = "ADDR")]
@@ -89,6 +100,11 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     };
     let pipeline = build_pipeline(config)?;
     let stages = pipeline.stage_names();
+    let timeouts = timeouts(&config.proxy)?;
+    let token = std::env::var("PITH_PROXY_TOKEN")
+        .ok()
+        .or_else(|| config.proxy.token.clone())
+        .filter(|t| !t.is_empty());
 
     // One event-loop thread: an agent sends a few requests a second, and on one thread every
     // streamed chunk goes from the upstream connection to the client without a cross-thread
@@ -106,6 +122,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             ledger: ledger.clone(),
             rewrites: None,
             max_body: pith_proxy::DEFAULT_MAX_BODY,
+            timeouts,
+            token: token.clone(),
         })
         .await?;
         let addr = proxy.local_addr()?;
@@ -115,6 +133,12 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         match &ledger_path {
             Some(p) => eprintln!("  ledger    -> {}", p.display()),
             None => eprintln!("  ledger    -> off"),
+        }
+        if token.is_some() {
+            eprintln!(
+                "  access    -> clients must send the {} header",
+                pith_proxy::TOKEN_HEADER
+            );
         }
         eprintln!(
             "  transforms: {}",
@@ -135,6 +159,57 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         eprintln!("pith proxy stopped; {s}");
     }
     Ok(())
+}
+
+/// The proxy's timeouts: env over config over the defaults, each named in its error.
+fn timeouts(proxy: &crate::config::ProxyConfig) -> anyhow::Result<Timeouts> {
+    let defaults = Timeouts::default();
+    let pick = |env: &str, key: &str, configured: &Option<String>, default: Duration| {
+        let (text, source) = match std::env::var(env) {
+            Ok(v) => (v, env.to_owned()),
+            Err(_) => match configured {
+                Some(v) => (v.clone(), format!("proxy.{key}")),
+                None => return Ok(default),
+            },
+        };
+        match crate::duration::parse(&text) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            Ok(_) => anyhow::bail!("{source} must be longer than 0"),
+            Err(e) => anyhow::bail!("{source}: {e}"),
+        }
+    };
+    Ok(Timeouts {
+        upstream_headers: pick(
+            "PITH_UPSTREAM_HEADERS_TIMEOUT",
+            "upstream_headers_timeout",
+            &proxy.upstream_headers_timeout,
+            defaults.upstream_headers,
+        )?,
+        upstream_idle: pick(
+            "PITH_UPSTREAM_IDLE_TIMEOUT",
+            "upstream_idle_timeout",
+            &proxy.upstream_idle_timeout,
+            defaults.upstream_idle,
+        )?,
+        client_headers: pick(
+            "PITH_CLIENT_HEADER_TIMEOUT",
+            "client_header_timeout",
+            &proxy.client_header_timeout,
+            defaults.client_headers,
+        )?,
+        client_idle: pick(
+            "PITH_CLIENT_IDLE_TIMEOUT",
+            "client_idle_timeout",
+            &proxy.client_idle_timeout,
+            defaults.client_idle,
+        )?,
+        pool_idle: pick(
+            "PITH_POOL_IDLE_TIMEOUT",
+            "pool_idle_timeout",
+            &proxy.pool_idle_timeout,
+            defaults.pool_idle,
+        )?,
+    })
 }
 
 fn ledger_stats_line(sink: &LedgerSink) -> String {

@@ -1,0 +1,42 @@
+//! The proxy's access token: compared in constant time, so the time a refusal takes says
+//! nothing about how much of a guess was right.
+
+use http::HeaderMap;
+
+use crate::server::TOKEN_HEADER;
+
+/// Whether `headers` carry `expected` in the token header.
+pub(crate) fn matches(headers: &HeaderMap, expected: &str) -> bool {
+    headers
+        .get(TOKEN_HEADER)
+        .is_some_and(|v| constant_time_eq(v.as_bytes(), expected.as_bytes()))
+}
+
+/// `a == b`, reading every byte of both whatever they hold (only the lengths can differ in
+/// time, and the token's length is not the secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= x ^ y;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_token_matches() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        for other in [&b""[..], b"s3cre", b"s3cret!", b"S3cret", b"x3cret"] {
+            assert!(!constant_time_eq(other, b"s3cret"), "{other:?}");
+        }
+        let mut headers = HeaderMap::new();
+        assert!(!matches(&headers, "s3cret"));
+        headers.insert(TOKEN_HEADER, "s3cret".parse().unwrap());
+        assert!(matches(&headers, "s3cret"));
+    }
+}

@@ -43,6 +43,17 @@ impl Fault {
         }
     }
 
+    /// The connection was made but what came back was not an HTTP response (garbage, or the
+    /// connection closed before a response head).
+    pub fn upstream_broken(message: String) -> Fault {
+        Fault {
+            outcome: RequestOutcome::UpstreamBroken,
+            status: StatusCode::BAD_GATEWAY,
+            kind: "api_error",
+            message,
+        }
+    }
+
     /// The provider sent no response headers within the proxy's limit (HTTP 504, the
     /// provider's own timeout type).
     pub fn upstream_timeout(provider: Provider, message: String) -> Fault {

@@ -4,7 +4,8 @@
 //!
 //! Run: `cargo bench -p pith --bench proxy_overhead` (env: PITH_BENCH_ROUNDS, PITH_BENCH_PER_ROUND,
 //! PITH_BENCH_LEDGER=0 to run pith without its ledger, PITH_BENCH_MODES=json,sse and
-//! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling).
+//! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling; PITH_BENCH_BIN to
+//! measure another `pith` binary with this harness).
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `pith-testkit/fixtures/captures`.
 #![expect(
     clippy::unwrap_used,
@@ -51,8 +52,14 @@ fn env_list(name: &str, default: &str) -> Vec<String> {
         .collect()
 }
 
+/// The binary measured: this build's, or `PITH_BENCH_BIN` (to measure an older build with the
+/// same harness, e.g. before and after a change).
+fn pith_bin() -> String {
+    std::env::var("PITH_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pith").to_owned())
+}
+
 fn start_pith(mock: &str, home: &std::path::Path) -> (Child, SocketAddr) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pith"));
+    let mut cmd = Command::new(pith_bin());
     cmd.args(["proxy", "--listen", "127.0.0.1:0"]);
     // PITH_BENCH_LEDGER=0 measures the proxy without its ledger thread.
     if std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0") {
@@ -313,7 +320,7 @@ fn main() {
     if std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0") {
         return;
     }
-    let stats = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let stats = Command::new(pith_bin())
         .args(["stats", "--json"])
         .env("PITH_HOME", home.path())
         .output()

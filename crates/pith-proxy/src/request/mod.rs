@@ -281,9 +281,16 @@ async fn forward(
             cause.push_str(&s.to_string());
             source = s.source();
         }
-        let message = format!("pith could not reach the {provider} upstream {base}: {cause}");
-        tracing::warn!("{message}");
-        Fault::unreachable(message)
+        if e.is_connect() {
+            let message = format!("pith could not reach the {provider} upstream {base}: {cause}");
+            tracing::warn!("{message}");
+            Fault::unreachable(message)
+        } else {
+            let message =
+                format!("pith: the {provider} upstream {base} did not answer in HTTP: {cause}");
+            tracing::warn!("{message}");
+            Fault::upstream_broken(message)
+        }
     })
 }
 

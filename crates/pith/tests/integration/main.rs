@@ -7,6 +7,7 @@
 
 mod cli;
 mod defer;
+mod faults;
 mod mcp;
 mod memory;
 mod opencode;

@@ -15,8 +15,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pith_store::ledger::{Ledger, Row, TransformResult};
 
-pub fn pith_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_pith")
+/// The binary under test: this build's, or `PITH_TEST_BIN` (to show that a test fails on an
+/// older build, e.g. one from before a fix).
+pub fn pith_bin() -> String {
+    std::env::var("PITH_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pith").to_owned())
 }
 
 /// A `pith proxy` process on a random loopback port with its own PITH_HOME.
@@ -86,6 +88,11 @@ impl PithProxy {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap()
     }
 
     pub fn ledger_path(&self) -> PathBuf {

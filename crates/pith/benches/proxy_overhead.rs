@@ -5,7 +5,8 @@
 //! Run: `cargo bench -p pith --bench proxy_overhead` (env: PITH_BENCH_ROUNDS, PITH_BENCH_PER_ROUND,
 //! PITH_BENCH_LEDGER=0 to run pith without its ledger, PITH_BENCH_MODES=json,sse and
 //! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling; PITH_BENCH_BIN to
-//! measure another `pith` binary with this harness).
+//! measure another `pith` binary with this harness, PITH_BENCH_BURST=N for the size of the
+//! closing burst of concurrent connections, 0 to skip it).
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `pith-testkit/fixtures/captures`.
 #![expect(
     clippy::unwrap_used,
@@ -312,6 +313,27 @@ fn main() {
         after_rss as f64 / 1024.0,
         peak as f64 / 1024.0
     );
+    // A burst of concurrent connections (one request each, then closed), and whether memory
+    // comes back once it is over.
+    let burst = if smoke {
+        20
+    } else {
+        env_usize("PITH_BENCH_BURST", 2000)
+    };
+    if burst > 0 {
+        let (before, _) = memory_kib(pid);
+        rt.block_on(round(&client(burst), &pith_url, &unstreamed, burst, 1));
+        let (right_after, peak) = memory_kib(pid);
+        std::thread::sleep(Duration::from_secs(if smoke { 0 } else { 10 }));
+        let (later, _) = memory_kib(pid);
+        println!(
+            "burst of {burst} connections: RSS before {:.1} MiB; right after {:.1} MiB; peak {:.1} MiB; 10 s after {:.1} MiB",
+            before as f64 / 1024.0,
+            right_after as f64 / 1024.0,
+            peak as f64 / 1024.0,
+            later as f64 / 1024.0
+        );
+    }
     // SIGTERM: pith drains its ledger queue before it exits; then count what the ledger kept.
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])

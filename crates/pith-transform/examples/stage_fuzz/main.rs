@@ -762,15 +762,29 @@ fn main() -> Result<ExitCode, String> {
                 .join(format!("seed-{:#x}-case-{case_no}.json", args.seed));
             std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
             std::fs::write(&path, &case.body).map_err(|e| e.to_string())?;
+            let outcome = match &checked.outcome {
+                Some(Outcome::Unchanged(r)) => format!("unchanged ({r})"),
+                Some(Outcome::Edited(edit)) => {
+                    format!(
+                        "edited: {} splices, facts {:?}",
+                        edit.splices.len(),
+                        edit.facts
+                    )
+                }
+                None => "none (the stage failed)".into(),
+            };
             println!(
-                "case {case_no}: {} {} ({config}), {} bytes, {}\n  outcome: {:?}\n  body: {}",
+                "case {case_no}: {} {}, {} bytes, {}\n  stage options: {options}\n  \
+                 outcome: {outcome}\n  body: {}",
                 case.source,
                 case.wire,
                 case.body.len(),
                 case.note,
-                checked.outcome,
                 path.display()
             );
+            for v in &checked.violations {
+                println!("  violation: {v}");
+            }
         }
         if !checked.violations.is_empty() {
             let written = if total.violations <= WRITE_AT_MOST {

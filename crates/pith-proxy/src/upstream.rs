@@ -117,6 +117,10 @@ impl fmt::Debug for UpstreamUrl {
     }
 }
 
+/// Idle upstream connections kept per host: an agent keeps a few requests in flight (a main
+/// turn, a title or summary side call, subagents), far fewer than this.
+const MAX_IDLE_PER_HOST: usize = 32;
+
 pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// One pooled client for every upstream: HTTP/1.1 on plain connections, HTTP/2 or 1.1 by ALPN
@@ -138,9 +142,12 @@ pub(crate) fn client(pool_idle: Duration) -> Result<HttpClient, UpstreamError> {
         .enable_http2()
         .wrap_connector(http);
     // The idle timeout only fires with a timer: without one, idle sockets stay pooled forever.
+    // An idle connection holds its buffers (tens of KiB after an answer of that size), so the
+    // pool keeps at most MAX_IDLE_PER_HOST of them: after a burst the rest are closed at once.
     Ok(Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(pool_idle)
+        .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
         .build(https))
 }
 

@@ -65,7 +65,7 @@ pub enum BrainError {
     #[error("{0}")]
     Invalid(String),
     /// An evidence file could not be recorded.
-    #[error("evidence {spec}: {source}")]
+    #[error("evidence {spec}")]
     Evidence {
         /// The evidence as the caller gave it (`path[:start[-end]]`).
         spec: String,
@@ -76,7 +76,7 @@ pub enum BrainError {
     #[error(transparent)]
     Path(#[from] PathError),
     /// The brain directory could not be created.
-    #[error("cannot create {path}: {source}")]
+    #[error("cannot create {path}")]
     Io {
         /// The file or directory being created.
         path: PathBuf,

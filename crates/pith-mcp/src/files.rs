@@ -8,6 +8,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read};
 
+use pith_brain::render::error_chain;
 use pith_brain::{PathError, Workspace};
 
 /// Most lines one read returns; the reply says how to get the rest.
@@ -39,7 +40,7 @@ pub fn read(
 ) -> Result<FileRead, String> {
     let resolved = ws.resolve(path).map_err(|e| match e {
         PathError::NotFound { .. } => format!("{e}; search_workspace finds files"),
-        other => other.to_string(),
+        other => error_chain(&other),
     })?;
     let rel = resolved.rel;
     if resolved.abs.is_dir() {

@@ -9,7 +9,7 @@ use rusqlite::Connection;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database's directory could not be created.
-    #[error("cannot create directory {path}: {source}")]
+    #[error("cannot create directory {path}")]
     CreateDir {
         /// The directory.
         path: PathBuf,
@@ -17,7 +17,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// SQLite could not open or configure the file.
-    #[error("cannot open database {path}: {source}")]
+    #[error("cannot open database {path}")]
     Open {
         /// The database file.
         path: PathBuf,
@@ -25,7 +25,7 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     /// A migration failed; its transaction was rolled back.
-    #[error("cannot migrate database {path} to schema version {version}: {source}")]
+    #[error("cannot migrate database {path} to schema version {version}")]
     Migrate {
         /// The database file.
         path: PathBuf,
@@ -47,10 +47,10 @@ pub enum StoreError {
         known: usize,
     },
     /// Any other SQLite failure, such as a query on an open database.
-    #[error("database error: {0}")]
+    #[error(transparent)]
     Sql(#[from] rusqlite::Error),
     /// A database file's mode could not be set to 0600.
-    #[error("io error on {path}: {source}")]
+    #[error("cannot restrict the mode of {path} to 0600")]
     Io {
         /// The database, WAL or shared-memory file.
         path: PathBuf,
@@ -225,6 +225,33 @@ mod tests {
                 o.join().unwrap().unwrap();
             }
         }
+    }
+
+    /// Every message in `e`'s chain adds to its cause instead of repeating it (the binary
+    /// prints the whole chain).
+    fn assert_causes_said_once(e: &(dyn std::error::Error + 'static)) {
+        let mut at = e;
+        while let Some(cause) = at.source() {
+            let (message, cause_message) = (at.to_string(), cause.to_string());
+            assert!(
+                !message.contains(&cause_message),
+                "{message:?} repeats its cause {cause_message:?}"
+            );
+            at = cause;
+        }
+    }
+
+    #[test]
+    fn errors_name_their_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let err = open(&file.join("x.db"), MIGRATIONS).unwrap_err();
+        assert!(matches!(err, StoreError::CreateDir { .. }), "{err}");
+        assert_causes_said_once(&err);
+        let err = open(&dir.path().join("x.db"), &["CREATE TABLE"]).unwrap_err();
+        assert!(matches!(err, StoreError::Migrate { .. }), "{err}");
+        assert_causes_said_once(&err);
     }
 
     #[test]

@@ -175,16 +175,19 @@ impl Brain {
         Ok(Brain::with_store(ws, store))
     }
 
-    /// Like [`Brain::open_with`], only if the workspace already has a brain (reads that must
-    /// not create files).
+    /// Like [`Brain::open_with`], only if the workspace already has a brain, and creating
+    /// nothing (reads): `open_store` must open the existing file without creating or chmodding
+    /// one (`pith_store::brain::open_existing_workspace_brain` for SQLite).
     pub fn open_existing_with(
         ws: Workspace,
         open_store: impl FnOnce(&Path) -> Result<Box<dyn BrainStore>, StoreError>,
     ) -> Result<Option<Brain>, BrainError> {
-        if !Brain::db_path(ws.root()).exists() {
+        let db = Brain::db_path(ws.root());
+        if !db.exists() {
             return Ok(None);
         }
-        Brain::open_with(ws, open_store).map(Some)
+        let store = open_store(&db)?;
+        Ok(Some(Brain::with_store(ws, store)))
     }
 
     /// Where a workspace's brain lives.
@@ -403,14 +406,26 @@ impl Brain {
     }
 }
 
-/// The `.pith` directory, with a `.gitignore` so the database never shows up as untracked.
+/// The `.pith` directory (0700), with a `.gitignore` (0600) so the database never shows up as
+/// untracked; both private whatever the umask.
 fn create_brain_dir(dir: &Path) -> Result<(), BrainError> {
     let io = |source| BrainError::Io {
         path: dir.to_owned(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join(".gitignore"), "*\n").map_err(io)?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(io)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(dir.join(".gitignore"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"*\n"))
+        .map_err(io)?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod cli;
 mod defer;
 mod mcp;
 mod memory;
+mod modes;
 mod opencode;
 mod proxy;
 mod setup;

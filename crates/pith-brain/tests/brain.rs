@@ -186,3 +186,48 @@ fn errors_name_their_cause_once() {
         at = cause;
     }
 }
+
+#[test]
+fn limits_are_stated_with_what_to_do_and_kept() {
+    let (_dir, mut brain) = brain();
+    let refused = |brain: &mut Brain, m: NewMemory| match brain.save(m) {
+        Err(BrainError::Invalid(message)) => message,
+        other => panic!("saved past a limit: {:?}", other.map(|c| c.memory.id)),
+    };
+
+    let mut m = fix("Huge body", &[]);
+    m.body = "x".repeat(pith_brain::MAX_BODY_BYTES + 1);
+    let err = refused(&mut brain, m.clone());
+    assert!(
+        err.contains("16385 bytes") && err.contains("16384 (16 KiB)") && err.contains("evidence"),
+        "{err}"
+    );
+    m.body.pop();
+    brain.save(m).unwrap();
+
+    let mut m = fix(&"t".repeat(pith_brain::MAX_TITLE_CHARS + 1), &[]);
+    let err = refused(&mut brain, m.clone());
+    assert!(
+        err.contains("201 characters") && err.contains("200"),
+        "{err}"
+    );
+    m.title.pop();
+    brain.save(m).unwrap();
+
+    let mut m = fix("Huge headline", &[]);
+    m.headline = Some("e".repeat(pith_brain::MAX_HEADLINE_CHARS + 1));
+    let err = refused(&mut brain, m);
+    assert!(err.contains("headline") && err.contains("1000"), "{err}");
+
+    let mut m = fix("Many tags", &[]);
+    m.tags = (0..=pith_brain::MAX_TAGS)
+        .map(|i| format!("t{i}"))
+        .collect();
+    let err = refused(&mut brain, m);
+    assert!(err.contains("33 tags") && err.contains("32"), "{err}");
+
+    let mut m = fix("Long tag", &[]);
+    m.tags = vec!["g".repeat(pith_brain::MAX_TAG_CHARS + 1)];
+    let err = refused(&mut brain, m);
+    assert!(err.contains("65 characters") && err.contains("64"), "{err}");
+}

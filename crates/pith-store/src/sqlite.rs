@@ -519,6 +519,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     fn mode(path: &Path) -> u32 {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -533,12 +534,14 @@ mod tests {
         names
     }
 
+    #[cfg(unix)]
     fn make_readable_to_all(path: &Path) {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
 
     #[test]
+    #[cfg(unix)]
     fn read_only_changes_nothing_and_sees_a_writers_commits() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.db");

@@ -9,6 +9,7 @@ mod cli;
 mod defer;
 mod mcp;
 mod memory;
+#[cfg(unix)]
 mod modes;
 mod opencode;
 mod proxy;

@@ -352,6 +352,7 @@ fn memory_cli_two_processes_write_at_once() {
 }
 
 #[test]
+#[cfg(unix)]
 fn memory_reads_never_create_or_chmod() {
     let ws = workspace();
     let dir = ws.path();

@@ -130,12 +130,14 @@ fn stats_of(ledger: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
+#[cfg(unix)]
 fn mode(path: &std::path::Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 #[test]
+#[cfg(unix)]
 fn stats_reads_a_ledger_without_changing_it() {
     use pith_store::ledger::{Ledger, Row};
     let dir = tempfile::tempdir().unwrap();

@@ -33,8 +33,28 @@ pub const BRAIN_DIR: &str = ".pith";
 pub const BRAIN_FILE: &str = "brain.db";
 /// Most memories one search returns.
 pub const MAX_SEARCH_LIMIT: usize = 50;
-/// Longest title accepted, in characters.
+// Limits on what one memory holds. A memory is a note of what was learned (the fix, why an
+// attempt failed, what was decided) that cites the files it is about as evidence; real ones are
+// a title of under a hundred characters and a body of a few hundred words. Every search hands
+// memories back into some agent's context, so each limit is set well above any real memory and
+// far below a pasted file or log: hitting one means the text belongs in a file, cited as
+// evidence.
+
+/// Longest title accepted, in characters: one line naming the memory (two lines of a wide
+/// terminal).
 pub const MAX_TITLE_CHARS: usize = 200;
+/// Largest body accepted, in bytes (16 KiB, about 2,500 words: a long design note; the longest
+/// real memories are a few KiB).
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// Longest error headline accepted, in characters: the one line of an error a fix is for
+/// (compiler errors naming long types run to a few hundred).
+pub const MAX_HEADLINE_CHARS: usize = 1000;
+/// Most tags on one memory (after normalization).
+pub const MAX_TAGS: usize = 32;
+/// Longest tag accepted, in characters (after normalization).
+pub const MAX_TAG_CHARS: usize = 64;
+/// Longest search snippet, in characters: a few words of the body around the match.
+pub const MAX_SNIPPET_CHARS: usize = 300;
 
 /// A failure the caller can act on; messages name the memory or the input at fault.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +85,7 @@ pub enum BrainError {
     #[error("{0}")]
     Invalid(String),
     /// An evidence file could not be recorded.
-    #[error("evidence {spec}: {source}")]
+    #[error("evidence {spec}")]
     Evidence {
         /// The evidence as the caller gave it (`path[:start[-end]]`).
         spec: String,
@@ -76,7 +96,7 @@ pub enum BrainError {
     #[error(transparent)]
     Path(#[from] PathError),
     /// The brain directory could not be created.
-    #[error("cannot create {path}: {source}")]
+    #[error("cannot create {path}")]
     Io {
         /// The file or directory being created.
         path: PathBuf,
@@ -92,11 +112,12 @@ pub struct NewMemory {
     pub kind: Kind,
     /// One line, at most [`MAX_TITLE_CHARS`] characters.
     pub title: String,
-    /// The detail, free text.
+    /// The detail, free text, at most [`MAX_BODY_BYTES`].
     pub body: String,
-    /// As typed; entries may hold several comma-separated tags, normalized on save.
+    /// As typed; entries may hold several comma-separated tags, normalized on save (at most
+    /// [`MAX_TAGS`] of at most [`MAX_TAG_CHARS`] characters).
     pub tags: Vec<String>,
-    /// For a fix: the error headline it fixes, on one line.
+    /// For a fix: the error headline it fixes, on one line of at most [`MAX_HEADLINE_CHARS`].
     pub headline: Option<String>,
     /// Workspace files the memory depends on, fingerprinted on save.
     pub evidence: Vec<EvidenceSpec>,
@@ -116,7 +137,8 @@ pub struct Checked {
 pub struct Found {
     /// The matching memory and its status.
     pub checked: Checked,
-    /// Body excerpt around the matched words, on one line.
+    /// Body excerpt around the matched words, on one line, at most [`MAX_SNIPPET_CHARS`]
+    /// characters whatever the backend gave.
     pub snippet: String,
 }
 
@@ -175,16 +197,19 @@ impl Brain {
         Ok(Brain::with_store(ws, store))
     }
 
-    /// Like [`Brain::open_with`], only if the workspace already has a brain (reads that must
-    /// not create files).
+    /// Like [`Brain::open_with`], only if the workspace already has a brain, and creating
+    /// nothing (reads): `open_store` must open the existing file without creating or chmodding
+    /// one (`pith_store::brain::open_existing_workspace_brain` for SQLite).
     pub fn open_existing_with(
         ws: Workspace,
         open_store: impl FnOnce(&Path) -> Result<Box<dyn BrainStore>, StoreError>,
     ) -> Result<Option<Brain>, BrainError> {
-        if !Brain::db_path(ws.root()).exists() {
+        let db = Brain::db_path(ws.root());
+        if !db.exists() {
             return Ok(None);
         }
-        Brain::open_with(ws, open_store).map(Some)
+        let store = open_store(&db)?;
+        Ok(Some(Brain::with_store(ws, store)))
     }
 
     /// Where a workspace's brain lives.
@@ -208,9 +233,19 @@ impl Brain {
         if title.is_empty() {
             return Err(BrainError::Invalid("title is empty".into()));
         }
-        if title.chars().count() > MAX_TITLE_CHARS {
+        let chars = title.chars().count();
+        if chars > MAX_TITLE_CHARS {
             return Err(BrainError::Invalid(format!(
-                "title is longer than {MAX_TITLE_CHARS} characters; put the detail in the body"
+                "title is {chars} characters, over the limit of {MAX_TITLE_CHARS}; shorten it \
+                 and put the detail in the body"
+            )));
+        }
+        let body = new.body.trim();
+        if body.len() > MAX_BODY_BYTES {
+            return Err(BrainError::Invalid(format!(
+                "body is {} bytes, over the limit of {MAX_BODY_BYTES} (16 KiB); keep what was \
+                 learned and cite the files it is about as evidence instead of pasting them",
+                body.len()
             )));
         }
         let headline = match new.headline.as_deref().map(|h| one_line("headline", h)) {
@@ -218,6 +253,31 @@ impl Brain {
             Some(Err(e)) => return Err(e),
             _ => None,
         };
+        if let Some(chars) = headline.as_ref().map(|h| h.chars().count())
+            && chars > MAX_HEADLINE_CHARS
+        {
+            return Err(BrainError::Invalid(format!(
+                "headline is {chars} characters, over the limit of {MAX_HEADLINE_CHARS}; give \
+                 the error's first line and put the rest in the body"
+            )));
+        }
+        let tags = normalize_tags(&new.tags);
+        if tags.len() > MAX_TAGS {
+            return Err(BrainError::Invalid(format!(
+                "{} tags, over the limit of {MAX_TAGS}; keep the few words someone would search for",
+                tags.len()
+            )));
+        }
+        if let Some(chars) = tags
+            .iter()
+            .map(|t| t.chars().count())
+            .find(|&n| n > MAX_TAG_CHARS)
+        {
+            return Err(BrainError::Invalid(format!(
+                "a tag is {chars} characters, over the limit of {MAX_TAG_CHARS}; a tag is a word \
+                 or two"
+            )));
+        }
         let mut evidence: Vec<Evidence> = Vec::with_capacity(new.evidence.len());
         for spec in &new.evidence {
             let e = evidence::record(&self.ws, spec).map_err(|source| BrainError::Evidence {
@@ -233,8 +293,8 @@ impl Brain {
             id: String::new(),
             kind: new.kind,
             title,
-            body: new.body.trim().to_owned(),
-            tags: normalize_tags(&new.tags),
+            body: body.to_owned(),
+            tags,
             headline,
             evidence,
             created_at: now,
@@ -302,7 +362,10 @@ impl Brain {
                 let status = evidence::check(&self.ws, &memory.evidence, CheckMode::Quick);
                 Found {
                     checked: Checked { memory, status },
-                    snippet: h.snippet.split_whitespace().collect::<Vec<_>>().join(" "),
+                    snippet: render::clip(
+                        &h.snippet.split_whitespace().collect::<Vec<_>>().join(" "),
+                        MAX_SNIPPET_CHARS,
+                    ),
                 }
             })
             .collect();
@@ -403,14 +466,26 @@ impl Brain {
     }
 }
 
-/// The `.pith` directory, with a `.gitignore` so the database never shows up as untracked.
+/// The `.pith` directory (0700), with a `.gitignore` (0600) so the database never shows up as
+/// untracked; both private whatever the umask.
 fn create_brain_dir(dir: &Path) -> Result<(), BrainError> {
     let io = |source| BrainError::Io {
         path: dir.to_owned(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join(".gitignore"), "*\n").map_err(io)?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(io)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(dir.join(".gitignore"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"*\n"))
+        .map_err(io)?;
     Ok(())
 }
 

@@ -2,6 +2,8 @@
 //! named in each caller's own terms ([`Hints`]).
 //!
 //! Agent-facing text is short on purpose: every line costs tokens on the turn that reads it.
+//! What a memory holds is printed bounded (memories saved before the limits included) and with
+//! the characters that could rewrite a terminal or reorder a line shown escaped ([`one_line`]).
 
 use std::fmt::Write;
 
@@ -10,7 +12,10 @@ use serde_json::{Value, json};
 use crate::evidence::{EvidenceCheck, EvidenceState, Status, write_range};
 use crate::model::{Evidence, Freshness, Memory, MemoryRef};
 use crate::store::Matched;
-use crate::{Checked, SearchResult, Verification};
+use crate::{
+    Checked, MAX_BODY_BYTES, MAX_HEADLINE_CHARS, MAX_SNIPPET_CHARS, MAX_TAG_CHARS, MAX_TAGS,
+    MAX_TITLE_CHARS, SearchResult, Verification,
+};
 
 /// How the caller names the follow-up actions.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +31,19 @@ pub struct Hints {
     pub forget: &'static str,
     /// Restoring from the trash.
     pub restore: &'static str,
+}
+
+/// An error and each of its causes, joined by `: ` (as the binary prints an error chain). The
+/// workspace's errors keep their cause out of their own message and give it as their
+/// `source()`, so text for a caller is written with this, not `to_string()`.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let _ = write!(out, ": {e}");
+        cause = e.source();
+    }
+    out
 }
 
 /// `path:3-9`.
@@ -68,20 +86,91 @@ pub fn headline_line(c: &Checked) -> String {
         c.memory.id,
         c.memory.kind,
         status(&c.status),
-        c.memory.title
+        title(&c.memory.title)
     )
+}
+
+/// One-line text from a memory or a caller (a title, an error headline, a tag, a snippet, a
+/// query) as it is printed: at most `max` characters of it (the rest as `…`), and each control
+/// character, bidirectional override, isolate or mark (U+202A..U+202E, U+2066..U+2069, U+200E,
+/// U+200F, U+061C) and line or paragraph separator shown as its escape (`\u{202e}`), so the
+/// text can neither rewrite the terminal nor display in another order than it reads.
+pub fn one_line(text: &str, max: usize) -> String {
+    escape(&clip(text, max), false)
+}
+
+fn title(text: &str) -> String {
+    one_line(text, MAX_TITLE_CHARS)
+}
+
+fn tags(tags: &[String], separator: &str) -> String {
+    let mut shown: Vec<String> = tags
+        .iter()
+        .take(MAX_TAGS)
+        .map(|t| one_line(t, MAX_TAG_CHARS))
+        .collect();
+    if tags.len() > MAX_TAGS {
+        shown.push("…".to_owned());
+    }
+    shown.join(separator)
+}
+
+fn needs_escape(c: char, keep_lines: bool) -> bool {
+    if keep_lines && matches!(c, '\n' | '\t') {
+        return false;
+    }
+    c.is_control()
+        || matches!(
+            c,
+            '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{061C}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
+}
+
+/// `text` with every character [`one_line`] escapes escaped; `keep_lines` leaves line breaks
+/// and tabs (a body).
+fn escape(text: &str, keep_lines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if needs_escape(c, keep_lines) {
+            let _ = write!(out, "{}", c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A body as printed: escaped like [`one_line`] but keeping its lines, and at most
+/// [`MAX_BODY_BYTES`] (only a memory saved before the limit is longer).
+fn body(text: &str) -> String {
+    if text.len() <= MAX_BODY_BYTES {
+        return escape(text, true);
+    }
+    let cut = (0..=MAX_BODY_BYTES)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let mut out = escape(&text[..cut], true);
+    let _ = write!(out, "… [{} more bytes]", text.len() - cut);
+    out
 }
 
 /// A whole memory.
 pub fn memory(c: &Checked) -> String {
     let m = &c.memory;
-    let mut out = format!("{} {}: {}\n", m.id, m.kind, m.title);
+    let mut out = format!("{} {}: {}\n", m.id, m.kind, title(&m.title));
     let _ = writeln!(out, "status: {}", status(&c.status));
     if let Some(h) = &m.headline {
-        let _ = writeln!(out, "error: {h}");
+        let _ = writeln!(out, "error: {}", one_line(h, MAX_HEADLINE_CHARS));
     }
     if !m.tags.is_empty() {
-        let _ = writeln!(out, "tags: {}", m.tags.join(", "));
+        let _ = writeln!(out, "tags: {}", tags(&m.tags, ", "));
     }
     if !c.status.evidence.is_empty() {
         let list: Vec<String> = c.status.evidence.iter().map(evidence_with_state).collect();
@@ -96,7 +185,7 @@ pub fn memory(c: &Checked) -> String {
         let _ = writeln!(out, "in the trash since {}", date(t));
     }
     if !m.body.is_empty() {
-        let _ = write!(out, "\n{}\n", m.body);
+        let _ = write!(out, "\n{}\n", body(&m.body));
     }
     out
 }
@@ -107,11 +196,11 @@ fn evidence_with_state(c: &EvidenceCheck) -> String {
 
 /// Search results, best first, with how many more matched and how to see them.
 pub fn search(result: &SearchResult, hints: &Hints) -> String {
+    let q = &one_line(&result.query, MAX_TITLE_CHARS);
     if result.hits.is_empty() {
-        return format!("no memories match \"{}\"\n", result.query);
+        return format!("no memories match \"{q}\"\n");
     }
     let shown = result.hits.len() as u64;
-    let q = &result.query;
     let mut out = match result.ranked_newest {
         Some(newest) => format!(
             "{shown} of more than {} memories matching \"{q}\" (the newest {newest} ranked), best first",
@@ -133,10 +222,10 @@ pub fn search(result: &SearchResult, hints: &Hints) -> String {
     for found in &result.hits {
         let _ = writeln!(out, "{}", headline_line(&found.checked));
         if let Some(h) = &found.checked.memory.headline {
-            let _ = writeln!(out, "  error: {h}");
+            let _ = writeln!(out, "  error: {}", one_line(h, MAX_HEADLINE_CHARS));
         }
         if !found.snippet.is_empty() {
-            let _ = writeln!(out, "  {}", found.snippet);
+            let _ = writeln!(out, "  {}", one_line(&found.snippet, MAX_SNIPPET_CHARS));
         }
     }
     if result.total_capped {
@@ -164,10 +253,10 @@ pub fn list(items: &[Checked]) -> String {
             m.id,
             m.kind.as_str(),
             c.status.freshness.as_str(),
-            m.title
+            title(&m.title)
         );
         if !m.tags.is_empty() {
-            let _ = write!(out, "  [{}]", m.tags.join(" "));
+            let _ = write!(out, "  [{}]", tags(&m.tags, " "));
         }
         out.push('\n');
     }
@@ -176,7 +265,7 @@ pub fn list(items: &[Checked]) -> String {
 
 /// What a verification found and what to do about it.
 pub fn verification(v: &Verification, hints: &Hints) -> String {
-    let mut out = format!("{} {}: ", v.id, v.title);
+    let mut out = format!("{} {}: ", v.id, title(&v.title));
     match &v.accepted {
         Some(old) => {
             let _ = writeln!(
@@ -221,7 +310,7 @@ pub fn pointer_line(refs: &[MemoryRef], hints: &Hints) -> Option<String> {
     let mut items: Vec<String> = refs
         .iter()
         .take(SHOWN)
-        .map(|r| format!("{} {}: {}", r.id, r.kind, clip(&r.title, 80)))
+        .map(|r| format!("{} {}: {}", r.id, r.kind, one_line(&r.title, 80)))
         .collect();
     if n > SHOWN {
         items.push(format!("{} more", n - SHOWN));
@@ -243,7 +332,7 @@ pub fn saved(c: &Checked) -> String {
         m.id,
         m.kind,
         status(&c.status),
-        m.title
+        title(&m.title)
     )
 }
 
@@ -263,14 +352,14 @@ pub fn trashed(m: &Memory, hints: &Hints) -> String {
     format!(
         "{} {}: moved to the trash; {} brings it back\n",
         m.id,
-        m.title,
+        title(&m.title),
         hints.restore.replace("<id>", &m.id)
     )
 }
 
 /// A memory brought back from the trash.
 pub fn restored(m: &Memory) -> String {
-    format!("{} {}: restored\n", m.id, m.title)
+    format!("{} {}: restored\n", m.id, title(&m.title))
 }
 
 /// The JSON form of evidence checks (`--json`): path, lines, hash, and what became of it.
@@ -355,7 +444,8 @@ pub fn verification_json(v: &Verification) -> Value {
     })
 }
 
-fn clip(s: &str, max: usize) -> String {
+/// `s`, or its first `max - 1` characters and `…` when it is longer than `max`.
+pub(crate) fn clip(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_owned();
     }
@@ -438,6 +528,98 @@ mod tests {
             saved_with_evidence(&c),
             format!("{line}evidence hashed: src/db.rs:40-60, Cargo.toml\n")
         );
+    }
+
+    fn checked(title: &str) -> Checked {
+        Checked {
+            memory: Memory {
+                id: "m-7f3a".into(),
+                kind: Kind::Fix,
+                title: title.into(),
+                body: String::new(),
+                tags: Vec::new(),
+                headline: None,
+                evidence: Vec::new(),
+                created_at: 0,
+                updated_at: 0,
+                hits: 0,
+                last_hit_at: None,
+                last_check: None,
+                trashed_at: None,
+            },
+            status: Status {
+                freshness: Freshness::Fresh,
+                evidence: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn control_and_bidi_characters_in_titles_are_shown_escaped() {
+        let title = "Retry \u{1b}[31mred\u{7} \u{202e}txt.exe\u{2066}x\u{2069} ok";
+        let escaped = "Retry \\u{1b}[31mred\\u{7} \\u{202e}txt.exe\\u{2066}x\\u{2069} ok";
+        let c = checked(title);
+        let refs = [MemoryRef {
+            id: "m-7f3a".into(),
+            kind: Kind::Fix,
+            title: title.into(),
+        }];
+        let checked_now = Verification {
+            id: "m-7f3a".into(),
+            title: title.into(),
+            before: None,
+            status: c.status.clone(),
+            accepted: None,
+        };
+        let result = SearchResult {
+            query: "retry".into(),
+            total: 1,
+            total_capped: false,
+            matched: Matched::All,
+            ranked_newest: None,
+            hits: vec![crate::Found {
+                checked: c.clone(),
+                snippet: String::new(),
+            }],
+        };
+        for text in [
+            headline_line(&c),
+            memory(&c),
+            list(std::slice::from_ref(&c)),
+            saved(&c),
+            trashed(&c.memory, &HINTS),
+            restored(&c.memory),
+            verification(&checked_now, &HINTS),
+            pointer_line(&refs, &HINTS).unwrap(),
+            search(&result, &HINTS),
+        ] {
+            assert!(text.contains(escaped), "{text:?}");
+            assert!(
+                !text.contains(['\u{1b}', '\u{7}', '\u{202e}', '\u{2066}']),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn search_results_are_bounded_even_for_memories_saved_before_the_limits() {
+        let huge = "x".repeat(1 << 20);
+        let mut c = checked(&huge);
+        c.memory.headline = Some(huge.clone());
+        c.memory.tags = vec![huge.clone()];
+        let result = SearchResult {
+            query: huge.clone(),
+            total: 1,
+            total_capped: false,
+            matched: Matched::All,
+            ranked_newest: None,
+            hits: vec![crate::Found {
+                checked: c,
+                snippet: huge,
+            }],
+        };
+        let text = search(&result, &HINTS);
+        assert!(text.len() < 4 * 1024, "{} bytes", text.len());
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub enum PathError {
         path: String,
     },
     /// The path could not be read or canonicalized.
-    #[error("{path}: {source}")]
+    #[error("cannot resolve {path}")]
     Io {
         /// The path as given.
         path: String,

@@ -1,6 +1,7 @@
 //! The brain's rules over its real SQLite store: ids, validation, crediting, staleness, trash,
 //! and the `.pith/` directory. (An integration test because the store depends on this crate.)
 
+use pith_brain::render::error_chain;
 use pith_brain::{
     BRAIN_DIR, Brain, BrainError, EvidenceSpec, EvidenceState, Freshness, Kind, ListFilter,
     NewMemory, Workspace,
@@ -138,10 +139,10 @@ fn rejects_bad_input() {
     assert!(brain.save(m.clone()).is_err());
     m.title = "ok".into();
     m.evidence = vec![EvidenceSpec::parse("../etc/passwd").unwrap()];
-    let err = brain.save(m.clone()).unwrap_err().to_string();
+    let err = error_chain(&brain.save(m.clone()).unwrap_err());
     assert!(err.contains("`..` is not allowed"), "{err}");
     m.evidence = vec![EvidenceSpec::parse("src/missing.rs").unwrap()];
-    let err = brain.save(m).unwrap_err().to_string();
+    let err = error_chain(&brain.save(m).unwrap_err());
     assert!(err.contains("does not exist"), "{err}");
     assert!(brain.search("  !! ", None, 5).is_err());
 }
@@ -166,4 +167,67 @@ fn creates_gitignored_brain_dir_and_open_existing_does_not_create() {
     let ignore = std::fs::read_to_string(dir.path().join(".pith/.gitignore")).unwrap();
     assert_eq!(ignore, "*\n");
     assert!(open_existing_workspace_brain(ws).unwrap().is_some());
+}
+
+#[test]
+fn errors_name_their_cause_once() {
+    let (_dir, mut brain) = brain();
+    let err = brain
+        .save(fix("Past the end", &["src/ledger.rs:5-6"]))
+        .unwrap_err();
+    assert!(matches!(err, BrainError::Evidence { .. }), "{err}");
+    let mut at: &(dyn std::error::Error + 'static) = &err;
+    while let Some(cause) = at.source() {
+        let (message, cause_message) = (at.to_string(), cause.to_string());
+        assert!(
+            !message.contains(&cause_message),
+            "{message:?} repeats its cause {cause_message:?}"
+        );
+        at = cause;
+    }
+}
+
+#[test]
+fn limits_are_stated_with_what_to_do_and_kept() {
+    let (_dir, mut brain) = brain();
+    let refused = |brain: &mut Brain, m: NewMemory| match brain.save(m) {
+        Err(BrainError::Invalid(message)) => message,
+        other => panic!("saved past a limit: {:?}", other.map(|c| c.memory.id)),
+    };
+
+    let mut m = fix("Huge body", &[]);
+    m.body = "x".repeat(pith_brain::MAX_BODY_BYTES + 1);
+    let err = refused(&mut brain, m.clone());
+    assert!(
+        err.contains("16385 bytes") && err.contains("16384 (16 KiB)") && err.contains("evidence"),
+        "{err}"
+    );
+    m.body.pop();
+    brain.save(m).unwrap();
+
+    let mut m = fix(&"t".repeat(pith_brain::MAX_TITLE_CHARS + 1), &[]);
+    let err = refused(&mut brain, m.clone());
+    assert!(
+        err.contains("201 characters") && err.contains("200"),
+        "{err}"
+    );
+    m.title.pop();
+    brain.save(m).unwrap();
+
+    let mut m = fix("Huge headline", &[]);
+    m.headline = Some("e".repeat(pith_brain::MAX_HEADLINE_CHARS + 1));
+    let err = refused(&mut brain, m);
+    assert!(err.contains("headline") && err.contains("1000"), "{err}");
+
+    let mut m = fix("Many tags", &[]);
+    m.tags = (0..=pith_brain::MAX_TAGS)
+        .map(|i| format!("t{i}"))
+        .collect();
+    let err = refused(&mut brain, m);
+    assert!(err.contains("33 tags") && err.contains("32"), "{err}");
+
+    let mut m = fix("Long tag", &[]);
+    m.tags = vec!["g".repeat(pith_brain::MAX_TAG_CHARS + 1)];
+    let err = refused(&mut brain, m);
+    assert!(err.contains("65 characters") && err.contains("64"), "{err}");
 }

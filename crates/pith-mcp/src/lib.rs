@@ -214,7 +214,7 @@ impl PithServer {
             let ranker = ranker.as_deref().map(|r| r as &dyn Ranker);
             pith_search::search_workspace(&root, &request, ranker, threshold)
                 .map(|report| report.render())
-                .map_err(|e| e.to_string())
+                .map_err(|e| render::error_chain(&e))
         })
         .await
     }
@@ -230,7 +230,11 @@ impl PithServer {
             // A pointer must never cost the read: a brain that cannot be opened adds nothing.
             let pointers = with_brain(&brain, &ws, false, |b| b.pointers(&read.rel))
                 .unwrap_or_else(|e| {
-                    tracing::warn!("memory pointers for {}: {e}", read.rel);
+                    tracing::warn!(
+                        "memory pointers for {}: {}",
+                        read.rel,
+                        render::error_chain(&e)
+                    );
                     None
                 })
                 .unwrap_or_default();
@@ -400,8 +404,9 @@ fn explain(e: BrainError) -> String {
             format!("memory {id} is in the trash; the user can run `pith memory restore {id}`")
         }
         other => {
-            tracing::debug!("brain tool error: {other}");
-            other.to_string()
+            let text = render::error_chain(&other);
+            tracing::debug!("brain tool error: {text}");
+            text
         }
     }
 }

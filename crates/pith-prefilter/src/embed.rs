@@ -64,7 +64,7 @@ pub enum EmbedError {
     BadUrl(String),
     /// The request failed (refused, timed out, malformed HTTP), or Ollama answered with an
     /// error status (e.g. 404 for a model not pulled).
-    #[error("Ollama: {0}")]
+    #[error("Ollama request failed")]
     Http(#[from] HttpError),
     /// The body is not `{"embeddings": [[number, ...], ...]}`.
     #[error("reply is not a list of embeddings: {0}")]
@@ -337,7 +337,7 @@ impl ToolRanker for OllamaEmbedRanker {
                         (Some(scores), true)
                     }
                     Err(err) => {
-                        tracing::warn!(%err, tools = tools.len(), model = %self.config.model,
+                        tracing::warn!(error = &err as &dyn std::error::Error, tools = tools.len(), model = %self.config.model,
                             url = %self.config.url,
                             "tool ranking: embeddings failed; this session ranks with BM25");
                         (None, true)

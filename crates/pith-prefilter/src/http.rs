@@ -21,7 +21,7 @@ pub enum HttpError {
     #[error("timed out")]
     Timeout,
     /// Connecting, writing or reading failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The host name resolved to no address.
     #[error("{0}: no address")]

@@ -127,10 +127,10 @@ pub enum RankError {
     #[error("{0} candidates need more than the largest context window we request")]
     TooManyCandidates(usize),
     /// The request failed, or Ollama answered with an error status.
-    #[error("Ollama: {0}")]
+    #[error("Ollama request failed")]
     Http(#[from] HttpError),
     /// The reply is not a definitive ordering.
-    #[error("reply rejected: {0}")]
+    #[error("reply rejected")]
     Reply(#[from] ReplyError),
 }
 
@@ -271,7 +271,7 @@ impl Ranker for OllamaRanker {
                 Some(order)
             }
             Err(err) => {
-                tracing::info!(%err, candidates = candidates.len(), model = %self.config.model,
+                tracing::info!(error = &err as &dyn std::error::Error, candidates = candidates.len(), model = %self.config.model,
                     "local prefilter: no ranking; showing results unranked");
                 None
             }

@@ -250,7 +250,10 @@ fn failure_reasons_are_specific() {
         .collect();
     let err = ranker.try_rank("x", &candidates).unwrap_err();
     assert!(matches!(err, RankError::Reply(_)), "{err}");
-    assert!(err.to_string().contains("appears twice"), "{err}");
+    // The reason is the error's cause, not repeated in its own message.
+    let cause = std::error::Error::source(&err).unwrap().to_string();
+    assert!(cause.contains("appears twice"), "{err}: {cause}");
+    assert!(!err.to_string().contains(&cause), "{err}");
 
     mock.set_reply(ChatReply::server_error());
     let err = ranker.try_rank("x", &candidates).unwrap_err();

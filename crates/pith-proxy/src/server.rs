@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_BODY: usize = 64 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,

@@ -184,7 +184,7 @@ pub enum SearchError {
         path: String,
     },
     /// The workspace root itself cannot be used.
-    #[error("workspace root {root}: {source}")]
+    #[error("cannot use workspace root {root}")]
     Root {
         /// The root as given.
         root: PathBuf,

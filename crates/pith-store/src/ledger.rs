@@ -440,6 +440,15 @@ impl Ledger {
         })
     }
 
+    /// Open the ledger at `path` to read it, changing nothing (`pith stats`): see
+    /// [`sqlite::open_read_only`]. A ledger an older pith wrote is refused with the command that
+    /// upgrades it, rather than migrated by a reader.
+    pub fn open_read_only(path: &Path) -> Result<Ledger, StoreError> {
+        Ok(Ledger {
+            conn: sqlite::open_read_only(path, MIGRATIONS, "run `pith proxy` once to upgrade it")?,
+        })
+    }
+
     /// A new, empty ledger that lives in memory only (tests).
     pub fn open_in_memory() -> Result<Ledger, StoreError> {
         Ok(Ledger {
@@ -929,9 +938,17 @@ mod tests {
             .unwrap();
         drop(old);
 
+        // A reader does not upgrade it; it says what does.
+        let err = Ledger::open_read_only(&path).err().unwrap().to_string();
+        assert!(
+            err.contains("written by an older pith")
+                && err.ends_with("run `pith proxy` once to upgrade it"),
+            "{err}"
+        );
         let l = Ledger::open(&path).unwrap();
         let rows = l.rows().unwrap();
         assert_eq!(rows.len(), 3);
+        assert_eq!(Ledger::open_read_only(&path).unwrap().rows().unwrap(), rows);
         assert_eq!(
             rows[0].transforms,
             vec![applied(

@@ -1,9 +1,14 @@
 //! The snippet a search hit shows: a few words of the body around the first match.
 
-/// Up to about 16 words of `body` around the first word containing a query term, on one line.
+use pith_brain::MAX_SNIPPET_CHARS;
+
+/// Up to about 16 words of `body` around the first word containing a query term, on one line,
+/// each word cut to 32 characters and the whole to [`MAX_SNIPPET_CHARS`] (so the matching word
+/// shows however long the words before it).
 pub(crate) fn excerpt(body: &str, terms: &[String]) -> String {
     const BEFORE: usize = 5;
     const WORDS: usize = 16;
+    const WORD_CHARS: usize = 32;
     let words: Vec<&str> = body.split_whitespace().collect();
     let needles: Vec<String> = terms
         .iter()
@@ -31,11 +36,29 @@ pub(crate) fn excerpt(body: &str, terms: &[String]) -> String {
     if start > 0 {
         out.push_str("… ");
     }
-    out.push_str(&words[start..end].join(" "));
+    for (i, word) in words[start..end].iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        match word.char_indices().nth(WORD_CHARS - 1) {
+            Some((cut, _)) if word[cut..].chars().nth(1).is_some() => {
+                out.push_str(&word[..cut]);
+                out.push('…');
+            }
+            _ => out.push_str(word),
+        }
+    }
     if end < words.len() {
         out.push_str(" …");
     }
-    out
+    match out.char_indices().nth(MAX_SNIPPET_CHARS - 1) {
+        Some((cut, _)) if out[cut..].chars().nth(1).is_some() => {
+            out.truncate(cut);
+            out.push('…');
+            out
+        }
+        _ => out,
+    }
 }
 
 #[cfg(test)]
@@ -57,5 +80,21 @@ mod tests {
              fourteen fifteen sixteen …"
         );
         assert_eq!(excerpt("", &["x".into()]), "");
+    }
+
+    #[test]
+    fn excerpts_are_bounded_however_long_the_words() {
+        let huge = "w".repeat(5 << 20);
+        let body = format!("{huge} {huge} before {huge} needle{huge} after {huge}");
+        let snippet = excerpt(&body, &["needle".into()]);
+        assert!(
+            snippet.chars().count() <= pith_brain::MAX_SNIPPET_CHARS,
+            "{} characters",
+            snippet.chars().count()
+        );
+        assert!(
+            snippet.contains("before") && snippet.contains("needle"),
+            "{snippet}"
+        );
     }
 }

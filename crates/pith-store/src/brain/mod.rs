@@ -22,13 +22,18 @@ pub fn open_workspace_brain(ws: Workspace) -> Result<Brain, BrainError> {
     Brain::open_with(ws, open_store)
 }
 
-/// The workspace's brain only if it already has one (reads that must not create files).
+/// The workspace's brain only if it already has one: for reads, which never create or chmod a
+/// file.
 pub fn open_existing_workspace_brain(ws: Workspace) -> Result<Option<Brain>, BrainError> {
-    Brain::open_existing_with(ws, open_store)
+    Brain::open_existing_with(ws, open_existing_store)
 }
 
 fn open_store(path: &Path) -> Result<Box<dyn BrainStore>, pith_brain::StoreError> {
     Ok(Box::new(SqliteBrain::open(path)?))
+}
+
+fn open_existing_store(path: &Path) -> Result<Box<dyn BrainStore>, pith_brain::StoreError> {
+    Ok(Box::new(SqliteBrain::open_existing(path)?))
 }
 
 /// SQLite failures reach the brain whole: same message, same causes.

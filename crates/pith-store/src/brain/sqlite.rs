@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::excerpt::excerpt;
 use super::schema::MIGRATIONS;
-use crate::sqlite::{StoreError, open, open_in_memory};
+use crate::sqlite::{StoreError, open, open_existing, open_in_memory};
 
 /// The SQLite backend: one connection to `<workspace>/.pith/brain.db`.
 pub struct SqliteBrain {
@@ -24,6 +24,13 @@ impl SqliteBrain {
     pub fn open(path: &Path) -> Result<SqliteBrain, StoreError> {
         Ok(SqliteBrain {
             conn: open(path, MIGRATIONS)?,
+        })
+    }
+
+    /// Open a brain database file only if it exists; never creates or chmods a file (reads).
+    pub fn open_existing(path: &Path) -> Result<SqliteBrain, StoreError> {
+        Ok(SqliteBrain {
+            conn: open_existing(path, MIGRATIONS)?,
         })
     }
 

@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use pith_brain::render::{self, Hints};
-use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, ListFilter, NewMemory};
+use pith_brain::{
+    Brain, BrainError, Checked, EvidenceSpec, Kind, ListFilter, Matched, NewMemory, SearchResult,
+};
 use pith_search::workspace_path::lexically_normal;
-use pith_store::brain::open_workspace_brain;
+use pith_store::brain::{open_existing_workspace_brain, open_workspace_brain};
 use serde_json::json;
 
 use crate::config::Config;
@@ -134,7 +136,15 @@ fn parse_kind(s: &str) -> Result<Kind, String> {
 pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
     let ws = crate::workspace::workspace_from(args.workspace.as_deref())?;
     let root = ws.root().to_path_buf();
-    let mut brain = open_workspace_brain(ws)?;
+    // Only saving creates the brain. Every other command reads (and records hits and checks)
+    // an existing one: reading never creates `.pith/` or changes a file's mode.
+    let brain = match args.command {
+        MemoryCommand::Add(_) => Some(open_workspace_brain(ws)?),
+        _ => open_existing_workspace_brain(ws)?,
+    };
+    let Some(mut brain) = brain else {
+        return without_brain(args.command, &root);
+    };
     match args.command {
         MemoryCommand::Add(a) => add(&mut brain, a),
         MemoryCommand::Search(a) => {
@@ -157,18 +167,7 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
             };
             let items = brain.list(&filter)?;
             let as_json = items.iter().map(render::memory_json).collect();
-            emit(a.json, as_json, || {
-                if !items.is_empty() {
-                    render::list(&items)
-                } else if a.trash {
-                    "the trash is empty\n".to_owned()
-                } else {
-                    format!(
-                        "no memories in {} yet; `pith memory add` saves one\n",
-                        root.display()
-                    )
-                }
-            })
+            emit(a.json, as_json, || list_text(&items, a.trash, &root))
         }
         MemoryCommand::Forget(a) => {
             let m = brain.forget(&a.id).map_err(|e| explain(e, &root))?;
@@ -180,6 +179,55 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
             let value = json!({"id": m.id, "title": m.title, "trashed_at": null});
             emit(a.json, value, || render::restored(&m))
         }
+    }
+}
+
+/// A read in a workspace with no brain: what the same command says over an empty one.
+fn without_brain(command: MemoryCommand, root: &Path) -> anyhow::Result<()> {
+    let unknown = |id: &str| {
+        explain(
+            BrainError::NotFound {
+                id: id.trim().to_owned(),
+            },
+            root,
+        )
+    };
+    match command {
+        MemoryCommand::Add(_) => anyhow::bail!("the project memory could not be created"),
+        MemoryCommand::Search(a) => {
+            let found = SearchResult {
+                query: a.query.join(" ").trim().to_owned(),
+                total: 0,
+                total_capped: false,
+                matched: Matched::All,
+                ranked_newest: None,
+                hits: Vec::new(),
+            };
+            emit(a.json, render::search_json(&found), || {
+                render::search(&found, &HINTS)
+            })
+        }
+        MemoryCommand::List(a) => emit(a.json, json!([]), || list_text(&[], a.trash, root)),
+        MemoryCommand::Verify(VerifyArgs { id: None, json, .. }) => {
+            emit(json, json!([]), || "no memories to verify\n".to_owned())
+        }
+        MemoryCommand::Verify(VerifyArgs { id: Some(id), .. })
+        | MemoryCommand::Show(IdArgs { id, .. })
+        | MemoryCommand::Forget(IdArgs { id, .. })
+        | MemoryCommand::Restore(IdArgs { id, .. }) => Err(unknown(&id)),
+    }
+}
+
+fn list_text(items: &[Checked], trash: bool, root: &Path) -> String {
+    if !items.is_empty() {
+        render::list(items)
+    } else if trash {
+        "the trash is empty\n".to_owned()
+    } else {
+        format!(
+            "no memories in {} yet; `pith memory add` saves one\n",
+            root.display()
+        )
     }
 }
 

@@ -358,15 +358,39 @@ fn plan_toml(path: &Path, rerun: &str, old: Option<String>, command: &str) -> an
     Ok(Plan::Write { old, new })
 }
 
+/// Write `text` to `path`. An existing file keeps its mode; a new one is 0600, and a missing
+/// directory 0700, whatever the umask (a client config names a command the client runs).
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder
+            .create(dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
     }
     // Write beside and rename, so an interrupted write never leaves half a config.
     let tmp = path.with_extension("pith-tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        std::fs::set_permissions(&tmp, meta.permissions())
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    // The mode the file has, or (a new file, or a temporary file left by an interrupted run
+    // with another mode) 0600.
+    let mode = match std::fs::metadata(path) {
+        Ok(meta) => Some(meta.permissions()),
+        #[cfg(unix)]
+        Err(_) => Some(std::os::unix::fs::PermissionsExt::from_mode(0o600)),
+        #[cfg(not(unix))]
+        Err(_) => None,
+    };
+    if let Some(mode) = mode {
+        std::fs::set_permissions(&tmp, mode)
             .with_context(|| format!("cannot set permissions on {}", tmp.display()))?;
     }
     std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))

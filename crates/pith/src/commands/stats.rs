@@ -155,8 +155,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         "no ledger at {}: run `pith proxy` and send requests through it first (or pass --ledger FILE)",
         path.display()
     );
-    let ledger =
-        Ledger::open(&path).with_context(|| format!("cannot open ledger {}", path.display()))?;
+    // Read-only: stats never changes the ledger's mode or schema, nor makes a file a ledger.
+    let ledger = Ledger::open_read_only(&path).context("cannot read the ledger")?;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

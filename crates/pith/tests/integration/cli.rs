@@ -45,3 +45,21 @@ fn subcommand_help_teaches_setup_and_pricing() {
         );
     }
 }
+
+#[test]
+fn an_error_names_its_cause_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let cause = std::net::TcpListener::bind(addr).unwrap_err().to_string();
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+        .args(["proxy", "--listen", &addr.to_string()])
+        .env("PITH_HOME", home.path())
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert_eq!(err.matches(&cause).count(), 1, "{err}");
+}

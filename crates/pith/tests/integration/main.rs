@@ -10,6 +10,8 @@ mod defer;
 mod faults;
 mod mcp;
 mod memory;
+#[cfg(unix)]
+mod modes;
 mod opencode;
 mod proxy;
 mod setup;

@@ -356,3 +356,29 @@ fn mcp_rejects_a_mistyped_prefilter_switch() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("PITH_LOCAL_PREFILTER"), "{err}");
 }
+
+#[test]
+fn mcp_refuses_an_oversized_memory_and_says_what_to_do() {
+    let ws = super::memory::workspace();
+    let mut client = RawClient::start(ws.path(), &[]);
+    let body = format!("needle {}", "w".repeat(5 << 20));
+    let (text, is_error) = client.call(
+        "save_memory",
+        serde_json::json!({"kind": "note", "title": "A pasted log", "body": body}),
+    );
+    assert!(is_error, "saved a 5 MB body: {text}");
+    assert!(
+        text.contains("16 KiB") && text.contains("evidence"),
+        "{text}"
+    );
+    let (text, is_error) = client.call(
+        "save_memory",
+        serde_json::json!({"kind": "note", "title": "A short note", "body": "needle and thread"}),
+    );
+    assert!(!is_error, "{text}");
+    let (text, _) = client.call("search_memory", serde_json::json!({"query": "needle"}));
+    assert!(
+        text.contains("A short note") && !text.contains("A pasted log"),
+        "{text}"
+    );
+}

@@ -350,3 +350,41 @@ fn memory_cli_two_processes_write_at_once() {
     let found = json(ws.path(), &["memory", "search", "load", "--limit", "50"]);
     assert_eq!(found["total"], 24);
 }
+
+#[test]
+#[cfg(unix)]
+fn memory_reads_never_create_or_chmod() {
+    let ws = workspace();
+    let dir = ws.path();
+    let brain_dir = dir.join(".pith");
+    for args in [
+        &["memory", "list"][..],
+        &["memory", "list", "--trash"],
+        &["memory", "search", "busy"],
+        &["memory", "search", "busy", "--json"],
+        &["memory", "verify", "--all"],
+    ] {
+        ok(dir, args);
+        assert!(!brain_dir.exists(), "pith {args:?} created .pith/");
+    }
+    for args in [
+        &["memory", "show", "m-0000"][..],
+        &["memory", "verify", "m-0000"],
+        &["memory", "forget", "m-0000"],
+        &["memory", "restore", "m-0000"],
+    ] {
+        let err = fails(dir, args);
+        assert!(err.contains("no memory m-0000"), "{err}");
+        assert!(!brain_dir.exists(), "pith {args:?} created .pith/");
+    }
+
+    add_fix(dir);
+    let db = brain_dir.join("brain.db");
+    let readable: std::fs::Permissions = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+    std::fs::set_permissions(&db, readable).unwrap();
+    ok(dir, &["memory", "list"]);
+    ok(dir, &["memory", "search", "busy"]);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&db).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o644, "a read changed the brain's mode");
+}

@@ -117,3 +117,104 @@ fn stats_without_a_ledger_says_how_to_get_one() {
         "{err}"
     );
 }
+
+/// `pith stats --ledger FILE` with no config from the environment.
+fn stats_of(ledger: &std::path::Path) -> std::process::Output {
+    let home = tempfile::tempdir().unwrap();
+    Command::new(pith_bin())
+        .args(["stats", "--json", "--ledger"])
+        .arg(ledger)
+        .env("PITH_HOME", home.path())
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap()
+}
+
+#[cfg(unix)]
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+#[cfg(unix)]
+fn stats_reads_a_ledger_without_changing_it() {
+    use pith_store::ledger::{Ledger, Row};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut ledger = Ledger::open(&path).unwrap();
+    let row = Row {
+        client: "claude-code".into(),
+        provider: "anthropic".into(),
+        method: "POST".into(),
+        path: "/v1/messages".into(),
+        ..Row::default()
+    };
+    ledger.insert(&[row]).unwrap();
+    drop(ledger);
+    // Someone else's ledger, readable to us: its mode and bytes are theirs.
+    let readable: std::fs::Permissions = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+    std::fs::set_permissions(&path, readable).unwrap();
+    let before = std::fs::read(&path).unwrap();
+
+    let out = stats_of(&path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["total"]["requests"], 1);
+    assert_eq!(mode(&path), 0o644);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["ledger.db"], "stats left files beside the ledger");
+}
+
+#[test]
+fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |path: &std::path::Path| {
+        let out = stats_of(path);
+        assert!(!out.status.success(), "stats read {}", path.display());
+        String::from_utf8(out.stderr).unwrap()
+    };
+
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, "").unwrap();
+    let err = refused(&empty);
+    assert!(err.contains("is empty"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&empty).unwrap().len(),
+        0,
+        "stats wrote to an empty file"
+    );
+
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a database at all, just some words\n").unwrap();
+    let err = refused(&text);
+    assert!(err.contains("not an SQLite database"), "{err}");
+
+    // A ledger an older pith wrote (schema version 1 of 2): not upgraded by a reader.
+    let old = dir.path().join("old.db");
+    drop(
+        pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"])
+            .unwrap(),
+    );
+    let err = refused(&old);
+    assert!(
+        err.contains("written by an older pith") && err.contains("run `pith proxy` once"),
+        "{err}"
+    );
+    // Still version 1: opening it with one migration neither migrates nor refuses it.
+    pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"]).unwrap();
+
+    let new = dir.path().join("new.db");
+    drop(pith_store::sqlite::open(&new, &["SELECT 1;", "SELECT 1;", "SELECT 1;"]).unwrap());
+    let err = refused(&new);
+    assert!(err.contains("newer than this pith"), "{err}");
+}

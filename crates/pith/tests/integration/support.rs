@@ -166,7 +166,7 @@ pub fn wait_rows(path: &Path, n: usize) -> Vec<Row> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if path.exists()
-            && let Ok(rows) = Ledger::open(path).and_then(|l| l.rows())
+            && let Ok(rows) = Ledger::open_read_only(path).and_then(|l| l.rows())
             && rows.len() >= n
         {
             return rows;

@@ -11,7 +11,7 @@ use crate::support::pith_bin;
 /// `pith ARGS` under umask 000 (exec'd by `sh`, so the umask is the process's own).
 fn under_umask_000(args: &[&str]) -> Command {
     let mut cmd = Command::new("sh");
-    cmd.args(["-c", "umask 000; exec \"$0\" \"$@\"", pith_bin()])
+    cmd.args(["-c", "umask 000; exec \"$0\" \"$@\"", &pith_bin()])
         .args(args)
         .env_remove("PITH_CONFIG");
     cmd

@@ -99,7 +99,7 @@ fn stats_totals_per_session_and_model_with_cost_and_unknown_prices() {
 
     let out = pith_stats(&pith, &["--since", "soon"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("use a number with m, h, d or w"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use a number with ms, s, m, h, d or w"));
 }
 
 #[test]

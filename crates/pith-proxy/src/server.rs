@@ -174,11 +174,17 @@ impl Proxy {
             .timer(TokioTimer::new())
             .header_read_timeout(self.state.config.timeouts.client_headers);
         let mut connections = JoinSet::new();
+        let mut burst = Burst::default();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 // Reap finished connections so the set holds only open ones.
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                Some(_) = connections.join_next(), if !connections.is_empty() => {
+                    if burst.is_over(connections.len()) {
+                        // Off the event loop: the call walks and locks the allocator's arenas.
+                        tokio::task::spawn_blocking(pith_alloc::release_free_memory);
+                    }
+                }
                 accepted = self.listener.accept() => {
                     let (stream, _peer) = match accepted {
                         Ok(a) => a,
@@ -199,6 +205,7 @@ impl Proxy {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                     });
+                    burst.opened(connections.len());
                 }
                 () = &mut shutdown => break,
             }
@@ -219,6 +226,34 @@ impl Proxy {
     }
 }
 
+/// Connections open at once, to tell when a burst is over: then the memory it freed is handed
+/// back to the OS (the allocator would keep it resident; measured in BENCHMARKS.md).
+#[derive(Default)]
+struct Burst {
+    /// Most connections open at once since memory was last handed back.
+    peak: usize,
+}
+
+/// A burst worth handing memory back after: this many connections open at once (an agent
+/// keeps a handful).
+const BURST: usize = 64;
+
+impl Burst {
+    fn opened(&mut self, open: usize) {
+        self.peak = self.peak.max(open);
+    }
+
+    /// Whether `open` connections, after a peak of a burst, mean the burst is over (a quarter
+    /// of the peak or fewer); the next burst is measured from here.
+    fn is_over(&mut self, open: usize) -> bool {
+        let over = self.peak >= BURST && open * 4 <= self.peak;
+        if over {
+            self.peak = open;
+        }
+        over
+    }
+}
+
 /// Errors after which accepting can go on (a client reset, too many open files for a moment).
 fn is_transient(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
@@ -226,4 +261,30 @@ fn is_transient(e: &std::io::Error) -> bool {
         e.kind(),
         ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
     ) || e.raw_os_error() == Some(24)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_over_when_a_quarter_of_its_peak_is_left() {
+        let mut b = Burst::default();
+        // An agent's few connections never count as a burst.
+        for open in [1, 2, 3, 2, 1, 0] {
+            b.opened(open);
+            assert!(!b.is_over(open));
+        }
+        for open in 1..=2000 {
+            b.opened(open);
+        }
+        assert!(!b.is_over(1999));
+        assert!(!b.is_over(501));
+        assert!(b.is_over(500));
+        // Measured afresh from there: the 500 left closing is worth handing back too, and
+        // then nothing is left to hand back.
+        assert!(!b.is_over(200));
+        assert!(b.is_over(0));
+        assert!(!b.is_over(0));
+    }
 }

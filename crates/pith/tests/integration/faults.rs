@@ -574,3 +574,53 @@ fn connect_is_refused_with_a_405_in_the_providers_shape() {
     assert_eq!(mock.request_count(), 0);
     assert_eq!(pith.wait_rows(1)[0].outcome, RequestOutcome::ClientError);
 }
+
+/// Sockets `pid` has open (its listener, its clients', its upstream connections).
+fn open_sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+#[test]
+fn idle_upstream_connections_are_closed_after_the_pool_idle_timeout() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_POOL_IDLE_TIMEOUT", "1s")]);
+    let before = open_sockets(pith.pid());
+    let rt = runtime();
+    let addr = pith.addr;
+    rt.block_on(async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            tasks.spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let body = r#"{"model":"gpt-5.4","messages":[]}"#;
+                let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let request = format!(
+                    "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                conn.write_all(request.as_bytes()).await.unwrap();
+                let mut reply = Vec::new();
+                conn.read_to_end(&mut reply).await.unwrap();
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    });
+    // The clients are gone; what pith still holds are pooled upstream connections, closed
+    // once they have been idle for the timeout.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = open_sockets(pith.pid());
+        if open <= before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} sockets still open 10 s after the requests (started with {before})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -495,27 +495,7 @@ mod tests {
             size: None,
             mtime_ns: None,
         };
-        let mut c = Checked {
-            memory: Memory {
-                id: "m-7f3a".into(),
-                kind: Kind::Fix,
-                title: "Retry on busy".into(),
-                body: String::new(),
-                tags: Vec::new(),
-                headline: None,
-                evidence: Vec::new(),
-                created_at: 0,
-                updated_at: 0,
-                hits: 0,
-                last_hit_at: None,
-                last_check: None,
-                trashed_at: None,
-            },
-            status: Status {
-                freshness: Freshness::Fresh,
-                evidence: Vec::new(),
-            },
-        };
+        let mut c = checked("Retry on busy");
         let line = "saved m-7f3a (fix, fresh): Retry on busy\n";
         assert_eq!(saved(&c), line);
         assert_eq!(saved_with_evidence(&c), line);

@@ -64,18 +64,22 @@ fn chunk(data: &str) -> String {
 
 const FIRST_EVENT: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-haiku-4-5\",\"content\":[],\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n";
 
-fn anthropic_post(pith: &PithProxy, stream: bool) -> (http::StatusCode, Vec<u8>, bool) {
-    let body = format!(
-        r#"{{"model":"claude-haiku-4-5","max_tokens":5,"stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
-    );
+/// POST `body` to `path` through pith: the status, the body bytes that arrived, and whether the
+/// body broke off instead of ending.
+fn post(
+    pith: &PithProxy,
+    path: &str,
+    extra: &[(&str, &str)],
+    body: String,
+) -> (http::StatusCode, Vec<u8>, bool) {
     let rt = runtime();
     rt.block_on(async {
         let resp = send(
             &client(),
             request(
                 "POST",
-                &format!("{}/v1/messages", pith.url()),
-                &headers(&[("anthropic-version", "2023-06-01")]),
+                &format!("{}{path}", pith.url()),
+                &headers(extra),
                 body,
             ),
         )
@@ -95,6 +99,41 @@ fn anthropic_post(pith: &PithProxy, stream: bool) -> (http::StatusCode, Vec<u8>,
         }
         (status, bytes, broken)
     })
+}
+
+fn anthropic_post(pith: &PithProxy, stream: bool) -> (http::StatusCode, Vec<u8>, bool) {
+    let body = format!(
+        r#"{{"model":"claude-haiku-4-5","max_tokens":5,"stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+    );
+    post(
+        pith,
+        "/v1/messages",
+        &[("anthropic-version", "2023-06-01")],
+        body,
+    )
+}
+
+/// A raw client that has sent one `POST /v1/messages` (closing it is the client going away).
+fn raw_post(pith: &PithProxy, body: &str) -> TcpStream {
+    let mut conn = TcpStream::connect(pith.addr).unwrap();
+    write!(
+        conn,
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    conn
+}
+
+/// Read from `conn` until what arrived contains `needle`.
+fn read_until(conn: &mut TcpStream, needle: &str) {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before {needle:?} arrived");
+        seen.extend_from_slice(&buf[..n]);
+    }
 }
 
 #[test]
@@ -158,21 +197,9 @@ fn a_silent_responses_stream_gets_an_error_event_numbered_after_the_last() {
         std::thread::sleep(Duration::from_secs(30));
     });
     let pith = PithProxy::start(&upstream, &[("PITH_UPSTREAM_IDLE_TIMEOUT", "1s")]);
-    let rt = runtime();
-    let text = rt.block_on(async {
-        let resp = send(
-            &client(),
-            request(
-                "POST",
-                &format!("{}/v1/responses", pith.url()),
-                &[],
-                r#"{"model":"gpt-5.4","stream":true,"input":"hi"}"#,
-            ),
-        )
-        .await;
-        let (_, _, frames) = read_all(resp).await;
-        String::from_utf8(concat(&frames)).unwrap()
-    });
+    let body = r#"{"model":"gpt-5.4","stream":true,"input":"hi"}"#.to_owned();
+    let (_, bytes, _) = post(&pith, "/v1/responses", &[], body);
+    let text = String::from_utf8(bytes).unwrap();
     let events = pith_wire::sse::decode_all(text.as_bytes());
     let last: serde_json::Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
     assert_eq!(last["type"], "error");
@@ -193,20 +220,8 @@ fn a_silent_chat_completions_stream_is_cut_for_lack_of_an_error_event() {
         std::thread::sleep(Duration::from_secs(30));
     });
     let pith = PithProxy::start(&upstream, &[("PITH_UPSTREAM_IDLE_TIMEOUT", "1s")]);
-    let rt = runtime();
-    let broken = rt.block_on(async {
-        let resp = send(
-            &client(),
-            request(
-                "POST",
-                &format!("{}/v1/chat/completions", pith.url()),
-                &[],
-                r#"{"model":"gpt-5.4","stream":true,"messages":[]}"#,
-            ),
-        )
-        .await;
-        resp.into_body().collect().await.is_err()
-    });
+    let body = r#"{"model":"gpt-5.4","stream":true,"messages":[]}"#.to_owned();
+    let (_, _, broken) = post(&pith, "/v1/chat/completions", &[], body);
     assert!(broken, "a cut stream must not look complete");
     assert_eq!(
         pith.wait_rows(1)[0].outcome,
@@ -289,14 +304,8 @@ fn a_client_gone_before_the_response_headers_leaves_a_row() {
         let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}");
     });
     let pith = PithProxy::start(&upstream, &[]);
-    let mut conn = TcpStream::connect(pith.addr).unwrap();
     let body = r#"{"model":"m","messages":[]}"#;
-    write!(
-        conn,
-        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
+    let conn = raw_post(&pith, body);
     std::thread::sleep(Duration::from_millis(500));
     drop(conn);
     let rows = pith.wait_rows(1);
@@ -352,21 +361,8 @@ fn sigterm_mid_stream_cuts_the_stream_and_records_it() {
         std::thread::sleep(Duration::from_secs(60));
     });
     let mut pith = PithProxy::start(&upstream, &[]);
-    let mut conn = TcpStream::connect(pith.addr).unwrap();
-    let body = r#"{"model":"m","stream":true,"messages":[]}"#;
-    write!(
-        conn,
-        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&seen).contains("message_start") {
-        let n = conn.read(&mut buf).unwrap();
-        assert!(n > 0);
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let mut conn = raw_post(&pith, r#"{"model":"m","stream":true,"messages":[]}"#);
+    read_until(&mut conn, "message_start");
     let started = Instant::now();
     let status = pith.stop();
     assert!(status.success(), "{status:?}");

@@ -27,12 +27,13 @@ Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists 
 the pith-transforms response header, and `pith stats` shows what was deferred and why other
 requests were left alone. Logs go to stderr (PITH_LOG=debug).
 
-Timeouts (env, or [proxy] keys without the PITH_ prefix, e.g. upstream_idle_timeout = \"5m\"):
-  PITH_UPSTREAM_HEADERS_TIMEOUT  provider's response headers      default 10m
-  PITH_UPSTREAM_IDLE_TIMEOUT     silence inside the provider's answer  default 5m
-  PITH_CLIENT_HEADER_TIMEOUT     client's request headers          default 30s
-  PITH_CLIENT_IDLE_TIMEOUT       silence inside a client's body    default 60s
-  PITH_POOL_IDLE_TIMEOUT         idle upstream connections kept    default 90s
+Timeouts and their defaults (env, or the [proxy] key in lower case without PITH_, e.g.
+upstream_idle_timeout = \"5m\"):
+  PITH_UPSTREAM_HEADERS_TIMEOUT  10m  wait for the provider's response headers
+  PITH_UPSTREAM_IDLE_TIMEOUT      5m  silence inside the provider's answer
+  PITH_CLIENT_HEADER_TIMEOUT     30s  a client sending its request headers
+  PITH_CLIENT_IDLE_TIMEOUT       60s  silence inside a client's request body
+  PITH_POOL_IDLE_TIMEOUT         90s  idle upstream connections kept for reuse
 A timed-out request ends with an error in the provider's own shape naming the limit.
 
 Listening beyond loopback needs an access token ([proxy] token or PITH_PROXY_TOKEN); clients

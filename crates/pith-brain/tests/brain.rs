@@ -176,15 +176,7 @@ fn errors_name_their_cause_once() {
         .save(fix("Past the end", &["src/ledger.rs:5-6"]))
         .unwrap_err();
     assert!(matches!(err, BrainError::Evidence { .. }), "{err}");
-    let mut at: &(dyn std::error::Error + 'static) = &err;
-    while let Some(cause) = at.source() {
-        let (message, cause_message) = (at.to_string(), cause.to_string());
-        assert!(
-            !message.contains(&cause_message),
-            "{message:?} repeats its cause {cause_message:?}"
-        );
-        at = cause;
-    }
+    pith_testkit::errors::assert_causes_said_once(&err);
 }
 
 #[test]

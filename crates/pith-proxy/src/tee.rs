@@ -109,7 +109,7 @@ impl Idle {
 
     fn message(&self) -> String {
         format!(
-            "pith: the {} upstream sent nothing for {} s mid-answer, so pith ended the answer              (proxy.upstream_idle_timeout); it is incomplete",
+            "pith: the {} upstream sent nothing for {} s mid-answer, so pith ended the answer (proxy.upstream_idle_timeout); it is incomplete",
             self.provider,
             self.limit.as_secs()
         )
@@ -211,7 +211,7 @@ pub(crate) struct Tee<B: Body> {
     inner: B,
     pending: Option<Box<Pending>>,
     rewriting: Option<Rewriting>,
-    idle: Option<Idle>,
+    idle: Idle,
     /// pith's own last frame (the error event of a silent stream), sent before the end.
     tail: Option<Bytes>,
     /// The upstream body has ended (a rewriter may still hold bytes to hand on).
@@ -223,7 +223,7 @@ impl<B: Body> Tee<B> {
         inner: B,
         pending: Option<Box<Pending>>,
         rewriter: Option<Box<dyn EventRewriter>>,
-        idle: Option<Idle>,
+        idle: Idle,
     ) -> Self {
         Tee {
             inner,
@@ -288,9 +288,7 @@ where
                     };
                     let data = data.clone();
                     self.account(&data);
-                    if let Some(idle) = self.idle.as_mut() {
-                        idle.heard(&data);
-                    }
+                    self.idle.heard(&data);
                     match self.rewriting.as_mut() {
                         // Nothing ready yet means an incomplete event: read on.
                         Some(rewriting) => rewriting.feed(&data),
@@ -310,9 +308,7 @@ where
                     }
                 }
                 Poll::Pending => {
-                    let Some(idle) = self.idle.as_mut() else {
-                        return Poll::Pending;
-                    };
+                    let idle = &mut self.idle;
                     if idle.sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }

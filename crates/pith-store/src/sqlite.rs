@@ -437,22 +437,9 @@ mod tests {
         }
     }
 
-    /// Every message in `e`'s chain adds to its cause instead of repeating it (the binary
-    /// prints the whole chain).
-    fn assert_causes_said_once(e: &(dyn std::error::Error + 'static)) {
-        let mut at = e;
-        while let Some(cause) = at.source() {
-            let (message, cause_message) = (at.to_string(), cause.to_string());
-            assert!(
-                !message.contains(&cause_message),
-                "{message:?} repeats its cause {cause_message:?}"
-            );
-            at = cause;
-        }
-    }
-
     #[test]
     fn errors_name_their_cause_once() {
+        use pith_testkit::errors::assert_causes_said_once;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("file");
         std::fs::write(&file, "").unwrap();

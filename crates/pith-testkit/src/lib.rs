@@ -1,5 +1,6 @@
 //! Test kit: a mock upstream speaking all three wires and a mock Ollama, on loopback.
 
+pub mod errors;
 pub mod fixtures;
 pub mod ollama;
 pub mod rng;

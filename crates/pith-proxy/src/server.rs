@@ -10,7 +10,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use pith_transform::Pipeline;
+use pith_transform::{PinsStage, Pipeline};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -93,6 +93,9 @@ pub struct ProxyConfig {
     pub openai: UpstreamUrl,
     /// Request transforms.
     pub pipeline: Pipeline,
+    /// Answers a turn of nothing but pin commands itself, without the provider (the pins
+    /// stage in `pipeline` moves the pins on every other request). `None`: every turn goes up.
+    pub pins: Option<PinsStage>,
     /// Response transforms: chooses a rewriter for a streamed answer (none by default).
     pub rewrites: Option<Arc<dyn ResponseRewrites>>,
     /// Where each request's record goes; `None` keeps no ledger.

@@ -101,6 +101,7 @@ async fn start_with(
         anthropic: upstream.clone(),
         openai: upstream,
         pipeline,
+        pins: None,
         rewrites,
         ledger: Some(sink.clone()),
         max_body: pith_proxy::DEFAULT_MAX_BODY,

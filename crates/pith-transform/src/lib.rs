@@ -8,11 +8,13 @@
 //! panics or produces invalid JSON leaves the request as it was and is reported as failed.
 
 pub mod defer;
+pub mod pins;
 mod pipeline;
 mod splice;
 mod stage;
 
 pub use defer::{DeferOptions, DeferStage, SearchVariant, ToolRanker, ToolText};
+pub use pins::{LocalAnswer, PinsStage};
 pub use pipeline::{Applied, Pipeline, PipelineResult, StageReport, StageResult};
 pub use splice::{SpliceError, apply_splices, span_of};
 pub use stage::{

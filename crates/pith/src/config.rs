@@ -68,6 +68,8 @@ pub struct LedgerConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TransformsConfig {
+    /// Pins (`@pith pin <rule>`) on all three wires (default on; env `PITH_PINS`).
+    pub pins: Option<bool>,
     /// Tool deferral on Anthropic and Responses requests (default on).
     pub defer_tools: Option<bool>,
     /// Tools kept loaded because they are most relevant to the task (default 5).

@@ -22,8 +22,8 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use pith_store::ledger::RequestOutcome;
-use pith_transform::{Pipeline, PipelineResult};
-use pith_wire::{Provider, Wire, session};
+use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
+use pith_wire::{Provider, Wire, reply, session};
 
 use crate::fault::Fault;
 use crate::rewrite::ResponseInfo;
@@ -48,7 +48,7 @@ pub(crate) async fn serve(
         Ok(body) => body,
         Err(fault) => return Ok(answer_fault(ctx, &fault)),
     };
-    if let Some(reply) = answer_locally(&state, &ctx) {
+    if let Some(reply) = answer_locally(&state, &mut ctx) {
         return Ok(answer_local(ctx, reply));
     }
     let upstream = transform_request(&state, &mut ctx).await;
@@ -168,10 +168,67 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
     })
 }
 
-/// Answer locally: a request pith answers itself, without the provider (pin commands will).
-/// Nothing does yet.
-fn answer_locally(_state: &State, _ctx: &Context) -> Option<Response<ProxyBody>> {
-    None
+/// Answer locally: a turn of nothing but pin commands is answered by pith, in the wire and
+/// mode the client asked for, without a call upstream. A body the pins stage cannot read is
+/// forwarded, never answered.
+fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody>> {
+    let pins = state.config.pins.as_ref()?;
+    let wire = ctx.wire?;
+    let answer = pins.answer(&pith_transform::Request {
+        wire,
+        path: &ctx.path,
+        headers: &ctx.headers,
+        body: &ctx.body,
+    })?;
+    let id = short_id(&ctx.body);
+    let rendered = reply::render(
+        wire,
+        &reply::LocalReply {
+            text: &answer.text,
+            model: &answer.model,
+            stream: answer.stream,
+            include_usage: answer.include_usage,
+            id: &id,
+            created: u64::try_from(ctx.ts_ms / 1000).unwrap_or(0),
+        },
+    );
+    let facts = vec![
+        Fact::count("answered", 1),
+        Fact::count("pins", answer.pins.len()),
+    ];
+    let report = StageReport {
+        stage: "pins",
+        result: StageResult::Applied(facts),
+    };
+    let applied = PipelineResult {
+        reports: vec![report],
+        ..PipelineResult::default()
+    };
+    ctx.transforms_header = applied.transforms_header();
+    ctx.transforms = applied.reports;
+    ctx.response_is_sse = answer.stream;
+    let mut response = Response::new(ProxyBody::full(Bytes::from(rendered.body)));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(rendered.content_type),
+    );
+    if let Some(t) = ctx
+        .transforms_header
+        .as_deref()
+        .and_then(|t| HeaderValue::from_str(t).ok())
+    {
+        headers.insert(HeaderName::from_static(TRANSFORMS_HEADER), t);
+    }
+    Some(response)
+}
+
+/// A short id for pith's own answer: the same request gets the same id.
+fn short_id(body: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// What goes upstream: the body and headers after the transforms.

@@ -205,6 +205,7 @@ fn responses_prompt(content: &RawValue) -> Result<Option<String>, serde_json::Er
 /// `run` wraps the prompt in literal quotes; they are dropped.
 pub(super) fn real_prompt(text: &str) -> Option<String> {
     let text = strip_system_reminders(text);
+    let text = strip_pin_commands(&text);
     let text = text.trim();
     if text.is_empty() || text.starts_with("# AGENTS.md instructions for") || is_one_wrapper(text) {
         return None;
@@ -214,6 +215,19 @@ pub(super) fn real_prompt(text: &str) -> Option<String> {
         .and_then(|t| t.strip_suffix('"'))
         .map_or(text, str::trim);
     (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// The text without its pin command lines: a session that opens with `@pith pin ...` is still
+/// ranked by its real task.
+fn strip_pin_commands(text: &str) -> Cow<'_, str> {
+    if !text.contains(crate::pins::MARKER) {
+        return Cow::Borrowed(text);
+    }
+    let kept: Vec<&str> = text
+        .split('\n')
+        .filter(|line| !crate::pins::is_command_line(line))
+        .collect();
+    Cow::Owned(kept.join("\n"))
 }
 
 fn strip_system_reminders(text: &str) -> Cow<'_, str> {
@@ -267,6 +281,11 @@ mod tests {
         );
         assert_eq!(
             real_prompt("<system-reminder>a</system-reminder> fix it "),
+            Some("fix it".into())
+        );
+        assert_eq!(real_prompt("\"@pith pin be brief\""), None);
+        assert_eq!(
+            real_prompt("@pith pin be brief\nfix it"),
             Some("fix it".into())
         );
         assert_eq!(

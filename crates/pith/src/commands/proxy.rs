@@ -9,7 +9,7 @@ use anyhow::Context;
 use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
 use pith_store::ledger::Ledger;
-use pith_transform::{DeferOptions, DeferStage, Pipeline, SearchVariant};
+use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVariant};
 
 use crate::config::{Config, env_flag, pith_home};
 
@@ -99,6 +99,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let pins = pins_on(config)?.then(PinsStage::new);
     let pipeline = build_pipeline(config)?;
     let stages = pipeline.stage_names();
     let timeouts = timeouts(&config.proxy)?;
@@ -120,6 +121,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             anthropic: anthropic.clone(),
             openai: openai.clone(),
             pipeline,
+            pins,
             ledger: ledger.clone(),
             rewrites: None,
             max_body: pith_proxy::DEFAULT_MAX_BODY,
@@ -235,6 +237,10 @@ fn upstream(
 fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
     let mut pipeline = Pipeline::new();
     let t = &config.transforms;
+    // Pins first: deferral then ranks tools by the task with the command lines gone.
+    if pins_on(config)? {
+        pipeline = pipeline.with_stage(Box::new(PinsStage::new()));
+    }
     let defer_on = env_flag("PITH_DEFER_TOOLS")?
         .or(t.defer_tools)
         .unwrap_or(true);
@@ -286,6 +292,13 @@ fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
         pipeline = pipeline.with_stage(Box::new(stage));
     }
     Ok(pipeline)
+}
+
+/// Whether pins are on: `PITH_PINS`, else `transforms.pins`, else on.
+fn pins_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env_flag("PITH_PINS")?
+        .or(config.transforms.pins)
+        .unwrap_or(true))
 }
 
 /// A whole-number environment variable; anything else is an error naming it.

@@ -2,6 +2,7 @@
 
 Usage:
     python sdk_clients.py --base-url http://127.0.0.1:PORT [--api-key KEY] [--calls a,b,...]
+                          [--prompt TEXT]
 
 `--base-url` has no `/v1`: the Anthropic client gets it as is, the OpenAI client gets
 `<base-url>/v1`. The SDKs' retries are off (max_retries=0), so each call sends exactly one
@@ -19,7 +20,8 @@ request, in this fixed order (a server scripting FIFO replies queues them in thi
     openai.responses.stream              responses.create(stream=True)
     openai.responses.stream.tool         same, with one tool defined
 
-`--calls` runs a subset (same relative order). Output: one JSON object on stdout mapping each
+`--calls` runs a subset (same relative order). `--prompt` replaces the user message (default
+"Say hello."), e.g. with a pin command that pith answers itself. Output: one JSON object on stdout mapping each
 call name to what the SDK parsed (keys in call order):
 
     anthropic.messages.*      {"text", "stop_reason",
@@ -297,11 +299,14 @@ def calls(anthropic_client, openai_client):
 
 
 def main():
+    global PROMPT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="http://host:port, without /v1")
     parser.add_argument("--api-key", default="sk-test-pith")
     parser.add_argument("--calls", default="", help="comma-separated call names (default: all)")
+    parser.add_argument("--prompt", default=PROMPT, help="the user message every call sends")
     args = parser.parse_args()
+    PROMPT = args.prompt
 
     # Loopback only: a proxy configured in the environment must not see these requests.
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):

@@ -13,6 +13,7 @@ mod memory;
 #[cfg(unix)]
 mod modes;
 mod opencode;
+mod pins;
 mod proxy;
 mod setup;
 mod stats;

@@ -1,5 +1,7 @@
-//! Test kit: a mock upstream speaking all three wires and a mock Ollama, on loopback.
+//! Test kit: a mock upstream speaking all three wires and a mock Ollama, on loopback; the
+//! real captures; what the benchmarks share.
 
+pub mod bench;
 pub mod errors;
 pub mod fixtures;
 pub mod ollama;

@@ -9,57 +9,13 @@
 //! `cargo bench -p pith-transform --bench defer`
 
 use std::hint::black_box;
-use std::time::Duration;
 
-use cpu_time::ThreadTime;
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
+use pith_testkit::bench::{ThreadCpu, capture_body};
 use http::HeaderMap;
 use pith_transform::{DeferOptions, DeferStage, Outcome, Request, Stage};
 use pith_wire::Wire;
-
-/// CPU time of the measuring thread.
-struct ThreadCpu;
-
-static WALL: WallTime = WallTime;
-
-impl Measurement for ThreadCpu {
-    type Intermediate = ThreadTime;
-    type Value = Duration;
-
-    fn start(&self) -> ThreadTime {
-        ThreadTime::now()
-    }
-    fn end(&self, start: ThreadTime) -> Duration {
-        start.elapsed()
-    }
-    fn add(&self, a: &Duration, b: &Duration) -> Duration {
-        *a + *b
-    }
-    fn zero(&self) -> Duration {
-        Duration::ZERO
-    }
-    fn to_f64(&self, value: &Duration) -> f64 {
-        value.as_nanos() as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        WALL.formatter()
-    }
-}
-
-#[expect(
-    clippy::expect_used,
-    reason = "a benchmark without its input must stop loudly, not measure nothing"
-)]
-fn capture_body(id: &str) -> Vec<u8> {
-    pith_testkit::fixtures::captures()
-        .expect("the captures in pith-testkit/fixtures")
-        .into_iter()
-        .find(|c| c.id() == id)
-        .unwrap_or_else(|| panic!("no capture {id}"))
-        .body
-        .to_vec()
-}
 
 /// The body the stage rewrites (53 tools, 48 deferred).
 const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40/req003";

@@ -1,0 +1,50 @@
+//! What the benchmarks share: a criterion measurement of the benchmark thread's CPU time
+//! (which other processes on a shared machine do not inflate, unlike wall time), and capture
+//! bodies by id.
+
+use std::time::Duration;
+
+use cpu_time::ThreadTime;
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+
+/// CPU time of the measuring thread, as a criterion measurement.
+pub struct ThreadCpu;
+
+static WALL: WallTime = WallTime;
+
+impl Measurement for ThreadCpu {
+    type Intermediate = ThreadTime;
+    type Value = Duration;
+
+    fn start(&self) -> ThreadTime {
+        ThreadTime::now()
+    }
+    fn end(&self, start: ThreadTime) -> Duration {
+        start.elapsed()
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WALL.formatter()
+    }
+}
+
+/// The body of the capture `id` (`client/scenario/reqNNN`). Panics when it is missing: a
+/// benchmark without its input must stop loudly, not measure nothing.
+pub fn capture_body(id: &str) -> Vec<u8> {
+    let captures = match crate::fixtures::captures() {
+        Ok(c) => c,
+        Err(e) => panic!("the captures in pith-testkit/fixtures: {e}"),
+    };
+    match captures.into_iter().find(|c| c.id() == id) {
+        Some(c) => c.body.to_vec(),
+        None => panic!("no capture {id}"),
+    }
+}

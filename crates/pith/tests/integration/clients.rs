@@ -1,15 +1,17 @@
 //! The real coding-agent CLIs, run non-interactively against a base URL on loopback (pith's
 //! proxy, or the mock upstream directly), each in a project directory with a private home,
 //! killed after a time limit. scripts/test installs them (into `.cache/`) and sets
-//! `PITH_TEST_CLAUDE` and `PITH_TEST_CODEX`; a test that needs one fails, naming scripts/test,
-//! when its variable is unset.
+//! `PITH_TEST_OPENCODE`, `PITH_TEST_CLAUDE` and `PITH_TEST_CODEX`; a test that needs one
+//! fails, naming scripts/test, when its variable is unset.
 //!
 //! Every client starts from an empty environment (only `PATH` is kept), so nothing of the
 //! developer's own setup (keys, base URLs, proxies, configs) reaches it. `HTTPS_PROXY` and
 //! `HTTP_PROXY` point at an [`EgressTrap`]: a loopback listener that refuses and records every
 //! request a client sends through the proxy (loopback itself is in `NO_PROXY`), so a run that
 //! tries to leave loopback fails its test instead of reaching out. The switches below turn off
-//! everything the clients were seen reaching for; the trap is the check that they still do.
+//! everything the clients were seen reaching for; the trap checks that nothing is left. It
+//! sees what honours the proxy variables (all three clients, and `git` under them), not a
+//! direct connection or a DNS lookup: those were checked by hand, with strace.
 //!
 //! What each client does, observed on this machine (`strace -f -e connect`, and a recording
 //! TLS proxy trusted through `NODE_EXTRA_CA_CERTS` / `CODEX_CA_CERTIFICATE`, to see what goes
@@ -69,6 +71,26 @@
 //! - Output: the final answer's text on stdout; the banner (model, provider, sandbox, session
 //!   id), the prompt, the answer again and the token count on stderr.
 //!
+//! # OpenCode 1.18.33 (`opencode run PROMPT`)
+//!
+//! - Non-interactive: `run`, the config named by `OPENCODE_CONFIG` (an Anthropic provider with
+//!   `baseURL` the proxy with `/v1`), `PWD` set to the project (OpenCode finds its project
+//!   through it).
+//! - Offline: `OPENCODE_DISABLE_AUTOUPDATE`, `_MODELS_FETCH`, `_SHARE`, `_LSP_DOWNLOAD`,
+//!   `_DEFAULT_PLUGINS`, `_CLAUDE_CODE`; the npm and bun registries are a closed loopback port;
+//!   `rg` on `PATH` (else its grep tool downloads ripgrep from github.com, which the trap
+//!   caught).
+//! - Side requests: a title call racing the main loop, both `POST /v1/messages`, streamed:
+//!   model `claude-haiku-4-5-20251001`, no tools, the prompt after a "Generate a title for this
+//!   conversation:" block. The main loop: `claude-sonnet-4-5` (the config's), 10 tools.
+//! - Headers: `x-api-key`, `anthropic-version: 2023-06-01`, `x-session-id` and
+//!   `x-session-affinity` (the same `ses_...` id), `user-agent: opencode/1.18.33
+//!   ai-sdk/provider-utils/... runtime/bun/...`.
+//! - The prompt: the one block of `messages[0]`, wrapped in literal double quotes (`"\"say
+//!   hi\""`).
+//! - Output: the answer's text on stdout; the agent and model (`> build · claude-sonnet-4-5`)
+//!   on stderr.
+//!
 //! # A second turn
 //!
 //! Each run is one turn. The next turn of the same session, with the history resent:
@@ -86,6 +108,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pith_testkit::fixtures::{Usage, anthropic, responses};
+use pith_testkit::ollama::closed_port_url;
 use pith_testkit::{MockUpstream, Recorded, Reply};
 use serde_json::Value;
 
@@ -390,6 +413,70 @@ wire_api = "responses"
         .env("CODEX_HOME", &codex_home)
         .env(CODEX_KEY_VAR, FAKE_KEY);
     run("codex", cmd, trap, limit)
+}
+
+/// `opencode run [ARGS] PROMPT` in `dir`, with `$HOME/opencode.json` naming `base_url` (with
+/// `/v1`) as its Anthropic provider and `claude-sonnet-4-5` as the model.
+pub fn opencode(
+    dir: &Path,
+    home: &Path,
+    base_url: &str,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+) -> Run {
+    let config = serde_json::json!({
+        "model": "anthropic/claude-sonnet-4-5",
+        "provider": {"anthropic": {"options": {"baseURL": base_url, "apiKey": FAKE_KEY}}},
+    });
+    let config_path = home.join("opencode.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let closed = closed_port_url().unwrap();
+    let trap = EgressTrap::start();
+    let mut cmd = command(
+        &installed("PITH_TEST_OPENCODE", "OpenCode"),
+        dir,
+        home,
+        &trap,
+    );
+    cmd.env("PATH", with_ripgrep(home));
+    cmd.arg("run")
+        .args(args)
+        .arg(prompt)
+        // OpenCode finds its project through PWD, which current_dir does not set; the config
+        // is named outright, so a missed project never falls back to a hosted model.
+        .env("PWD", dir)
+        .env("OPENCODE_CONFIG", &config_path)
+        .env("NPM_CONFIG_REGISTRY", &closed)
+        .env("BUN_CONFIG_REGISTRY", &closed)
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_SHARE", "1")
+        .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+        .env("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1")
+        .env("OPENCODE_DISABLE_CLAUDE_CODE", "1");
+    run("opencode", cmd, trap, limit)
+}
+
+/// `PATH` with a directory holding only `rg` in front: the ripgrep wheel scripts/test puts in
+/// .venv beside the SDKs. OpenCode's grep and glob tools run `rg`, and download it from GitHub
+/// into their data directory when `PATH` has none.
+fn with_ripgrep(home: &Path) -> std::ffi::OsString {
+    let rg = crate::support::python().with_file_name("rg");
+    assert!(
+        rg.is_file(),
+        "{} is missing: run the tests through scripts/test, which installs ripgrep into .venv",
+        rg.display()
+    );
+    let bin = home.join(".pith-test-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&rg, bin.join("rg")).unwrap();
+    let mut dirs = vec![bin];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap()
 }
 
 // Smoke tests: one prompt through `pith proxy` to the mock, which answers with plain text.

@@ -671,3 +671,70 @@ fn codex_answers_a_prompt_through_pith_with_no_side_requests() {
     assert_eq!(rows[0].wire.as_deref(), Some("responses"));
     assert_eq!(rows[0].outcome.as_str(), "ok");
 }
+
+#[test]
+fn opencode_answers_a_prompt_through_pith_with_a_title_side_request() {
+    let mock = MockUpstream::start().unwrap();
+    let has_tools = |body: &[u8]| has(body, "\"tools\":[");
+    // The title call races the main loop; it takes the mock's default answer.
+    mock.push_when(has_tools, Reply::sse(anthropic::stream(ANSWER, USAGE)));
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let (work, home) = project();
+
+    let base = format!("{}/v1", pith.url());
+    let run = opencode(work.path(), home.path(), &base, &[], PROMPT, LIMIT);
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(run.stdout.contains(&ANSWER.concat()), "{}", run.stdout);
+    assert_eq!(
+        mock.queued_replies(),
+        0,
+        "the main-loop request reached the mock"
+    );
+
+    // Two requests in either order: the main loop (its 10 tools) and a title call (none).
+    let received = mock.received();
+    assert_eq!(
+        request_lines(&received),
+        ["POST /v1/messages", "POST /v1/messages"],
+        "OpenCode 1.18.33 sends its main-loop request and a title call"
+    );
+    let (main, title): (Vec<&Recorded>, Vec<&Recorded>) =
+        received.iter().partition(|r| has_tools(&r.body));
+    let (main, title) = (main[0].body_json().unwrap(), title[0].body_json().unwrap());
+    for r in &received {
+        assert_eq!(r.header("x-api-key"), Some(FAKE_KEY));
+        assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+        assert!(r.header("x-session-id").is_some(), "{:?}", r.headers);
+        assert!(
+            r.header("user-agent")
+                .is_some_and(|ua| ua.starts_with("opencode/1.18.33 ")),
+            "{:?}",
+            r.headers
+        );
+    }
+    assert_eq!(main["model"], "claude-sonnet-4-5");
+    assert_eq!(title["model"], "claude-haiku-4-5-20251001");
+    assert_eq!(main["tools"].as_array().map(Vec::len), Some(10));
+    // The prompt arrives in literal double quotes, the title call's after its instruction.
+    let quoted = format!("\"{PROMPT}\"");
+    let texts = |body: &Value| -> Vec<String> {
+        body["messages"][0]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| text(b).to_owned())
+            .collect()
+    };
+    assert_eq!(texts(&main), std::slice::from_ref(&quoted));
+    assert_eq!(
+        texts(&title),
+        [
+            "Generate a title for this conversation:\n".to_owned(),
+            quoted
+        ]
+    );
+
+    let rows = pith.wait_rows(2);
+    assert!(rows.iter().all(|r| r.client == "opencode"), "{rows:?}");
+    assert!(rows.iter().all(|r| r.outcome.as_str() == "ok"), "{rows:?}");
+}

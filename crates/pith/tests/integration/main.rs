@@ -6,6 +6,7 @@
 )]
 
 mod cli;
+mod clients;
 mod defer;
 mod faults;
 mod mcp;

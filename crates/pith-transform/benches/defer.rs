@@ -12,8 +12,8 @@ use std::hint::black_box;
 
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
-use pith_testkit::bench::{ThreadCpu, capture_body};
 use http::HeaderMap;
+use pith_testkit::bench::{ThreadCpu, capture_body};
 use pith_transform::{DeferOptions, DeferStage, Outcome, Request, Stage};
 use pith_wire::Wire;
 

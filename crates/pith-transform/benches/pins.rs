@@ -97,7 +97,11 @@ fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], wire
 
 fn wall(c: &mut Criterion) {
     for (name, id, wire) in BODIES {
-        run_group(c.benchmark_group(format!("pins_{name}")), &capture_body(id), wire);
+        run_group(
+            c.benchmark_group(format!("pins_{name}")),
+            &capture_body(id),
+            wire,
+        );
     }
 }
 

@@ -470,8 +470,11 @@ fn with_ripgrep(home: &Path) -> std::ffi::OsString {
     );
     let bin = home.join(".pith-test-bin");
     std::fs::create_dir_all(&bin).unwrap();
+    // A second turn in the same home finds the link from the first.
     #[cfg(unix)]
-    std::os::unix::fs::symlink(&rg, bin.join("rg")).unwrap();
+    if !bin.join("rg").exists() {
+        std::os::unix::fs::symlink(&rg, bin.join("rg")).unwrap();
+    }
     let mut dirs = vec![bin];
     dirs.extend(std::env::split_paths(
         &std::env::var_os("PATH").unwrap_or_default(),
@@ -490,7 +493,7 @@ const USAGE: Usage = Usage {
     cache_read: 0,
 };
 
-fn has(body: &[u8], needle: &str) -> bool {
+pub fn has(body: &[u8], needle: &str) -> bool {
     body.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
@@ -503,7 +506,7 @@ fn request_lines(received: &[Recorded]) -> Vec<String> {
 }
 
 /// A git repository with one file, and a private home, for one client run.
-fn project() -> (tempfile::TempDir, tempfile::TempDir) {
+pub fn project() -> (tempfile::TempDir, tempfile::TempDir) {
     let work = tempfile::tempdir().unwrap();
     std::fs::write(work.path().join("README.md"), "# greeter\n").unwrap();
     git_commit_all(work.path());

@@ -7,6 +7,7 @@ use pith_testkit::fixtures;
 use pith_testkit::{MockUpstream, Reply};
 use serde_json::{Value, json};
 
+use crate::clients::{self, LIMIT, has, project};
 use crate::support::*;
 
 const PIN: &str = "@pith pin be concise";
@@ -150,4 +151,187 @@ fn with_pins_off_a_command_turn_goes_upstream_as_typed() {
     let got = mock.received();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].body_json().unwrap()["messages"][0]["content"], PIN);
+}
+
+/// What the real clients show for pith's answer to `@pith pin be concise`.
+const PINNED: &str = "@pith pinned 1: be concise";
+
+/// The text of the last block of the last message (Anthropic) or input item (Responses).
+fn tail_text(body: &Value) -> String {
+    let history = body.get("messages").or_else(|| body.get("input"));
+    let last = history
+        .and_then(Value::as_array)
+        .and_then(|h| h.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .last()
+            .and_then(|b| b["text"].as_str())
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// After a session's first turn was `@pith pin be concise`, the next real turn's request
+/// carries the pin at its tail and neither the command nor pith's answer.
+fn assert_pinned_at_the_tail(client: &str, body: &Value) {
+    let tail = tail_text(body);
+    assert!(
+        tail.starts_with("<pith-pins>\n") && tail.contains("\n- be concise\n"),
+        "{client}: the last content is not the pin block: {tail:?}\n{body}"
+    );
+    let text = body.to_string();
+    assert!(
+        !text.contains("@pith pin be concise"),
+        "{client}: the command went up: {text}"
+    );
+    assert!(
+        !text.contains(PINNED),
+        "{client}: pith's answer went up: {text}"
+    );
+}
+
+/// Roles in order, with a user message whose content is only harness reminders shown as
+/// `user(reminders)`.
+fn roles(history: &[Value]) -> Vec<String> {
+    history
+        .iter()
+        .map(|m| {
+            let role = m["role"].as_str().unwrap_or("?").to_owned();
+            let reminders_only = m["content"].as_array().is_some_and(|blocks| {
+                blocks.iter().all(|b| {
+                    b["text"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("<system-reminder>"))
+                })
+            });
+            if role == "user" && reminders_only {
+                "user(reminders)".to_owned()
+            } else {
+                role
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn claude_code_a_typed_pin_is_answered_by_pith_and_rides_the_next_turn() {
+    let mock = MockUpstream::start().unwrap();
+    mock.set_default(Reply::sse(fixtures::anthropic::stream(
+        &["Hi."],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let (work, home) = project();
+    let run = clients::claude_code(work.path(), home.path(), &pith.url(), &[], PIN, LIMIT);
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(run.stdout.starts_with(PINNED), "{}", run.stdout);
+    assert_eq!(
+        mock.request_count(),
+        0,
+        "Claude Code's pin turn reached the mock"
+    );
+
+    let run = clients::claude_code(
+        work.path(),
+        home.path(),
+        &pith.url(),
+        &["--continue"],
+        "say hi",
+        LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Hi.\n");
+    let received = mock.received();
+    assert_eq!(received.len(), 1, "one main-loop request");
+    let body = received[0].body_json().unwrap();
+    assert_pinned_at_the_tail("claude", &body);
+    // The first message keeps Claude Code's reminders (its typed command went, with pith's
+    // answer); the user's turn follows the client's own system message.
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(
+        roles(messages),
+        ["user(reminders)", "system", "user"],
+        "{body}"
+    );
+    assert_eq!(messages[2]["content"][0]["text"], "say hi");
+}
+
+#[test]
+fn codex_a_typed_pin_is_answered_by_pith_and_rides_the_next_turn() {
+    let mock = MockUpstream::start().unwrap();
+    mock.set_default(Reply::sse(fixtures::responses::stream(
+        &["Hi."],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let (work, home) = project();
+    let base = format!("{}/v1", pith.url());
+    let run = clients::codex(work.path(), home.path(), &base, &[], PIN, LIMIT);
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(run.stdout.starts_with(PINNED), "{}", run.stdout);
+    assert_eq!(mock.request_count(), 0, "Codex's pin turn reached the mock");
+
+    let run = clients::codex(
+        work.path(),
+        home.path(),
+        &base,
+        &["resume", "--last"],
+        "say hi",
+        LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Hi.\n");
+    let received = mock.received();
+    assert_eq!(received.len(), 1, "one main-loop request");
+    let body = received[0].body_json().unwrap();
+    assert_pinned_at_the_tail("codex", &body);
+    assert_eq!(
+        body["input"].as_array().unwrap().last().unwrap()["role"],
+        "developer"
+    );
+}
+
+#[test]
+fn opencode_a_typed_pin_is_answered_by_pith_and_rides_the_next_turn() {
+    let mock = MockUpstream::start().unwrap();
+    mock.set_default(Reply::sse(fixtures::anthropic::stream(
+        &["Hi."],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let (work, home) = project();
+    let base = format!("{}/v1", pith.url());
+    let run = clients::opencode(work.path(), home.path(), &base, &[], PIN, LIMIT);
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(run.stdout.contains(PINNED), "{}", run.stdout);
+    let main_loop = |received: &[pith_testkit::Recorded]| {
+        received
+            .iter()
+            .filter(|r| has(&r.body, "\"tools\":["))
+            .map(|r| r.body_json().unwrap())
+            .collect::<Vec<Value>>()
+    };
+    assert!(
+        main_loop(&mock.received()).is_empty(),
+        "OpenCode's pin turn reached the mock's main loop"
+    );
+    mock.clear_received();
+
+    let run = clients::opencode(
+        work.path(),
+        home.path(),
+        &base,
+        &["--continue"],
+        "say hi",
+        LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(run.stdout.contains("Hi."), "{}", run.stdout);
+    let main = main_loop(&mock.received());
+    assert_eq!(main.len(), 1, "one main-loop request");
+    assert_pinned_at_the_tail("opencode", &main[0]);
 }

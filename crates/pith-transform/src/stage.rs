@@ -94,6 +94,9 @@ pub enum FactKind {
     /// Characters of prompt the edit kept out of the model's context; readers estimate the
     /// tokens they stand for.
     CharsKeptOut,
+    /// A number that describes the request (e.g. the pins in force), not an amount: readers
+    /// show it per request and never add it up across requests.
+    Level,
 }
 
 impl FactKind {
@@ -102,12 +105,13 @@ impl FactKind {
         match self {
             FactKind::Count => "count",
             FactKind::CharsKeptOut => "chars_kept_out",
+            FactKind::Level => "level",
         }
     }
 
     /// The kind named by [`FactKind::as_str`].
     pub fn parse(name: &str) -> Option<FactKind> {
-        [FactKind::Count, FactKind::CharsKeptOut]
+        [FactKind::Count, FactKind::CharsKeptOut, FactKind::Level]
             .into_iter()
             .find(|k| k.as_str() == name)
     }
@@ -139,6 +143,15 @@ impl Fact {
             name,
             value: value as u64,
             kind: FactKind::Count,
+        }
+    }
+
+    /// A level named `name` (see [`FactKind::Level`]).
+    pub fn level(name: &'static str, value: usize) -> Fact {
+        Fact {
+            name,
+            value: value as u64,
+            kind: FactKind::Level,
         }
     }
 

@@ -194,7 +194,7 @@ fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody
     );
     let facts = vec![
         Fact::count("answered", 1),
-        Fact::count("pins", answer.pins.len()),
+        Fact::level("pins", answer.pins.len()),
     ];
     let report = StageReport {
         stage: "pins",

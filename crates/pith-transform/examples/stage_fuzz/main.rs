@@ -6,6 +6,7 @@
 //! are checked on every edit too (see `defer_rules`).
 //!
 //! `cargo run --release -p pith-transform --example stage_fuzz -- --cases 100000`
+//! (`--stage pins` for the pins stage, on the same bodies with pin commands put in).
 //!
 //! Bodies come from four sources, all of the three wires: built from scratch (`bodies.rs`); the
 //! real captures changed the way a client could have sent them and written again in a random
@@ -31,8 +32,8 @@ use http::HeaderMap;
 use pith_testkit::rng::Rng;
 use pith_transform::defer::reason;
 use pith_transform::{
-    DeferOptions, DeferStage, Edit, Outcome, Pipeline, Request, SearchVariant, Stage, StageError,
-    StageResult, ToolRanker, ToolText, apply_splices,
+    DeferOptions, DeferStage, Edit, Outcome, PinsStage, Pipeline, Request, SearchVariant, Stage,
+    StageError, StageResult, ToolRanker, ToolText, apply_splices,
 };
 use pith_wire::Wire;
 use serde_json::Value;
@@ -80,6 +81,8 @@ struct Args {
     case: Option<u64>,
     out: PathBuf,
     sabotage: bool,
+    /// `defer` (default) or `pins`.
+    stage: String,
 }
 
 fn number(text: &str) -> Result<u64, String> {
@@ -97,6 +100,7 @@ fn args() -> Result<Args, String> {
         case: None,
         out: PathBuf::from("target/stage-fuzz"),
         sabotage: false,
+        stage: "defer".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -107,9 +111,16 @@ fn args() -> Result<Args, String> {
             "--case" => args.case = Some(number(&value()?)?),
             "--out" => args.out = PathBuf::from(value()?),
             "--sabotage" => args.sabotage = true,
+            "--stage" => {
+                args.stage = value()?;
+                if args.stage != "defer" && args.stage != "pins" {
+                    return Err(format!("--stage {}: use defer or pins", args.stage));
+                }
+            }
             "-h" | "--help" => {
                 return Err(
-                    "usage: stage_fuzz [--cases N] [--seed S] [--case N] [--out DIR] [--sabotage]"
+                    "usage: stage_fuzz [--cases N] [--seed S] [--case N] [--out DIR] [--sabotage] \
+                     [--stage defer|pins]"
                         .into(),
                 );
             }
@@ -308,6 +319,32 @@ fn defer_stage(rng: &mut Rng) -> (DeferStage, &'static str, String) {
             (stage, "odd ranker", full)
         }
     }
+}
+
+/// For `--stage pins`: the body with pin command lines put at the start of some of its
+/// strings, and some strings made to start like pith's own answer, so the stage has commands
+/// to fold, cut and answer (generated bodies have none).
+fn with_pin_commands(rng: &mut Rng, body: &[u8]) -> Vec<u8> {
+    const LINES: [&str; 7] = [
+        "@pith pin be concise\\n",
+        "\\\"@pith pin use tabs\\\"",
+        "@pith unpin 1\\n",
+        "@pith unpin all\\n",
+        "@pith pins",
+        "@pith unpin be\\nfix it\\n",
+        "@pith ",
+    ];
+    let mut out = Vec::with_capacity(body.len() + 64);
+    let mut rest = body;
+    while let Some(at) = memchr::memmem::find(rest, b":\"") {
+        out.extend_from_slice(&rest[..at + 2]);
+        rest = &rest[at + 2..];
+        if rng.chance(0.3) {
+            out.extend_from_slice(rng.one(&LINES).as_bytes());
+        }
+    }
+    out.extend_from_slice(rest);
+    out
 }
 
 /// `--sabotage`: the defer stage with bugs put in, to see the checks catch them. One edit in
@@ -719,9 +756,10 @@ fn main() -> Result<ExitCode, String> {
         None => (0, args.cases),
     };
     println!(
-        "stage_fuzz: seed {:#x}, cases {first}..{end}, {} captures, stage defer",
+        "stage_fuzz: seed {:#x}, cases {first}..{end}, {} captures, stage {}",
         args.seed,
-        corpus.len()
+        corpus.len(),
+        args.stage
     );
     let started = Instant::now();
     let mut rows: BTreeMap<(&'static str, &'static str), Row> = BTreeMap::new();
@@ -732,13 +770,20 @@ fn main() -> Result<ExitCode, String> {
     let mut digest = 0xcbf2_9ce4_8422_2325u64;
     for case_no in first..end {
         let mut rng = Rng::new(case_seed(args.seed, case_no));
-        let case = generate(&mut rng, &corpus);
-        let (stage, config, options) = defer_stage(&mut rng);
-        let stage: Arc<dyn Stage> = if args.sabotage {
-            Arc::new(Sabotaged(stage))
-        } else {
-            Arc::new(stage)
-        };
+        let mut case = generate(&mut rng, &corpus);
+        let (stage, config, options): (Arc<dyn Stage>, &'static str, String) =
+            if args.stage == "pins" {
+                case.body = with_pin_commands(&mut rng, &case.body);
+                (Arc::new(PinsStage::new()), "pins", String::new())
+            } else {
+                let (stage, config, options) = defer_stage(&mut rng);
+                let stage: Arc<dyn Stage> = if args.sabotage {
+                    Arc::new(Sabotaged(stage))
+                } else {
+                    Arc::new(stage)
+                };
+                (stage, config, options)
+            };
         let checked = check(&stage, case.wire, &case.body);
 
         for &b in case.body.iter().chain(case.wire.as_str().as_bytes()) {

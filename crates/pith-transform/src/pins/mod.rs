@@ -162,7 +162,7 @@ impl Stage for PinsStage {
         if plan.splices.is_empty() {
             return Ok(Outcome::Unchanged(reason::NOTHING_TO_MOVE));
         }
-        let mut facts = vec![Fact::count("pins", folded.pins.len())];
+        let mut facts = vec![Fact::level("pins", folded.pins.len())];
         facts.push(Fact::count("lines_moved", plan.lines_cut));
         if plan.turns_dropped > 0 {
             facts.push(Fact::count("turns_dropped", plan.turns_dropped));

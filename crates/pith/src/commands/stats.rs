@@ -220,8 +220,11 @@ fn build_report(
         t.requests = stage.applied;
         t.unchanged = stage.unchanged.into_iter().collect();
         for (name, kind, sum) in stage.facts {
-            if FactKind::parse(&kind) == Some(FactKind::CharsKeptOut) {
-                *t.chars_kept_out.get_or_insert(0) += sum;
+            match FactKind::parse(&kind) {
+                // A level describes one request; its sum means nothing.
+                Some(FactKind::Level) => continue,
+                Some(FactKind::CharsKeptOut) => *t.chars_kept_out.get_or_insert(0) += sum,
+                _ => {}
             }
             t.facts.insert(name, sum);
         }

@@ -63,6 +63,13 @@ fn a_pin_only_turn_is_answered_by_pith_on_every_wire_and_mode_and_the_sdks_parse
         assert_eq!(row.usage, None);
         assert_eq!(disclosed(row).as_deref(), Some("pins;answered=1;pins=1"));
     }
+    // Stats add up what adds up: answers, not the pins in force on each request.
+    let out = pith_stats(&pith, &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("transform pins: changed 6 requests; answered=6\n"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ use super::fold::{Folded, Turn, answered, final_turn, turns};
 use super::rawstr::{RawLine, quote};
 use super::render;
 use super::transcript::{Block, Content, Role, Source, Transcript};
+use crate::splice::array_removals;
 use crate::stage::Splice;
 
 /// The last message cannot take the pin block (an assistant prefill, a content shape pith does
@@ -207,31 +208,6 @@ fn line_cuts(lines: &[RawLine], cut: &[bool]) -> Vec<Range<usize>> {
     out
 }
 
-/// Removing elements `mask` of an array whose elements are at `spans`, separators included.
-fn remove_elements(spans: &[Range<usize>], mask: &[bool]) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < spans.len() {
-        if !mask[i] {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < spans.len() && mask[i] {
-            i += 1;
-        }
-        // Removed run start..i.
-        if start > 0 {
-            out.push(spans[start - 1].end..spans[i - 1].end);
-        } else if i < spans.len() {
-            out.push(spans[0].start..spans[i].start);
-        } else {
-            out.push(spans[0].start..spans[i - 1].end);
-        }
-    }
-    out
-}
-
 /// Removed blocks, each array on its own; a removed block's `cache_control` moves to the
 /// nearest kept block of the same array (before it, else after), so the cached prefix keeps
 /// its end.
@@ -254,7 +230,7 @@ fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut
             .map(|i| removed.blocks.contains(&(m, i)))
             .collect();
         let spans: Vec<Range<usize>> = blocks.iter().map(|b| b.span.clone()).collect();
-        for range in remove_elements(&spans, &mask) {
+        for range in array_removals(&spans, &mask) {
             splices.push(Splice {
                 range,
                 replacement: String::new(),
@@ -290,7 +266,7 @@ fn message_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &m
         .map(|i| removed.messages.contains(&i))
         .collect();
     let spans: Vec<Range<usize>> = messages.iter().map(|m| m.span.clone()).collect();
-    for range in remove_elements(&spans, &mask) {
+    for range in array_removals(&spans, &mask) {
         splices.push(Splice {
             range,
             replacement: String::new(),
@@ -434,26 +410,5 @@ fn tail(wire: Wire, transcript: &Transcript<'_>, text: &str) -> Result<Tail, Now
             }
             Ok(Tail::insert(last.span.end, format!(",{item}")))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spans(v: &[(usize, usize)]) -> Vec<Range<usize>> {
-        v.iter().map(|&(a, b)| a..b).collect()
-    }
-
-    #[test]
-    fn removing_elements_takes_their_separators() {
-        // [A,B,C] at 1..2, 3..4, 5..6
-        let s = spans(&[(1, 2), (3, 4), (5, 6)]);
-        assert_eq!(remove_elements(&s, &[true, false, false]), vec![1..3]);
-        assert_eq!(remove_elements(&s, &[false, true, false]), vec![2..4]);
-        assert_eq!(remove_elements(&s, &[false, false, true]), vec![4..6]);
-        assert_eq!(remove_elements(&s, &[true, true, false]), vec![1..5]);
-        assert_eq!(remove_elements(&s, &[true, false, true]), [1..3, 4..6]);
-        assert_eq!(remove_elements(&s, &[true, true, true]), vec![1..6]);
     }
 }

@@ -1,0 +1,51 @@
+//! The tool search round trip for clients without tool search of their own: what pith adds,
+//! pith removes.
+//!
+//! When the defer stage added the provider's tool search tool to a request (the client did not
+//! send one), a model that needs a deferred tool searches first, and the answer carries
+//! `server_tool_use` / `tool_search_tool_result` blocks the client never asked for. Clients
+//! built on SDKs that do not round-trip server blocks (OpenCode's AI SDK) show the search as a
+//! failed call and send the history back without them, which reads as a session pith joined
+//! midway. So [`hide`] takes those blocks out of the answer (streamed: event by event, with
+//! the later blocks renumbered; or the whole JSON body) and hands them to a [`SearchMemory`],
+//! keyed by the session and the `tool_use` that followed them; and on every later request of
+//! the session [`restore::RestoreStage`] splices them back before that `tool_use`, the same
+//! bytes each time, so the provider sees the history the API documents, the prompt prefix is
+//! byte-stable and deferral goes on with the same loaded set.
+
+pub mod hide;
+pub mod restore;
+
+use std::sync::Arc;
+
+use http::HeaderMap;
+
+/// The names of the tool search tools pith adds (`SearchVariant`).
+pub const SEARCH_TOOL_NAMES: [&str; 2] = ["tool_search_tool_regex", "tool_search_tool_bm25"];
+
+/// Where hidden blocks wait for the session's next requests. Implementations keep them across
+/// restarts, bounded in size and age; a lookup must not block on I/O (the stage runs inline).
+pub trait SearchMemory: Send + Sync {
+    /// Keep `blocks` (raw JSON content blocks, comma-separated, as the provider sent them) for
+    /// the `tool_use` `tool_use_id` of `session`.
+    fn remember(&self, session: &str, tool_use_id: &str, blocks: &str);
+    /// The blocks kept for that `tool_use`, if any.
+    fn recall(&self, session: &str, tool_use_id: &str) -> Option<Arc<str>>;
+    /// Whether anything is kept for `session` (the stage's fast path).
+    fn knows_session(&self, session: &str) -> bool;
+}
+
+/// The session a request belongs to, for keying: its session header, else empty (tool_use ids
+/// are unique on their own; the session only narrows them).
+pub fn session_key(headers: &HeaderMap) -> String {
+    pith_wire::session::session_from_headers(headers).unwrap_or_default()
+}
+
+/// Whether a content block (its `type` and `name`) is one pith's tool search caused.
+pub fn is_search_block(kind: &str, name: Option<&str>) -> bool {
+    match kind {
+        "server_tool_use" => name.is_some_and(|n| SEARCH_TOOL_NAMES.contains(&n)),
+        "tool_search_tool_result" => true,
+        _ => false,
+    }
+}

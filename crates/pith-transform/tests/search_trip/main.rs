@@ -1,0 +1,361 @@
+//! The tool search round trip: hiding pith's search blocks from answers (streamed, over every
+//! way of splitting the stream, and whole) and restoring them in later requests.
+#![expect(
+    clippy::expect_used,
+    reason = "test harness: a panic is the failure report"
+)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use http::{HeaderMap, HeaderValue};
+use pith_transform::search_trip::SearchMemory;
+use pith_transform::search_trip::hide::{Action, Hidden, StreamHider, hide_in_message};
+use pith_transform::search_trip::restore::{RestoreStage, reason};
+use pith_transform::{Outcome, Request, Stage, apply_splices};
+use pith_wire::Wire;
+use pith_wire::sse::EventSplitter;
+use serde_json::{Value, json};
+
+const SEARCH: &str =
+    r#"{"type":"server_tool_use","id":"srvtoolu_01","name":"tool_search_tool_regex","input":{}}"#;
+const SEARCH_DONE: &str = r#"{"type":"server_tool_use","id":"srvtoolu_01","name":"tool_search_tool_regex","input":{"pattern":"jira"}}"#;
+const RESULT: &str = r#"{"type":"tool_search_tool_result","tool_use_id":"srvtoolu_01","content":{"type":"tool_search_tool_search_result","tool_references":[{"type":"tool_reference","tool_name":"demo_jira_op_0"}]}}"#;
+
+fn event(out: &mut String, name: &str, data: &str) {
+    out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+}
+
+/// One streamed answer: thinking, text, a search and its result, text, then the found tool
+/// called; `ping` and (optionally) an `error` event among them. With `hidden`, the stream the
+/// client must get instead: no search blocks, later blocks renumbered.
+fn stream(hidden: bool, error: bool) -> String {
+    let mut out = String::new();
+    event(
+        &mut out,
+        "message_start",
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}"#,
+    );
+    let mut next = 0;
+    let mut block = |out: &mut String, start: &str, deltas: &[&str], hide: bool| {
+        if hide && hidden {
+            return;
+        }
+        let i = next;
+        next += 1;
+        event(
+            out,
+            "content_block_start",
+            &format!(r#"{{"type":"content_block_start","index":{i},"content_block":{start}}}"#),
+        );
+        for d in deltas {
+            event(
+                out,
+                "content_block_delta",
+                &format!(r#"{{"type":"content_block_delta","index":{i},"delta":{d}}}"#),
+            );
+        }
+        event(
+            out,
+            "content_block_stop",
+            &format!(r#"{{"type":"content_block_stop","index":{i}}}"#),
+        );
+    };
+    block(
+        &mut out,
+        r#"{"type":"thinking","thinking":""}"#,
+        &[
+            r#"{"type":"thinking_delta","thinking":"need jira"}"#,
+            r#"{"type":"signature_delta","signature":"c2ln"}"#,
+        ],
+        false,
+    );
+    event(&mut out, "ping", r#"{"type": "ping"}"#);
+    block(
+        &mut out,
+        r#"{"type":"text","text":""}"#,
+        &[r#"{"type":"text_delta","text":"Searching."}"#],
+        false,
+    );
+    block(
+        &mut out,
+        SEARCH,
+        &[
+            r#"{"type":"input_json_delta","partial_json":"{\"pattern\":"}"#,
+            r#"{"type":"input_json_delta","partial_json":"\"jira\"}"}"#,
+        ],
+        true,
+    );
+    block(&mut out, RESULT, &[], true);
+    if error {
+        event(
+            &mut out,
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        );
+    }
+    block(
+        &mut out,
+        r#"{"type":"text","text":""}"#,
+        &[r#"{"type":"text_delta","text":"Found it."}"#],
+        false,
+    );
+    block(
+        &mut out,
+        r#"{"type":"tool_use","id":"toolu_01","name":"demo_jira_op_0","input":{}}"#,
+        &[r#"{"type":"input_json_delta","partial_json":"{\"key\":\"A-1\"}"}"#],
+        false,
+    );
+    event(
+        &mut out,
+        "message_delta",
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":40}}"#,
+    );
+    event(&mut out, "message_stop", r#"{"type":"message_stop"}"#);
+    out
+}
+
+/// The client's stream when `body` is split at `at`, through a hider.
+fn through_hider(body: &[u8], at: usize) -> (Vec<u8>, Vec<Hidden>, usize) {
+    let mut splitter = EventSplitter::new();
+    let mut hider = StreamHider::new();
+    let mut out = Vec::new();
+    let mut take = |event: &[u8], hider: &mut StreamHider| match hider.event(event) {
+        Action::Keep => out.extend_from_slice(event),
+        Action::Drop => {}
+        Action::Replace(bytes) => out.extend_from_slice(&bytes),
+    };
+    for part in [&body[..at], &body[at..]] {
+        splitter.push(part);
+        while let Some(event) = splitter.next_event() {
+            take(&event, &mut hider);
+        }
+    }
+    if let Some(rest) = splitter.finish() {
+        take(&rest, &mut hider);
+    }
+    let hidden = hider.take_hidden();
+    let searches = hider.searches();
+    (out, hidden, searches)
+}
+
+#[test]
+fn a_stream_loses_the_search_blocks_and_renumbers_the_rest_for_every_split() {
+    for error in [false, true] {
+        let upstream = stream(false, error);
+        let expected = stream(true, error);
+        for at in 0..=upstream.len() {
+            let (out, hidden, searches) = through_hider(upstream.as_bytes(), at);
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                expected,
+                "split at {at} (error event: {error})"
+            );
+            assert_eq!(searches, 1);
+            assert_eq!(
+                hidden,
+                [Hidden {
+                    tool_use_id: "toolu_01".into(),
+                    blocks: format!("{SEARCH_DONE},{RESULT}"),
+                    searches: 1,
+                }],
+                "split at {at}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_search_with_no_tool_use_after_it_is_hidden_but_not_kept() {
+    let mut upstream = String::new();
+    event(
+        &mut upstream,
+        "content_block_start",
+        &format!(r#"{{"type":"content_block_start","index":0,"content_block":{SEARCH}}}"#),
+    );
+    event(
+        &mut upstream,
+        "content_block_stop",
+        r#"{"type":"content_block_stop","index":0}"#,
+    );
+    event(
+        &mut upstream,
+        "content_block_start",
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+    );
+    event(
+        &mut upstream,
+        "content_block_stop",
+        r#"{"type":"content_block_stop","index":1}"#,
+    );
+    let (out, hidden, searches) = through_hider(upstream.as_bytes(), 0);
+    assert_eq!(searches, 1);
+    assert!(hidden.is_empty());
+    let out = String::from_utf8(out).expect("utf-8");
+    assert!(
+        out.contains(r#""index":0,"content_block":{"type":"text""#),
+        "{out}"
+    );
+    assert!(!out.contains("server_tool_use"));
+}
+
+#[test]
+fn other_server_tools_and_unreadable_events_pass_as_they_came() {
+    let mut upstream = String::new();
+    event(
+        &mut upstream,
+        "content_block_start",
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"s","name":"web_search","input":{}}}"#,
+    );
+    upstream.push_str("event: content_block_delta\ndata: {not json\n\n");
+    let (out, hidden, searches) = through_hider(upstream.as_bytes(), 7);
+    assert_eq!(String::from_utf8_lossy(&out), upstream);
+    assert!(hidden.is_empty());
+    assert_eq!(searches, 0);
+}
+
+#[test]
+fn a_json_answer_loses_the_search_blocks() {
+    let body = format!(
+        r#"{{"id":"msg_1","type":"message","role":"assistant","content":[{{"type":"text","text":"Searching."}},{SEARCH_DONE},{RESULT},{{"type":"tool_use","id":"toolu_01","name":"demo_jira_op_0","input":{{"key":"A-1"}}}}],"stop_reason":"tool_use","usage":{{"input_tokens":10,"output_tokens":40}}}}"#
+    );
+    let hidden = hide_in_message(body.as_bytes()).expect("search blocks hidden");
+    let out: Value = serde_json::from_slice(&hidden.body).expect("json");
+    let kinds: Vec<&str> = out["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .map(|b| b["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["text", "tool_use"]);
+    assert_eq!(out["usage"]["output_tokens"], 40, "usage is the provider's");
+    assert_eq!(hidden.hidden[0].blocks, format!("{SEARCH_DONE},{RESULT}"));
+    assert_eq!(hidden.searches, 1);
+    let plain = r#"{"content":[{"type":"text","text":"hi"}]}"#;
+    assert_eq!(hide_in_message(plain.as_bytes()), None);
+}
+
+/// A memory in a map.
+#[derive(Default)]
+struct Map(Mutex<HashMap<(String, String), Arc<str>>>);
+
+impl SearchMemory for Map {
+    fn remember(&self, session: &str, tool_use_id: &str, blocks: &str) {
+        self.0
+            .lock()
+            .expect("lock")
+            .insert((session.into(), tool_use_id.into()), Arc::from(blocks));
+    }
+    fn recall(&self, session: &str, tool_use_id: &str) -> Option<Arc<str>> {
+        self.0
+            .lock()
+            .expect("lock")
+            .get(&(session.to_owned(), tool_use_id.to_owned()))
+            .cloned()
+    }
+    fn knows_session(&self, session: &str) -> bool {
+        self.0
+            .lock()
+            .expect("lock")
+            .keys()
+            .any(|(s, _)| s == session)
+    }
+}
+
+fn history(extra_blocks: &[Value]) -> String {
+    let mut assistant = extra_blocks.to_vec();
+    assistant.push(json!({"type": "text", "text": "Found it."}));
+    assistant.push(json!({"type": "tool_use", "id": "toolu_01", "name": "demo_jira_op_0", "input": {"key": "A-1"}}));
+    json!({"model": "m", "messages": [
+        {"role": "user", "content": "open A-1"},
+        {"role": "assistant", "content": assistant},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "ok"}]}
+    ]})
+    .to_string()
+}
+
+fn restore(memory: &Arc<Map>, session: &str, body: &str) -> Outcome {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "x-session-id",
+        HeaderValue::from_str(session).expect("header"),
+    );
+    RestoreStage::new(memory.clone() as Arc<dyn SearchMemory>)
+        .apply(&Request {
+            wire: Wire::AnthropicMessages,
+            path: "/v1/messages",
+            headers: &headers,
+            body: body.as_bytes(),
+        })
+        .expect("the stage never errors")
+}
+
+#[test]
+fn kept_blocks_go_back_before_their_tool_use_the_same_bytes_every_time() {
+    let memory = Arc::new(Map::default());
+    memory.remember("ses_1", "toolu_01", &format!("{SEARCH_DONE},{RESULT}"));
+    let body = history(&[]);
+    let Outcome::Edited(edit) = restore(&memory, "ses_1", &body) else {
+        panic!("expected the blocks restored");
+    };
+    assert_eq!(edit.facts[0].name, "searches");
+    assert_eq!(edit.facts[0].value, 1);
+    let out = apply_splices(body.as_bytes(), &edit.splices).expect("apply");
+    let value: Value = serde_json::from_slice(&out).expect("json");
+    let kinds: Vec<&str> = value["messages"][1]["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .map(|b| b["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "text",
+            "server_tool_use",
+            "tool_search_tool_result",
+            "tool_use"
+        ]
+    );
+    let out = String::from_utf8(out).expect("utf-8");
+    assert!(out.contains(&format!("{SEARCH_DONE},{RESULT},")));
+    // The next turn: the same bytes in the same place.
+    let Outcome::Edited(again) = restore(&memory, "ses_1", &body) else {
+        panic!("expected the blocks restored again");
+    };
+    assert_eq!(again, edit);
+}
+
+#[test]
+fn other_sessions_round_tripping_clients_and_other_wires_are_left_alone() {
+    let memory = Arc::new(Map::default());
+    memory.remember("ses_1", "toolu_01", &format!("{SEARCH_DONE},{RESULT}"));
+    let body = history(&[]);
+    assert_eq!(
+        restore(&memory, "ses_2", &body),
+        Outcome::Unchanged(reason::NOTHING_REMEMBERED)
+    );
+    let own = history(&[
+        serde_json::from_str(SEARCH_DONE).expect("json"),
+        serde_json::from_str(RESULT).expect("json"),
+    ]);
+    assert_eq!(
+        restore(&memory, "ses_1", &own),
+        Outcome::Unchanged(reason::CLIENT_ROUND_TRIPS)
+    );
+    let other = body.replace("toolu_01", "toolu_99");
+    assert_eq!(
+        restore(&memory, "ses_1", &other),
+        Outcome::Unchanged(reason::NONE_HERE)
+    );
+    let headers = HeaderMap::new();
+    let chat = RestoreStage::new(memory.clone() as Arc<dyn SearchMemory>)
+        .apply(&Request {
+            wire: Wire::ChatCompletions,
+            path: "/v1/chat/completions",
+            headers: &headers,
+            body: body.as_bytes(),
+        })
+        .expect("no error");
+    assert_eq!(chat, Outcome::Unchanged(reason::NOT_APPLICABLE));
+}

@@ -14,6 +14,7 @@ mod fault;
 pub mod ledger;
 mod request;
 pub mod rewrite;
+pub mod search_trip;
 mod server;
 mod tee;
 pub mod upstream;

@@ -72,6 +72,10 @@ pub struct TransformsConfig {
     pub pins: Option<bool>,
     /// Tool deferral on Anthropic and Responses requests (default on).
     pub defer_tools: Option<bool>,
+    /// For clients without tool search of their own: take the tool search blocks pith's
+    /// search tool causes out of answers, and put them back in the session's later requests
+    /// (default on; env `PITH_TOOL_SEARCH_ROUND_TRIP`). Kept in `$PITH_HOME/search-blocks.db`.
+    pub tool_search_round_trip: Option<bool>,
     /// Tools kept loaded because they are most relevant to the task (default 5).
     pub keep_relevant: Option<usize>,
     /// Definitions at or below this many characters stay loaded (default 0).

@@ -378,13 +378,16 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let rewriter = match (ctx.wire, &state.config.rewrites) {
-        (Some(wire), Some(rewrites)) if ctx.response_is_sse => {
+        (Some(wire), Some(rewrites)) => {
             let session = session::session_from_headers(&ctx.headers);
             rewrites.for_response(&ResponseInfo {
                 wire,
                 path: &ctx.path,
                 session: session.as_deref(),
                 status: parts.status,
+                sse: ctx.response_is_sse,
+                content_encoding: ctx.content_encoding.as_deref(),
+                transforms: &ctx.transforms,
             })
         }
         _ => None,

@@ -9,6 +9,11 @@ use anyhow::Context;
 use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
 use pith_store::ledger::Ledger;
+use pith_proxy::rewrite::ResponseRewrites;
+use pith_proxy::search_trip::{SearchTrip, StoredSearches};
+use pith_store::search_blocks::{Limits, SearchBlocks};
+use pith_transform::search_trip::SearchMemory;
+use pith_transform::search_trip::restore::RestoreStage;
 use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVariant};
 
 use crate::config::{Config, env_flag, pith_home};
@@ -100,7 +105,17 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         None => None,
     };
     let pins = pins_on(config)?.then(PinsStage::new);
-    let pipeline = build_pipeline(config)?;
+    // Search blocks hidden from answers wait here for the session's next requests.
+    let searches_path = pith_home()?.join("search-blocks.db");
+    let searches = if search_round_trip_on(config)? && defer_on(config)? {
+        Some(SearchBlocks::open(&searches_path, Limits::default())?)
+    } else {
+        None
+    };
+    let pipeline = build_pipeline(config, searches.as_ref())?;
+    let rewrites = searches
+        .clone()
+        .map(|s| Arc::new(SearchTrip::new(s)) as Arc<dyn ResponseRewrites>);
     let stages = pipeline.stage_names();
     let timeouts = timeouts(&config.proxy)?;
     let token = std::env::var("PITH_PROXY_TOKEN")
@@ -123,7 +138,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             pipeline,
             pins,
             ledger: ledger.clone(),
-            rewrites: None,
+            rewrites,
             max_body: pith_proxy::DEFAULT_MAX_BODY,
             timeouts,
             token: token.clone(),
@@ -136,6 +151,9 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         match &ledger_path {
             Some(p) => eprintln!("  ledger    -> {}", p.display()),
             None => eprintln!("  ledger    -> off"),
+        }
+        if searches.is_some() {
+            eprintln!("  searches  -> {}", searches_path.display());
         }
         if token.is_some() {
             eprintln!(
@@ -156,6 +174,9 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             .await?;
         anyhow::Ok(())
     })?;
+    if let Some(searches) = &searches {
+        searches.flush();
+    }
     if let Some(sink) = ledger {
         sink.shutdown(Duration::from_secs(5));
         let s = ledger_stats_line(&sink);
@@ -234,17 +255,20 @@ fn upstream(
 
 /// The transform stages, in order, as config and environment switch them. Environment wins
 /// over config so a single run can be switched without editing files.
-fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
+fn build_pipeline(config: &Config, searches: Option<&SearchBlocks>) -> anyhow::Result<Pipeline> {
     let mut pipeline = Pipeline::new();
     let t = &config.transforms;
     // Pins first: deferral then ranks tools by the task with the command lines gone.
     if pins_on(config)? {
         pipeline = pipeline.with_stage(Box::new(PinsStage::new()));
     }
-    let defer_on = env_flag("PITH_DEFER_TOOLS")?
-        .or(t.defer_tools)
-        .unwrap_or(true);
-    if defer_on {
+    // Hidden searches back before deferral reads the history: a tool found by a search pith
+    // hid is then a tool found by a search, not a sign of a session joined midway.
+    if let Some(searches) = searches {
+        let memory: Arc<dyn SearchMemory> = Arc::new(StoredSearches(searches.clone()));
+        pipeline = pipeline.with_stage(Box::new(RestoreStage::new(memory)));
+    }
+    if defer_on(config)? {
         let defaults = DeferOptions::default();
         let search = match t.tool_search.as_deref() {
             None => defaults.search,
@@ -292,6 +316,21 @@ fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
         pipeline = pipeline.with_stage(Box::new(stage));
     }
     Ok(pipeline)
+}
+
+/// Whether tool deferral is on: `PITH_DEFER_TOOLS`, else `transforms.defer_tools`, else on.
+fn defer_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env_flag("PITH_DEFER_TOOLS")?
+        .or(config.transforms.defer_tools)
+        .unwrap_or(true))
+}
+
+/// Whether pith hides the tool search blocks it caused and restores them later:
+/// `PITH_TOOL_SEARCH_ROUND_TRIP`, else `transforms.tool_search_round_trip`, else on.
+fn search_round_trip_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env_flag("PITH_TOOL_SEARCH_ROUND_TRIP")?
+        .or(config.transforms.tool_search_round_trip)
+        .unwrap_or(true))
 }
 
 /// Whether pins are on: `PITH_PINS`, else `transforms.pins`, else on.

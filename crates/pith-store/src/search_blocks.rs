@@ -139,8 +139,7 @@ impl SearchBlocks {
                     r.get::<_, i64>(3)?,
                 ))
             })?;
-            let mut loaded: Vec<(String, String, String, i64)> =
-                rows.collect::<Result<_, _>>()?;
+            let mut loaded: Vec<(String, String, String, i64)> = rows.collect::<Result<_, _>>()?;
             loaded.reverse();
             for (session, id, blocks, ts_ms) in loaded {
                 cache.insert(

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
-use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
-use pith_store::ledger::Ledger;
 use pith_proxy::rewrite::ResponseRewrites;
 use pith_proxy::search_trip::{SearchTrip, StoredSearches};
+use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
+use pith_store::ledger::Ledger;
 use pith_store::search_blocks::{Limits, SearchBlocks};
 use pith_transform::search_trip::SearchMemory;
 use pith_transform::search_trip::restore::RestoreStage;

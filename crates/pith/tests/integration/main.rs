@@ -16,6 +16,7 @@ mod modes;
 mod opencode;
 mod pins;
 mod proxy;
+mod search_trip;
 mod setup;
 mod stats;
 mod support;

@@ -16,7 +16,8 @@
 pub mod hide;
 pub mod restore;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use http::HeaderMap;
 
@@ -47,5 +48,39 @@ pub fn is_search_block(kind: &str, name: Option<&str>) -> bool {
         "server_tool_use" => name.is_some_and(|n| SEARCH_TOOL_NAMES.contains(&n)),
         "tool_search_tool_result" => true,
         _ => false,
+    }
+}
+
+/// A [`SearchMemory`] in a map, unbounded and gone with the process: for tests and
+/// evaluations (the proxy keeps its blocks in `pith_store::search_blocks`).
+#[derive(Debug, Default)]
+pub struct InMemory(Mutex<HashMap<(String, String), Arc<str>>>);
+
+impl InMemory {
+    /// Entries kept.
+    pub fn len(&self) -> usize {
+        self.0.lock().map_or(0, |m| m.len())
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl SearchMemory for InMemory {
+    fn remember(&self, session: &str, tool_use_id: &str, blocks: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert((session.into(), tool_use_id.into()), Arc::from(blocks));
+        }
+    }
+    fn recall(&self, session: &str, tool_use_id: &str) -> Option<Arc<str>> {
+        let m = self.0.lock().ok()?;
+        m.get(&(session.to_owned(), tool_use_id.to_owned())).cloned()
+    }
+    fn knows_session(&self, session: &str) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|m| m.keys().any(|(s, _)| s == session))
     }
 }

@@ -5,11 +5,10 @@
     reason = "test harness: a panic is the failure report"
 )]
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue};
-use pith_transform::search_trip::SearchMemory;
+use pith_transform::search_trip::{InMemory, SearchMemory};
 use pith_transform::search_trip::hide::{Action, Hidden, StreamHider, hide_in_message};
 use pith_transform::search_trip::restore::{RestoreStage, reason};
 use pith_transform::{Outcome, Request, Stage, apply_splices};
@@ -235,33 +234,6 @@ fn a_json_answer_loses_the_search_blocks() {
     assert_eq!(hide_in_message(plain.as_bytes()), None);
 }
 
-/// A memory in a map.
-#[derive(Default)]
-struct Map(Mutex<HashMap<(String, String), Arc<str>>>);
-
-impl SearchMemory for Map {
-    fn remember(&self, session: &str, tool_use_id: &str, blocks: &str) {
-        self.0
-            .lock()
-            .expect("lock")
-            .insert((session.into(), tool_use_id.into()), Arc::from(blocks));
-    }
-    fn recall(&self, session: &str, tool_use_id: &str) -> Option<Arc<str>> {
-        self.0
-            .lock()
-            .expect("lock")
-            .get(&(session.to_owned(), tool_use_id.to_owned()))
-            .cloned()
-    }
-    fn knows_session(&self, session: &str) -> bool {
-        self.0
-            .lock()
-            .expect("lock")
-            .keys()
-            .any(|(s, _)| s == session)
-    }
-}
-
 fn history(extra_blocks: &[Value]) -> String {
     let mut assistant = extra_blocks.to_vec();
     assistant.push(json!({"type": "text", "text": "Found it."}));
@@ -274,7 +246,7 @@ fn history(extra_blocks: &[Value]) -> String {
     .to_string()
 }
 
-fn restore(memory: &Arc<Map>, session: &str, body: &str) -> Outcome {
+fn restore(memory: &Arc<InMemory>, session: &str, body: &str) -> Outcome {
     let mut headers = HeaderMap::new();
     headers.insert(
         "x-session-id",
@@ -292,7 +264,7 @@ fn restore(memory: &Arc<Map>, session: &str, body: &str) -> Outcome {
 
 #[test]
 fn kept_blocks_go_back_before_their_tool_use_the_same_bytes_every_time() {
-    let memory = Arc::new(Map::default());
+    let memory = Arc::new(InMemory::default());
     memory.remember("ses_1", "toolu_01", &format!("{SEARCH_DONE},{RESULT}"));
     let body = history(&[]);
     let Outcome::Edited(edit) = restore(&memory, "ses_1", &body) else {
@@ -328,7 +300,7 @@ fn kept_blocks_go_back_before_their_tool_use_the_same_bytes_every_time() {
 
 #[test]
 fn other_sessions_round_tripping_clients_and_other_wires_are_left_alone() {
-    let memory = Arc::new(Map::default());
+    let memory = Arc::new(InMemory::default());
     memory.remember("ses_1", "toolu_01", &format!("{SEARCH_DONE},{RESULT}"));
     let body = history(&[]);
     assert_eq!(

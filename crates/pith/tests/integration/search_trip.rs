@@ -94,6 +94,12 @@ fn the_sdk_parses_answers_with_the_search_taken_out_streamed_and_not() {
             "the ledger counts the hidden blocks' tokens"
         );
     }
+    let out = pith_stats(&pith, &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("transform search_hide: changed 2 requests; searches=2\n"),
+        "{text}"
+    );
 }
 
 /// A request with 30 tools (enough to defer) and `messages`, in session `ses_r`.
@@ -201,5 +207,12 @@ fn hidden_blocks_survive_a_restart_of_pith() {
         got[0].body_json().unwrap()["tools"],
         upstream["tools"],
         "the same tools section on both turns"
+    );
+    pith.wait_rows(2);
+    let out = pith_stats(&pith, &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("transform search_restore: changed 1 requests; searches=1\n"),
+        "{text}"
     );
 }

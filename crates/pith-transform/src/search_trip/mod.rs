@@ -76,7 +76,8 @@ impl SearchMemory for InMemory {
     }
     fn recall(&self, session: &str, tool_use_id: &str) -> Option<Arc<str>> {
         let m = self.0.lock().ok()?;
-        m.get(&(session.to_owned(), tool_use_id.to_owned())).cloned()
+        m.get(&(session.to_owned(), tool_use_id.to_owned()))
+            .cloned()
     }
     fn knows_session(&self, session: &str) -> bool {
         self.0

@@ -463,7 +463,10 @@ fn a_session_that_searches_reaches_the_provider_as_a_documented_client_sends_it(
         ..any_size()
     });
     let original = load(MCP40);
-    let first = original.iter().find(|c| has_tools(c)).expect("a main-loop request");
+    let first = original
+        .iter()
+        .find(|c| has_tools(c))
+        .expect("a main-loop request");
     let edit = edit_of(first.run(&stage).expect("stage runs"), &first.file);
     let deferred = deferred_names(&apply(&first.body, &edit)).expect("deferred names");
     let documented = as_deferred_session(&original, &deferred).expect("replay");
@@ -472,7 +475,10 @@ fn a_session_that_searches_reaches_the_provider_as_a_documented_client_sends_it(
     for capture in &documented {
         super::sim::remember_searches(capture, memory.as_ref()).expect("searches");
     }
-    assert!(!memory.is_empty(), "the replay has no search: the test proves nothing");
+    assert!(
+        !memory.is_empty(),
+        "the replay has no search: the test proves nothing"
+    );
     let restore = RestoreStage::new(memory.clone() as Arc<dyn SearchMemory>);
     // The client (OpenCode) sends the captured history, without the blocks; pith restores
     // them: the provider gets the documented client's bytes, turn for turn.

@@ -8,12 +8,13 @@
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue};
-use pith_transform::search_trip::{InMemory, SearchMemory};
 use pith_transform::search_trip::hide::{Action, Hidden, StreamHider, hide_in_message};
 use pith_transform::search_trip::restore::{RestoreStage, reason};
+use pith_transform::search_trip::{InMemory, SearchMemory};
 use pith_transform::{Outcome, Request, Stage, apply_splices};
 use pith_wire::Wire;
 use pith_wire::sse::EventSplitter;
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 const SEARCH: &str =
@@ -330,4 +331,132 @@ fn other_sessions_round_tripping_clients_and_other_wires_are_left_alone() {
         })
         .expect("no error");
     assert_eq!(chat, Outcome::Unchanged(reason::NOT_APPLICABLE));
+}
+
+/// One block of a generated answer.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Thinking,
+    Text,
+    /// A search and its result (two blocks).
+    Search,
+    ToolUse,
+    Ping,
+}
+
+/// The answer of `kinds`, and (with `hidden`) what the client must get: `(stream, kept runs)`.
+fn generated(kinds: &[Kind], hidden: bool) -> (String, Vec<Hidden>) {
+    let mut out = String::new();
+    let mut next = 0;
+    let mut run: Vec<String> = Vec::new();
+    let mut runs = Vec::new();
+    let mut tools = 0;
+    let mut block = |out: &mut String, start: &str, deltas: &[String]| {
+        let i = next;
+        next += 1;
+        event(
+            out,
+            "content_block_start",
+            &format!(r#"{{"type":"content_block_start","index":{i},"content_block":{start}}}"#),
+        );
+        for d in deltas {
+            event(
+                out,
+                "content_block_delta",
+                &format!(r#"{{"type":"content_block_delta","index":{i},"delta":{d}}}"#),
+            );
+        }
+        event(
+            out,
+            "content_block_stop",
+            &format!(r#"{{"type":"content_block_stop","index":{i}}}"#),
+        );
+    };
+    for (n, kind) in kinds.iter().enumerate() {
+        match kind {
+            Kind::Thinking => block(
+                &mut out,
+                r#"{"type":"thinking","thinking":""}"#,
+                &[r#"{"type":"thinking_delta","thinking":"hm"}"#.to_owned()],
+            ),
+            Kind::Text => block(
+                &mut out,
+                r#"{"type":"text","text":""}"#,
+                &[r#"{"type":"text_delta","text":"t"}"#.to_owned()],
+            ),
+            Kind::Ping => event(&mut out, "ping", r#"{"type": "ping"}"#),
+            Kind::Search => {
+                let id = format!("srvtoolu_{n}");
+                let start = format!(
+                    r#"{{"type":"server_tool_use","id":"{id}","name":"tool_search_tool_bm25","input":{{}}}}"#
+                );
+                let done = format!(
+                    r#"{{"type":"server_tool_use","id":"{id}","name":"tool_search_tool_bm25","input":{{"query":"q{n}"}}}}"#
+                );
+                let result = format!(
+                    r#"{{"type":"tool_search_tool_result","tool_use_id":"{id}","content":{{"type":"tool_search_tool_search_result","tool_references":[]}}}}"#
+                );
+                run.push(done);
+                run.push(result.clone());
+                if !hidden {
+                    block(
+                        &mut out,
+                        &start,
+                        &[format!(
+                            r#"{{"type":"input_json_delta","partial_json":"{{\"query\":\"q{n}\"}}"}}"#
+                        )],
+                    );
+                    block(&mut out, &result, &[]);
+                }
+            }
+            Kind::ToolUse => {
+                tools += 1;
+                let id = format!("toolu_{tools}");
+                if !run.is_empty() {
+                    let searches = run.len() / 2;
+                    runs.push(Hidden {
+                        tool_use_id: id.clone(),
+                        blocks: run.join(","),
+                        searches,
+                    });
+                    run.clear();
+                }
+                block(
+                    &mut out,
+                    &format!(r#"{{"type":"tool_use","id":"{id}","name":"t","input":{{}}}}"#),
+                    &[r#"{"type":"input_json_delta","partial_json":"{}"}"#.to_owned()],
+                );
+            }
+        }
+    }
+    event(&mut out, "message_stop", r#"{"type":"message_stop"}"#);
+    (out, runs)
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::Thinking),
+        Just(Kind::Text),
+        Just(Kind::Search),
+        Just(Kind::ToolUse),
+        Just(Kind::Ping)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Any order of blocks, split anywhere: the client's stream is the answer without the
+    /// search blocks, renumbered, and each run of searches is kept for the tool_use after it.
+    #[test]
+    fn any_order_of_blocks_split_anywhere(kinds in prop::collection::vec(kind(), 0..8), cut in any::<prop::sample::Index>()) {
+        let (upstream, runs) = generated(&kinds, false);
+        let (expected, _) = generated(&kinds, true);
+        let at = cut.index(upstream.len() + 1);
+        let (out, hidden, searches) = through_hider(upstream.as_bytes(), at);
+        prop_assert_eq!(String::from_utf8_lossy(&out), expected.as_str());
+        prop_assert_eq!(&hidden, &runs);
+        let count = kinds.iter().filter(|k| matches!(k, Kind::Search)).count();
+        prop_assert_eq!(searches, count);
+    }
 }

@@ -122,6 +122,12 @@ ALTER TABLE requests DROP COLUMN transforms;
 ALTER TABLE requests DROP COLUMN transform_skips;
 ALTER TABLE requests DROP COLUMN transform_failures;
 ALTER TABLE requests DROP COLUMN local;
+", "
+-- Schema 3: each request's prompt fingerprint (pith_wire::fingerprint), for cache-bust
+-- detection without keeping bodies: as sent upstream, and as the client sent it when that
+-- differs (NULL: the same).
+ALTER TABLE requests ADD COLUMN fingerprint BLOB;
+ALTER TABLE requests ADD COLUMN client_fingerprint BLOB;
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -331,6 +337,11 @@ pub struct Row {
     pub total_ms: f64,
     /// What each stage of the pipeline did, in pipeline order.
     pub transforms: Vec<Transform>,
+    /// The prompt as sent upstream, fingerprinted (`pith_wire::fingerprint::Fingerprint`
+    /// bytes); `None` off the three wires or for a body that is not JSON.
+    pub fingerprint: Option<Vec<u8>>,
+    /// The prompt as the client sent it, when a stage changed it (else `None`: the same).
+    pub client_fingerprint: Option<Vec<u8>>,
 }
 
 impl Row {
@@ -415,6 +426,21 @@ pub struct StageTotals {
     pub facts: Vec<(String, String, u64)>,
 }
 
+/// One request's prompt fingerprints, for cache-bust detection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPrompt {
+    /// Its session.
+    pub session: String,
+    /// Its model (a cache belongs to one model).
+    pub model: Option<String>,
+    /// When it arrived.
+    pub ts_ms: i64,
+    /// The prompt as sent upstream.
+    pub sent: Vec<u8>,
+    /// The prompt as the client sent it, when pith changed it.
+    pub client: Option<Vec<u8>>,
+}
+
 /// The ledger database.
 pub struct Ledger {
     conn: Connection,
@@ -464,9 +490,10 @@ impl Ledger {
                 "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms)
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                    fingerprint, client_fingerprint)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
             )?;
             let mut result = tx.prepare_cached(
                 "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -503,6 +530,8 @@ impl Ledger {
                     u.map(|u| to_i64(u.cache_read)),
                     r.ttfb_ms,
                     r.total_ms,
+                    r.fingerprint,
+                    r.client_fingerprint,
                 ])?;
                 for (position, t) in r.transforms.iter().enumerate() {
                     let detail = match &t.result {
@@ -638,6 +667,29 @@ impl Ledger {
         Ok(stages.into_values().collect())
     }
 
+    /// Each session's prompt fingerprints, in order: `(session, model, ts_ms, sent, client)`
+    /// where `client` is `None` when pith sent the client's prompt unchanged. Rows without a
+    /// fingerprint (pass-through paths, `count_tokens`, unreadable bodies) are left out.
+    pub fn fingerprints(&self, filter: &Filter) -> Result<Vec<SessionPrompt>, StoreError> {
+        let sql = format!(
+            "SELECT session, model, ts_ms, fingerprint, client_fingerprint FROM requests
+             WHERE fingerprint IS NOT NULL AND session IS NOT NULL
+               AND path NOT LIKE '%/count_tokens' AND {FILTERED}
+             ORDER BY session, id"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
+            Ok(SessionPrompt {
+                session: r.get(0)?,
+                model: r.get(1)?,
+                ts_ms: r.get(2)?,
+                sent: r.get(3)?,
+                client: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Every row, oldest first, with its transform entries (tests and export).
     pub fn rows(&self) -> Result<Vec<Row>, StoreError> {
         let mut transforms = self.transforms_by_request()?;
@@ -645,7 +697,8 @@ impl Ledger {
             "SELECT ts_ms, client, session, wire, provider, model, method, path, status, outcome,
                     error, bytes_client, bytes_upstream, bytes_response, tools_bytes,
                     system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
-                    cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, id
+                    cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, id, fingerprint,
+                    client_fingerprint
              FROM requests ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -683,6 +736,8 @@ impl Ledger {
                 ttfb_ms: r.get(22)?,
                 total_ms: r.get(23)?,
                 transforms: transforms.remove(&id).unwrap_or_default(),
+                fingerprint: r.get(25)?,
+                client_fingerprint: r.get(26)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -254,7 +254,11 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     let mut headers = headers::end_to_end(&ctx.headers);
     Pipeline::apply_header_edits(&result, &mut headers);
     let body = match result.body.take() {
-        Some(b) => Bytes::from(b),
+        Some(b) => {
+            let b = Bytes::from(b);
+            ctx.upstream_body = Some(b.clone());
+            b
+        }
         None => ctx.body.clone(),
     };
     ctx.bytes_upstream = body.len() as u64;

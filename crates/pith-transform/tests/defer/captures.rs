@@ -507,3 +507,46 @@ fn a_session_that_searches_reaches_the_provider_as_a_documented_client_sends_it(
         }
     }
 }
+
+#[test]
+fn pith_causes_no_cache_bust_on_any_real_capture_session() {
+    use pith_transform::PinsStage;
+    use pith_wire::fingerprint::Fingerprint;
+
+    // What the proxy runs by default on every request (the round trip's restore stage has
+    // nothing to restore in a captured history, so it is left out).
+    let pipeline = Pipeline::new()
+        .with_stage(Box::new(PinsStage::new()))
+        .with_stage(Box::new(DeferStage::new(DeferOptions::default())));
+    let mut pairs = 0;
+    for folder in capture_folders().expect("captures") {
+        // Main-loop requests only: a title side call shares the session but not the prompt.
+        let session: Vec<Capture> = load(&folder).into_iter().filter(has_tools).collect();
+        let mut previous: Option<(Fingerprint, Fingerprint)> = None;
+        for capture in &session {
+            let wire = capture.wire().expect("a wire");
+            let result = pipeline.run(&Request {
+                wire,
+                path: capture.path.split('?').next().unwrap_or(""),
+                headers: &capture.headers,
+                body: &capture.body,
+            });
+            let upstream = result.body.unwrap_or_else(|| capture.body.clone());
+            let client = Fingerprint::of(wire, &capture.body).expect("a client fingerprint");
+            let sent = Fingerprint::of(wire, &upstream).expect("an upstream fingerprint");
+            if let Some((client_before, sent_before)) = &previous {
+                pairs += 1;
+                let by_client = client_before.bust(&client);
+                let upstream_bust = sent_before.bust(&sent);
+                assert!(
+                    upstream_bust.is_none() || by_client.is_some(),
+                    "{folder}/{}: pith busted the cache at segment {:?} (the client did not)",
+                    capture.file,
+                    upstream_bust
+                );
+            }
+            previous = Some((client, sent));
+        }
+    }
+    assert!(pairs >= 20, "only {pairs} consecutive pairs checked");
+}

@@ -116,6 +116,18 @@ fn search_session(env: &[(&str, &str)]) -> (Session, PithProxy) {
     (session, pith)
 }
 
+/// `pith stats --json`'s cache busts.
+fn stats_busts(pith: &PithProxy) -> Value {
+    let out = pith_stats(pith, &["--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["cache_busts"].clone()
+}
+
 /// `value` without its `cache_control` members, at any depth.
 fn without_markers(value: &Value) -> Value {
     match value {
@@ -150,6 +162,15 @@ fn opencode_runs_a_tool_it_found_by_search_without_seeing_the_search_and_deferra
             .all(|t| t.get("defer_loading").is_none()),
         "the control run kept deferring"
     );
+    // ...which busts the prompt cache: turn 2's tools differ from turn 1's, and the client's
+    // own prompts did not change there. The ledger's fingerprints name pith.
+    pith.wait_rows(3);
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 1, "{busts}");
+    // Among the tools (segment 0 is the model; the first deferred tool is where it differs).
+    let segment = busts["busts"][0]["segment"].as_u64().unwrap_or(0);
+    let tools = control.turns[0]["tools"].as_array().unwrap().len() as u64;
+    assert!((1..=tools).contains(&segment), "{busts}");
     drop(pith);
 
     let (session, pith) = search_session(&[]);
@@ -198,6 +219,10 @@ fn opencode_runs_a_tool_it_found_by_search_without_seeing_the_search_and_deferra
         "turn 2 rewrote turn 1's history"
     );
     let rows = pith.wait_rows(3);
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 0, "{busts}");
+    assert_eq!(busts["by_client"], 0, "{busts}");
+    assert!(busts["pairs"].as_u64().unwrap_or(0) >= 1, "{busts}");
     let disclosed: Vec<String> = rows.iter().filter_map(crate::support::disclosed).collect();
     assert!(
         disclosed

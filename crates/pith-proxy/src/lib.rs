@@ -12,6 +12,7 @@
 
 mod fault;
 pub mod ledger;
+pub mod own_pages;
 mod request;
 pub mod rewrite;
 pub mod search_trip;

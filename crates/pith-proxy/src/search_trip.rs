@@ -111,7 +111,7 @@ impl EventRewriter for HideEvents {
         // may come before this answer's last byte is accounted.
         for hidden in self.hider.take_hidden() {
             self.memory
-                .put(&self.session, &hidden.tool_use_id, &hidden.blocks);
+                .put(&self.session, &hidden.tool_use_id, &hidden.kept);
         }
         match action {
             Action::Keep => Rewrite::Keep,
@@ -136,7 +136,7 @@ impl BodyRewriter for HideWhole {
     fn body(&mut self, body: &[u8]) -> Option<Bytes> {
         let hidden = hide_in_message(body)?;
         for h in &hidden.hidden {
-            self.memory.put(&self.session, &h.tool_use_id, &h.blocks);
+            self.memory.put(&self.session, &h.tool_use_id, &h.kept);
         }
         self.searches = hidden.searches;
         Some(Bytes::from(hidden.body))

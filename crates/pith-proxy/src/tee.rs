@@ -184,7 +184,12 @@ enum RewriterKind {
         rewriter: Box<dyn BodyRewriter>,
         body: Vec<u8>,
     },
+    /// A whole-body rewriter gave up (the body outgrew [`MAX_WHOLE`]): bytes pass as they are.
+    Passing,
 }
+
+/// The largest JSON answer a whole-body rewriter holds back to read.
+const MAX_WHOLE: usize = 16 << 20;
 
 impl Rewriting {
     fn new(rewriter: Rewriter) -> Rewriting {
@@ -220,7 +225,16 @@ impl Rewriting {
                     Self::take(rewriter.as_mut(), &mut self.ready, event);
                 }
             }
-            RewriterKind::Whole { body, .. } => body.extend_from_slice(chunk),
+            RewriterKind::Whole { body, .. } => {
+                body.extend_from_slice(chunk);
+                if body.len() > MAX_WHOLE {
+                    // Too large to hold: hand it on as it came, unread, from here on.
+                    let held = Bytes::from(std::mem::take(body));
+                    self.ready.push_back(held);
+                    self.kind = RewriterKind::Passing;
+                }
+            }
+            RewriterKind::Passing => self.ready.push_back(Bytes::copy_from_slice(chunk)),
         }
     }
 
@@ -236,6 +250,7 @@ impl Rewriting {
                 let out = rewriter.body(&body).unwrap_or_else(|| Bytes::from(body));
                 self.ready.push_back(out);
             }
+            RewriterKind::Passing => {}
         }
     }
 
@@ -243,6 +258,7 @@ impl Rewriting {
         match &mut self.kind {
             RewriterKind::Events { rewriter, .. } => rewriter.report(),
             RewriterKind::Whole { rewriter, .. } => rewriter.report(),
+            RewriterKind::Passing => None,
         }
     }
 

@@ -102,6 +102,7 @@ async fn start_with(
         openai: upstream,
         pipeline,
         pins: None,
+        own_pages: None,
         rewrites,
         ledger: Some(sink.clone()),
         max_body: pith_proxy::DEFAULT_MAX_BODY,

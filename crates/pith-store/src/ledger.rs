@@ -426,6 +426,51 @@ pub struct StageTotals {
     pub facts: Vec<(String, String, u64)>,
 }
 
+/// One request as a live view shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Recent {
+    /// The row's id: increasing, so a view asks for what came after the last one it has.
+    pub id: i64,
+    /// When it arrived (ms since the Unix epoch).
+    pub ts_ms: i64,
+    /// Short client name.
+    pub client: String,
+    /// Its session.
+    pub session: Option<String>,
+    /// `anthropic`, `chat`, `responses`.
+    pub wire: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The request path.
+    pub path: String,
+    /// The status the client got.
+    pub status: Option<u16>,
+    /// How it ended (`RequestOutcome` name).
+    pub outcome: String,
+    /// Uncached prompt tokens (0 without usage).
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens written to the cache.
+    pub cache_write_tokens: u64,
+    /// Prompt tokens read from the cache.
+    pub cache_read_tokens: u64,
+    /// Milliseconds to the provider's first byte.
+    pub ttfb_ms: Option<f64>,
+    /// Milliseconds until the exchange ended.
+    pub total_ms: f64,
+    /// The client body's anatomy: bytes of tools, system prompt, history, the rest.
+    pub tools_bytes: u64,
+    /// See `tools_bytes`.
+    pub system_bytes: u64,
+    /// See `tools_bytes`.
+    pub messages_bytes: u64,
+    /// See `tools_bytes`.
+    pub other_bytes: u64,
+    /// The stages that changed it, in order.
+    pub transforms: Vec<String>,
+}
+
 /// One request's prompt fingerprints, for cache-bust detection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionPrompt {
@@ -685,6 +730,52 @@ impl Ledger {
                 ts_ms: r.get(2)?,
                 sent: r.get(3)?,
                 client: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The newest requests, newest first, at most `limit`, only those after `after_id` when
+    /// given (a live view polls with the last id it has).
+    pub fn recent(&self, limit: usize, after_id: Option<i64>) -> Result<Vec<Recent>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT r.id, r.ts_ms, r.client, r.session, r.wire, r.model, r.path, r.status,
+                    r.outcome, r.input_tokens, r.output_tokens, r.cache_write_tokens,
+                    r.cache_read_tokens, r.ttfb_ms, r.total_ms, r.tools_bytes, r.system_bytes,
+                    r.messages_bytes, r.other_bytes,
+                    (SELECT group_concat(t.stage, ',') FROM transform_results t
+                     WHERE t.request_id = r.id AND t.result = 'applied')
+             FROM requests r WHERE (?1 IS NULL OR r.id > ?1) ORDER BY r.id DESC LIMIT ?2",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![after_id, limit], |r| {
+            let n = |i: usize| -> rusqlite::Result<u64> {
+                Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
+            };
+            let transforms: Option<String> = r.get(19)?;
+            Ok(Recent {
+                id: r.get(0)?,
+                ts_ms: r.get(1)?,
+                client: r.get(2)?,
+                session: r.get(3)?,
+                wire: r.get(4)?,
+                model: r.get(5)?,
+                path: r.get(6)?,
+                status: r.get(7)?,
+                outcome: r.get(8)?,
+                input_tokens: n(9)?,
+                output_tokens: n(10)?,
+                cache_write_tokens: n(11)?,
+                cache_read_tokens: n(12)?,
+                ttfb_ms: r.get(13)?,
+                total_ms: r.get(14)?,
+                tools_bytes: n(15)?,
+                system_bytes: n(16)?,
+                messages_bytes: n(17)?,
+                other_bytes: n(18)?,
+                transforms: transforms
+                    .map(|t| t.split(',').map(str::to_owned).collect())
+                    .unwrap_or_default(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -47,28 +47,51 @@ impl Default for Limits {
 struct Entry {
     blocks: Arc<str>,
     ts_ms: i64,
+    /// Which insertion this is: an eviction order entry of an older one is stale.
+    generation: u64,
 }
 
 #[derive(Default)]
 struct Cache {
     entries: HashMap<(String, String), Entry>,
-    /// Keys oldest first, for eviction.
-    order: VecDeque<(String, String)>,
+    /// Keys oldest first, with the generation they were inserted as (a replaced or removed
+    /// entry leaves a stale one here, skipped by eviction).
+    order: VecDeque<((String, String), u64)>,
     /// Entries per session, for the fast "nothing here" answer.
     sessions: HashMap<String, usize>,
+    next_generation: u64,
 }
 
 impl Cache {
-    fn insert(&mut self, key: (String, String), entry: Entry, limits: Limits) {
+    fn insert(&mut self, key: (String, String), blocks: Arc<str>, ts_ms: i64, limits: Limits) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let entry = Entry {
+            blocks,
+            ts_ms,
+            generation,
+        };
         if self.entries.insert(key.clone(), entry).is_none() {
             *self.sessions.entry(key.0.clone()).or_default() += 1;
-            self.order.push_back(key);
         }
+        self.order.push_back((key, generation));
         while self.entries.len() > limits.max_entries {
-            let Some(old) = self.order.pop_front() else {
+            let Some((old, generation)) = self.order.pop_front() else {
                 break;
             };
-            self.remove(&old);
+            if self
+                .entries
+                .get(&old)
+                .is_some_and(|e| e.generation == generation)
+            {
+                self.remove(&old);
+            }
+        }
+        // Stale order entries are dropped once they outnumber the live ones.
+        if self.order.len() > 2 * limits.max_entries.max(16) {
+            let entries = &self.entries;
+            self.order
+                .retain(|(k, g)| entries.get(k).is_some_and(|e| e.generation == *g));
         }
     }
 
@@ -103,8 +126,9 @@ pub struct SearchBlocks {
 struct Inner {
     cache: Mutex<Cache>,
     limits: Limits,
+    /// To the writer thread, which ends when this is dropped with the last handle.
     writer: Mutex<Option<Sender<Write>>>,
-    write_failures: AtomicU64,
+    write_failures: Arc<AtomicU64>,
 }
 
 fn now_ms() -> i64 {
@@ -142,27 +166,20 @@ impl SearchBlocks {
             let mut loaded: Vec<(String, String, String, i64)> = rows.collect::<Result<_, _>>()?;
             loaded.reverse();
             for (session, id, blocks, ts_ms) in loaded {
-                cache.insert(
-                    (session, id),
-                    Entry {
-                        blocks: Arc::from(blocks),
-                        ts_ms,
-                    },
-                    limits,
-                );
+                cache.insert((session, id), Arc::from(blocks), ts_ms, limits);
             }
         }
         let (tx, rx) = channel();
+        let failures = Arc::new(AtomicU64::new(0));
         let inner = Arc::new(Inner {
             cache: Mutex::new(cache),
             limits,
             writer: Mutex::new(Some(tx)),
-            write_failures: AtomicU64::new(0),
+            write_failures: Arc::clone(&failures),
         });
-        let for_thread = Arc::clone(&inner);
         std::thread::Builder::new()
             .name("pith-search-blocks".into())
-            .spawn(move || write_loop(conn, rx, &for_thread))
+            .spawn(move || write_loop(conn, rx, limits, &failures))
             .map_err(|source| StoreError::Io {
                 path: path.to_owned(),
                 source,
@@ -170,14 +187,15 @@ impl SearchBlocks {
         Ok(SearchBlocks { inner })
     }
 
-    /// Kept in memory only (nothing survives the process): for tests and `--no-ledger` runs.
+    /// Kept in memory only (nothing survives the process): when the file cannot be opened,
+    /// and for tests.
     pub fn in_memory(limits: Limits) -> SearchBlocks {
         SearchBlocks {
             inner: Arc::new(Inner {
                 cache: Mutex::new(Cache::default()),
                 limits,
                 writer: Mutex::new(None),
-                write_failures: AtomicU64::new(0),
+                write_failures: Arc::new(AtomicU64::new(0)),
             }),
         }
     }
@@ -189,10 +207,8 @@ impl SearchBlocks {
         if let Ok(mut cache) = self.inner.cache.lock() {
             cache.insert(
                 (session.to_owned(), tool_use_id.to_owned()),
-                Entry {
-                    blocks: Arc::clone(&blocks),
-                    ts_ms,
-                },
+                Arc::clone(&blocks),
+                ts_ms,
                 self.inner.limits,
             );
         }
@@ -262,8 +278,9 @@ impl SearchBlocks {
     }
 }
 
-/// The writer thread: each kept entry into the file; now and then the old ones out.
-fn write_loop(conn: Connection, rx: Receiver<Write>, inner: &Inner) {
+/// The writer thread: each kept entry into the file; now and then the old ones out. It ends
+/// when the last handle is dropped.
+fn write_loop(conn: Connection, rx: Receiver<Write>, limits: Limits, failures: &AtomicU64) {
     let mut since_prune = 0usize;
     for write in rx {
         match write {
@@ -279,24 +296,23 @@ fn write_loop(conn: Connection, rx: Receiver<Write>, inner: &Inner) {
                     params![session, tool_use_id, blocks.as_ref(), ts_ms],
                 );
                 if done.is_err() {
-                    inner.write_failures.fetch_add(1, Ordering::Relaxed);
+                    failures.fetch_add(1, Ordering::Relaxed);
                 }
                 since_prune += 1;
                 if since_prune >= 100 {
                     since_prune = 0;
-                    prune(&conn, inner);
+                    prune(&conn, limits, failures);
                 }
             }
             Write::Flush(done) => {
-                prune(&conn, inner);
+                prune(&conn, limits, failures);
                 let _ = done.send(());
             }
         }
     }
 }
 
-fn prune(conn: &Connection, inner: &Inner) {
-    let limits = inner.limits;
+fn prune(conn: &Connection, limits: Limits, failures: &AtomicU64) {
     let since = now_ms().saturating_sub(age_ms(limits));
     let keep = i64::try_from(limits.max_entries).unwrap_or(i64::MAX);
     let old = conn.execute("DELETE FROM search_blocks WHERE ts_ms < ?1", params![since]);
@@ -307,7 +323,7 @@ fn prune(conn: &Connection, inner: &Inner) {
         params![keep],
     );
     if old.is_err() || over.is_err() {
-        inner.write_failures.fetch_add(1, Ordering::Relaxed);
+        failures.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -339,6 +355,22 @@ mod tests {
         assert_eq!(again.get("ses", "toolu_2").as_deref(), Some("[2]"));
         assert_eq!(again.get("ses", "toolu_1"), None);
         assert_eq!(again.write_failures(), 0);
+    }
+
+    #[test]
+    fn a_replaced_entry_is_not_evicted_by_its_old_place_in_line() {
+        let blocks = SearchBlocks::in_memory(Limits {
+            max_entries: 2,
+            ..Limits::default()
+        });
+        blocks.put("s", "a", "1");
+        blocks.put("s", "b", "2");
+        blocks.put("s", "a", "3"); // a is now the newest
+        blocks.put("s", "c", "4"); // evicts b, the oldest live one
+        assert_eq!(blocks.get("s", "a").as_deref(), Some("3"));
+        assert_eq!(blocks.get("s", "b"), None);
+        assert_eq!(blocks.get("s", "c").as_deref(), Some("4"));
+        assert_eq!(blocks.len(), 2);
     }
 
     #[test]

@@ -98,6 +98,11 @@ impl Context {
         }
     }
 
+    /// Keep no ledger record of this request (pith's own pages).
+    pub fn forget(&mut self) {
+        self.recorder = None;
+    }
+
     /// The request's ledger record, waiting for the request to end, when a ledger is kept.
     /// `outcome` is `Ok` for an answer the provider is sending; for an answer pith made, what
     /// it made. This is the one place a record is built; it is built once.

@@ -74,8 +74,10 @@ pub(super) fn plan(
         })
         .map(|(_, s)| s.commands.iter().filter(|c| **c).count())
         .sum();
-    block_removals(transcript, &removed, &mut plan.splices);
-    message_removals(transcript, &removed, &mut plan.splices);
+    // Blocks given a moved cache marker, by where they start: one marker each at most.
+    let mut given = BTreeSet::new();
+    block_removals(transcript, &removed, &mut given, &mut plan.splices);
+    message_removals(transcript, &removed, &mut given, &mut plan.splices);
     if !folded.pins.is_empty() {
         let tail = tail(wire, transcript, &render::block(&folded.pins))?;
         let splice = tail.into_splice(body, &mut plan.splices);
@@ -165,8 +167,14 @@ fn cut_lines(
             };
             if let (Some(b), true) = (part.block, kept_elsewhere) {
                 removed.blocks.insert((scanned.message, b));
+            } else if let Some(m) = scanned.message
+                && alone_in_its_turn(transcript, m, removed)
+            {
+                // A user message of nothing but commands, beside other user messages of the
+                // same turn (queued input): it goes whole, the turn keeps its other words.
+                removed.messages.insert(m);
             }
-            // A string, or a block that is all its message has: left as it is.
+            // Else (a system string of nothing but commands): left as it is.
             continue;
         }
         for range in line_cuts(&scanned.lines, &scanned.commands) {
@@ -178,6 +186,23 @@ fn cut_lines(
         cut.insert(index);
     }
     cut
+}
+
+/// Whether user message `m` has another user message beside it in its turn, so it can go
+/// whole without leaving the turn empty.
+fn alone_in_its_turn(transcript: &Transcript<'_>, m: usize, removed: &Removals) -> bool {
+    if transcript.messages[m].role != Role::User {
+        return false;
+    }
+    let Some(turn) = turns(transcript)
+        .into_iter()
+        .find(|t| (t.start..t.end).contains(&m))
+    else {
+        return false;
+    };
+    (turn.start..turn.end).any(|o| {
+        o != m && transcript.messages[o].role == Role::User && !removed.messages.contains(&o)
+    })
 }
 
 /// Byte ranges (relative to the literal) that remove the marked lines with their terminators.
@@ -211,7 +236,12 @@ fn line_cuts(lines: &[RawLine], cut: &[bool]) -> Vec<Range<usize>> {
 /// Removed blocks, each array on its own; a removed block's `cache_control` moves to the
 /// nearest kept block of the same array (before it, else after), so the cached prefix keeps
 /// its end.
-fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut Vec<Splice>) {
+fn block_removals(
+    transcript: &Transcript<'_>,
+    removed: &Removals,
+    given: &mut BTreeSet<usize>,
+    splices: &mut Vec<Splice>,
+) {
     let mut arrays: BTreeSet<Option<usize>> = BTreeSet::new();
     for (m, _) in &removed.blocks {
         if m.is_none_or(|m| !removed.messages.contains(&m)) {
@@ -236,7 +266,6 @@ fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut
                 replacement: String::new(),
             });
         }
-        let mut given: BTreeSet<usize> = BTreeSet::new();
         for (i, block) in blocks.iter().enumerate() {
             let Some(marker) = block.cache_control.filter(|_| mask[i]) else {
                 continue;
@@ -247,7 +276,7 @@ fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut
                 .or_else(|| (i + 1..blocks.len()).find(|&j| !mask[j]));
             if let Some(j) = neighbour
                 && blocks[j].cache_control.is_none()
-                && given.insert(j)
+                && given.insert(blocks[j].span.start)
             {
                 splices.push(give_marker(&blocks[j], marker));
             }
@@ -257,7 +286,12 @@ fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut
 
 /// Removed messages; a `cache_control` they carried moves to the last block of the nearest
 /// kept message before them.
-fn message_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut Vec<Splice>) {
+fn message_removals(
+    transcript: &Transcript<'_>,
+    removed: &Removals,
+    given: &mut BTreeSet<usize>,
+    splices: &mut Vec<Splice>,
+) {
     if removed.messages.is_empty() {
         return;
     }
@@ -272,7 +306,6 @@ fn message_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &m
             replacement: String::new(),
         });
     }
-    let mut given: BTreeSet<usize> = BTreeSet::new();
     for (i, message) in messages.iter().enumerate() {
         if !mask[i] {
             continue;
@@ -290,7 +323,7 @@ fn message_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &m
             && let Some(b) = blocks.len().checked_sub(1)
             && blocks[b].cache_control.is_none()
             && !removed.blocks.contains(&(Some(j), b))
-            && given.insert(j)
+            && given.insert(blocks[b].span.start)
         {
             splices.push(give_marker(&blocks[b], marker));
         }

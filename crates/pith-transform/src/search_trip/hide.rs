@@ -24,13 +24,15 @@ pub enum Action {
     Replace(Vec<u8>),
 }
 
-/// Blocks taken out, to be put back before the `tool_use` that followed them.
+/// Blocks taken out, to be put back where they were, in the message of the `tool_use` that
+/// followed them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hidden {
     /// The `tool_use` block's id.
     pub tool_use_id: String,
-    /// The blocks, raw JSON, comma-separated, in the order the provider sent them.
-    pub blocks: String,
+    /// What to keep ([`super::Kept`]'s encoding): each block, raw, with the number of visible
+    /// blocks before it in the answer, and the `tool_use`'s own visible index.
+    pub kept: String,
     /// How many searches (`server_tool_use` blocks) they hold.
     pub searches: usize,
 }
@@ -82,8 +84,11 @@ pub struct StreamHider {
     /// Upstream indices of hidden blocks.
     hidden: BTreeSet<u64>,
     open: BTreeMap<u64, Open>,
-    /// Finished hidden blocks waiting for the next `tool_use`.
-    run: Vec<String>,
+    /// Finished hidden blocks waiting for the next `tool_use`, each with the number of
+    /// visible blocks before it.
+    run: Vec<(usize, String)>,
+    /// Visible blocks started so far.
+    visible: usize,
     run_searches: usize,
     /// Runs keyed by their `tool_use`, not yet taken.
     done: Vec<Hidden>,
@@ -141,6 +146,7 @@ impl StreamHider {
                 {
                     self.close_run(id);
                 }
+                self.visible += 1;
                 self.renumber(raw, offset, data, index_raw, index)
             }
             "content_block_delta" if self.hidden.contains(&index) => {
@@ -157,7 +163,8 @@ impl StreamHider {
                 if let Some(open) = self.open.remove(&index) {
                     self.searches += usize::from(open.search);
                     self.run_searches += usize::from(open.search);
-                    self.run.push(finished(open));
+                    let at = self.visible;
+                    self.run.push((at, finished(open)));
                 }
                 Action::Drop
             }
@@ -179,12 +186,12 @@ impl StreamHider {
         if self.run.is_empty() {
             return;
         }
+        let run = std::mem::take(&mut self.run);
         self.done.push(Hidden {
             tool_use_id: tool_use_id.to_owned(),
-            blocks: self.run.join(","),
+            kept: super::Kept::encode(self.visible, &run),
             searches: self.run_searches,
         });
-        self.run.clear();
         self.run_searches = 0;
     }
 
@@ -281,11 +288,15 @@ pub fn hide_in_message(body: &[u8]) -> Option<HiddenMessage> {
         if hide {
             hider.searches += usize::from(kind == "server_tool_use");
             hider.run_searches += usize::from(kind == "server_tool_use");
-            hider.run.push(block.get().to_owned());
-        } else if kind == "tool_use"
-            && let Some(id) = head.as_ref().and_then(|h| h.id.as_deref())
-        {
-            hider.close_run(id);
+            let at = hider.visible;
+            hider.run.push((at, block.get().to_owned()));
+        } else {
+            if kind == "tool_use"
+                && let Some(id) = head.as_ref().and_then(|h| h.id.as_deref())
+            {
+                hider.close_run(id);
+            }
+            hider.visible += 1;
         }
     }
     if !mask.iter().any(|m| *m) {

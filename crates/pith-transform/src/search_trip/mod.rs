@@ -24,13 +24,62 @@ use http::HeaderMap;
 /// The names of the tool search tools pith adds (`SearchVariant`).
 pub const SEARCH_TOOL_NAMES: [&str; 2] = ["tool_search_tool_regex", "tool_search_tool_bm25"];
 
+/// What is kept for one `tool_use`: the hidden blocks, raw as the provider sent them, each
+/// with the number of visible blocks that came before it in the answer, and the `tool_use`'s
+/// own index among the visible blocks. Stored as one JSON text,
+/// `{"tool_use_at":N,"blocks":[[AT,BLOCK],...]}`, the blocks embedded byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept<'a> {
+    /// The `tool_use`'s index among the visible blocks of its message.
+    pub tool_use_at: usize,
+    /// Each block: how many visible blocks preceded it, and its raw JSON.
+    pub blocks: Vec<(usize, &'a str)>,
+}
+
+#[derive(serde::Deserialize)]
+struct KeptText<'a> {
+    tool_use_at: usize,
+    #[serde(borrow)]
+    blocks: Vec<(usize, &'a serde_json::value::RawValue)>,
+}
+
+impl<'a> Kept<'a> {
+    /// The stored text for `blocks` before a `tool_use` at visible index `tool_use_at`.
+    pub fn encode(tool_use_at: usize, blocks: &[(usize, String)]) -> String {
+        let items: Vec<String> = blocks
+            .iter()
+            .map(|(at, block)| format!("[{at},{block}]"))
+            .collect();
+        format!(
+            "{{\"tool_use_at\":{tool_use_at},\"blocks\":[{}]}}",
+            items.join(",")
+        )
+    }
+
+    /// The kept blocks in `text`; `None` when it is not what [`Kept::encode`] writes.
+    pub fn decode(text: &'a str) -> Option<Kept<'a>> {
+        let k: KeptText<'a> = serde_json::from_str(text).ok()?;
+        Some(Kept {
+            tool_use_at: k.tool_use_at,
+            blocks: k.blocks.into_iter().map(|(at, b)| (at, b.get())).collect(),
+        })
+    }
+
+    /// How many searches the blocks hold.
+    pub fn searches(&self) -> usize {
+        self.blocks
+            .iter()
+            .filter(|(_, b)| b.contains("\"server_tool_use\""))
+            .count()
+    }
+}
+
 /// Where hidden blocks wait for the session's next requests. Implementations keep them across
 /// restarts, bounded in size and age; a lookup must not block on I/O (the stage runs inline).
 pub trait SearchMemory: Send + Sync {
-    /// Keep `blocks` (raw JSON content blocks, comma-separated, as the provider sent them) for
-    /// the `tool_use` `tool_use_id` of `session`.
-    fn remember(&self, session: &str, tool_use_id: &str, blocks: &str);
-    /// The blocks kept for that `tool_use`, if any.
+    /// Keep `kept` (a [`Kept`] text) for the `tool_use` `tool_use_id` of `session`.
+    fn remember(&self, session: &str, tool_use_id: &str, kept: &str);
+    /// What is kept for that `tool_use`, if any.
     fn recall(&self, session: &str, tool_use_id: &str) -> Option<Arc<str>>;
     /// Whether anything is kept for `session` (the stage's fast path).
     fn knows_session(&self, session: &str) -> bool;

@@ -8,7 +8,7 @@ use pith_wire::Wire;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{SearchMemory, session_key};
+use super::{Kept, SearchMemory, session_key};
 use crate::splice::span_of;
 use crate::stage::{Edit, Fact, Outcome, Request, Splice, Stage, StageError};
 
@@ -18,7 +18,7 @@ pub mod reason {
     pub const NOT_APPLICABLE: &str = "not_applicable";
     /// Nothing is kept for the request's session.
     pub const NOTHING_REMEMBERED: &str = "nothing_remembered";
-    /// The history already carries server tool blocks: the client round-trips them itself,
+    /// The history already carries tool search blocks: the client round-trips them itself,
     /// so its answers are not rewritten either.
     pub const CLIENT_ROUND_TRIPS: &str = "client_round_trips";
     /// Blocks are kept for the session, but for no `tool_use` in this history.
@@ -62,6 +62,8 @@ struct Block<'a> {
     kind: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
 }
 
 impl Stage for RestoreStage {
@@ -73,11 +75,12 @@ impl Stage for RestoreStage {
         if request.wire != Wire::AnthropicMessages {
             return Ok(Outcome::Unchanged(reason::NOT_APPLICABLE));
         }
-        if memchr::memmem::find(request.body, b"\"server_tool_use\"").is_some() {
-            return Ok(Outcome::Unchanged(reason::CLIENT_ROUND_TRIPS));
-        }
         let session = session_key(request.headers);
-        if !self.memory.knows_session(&session) {
+        // A client that sends tool search blocks back itself needs none of this (and its
+        // answers are not rewritten). The substring only decides whether to look.
+        let maybe_round_trips =
+            memchr::memmem::find(request.body, b"\"tool_search_tool_result\"").is_some();
+        if !maybe_round_trips && !self.memory.knows_session(&session) {
             return Ok(Outcome::Unchanged(reason::NOTHING_REMEMBERED));
         }
         let Ok(body) = std::str::from_utf8(request.body) else {
@@ -92,34 +95,56 @@ impl Stage for RestoreStage {
             let Ok(message) = serde_json::from_str::<Message<'_>>(message.get()) else {
                 continue;
             };
-            let Some(content) = message.content.filter(|c| c.get().starts_with('[')) else {
-                continue;
-            };
             if message.role.as_deref() != Some("assistant") {
                 continue;
             }
-            let Ok(blocks) = serde_json::from_str::<Vec<&RawValue>>(content.get()) else {
+            let Some(content) = message.content.filter(|c| c.get().starts_with('[')) else {
                 continue;
             };
-            for block in blocks {
-                let Ok(head) = serde_json::from_str::<Block<'_>>(block.get()) else {
+            let Ok(raw_blocks) = serde_json::from_str::<Vec<&RawValue>>(content.get()) else {
+                continue;
+            };
+            let heads: Vec<Option<Block<'_>>> = raw_blocks
+                .iter()
+                .map(|b| serde_json::from_str::<Block<'_>>(b.get()).ok())
+                .collect();
+            let sent_back = heads.iter().flatten().any(|h| {
+                super::is_search_block(h.kind.as_deref().unwrap_or(""), h.name.as_deref())
+            });
+            if sent_back {
+                return Ok(Outcome::Unchanged(reason::CLIENT_ROUND_TRIPS));
+            }
+            for (i, head) in heads.iter().enumerate() {
+                let Some(head) = head
+                    .as_ref()
+                    .filter(|h| h.kind.as_deref() == Some("tool_use"))
+                else {
                     continue;
                 };
-                if head.kind.as_deref() != Some("tool_use") {
+                let Some(text) = head
+                    .id
+                    .as_deref()
+                    .and_then(|id| self.memory.recall(&session, id))
+                else {
                     continue;
+                };
+                let Some(kept) = Kept::decode(&text) else {
+                    continue;
+                };
+                // Where the answer had them, when the client kept the answer's other blocks;
+                // else just before the tool_use they led to.
+                let in_place = kept.tool_use_at == i;
+                for (at, block) in &kept.blocks {
+                    let target = if in_place { (*at).min(i) } else { i };
+                    let Some(span) = span_of(body, raw_blocks[target]) else {
+                        continue;
+                    };
+                    splices.push(Splice {
+                        range: span.start..span.start,
+                        replacement: format!("{block},"),
+                    });
                 }
-                let Some(kept) = head.id.and_then(|id| self.memory.recall(&session, &id)) else {
-                    continue;
-                };
-                let Some(span) = span_of(body, block) else {
-                    continue;
-                };
-                searches +=
-                    memchr::memmem::find_iter(kept.as_bytes(), b"\"server_tool_use\"").count();
-                splices.push(Splice {
-                    range: span.start..span.start,
-                    replacement: format!("{kept},"),
-                });
+                searches += kept.searches();
             }
         }
         if splices.is_empty() {

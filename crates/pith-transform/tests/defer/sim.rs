@@ -522,16 +522,23 @@ pub fn remember_searches(
         }
         let blocks: Vec<&RawValue> =
             serde_json::from_str(message.content.get()).map_err(|e| e.to_string())?;
-        let mut run: Vec<&str> = Vec::new();
+        let mut run: Vec<(usize, String)> = Vec::new();
+        let mut visible = 0;
         for block in blocks {
             let head: BlockHead = serde_json::from_str(block.get()).map_err(|e| e.to_string())?;
             match (head.kind.as_deref(), head.id) {
-                (Some("server_tool_use" | "tool_search_tool_result"), _) => run.push(block.get()),
-                (Some("tool_use"), Some(id)) if !run.is_empty() => {
-                    memory.remember(&session, &id, &run.join(","));
-                    run.clear();
+                (Some("server_tool_use" | "tool_search_tool_result"), _) => {
+                    run.push((visible, block.get().to_owned()));
                 }
-                _ => run.clear(),
+                (Some("tool_use"), Some(id)) => {
+                    if !run.is_empty() {
+                        let kept = pith_transform::search_trip::Kept::encode(visible, &run);
+                        memory.remember(&session, &id, &kept);
+                        run.clear();
+                    }
+                    visible += 1;
+                }
+                _ => visible += 1,
             }
         }
     }

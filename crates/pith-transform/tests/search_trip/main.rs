@@ -152,17 +152,41 @@ fn a_stream_loses_the_search_blocks_and_renumbers_the_rest_for_every_split() {
                 "split at {at} (error event: {error})"
             );
             assert_eq!(searches, 1);
+            // thinking and text came first (2 visible blocks), the tool_use is visible 3.
             assert_eq!(
                 hidden,
                 [Hidden {
                     tool_use_id: "toolu_01".into(),
-                    blocks: format!("{SEARCH_DONE},{RESULT}"),
+                    kept: format!(
+                        r#"{{"tool_use_at":3,"blocks":[[2,{SEARCH_DONE}],[2,{RESULT}]]}}"#
+                    ),
                     searches: 1,
                 }],
                 "split at {at}"
             );
         }
     }
+}
+
+#[test]
+fn a_stream_fed_one_byte_at_a_time_gives_the_same_client_stream() {
+    let upstream = stream(false, true);
+    let mut splitter = EventSplitter::new();
+    let mut hider = StreamHider::new();
+    let mut out = Vec::new();
+    for byte in upstream.as_bytes().chunks(1) {
+        splitter.push(byte);
+        while let Some(event) = splitter.next_event() {
+            match hider.event(&event) {
+                Action::Keep => out.extend_from_slice(&event),
+                Action::Drop => {}
+                Action::Replace(bytes) => out.extend_from_slice(&bytes),
+            }
+        }
+    }
+    assert!(splitter.finish().is_none());
+    assert_eq!(String::from_utf8_lossy(&out), stream(true, true));
+    assert_eq!(hider.take_hidden().len(), 1);
 }
 
 #[test]
@@ -229,14 +253,27 @@ fn a_json_answer_loses_the_search_blocks() {
         .collect();
     assert_eq!(kinds, ["text", "tool_use"]);
     assert_eq!(out["usage"]["output_tokens"], 40, "usage is the provider's");
-    assert_eq!(hidden.hidden[0].blocks, format!("{SEARCH_DONE},{RESULT}"));
+    assert_eq!(
+        hidden.hidden[0].kept,
+        format!(r#"{{"tool_use_at":1,"blocks":[[1,{SEARCH_DONE}],[1,{RESULT}]]}}"#)
+    );
     assert_eq!(hidden.searches, 1);
     let plain = r#"{"content":[{"type":"text","text":"hi"}]}"#;
     assert_eq!(hide_in_message(plain.as_bytes()), None);
 }
 
+/// What the hider keeps for a search after `at` visible blocks, before a tool_use at visible
+/// index `tool_use_at`.
+fn kept_after(at: usize, tool_use_at: usize) -> String {
+    pith_transform::search_trip::Kept::encode(
+        tool_use_at,
+        &[(at, SEARCH_DONE.to_owned()), (at, RESULT.to_owned())],
+    )
+}
+
 fn history(extra_blocks: &[Value]) -> String {
-    let mut assistant = extra_blocks.to_vec();
+    let mut assistant = vec![json!({"type": "text", "text": "Searching."})];
+    assistant.extend(extra_blocks.iter().cloned());
     assistant.push(json!({"type": "text", "text": "Found it."}));
     assistant.push(json!({"type": "tool_use", "id": "toolu_01", "name": "demo_jira_op_0", "input": {"key": "A-1"}}));
     json!({"model": "m", "messages": [
@@ -266,7 +303,8 @@ fn restore(memory: &Arc<InMemory>, session: &str, body: &str) -> Outcome {
 #[test]
 fn kept_blocks_go_back_before_their_tool_use_the_same_bytes_every_time() {
     let memory = Arc::new(InMemory::default());
-    memory.remember("ses_1", "toolu_01", &format!("{SEARCH_DONE},{RESULT}"));
+    // The answer was [text "Searching.", search, result, text "Found it.", tool_use].
+    memory.remember("ses_1", "toolu_01", &kept_after(1, 2));
     let body = history(&[]);
     let Outcome::Edited(edit) = restore(&memory, "ses_1", &body) else {
         panic!("expected the blocks restored");
@@ -287,8 +325,10 @@ fn kept_blocks_go_back_before_their_tool_use_the_same_bytes_every_time() {
             "text",
             "server_tool_use",
             "tool_search_tool_result",
+            "text",
             "tool_use"
-        ]
+        ],
+        "back where the answer had them"
     );
     let out = String::from_utf8(out).expect("utf-8");
     assert!(out.contains(&format!("{SEARCH_DONE},{RESULT},")));
@@ -300,9 +340,38 @@ fn kept_blocks_go_back_before_their_tool_use_the_same_bytes_every_time() {
 }
 
 #[test]
+fn when_the_client_dropped_blocks_of_the_answer_the_search_goes_just_before_its_tool_use() {
+    let memory = Arc::new(InMemory::default());
+    // The answer had thinking first: the client's message has one visible block fewer.
+    memory.remember("ses_1", "toolu_01", &kept_after(2, 3));
+    let body = history(&[]);
+    let Outcome::Edited(edit) = restore(&memory, "ses_1", &body) else {
+        panic!("expected the blocks restored");
+    };
+    let out = apply_splices(body.as_bytes(), &edit.splices).expect("apply");
+    let value: Value = serde_json::from_slice(&out).expect("json");
+    let kinds: Vec<&str> = value["messages"][1]["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .map(|b| b["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "text",
+            "text",
+            "server_tool_use",
+            "tool_search_tool_result",
+            "tool_use"
+        ]
+    );
+}
+
+#[test]
 fn other_sessions_round_tripping_clients_and_other_wires_are_left_alone() {
     let memory = Arc::new(InMemory::default());
-    memory.remember("ses_1", "toolu_01", &format!("{SEARCH_DONE},{RESULT}"));
+    memory.remember("ses_1", "toolu_01", &kept_after(1, 2));
     let body = history(&[]);
     assert_eq!(
         restore(&memory, "ses_2", &body),
@@ -342,15 +411,20 @@ enum Kind {
     Search,
     ToolUse,
     Ping,
+    /// A mid-stream `error` event.
+    Error,
+    /// A web search, a server tool that is not pith's: passes through.
+    WebSearch,
 }
 
 /// The answer of `kinds`, and (with `hidden`) what the client must get: `(stream, kept runs)`.
 fn generated(kinds: &[Kind], hidden: bool) -> (String, Vec<Hidden>) {
     let mut out = String::new();
     let mut next = 0;
-    let mut run: Vec<String> = Vec::new();
+    let mut run: Vec<(usize, String)> = Vec::new();
     let mut runs = Vec::new();
     let mut tools = 0;
+    let mut visible = 0;
     let mut block = |out: &mut String, start: &str, deltas: &[String]| {
         let i = next;
         next += 1;
@@ -373,6 +447,9 @@ fn generated(kinds: &[Kind], hidden: bool) -> (String, Vec<Hidden>) {
         );
     };
     for (n, kind) in kinds.iter().enumerate() {
+        if matches!(kind, Kind::Thinking | Kind::Text) {
+            visible += 1;
+        }
         match kind {
             Kind::Thinking => block(
                 &mut out,
@@ -385,6 +462,19 @@ fn generated(kinds: &[Kind], hidden: bool) -> (String, Vec<Hidden>) {
                 &[r#"{"type":"text_delta","text":"t"}"#.to_owned()],
             ),
             Kind::Ping => event(&mut out, "ping", r#"{"type": "ping"}"#),
+            Kind::Error => event(
+                &mut out,
+                "error",
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            Kind::WebSearch => {
+                visible += 1;
+                block(
+                    &mut out,
+                    r#"{"type":"server_tool_use","id":"srvtoolu_w","name":"web_search","input":{}}"#,
+                    &[r#"{"type":"input_json_delta","partial_json":"{}"}"#.to_owned()],
+                )
+            }
             Kind::Search => {
                 let id = format!("srvtoolu_{n}");
                 let start = format!(
@@ -396,8 +486,8 @@ fn generated(kinds: &[Kind], hidden: bool) -> (String, Vec<Hidden>) {
                 let result = format!(
                     r#"{{"type":"tool_search_tool_result","tool_use_id":"{id}","content":{{"type":"tool_search_tool_search_result","tool_references":[]}}}}"#
                 );
-                run.push(done);
-                run.push(result.clone());
+                run.push((visible, done));
+                run.push((visible, result.clone()));
                 if !hidden {
                     block(
                         &mut out,
@@ -414,13 +504,15 @@ fn generated(kinds: &[Kind], hidden: bool) -> (String, Vec<Hidden>) {
                 let id = format!("toolu_{tools}");
                 if !run.is_empty() {
                     let searches = run.len() / 2;
+                    let kept = pith_transform::search_trip::Kept::encode(visible, &run);
                     runs.push(Hidden {
                         tool_use_id: id.clone(),
-                        blocks: run.join(","),
+                        kept,
                         searches,
                     });
                     run.clear();
                 }
+                visible += 1;
                 block(
                     &mut out,
                     &format!(r#"{{"type":"tool_use","id":"{id}","name":"t","input":{{}}}}"#),
@@ -439,7 +531,9 @@ fn kind() -> impl Strategy<Value = Kind> {
         Just(Kind::Text),
         Just(Kind::Search),
         Just(Kind::ToolUse),
-        Just(Kind::Ping)
+        Just(Kind::Ping),
+        Just(Kind::Error),
+        Just(Kind::WebSearch)
     ]
 }
 
@@ -459,4 +553,19 @@ proptest! {
         let count = kinds.iter().filter(|k| matches!(k, Kind::Search)).count();
         prop_assert_eq!(searches, count);
     }
+}
+
+#[test]
+fn other_server_tools_in_the_history_are_not_a_round_trip() {
+    let memory = Arc::new(InMemory::default());
+    memory.remember("ses_1", "toolu_01", &kept_after(1, 3));
+    // A web search the client sent back, and a tool input naming the block type.
+    let body = history(&[
+        json!({"type": "server_tool_use", "id": "srvtoolu_w", "name": "web_search", "input": {"query": "tool_search_tool_result"}}),
+        json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_w", "content": []}),
+    ]);
+    assert!(matches!(
+        restore(&memory, "ses_1", &body),
+        Outcome::Edited(_)
+    ));
 }

@@ -108,7 +108,20 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // Search blocks hidden from answers wait here for the session's next requests.
     let searches_path = pith_home()?.join("search-blocks.db");
     let searches = if search_round_trip_on(config)? && defer_on(config)? {
-        Some(SearchBlocks::open(&searches_path, Limits::default())?)
+        Some(
+            match SearchBlocks::open(&searches_path, Limits::default()) {
+                Ok(blocks) => blocks,
+                Err(e) => {
+                    // Fail open: the round trip still works until pith stops.
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot open {}; hidden tool searches are kept in memory only",
+                        searches_path.display()
+                    );
+                    SearchBlocks::in_memory(Limits::default())
+                }
+            },
+        )
     } else {
         None
     };
@@ -137,6 +150,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             openai: openai.clone(),
             pipeline,
             pins,
+            own_pages: None,
             ledger: ledger.clone(),
             rewrites,
             max_body: pith_proxy::DEFAULT_MAX_BODY,

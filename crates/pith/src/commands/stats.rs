@@ -132,7 +132,7 @@ struct TransformTotals {
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+pub(crate) struct Report {
     ledger: PathBuf,
     since_ms: Option<i64>,
     session: Option<String>,
@@ -224,8 +224,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         "no ledger at {}: run `pith proxy` and send requests through it first (or pass --ledger FILE)",
         path.display()
     );
-    // Read-only: stats never changes the ledger's mode or schema, nor makes a file a ledger.
-    let ledger = Ledger::open_read_only(&path).context("cannot read the ledger")?;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -236,15 +234,26 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             .map(|age| now_ms.saturating_sub(i64::try_from(age).unwrap_or(i64::MAX))),
         session: args.session.clone(),
     };
-    let groups = ledger.groups(&filter)?;
-    let prices = Prices::new(&config.prices);
-    let report = build_report(&path, &filter, &groups, &ledger, &prices)?;
+    let report = report(&path, &filter, &Prices::new(&config.prices))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report, args.since.is_some()));
     }
     Ok(())
+}
+
+/// The report over the ledger at `path`: what `pith stats --json` prints and the dashboard's
+/// API serves, so the two agree on every number.
+pub(crate) fn report(
+    path: &std::path::Path,
+    filter: &Filter,
+    prices: &Prices,
+) -> anyhow::Result<Report> {
+    // Read-only: stats never changes the ledger's mode or schema, nor makes a file a ledger.
+    let ledger = Ledger::open_read_only(path).context("cannot read the ledger")?;
+    let groups = ledger.groups(filter)?;
+    build_report(path, filter, &groups, &ledger, prices)
 }
 
 fn build_report(

@@ -1,0 +1,31 @@
+//! pith's own pages on the proxy's address: the dashboard at `/`, its API under `/pith/`,
+//! `/metrics`. The proxy only routes them (GET, after the access-token check, so a proxy bound
+//! beyond loopback serves them only with its token); what they say comes from an [`OwnPages`]
+//! the binary provides, run on the blocking pool because it reads the ledger.
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+
+/// One of pith's own answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnPage {
+    /// The status.
+    pub status: StatusCode,
+    /// Its content type.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// What pith serves on its own paths.
+pub trait OwnPages: Send + Sync {
+    /// The answer for a GET of `path` with `query` (without the `?`); `None` hands the request
+    /// on to the provider as any other.
+    fn get(&self, path: &str, query: &str) -> Option<OwnPage>;
+}
+
+/// Whether a request is for one of pith's own paths: no provider API lives at `/`, under
+/// `/pith/` or at `/metrics`.
+pub fn is_own_path(method: &Method, path: &str) -> bool {
+    method == Method::GET && (path == "/" || path == "/metrics" || path.starts_with("/pith/"))
+}

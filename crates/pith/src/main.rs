@@ -7,6 +7,7 @@
 
 mod commands;
 mod config;
+mod dashboard;
 mod duration;
 mod logging;
 mod prices;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
+use pith_proxy::own_pages::OwnPages;
 use pith_proxy::rewrite::ResponseRewrites;
 use pith_proxy::search_trip::{SearchTrip, StoredSearches};
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
@@ -17,6 +18,8 @@ use pith_transform::search_trip::restore::RestoreStage;
 use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVariant};
 
 use crate::config::{Config, env_flag, pith_home};
+use crate::dashboard::Dashboard;
+use crate::prices::Prices;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 const DEFAULT_QUEUE: usize = 4096;
@@ -150,7 +153,10 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             openai: openai.clone(),
             pipeline,
             pins,
-            own_pages: None,
+            own_pages: Some(Arc::new(Dashboard::new(
+                ledger_path.clone(),
+                Prices::new(&config.prices),
+            )) as Arc<dyn OwnPages>),
             ledger: ledger.clone(),
             rewrites,
             max_body: pith_proxy::DEFAULT_MAX_BODY,
@@ -160,6 +166,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         .await?;
         let addr = proxy.local_addr()?;
         eprintln!("pith proxy listening on http://{addr}");
+        eprintln!("  dashboard -> http://{addr}/");
         eprintln!("  anthropic -> {anthropic}");
         eprintln!("  openai    -> {openai}");
         match &ledger_path {

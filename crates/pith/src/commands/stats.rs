@@ -481,3 +481,107 @@ mod tests {
         assert!(parse_age("1x").unwrap_err().contains("use a number"));
     }
 }
+
+/// The report in Prometheus' text format (`/metrics`): the same numbers as `pith stats
+/// --json`.
+pub(crate) fn metrics(r: &Report) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, value) in samples {
+            out.push_str(&format!("{name}{labels} {value}\n"));
+        }
+    };
+    let t = &r.total;
+    family(
+        "pith_requests_total",
+        "counter",
+        "Requests pith recorded.",
+        vec![(String::new(), t.requests as f64)],
+    );
+    family(
+        "pith_request_errors_total",
+        "counter",
+        "Requests that ended in an error.",
+        vec![(String::new(), t.errors as f64)],
+    );
+    family(
+        "pith_tokens_total",
+        "counter",
+        "Billed tokens by kind, as the providers reported them.",
+        [
+            ("input", t.input_tokens),
+            ("cache_write", t.cache_write_tokens),
+            ("cache_read", t.cache_read_tokens),
+            ("output", t.output_tokens),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("{{kind=\"{k}\"}}"), v as f64))
+        .collect(),
+    );
+    family(
+        "pith_cost_usd_total",
+        "counter",
+        "Cost of the priced requests at list prices, USD.",
+        vec![(String::new(), t.cost_usd.unwrap_or(0.0))],
+    );
+    let mut stages = Vec::new();
+    for (stage, tt) in &r.transforms {
+        stages.push((
+            format!(
+                "{{stage=\"{}\",result=\"applied\",reason=\"\"}}",
+                label(stage)
+            ),
+            tt.requests as f64,
+        ));
+        for (reason, n) in &tt.unchanged {
+            stages.push((
+                format!(
+                    "{{stage=\"{}\",result=\"unchanged\",reason=\"{}\"}}",
+                    label(stage),
+                    label(reason)
+                ),
+                *n as f64,
+            ));
+        }
+    }
+    family(
+        "pith_transform_requests_total",
+        "counter",
+        "Requests each transform stage changed or left unchanged (with why).",
+        stages,
+    );
+    family(
+        "pith_transform_failures_total",
+        "counter",
+        "Transform stages that failed and were skipped (fail open).",
+        vec![(String::new(), r.transform_failures as f64)],
+    );
+    family(
+        "pith_ledger_dropped_rows_total",
+        "counter",
+        "Ledger rows lost because the write queue was full.",
+        vec![(String::new(), r.dropped_rows as f64)],
+    );
+    family(
+        "pith_cache_busts_total",
+        "counter",
+        "Prompt-cache busts between consecutive requests of a session, by who caused them.",
+        vec![
+            ("{cause=\"pith\"}".to_owned(), r.cache_busts.by_pith as f64),
+            (
+                "{cause=\"client\"}".to_owned(),
+                r.cache_busts.by_client as f64,
+            ),
+        ],
+    );
+    out
+}
+
+/// A Prometheus label value, escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

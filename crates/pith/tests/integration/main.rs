@@ -7,6 +7,7 @@
 
 mod cli;
 mod clients;
+mod dashboard;
 mod defer;
 mod faults;
 mod mcp;

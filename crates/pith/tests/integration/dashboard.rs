@@ -1,0 +1,156 @@
+//! pith's own pages on the proxy's address, over a ledger of replayed real captures: the API
+//! agrees with `pith stats --json`, `/metrics` parses with the Prometheus client's parser, the
+//! page is served, none of it lands in the ledger, and a proxy with a token refuses them
+//! without it.
+
+use pith_testkit::MockUpstream;
+use pith_testkit::fixtures::captures;
+use serde_json::Value;
+
+use crate::support::*;
+
+fn get(pith: &PithProxy, path: &str, extra: &[(&str, &str)]) -> (u16, String, String) {
+    let rt = runtime();
+    let client = client();
+    rt.block_on(async {
+        let (status, headers, frames) = read_all(
+            send(
+                &client,
+                request("GET", &format!("{}{path}", pith.url()), &headers(extra), ""),
+            )
+            .await,
+        )
+        .await;
+        let kind = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        (
+            status.as_u16(),
+            kind,
+            String::from_utf8_lossy(&concat(&frames)).into_owned(),
+        )
+    })
+}
+
+/// Every main-loop capture of the OpenCode mcp40 session and Claude Code's fix-calc, through
+/// pith against the mock's default replies.
+fn replay(pith: &PithProxy) -> usize {
+    let rt = runtime();
+    let client = client();
+    let mut sent = 0;
+    for c in captures().unwrap().iter().filter(|c| {
+        c.scenario == "anthropic-agentsmd-mcp40" || c.client_folder.starts_with("claude-code")
+    }) {
+        rt.block_on(async {
+            read_all(
+                send(
+                    &client,
+                    request(
+                        "POST",
+                        &format!("{}{}", pith.url(), c.path),
+                        &capture_headers(c),
+                        c.body.clone(),
+                    ),
+                )
+                .await,
+            )
+            .await
+        });
+        sent += 1;
+    }
+    sent
+}
+
+#[test]
+fn the_api_agrees_with_pith_stats_and_metrics_parse_and_pages_are_not_traffic() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    let rows = pith.wait_rows(sent).len();
+
+    let (status, kind, body) = get(&pith, "/pith/api/stats", &[]);
+    assert_eq!((status, kind.as_str()), (200, "application/json"), "{body}");
+    let api: Value = serde_json::from_str(&body).unwrap();
+    let out = pith_stats(&pith, &["--json"]);
+    assert!(out.status.success());
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(api, cli, "the API and pith stats --json disagree");
+    assert_eq!(api["total"]["requests"], sent as u64);
+    assert_eq!(api["cache_busts"]["by_pith"], 0);
+
+    let (status, _, body) = get(&pith, "/pith/api/requests?limit=3", &[]);
+    assert_eq!(status, 200);
+    let recent: Value = serde_json::from_str(&body).unwrap();
+    let recent = recent["requests"].as_array().unwrap();
+    assert_eq!(recent.len(), 3);
+    assert!(
+        recent[0]["id"].as_i64() > recent[1]["id"].as_i64(),
+        "newest first"
+    );
+    let after = recent[1]["id"].as_i64().unwrap();
+    let (_, _, body) = get(&pith, &format!("/pith/api/requests?after={after}"), &[]);
+    let newer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(newer["requests"].as_array().unwrap().len(), 1, "{newer}");
+
+    let (status, kind, metrics) = get(&pith, "/metrics", &[]);
+    assert_eq!(status, 200);
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    let parsed = std::process::Command::new(python())
+        .arg(python_script("parse_metrics.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(metrics.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        parsed.status.success(),
+        "the Prometheus parser refused /metrics:\n{}\n{metrics}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    let samples: Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    assert_eq!(samples["pith_requests_total{}"], sent as f64);
+    assert_eq!(
+        samples["pith_tokens_total{kind=output}"],
+        api["total"]["output_tokens"].as_f64().unwrap()
+    );
+    assert_eq!(samples["pith_cache_busts_total{cause=pith}"], 0.0);
+
+    let (status, kind, page) = get(&pith, "/", &[]);
+    assert_eq!((status, kind.as_str()), (200, "text/html; charset=utf-8"));
+    assert!(page.contains("<title>pith</title>") && page.contains("/pith/api/stats"));
+    let (status, _, body) = get(&pith, "/pith/nothing", &[]);
+    assert_eq!(status, 404);
+    assert!(body.contains("/pith/api/stats"), "{body}");
+
+    // None of these reads is a ledger row.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let after_reads = crate::support::wait_rows(&pith.ledger_path(), rows).len();
+    assert_eq!(after_reads, rows);
+    assert_eq!(
+        mock.request_count(),
+        sent,
+        "pith's pages never went upstream"
+    );
+}
+
+#[test]
+fn with_a_token_the_pages_need_it_too() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_PROXY_TOKEN", "s3cret")]);
+    let (status, _, _) = get(&pith, "/", &[]);
+    assert_eq!(status, 401);
+    let (status, _, _) = get(&pith, "/pith/api/stats", &[]);
+    assert_eq!(status, 401);
+    let (status, _, body) = get(&pith, "/pith/health", &[("x-pith-token", "s3cret")]);
+    assert_eq!(status, 200, "{body}");
+    let health: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["pith"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(mock.request_count(), 0);
+}

@@ -25,7 +25,11 @@ pub trait OwnPages: Send + Sync {
 }
 
 /// Whether a request is for one of pith's own paths: no provider API lives at `/`, under
-/// `/pith/` or at `/metrics`.
+/// `/pith/`, at `/metrics` or at `/favicon.ico` (which a browser asks for with the page).
 pub fn is_own_path(method: &Method, path: &str) -> bool {
-    method == Method::GET && (path == "/" || path == "/metrics" || path.starts_with("/pith/"))
+    method == Method::GET
+        && (path == "/"
+            || path == "/metrics"
+            || path == "/favicon.ico"
+            || path.starts_with("/pith/"))
 }

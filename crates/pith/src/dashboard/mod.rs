@@ -110,6 +110,13 @@ impl OwnPages for Dashboard {
                 body: Bytes::from_static(PAGE.as_bytes()),
             });
         }
+        if path == "/favicon.ico" {
+            return Some(OwnPage {
+                status: StatusCode::NO_CONTENT,
+                content_type: "image/x-icon",
+                body: Bytes::new(),
+            });
+        }
         if path == "/pith/health" {
             return Some(json_page(
                 StatusCode::OK,

@@ -154,3 +154,96 @@ fn with_a_token_the_pages_need_it_too() {
     assert_eq!(health["pith"], env!("CARGO_PKG_VERSION"));
     assert_eq!(mock.request_count(), 0);
 }
+
+/// Debian's Chromium, which scripts/test installs and names in `PITH_TEST_CHROMIUM`.
+fn chromium() -> std::path::PathBuf {
+    match std::env::var_os("PITH_TEST_CHROMIUM") {
+        Some(p) => p.into(),
+        None => panic!(
+            "PITH_TEST_CHROMIUM is not set: run the tests through scripts/test, which installs \
+             Chromium and sets it"
+        ),
+    }
+}
+
+/// Headless Chromium on `url`, every network switch off, with `args`: (stdout, stderr).
+fn headless(url: &str, args: &[&str]) -> (String, String) {
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=8000",
+            "--window-size=1280,1000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    let out = pith_stats(&pith, &["--json"]);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let url = format!("{}/", pith.url());
+    let (dom, log) = headless(&url, &["--dump-dom"]);
+    assert!(!log.contains("Uncaught"), "a script error:\n{log}");
+    assert!(
+        dom.contains(r#"<p id="error"></p>"#),
+        "the page reported an error:\n{dom}"
+    );
+    // The cards and the session table carry the ledger's numbers.
+    assert!(
+        dom.contains(&format!("<b>{}</b>requests", stats["total"]["requests"])),
+        "{dom}"
+    );
+    for session in stats["sessions"].as_array().unwrap() {
+        let id = session["session"].as_str().unwrap_or("(none)");
+        assert!(
+            dom.contains(&format!("<td>{id}</td>")),
+            "session {id} missing:\n{dom}"
+        );
+    }
+    let rows = dom.matches("<tr data-id=").count();
+    assert_eq!(rows, sent, "the live table shows every request");
+
+    // A new request reaches the live table (the page polls the API).
+    replay(&pith);
+    pith.wait_rows(2 * sent);
+    let (dom, _) = headless(&url, &["--dump-dom"]);
+    assert_eq!(dom.matches("<tr data-id=").count(), 2 * sent);
+
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    let _ = std::fs::remove_file(&shot);
+    headless(&url, &[&format!("--screenshot={}", shot.display())]);
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "no screenshot at {}",
+        shot.display()
+    );
+}

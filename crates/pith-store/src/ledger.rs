@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use rusqlite::OptionalExtension;
 use rusqlite::{Connection, params};
 
 use crate::sqlite::{self, StoreError};
@@ -128,6 +129,14 @@ ALTER TABLE requests DROP COLUMN local;
 -- differs (NULL: the same).
 ALTER TABLE requests ADD COLUMN fingerprint BLOB;
 ALTER TABLE requests ADD COLUMN client_fingerprint BLOB;
+-- Decided when the row is written, against the session's previous request of the same model:
+-- checked (1 when there was one), the first differing segment of a bust, the segment the
+-- previous request was cached through, and who caused it ('pith' or 'client').
+ALTER TABLE requests ADD COLUMN bust_checked INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE requests ADD COLUMN bust_at INTEGER;
+ALTER TABLE requests ADD COLUMN bust_cached_through INTEGER;
+ALTER TABLE requests ADD COLUMN bust_cause TEXT;
+CREATE INDEX requests_session_model ON requests (session, model, id);
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -471,19 +480,60 @@ pub struct Recent {
     pub transforms: Vec<String>,
 }
 
-/// One request's prompt fingerprints, for cache-bust detection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionPrompt {
+/// Prompt-cache busts: a request whose prompt differs from the previous request of its
+/// session and model at or before the segment that one was cached through.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheBusts {
+    /// Requests compared with a previous one.
+    pub pairs: u64,
+    /// Busts only in what pith sent (the client's own prompts kept their prefix).
+    pub by_pith: u64,
+    /// Busts the client's own prompts show too.
+    pub by_client: u64,
+    /// The newest busts, newest first (at most 100).
+    pub busts: Vec<Bust>,
+}
+
+/// One bust.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Bust {
     /// Its session.
     pub session: String,
-    /// Its model (a cache belongs to one model).
+    /// Its model.
     pub model: Option<String>,
-    /// When it arrived.
+    /// When the busting request arrived.
     pub ts_ms: i64,
-    /// The prompt as sent upstream.
-    pub sent: Vec<u8>,
-    /// The prompt as the client sent it, when pith changed it.
-    pub client: Option<Vec<u8>>,
+    /// The first prompt segment that differs (0 is the model, then tools, system, messages).
+    pub segment: u64,
+    /// The last segment the previous request was cached through.
+    pub cached_through: u64,
+    /// `pith` or `client`.
+    pub cause: String,
+}
+
+/// The bust between two requests' stored fingerprints (as sent, as the client sent it when
+/// different): `(first difference, cached through, cause)`, or `None`.
+fn bust_between(
+    previous: (&[u8], Option<&[u8]>),
+    next: (&[u8], Option<&[u8]>),
+) -> Option<(usize, usize, &'static str)> {
+    use pith_wire::fingerprint::{Cause, Fingerprint, attribute};
+    let read = |b: &[u8]| Fingerprint::from_bytes(b);
+    let (prev_sent, next_sent) = (read(previous.0)?, read(next.0)?);
+    let prev_client = previous.1.and_then(read);
+    let next_client = next.1.and_then(read);
+    let (bust, cause) = attribute(
+        (&prev_sent, prev_client.as_ref()),
+        (&next_sent, next_client.as_ref()),
+    )?;
+    Some((
+        bust.at,
+        bust.cached_through,
+        match cause {
+            Cause::Pith => "pith",
+            Cause::Client => "client",
+        },
+    ))
 }
 
 /// The ledger database.
@@ -536,9 +586,10 @@ impl Ledger {
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    fingerprint, client_fingerprint)
+                    fingerprint, client_fingerprint, bust_checked, bust_at, bust_cached_through,
+                    bust_cause)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
             )?;
             let mut result = tx.prepare_cached(
                 "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -548,8 +599,31 @@ impl Ledger {
                 "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
+            let mut previous = tx.prepare_cached(
+                "SELECT fingerprint, client_fingerprint FROM requests
+                 WHERE session = ?1 AND model IS ?2 AND fingerprint IS NOT NULL
+                 ORDER BY id DESC LIMIT 1",
+            )?;
             for r in rows {
                 let u = r.usage;
+                let bust = match (&r.session, &r.fingerprint) {
+                    (Some(session), Some(fp)) => {
+                        let before: Option<(Vec<u8>, Option<Vec<u8>>)> = previous
+                            .query_row(params![session, r.model], |p| Ok((p.get(0)?, p.get(1)?)))
+                            .optional()?;
+                        before.map(|(sent, client)| {
+                            bust_between(
+                                (&sent, client.as_deref()),
+                                (fp, r.client_fingerprint.as_deref()),
+                            )
+                        })
+                    }
+                    _ => None,
+                };
+                let (checked, bust) = match bust {
+                    Some(b) => (1i64, b),
+                    None => (0, None),
+                };
                 let id = request.insert(params![
                     r.ts_ms,
                     r.client,
@@ -577,6 +651,10 @@ impl Ledger {
                     r.total_ms,
                     r.fingerprint,
                     r.client_fingerprint,
+                    checked,
+                    bust.map(|b| to_i64(b.0 as u64)),
+                    bust.map(|b| to_i64(b.1 as u64)),
+                    bust.map(|b| b.2),
                 ])?;
                 for (position, t) in r.transforms.iter().enumerate() {
                     let detail = match &t.result {
@@ -712,27 +790,42 @@ impl Ledger {
         Ok(stages.into_values().collect())
     }
 
-    /// Each session's prompt fingerprints, in order: `(session, model, ts_ms, sent, client)`
-    /// where `client` is `None` when pith sent the client's prompt unchanged. Rows without a
-    /// fingerprint (pass-through paths, `count_tokens`, unreadable bodies) are left out.
-    pub fn fingerprints(&self, filter: &Filter) -> Result<Vec<SessionPrompt>, StoreError> {
-        let sql = format!(
-            "SELECT session, model, ts_ms, fingerprint, client_fingerprint FROM requests
-             WHERE fingerprint IS NOT NULL AND session IS NOT NULL
-               AND path NOT LIKE '%/count_tokens' AND {FILTERED}
-             ORDER BY session, id"
+    /// Prompt-cache busts over the filtered rows: the pairs checked, busts by cause, and the
+    /// newest busts (at most 100). Each row's bust was decided when it was written.
+    pub fn cache_busts(&self, filter: &Filter) -> Result<CacheBusts, StoreError> {
+        let totals = format!(
+            "SELECT coalesce(sum(bust_checked), 0), coalesce(sum(bust_cause = 'pith'), 0),
+                    coalesce(sum(bust_cause = 'client'), 0)
+             FROM requests WHERE {FILTERED}"
         );
-        let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok(SessionPrompt {
-                session: r.get(0)?,
-                model: r.get(1)?,
-                ts_ms: r.get(2)?,
-                sent: r.get(3)?,
-                client: r.get(4)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let (pairs, by_pith, by_client): (i64, i64, i64) =
+            self.conn
+                .query_row(&totals, params![filter.since_ms, filter.session], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+        let list = format!(
+            "SELECT session, model, ts_ms, bust_at, bust_cached_through, bust_cause FROM requests
+             WHERE bust_cause IS NOT NULL AND {FILTERED} ORDER BY id DESC LIMIT 100"
+        );
+        let mut stmt = self.conn.prepare_cached(&list)?;
+        let busts = stmt
+            .query_map(params![filter.since_ms, filter.session], |r| {
+                Ok(Bust {
+                    session: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                    model: r.get(1)?,
+                    ts_ms: r.get(2)?,
+                    segment: to_u64(r.get(3)?),
+                    cached_through: to_u64(r.get(4)?),
+                    cause: r.get(5)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CacheBusts {
+            pairs: to_u64(pairs),
+            by_pith: to_u64(by_pith),
+            by_client: to_u64(by_client),
+            busts,
+        })
     }
 
     /// The newest requests, newest first, at most `limit`, only those after `after_id` when

@@ -144,74 +144,7 @@ pub(crate) struct Report {
     /// Ledger rows lost because the write queue was full.
     dropped_rows: u64,
     /// Prompt-cache busts between consecutive requests of a session (same model).
-    cache_busts: CacheBusts,
-}
-
-/// Prompt-cache busts: a request whose prompt differs from the previous one's (same session
-/// and model) at or before the segment that one was cached through.
-#[derive(Debug, Default, Serialize)]
-struct CacheBusts {
-    /// Consecutive pairs checked.
-    pairs: u64,
-    /// Busts the client's own prompts show too.
-    by_client: u64,
-    /// Busts only in what pith sent.
-    by_pith: u64,
-    /// Each bust, oldest first.
-    busts: Vec<BustEntry>,
-}
-
-#[derive(Debug, Serialize)]
-struct BustEntry {
-    session: String,
-    model: Option<String>,
-    ts_ms: i64,
-    /// The first prompt segment that differs (0 is the model, then tools, system, messages).
-    segment: usize,
-    /// The last segment the previous request was cached through.
-    cached_through: usize,
-    cause: &'static str,
-}
-
-/// Busts over the ledger's fingerprints.
-fn cache_busts(prompts: Vec<pith_store::ledger::SessionPrompt>) -> CacheBusts {
-    use pith_wire::fingerprint::{Cause, Fingerprint, attribute};
-    let mut out = CacheBusts::default();
-    let mut last: BTreeMap<(String, Option<String>), (Fingerprint, Option<Fingerprint>)> =
-        BTreeMap::new();
-    for p in prompts {
-        let Some(sent) = Fingerprint::from_bytes(&p.sent) else {
-            continue;
-        };
-        let client = p.client.as_deref().and_then(Fingerprint::from_bytes);
-        let key = (p.session.clone(), p.model.clone());
-        if let Some((before_sent, before_client)) = last.get(&key) {
-            out.pairs += 1;
-            if let Some((bust, cause)) = attribute(
-                (before_sent, before_client.as_ref()),
-                (&sent, client.as_ref()),
-            ) {
-                match cause {
-                    Cause::Client => out.by_client += 1,
-                    Cause::Pith => out.by_pith += 1,
-                }
-                out.busts.push(BustEntry {
-                    session: p.session,
-                    model: p.model,
-                    ts_ms: p.ts_ms,
-                    segment: bust.at,
-                    cached_through: bust.cached_through,
-                    cause: match cause {
-                        Cause::Client => "client",
-                        Cause::Pith => "pith",
-                    },
-                });
-            }
-        }
-        last.insert(key, (sent, client));
-    }
-    out.busts.sort_by_key(|b| b.ts_ms);
-    out
+    cache_busts: pith_store::ledger::CacheBusts,
 }
 
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
@@ -323,7 +256,7 @@ fn build_report(
         total,
         transforms,
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
-        cache_busts: cache_busts(ledger.fingerprints(filter)?),
+        cache_busts: ledger.cache_busts(filter)?,
     })
 }
 
@@ -470,18 +403,6 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ages() {
-        assert_eq!(parse_age("30m"), Ok(1_800_000));
-        assert_eq!(parse_age("1d"), Ok(86_400_000));
-        assert!(parse_age("1x").unwrap_err().contains("use a number"));
-    }
-}
-
 /// The report in Prometheus' text format (`/metrics`): the same numbers as `pith stats
 /// --json`.
 pub(crate) fn metrics(r: &Report) -> String {
@@ -584,4 +505,16 @@ fn label(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages() {
+        assert_eq!(parse_age("30m"), Ok(1_800_000));
+        assert_eq!(parse_age("1d"), Ok(86_400_000));
+        assert!(parse_age("1x").unwrap_err().contains("use a number"));
+    }
 }

@@ -126,9 +126,16 @@ ALTER TABLE requests DROP COLUMN local;
 ", "
 -- Schema 3: each request's prompt fingerprint (pith_wire::fingerprint), for cache-bust
 -- detection without keeping bodies: as sent upstream, and as the client sent it when that
--- differs (NULL: the same).
-ALTER TABLE requests ADD COLUMN fingerprint BLOB;
-ALTER TABLE requests ADD COLUMN client_fingerprint BLOB;
+-- differs (NULL: the same). In a table of their own: they are the widest thing a row has, and
+-- every aggregate scans `requests`.
+CREATE TABLE prompts (
+    request_id INTEGER PRIMARY KEY REFERENCES requests(id),
+    session    TEXT NOT NULL,
+    model      TEXT,
+    sent       BLOB NOT NULL,
+    as_client  BLOB
+);
+CREATE INDEX prompts_session_model ON prompts (session, model, request_id);
 -- Decided when the row is written, against the session's previous request of the same model:
 -- checked (1 when there was one), the first differing segment of a bust, the segment the
 -- previous request was cached through, and who caused it ('pith' or 'client').
@@ -136,7 +143,6 @@ ALTER TABLE requests ADD COLUMN bust_checked INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE requests ADD COLUMN bust_at INTEGER;
 ALTER TABLE requests ADD COLUMN bust_cached_through INTEGER;
 ALTER TABLE requests ADD COLUMN bust_cause TEXT;
-CREATE INDEX requests_session_model ON requests (session, model, id);
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -586,10 +592,9 @@ impl Ledger {
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    fingerprint, client_fingerprint, bust_checked, bust_at, bust_cached_through,
-                    bust_cause)
+                    bust_checked, bust_at, bust_cached_through, bust_cause)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
             )?;
             let mut result = tx.prepare_cached(
                 "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -600,9 +605,12 @@ impl Ledger {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             let mut previous = tx.prepare_cached(
-                "SELECT fingerprint, client_fingerprint FROM requests
-                 WHERE session = ?1 AND model IS ?2 AND fingerprint IS NOT NULL
-                 ORDER BY id DESC LIMIT 1",
+                "SELECT sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
+                 ORDER BY request_id DESC LIMIT 1",
+            )?;
+            let mut prompt = tx.prepare_cached(
+                "INSERT INTO prompts (request_id, session, model, sent, as_client)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
             for r in rows {
                 let u = r.usage;
@@ -649,13 +657,14 @@ impl Ledger {
                     u.map(|u| to_i64(u.cache_read)),
                     r.ttfb_ms,
                     r.total_ms,
-                    r.fingerprint,
-                    r.client_fingerprint,
                     checked,
                     bust.map(|b| to_i64(b.0 as u64)),
                     bust.map(|b| to_i64(b.1 as u64)),
                     bust.map(|b| b.2),
                 ])?;
+                if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
+                    prompt.execute(params![id, session, r.model, fp, r.client_fingerprint])?;
+                }
                 for (position, t) in r.transforms.iter().enumerate() {
                     let detail = match &t.result {
                         TransformResult::Applied(facts) => {
@@ -878,12 +887,14 @@ impl Ledger {
     pub fn rows(&self) -> Result<Vec<Row>, StoreError> {
         let mut transforms = self.transforms_by_request()?;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT ts_ms, client, session, wire, provider, model, method, path, status, outcome,
-                    error, bytes_client, bytes_upstream, bytes_response, tools_bytes,
-                    system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
-                    cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, id, fingerprint,
-                    client_fingerprint
-             FROM requests ORDER BY id",
+            "SELECT ts_ms, client, requests.session, wire, provider, requests.model, method, path,
+                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
+                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                    requests.id,
+                    prompts.sent, prompts.as_client
+             FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
+             ORDER BY requests.id",
         )?;
         let rows = stmt.query_map([], |r| {
             let input: Option<i64> = r.get(18)?;
@@ -968,6 +979,45 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_bust_is_decided_when_its_row_is_written() {
+        use pith_wire::fingerprint::Fingerprint;
+        let fp = |segments: &[u64]| {
+            Fingerprint {
+                segments: segments.to_vec(),
+                breakpoints: vec![(segments.len() - 1) as u32],
+                automatic: false,
+            }
+            .to_bytes()
+        };
+        let row = |sent: Vec<u8>, client: Option<Vec<u8>>| Row {
+            session: Some("s".into()),
+            model: Some("m".into()),
+            path: "/v1/messages".into(),
+            fingerprint: Some(sent),
+            client_fingerprint: client,
+            ..Row::default()
+        };
+        let mut ledger = Ledger::open_in_memory().unwrap();
+        ledger.insert(&[row(fp(&[1, 2, 3]), None)]).unwrap();
+        // The client appended: no bust.
+        ledger.insert(&[row(fp(&[1, 2, 3, 4]), None)]).unwrap();
+        // pith changed segment 1 though the client kept it: pith's bust.
+        ledger
+            .insert(&[row(fp(&[1, 9, 3, 4, 5]), Some(fp(&[1, 2, 3, 4, 5])))])
+            .unwrap();
+        // The client changed segment 2 itself.
+        ledger.insert(&[row(fp(&[1, 9, 7]), None)]).unwrap();
+        let busts = ledger.cache_busts(&Filter::default()).unwrap();
+        assert_eq!((busts.pairs, busts.by_pith, busts.by_client), (3, 1, 1));
+        let causes: Vec<(&str, u64)> = busts
+            .busts
+            .iter()
+            .map(|b| (b.cause.as_str(), b.segment))
+            .collect();
+        assert_eq!(causes, [("client", 2), ("pith", 1)], "newest first");
+    }
+
     use super::*;
 
     fn row(session: &str, model: &str, ts: i64, usage: Option<RowUsage>) -> Row {

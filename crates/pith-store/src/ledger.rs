@@ -143,6 +143,62 @@ ALTER TABLE requests ADD COLUMN bust_checked INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE requests ADD COLUMN bust_at INTEGER;
 ALTER TABLE requests ADD COLUMN bust_cached_through INTEGER;
 ALTER TABLE requests ADD COLUMN bust_cause TEXT;
+CREATE INDEX requests_busts ON requests (id) WHERE bust_cause IS NOT NULL;
+
+-- Totals kept up to date as rows are written, so a report over the whole ledger reads a row
+-- per (session, model) and per stage instead of scanning every request. `k` is the group's
+-- key (session and model, NULL marked), `detail` '' for none.
+CREATE TABLE group_totals (
+    k           TEXT PRIMARY KEY,
+    session     TEXT,
+    model       TEXT,
+    client      TEXT NOT NULL,
+    requests    INTEGER NOT NULL,
+    with_usage  INTEGER NOT NULL,
+    input       INTEGER NOT NULL,
+    output      INTEGER NOT NULL,
+    cache_write INTEGER NOT NULL,
+    cache_read  INTEGER NOT NULL,
+    errors      INTEGER NOT NULL,
+    local       INTEGER NOT NULL,
+    transformed INTEGER NOT NULL,
+    failures    INTEGER NOT NULL,
+    first_ms    INTEGER NOT NULL,
+    last_ms     INTEGER NOT NULL,
+    bust_pairs  INTEGER NOT NULL,
+    busts_pith  INTEGER NOT NULL,
+    busts_client INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE stage_result_totals (
+    stage  TEXT NOT NULL,
+    result TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (stage, result, detail)
+) WITHOUT ROWID;
+CREATE TABLE stage_fact_totals (
+    stage TEXT NOT NULL,
+    name  TEXT NOT NULL,
+    kind  TEXT NOT NULL,
+    total INTEGER NOT NULL,
+    PRIMARY KEY (stage, name, kind)
+) WITHOUT ROWID;
+INSERT INTO group_totals
+SELECT coalesce('s' || session, '-') || char(31) || coalesce('m' || model, '-'), session, model,
+       min(client), count(*), count(input_tokens), coalesce(sum(input_tokens), 0),
+       coalesce(sum(output_tokens), 0), coalesce(sum(cache_write_tokens), 0),
+       coalesce(sum(cache_read_tokens), 0), sum(outcome NOT IN ('ok', 'local')),
+       sum(outcome = 'local'),
+       sum(EXISTS (SELECT 1 FROM transform_results t
+                   WHERE t.request_id = requests.id AND t.result = 'applied')),
+       sum((SELECT count(*) FROM transform_results t
+            WHERE t.request_id = requests.id AND t.result = 'failed')),
+       min(ts_ms), max(ts_ms), 0, 0, 0
+FROM requests GROUP BY session, model;
+INSERT INTO stage_result_totals
+SELECT stage, result, CASE WHEN result = 'unchanged' THEN coalesce(detail, '') ELSE '' END, count(*)
+FROM transform_results GROUP BY 1, 2, 3;
+INSERT INTO stage_fact_totals SELECT stage, name, kind, sum(value) FROM transform_facts GROUP BY 1, 2, 3;
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -517,6 +573,26 @@ pub struct Bust {
     pub cause: String,
 }
 
+fn group_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Group> {
+    Ok(Group {
+        session: r.get(0)?,
+        client: r.get(1)?,
+        model: r.get(2)?,
+        requests: to_u64(r.get(3)?),
+        with_usage: to_u64(r.get(4)?),
+        input: to_u64(r.get(5)?),
+        output: to_u64(r.get(6)?),
+        cache_write: to_u64(r.get(7)?),
+        cache_read: to_u64(r.get(8)?),
+        errors: to_u64(r.get(9)?),
+        local: to_u64(r.get(10)?),
+        transformed: to_u64(r.get(11)?),
+        transform_failures: to_u64(r.get(12)?),
+        first_ms: r.get(13)?,
+        last_ms: r.get(14)?,
+    })
+}
+
 /// The bust between two requests' stored fingerprints (as sent, as the client sent it when
 /// different): `(first difference, cached through, cause)`, or `None`.
 fn bust_between(
@@ -612,6 +688,36 @@ impl Ledger {
                 "INSERT INTO prompts (request_id, session, model, sent, as_client)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
+            let mut group = tx.prepare_cached(
+                "INSERT INTO group_totals VALUES
+                    (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
+                     ?17)
+                 ON CONFLICT (k) DO UPDATE SET
+                    client = min(client, excluded.client),
+                    requests = requests + 1,
+                    with_usage = with_usage + excluded.with_usage,
+                    input = input + excluded.input,
+                    output = output + excluded.output,
+                    cache_write = cache_write + excluded.cache_write,
+                    cache_read = cache_read + excluded.cache_read,
+                    errors = errors + excluded.errors,
+                    local = local + excluded.local,
+                    transformed = transformed + excluded.transformed,
+                    failures = failures + excluded.failures,
+                    first_ms = min(first_ms, excluded.first_ms),
+                    last_ms = max(last_ms, excluded.last_ms),
+                    bust_pairs = bust_pairs + excluded.bust_pairs,
+                    busts_pith = busts_pith + excluded.busts_pith,
+                    busts_client = busts_client + excluded.busts_client",
+            )?;
+            let mut result_total = tx.prepare_cached(
+                "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
+                 ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
+            )?;
+            let mut fact_total = tx.prepare_cached(
+                "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total",
+            )?;
             for r in rows {
                 let u = r.usage;
                 let bust = match (&r.session, &r.fingerprint) {
@@ -664,6 +770,64 @@ impl Ledger {
                 ])?;
                 if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
                     prompt.execute(params![id, session, r.model, fp, r.client_fingerprint])?;
+                }
+                let applied = r
+                    .transforms
+                    .iter()
+                    .any(|t| matches!(t.result, TransformResult::Applied(_)));
+                let failures = r
+                    .transforms
+                    .iter()
+                    .filter(|t| matches!(t.result, TransformResult::Failed(_)))
+                    .count();
+                let key = format!(
+                    "{}\u{1f}{}",
+                    r.session
+                        .as_deref()
+                        .map_or("-".to_owned(), |s| format!("s{s}")),
+                    r.model
+                        .as_deref()
+                        .map_or("-".to_owned(), |m| format!("m{m}"))
+                );
+                let cause = bust.map(|b| b.2);
+                group.execute(params![
+                    key,
+                    r.session,
+                    r.model,
+                    r.client,
+                    i64::from(u.is_some()),
+                    u.map_or(0, |u| to_i64(u.input)),
+                    u.map_or(0, |u| to_i64(u.output)),
+                    u.map_or(0, |u| to_i64(u.cache_write)),
+                    u.map_or(0, |u| to_i64(u.cache_read)),
+                    i64::from(!matches!(
+                        r.outcome,
+                        RequestOutcome::Ok | RequestOutcome::Local
+                    )),
+                    i64::from(r.outcome == RequestOutcome::Local),
+                    i64::from(applied),
+                    failures as i64,
+                    r.ts_ms,
+                    checked,
+                    i64::from(cause == Some("pith")),
+                    i64::from(cause == Some("client")),
+                ])?;
+                for t in &r.transforms {
+                    let detail = match &t.result {
+                        TransformResult::Unchanged(d) => d.as_str(),
+                        _ => "",
+                    };
+                    result_total.execute(params![t.stage, t.result.as_str(), detail])?;
+                    if let TransformResult::Applied(facts) = &t.result {
+                        for f in facts {
+                            fact_total.execute(params![
+                                t.stage,
+                                f.name,
+                                f.kind,
+                                to_i64(f.value)
+                            ])?;
+                        }
+                    }
                 }
                 for (position, t) in r.transforms.iter().enumerate() {
                     let detail = match &t.result {
@@ -724,6 +888,22 @@ impl Ledger {
 
     /// Totals per (session, model), oldest session first.
     pub fn groups(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
+        if filter.since_ms.is_some() {
+            return self.groups_scanned(filter);
+        }
+        // The totals kept as rows were written: one row per group, not a scan.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT session, client, model, requests, with_usage, input, output, cache_write,
+                    cache_read, errors, local, transformed, failures, first_ms, last_ms
+             FROM group_totals WHERE (?1 IS NULL OR session = ?1)
+             ORDER BY first_ms, session, model",
+        )?;
+        let rows = stmt.query_map(params![filter.session], group_of)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// [`Ledger::groups`] computed from the requests themselves (any filter).
+    fn groups_scanned(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
         let sql = format!(
             "SELECT session, min(client), model, count(*),
                     count(input_tokens),
@@ -738,33 +918,31 @@ impl Ledger {
              FROM requests
              WHERE {FILTERED}
              GROUP BY session, model
-             ORDER BY min(ts_ms)"
+             ORDER BY min(ts_ms), session, model"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok(Group {
-                session: r.get(0)?,
-                client: r.get(1)?,
-                model: r.get(2)?,
-                requests: to_u64(r.get(3)?),
-                with_usage: to_u64(r.get(4)?),
-                input: to_u64(r.get(5)?),
-                output: to_u64(r.get(6)?),
-                cache_write: to_u64(r.get(7)?),
-                cache_read: to_u64(r.get(8)?),
-                errors: to_u64(r.get(9)?),
-                local: to_u64(r.get(10)?),
-                transformed: to_u64(r.get(11)?),
-                transform_failures: to_u64(r.get(12)?),
-                first_ms: r.get(13)?,
-                last_ms: r.get(14)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], group_of)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// What each transform stage did over the rows `filter` covers, stages sorted by name.
     pub fn stage_totals(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
+        if filter.since_ms.is_none() && filter.session.is_none() {
+            // The totals kept as rows were written.
+            return self.stage_totals_from(
+                "SELECT stage, result, CASE WHEN result = 'unchanged' THEN detail END, n
+                 FROM stage_result_totals ORDER BY 1, 2, 3"
+                    .to_owned(),
+                "SELECT stage, name, kind, total FROM stage_fact_totals ORDER BY 1, 2, 3"
+                    .to_owned(),
+                filter,
+            );
+        }
+        self.stage_totals_scanned(filter)
+    }
+
+    /// [`Ledger::stage_totals`] computed from the requests themselves (any filter).
+    fn stage_totals_scanned(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
         // Both queries give (stage, text, text, count) per group: results first, then facts.
         let results = format!(
             "SELECT t.stage, t.result, CASE WHEN t.result = 'unchanged' THEN t.detail END, count(*)
@@ -776,10 +954,23 @@ impl Ledger {
              FROM transform_facts f JOIN requests ON requests.id = f.request_id
              WHERE {FILTERED} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
         );
+        self.stage_totals_from(results, facts, filter)
+    }
+
+    fn stage_totals_from(
+        &self,
+        results: String,
+        facts: String,
+        filter: &Filter,
+    ) -> Result<Vec<StageTotals>, StoreError> {
         let mut stages: BTreeMap<String, StageTotals> = BTreeMap::new();
         for (is_fact, sql) in [(false, results), (true, facts)] {
             let mut stmt = self.conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
+            let mut rows = if sql.contains("?1") {
+                stmt.query(params![filter.since_ms, filter.session])?
+            } else {
+                stmt.query([])?
+            };
             while let Some(r) = rows.next()? {
                 let stage: String = r.get(0)?;
                 let (a, b, n): (String, Option<String>, i64) = (r.get(1)?, r.get(2)?, r.get(3)?);
@@ -802,11 +993,18 @@ impl Ledger {
     /// Prompt-cache busts over the filtered rows: the pairs checked, busts by cause, and the
     /// newest busts (at most 100). Each row's bust was decided when it was written.
     pub fn cache_busts(&self, filter: &Filter) -> Result<CacheBusts, StoreError> {
-        let totals = format!(
-            "SELECT coalesce(sum(bust_checked), 0), coalesce(sum(bust_cause = 'pith'), 0),
+        let totals = if filter.since_ms.is_none() {
+            "SELECT coalesce(sum(bust_pairs), 0), coalesce(sum(busts_pith), 0),
+                    coalesce(sum(busts_client), 0)
+             FROM group_totals WHERE (?1 IS NULL OR ?1 IS NULL) AND (?2 IS NULL OR session = ?2)"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT coalesce(sum(bust_checked), 0), coalesce(sum(bust_cause = 'pith'), 0),
                     coalesce(sum(bust_cause = 'client'), 0)
              FROM requests WHERE {FILTERED}"
-        );
+            )
+        };
         let (pairs, by_pith, by_client): (i64, i64, i64) =
             self.conn
                 .query_row(&totals, params![filter.since_ms, filter.session], |r| {
@@ -979,6 +1177,88 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn totals_kept_on_write_equal_a_scan_of_the_rows() {
+        use pith_wire::fingerprint::Fingerprint;
+        let mut ledger = Ledger::open_in_memory().unwrap();
+        let outcomes = [
+            RequestOutcome::Ok,
+            RequestOutcome::Local,
+            RequestOutcome::UpstreamError,
+            RequestOutcome::ClientClosed,
+        ];
+        let mut rows = Vec::new();
+        for i in 0..200u64 {
+            let transforms = match i % 3 {
+                0 => vec![Transform {
+                    stage: "defer".into(),
+                    result: TransformResult::Applied(vec![Fact {
+                        name: "tools".into(),
+                        kind: "count".into(),
+                        value: i,
+                    }]),
+                }],
+                1 => vec![Transform {
+                    stage: "defer".into(),
+                    result: TransformResult::Unchanged(format!("reason_{}", i % 2)),
+                }],
+                _ => vec![Transform {
+                    stage: "pins".into(),
+                    result: TransformResult::Failed("boom".into()),
+                }],
+            };
+            let fp = Fingerprint {
+                segments: (0..(3 + i % 4)).map(|k| k * (1 + (i / 10) % 3)).collect(),
+                breakpoints: vec![1],
+                automatic: false,
+            };
+            rows.push(Row {
+                ts_ms: 1_000 + (i as i64 * 7919) % 1000,
+                client: ["a", "b"][(i % 2) as usize].into(),
+                session: (i % 7 != 0).then(|| format!("s{}", i % 5)),
+                model: (i % 11 != 0).then(|| format!("m{}", i % 2)),
+                path: "/v1/messages".into(),
+                outcome: outcomes[(i % 4) as usize],
+                usage: (i % 3 != 2).then_some(RowUsage {
+                    input: i,
+                    output: 2 * i,
+                    cache_write: i % 10,
+                    cache_read: 100 + i,
+                }),
+                transforms,
+                fingerprint: Some(fp.to_bytes()),
+                ..Row::default()
+            });
+        }
+        for chunk in rows.chunks(17) {
+            ledger.insert(chunk).unwrap();
+        }
+        let all = Filter::default();
+        assert_eq!(
+            ledger.groups(&all).unwrap(),
+            ledger.groups_scanned(&all).unwrap()
+        );
+        let one = Filter {
+            session: Some("s3".into()),
+            ..Filter::default()
+        };
+        assert_eq!(
+            ledger.groups(&one).unwrap(),
+            ledger.groups_scanned(&one).unwrap()
+        );
+        assert_eq!(
+            ledger.stage_totals(&all).unwrap(),
+            ledger.stage_totals_scanned(&all).unwrap()
+        );
+        let scanned = Filter {
+            since_ms: Some(0),
+            ..Filter::default()
+        };
+        let busts = ledger.cache_busts(&all).unwrap();
+        assert_eq!(busts, ledger.cache_busts(&scanned).unwrap());
+        assert!(busts.pairs > 0 && busts.by_client > 0, "{busts:?}");
+    }
+
     #[test]
     fn a_bust_is_decided_when_its_row_is_written() {
         use pith_wire::fingerprint::Fingerprint;

@@ -497,6 +497,31 @@ pub struct StageTotals {
     pub facts: Vec<(String, String, u64)>,
 }
 
+/// Upper bounds (ms) of the latency histograms' buckets.
+pub const LATENCY_BUCKETS_MS: [u64; 10] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 120_000,
+];
+
+/// Latency histograms over the filtered requests.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Latency {
+    /// The whole exchange, arrival to the last byte out.
+    pub total_ms: Histogram,
+    /// Arrival to the provider's first body byte.
+    pub ttfb_ms: Histogram,
+}
+
+/// One histogram: cumulative counts at each of [`LATENCY_BUCKETS_MS`], the count and the sum.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Histogram {
+    /// Requests at or under each bound, in bound order.
+    pub cumulative: Vec<u64>,
+    /// Requests counted.
+    pub count: u64,
+    /// Their sum, ms.
+    pub sum_ms: f64,
+}
+
 /// One request as a live view shows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Recent {
@@ -1033,6 +1058,37 @@ impl Ledger {
             by_client: to_u64(by_client),
             busts,
         })
+    }
+
+    /// How long requests took: a histogram of `total_ms` (the whole exchange) and of `ttfb_ms`
+    /// (to the provider's first byte, where there was one), over the filtered rows, with the
+    /// bucket bounds in [`LATENCY_BUCKETS_MS`].
+    pub fn latency(&self, filter: &Filter) -> Result<Latency, StoreError> {
+        let buckets: Vec<String> = LATENCY_BUCKETS_MS
+            .iter()
+            .map(|b| format!("coalesce(sum(COL <= {b}), 0)"))
+            .collect();
+        let mut out = Latency::default();
+        for (column, hist) in [
+            ("total_ms", &mut out.total_ms),
+            ("ttfb_ms", &mut out.ttfb_ms),
+        ] {
+            let sql = format!(
+                "SELECT count({column}), coalesce(sum({column}), 0), {}
+                 FROM requests WHERE {column} IS NOT NULL AND {FILTERED}",
+                buckets.join(", ").replace("COL", column)
+            );
+            self.conn
+                .query_row(&sql, params![filter.since_ms, filter.session], |r| {
+                    hist.count = to_u64(r.get(0)?);
+                    hist.sum_ms = r.get(1)?;
+                    for i in 0..LATENCY_BUCKETS_MS.len() {
+                        hist.cumulative.push(to_u64(r.get(2 + i)?));
+                    }
+                    Ok(())
+                })?;
+        }
+        Ok(out)
     }
 
     /// The newest requests, newest first, at most `limit`, only those after `after_id` when

@@ -145,6 +145,8 @@ pub(crate) struct Report {
     dropped_rows: u64,
     /// Prompt-cache busts between consecutive requests of a session (same model).
     cache_busts: pith_store::ledger::CacheBusts,
+    /// Latency histograms (bucket bounds: `pith_store::ledger::LATENCY_BUCKETS_MS`).
+    latency: pith_store::ledger::Latency,
 }
 
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
@@ -257,6 +259,7 @@ fn build_report(
         transforms,
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
         cache_busts: ledger.cache_busts(filter)?,
+        latency: ledger.latency(filter)?,
     })
 }
 
@@ -484,6 +487,33 @@ pub(crate) fn metrics(r: &Report) -> String {
         "Ledger rows lost because the write queue was full.",
         vec![(String::new(), r.dropped_rows as f64)],
     );
+    for (name, help, h) in [
+        (
+            "pith_request_duration_seconds",
+            "Requests from arrival to the last byte out.",
+            &r.latency.total_ms,
+        ),
+        (
+            "pith_time_to_first_byte_seconds",
+            "Requests from arrival to the provider's first body byte.",
+            &r.latency.ttfb_ms,
+        ),
+    ] {
+        let mut samples: Vec<(String, f64)> = pith_store::ledger::LATENCY_BUCKETS_MS
+            .iter()
+            .zip(&h.cumulative)
+            .map(|(le, n)| {
+                (
+                    format!("_bucket{{le=\"{}\"}}", *le as f64 / 1000.0),
+                    *n as f64,
+                )
+            })
+            .collect();
+        samples.push(("_bucket{le=\"+Inf\"}".to_owned(), h.count as f64));
+        samples.push(("_sum".to_owned(), h.sum_ms / 1000.0));
+        samples.push(("_count".to_owned(), h.count as f64));
+        family(name, "histogram", help, samples);
+    }
     family(
         "pith_cache_busts_total",
         "counter",

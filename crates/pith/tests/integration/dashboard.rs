@@ -121,6 +121,15 @@ fn the_api_agrees_with_pith_stats_and_metrics_parse_and_pages_are_not_traffic() 
         api["total"]["output_tokens"].as_f64().unwrap()
     );
     assert_eq!(samples["pith_cache_busts_total{cause=pith}"], 0.0);
+    assert_eq!(
+        samples["pith_request_duration_seconds_count{}"],
+        sent as f64
+    );
+    assert_eq!(
+        samples["pith_request_duration_seconds_bucket{le=+Inf}"],
+        sent as f64
+    );
+    assert!(samples["pith_time_to_first_byte_seconds_count{}"].as_f64() > Some(0.0));
 
     let (status, kind, page) = get(&pith, "/", &[]);
     assert_eq!((status, kind.as_str()), (200, "text/html; charset=utf-8"));

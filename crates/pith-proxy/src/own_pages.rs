@@ -7,14 +7,30 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 
 /// One of pith's own answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct OwnPage {
     /// The status.
     pub status: StatusCode,
     /// Its content type.
     pub content_type: &'static str,
     /// The body.
-    pub body: Bytes,
+    pub body: OwnBody,
+}
+
+/// An answer's body: whole, or a stream (server-sent events) that lasts until its sender is
+/// dropped or the client goes away (then sending fails, and the sender should stop).
+#[derive(Debug)]
+pub enum OwnBody {
+    /// The whole body.
+    Full(Bytes),
+    /// Chunks as they come.
+    Stream(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+impl From<Bytes> for OwnBody {
+    fn from(bytes: Bytes) -> OwnBody {
+        OwnBody::Full(bytes)
+    }
 }
 
 /// What pith serves on its own paths.

@@ -160,6 +160,8 @@ pub(crate) enum ProxyBody {
     Full(Option<Bytes>),
     /// An upstream body streaming through.
     Tee(Box<Tee<Incoming>>),
+    /// pith's own stream (the dashboard's live events), chunk by chunk until its sender ends.
+    Events(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl ProxyBody {
@@ -410,6 +412,9 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Tee(tee) => tee.poll(cx),
+            ProxyBody::Events(rx) => rx
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -417,6 +422,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(bytes) => bytes.is_none(),
             ProxyBody::Tee(tee) => tee.is_end_stream(),
+            ProxyBody::Events(_) => false,
         }
     }
 
@@ -427,6 +433,7 @@ impl Body for ProxyBody {
             // A rewriter may change the length.
             ProxyBody::Tee(tee) if tee.rewriting.is_some() => SizeHint::default(),
             ProxyBody::Tee(tee) => tee.inner.size_hint(),
+            ProxyBody::Events(_) => SizeHint::default(),
         }
     }
 }

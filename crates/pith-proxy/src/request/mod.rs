@@ -139,7 +139,11 @@ async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBod
     let page = tokio::task::spawn_blocking(move || pages.get(&path, &query))
         .await
         .ok()??;
-    let mut response = Response::new(ProxyBody::full(page.body));
+    let body = match page.body {
+        own_pages::OwnBody::Full(bytes) => ProxyBody::full(bytes),
+        own_pages::OwnBody::Stream(rx) => ProxyBody::Events(rx),
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = page.status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::StatusCode;
-use pith_proxy::own_pages::{OwnPage, OwnPages};
+use pith_proxy::own_pages::{OwnBody, OwnPage, OwnPages};
 use pith_store::ledger::{Filter, Ledger};
 use serde_json::json;
 
@@ -33,7 +33,7 @@ fn json_page(status: StatusCode, value: &serde_json::Value) -> OwnPage {
     OwnPage {
         status,
         content_type: "application/json",
-        body: Bytes::from(value.to_string()),
+        body: Bytes::from(value.to_string()).into(),
     }
 }
 
@@ -107,14 +107,14 @@ impl OwnPages for Dashboard {
             return Some(OwnPage {
                 status: StatusCode::OK,
                 content_type: "text/html; charset=utf-8",
-                body: Bytes::from_static(PAGE.as_bytes()),
+                body: Bytes::from_static(PAGE.as_bytes()).into(),
             });
         }
         if path == "/favicon.ico" {
             return Some(OwnPage {
                 status: StatusCode::NO_CONTENT,
                 content_type: "image/x-icon",
-                body: Bytes::new(),
+                body: Bytes::new().into(),
             });
         }
         if path == "/pith/health" {
@@ -141,7 +141,7 @@ impl OwnPages for Dashboard {
                     Ok(report) if path == "/metrics" => OwnPage {
                         status: StatusCode::OK,
                         content_type: "text/plain; version=0.0.4; charset=utf-8",
-                        body: Bytes::from(stats::metrics(&report)),
+                        body: Bytes::from(stats::metrics(&report)).into(),
                     },
                     Ok(report) => match serde_json::to_value(&report) {
                         Ok(v) => json_page(StatusCode::OK, &v),
@@ -150,6 +150,7 @@ impl OwnPages for Dashboard {
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
                 }
             }
+            "/pith/api/events" => events(ledger.to_owned(), query),
             "/pith/api/requests" => {
                 let limit = query_value(query, "limit")
                     .and_then(|l| l.parse::<usize>().ok())
@@ -170,6 +171,79 @@ impl OwnPages for Dashboard {
             ),
         };
         Some(page)
+    }
+}
+
+/// How often the live stream looks for new requests, and sends a comment to keep the
+/// connection (and any proxy between) from timing it out.
+const EVENTS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+const KEEPALIVE_EVERY: u32 = 30;
+
+/// `/pith/api/events`: each new request as a server-sent event (`event: request`, the row as
+/// `/pith/api/requests` gives it), from `?after=ID` (default: from now). A thread per viewer
+/// reads the ledger every half second; it ends when the viewer goes away.
+fn events(ledger: PathBuf, query: &str) -> OwnPage {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let start = query_value(query, "after").and_then(|a| a.parse::<i64>().ok());
+    let spawned = std::thread::Builder::new()
+        .name("pith-dashboard-events".into())
+        .spawn(move || {
+            let Ok(reader) = Ledger::open_read_only(&ledger) else {
+                return;
+            };
+            let mut last = match start {
+                Some(id) => id,
+                None => reader
+                    .recent(1, None)
+                    .ok()
+                    .and_then(|r| r.first().map(|r| r.id))
+                    .unwrap_or(0),
+            };
+            if tx
+                .blocking_send(Bytes::from_static(b": pith live requests\n\n"))
+                .is_err()
+            {
+                return;
+            }
+            let mut quiet = 0;
+            loop {
+                std::thread::sleep(EVENTS_EVERY);
+                let Ok(mut rows) = reader.recent(500, Some(last)) else {
+                    return;
+                };
+                rows.reverse();
+                for row in &rows {
+                    last = last.max(row.id);
+                    let Ok(data) = serde_json::to_string(row) else {
+                        continue;
+                    };
+                    let event = format!("id: {}\nevent: request\ndata: {data}\n\n", row.id);
+                    if tx.blocking_send(Bytes::from(event)).is_err() {
+                        return;
+                    }
+                }
+                quiet = if rows.is_empty() { quiet + 1 } else { 0 };
+                if quiet >= KEEPALIVE_EVERY {
+                    quiet = 0;
+                    if tx
+                        .blocking_send(Bytes::from_static(b": keep-alive\n\n"))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+    if spawned.is_err() {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "pith could not start the live stream".into(),
+        );
+    }
+    OwnPage {
+        status: StatusCode::OK,
+        content_type: "text/event-stream",
+        body: OwnBody::Stream(rx),
     }
 }
 

@@ -190,7 +190,6 @@ fn headless(url: &str, args: &[&str]) -> (String, String) {
             "--disable-sync",
             "--enable-logging=stderr",
             "--v=0",
-            "--virtual-time-budget=8000",
             "--window-size=1280,1000",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
@@ -218,8 +217,10 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
     let out = pith_stats(&pith, &["--json"]);
     let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
 
-    let url = format!("{}/", pith.url());
-    let (dom, log) = headless(&url, &["--dump-dom"]);
+    // `?poll`: the page polls instead of holding an event stream open, which would keep the
+    // headless browser's virtual clock from running out (the stream has its own test).
+    let url = format!("{}/?poll", pith.url());
+    let (dom, log) = headless(&url, &["--virtual-time-budget=8000", "--dump-dom"]);
     assert!(!log.contains("Uncaught"), "a script error:\n{log}");
     assert!(
         dom.contains(r#"<p id="error"></p>"#),
@@ -240,19 +241,105 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
     let rows = dom.matches("<tr data-id=").count();
     assert_eq!(rows, sent, "the live table shows every request");
 
-    // A new request reaches the live table (the page polls the API).
+    // A new request reaches the live table.
     replay(&pith);
     pith.wait_rows(2 * sent);
-    let (dom, _) = headless(&url, &["--dump-dom"]);
+    let (dom, _) = headless(&url, &["--virtual-time-budget=8000", "--dump-dom"]);
     assert_eq!(dom.matches("<tr data-id=").count(), 2 * sent);
-
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
     let _ = std::fs::remove_file(&shot);
-    headless(&url, &[&format!("--screenshot={}", shot.display())]);
+    headless(
+        &url,
+        &[
+            "--virtual-time-budget=8000",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
     let png = std::fs::read(&shot).unwrap();
     assert!(
         png.starts_with(b"\x89PNG"),
         "no screenshot at {}",
         shot.display()
+    );
+}
+
+#[test]
+fn the_live_stream_sends_each_new_request_as_an_event() {
+    use std::io::{BufRead, BufReader, Write};
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    // A plain HTTP/1.1 client reading the stream as it comes.
+    let mut stream = std::net::TcpStream::connect(pith.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /pith/api/events HTTP/1.1\r\nhost: pith\r\naccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    reader.read_line(&mut head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut headers = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        headers.push_str(&line.to_ascii_lowercase());
+    }
+    assert!(
+        headers.contains("content-type: text/event-stream"),
+        "{headers}"
+    );
+    // From now on: one more request through pith becomes one event.
+    let c = captures()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.client_folder.starts_with("claude-code"))
+        .unwrap();
+    let rt = runtime();
+    let client = client();
+    rt.block_on(async {
+        read_all(
+            send(
+                &client,
+                request(
+                    "POST",
+                    &format!("{}{}", pith.url(), c.path),
+                    &capture_headers(&c),
+                    c.body.clone(),
+                ),
+            )
+            .await,
+        )
+        .await
+    });
+    let mut event = String::new();
+    while !event.contains("event: request") {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("the stream ended: {event}");
+        }
+        event.push_str(&line);
+    }
+    let mut data = String::new();
+    reader.read_line(&mut data).unwrap();
+    // A chunked body: the event's data line may follow a chunk-size line.
+    while !data.starts_with("data: ") {
+        data.clear();
+        reader.read_line(&mut data).unwrap();
+    }
+    let row: Value = serde_json::from_str(data.trim_start_matches("data: ").trim()).unwrap();
+    assert_eq!(row["client"], "claude-code");
+    assert_eq!(
+        row["id"].as_i64(),
+        Some(sent as i64 + 1),
+        "only the new request"
     );
 }

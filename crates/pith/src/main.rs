@@ -46,6 +46,9 @@ enum Command {
     Memory(commands::memory::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
     Setup(commands::setup::Args),
+    /// One status line for Claude Code (its statusLine command): the session's tokens, cost,
+    /// cache hit share and what pith kept out, from the ledger. Reads the payload on stdin.
+    Statusline(commands::statusline::Args),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Mcp(args) => commands::mcp::run(args, &config),
         Command::Memory(cmd) => commands::memory::run(cmd, &config),
         Command::Setup(args) => commands::setup::run(args, &config),
+        Command::Statusline(args) => commands::statusline::run(args, &config),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

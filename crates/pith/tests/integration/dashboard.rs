@@ -343,3 +343,67 @@ fn the_live_stream_sends_each_new_request_as_an_event() {
         "only the new request"
     );
 }
+
+/// `pith statusline` with `payload` on stdin.
+fn statusline(pith: &PithProxy, payload: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(pith_bin())
+        .arg("statusline")
+        .env("PITH_HOME", pith.home.path())
+        .env_remove("PITH_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn the_status_line_sums_the_session_from_the_ledger() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    let out = pith_stats(&pith, &["--json"]);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = stats["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["client"] == "opencode")
+        .unwrap();
+    let id = session["session"].as_str().unwrap();
+    // Claude Code's payload carries more; the session id is what pith reads.
+    let payload = serde_json::json!({"session_id": id, "model": {"display_name": "Opus"},
+        "workspace": {"current_dir": "/p"}})
+    .to_string();
+    let (ok, line) = statusline(&pith, &payload);
+    assert!(ok);
+    assert!(
+        line.starts_with(&format!("pith · {} req · ", session["requests"])),
+        "{line}"
+    );
+    assert!(
+        line.contains("% cached") && line.contains("kept out"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1);
+    // Nothing usable: still one line, still success.
+    for bad in ["", "not json", r#"{"session_id": 5}"#] {
+        let (ok, line) = statusline(&pith, bad);
+        assert!(ok, "{bad:?}");
+        assert_eq!(line, "pith\n", "{bad:?}");
+    }
+    let (_, line) = statusline(&pith, r#"{"session_id": "nobody"}"#);
+    assert_eq!(line, "pith · no requests yet in this session\n");
+}

@@ -1,10 +1,11 @@
 //! Local-model ranking of search candidates, over Ollama's API or the OpenAI-compatible one
 //! (llama.cpp's server, LM Studio, vLLM, Ollama's `/v1`); strict parse, fails open.
 //!
-//! [`ModelRanker`] implements [`pith_search::Ranker`]: it asks the model for the `want` results
-//! that best answer the query and returns them only if the answer is exactly that many distinct
-//! candidates; anything else is an `Err` with the reason, and `search_workspace` shows the plain
-//! list with a line saying why it is not ranked.
+//! [`ModelRanker`] implements [`pith_search::Ranker`]: it shows the model the matching files
+//! (with a few of their lines), asks for the files that best answer the query, and returns
+//! those files' lines, at most `want`, only if the answer is exactly the asked number of
+//! distinct files; anything else is an `Err` with the reason, and `search_workspace` shows the
+//! plain list with a line saying why it is not ranked.
 //!
 //! A cold model is the usual first call of a session, and loading one takes longer than a
 //! ranking may wait. [`ModelRanker::warm_up`] (the MCP server calls it at start) checks that the
@@ -37,9 +38,12 @@ pub use prompt::ReplyError;
 
 use crate::client::Client;
 
-/// A small instruction-tuned model (Ollama's name for it).
+/// A small instruction-tuned code model (Ollama's name for it). Not measured: no registry here
+/// ships it (BENCHMARKS.md, "Local prefilter").
 pub const DEFAULT_MODEL: &str = "qwen2.5-coder:1.5b";
-/// Per-ranking timeout.
+/// Per-ranking timeout: the cap on what trying costs a broad search. The evaluated model took
+/// 6-109 s per ranking on 2 CPU cores (BENCHMARKS.md), so no wait an agent would accept lets a
+/// CPU rank; a faster setup answers within it.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long loading the model may take (the warm-up's timeout).
 pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
@@ -323,7 +327,7 @@ impl ModelRanker {
     }
 
     /// The load request; for the OpenAI API, the first response format the server accepts is
-    /// kept for the rankings (a 400 or 422 refuses one).
+    /// kept for the rankings (an error status refuses one).
     fn warm_request(&self) -> Result<(), RankError> {
         let config = &self.inner.config;
         let formats: &[ResponseFormat] = match config.api {
@@ -352,11 +356,9 @@ impl ModelRanker {
                         .unwrap_or_else(PoisonError::into_inner) = format;
                     return Ok(());
                 }
-                Err(
-                    err @ HttpError::Status {
-                        status: 400 | 422, ..
-                    },
-                ) => refused = Some(err),
+                // llama-cpp-python's server refuses `json_schema` with a 500 (its validation
+                // error), others with a 400 or 422: any error status means try the next one.
+                Err(err @ HttpError::Status { .. }) => refused = Some(err),
                 Err(err) => return Err(err.into()),
             }
         }
@@ -422,7 +424,8 @@ impl ModelRanker {
         RankError::Unavailable(error)
     }
 
-    /// Asks the model for the `want` candidates most relevant to `query`.
+    /// Asks the model for the files that best answer `query`; their candidates, at most
+    /// `want`.
     pub fn try_rank(
         &self,
         query: &str,
@@ -470,7 +473,7 @@ impl ModelRanker {
             Err(err @ HttpError::Status { .. }) => return Err(err.into()),
         };
         let content = config.api.chat_content(&reply)?;
-        Ok(prompt::parse_pick(&content, candidates.len(), want)?)
+        Ok(prompt.parse(&content)?)
     }
 }
 

@@ -11,10 +11,16 @@ use pith_prefilter::{Api, HttpError, ModelRanker, PrefilterConfig, RankError};
 use pith_search::{RankPolicy, Ranker, Ranking, SearchReport, SearchRequest, search_workspace};
 use pith_testkit::ollama::{ChatReply, MockOllama, closed_port_url};
 
-/// 9 files x 5 matching lines = 45 matches: above the default threshold (40), within one page.
-const MATCHES: usize = 45;
-/// Matches shown when ranked (the default).
+/// 11 files x 5 matching lines = 55 matches: above the default threshold (50, the page size).
+const MATCHES: usize = 55;
+/// Files the matches are in (5 lines each).
+const FILES: usize = 11;
+/// The first page, unranked.
+const PAGE: usize = pith_search::DEFAULT_MAX_RESULTS;
+/// Lines shown at most when ranked (the default).
 const SHOWN: usize = pith_search::DEFAULT_RANK_SHOWN;
+/// Files the model is asked for: as many as fill `SHOWN` lines at 5 lines per file.
+const PICK: usize = SHOWN / 5;
 
 const APIS: [Api; 2] = [Api::Ollama, Api::OpenAi];
 
@@ -24,11 +30,11 @@ const APIS: [Api; 2] = [Api::Ollama, Api::OpenAi];
 )]
 fn tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for file in 0..9 {
+    for file in 0..FILES {
         let body: String = (0..5)
             .map(|line| format!("fn handler_{file}_{line}() {{ dispatch(); }}\n"))
             .collect();
-        let path = dir.path().join(format!("src/mod_{file}.rs"));
+        let path = dir.path().join(format!("src/mod_{file:02}.rs"));
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, body).unwrap();
     }
@@ -67,19 +73,19 @@ fn label(api: Api) -> &'static str {
     api.label()
 }
 
-/// The report must be the plain one (every match on the page, path order, nothing withheld
-/// beyond it) under one line that names the model and says why; returns that reason.
+/// The report must be the plain one (the first page in path order, nothing withheld beyond
+/// it) under one line that names the model and says why; returns that reason.
 #[expect(clippy::unwrap_used, reason = "test helper")]
 fn assert_failed_open(report: &SearchReport, root: &Path, api: Api, model: &str) -> String {
     let plain = unranked(root);
-    assert_eq!(plain.matches.len(), MATCHES);
-    assert_eq!(plain.withheld, 0);
+    assert_eq!(plain.matches.len(), PAGE);
+    assert_eq!(plain.withheld, (MATCHES - PAGE) as u64);
     let Ranking::FailedOpen { by, reason } = &report.ranking else {
         panic!("not failed open: {:?}", report.ranking);
     };
     assert_eq!(by, &format!("{model} ({})", label(api)));
     assert_eq!(report.matches, plain.matches);
-    assert_eq!(report.withheld, 0);
+    assert_eq!(report.withheld, plain.withheld);
     let text = report.render();
     let (first, rest) = text.split_once('\n').unwrap();
     assert_eq!(
@@ -95,7 +101,7 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
     for api in APIS {
         let dir = tree();
         let model = "ranker-ok:1b";
-        let mock = MockOllama::start(&[model], ChatReply::last(MATCHES, SHOWN)).unwrap();
+        let mock = MockOllama::start(&[model], ChatReply::last(FILES, PICK)).unwrap();
         let report = run(
             dir.path(),
             &config(api, mock.url(), model),
@@ -107,8 +113,22 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
         assert_eq!(report.matches.len(), SHOWN);
         assert_eq!(report.withheld, (MATCHES - SHOWN) as u64);
         assert_eq!(report.total_matches, MATCHES as u64);
-        let plain = unranked(dir.path());
-        let expected: Vec<_> = plain.matches.iter().rev().take(SHOWN).cloned().collect();
+        // The picked files (the last two, last first), each with its lines in order.
+        let every = search_workspace(
+            dir.path(),
+            &SearchRequest {
+                all: true,
+                max_results: 100,
+                ..SearchRequest::new("dispatch")
+            },
+            None,
+            RankPolicy::default(),
+        )
+        .unwrap();
+        let expected: Vec<_> = (FILES - PICK..FILES)
+            .rev()
+            .flat_map(|file| every.matches[file * 5..file * 5 + 5].iter().cloned())
+            .collect();
         assert_eq!(report.matches, expected);
         let text = report.render();
         let first_lines: Vec<&str> = text.lines().take(2).collect();
@@ -116,13 +136,13 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
             first_lines,
             [
                 format!(
-                    "pith: ranked by local model {by}: the {SHOWN} most relevant of 45 matches \
-                     in 9 files, most relevant first; {} withheld. Pass all=true to list every \
-                     match in path order.",
+                    "pith: ranked by local model {by}: the {SHOWN} most relevant of {MATCHES} \
+                     matches in {FILES} files, most relevant first; {} withheld. Pass all=true \
+                     to list every match in path order.",
                     MATCHES - SHOWN
                 )
                 .as_str(),
-                "src/mod_8.rs:5: fn handler_8_4() { dispatch(); }",
+                "src/mod_10.rs:1: fn handler_10_0() { dispatch(); }",
             ]
         );
         assert_eq!(text.lines().count(), SHOWN + 1);
@@ -133,9 +153,14 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
         assert_eq!(body["model"], model);
         assert_eq!(body["stream"], false);
         let user = body["messages"][1]["content"].as_str().unwrap();
-        assert!(user.starts_with("Query: dispatch\n"), "{user}");
-        assert!(user.contains("\n0. src/mod_0.rs:1: fn handler_0_0() { dispatch(); }\n"));
-        assert!(user.contains("\n44. src/mod_8.rs:5: fn handler_8_4() { dispatch(); }\n"));
+        assert!(user.starts_with("Question: dispatch\n"), "{user}");
+        assert!(user.contains(
+            "\n[0] src/mod_00.rs (5 matches)\n    1: fn handler_0_0() { dispatch(); }\n"
+        ));
+        assert!(
+            user.contains("\n[10] src/mod_10.rs (5 matches)\n"),
+            "{user}"
+        );
         let schema = match api {
             Api::Ollama => {
                 let num_ctx = body["options"]["num_ctx"].as_u64().unwrap();
@@ -149,9 +174,9 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
                 &body["response_format"]["json_schema"]["schema"]
             }
         };
-        assert_eq!(schema["required"][0], "top");
-        assert_eq!(schema["properties"]["top"]["maxItems"], SHOWN);
-        assert_eq!(schema["properties"]["top"]["items"]["maximum"], MATCHES - 1);
+        assert_eq!(schema["required"][0], "files");
+        assert_eq!(schema["properties"]["files"]["maxItems"], PICK);
+        assert_eq!(schema["properties"]["files"]["items"]["maximum"], FILES - 1);
         // The probe went to the API's own model list.
         let probes = mock.probe_requests();
         assert_eq!(probes.len(), 1);
@@ -169,7 +194,7 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
 fn an_openai_base_url_may_end_in_v1() {
     let dir = tree();
     let model = "ranker-v1";
-    let mock = MockOllama::start(&[model], ChatReply::last(MATCHES, SHOWN)).unwrap();
+    let mock = MockOllama::start(&[model], ChatReply::last(FILES, PICK)).unwrap();
     let report = run(
         dir.path(),
         &config(Api::OpenAi, format!("{}/v1/", mock.url()), model),
@@ -183,7 +208,7 @@ fn an_openai_base_url_may_end_in_v1() {
 fn intent_is_the_ranking_query_when_given() {
     let dir = tree();
     let model = "ranker-intent:1b";
-    let mock = MockOllama::start(&[model], ChatReply::last(MATCHES, SHOWN)).unwrap();
+    let mock = MockOllama::start(&[model], ChatReply::last(FILES, PICK)).unwrap();
     let req = SearchRequest {
         intent: Some("where requests are routed".into()),
         ..SearchRequest::new("dispatch")
@@ -193,14 +218,14 @@ fn intent_is_the_ranking_query_when_given() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(user.starts_with("Query: where requests are routed\n"));
+    assert!(user.starts_with("Question: where requests are routed\n"));
 }
 
 #[test]
 fn threshold_shown_all_and_paging_decide_whether_the_model_is_asked() {
     let dir = tree();
     let model = "ranker-threshold:1b";
-    let mock = MockOllama::start(&[model], ChatReply::last(MATCHES, 10)).unwrap();
+    let mock = MockOllama::start(&[model], ChatReply::last(FILES, 2)).unwrap();
     let at_threshold = PrefilterConfig {
         policy: RankPolicy {
             threshold: MATCHES,
@@ -214,6 +239,7 @@ fn threshold_shown_all_and_paging_decide_whether_the_model_is_asked() {
 
     let all = SearchRequest {
         all: true,
+        max_results: 100,
         ..SearchRequest::new("dispatch")
     };
     let report = run(dir.path(), &config(Api::Ollama, mock.url(), model), &all);
@@ -232,11 +258,11 @@ fn threshold_shown_all_and_paging_decide_whether_the_model_is_asked() {
     let report = run(dir.path(), &low, &SearchRequest::new("dispatch"));
     assert!(matches!(report.ranking, Ranking::Ranked { .. }));
     assert_eq!(report.matches.len(), 10);
-    assert_eq!(report.withheld, 35);
+    assert_eq!(report.withheld, 45);
     assert_eq!(mock.chat_requests().len(), 1);
     assert_eq!(
-        mock.chat_requests()[0].body["format"]["properties"]["top"]["minItems"],
-        10
+        mock.chat_requests()[0].body["format"]["properties"]["files"]["minItems"],
+        2
     );
 }
 
@@ -261,7 +287,7 @@ fn a_model_the_server_does_not_list_fails_open_without_asking() {
         let dir = tree();
         let model = "ranker-missing:1b";
         let mock =
-            MockOllama::start(&["some-other-model:7b"], ChatReply::last(MATCHES, SHOWN)).unwrap();
+            MockOllama::start(&["some-other-model:7b"], ChatReply::last(FILES, PICK)).unwrap();
         let report = run(
             dir.path(),
             &config(api, mock.url(), model),
@@ -288,7 +314,7 @@ fn a_timeout_fails_open_and_says_so_on_both_apis() {
         let model = "ranker-slow:1b";
         let mock = MockOllama::start(
             &[model],
-            ChatReply::slow(MATCHES, SHOWN, Duration::from_secs(10)),
+            ChatReply::slow(FILES, PICK, Duration::from_secs(10)),
         )
         .unwrap();
         let cfg = PrefilterConfig {
@@ -312,27 +338,27 @@ fn every_bad_reply_fails_open_on_both_apis() {
     let replies = [
         (
             "prose",
-            ChatReply::prose(MATCHES, SHOWN),
+            ChatReply::prose(FILES, PICK),
             "answer rejected: answer is not",
         ),
         (
             "duplicate",
-            ChatReply::duplicate_index(SHOWN),
-            "answer rejected: result 0 appears twice",
+            ChatReply::duplicate_index(PICK),
+            "answer rejected: file 0 appears twice",
         ),
         (
             "too few",
-            ChatReply::too_few(SHOWN),
-            "answer rejected: 39 results picked, 40 asked for",
+            ChatReply::too_few(PICK),
+            "answer rejected: 1 files picked, 2 asked for",
         ),
         (
             "invented",
-            ChatReply::invented_index(MATCHES, SHOWN),
-            "answer rejected: result 45 is out of range (0-44)",
+            ChatReply::invented_index(FILES, PICK),
+            "answer rejected: file 11 is out of range (0-10)",
         ),
         (
             "negative",
-            ChatReply::Pick((-1..39).collect()),
+            ChatReply::Pick(vec![-1, 0]),
             "answer rejected: answer is not",
         ),
         (
@@ -377,10 +403,12 @@ fn failure_reasons_are_typed_and_name_each_cause_once() {
     let model = "ranker-reasons:1b";
     let mock = MockOllama::start(&[model], ChatReply::duplicate_index(3)).unwrap();
     let ranker = ModelRanker::from_config(&config(Api::Ollama, mock.url(), model)).unwrap();
+    // Three files of one line: three lines wanted is three files asked for.
     let candidates: Vec<pith_search::Candidate> = (0..3)
         .map(|id| pith_search::Candidate {
             id,
-            summary: format!("a.rs:{id}: x"),
+            path: format!("{id}.rs"),
+            summary: format!("{id}.rs:1: x"),
         })
         .collect();
     let err = ranker.try_rank("x", &candidates, 3).unwrap_err();
@@ -417,7 +445,8 @@ fn the_probe_is_made_once_and_an_unreachable_server_is_not_asked_again_at_once()
     let candidates: Vec<pith_search::Candidate> = (0..2)
         .map(|id| pith_search::Candidate {
             id,
-            summary: format!("a.rs:{id}: x"),
+            path: format!("{id}.rs"),
+            summary: format!("{id}.rs:1: x"),
         })
         .collect();
     assert_eq!(ranker.rank("x", &candidates, 2), Ok(vec![1, 0]));
@@ -444,7 +473,7 @@ fn a_cold_model_is_warmed_in_the_background_and_searches_meanwhile_say_so() {
     for api in APIS {
         let dir = tree();
         let model = "ranker-cold:1b";
-        let mock = MockOllama::start(&[model], ChatReply::last(MATCHES, SHOWN)).unwrap();
+        let mock = MockOllama::start(&[model], ChatReply::last(FILES, PICK)).unwrap();
         mock.set_load_time(Duration::from_millis(1500));
         let cfg = PrefilterConfig {
             timeout: Duration::from_millis(400),
@@ -522,7 +551,7 @@ fn a_failed_warm_up_and_a_timed_out_ranking_fail_open_without_waiting_again() {
     let model = "ranker-unloaded:1b";
     let mock = MockOllama::start(
         &[model],
-        ChatReply::slow(MATCHES, SHOWN, Duration::from_secs(5)),
+        ChatReply::slow(FILES, PICK, Duration::from_secs(5)),
     )
     .unwrap();
     let cfg = PrefilterConfig {
@@ -554,13 +583,13 @@ fn a_failed_warm_up_and_a_timed_out_ranking_fail_open_without_waiting_again() {
     );
 }
 
-/// llama-cpp-python's server refuses OpenAI's `json_schema` response format (422) and takes
+/// llama-cpp-python's server refuses OpenAI's `json_schema` response format (a 500) and takes
 /// `json_object` with a `schema`: the warm-up finds that out, and rankings use it.
 #[test]
 fn the_warm_up_finds_the_response_format_the_server_takes() {
     let dir = tree();
     let model = "ranker-format";
-    let mock = MockOllama::start(&[model], ChatReply::last(MATCHES, SHOWN)).unwrap();
+    let mock = MockOllama::start(&[model], ChatReply::last(FILES, PICK)).unwrap();
     mock.refuse_json_schema();
     let cfg = config(Api::OpenAi, mock.url(), model);
     let ranker = ModelRanker::from_config(&cfg).unwrap();
@@ -585,5 +614,5 @@ fn the_warm_up_finds_the_response_format_the_server_takes() {
     );
     let format = &mock.chat_requests()[0].body["response_format"];
     assert_eq!(format["type"], "json_object");
-    assert_eq!(format["schema"]["properties"]["top"]["maxItems"], SHOWN);
+    assert_eq!(format["schema"]["properties"]["files"]["maxItems"], PICK);
 }

@@ -17,6 +17,9 @@ use crate::{MAX_LINE_CHARS, MAX_OFFSET, Match, SearchError, SearchRequest};
 pub struct Candidate {
     /// Position in the candidate list (0-based); a ranking is an ordering of these ids.
     pub id: usize,
+    /// The file, relative to the workspace root (candidates come in path order, so one file's
+    /// candidates are adjacent).
+    pub path: String,
     /// `path:line: matched text`, one line.
     pub summary: String,
 }
@@ -34,9 +37,9 @@ pub trait Ranker {
         crate::DEFAULT_MAX_RANK_CANDIDATES
     }
 
-    /// The ids of the `want` candidates most relevant to `query`, most relevant first: exactly
-    /// `min(want, candidates.len())` distinct ids. `Err` says in a few words why there is no
-    /// definitive answer (unreachable, still loading, timed out, malformed reply, ...).
+    /// The ids of at most `want` candidates most relevant to `query`, most relevant first: at
+    /// least one, none twice. `Err` says in a few words why there is no definitive answer
+    /// (unreachable, still loading, timed out, malformed reply, ...).
     fn rank(
         &self,
         query: &str,
@@ -112,7 +115,7 @@ pub struct SearchReport {
 /// ranker's [`Ranker::max_candidates`]), asks the ranker for its best
 /// `min(max_results, policy.shown)` and shows those.
 ///
-/// The ranker's answer is checked again here (that many distinct ids, each a candidate);
+/// The ranker's answer is checked again here (one to that many distinct ids, each a candidate);
 /// anything else, or `Err`, gives the plain path-order page with [`Ranking::FailedOpen`].
 pub fn search_workspace(
     root: &Path,
@@ -137,6 +140,7 @@ pub fn search_workspace(
                 .enumerate()
                 .map(|(id, found)| Candidate {
                     id,
+                    path: found.path.clone(),
                     summary: found.summary(),
                 })
                 .collect();
@@ -153,7 +157,7 @@ pub fn search_workspace(
                     Ok(picked)
                 } else {
                     Err(format!(
-                        "its answer was not {shown} distinct result numbers"
+                        "its answer was not 1-{shown} distinct result numbers"
                     ))
                 }
             });
@@ -199,9 +203,9 @@ pub fn search_workspace(
     })
 }
 
-/// Exactly `count` ids, each in `0..len`, none twice.
-fn is_selection(picked: &[usize], count: usize, len: usize) -> bool {
-    if picked.len() != count {
+/// One to `most` ids, each in `0..len`, none twice.
+fn is_selection(picked: &[usize], most: usize, len: usize) -> bool {
+    if picked.is_empty() || picked.len() > most {
         return false;
     }
     let mut seen = vec![false; len];
@@ -334,11 +338,12 @@ mod tests {
     fn selection_check_rejects_everything_but_distinct_candidates() {
         assert!(is_selection(&[2, 0, 1], 3, 3));
         assert!(is_selection(&[2, 0], 2, 3));
-        assert!(!is_selection(&[2, 0], 3, 3));
+        assert!(is_selection(&[2, 0], 3, 3));
+        assert!(!is_selection(&[], 3, 3));
         assert!(!is_selection(&[2, 0, 0], 3, 3));
         assert!(!is_selection(&[2, 0, 3], 3, 3));
         assert!(!is_selection(&[2, 0, 1, 1], 3, 3));
-        assert!(!is_selection(&[1], 2, 3));
+        assert!(!is_selection(&[2, 1], 1, 3));
     }
 
     #[test]

@@ -454,6 +454,12 @@ fn render_says_how_many_more_and_how_to_get_them() {
 }
 
 /// A scripted ranking answer, given the number of candidates.
+/// Rank above 40 matches, show 40.
+const FORTY: RankPolicy = RankPolicy {
+    threshold: 40,
+    shown: 40,
+};
+
 /// The scripted answer for (candidates, wanted).
 type Answer = fn(usize, usize) -> Result<Vec<usize>, String>;
 
@@ -509,7 +515,7 @@ fn a_ranking_reorders_and_says_what_it_withheld() {
         dir.path(),
         &SearchRequest::new("target"),
         Some(&ranker),
-        RankPolicy::default(),
+        FORTY,
     )
     .unwrap();
     assert_eq!(ranker.calls.get(), 1);
@@ -560,6 +566,20 @@ fn the_shown_prefix_is_its_own_setting_within_the_page() {
     let report = search_workspace(dir.path(), &small_page, Some(&ranker), policy).unwrap();
     assert_eq!(report.matches.len(), 5);
     assert_eq!(report.withheld, 115);
+    // A ranker may show fewer than it was allowed (e.g. all lines of the files it picked).
+    let fewer = Scripted::new(|n, _| Ok(vec![n - 1, 0, 3]));
+    let report = search_workspace(
+        dir.path(),
+        &SearchRequest::new("target"),
+        Some(&fewer),
+        policy,
+    )
+    .unwrap();
+    assert_eq!(report.matches.len(), 3);
+    assert_eq!(report.withheld, 117);
+    assert!(report.render().starts_with(
+        "pith: ranked by local model scripted-model: the 3 most relevant of 120 matches"
+    ));
 }
 
 #[test]
@@ -625,13 +645,13 @@ fn a_bad_ranking_fails_open_with_nothing_withheld_beyond_the_page() {
         RankPolicy::default(),
     )
     .unwrap();
-    let not_a_selection = "its answer was not 40 distinct result numbers";
+    let not_a_selection = "its answer was not 1-10 distinct result numbers";
     let answers: [(Answer, &str); 6] = [
         (
             |_, _| Err("the model is still loading".to_owned()),
             "the model is still loading",
         ),
-        (|_, want| Ok((0..want - 1).collect()), not_a_selection),
+        (|_, _| Ok(Vec::new()), not_a_selection),
         (|_, want| Ok((0..want + 1).collect()), not_a_selection),
         (
             |_, want| Ok((0..want).map(|i| i.min(want - 2)).collect()),

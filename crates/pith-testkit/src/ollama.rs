@@ -32,8 +32,8 @@ use tokio::sync::oneshot;
 /// How the mock answers a chat request (either API) for a listed model.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChatReply {
-    /// Message content `{"top": [...]}` with these indices, as given (a valid pick, or one with
-    /// a duplicate, too few, or an invented index).
+    /// Message content `{"files": [...]}` with these file numbers, as given (a valid pick, or
+    /// one with a duplicate, too few, or an invented number).
     Pick(Vec<i64>),
     /// This exact message content.
     Content(String),
@@ -44,46 +44,46 @@ pub enum ChatReply {
 }
 
 impl ChatReply {
-    /// A valid pick of `want` of `n` candidates: the last ones, last first.
-    pub fn last(n: usize, want: usize) -> Self {
-        Self::Pick((0..n as i64).rev().take(want).collect())
+    /// A valid pick of `pick` of `files` files: the last ones, last first.
+    pub fn last(files: usize, pick: usize) -> Self {
+        Self::Pick((0..files as i64).rev().take(pick).collect())
     }
 
     /// A valid pick wrapped in prose, as chatty models answer.
-    pub fn prose(n: usize, want: usize) -> Self {
-        let picked: Vec<String> = (0..n).rev().take(want).map(|i| i.to_string()).collect();
+    pub fn prose(files: usize, pick: usize) -> Self {
+        let picked: Vec<String> = (0..files).rev().take(pick).map(|i| i.to_string()).collect();
         Self::Content(format!(
-            "Sure! Here are the most relevant results:\n{{\"top\": [{}]}}",
+            "Sure! Here are the most relevant files:\n{{\"files\": [{}]}}",
             picked.join(", ")
         ))
     }
 
-    /// `want` indices where one appears twice.
-    pub fn duplicate_index(want: usize) -> Self {
-        let mut picked: Vec<i64> = (0..want as i64).collect();
+    /// `pick` file numbers where one appears twice.
+    pub fn duplicate_index(pick: usize) -> Self {
+        let mut picked: Vec<i64> = (0..pick as i64).collect();
         if let Some(last) = picked.last_mut() {
             *last = 0;
         }
         Self::Pick(picked)
     }
 
-    /// One index fewer than asked for.
-    pub fn too_few(want: usize) -> Self {
-        Self::Pick((0..want.saturating_sub(1) as i64).collect())
+    /// One file fewer than asked for.
+    pub fn too_few(pick: usize) -> Self {
+        Self::Pick((0..pick.saturating_sub(1) as i64).collect())
     }
 
-    /// `want` indices, the first of which is not a candidate.
-    pub fn invented_index(n: usize, want: usize) -> Self {
+    /// `pick` file numbers, the first of which is not a file.
+    pub fn invented_index(files: usize, pick: usize) -> Self {
         Self::Pick(
-            (0..want as i64)
-                .map(|i| if i == 0 { n as i64 } else { i })
+            (0..pick as i64)
+                .map(|i| if i == 0 { files as i64 } else { i })
                 .collect(),
         )
     }
 
     /// A valid pick, after `delay`.
-    pub fn slow(n: usize, want: usize, delay: Duration) -> Self {
-        Self::Delayed(delay, Box::new(Self::last(n, want)))
+    pub fn slow(files: usize, pick: usize, delay: Duration) -> Self {
+        Self::Delayed(delay, Box::new(Self::last(files, pick)))
     }
 
     /// HTTP 500 with a runner crash message.
@@ -292,8 +292,9 @@ impl MockOllama {
             .collect()
     }
 
-    /// Refuses OpenAI's `response_format` type `json_schema` with a 422, as llama-cpp-python's
-    /// server does (it takes `json_object` with a `schema`).
+    /// Refuses OpenAI's `response_format` type `json_schema` with a 500 and its validation
+    /// error, as llama-cpp-python's server (0.3.36) does (it takes `json_object` with a
+    /// `schema`).
     pub fn refuse_json_schema(&self) {
         lock(&self.state).refuse_json_schema = true;
     }
@@ -417,9 +418,12 @@ async fn handle(
         ("GET", "/api/tags") => json_response(200, &tags(&models)),
         ("GET", "/v1/models") => json_response(200, &model_list(&models)),
         ("POST", "/v1/chat/completions") if refuse_json_schema && json_schema => json_response(
-            422,
-            &json!({"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
-                "msg": "Input should be 'text' or 'json_object'"}]}),
+            500,
+            &openai_error(
+                "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', \
+                 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}",
+                "internal_server_error",
+            ),
         ),
         ("POST", "/api/chat") if models.contains(&model) && warm_up => {
             json_response(200, &loaded_body(&model))
@@ -459,7 +463,7 @@ async fn chat(api: Api, model: &str, mut reply: ChatReply) -> Response<Full<Byte
                 };
             }
             ChatReply::Pick(picked) => {
-                let content = json!({ "top": picked }).to_string();
+                let content = json!({ "files": picked }).to_string();
                 return json_response(200, &chat_body(api, model, &content));
             }
             ChatReply::Content(content) => {

@@ -107,11 +107,11 @@ pub struct McpConfig {
     pub prefilter_url: Option<String>,
     /// Local model name, as the server lists it.
     pub model: Option<String>,
-    /// Matches above which the local model ranks.
+    /// Matches above which the local model ranks (default 50, the page size).
     pub prefilter_threshold: Option<usize>,
-    /// How many of the model's best matches are shown.
+    /// How many lines of the files the model picked are shown at most (default 10).
     pub prefilter_shown: Option<usize>,
-    /// Ranking timeout in milliseconds.
+    /// Ranking timeout in milliseconds (default 3000).
     pub prefilter_timeout_ms: Option<u64>,
 }
 

@@ -264,7 +264,7 @@ fn search_needle_ranked(client: &mut RawClient) -> String {
 #[test]
 fn mcp_search_workspace_ranks_when_the_env_opts_in() {
     use pith_testkit::ollama::{ChatReply, MockOllama};
-    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::last(RANK_MATCHES, 40)).unwrap();
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::last(RANK_MATCHES, 10)).unwrap();
     let ws = needle_workspace();
     let url = ollama.url();
     let mut client = RawClient::start(
@@ -339,7 +339,7 @@ fn mcp_search_workspace_ranks_when_the_config_opts_in_on_either_api() {
 #[test]
 fn mcp_warms_a_cold_model_at_start_and_says_it_is_loading_meanwhile() {
     use pith_testkit::ollama::{ChatReply, MockOllama};
-    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::last(RANK_MATCHES, 40)).unwrap();
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::last(RANK_MATCHES, 10)).unwrap();
     ollama.set_load_time(std::time::Duration::from_secs(3));
     let ws = needle_workspace();
     let url = ollama.url();
@@ -420,7 +420,7 @@ fn mcp_rejects_a_prefilter_api_it_does_not_speak() {
 #[test]
 fn mcp_search_workspace_is_unranked_by_default_and_fails_open() {
     use pith_testkit::ollama::{ChatReply, MockOllama};
-    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::prose(RANK_MATCHES, 40)).unwrap();
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::prose(RANK_MATCHES, 10)).unwrap();
     let ws = needle_workspace();
     let path_order = "src/n00.rs:1: let needle = 0;\n";
     let page = "Showing matches 1-50 of 60 matches in 60 files (sorted by path, then line). \

@@ -191,7 +191,13 @@ fn stage_with(cache_dir: &std::path::Path, options: DeferOptions) -> Result<Defe
         return Ok(stage);
     };
     let model = std::env::var("PITH_EMBED_MODEL").unwrap_or_else(|_| "all-minilm".to_owned());
-    let ranker = pith_prefilter::OllamaEmbedRanker::new(pith_prefilter::EmbedConfig {
+    let api = match std::env::var("PITH_EMBED_API") {
+        Ok(name) => pith_prefilter::Api::from_name(&name)
+            .ok_or_else(|| format!("PITH_EMBED_API={name:?}: use ollama or openai"))?,
+        Err(_) => pith_prefilter::Api::Ollama,
+    };
+    let ranker = pith_prefilter::EmbedRanker::new(pith_prefilter::EmbedConfig {
+        api,
         url,
         model,
         timeout: std::time::Duration::from_secs(60),

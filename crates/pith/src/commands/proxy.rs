@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
+use pith_prefilter::{Api, DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedRanker};
 use pith_proxy::own_pages::OwnPages;
 use pith_proxy::rewrite::ResponseRewrites;
 use pith_proxy::search_trip::{SearchTrip, StoredSearches};
@@ -311,12 +311,23 @@ fn build_pipeline(config: &Config, searches: Option<&SearchBlocks>) -> anyhow::R
             },
         });
         let stage = match (&t.embeddings_url, &t.embeddings_model) {
+            (None, None) if t.embeddings_api.is_some() => anyhow::bail!(
+                "transforms.embeddings_api is set but transforms.embeddings_url and \
+                 transforms.embeddings_model are not: set them too, or remove it"
+            ),
             (None, None) => stage,
             (Some(url), Some(model)) => {
                 // The ranker blocks for at most the timeout, and only on the first sight of a
                 // (task, tool list); the proxy then runs the pipeline on its blocking pool.
                 pipeline = pipeline.blocking();
-                let ranker = OllamaEmbedRanker::new(EmbedConfig {
+                let api = match t.embeddings_api.as_deref() {
+                    None => Api::default(),
+                    Some(name) => {
+                        super::mcp::api_named(name).context("transforms.embeddings_api")?
+                    }
+                };
+                let ranker = EmbedRanker::new(EmbedConfig {
+                    api,
                     url: url.clone(),
                     model: model.clone(),
                     timeout: DEFAULT_EMBED_TIMEOUT,
@@ -327,11 +338,11 @@ fn build_pipeline(config: &Config, searches: Option<&SearchBlocks>) -> anyhow::R
             }
             (Some(_), None) => anyhow::bail!(
                 "transforms.embeddings_url is set but transforms.embeddings_model is missing: \
-                 name the Ollama embedding model (e.g. \"nomic-embed-text\")"
+                 name the embedding model (e.g. \"nomic-embed-text\")"
             ),
             (None, Some(_)) => anyhow::bail!(
                 "transforms.embeddings_model is set but transforms.embeddings_url is missing: \
-                 give the Ollama base URL (e.g. \"http://127.0.0.1:11434\")"
+                 give the embedding server's base URL (e.g. \"http://127.0.0.1:11434\")"
             ),
         };
         pipeline = pipeline.with_stage(Box::new(stage));

@@ -12,6 +12,7 @@
 pub mod evidence;
 mod id;
 pub mod model;
+pub mod recall;
 pub mod render;
 pub mod store;
 pub mod workspace;
@@ -449,6 +450,39 @@ impl Brain {
     /// never credits them.
     pub fn pointers(&mut self, rel_path: &str) -> Result<Vec<MemoryRef>, BrainError> {
         Ok(self.store.on_path(rel_path)?)
+    }
+
+    /// Live memories of `kind` matching `terms` (BM25, best first, every term first, then any),
+    /// for recall to choose from: like [`Brain::pointers`], naming a memory is not returning
+    /// it, so nothing is credited.
+    pub fn nominate(
+        &mut self,
+        terms: &[String],
+        kind: Option<Kind>,
+        limit: usize,
+    ) -> Result<Vec<Memory>, BrainError> {
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let query = SearchQuery {
+            terms: terms.to_vec(),
+            kind,
+            limit: limit.clamp(1, MAX_SEARCH_LIMIT),
+        };
+        Ok(self
+            .store
+            .search(&query)?
+            .hits
+            .into_iter()
+            .map(|h| h.memory)
+            .collect())
+    }
+
+    /// `memory` with its status derived from its evidence now (a quick check: files whose size
+    /// and modification time are unchanged are not rehashed).
+    pub fn checked(&self, memory: Memory) -> Checked {
+        let status = evidence::check(&self.ws, &memory.evidence, CheckMode::Quick);
+        Checked { memory, status }
     }
 
     /// Live memories.

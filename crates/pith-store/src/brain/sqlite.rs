@@ -2,6 +2,7 @@
 //! BM25 over title, body, tags and error headline.
 
 use std::path::Path;
+use std::time::Duration;
 
 use pith_brain::store::{
     BrainStore, Inserted, ListFilter, Matched, SEARCH_CAP, SearchHit, SearchHits, SearchQuery,
@@ -12,7 +13,12 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::excerpt::excerpt;
 use super::schema::MIGRATIONS;
-use crate::sqlite::{StoreError, open, open_existing, open_in_memory};
+use crate::sqlite::{
+    StoreError, open, open_existing, open_existing_waiting, open_in_memory, open_read_only_waiting,
+};
+
+/// What upgrades a brain an older pith wrote: any command that saves to it.
+const UPGRADE: &str = "save a memory once (`pith memory add`) to upgrade it";
 
 /// The SQLite backend: one connection to `<workspace>/.pith/brain.db`.
 pub struct SqliteBrain {
@@ -31,6 +37,21 @@ impl SqliteBrain {
     pub fn open_existing(path: &Path) -> Result<SqliteBrain, StoreError> {
         Ok(SqliteBrain {
             conn: open_existing(path, MIGRATIONS)?,
+        })
+    }
+
+    /// Open an existing brain database file to read it, changing nothing (no file, mode or
+    /// schema), waiting at most `busy` for another process's lock: the hook's way in.
+    pub fn open_read_only(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
+        Ok(SqliteBrain {
+            conn: open_read_only_waiting(path, MIGRATIONS, UPGRADE, busy)?,
+        })
+    }
+
+    /// [`SqliteBrain::open_existing`], waiting at most `busy` for another process's lock.
+    pub fn open_existing_waiting(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
+        Ok(SqliteBrain {
+            conn: open_existing_waiting(path, MIGRATIONS, busy)?,
         })
     }
 

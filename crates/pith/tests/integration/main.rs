@@ -9,6 +9,7 @@ mod cli;
 mod clients;
 mod defer;
 mod faults;
+mod hook;
 mod mcp;
 mod memory;
 #[cfg(unix)]

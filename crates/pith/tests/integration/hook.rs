@@ -380,3 +380,352 @@ fn the_hook_path_opens_no_socket_and_starts_no_thread() {
         );
     }
 }
+
+// The real clients, through the mock, with `pith hook` configured by `pith setup`.
+
+/// A directory holding `pytest`: a stand-in printing pytest's real output for the captures'
+/// failure while `calc.py` subtracts, and its pass once it adds (pytest itself is not
+/// installed for the tests).
+fn fake_pytest(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let failure = pith_testkit::fixtures::error_output("pytest_assert").unwrap();
+    let script = format!(
+        "#!/bin/sh\nif grep -q 'a - b' calc.py; then\ncat <<'PYTEST_OUT'\n{}PYTEST_OUT\nexit 1\nfi\n\
+         echo '.                                                                        [100%]'\n\
+         echo '1 passed in 0.01s'\n",
+        failure
+    );
+    let path = bin.join("pytest");
+    std::fs::write(&path, script).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
+/// `PATH` with `bin` in front.
+fn path_with(bin: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![bin.to_path_buf()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap()
+}
+
+fn pith_setup(dir: &Path, codex_home: &Path, client: &str) {
+    let out = Command::new(pith_bin())
+        .args(["setup", client, "--command", &pith_bin()])
+        .current_dir(dir)
+        .env("CODEX_HOME", codex_home)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pith setup {client}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The index of the first request whose body holds `needle`, and how many hold it.
+fn first_with(received: &[pith_testkit::Recorded], needle: &str) -> (Option<usize>, usize) {
+    let holds: Vec<usize> = received
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| crate::clients::has(&r.body, needle))
+        .map(|(i, _)| i)
+        .collect();
+    (holds.first().copied(), holds.len())
+}
+
+/// Every attachment Claude Code recorded about hooks in its session files under `home`.
+fn claude_hook_records(home: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    let projects = home.join(".claude/projects");
+    for project in std::fs::read_dir(&projects).unwrap().flatten() {
+        for file in std::fs::read_dir(project.path()).unwrap().flatten() {
+            if file.path().extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            for line in std::fs::read_to_string(file.path()).unwrap().lines() {
+                let Ok(v) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                if v["type"] == "attachment"
+                    && v["attachment"]["type"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("hook_"))
+                {
+                    out.push(v["attachment"].clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn claude_code_hears_each_note_through_pith_setup_and_shows_no_hook_error() {
+    use pith_testkit::fixtures::{ToolCall, anthropic};
+    use pith_testkit::{MockUpstream, Reply};
+
+    let s = seeded();
+    let home = tempfile::tempdir().unwrap();
+    pith_setup(&s.root, home.path(), "claude-code");
+    let bin = fake_pytest(s.dir.path());
+    let calc = s.root.join("calc.py");
+    let calc = calc.to_str().unwrap();
+    let usage = pith_testkit::fixtures::DEFAULT_USAGE;
+    let mock = MockUpstream::start().unwrap();
+    let turn = |id: &str, tool: &str, input: Value| {
+        Reply::sse(anthropic::stream_with_tool(
+            &[],
+            &ToolCall::new(id, tool, &input.to_string()),
+            usage,
+        ))
+    };
+    let pytest = |description: &str| serde_json::json!({"command": "pytest -q test_calc.py", "description": description});
+    mock.push(turn("toolu_01", "Bash", pytest("Run tests")));
+    mock.push(turn(
+        "toolu_02",
+        "Read",
+        serde_json::json!({"file_path": calc}),
+    ));
+    mock.push(turn(
+        "toolu_03",
+        "Edit",
+        serde_json::json!({"file_path": calc, "old_string": "return a - b", "new_string": "return a + b"}),
+    ));
+    mock.push(turn("toolu_04", "Bash", pytest("Run tests again")));
+    mock.push(Reply::sse(anthropic::stream(&["Fixed."], usage)));
+
+    let path = path_with(&bin);
+    let run = crate::clients::claude_code_with(
+        &s.root,
+        home.path(),
+        &mock.url(),
+        &["--allowedTools", "Bash Edit Read", "--"],
+        "the test fails, fix calc.py",
+        crate::clients::LIMIT,
+        &[("PATH", path.as_os_str())],
+    );
+    run.assert_ok("");
+    assert_eq!(run.stdout, "Fixed.\n", "{}", run.stderr);
+    assert_eq!(mock.queued_replies(), 0);
+    let received = mock.received();
+    assert_eq!(received.len(), 5, "one request per turn");
+    assert!(
+        std::fs::read_to_string(s.root.join("calc.py"))
+            .unwrap()
+            .contains("a + b"),
+        "the edit ran"
+    );
+
+    // Each note is in the request right after its tool call, as the host wrapped it, and stays
+    // in every later one (Claude Code resends the history).
+    let fix = format!(
+        "PostToolUseFailure:Bash hook additional context: pith: a recorded fix matches this failure: {} fix [fresh]",
+        s.fix
+    );
+    assert_eq!(first_with(&received, &fix), (Some(1), 4), "the fix note");
+    let read = format!(
+        "PostToolUse:Read hook additional context: pith: 3 memories on this file: {} fix:",
+        s.fix
+    );
+    assert_eq!(first_with(&received, &read), (Some(2), 3), "the read note");
+    let edit = format!(
+        "PostToolUse:Edit hook additional context: pith: a failed attempt on record for the file just edited: {}",
+        s.failed
+    );
+    assert_eq!(first_with(&received, &edit), (Some(3), 2), "the edit note");
+    // The passing test run is silent: the last request carries the three notes and no more.
+    let last = String::from_utf8_lossy(&received[4].body);
+    assert_eq!(last.matches("hook additional context").count(), 3, "{last}");
+    // The note lands in a system message after the tool result.
+    let body = received[1].body_json().unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let at = messages
+        .iter()
+        .position(|m| m.to_string().contains(&fix))
+        .unwrap();
+    assert_eq!(messages[at]["role"], "system");
+    assert!(
+        messages[at - 1].to_string().contains("tool_result"),
+        "{body}"
+    );
+
+    // No hook error anywhere: Claude Code recorded a success for each of the three notes, and
+    // nothing at all for the silent calls (an empty stdout leaves no record).
+    let records = claude_hook_records(home.path());
+    let kinds: Vec<&str> = records.iter().filter_map(|r| r["type"].as_str()).collect();
+    assert!(
+        kinds
+            .iter()
+            .all(|k| *k == "hook_success" || *k == "hook_additional_context"),
+        "{records:#?}"
+    );
+    let successes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "hook_success")
+        .collect();
+    assert_eq!(successes.len(), 3, "{records:#?}");
+    assert!(
+        successes
+            .iter()
+            .all(|r| r["exitCode"] == 0 && r["stderr"] == ""),
+        "{records:#?}"
+    );
+    assert!(!run.stderr.contains("hook"), "{}", run.stderr);
+}
+
+#[test]
+fn codex_hears_each_note_through_pith_setup_and_its_payloads_have_the_recorded_shape() {
+    use pith_testkit::fixtures::{ToolCall, responses};
+    use pith_testkit::{MockUpstream, Reply};
+
+    let s = seeded();
+    let home = tempfile::tempdir().unwrap();
+    let mock = MockUpstream::start().unwrap();
+    let codex_home = crate::clients::write_codex_config(home.path(), &format!("{}/v1", mock.url()));
+    pith_setup(&s.root, &codex_home, "codex");
+    // A second hook beside pith's records what Codex sends, to compare with the fixtures.
+    let recorded = s.dir.path().join("payloads.jsonl");
+    let mut config = std::fs::read_to_string(codex_home.join("config.toml")).unwrap();
+    config.push_str(&format!(
+        "\n[[hooks.PostToolUse]]\n[[hooks.PostToolUse.hooks]]\ntype = \"command\"\ncommand = {}\n",
+        Value::String(format!(
+            "cat >> '{}'; echo >> '{}'",
+            recorded.display(),
+            recorded.display()
+        ))
+    ));
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    let bin = fake_pytest(s.dir.path());
+    let usage = pith_testkit::fixtures::DEFAULT_USAGE;
+    let exec = |id: &str, cmd: &str| {
+        Reply::sse(responses::stream_with_tool(
+            &[],
+            &ToolCall::new(
+                id,
+                "exec_command",
+                &serde_json::json!({"cmd": cmd, "login": false}).to_string(),
+            ),
+            usage,
+        ))
+    };
+    mock.push(exec("call_01", "pytest -q test_calc.py"));
+    mock.push(exec("call_02", "cat calc.py"));
+    mock.push(Reply::sse(responses::stream_with_custom_tool(
+        &ToolCall::new(
+            "call_03",
+            "apply_patch",
+            "*** Begin Patch\n*** Update File: calc.py\n@@\n def add(a, b):\n-    return a - b\n+    return a + b\n*** End Patch\n",
+        ),
+        usage,
+    )));
+    mock.push(exec("call_04", "pytest -q test_calc.py"));
+    mock.push(Reply::sse(responses::stream(&["Fixed."], usage)));
+
+    let path = path_with(&bin);
+    let run = crate::clients::codex_with(
+        &s.root,
+        home.path(),
+        &["--dangerously-bypass-hook-trust"],
+        "the test fails, fix calc.py",
+        crate::clients::LIMIT,
+        &[("PATH", path.as_os_str())],
+    );
+    run.assert_ok("");
+    assert_eq!(run.stdout, "Fixed.\n", "{}", run.stderr);
+    let received = mock.received();
+    assert_eq!(received.len(), 5, "one request per turn");
+    assert!(
+        std::fs::read_to_string(s.root.join("calc.py"))
+            .unwrap()
+            .contains("a + b"),
+        "the patch ran"
+    );
+
+    // Each note reaches the model as a developer message in the next request.
+    let fix = format!(
+        "pith: a recorded fix matches this failure: {} fix [fresh]",
+        s.fix
+    );
+    assert_eq!(first_with(&received, &fix), (Some(1), 4), "the fix note");
+    let read = format!("pith: 3 memories on this file: {} fix:", s.fix);
+    assert_eq!(first_with(&received, &read), (Some(2), 3), "the read note");
+    let edit = format!(
+        "pith: a failed attempt on record for the file just edited: {}",
+        s.failed
+    );
+    assert_eq!(first_with(&received, &edit), (Some(3), 2), "the edit note");
+    let last = received[4].body_json().unwrap();
+    let notes: Vec<&Value> = last["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| {
+            i["role"] == "developer"
+                && i["content"][0]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("pith: "))
+        })
+        .collect();
+    assert_eq!(notes.len(), 3, "the passing test run is silent: {notes:#?}");
+    // Each sits between its tool call and the call's output.
+    let input = last["input"].as_array().unwrap();
+    let at = input
+        .iter()
+        .position(|i| i.to_string().contains(&fix))
+        .unwrap();
+    assert_eq!(input[at - 1]["call_id"], "call_01", "{:#}", input[at - 1]);
+    assert_eq!(input[at + 1]["type"], "function_call_output");
+    assert_eq!(input[at + 1]["call_id"], "call_01");
+    assert!(!run.stderr.contains("hook failed"), "{}", run.stderr);
+
+    // What Codex sent has the recorded fixtures' shape, event for event.
+    let live: Vec<Value> = std::fs::read_to_string(&recorded)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let fixtures: Vec<Value> = codex_hook_payloads()
+        .unwrap()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(live.len(), fixtures.len(), "{live:#?}");
+    for (live, fixture) in live.iter().zip(&fixtures) {
+        assert_eq!(shape(live), shape(fixture), "{live:#}");
+        assert_eq!(live["tool_name"], fixture["tool_name"]);
+        assert_eq!(live["tool_input"], fixture["tool_input"]);
+    }
+}
+
+/// Every key path of a JSON value with the type found there.
+fn shape(v: &Value) -> Vec<String> {
+    fn walk(v: &Value, at: &str, out: &mut Vec<String>) {
+        let kind = match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(map) => {
+                for (k, v) in map {
+                    walk(v, &format!("{at}.{k}"), out);
+                }
+                "object"
+            }
+        };
+        out.push(format!("{at}: {kind}"));
+    }
+    let mut out = Vec::new();
+    walk(v, "", &mut out);
+    out.sort();
+    out
+}

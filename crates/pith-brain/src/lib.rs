@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use evidence::{CheckMode, EvidenceCheck, EvidenceSpec, EvidenceState, Status};
 pub use model::{Evidence, Freshness, Kind, LastCheck, LineRange, Memory, MemoryRef};
 pub use store::{BrainStore, ListFilter, Matched, SEARCH_CAP, StoreError};
-use store::{Inserted, SearchQuery};
+use store::{HeadlineQuery, Inserted, SearchQuery};
 pub use workspace::{PathError, Workspace, WorkspacePath};
 
 use evidence::EvidenceError;
@@ -452,30 +452,23 @@ impl Brain {
         Ok(self.store.on_path(rel_path)?)
     }
 
-    /// Live memories of `kind` matching `terms` (BM25, best first, every term first, then any),
-    /// for recall to choose from: like [`Brain::pointers`], naming a memory is not returning
-    /// it, so nothing is credited.
+    /// Live memories of `kind` whose error headline holds the selective ones of `terms` (every
+    /// one first, else any; BM25 order), for recall to choose from: like
+    /// [`Brain::pointers`], naming a memory is not returning it, so nothing is credited.
     pub fn nominate(
         &mut self,
         terms: &[String],
-        kind: Option<Kind>,
+        kind: Kind,
         limit: usize,
     ) -> Result<Vec<Memory>, BrainError> {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        let query = SearchQuery {
+        Ok(self.store.by_headline(&HeadlineQuery {
             terms: terms.to_vec(),
             kind,
             limit: limit.clamp(1, MAX_SEARCH_LIMIT),
-        };
-        Ok(self
-            .store
-            .search(&query)?
-            .hits
-            .into_iter()
-            .map(|h| h.memory)
-            .collect())
+        })?)
     }
 
     /// `memory` with its status derived from its evidence now (a quick check: files whose size

@@ -196,12 +196,14 @@ fn read_note(
     if refs.is_empty() {
         return None;
     }
+    // Said once per file and set of memories: a memory saved on the file later in the session
+    // makes it worth saying again.
+    let ids: Vec<&str> = refs.iter().map(|r| r.id.as_str()).collect();
     let session = Session::open(ws.root(), &event.session)?;
-    let unsaid: Vec<MemoryRef> = refs
-        .into_iter()
-        .filter(|r| session.claim(&format!("read\0{rel}\0{}", r.id)))
-        .collect();
-    render::pointer_line(&unsaid, &HINTS)
+    if !session.claim(&format!("read\0{rel}\0{}", ids.join(","))) {
+        return None;
+    }
+    render::pointer_line(&refs, &HINTS)
 }
 
 fn edit_note(
@@ -324,7 +326,7 @@ fn failure_note(
 /// Fix memories whose headline names the same failure as `headline`, best overlap first.
 fn same_failure(brain: &mut Brain, headline: &str) -> Option<Vec<crate::Memory>> {
     let terms = headline::terms(headline);
-    let nominated = brain.nominate(&terms, Some(Kind::Fix), NOMINATED).ok()?;
+    let nominated = brain.nominate(&terms, Kind::Fix, NOMINATED).ok()?;
     let mut same: Vec<(f64, crate::Memory)> = nominated
         .into_iter()
         .filter_map(|m| {

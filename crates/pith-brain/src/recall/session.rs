@@ -40,6 +40,8 @@ const MAX_EDITED: usize = 32;
 #[derive(Debug)]
 pub struct Session {
     dir: PathBuf,
+    /// Entries in `dir`, counted at the first claim and kept up to date by this process.
+    entries: std::cell::Cell<Option<usize>>,
 }
 
 impl Session {
@@ -52,8 +54,12 @@ impl Session {
         }
         let sessions = base.join("session");
         let dir = sessions.join(hash_hex(session_id));
+        let session = |dir| Session {
+            dir,
+            entries: std::cell::Cell::new(None),
+        };
         if dir.is_dir() {
-            return Some(Session { dir });
+            return Some(session(dir));
         }
         if !sessions.is_dir() {
             create_private_dir(&sessions).ok()?;
@@ -63,23 +69,27 @@ impl Session {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(_) => return None,
         }
-        Some(Session { dir })
+        Some(session(dir))
     }
 
     /// Whether this process is the one to say the note keyed `key` in this session: true once
     /// per key, whatever the number of processes asking at the same time.
     pub fn claim(&self, key: &str) -> bool {
-        let markers = std::fs::read_dir(&self.dir)
-            .map(|entries| entries.count())
-            .unwrap_or(usize::MAX);
-        if markers >= MAX_MARKERS {
+        let entries = self.entries.get().unwrap_or_else(|| {
+            std::fs::read_dir(&self.dir)
+                .map(|entries| entries.count())
+                .unwrap_or(usize::MAX)
+        });
+        if entries >= MAX_MARKERS {
             return false;
         }
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        options.open(self.dir.join(hash_hex(key))).is_ok()
+        let claimed = options.open(self.dir.join(hash_hex(key))).is_ok();
+        self.entries.set(Some(entries + usize::from(claimed)));
+        claimed
     }
 
     /// Read the capture state, let `update` change it, and write it back if it did; `None`
@@ -159,17 +169,35 @@ impl CaptureState {
     }
 }
 
+/// How often the ages of the sessions are looked at (a stamp file records the last time).
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
 /// Remove sessions older than [`MAX_AGE`], then the oldest beyond [`MAX_SESSIONS`]; never
-/// `keep`. Failures are ignored: a session another process is removing is gone either way.
+/// `keep`. Ages are looked at when there are too many sessions or an hour after the last look
+/// (a new session is the first note of a host session: it should cost a directory listing,
+/// not a `stat` of every session). Failures are ignored: a session another process is
+/// removing is gone either way.
 fn prune(sessions: &Path, keep: &Path) {
     let Ok(entries) = std::fs::read_dir(sessions) else {
         return;
     };
+    let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+    let stamp = sessions.join(".pruned");
+    let due = std::fs::metadata(&stamp)
+        .and_then(|m| m.modified())
+        .map_or(true, |at| {
+            SystemTime::now().duration_since(at).unwrap_or_default() > PRUNE_EVERY
+        });
+    // The stamp is one of the entries.
+    if !due && entries.len() <= MAX_SESSIONS + 1 {
+        return;
+    }
+    let _ = File::create(&stamp);
     let now = SystemTime::now();
     let mut live: Vec<(SystemTime, PathBuf)> = Vec::new();
-    for entry in entries.flatten() {
+    for entry in entries {
         let path = entry.path();
-        if path == keep {
+        if path == keep || path == stamp {
             continue;
         }
         let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
@@ -206,4 +234,94 @@ fn hash_hex(text: &str) -> String {
             let _ = write!(s, "{b:02x}");
             s
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(BRAIN_DIR)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_key_is_claimed_once_per_session_and_a_session_holds_a_bounded_number() {
+        let ws = workspace();
+        let a = Session::open(ws.path(), "session a").unwrap();
+        assert!(a.claim("k1"));
+        assert!(!a.claim("k1"));
+        assert!(!Session::open(ws.path(), "session a").unwrap().claim("k1"));
+        assert!(Session::open(ws.path(), "session b").unwrap().claim("k1"));
+        for i in 2..MAX_MARKERS + 10 {
+            a.claim(&format!("k{i}"));
+        }
+        let held = std::fs::read_dir(&a.dir).unwrap().count();
+        assert_eq!(held, MAX_MARKERS);
+        assert!(
+            !Session::open(ws.path(), "session a")
+                .unwrap()
+                .claim("one more")
+        );
+        // No `.pith/`, no record (and none is made).
+        let bare = tempfile::tempdir().unwrap();
+        assert!(Session::open(bare.path(), "s").is_none());
+        assert!(!bare.path().join(BRAIN_DIR).exists());
+    }
+
+    #[test]
+    fn a_new_session_removes_old_ones_and_keeps_at_most_the_newest() {
+        let ws = workspace();
+        let sessions = ws.path().join(BRAIN_DIR).join("session");
+        let old = Session::open(ws.path(), "old").unwrap();
+        assert!(old.claim("k"));
+        let long_ago = SystemTime::now() - MAX_AGE - Duration::from_secs(60);
+        File::open(&old.dir)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        for i in 0..MAX_SESSIONS + 5 {
+            Session::open(ws.path(), &format!("s{i}")).unwrap();
+        }
+        assert!(!old.dir.exists(), "the old session is gone");
+        let kept = std::fs::read_dir(&sessions)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .count();
+        assert_eq!(kept, MAX_SESSIONS);
+        // The newest are the ones kept.
+        assert!(
+            Session::open(ws.path(), &format!("s{}", MAX_SESSIONS + 4))
+                .unwrap()
+                .dir
+                .exists()
+        );
+    }
+
+    #[test]
+    fn the_capture_state_is_replaced_whole_and_bounded() {
+        let ws = workspace();
+        let s = Session::open(ws.path(), "cap").unwrap();
+        for i in 0..MAX_FAILURES + 3 {
+            s.with_capture(|state| {
+                state.failures.push(Failure {
+                    command: format!("pytest {i}"),
+                    headline: "h".into(),
+                    edited: (0..MAX_EDITED + 5).map(|f| format!("f{f}")).collect(),
+                });
+            })
+            .unwrap();
+        }
+        let state = s.with_capture(|state| state.clone()).unwrap();
+        assert_eq!(state.failures.len(), MAX_FAILURES);
+        assert_eq!(state.failures[0].command, "pytest 3", "the oldest go first");
+        assert!(state.failures.iter().all(|f| f.edited.len() == MAX_EDITED));
+        // Nothing temporary is left beside it.
+        let names: Vec<String> = std::fs::read_dir(&s.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    }
 }

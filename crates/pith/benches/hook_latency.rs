@@ -17,7 +17,9 @@
 //! as it moves less with other load on the machine.
 //!
 //! Run: `cargo bench -p pith --bench hook_latency` (env `HOOK_BENCH_ROUNDS`, default 400;
-//! `HOOK_BENCH_DIR` builds the workspace there and keeps it, to look at it with other tools).
+//! `HOOK_BENCH_DIR` builds the workspace there and keeps it, to look at it with other tools;
+//! `HOOK_BENCH_PITH` names another `pith` binary to measure; `HOOK_BENCH_COMPARE` adds the same
+//! cases for a second binary, interleaved with the first).
 #![expect(
     clippy::expect_used,
     clippy::print_stdout,
@@ -195,7 +197,7 @@ fn ms(d: Duration) -> String {
 }
 
 struct Case {
-    name: &'static str,
+    name: String,
     program: String,
     args: Vec<&'static str>,
     /// The payload for round `r`.
@@ -213,7 +215,9 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(400);
-    let pith = env!("CARGO_BIN_EXE_pith").to_owned();
+    // `HOOK_BENCH_PITH` measures another build of the binary with the same harness.
+    let pith =
+        std::env::var("HOOK_BENCH_PITH").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pith").to_owned());
     let dir = tempfile::tempdir().expect("temp dir");
     let root = match std::env::var_os("HOOK_BENCH_DIR") {
         Some(kept) => {
@@ -244,63 +248,78 @@ fn main() {
     let failure = at_root(1);
     let read = at_root(2);
     let uncited = read.replace("/calc.py", "/README.md");
-    let (f, r, r2, u) = (failure.clone(), read.clone(), read.clone(), uncited.clone());
-    let mut cases = vec![
-        Case {
-            name: "/bin/true (baseline)",
-            program: "/bin/true".into(),
-            args: vec![],
-            input: Box::new(move |_| read.clone().into_bytes()),
-            speaks: None,
-            times: vec![],
-            cpu: vec![],
-        },
-        Case {
-            name: "pith --version (start-up only)",
-            program: pith.clone(),
-            args: vec!["--version"],
-            input: Box::new(|_| Vec::new()),
-            speaks: None,
-            times: vec![],
-            cpu: vec![],
-        },
-        Case {
-            name: "Read, 12 memories on the file: note",
-            program: pith.clone(),
-            args: vec!["hook"],
-            input: Box::new(move |round| with_session(r.clone(), format!("read-{round}"))),
-            speaks: Some(true),
-            times: vec![],
-            cpu: vec![],
-        },
-        Case {
-            name: "failing pytest: fix note",
-            program: pith.clone(),
-            args: vec!["hook"],
-            input: Box::new(move |round| with_session(f.clone(), format!("fail-{round}"))),
-            speaks: Some(true),
-            times: vec![],
-            cpu: vec![],
-        },
-        Case {
-            name: "Read already noted this session: silence",
-            program: pith.clone(),
-            args: vec!["hook"],
-            input: Box::new(move |_| with_session(r2.clone(), "repeat".into())),
-            speaks: None,
-            times: vec![],
-            cpu: vec![],
-        },
-        Case {
-            name: "Read of a file no memory cites: silence",
-            program: pith.clone(),
-            args: vec!["hook"],
-            input: Box::new(move |round| with_session(u.clone(), format!("none-{round}"))),
-            speaks: Some(false),
-            times: vec![],
-            cpu: vec![],
-        },
-    ];
+    let mut cases = vec![Case {
+        name: "/bin/true (baseline)".into(),
+        program: "/bin/true".into(),
+        args: vec![],
+        input: Box::new({
+            let read = read.clone();
+            move |_| read.clone().into_bytes()
+        }),
+        speaks: None,
+        times: vec![],
+        cpu: vec![],
+    }];
+    // `HOOK_BENCH_COMPARE` adds the same cases for a second binary, interleaved with the first.
+    let mut binaries = vec![(String::new(), pith.clone())];
+    if let Ok(other) = std::env::var("HOOK_BENCH_COMPARE") {
+        binaries.push(("[compare] ".to_owned(), other));
+    }
+    for (tag, bin) in &binaries {
+        let (f, r, r2, u) = (failure.clone(), read.clone(), read.clone(), uncited.clone());
+        let tagged = tag.clone();
+        let with = move |payload: String, session: String| {
+            with_session(payload, format!("{tagged}{session}"))
+        };
+        let (w1, w2, w3, w4) = (with.clone(), with.clone(), with.clone(), with);
+        cases.extend([
+            Case {
+                name: format!("{tag}pith --version (start-up only)"),
+                program: bin.clone(),
+                args: vec!["--version"],
+                input: Box::new(|_| Vec::new()),
+                speaks: None,
+                times: vec![],
+                cpu: vec![],
+            },
+            Case {
+                name: format!("{tag}Read, 12 memories on the file: note"),
+                program: bin.clone(),
+                args: vec!["hook"],
+                input: Box::new(move |round| w1(r.clone(), format!("read-{round}"))),
+                speaks: Some(true),
+                times: vec![],
+                cpu: vec![],
+            },
+            Case {
+                name: format!("{tag}failing pytest: fix note"),
+                program: bin.clone(),
+                args: vec!["hook"],
+                input: Box::new(move |round| w2(f.clone(), format!("fail-{round}"))),
+                speaks: Some(true),
+                times: vec![],
+                cpu: vec![],
+            },
+            Case {
+                name: format!("{tag}Read already noted this session: silence"),
+                program: bin.clone(),
+                args: vec!["hook"],
+                input: Box::new(move |_| w3(r2.clone(), "repeat".into())),
+                speaks: None,
+                times: vec![],
+                cpu: vec![],
+            },
+            Case {
+                name: format!("{tag}Read of a file no memory cites: silence"),
+                program: bin.clone(),
+                args: vec!["hook"],
+                input: Box::new(move |round| w4(u.clone(), format!("none-{round}"))),
+                speaks: Some(false),
+                times: vec![],
+                cpu: vec![],
+            },
+        ]);
+    }
     // One warm-up round (page cache, the first session directory).
     for case in &mut cases {
         let _ = run(&case.program, &case.args, &(case.input)(usize::MAX));

@@ -2,7 +2,7 @@
 
 Usage:
     python sdk_clients.py --base-url http://127.0.0.1:PORT [--api-key KEY] [--calls a,b,...]
-                          [--prompt TEXT]
+                          [--prompt TEXT] [--more-tools N]
 
 `--base-url` has no `/v1`: the Anthropic client gets it as is, the OpenAI client gets
 `<base-url>/v1`. The SDKs' retries are off (max_retries=0), so each call sends exactly one
@@ -21,13 +21,16 @@ request, in this fixed order (a server scripting FIFO replies queues them in thi
     openai.responses.stream.tool         same, with one tool defined
 
 `--calls` runs a subset (same relative order). `--prompt` replaces the user message (default
-"Say hello."), e.g. with a pin command that pith answers itself. Output: one JSON object on stdout mapping each
+"Say hello."), e.g. with a pin command that pith answers itself. `--more-tools N` adds N
+tools with long descriptions beside `read_file` to the Anthropic `.tool` calls (enough for
+pith to defer them). Output: one JSON object on stdout mapping each
 call name to what the SDK parsed (keys in call order):
 
     anthropic.messages.*      {"text", "stop_reason",
                                "usage": {"input_tokens", "output_tokens",
                                          "cache_creation_input_tokens", "cache_read_input_tokens"},
-                               "tool_calls": [{"id", "name", "input"}]}
+                               "tool_calls": [{"id", "name", "input"}],
+                               "block_types": [content block types, in order]}
                               streamed ones add "events": {event type: count} as the SDK's
                               MessageStream yielded them (it drops `ping`, and adds its own
                               "text" / "input_json" events)
@@ -102,6 +105,7 @@ def anthropic_usage(usage):
 
 def anthropic_result(message):
     return {
+        "block_types": [block.type for block in message.content],
         "text": "".join(block.text for block in message.content if block.type == "text"),
         "stop_reason": message.stop_reason,
         "usage": anthropic_usage(message.usage),
@@ -281,13 +285,28 @@ def responses_stream(client, tools):
     }
 
 
+def more_tools(n):
+    return [
+        {
+            "name": f"ticket_op_{i}",
+            "description": f"Operation {i} on the ticket tracker: " + "reads and updates fields. " * 40,
+            "input_schema": {"type": "object", "properties": {"key": {"type": "string"}}},
+        }
+        for i in range(n)
+    ]
+
+
+MORE_TOOLS = 0
+
+
 def calls(anthropic_client, openai_client):
     a, o = anthropic_client, openai_client
+    tools = [ANTHROPIC_TOOL] + more_tools(MORE_TOOLS)
     return [
         ("anthropic.messages.create", lambda: anthropic_create(a, None)),
         ("anthropic.messages.stream", lambda: anthropic_stream(a, None)),
-        ("anthropic.messages.create.tool", lambda: anthropic_create(a, [ANTHROPIC_TOOL])),
-        ("anthropic.messages.stream.tool", lambda: anthropic_stream(a, [ANTHROPIC_TOOL])),
+        ("anthropic.messages.create.tool", lambda: anthropic_create(a, tools)),
+        ("anthropic.messages.stream.tool", lambda: anthropic_stream(a, tools)),
         ("anthropic.messages.count_tokens", lambda: anthropic_count_tokens(a)),
         ("openai.chat.create", lambda: chat_create(o)),
         ("openai.chat.stream", lambda: chat_stream(o, None)),
@@ -299,14 +318,16 @@ def calls(anthropic_client, openai_client):
 
 
 def main():
-    global PROMPT
+    global PROMPT, MORE_TOOLS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="http://host:port, without /v1")
     parser.add_argument("--api-key", default="sk-test-pith")
     parser.add_argument("--calls", default="", help="comma-separated call names (default: all)")
     parser.add_argument("--prompt", default=PROMPT, help="the user message every call sends")
+    parser.add_argument("--more-tools", type=int, default=0, help="extra tools for the .tool calls")
     args = parser.parse_args()
     PROMPT = args.prompt
+    MORE_TOOLS = args.more_tools
 
     # Loopback only: a proxy configured in the environment must not see these requests.
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):

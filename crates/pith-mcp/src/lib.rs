@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pith_brain::render::{self, Hints};
 use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, NewMemory, Workspace};
-use pith_prefilter::{OllamaRanker, PrefilterConfig};
-use pith_search::{Ranker, SearchRequest};
+use pith_prefilter::{ModelRanker, PrefilterConfig};
+use pith_search::{RankPolicy, Ranker, SearchRequest};
 use pith_store::brain::{open_existing_workspace_brain, open_workspace_brain};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -45,6 +45,11 @@ pub enum McpError {
 /// Serve MCP on stdin/stdout until the client closes stdin.
 pub async fn serve_stdio(options: ServerOptions) -> Result<(), McpError> {
     let server = PithServer::new(options);
+    // A cold model takes longer to load than a ranking may wait: load it now, in the
+    // background, so the session's first broad search finds it ready (or is told it is not).
+    if let Some(ranker) = &server.ranker {
+        ranker.warm_up();
+    }
     tracing::info!(
         root = %server.ws.root().display(),
         prefilter = server.ranker.as_ref().map(|r| r.name()),
@@ -78,8 +83,8 @@ pub struct PithServer {
     ws: Workspace,
     brain: SharedBrain,
     /// Set only when the user opted in to local-model ranking.
-    ranker: Option<Arc<OllamaRanker>>,
-    rank_threshold: usize,
+    ranker: Option<ModelRanker>,
+    rank_policy: RankPolicy,
     tool_router: ToolRouter<Self>,
 }
 
@@ -180,8 +185,8 @@ impl PithServer {
         PithServer {
             ws: options.workspace,
             brain: Arc::new(Mutex::new(None)),
-            ranker: OllamaRanker::from_config(&options.prefilter).map(Arc::new),
-            rank_threshold: options.prefilter.threshold,
+            ranker: ModelRanker::from_config(&options.prefilter),
+            rank_policy: options.prefilter.policy,
             tool_router: Self::tool_router(),
         }
     }
@@ -209,10 +214,10 @@ impl PithServer {
             intent: a.intent,
         };
         let root = self.ws.root().to_path_buf();
-        let (ranker, threshold) = (self.ranker.clone(), self.rank_threshold);
+        let (ranker, policy) = (self.ranker.clone(), self.rank_policy);
         blocking(move || {
-            let ranker = ranker.as_deref().map(|r| r as &dyn Ranker);
-            pith_search::search_workspace(&root, &request, ranker, threshold)
+            let ranker = ranker.as_ref().map(|r| r as &dyn Ranker);
+            pith_search::search_workspace(&root, &request, ranker, policy)
                 .map(|report| report.render())
                 .map_err(|e| render::error_chain(&e))
         })

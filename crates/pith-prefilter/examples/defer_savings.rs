@@ -88,6 +88,91 @@ fn main() -> Result<(), String> {
         ..DeferOptions::default()
     };
     cost_report(&stage_with(cache.path(), any_size)?, FIX_CALC, false)?;
+    // A session that needs a search: the mcp40 session with one tool fewer kept loaded.
+    let four = DeferOptions {
+        keep_relevant: 4,
+        ..DeferOptions::default()
+    };
+    round_trip_report(&stage_with(cache.path(), four)?, MCP40, "keep_relevant = 4")?;
+    Ok(())
+}
+
+/// The cost of a session in which the model searches, with an OpenCode-like client (it sends
+/// the history back without the search blocks): pith's real stages, the restore stage fed with
+/// the blocks pith hid from the answers (the searches the documented replay has the model run),
+/// then deferral, against the same session unproxied and with the round trip off.
+fn round_trip_report(stage: &DeferStage, folder: &str, label: &str) -> Result<(), String> {
+    use pith_transform::search_trip::SearchMemory;
+    use pith_transform::search_trip::restore::RestoreStage;
+    use std::sync::Arc;
+
+    let original = load_folder(folder)?;
+    let documented = replayed(stage, &original)?;
+    let memory = Arc::new(pith_transform::search_trip::InMemory::default());
+    for capture in &documented {
+        sim::remember_searches(capture, memory.as_ref())?;
+    }
+    let searches = memory.len();
+    let restore = RestoreStage::new(memory.clone() as Arc<dyn SearchMemory>);
+    let mut with_round_trip = Vec::new();
+    let mut without = Vec::new();
+    for capture in &original {
+        let restored = match capture.run(&restore).map_err(|e| e.to_string())? {
+            Outcome::Edited(edit) => capture
+                .with_body(apply_splices(&capture.body, &edit.splices).map_err(|e| e.to_string())?),
+            Outcome::Unchanged(_) => capture.with_body(capture.body.clone()),
+        };
+        for (input, out) in [(&restored, &mut with_round_trip), (capture, &mut without)] {
+            out.push(match input.run(stage).map_err(|e| e.to_string())? {
+                Outcome::Edited(edit) => {
+                    apply_splices(&input.body, &edit.splices).map_err(|e| e.to_string())?
+                }
+                Outcome::Unchanged(_) => input.body.clone(),
+            });
+        }
+    }
+    let documented_out: Vec<Vec<u8>> = documented
+        .iter()
+        .map(|c| match c.run(stage) {
+            Ok(Outcome::Edited(edit)) => {
+                apply_splices(&c.body, &edit.splices).unwrap_or_else(|_| c.body.clone())
+            }
+            _ => c.body.clone(),
+        })
+        .collect();
+    let raw: Vec<Vec<u8>> = original.iter().map(|c| c.body.clone()).collect();
+    let cost = |bodies: &[Vec<u8>]| -> Result<f64, String> {
+        Ok(total(&sim::session_costs(bodies, CostModel::DOCUMENTED)?))
+    };
+    let (base, on, off, doc) = (
+        cost(&raw)?,
+        cost(&with_round_trip)?,
+        cost(&without)?,
+        cost(&documented_out)?,
+    );
+    println!(
+        "\n## {folder}, {label}: a session that searches ({searches} searches), OpenCode-like client\n"
+    );
+    println!("| | weighted prompt tokens | vs unproxied |");
+    println!("|---|---:|---:|");
+    for (name, value) in [
+        ("unproxied", base),
+        (
+            "pith, round trip off (the client drops the search blocks)",
+            off,
+        ),
+        ("pith, round trip on (blocks hidden, then restored)", on),
+        ("documented client (sends the blocks back itself)", doc),
+    ] {
+        println!(
+            "| {name} | {value:.0} | {:+.1}% |",
+            100.0 * (value / base - 1.0)
+        );
+    }
+    println!(
+        "\nRestored bodies identical to the documented client's: {}",
+        with_round_trip == documented_out
+    );
     Ok(())
 }
 
@@ -106,7 +191,13 @@ fn stage_with(cache_dir: &std::path::Path, options: DeferOptions) -> Result<Defe
         return Ok(stage);
     };
     let model = std::env::var("PITH_EMBED_MODEL").unwrap_or_else(|_| "all-minilm".to_owned());
-    let ranker = pith_prefilter::OllamaEmbedRanker::new(pith_prefilter::EmbedConfig {
+    let api = match std::env::var("PITH_EMBED_API") {
+        Ok(name) => pith_prefilter::Api::from_name(&name)
+            .ok_or_else(|| format!("PITH_EMBED_API={name:?}: use ollama or openai"))?,
+        Err(_) => pith_prefilter::Api::Ollama,
+    };
+    let ranker = pith_prefilter::EmbedRanker::new(pith_prefilter::EmbedConfig {
+        api,
         url,
         model,
         timeout: std::time::Duration::from_secs(60),

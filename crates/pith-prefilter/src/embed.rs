@@ -1,11 +1,12 @@
-//! Semantic tool ranking for the defer stage: cosine similarity of Ollama `/api/embed` vectors.
+//! Semantic tool ranking for the defer stage: cosine similarity of embedding vectors from
+//! Ollama's `/api/embed` or an OpenAI-compatible `/v1/embeddings`.
 //!
-//! [`OllamaEmbedRanker`] implements [`pith_transform::ToolRanker`]. The defer stage needs the
+//! [`EmbedRanker`] implements [`pith_transform::ToolRanker`]. The defer stage needs the
 //! loaded tool set to be identical on every turn of a session (it is the start of the cached
 //! prompt prefix), so the ranker decides once per (model, task text, ordered tool definitions)
 //! and then always gives that same answer: the scores, or `None` (BM25) when the first attempt
 //! failed. Decisions and tool vectors are kept in memory and on disk under
-//! [`EmbedConfig::cache_dir`], so a restart or Ollama going down or coming back changes nothing
+//! [`EmbedConfig::cache_dir`], so a restart or the server going down or coming back changes nothing
 //! for a session already decided: session stability beats freshness.
 //!
 //! Disk layout: `vectors/<sha256>.json` (one tool's vector, keyed by model and definition) and
@@ -28,12 +29,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::http::{Endpoint, HttpError, exchange};
+use crate::api::{Api, EnvelopeError};
+use crate::client::{BadUrl, Client, HttpError};
 
 /// Total time one ranking decision may spend on HTTP (all batches together).
 pub const DEFAULT_EMBED_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Inputs per `/api/embed` request, so a reply stays well under the client's size limit.
+/// Inputs per embeddings request, so a reply stays well under the client's size limit.
 const BATCH: usize = 32;
 
 /// Characters of one input sent for embedding; embedding models read a few thousand tokens at
@@ -46,9 +48,12 @@ const CACHE_VERSION: &[u8] = b"pith-embed-v1";
 /// Where and how to embed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EmbedConfig {
-    /// Ollama base URL (plain `http://host:port`, optional path prefix).
+    /// Which API the server speaks.
+    pub api: Api,
+    /// The server's base URL (`http(s)://host:port`, optional path prefix; a trailing `/v1`
+    /// is accepted for the OpenAI API).
     pub url: String,
-    /// Embedding model as `ollama list` shows it (e.g. `nomic-embed-text`).
+    /// Embedding model as the server lists it (e.g. `nomic-embed-text`).
     pub model: String,
     /// Total HTTP time per decision (default [`DEFAULT_EMBED_TIMEOUT`]).
     pub timeout: Duration,
@@ -60,15 +65,15 @@ pub struct EmbedConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
     /// The configured URL is not one the client speaks to.
-    #[error("{0:?} is not a plain http:// URL")]
-    BadUrl(String),
-    /// The request failed (refused, timed out, malformed HTTP), or Ollama answered with an
+    #[error("bad embeddings URL")]
+    BadUrl(#[from] BadUrl),
+    /// The request failed (refused, timed out, malformed HTTP), or the server answered with an
     /// error status (e.g. 404 for a model not pulled).
-    #[error("Ollama request failed")]
+    #[error("embeddings request failed")]
     Http(#[from] HttpError),
-    /// The body is not `{"embeddings": [[number, ...], ...]}`.
-    #[error("reply is not a list of embeddings: {0}")]
-    Malformed(String),
+    /// The body is not a list of embeddings in the API's shape.
+    #[error("reply is not a list of embeddings")]
+    Malformed(#[from] EnvelopeError),
     /// Not one embedding per input.
     #[error("{got} embeddings for {sent} inputs")]
     WrongCount {
@@ -86,9 +91,9 @@ pub enum EmbedError {
 }
 
 /// Ranks tool definitions by embedding similarity to the task; see the module docs.
-pub struct OllamaEmbedRanker {
+pub struct EmbedRanker {
     config: EmbedConfig,
-    endpoint: Endpoint,
+    client: Client,
     memory: Mutex<Memory>,
 }
 
@@ -110,19 +115,22 @@ enum DecisionFile {
     Bm25,
 }
 
-#[derive(Deserialize)]
-struct EmbedReply {
-    embeddings: Vec<Vec<f64>>,
-}
-
-impl OllamaEmbedRanker {
-    /// A ranker for `config`; an error only if the URL is not a plain `http://` URL.
+impl EmbedRanker {
+    /// A ranker for `config`; an error only if the URL is not `http(s)://host...`.
     pub fn new(config: EmbedConfig) -> Result<Self, EmbedError> {
-        let endpoint =
-            Endpoint::parse(&config.url).ok_or_else(|| EmbedError::BadUrl(config.url.clone()))?;
+        let url = if config.url.trim().is_empty() {
+            config.api.default_url()
+        } else {
+            config.url.trim().trim_end_matches('/')
+        };
+        let url = match config.api {
+            Api::OpenAi => url.strip_suffix("/v1").unwrap_or(url),
+            Api::Ollama => url,
+        };
+        let client = Client::new(url)?;
         Ok(Self {
             config,
-            endpoint,
+            client,
             memory: Mutex::default(),
         })
     }
@@ -275,29 +283,27 @@ impl OllamaEmbedRanker {
     fn embed(&self, inputs: &[String], deadline: Instant) -> Result<Vec<Vec<f64>>, EmbedError> {
         let mut out = Vec::with_capacity(inputs.len());
         for batch in inputs.chunks(BATCH) {
-            let body = serde_json::json!({
-                "model": self.config.model,
-                "input": batch,
-                "truncate": true,
-            })
-            .to_string();
-            let response = exchange(
-                &self.endpoint,
-                "POST",
-                "/api/embed",
-                Some(body.as_bytes()),
-                deadline,
-            )?
-            .ok()?;
-            let reply: EmbedReply = serde_json::from_slice(&response.body)
-                .map_err(|err| EmbedError::Malformed(err.to_string()))?;
-            if reply.embeddings.len() != batch.len() {
+            let body = self.config.api.embed_body(&self.config.model, batch);
+            let timeout = deadline.saturating_duration_since(Instant::now());
+            if timeout.is_zero() {
+                return Err(HttpError::Timeout(self.config.timeout).into());
+            }
+            let reply = self
+                .client
+                .post_json(self.config.api.embed_path(), &body, timeout)
+                .map_err(|err| match err {
+                    // The budget is for the whole decision, so say so rather than what was left.
+                    HttpError::Timeout(_) => HttpError::Timeout(self.config.timeout),
+                    other => other,
+                })?;
+            let embeddings = self.config.api.embeddings(&reply)?;
+            if embeddings.len() != batch.len() {
                 return Err(EmbedError::WrongCount {
                     sent: batch.len(),
-                    got: reply.embeddings.len(),
+                    got: embeddings.len(),
                 });
             }
-            for vector in reply.embeddings {
+            for vector in embeddings {
                 if !usable(&vector) {
                     return Err(EmbedError::Degenerate);
                 }
@@ -308,10 +314,10 @@ impl OllamaEmbedRanker {
     }
 }
 
-impl ToolRanker for OllamaEmbedRanker {
+impl ToolRanker for EmbedRanker {
     /// The decision for (model, task, tool definitions): from memory, else from disk, else
     /// computed now (blocking up to the timeout) and stored. Failures are stored too, as
-    /// `None`, so the session keeps BM25 even if Ollama comes back.
+    /// `None`, so the session keeps BM25 even if the server comes back.
     fn scores(&self, task: &str, tools: &[ToolText<'_>]) -> Option<Vec<f64>> {
         if tools.is_empty() {
             return Some(Vec::new());

@@ -1,38 +1,54 @@
-//! Local-model ranking of search candidates through Ollama; strict parse, fails open.
+//! Local-model ranking of search candidates, over Ollama's API or the OpenAI-compatible one
+//! (llama.cpp's server, LM Studio, vLLM, Ollama's `/v1`); strict parse, fails open.
 //!
-//! [`OllamaRanker`] implements [`pith_search::Ranker`]. It only ever returns a complete ordering
-//! of the candidates or `None`; `search_workspace` turns `None` into the plain result list with
-//! nothing withheld. Every failure (server down, model not pulled, timeout, HTTP error, a reply
-//! that is not exactly `{"order": [...]}` with each index once) is logged and ends there.
+//! [`ModelRanker`] implements [`pith_search::Ranker`]: it shows the model the matching files
+//! (with a few of their lines), asks for the files that best answer the query, and returns
+//! those files' lines, at most `want`, only if the answer is exactly the asked number of
+//! distinct files; anything else is an `Err` with the reason, and `search_workspace` shows the
+//! plain list with a line saying why it is not ranked.
 //!
-//! Calls block for up to [`PrefilterConfig::timeout`] per HTTP request (the availability probe
-//! and the ranking each get their own timeout); from async code, call through `spawn_blocking`.
+//! A cold model is the usual first call of a session, and loading one takes longer than a
+//! ranking may wait. [`ModelRanker::warm_up`] (the MCP server calls it at start) checks that the
+//! server lists the model and has it loaded, on a background thread, with its own longer
+//! timeout; until it is done, searches are answered at once, unranked, saying the model is still
+//! loading. A ranking that times out starts another warm-up (the server may have unloaded the
+//! model). A server that could not be reached is tried again in the background at most every
+//! [`RETRY_AFTER`]. Without a warm-up the first ranking probes the server itself.
 //!
-//! [`embed::OllamaEmbedRanker`] ranks tool definitions for the defer stage by embedding
-//! similarity, with BM25 as the fallback.
+//! Calls block for up to [`PrefilterConfig::timeout`]; from async code, call through
+//! `spawn_blocking`.
+//!
+//! [`embed::EmbedRanker`] ranks tool definitions for the defer stage by embedding similarity,
+//! with BM25 as the fallback.
 
+pub mod api;
+mod client;
 pub mod embed;
-mod http;
 mod prompt;
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use pith_search::{Candidate, DEFAULT_MAX_RANK_CANDIDATES, DEFAULT_RANK_THRESHOLD, Ranker};
+use pith_search::{Candidate, DEFAULT_MAX_RANK_CANDIDATES, Ranker};
 
-pub use embed::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedError, OllamaEmbedRanker};
-pub use http::HttpError;
+pub use api::{Api, EnvelopeError, ResponseFormat};
+pub use client::{BadUrl, HttpError};
+pub use embed::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedError, EmbedRanker};
 pub use prompt::ReplyError;
 
-use crate::http::{Endpoint, exchange};
+use crate::client::Client;
 
-/// Where Ollama listens by default.
-pub const DEFAULT_OLLAMA_URL: &str = "http://127.0.0.1:11434";
-/// A small code model that ranks a few hundred lines well within the timeout on a laptop.
+/// A small instruction-tuned code model (Ollama's name for it). Not measured: no registry here
+/// ships it (BENCHMARKS.md, "Local prefilter").
 pub const DEFAULT_MODEL: &str = "qwen2.5-coder:1.5b";
-/// Per-request timeout (issue 3).
+/// Per-ranking timeout: the cap on what trying costs a broad search. The evaluated model took
+/// 6-109 s per ranking on 2 CPU cores (BENCHMARKS.md), so no wait an agent would accept lets a
+/// CPU rank; a faster setup answers within it.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long loading the model may take (the warm-up's timeout).
+pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
+/// How soon a server that could not be reached is tried again (in the background).
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// Prefilter settings. Off by default: a wrong ranking can hide the right answer, so the user
 /// chooses the trade.
@@ -40,24 +56,31 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct PrefilterConfig {
     /// Rank at all.
     pub enabled: bool,
-    /// Ollama base URL (plain `http://host:port`, optional path prefix).
-    pub url: String,
-    /// Model name as `ollama list` shows it.
+    /// Which API the server speaks.
+    pub api: Api,
+    /// The server's base URL (`http(s)://host:port`, optional path prefix; for the OpenAI API
+    /// a trailing `/v1` is accepted); `None` is the API's default ([`Api::default_url`]).
+    pub url: Option<String>,
+    /// Model name as the server lists it (`ollama list`, `/v1/models`).
     pub model: String,
-    /// Rank searches with more matches than this; show the best this many.
-    pub threshold: usize,
-    /// Timeout for each HTTP request to Ollama.
+    /// Which searches are ranked and how much is shown.
+    pub policy: pith_search::RankPolicy,
+    /// Timeout for each ranking request.
     pub timeout: Duration,
+    /// Timeout for loading the model ([`ModelRanker::warm_up`]).
+    pub load_timeout: Duration,
 }
 
 impl Default for PrefilterConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            url: DEFAULT_OLLAMA_URL.to_owned(),
+            api: Api::default(),
+            url: None,
             model: DEFAULT_MODEL.to_owned(),
-            threshold: DEFAULT_RANK_THRESHOLD,
+            policy: pith_search::RankPolicy::default(),
             timeout: DEFAULT_TIMEOUT,
+            load_timeout: DEFAULT_LOAD_TIMEOUT,
         }
     }
 }
@@ -68,10 +91,28 @@ impl PrefilterConfig {
         Self::default().with_env()
     }
 
+    /// The base URL requests go to.
+    pub fn base_url(&self) -> String {
+        let url = self
+            .url
+            .as_deref()
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .unwrap_or(self.api.default_url())
+            .trim_end_matches('/');
+        match self.api {
+            // OpenAI clients take the base with `/v1`; pith appends `/v1/...` itself.
+            Api::OpenAi => url.strip_suffix("/v1").unwrap_or(url).to_owned(),
+            Api::Ollama => url.to_owned(),
+        }
+    }
+
     /// `self` (e.g. from the config file) overridden by the process environment:
     /// `PITH_LOCAL_PREFILTER` (`1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`),
-    /// `PITH_OLLAMA_URL`, `PITH_PREFILTER_MODEL`, `PITH_PREFILTER_THRESHOLD`,
-    /// `PITH_PREFILTER_TIMEOUT_MS`. Unparsable values are ignored with a warning.
+    /// `PITH_PREFILTER_API` (`ollama`/`openai`), `PITH_PREFILTER_URL` (or the older
+    /// `PITH_OLLAMA_URL`), `PITH_PREFILTER_MODEL`, `PITH_PREFILTER_THRESHOLD`,
+    /// `PITH_PREFILTER_SHOWN`, `PITH_PREFILTER_TIMEOUT_MS`. Unparsable values are ignored with
+    /// a warning (the binary checks them first and refuses them).
     pub fn with_env(self) -> Self {
         self.with_env_from(|name| std::env::var(name).ok())
     }
@@ -88,192 +129,394 @@ impl PrefilterConfig {
                 ),
             }
         }
-        if let Some(url) = lookup("PITH_OLLAMA_URL").filter(|v| !v.trim().is_empty()) {
-            self.url = url.trim().to_owned();
+        if let Some(value) = lookup("PITH_PREFILTER_API").filter(|v| !v.trim().is_empty()) {
+            match Api::from_name(&value) {
+                Some(api) => self.api = api,
+                None => tracing::warn!(%value, "PITH_PREFILTER_API: not ollama or openai; ignored"),
+            }
+        }
+        let url = lookup("PITH_PREFILTER_URL").or_else(|| lookup("PITH_OLLAMA_URL"));
+        if let Some(url) = url.filter(|v| !v.trim().is_empty()) {
+            self.url = Some(url.trim().to_owned());
         }
         if let Some(model) = lookup("PITH_PREFILTER_MODEL").filter(|v| !v.trim().is_empty()) {
             self.model = model.trim().to_owned();
         }
-        if let Some(value) = lookup("PITH_PREFILTER_THRESHOLD") {
+        let number = |name: &str| -> Option<u64> {
+            let value = lookup(name)?;
             match value.trim().parse() {
-                Ok(threshold) => self.threshold = threshold,
-                Err(_) => tracing::warn!(%value, "PITH_PREFILTER_THRESHOLD: not a number; ignored"),
-            }
-        }
-        if let Some(value) = lookup("PITH_PREFILTER_TIMEOUT_MS") {
-            match value.trim().parse() {
-                Ok(ms) => self.timeout = Duration::from_millis(ms),
+                Ok(n) => Some(n),
                 Err(_) => {
-                    tracing::warn!(%value, "PITH_PREFILTER_TIMEOUT_MS: not a number; ignored")
+                    tracing::warn!(%value, "{name}: not a number; ignored");
+                    None
                 }
             }
+        };
+        if let Some(n) = number("PITH_PREFILTER_THRESHOLD").and_then(|n| usize::try_from(n).ok()) {
+            self.policy.threshold = n;
+        }
+        if let Some(n) = number("PITH_PREFILTER_SHOWN").and_then(|n| usize::try_from(n).ok()) {
+            self.policy.shown = n;
+        }
+        if let Some(ms) = number("PITH_PREFILTER_TIMEOUT_MS") {
+            self.timeout = Duration::from_millis(ms);
         }
         self
     }
 }
 
-/// Why a ranking attempt gave no ordering (logged; the caller only sees `None`).
+/// Why a ranking attempt gave no answer (logged, and its chain is the reason the reply shows).
 #[derive(Debug, thiserror::Error)]
 pub enum RankError {
-    /// The probe found no server, or a server without the model.
-    #[error("model {model} is not available at {url}")]
-    Unavailable {
+    /// The model is still loading (a warm-up is running).
+    #[error("the model is still loading")]
+    Loading,
+    /// The server does not list the model.
+    #[error("{api} at {url} does not list model {model}")]
+    ModelMissing {
         /// The configured model.
         model: String,
-        /// The configured URL.
+        /// The server's base URL.
         url: String,
+        /// The API's name.
+        api: &'static str,
     },
+    /// The server could not be asked (recently; it is tried again in the background).
+    #[error("the model server is unavailable")]
+    Unavailable(#[source] Arc<RankError>),
     /// The candidate list would not fit the largest context we request.
-    #[error("{0} candidates need more than the largest context window we request")]
+    #[error("{0} results need more than the largest context window pith requests")]
     TooManyCandidates(usize),
-    /// The request failed, or Ollama answered with an error status.
-    #[error("Ollama request failed")]
+    /// The request failed, or the server answered with an error status.
+    #[error("request failed")]
     Http(#[from] HttpError),
-    /// The reply is not a definitive ordering.
+    /// The reply is not a complete answer of the API.
     #[error("reply rejected")]
+    Envelope(#[from] EnvelopeError),
+    /// The answer is not a definitive pick.
+    #[error("answer rejected")]
     Reply(#[from] ReplyError),
 }
 
-/// Ranks search candidates with a local model served by Ollama.
-#[derive(Clone, Debug)]
-pub struct OllamaRanker {
+/// What the ranker knows about the model server.
+#[derive(Debug)]
+enum Readiness {
+    /// Nothing asked yet.
+    Unknown,
+    /// A warm-up is running.
+    Loading,
+    /// Listed and loaded.
+    Ready,
+    /// The last probe or warm-up failed.
+    Failed { error: Arc<RankError>, at: Instant },
+}
+
+struct Inner {
     config: PrefilterConfig,
-    endpoint: Endpoint,
+    client: Client,
+    readiness: Mutex<Readiness>,
+    /// How an OpenAI-compatible server is asked for the schema (found by the warm-up).
+    format: Mutex<ResponseFormat>,
 }
 
-/// Probe results per (url, model), for the life of the process: one /api/tags call, not one
-/// per search. Negative results are cached too, so a missing server costs one timeout at most.
-fn probe_cache() -> &'static Mutex<HashMap<(String, String), bool>> {
-    static CACHE: OnceLock<Mutex<HashMap<(String, String), bool>>> = OnceLock::new();
-    CACHE.get_or_init(Mutex::default)
+/// Ranks search candidates with a local model; cheap to clone (clones share what they know
+/// about the server).
+#[derive(Clone)]
+pub struct ModelRanker {
+    inner: Arc<Inner>,
 }
 
-/// Forgets every availability probe result (tests start servers and models at will).
-pub fn reset_availability_cache() {
-    probe_cache()
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clear();
+impl std::fmt::Debug for ModelRanker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelRanker")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
 }
 
-impl OllamaRanker {
-    /// A ranker for `config`, whether or not it is enabled; `None` if the URL is not a plain
-    /// `http://` URL (logged).
-    pub fn new(config: PrefilterConfig) -> Option<Self> {
-        match Endpoint::parse(&config.url) {
-            Some(endpoint) => Some(Self { config, endpoint }),
-            None => {
-                tracing::warn!(url = %config.url, "local prefilter: not a plain http:// URL; ranking off");
+impl ModelRanker {
+    /// A ranker for `config`, whether or not it is enabled; refused if the URL is not
+    /// `http(s)://host...`.
+    pub fn new(config: PrefilterConfig) -> Result<Self, BadUrl> {
+        let client = Client::new(&config.base_url())?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                client,
+                readiness: Mutex::new(Readiness::Unknown),
+                format: Mutex::new(ResponseFormat::default()),
+            }),
+        })
+    }
+
+    /// The ranker to use for `config`: `None` when the prefilter is off, or its URL is not one
+    /// the client speaks to (logged).
+    pub fn from_config(config: &PrefilterConfig) -> Option<Self> {
+        if !config.enabled {
+            return None;
+        }
+        match Self::new(config.clone()) {
+            Ok(ranker) => Some(ranker),
+            Err(err) => {
+                tracing::warn!(
+                    error = &err as &dyn std::error::Error,
+                    "local prefilter: ranking off"
+                );
                 None
             }
         }
     }
 
-    /// The ranker to use for `config`: `None` when the prefilter is off or misconfigured.
-    pub fn from_config(config: &PrefilterConfig) -> Option<Self> {
-        if config.enabled {
-            Self::new(config.clone())
-        } else {
-            None
-        }
-    }
-
     /// The configuration this ranker uses.
     pub fn config(&self) -> &PrefilterConfig {
-        &self.config
+        &self.inner.config
     }
 
-    /// Whether the server lists the model (probed once per process per url and model).
-    pub fn is_available(&self) -> bool {
-        let key = (self.config.url.clone(), self.config.model.clone());
-        if let Some(&known) = probe_cache()
+    fn readiness(&self) -> MutexGuard<'_, Readiness> {
+        self.inner
+            .readiness
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
+    }
+
+    /// Starts loading the model on a background thread unless a warm-up is running or the
+    /// model is known to be loaded; returns at once. Searches meanwhile are answered unranked,
+    /// saying the model is still loading.
+    pub fn warm_up(&self) {
         {
-            return known;
+            let mut readiness = self.readiness();
+            if matches!(*readiness, Readiness::Loading | Readiness::Ready) {
+                return;
+            }
+            *readiness = Readiness::Loading;
         }
-        let available = self.probe();
-        probe_cache()
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, available);
-        available
+        let ranker = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pith-prefilter-warm-up".to_owned())
+            .spawn(move || ranker.load());
+        if let Err(err) = spawned {
+            tracing::warn!(%err, "local prefilter: cannot start the warm-up thread");
+            *self.readiness() = Readiness::Unknown;
+        }
     }
 
-    fn probe(&self) -> bool {
-        let deadline = Instant::now() + self.config.timeout;
-        match exchange(&self.endpoint, "GET", "/api/tags", None, deadline) {
-            Ok(response) if response.status == 200 => {
-                let listed = prompt::tags_list_model(&response.body, &self.config.model);
-                if !listed {
-                    tracing::warn!(model = %self.config.model, url = %self.config.url,
-                        "local prefilter: model not listed by /api/tags (ollama pull it); ranking off");
-                }
-                listed
-            }
-            Ok(response) => {
-                tracing::warn!(status = response.status, url = %self.config.url,
-                    "local prefilter: /api/tags failed; ranking off");
-                false
+    /// Probes and loads the model now, blocking (up to the request and load timeouts); what
+    /// [`ModelRanker::warm_up`] runs in the background.
+    pub fn load(&self) -> Result<(), Arc<RankError>> {
+        let started = Instant::now();
+        let config = &self.inner.config;
+        let result = self.probe().and_then(|()| self.warm_request());
+        match result {
+            Ok(()) => {
+                tracing::info!(model = %config.model, url = %self.inner.client.base(),
+                    elapsed_ms = started.elapsed().as_millis() as u64, "local prefilter: model loaded");
+                *self.readiness() = Readiness::Ready;
+                Ok(())
             }
             Err(err) => {
-                tracing::warn!(%err, url = %self.config.url,
-                    "local prefilter: no Ollama server; ranking off");
-                false
+                let error = Arc::new(err);
+                tracing::warn!(error = &*error as &dyn std::error::Error, model = %config.model,
+                    "local prefilter: model not available; searches are shown unranked");
+                *self.readiness() = Readiness::Failed {
+                    error: Arc::clone(&error),
+                    at: Instant::now(),
+                };
+                Err(error)
             }
         }
     }
 
-    /// Asks the model for an ordering of every candidate, most relevant to `query` first.
-    pub fn try_rank(&self, query: &str, candidates: &[Candidate]) -> Result<Vec<usize>, RankError> {
-        if !self.is_available() {
-            return Err(RankError::Unavailable {
-                model: self.config.model.clone(),
-                url: self.config.url.clone(),
-            });
+    /// The load request; for the OpenAI API, the first response format the server accepts is
+    /// kept for the rankings (an error status refuses one).
+    fn warm_request(&self) -> Result<(), RankError> {
+        let config = &self.inner.config;
+        let formats: &[ResponseFormat] = match config.api {
+            Api::Ollama => &[ResponseFormat::JsonSchema],
+            Api::OpenAi => &ResponseFormat::ALL,
+        };
+        let mut refused = None;
+        for &format in formats {
+            let body = config.api.warm_up_body(&config.model, format);
+            match self
+                .inner
+                .client
+                .post_json(config.api.chat_path(), &body, config.load_timeout)
+            {
+                Ok(_) => {
+                    if refused.is_some() {
+                        tracing::info!(
+                            ?format,
+                            "local prefilter: the server takes this response format"
+                        );
+                    }
+                    *self
+                        .inner
+                        .format
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = format;
+                    return Ok(());
+                }
+                // llama-cpp-python's server refuses `json_schema` with a 500 (its validation
+                // error), others with a 400 or 422: any error status means try the next one.
+                Err(err @ HttpError::Status { .. }) => refused = Some(err),
+                Err(err) => return Err(err.into()),
+            }
         }
-        let request = prompt::chat_request(&self.config.model, query, candidates)
+        Err(refused.map_or(RankError::Loading, RankError::from))
+    }
+
+    /// Whether the server lists the model (one request, within the ranking timeout).
+    fn probe(&self) -> Result<(), RankError> {
+        let config = &self.inner.config;
+        let body = self
+            .inner
+            .client
+            .get(config.api.models_path(), config.timeout)?;
+        if config.api.lists_model(&body, &config.model) {
+            Ok(())
+        } else {
+            Err(RankError::ModelMissing {
+                model: config.model.clone(),
+                url: self.inner.client.base().to_owned(),
+                api: config.api.label(),
+            })
+        }
+    }
+
+    /// Decides whether to ask the model now: `Ok` when it is known to be ready (or a first
+    /// probe without warm-up found it), else why not, starting a retry in the background when
+    /// one is due.
+    fn ready(&self) -> Result<(), RankError> {
+        let mut readiness = self.readiness();
+        match &*readiness {
+            Readiness::Ready => Ok(()),
+            Readiness::Loading => Err(RankError::Loading),
+            Readiness::Failed { error, at } => {
+                let error = Arc::clone(error);
+                if at.elapsed() >= RETRY_AFTER {
+                    drop(readiness);
+                    self.warm_up();
+                }
+                Err(RankError::Unavailable(error))
+            }
+            Readiness::Unknown => {
+                // Concurrent searches do not wait for this probe: they are told it is loading.
+                *readiness = Readiness::Loading;
+                drop(readiness);
+                match self.probe() {
+                    Ok(()) => {
+                        *self.readiness() = Readiness::Ready;
+                        Ok(())
+                    }
+                    Err(err) => Err(self.failed(err)),
+                }
+            }
+        }
+    }
+
+    /// Remembers `err` as why the server is unavailable (retried after [`RETRY_AFTER`]).
+    fn failed(&self, err: RankError) -> RankError {
+        let error = Arc::new(err);
+        *self.readiness() = Readiness::Failed {
+            error: Arc::clone(&error),
+            at: Instant::now(),
+        };
+        RankError::Unavailable(error)
+    }
+
+    /// Asks the model for the files that best answer `query`; their candidates, at most
+    /// `want`.
+    pub fn try_rank(
+        &self,
+        query: &str,
+        candidates: &[Candidate],
+        want: usize,
+    ) -> Result<Vec<usize>, RankError> {
+        self.ready()?;
+        let config = &self.inner.config;
+        let prompt = prompt::prompt(query, candidates, want)
             .ok_or(RankError::TooManyCandidates(candidates.len()))?;
         tracing::debug!(
             candidates = candidates.len(),
-            num_ctx = request.num_ctx,
+            want,
+            num_ctx = prompt.num_ctx,
             "local prefilter: asking for a ranking"
         );
-        let deadline = Instant::now() + self.config.timeout;
-        let response = exchange(
-            &self.endpoint,
-            "POST",
-            "/api/chat",
-            Some(&request.body),
-            deadline,
-        )?
-        .ok()?;
-        Ok(prompt::parse_reply(&response.body, candidates.len())?)
+        let format = *self
+            .inner
+            .format
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let body = config.api.chat_body(
+            &config.model,
+            prompt.system,
+            &prompt.user,
+            &prompt.schema,
+            format,
+            prompt.num_ctx,
+            prompt.num_predict,
+        );
+        let reply = match self
+            .inner
+            .client
+            .post_json(config.api.chat_path(), &body, config.timeout)
+        {
+            Ok(reply) => reply,
+            Err(err @ HttpError::Timeout(_)) => {
+                // The server may have unloaded the model: load it again before the next search
+                // waits a whole timeout too.
+                *self.readiness() = Readiness::Unknown;
+                self.warm_up();
+                return Err(err.into());
+            }
+            Err(err @ HttpError::Unreachable { .. }) => return Err(self.failed(err.into())),
+            Err(err @ HttpError::Status { .. }) => return Err(err.into()),
+        };
+        let content = config.api.chat_content(&reply)?;
+        Ok(prompt.parse(&content)?)
     }
 }
 
-impl Ranker for OllamaRanker {
+/// `err` and its causes, joined by `: ` (the reason shown in a reply).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+impl Ranker for ModelRanker {
     fn name(&self) -> String {
-        format!("{} (Ollama)", self.config.model)
+        let config = &self.inner.config;
+        format!("{} ({})", config.model, config.api.label())
     }
 
     fn max_candidates(&self) -> usize {
         DEFAULT_MAX_RANK_CANDIDATES
     }
 
-    fn rank(&self, query: &str, candidates: &[Candidate]) -> Option<Vec<usize>> {
+    fn rank(
+        &self,
+        query: &str,
+        candidates: &[Candidate],
+        want: usize,
+    ) -> Result<Vec<usize>, String> {
         let started = Instant::now();
-        match self.try_rank(query, candidates) {
-            Ok(order) => {
-                tracing::debug!(candidates = candidates.len(), elapsed_ms = started.elapsed().as_millis() as u64,
-                    model = %self.config.model, "local prefilter: ranked");
-                Some(order)
+        let model = &self.inner.config.model;
+        match self.try_rank(query, candidates, want) {
+            Ok(picked) => {
+                tracing::debug!(candidates = candidates.len(), want, elapsed_ms = started.elapsed().as_millis() as u64,
+                    %model, "local prefilter: ranked");
+                Ok(picked)
             }
             Err(err) => {
-                tracing::info!(error = &err as &dyn std::error::Error, candidates = candidates.len(), model = %self.config.model,
+                tracing::info!(error = &err as &dyn std::error::Error, candidates = candidates.len(), %model,
                     "local prefilter: no ranking; showing results unranked");
-                None
+                Err(error_chain(&err))
             }
         }
     }
@@ -288,9 +531,11 @@ mod tests {
         let env = |name: &str| {
             match name {
                 "PITH_LOCAL_PREFILTER" => Some("1"),
+                "PITH_PREFILTER_API" => Some("openai"),
                 "PITH_OLLAMA_URL" => Some("http://127.0.0.1:9"),
                 "PITH_PREFILTER_MODEL" => Some("tiny:1b"),
                 "PITH_PREFILTER_THRESHOLD" => Some("12"),
+                "PITH_PREFILTER_SHOWN" => Some("7"),
                 "PITH_PREFILTER_TIMEOUT_MS" => Some("250"),
                 _ => None,
             }
@@ -301,42 +546,103 @@ mod tests {
             config,
             PrefilterConfig {
                 enabled: true,
-                url: "http://127.0.0.1:9".into(),
+                api: Api::OpenAi,
+                url: Some("http://127.0.0.1:9".into()),
                 model: "tiny:1b".into(),
-                threshold: 12,
+                policy: pith_search::RankPolicy {
+                    threshold: 12,
+                    shown: 7
+                },
                 timeout: Duration::from_millis(250),
+                load_timeout: DEFAULT_LOAD_TIMEOUT,
             }
+        );
+        let newer = |name: &str| match name {
+            "PITH_PREFILTER_URL" => Some("http://127.0.0.1:7".to_owned()),
+            "PITH_OLLAMA_URL" => Some("http://127.0.0.1:9".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            PrefilterConfig::default().with_env_from(newer).base_url(),
+            "http://127.0.0.1:7"
         );
         let from_file = PrefilterConfig {
             enabled: true,
-            threshold: 7,
+            policy: pith_search::RankPolicy {
+                threshold: 7,
+                shown: 5,
+            },
             ..PrefilterConfig::default()
         };
         let off = |name: &str| (name == "PITH_LOCAL_PREFILTER").then(|| "off".to_owned());
         let merged = from_file.with_env_from(off);
         assert!(!merged.enabled);
-        assert_eq!(merged.threshold, 7);
+        assert_eq!(merged.policy.threshold, 7);
         let junk = |_: &str| Some("junk".to_owned());
+        let junked = PrefilterConfig::default().with_env_from(junk);
+        assert_eq!(junked.policy, pith_search::RankPolicy::default());
+        assert_eq!(junked.api, Api::Ollama);
+    }
+
+    #[test]
+    fn base_urls_by_api() {
+        let config = |api, url: Option<&str>| PrefilterConfig {
+            api,
+            url: url.map(str::to_owned),
+            ..PrefilterConfig::default()
+        };
         assert_eq!(
-            PrefilterConfig::default().with_env_from(junk).threshold,
-            DEFAULT_RANK_THRESHOLD
+            config(Api::Ollama, None).base_url(),
+            "http://127.0.0.1:11434"
+        );
+        assert_eq!(
+            config(Api::OpenAi, None).base_url(),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            config(Api::OpenAi, Some("https://models.example/v1/")).base_url(),
+            "https://models.example"
+        );
+        assert_eq!(
+            config(Api::Ollama, Some("http://host/ollama/")).base_url(),
+            "http://host/ollama"
         );
     }
 
     #[test]
-    fn disabled_or_non_http_config_gives_no_ranker() {
-        assert!(OllamaRanker::from_config(&PrefilterConfig::default()).is_none());
-        let tls = PrefilterConfig {
+    fn disabled_or_unusable_config_gives_no_ranker() {
+        assert!(ModelRanker::from_config(&PrefilterConfig::default()).is_none());
+        let ftp = PrefilterConfig {
             enabled: true,
-            url: "https://127.0.0.1:11434".into(),
+            url: Some("ftp://127.0.0.1:11434".into()),
             ..PrefilterConfig::default()
         };
-        assert!(OllamaRanker::from_config(&tls).is_none());
+        assert!(ModelRanker::from_config(&ftp).is_none());
         let on = PrefilterConfig {
             enabled: true,
             ..PrefilterConfig::default()
         };
-        let ranker = OllamaRanker::from_config(&on).unwrap();
+        let ranker = ModelRanker::from_config(&on).unwrap();
         assert_eq!(ranker.name(), "qwen2.5-coder:1.5b (Ollama)");
+        let tls = PrefilterConfig {
+            enabled: true,
+            api: Api::OpenAi,
+            url: Some("https://models.example/v1".into()),
+            model: "m".into(),
+            ..PrefilterConfig::default()
+        };
+        let ranker = ModelRanker::from_config(&tls).unwrap();
+        assert_eq!(ranker.name(), "m (OpenAI-compatible API)");
+    }
+
+    #[test]
+    fn reasons_name_each_cause() {
+        let err = RankError::Unavailable(Arc::new(RankError::Http(HttpError::Timeout(
+            Duration::from_millis(1500),
+        ))));
+        assert_eq!(
+            error_chain(&err),
+            "the model server is unavailable: request failed: timed out after 1500 ms"
+        );
     }
 }

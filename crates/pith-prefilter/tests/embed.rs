@@ -1,4 +1,4 @@
-//! Semantic tool ranking against a mock Ollama: cosine scores on success, `None` (BM25) on
+//! Semantic tool ranking against a mock model server (both APIs): cosine scores on success, `None` (BM25) on
 //! every failure, and one decision per (model, task, tools) that survives restarts and outages.
 
 use std::fs;
@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
-use pith_prefilter::{EmbedConfig, EmbedError, HttpError, OllamaEmbedRanker};
+use pith_prefilter::{Api, EmbedConfig, EmbedError, EmbedRanker, HttpError};
 use pith_testkit::ollama::{EMBED_DIMENSIONS, EmbedReply, MockOllama, closed_port_url};
 use pith_transform::{
     DeferOptions, DeferStage, Outcome, Request, Stage, ToolRanker, ToolText, apply_splices,
@@ -60,12 +60,17 @@ fn texts(definitions: &[String]) -> Vec<ToolText<'_>> {
         .collect()
 }
 
+fn ranker(url: String, cache: &Path) -> EmbedRanker {
+    ranker_on(Api::Ollama, url, cache)
+}
+
 #[expect(
     clippy::expect_used,
     reason = "test helper: a failure should fail the test"
 )]
-fn ranker(url: String, cache: &Path) -> OllamaEmbedRanker {
-    OllamaEmbedRanker::new(EmbedConfig {
+fn ranker_on(api: Api, url: String, cache: &Path) -> EmbedRanker {
+    EmbedRanker::new(EmbedConfig {
+        api,
         url,
         model: MODEL.to_owned(),
         timeout: Duration::from_millis(500),
@@ -79,7 +84,7 @@ fn ranker(url: String, cache: &Path) -> OllamaEmbedRanker {
     reason = "test helper: a failure should fail the test"
 )]
 fn mock() -> MockOllama {
-    let mock = MockOllama::start(&[MODEL], pith_testkit::ollama::ChatReply::reversed(1))
+    let mock = MockOllama::start(&[MODEL], pith_testkit::ollama::ChatReply::last(1, 1))
         .expect("mock starts");
     mock.set_embed_reply(EmbedReply::with_aliases(ALIASES));
     mock
@@ -102,10 +107,20 @@ fn files_in(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 #[test]
-fn scores_are_cosine_similarities_and_favour_related_tools() {
+fn scores_are_cosine_similarities_and_favour_related_tools_on_both_apis() {
+    for api in [Api::Ollama, Api::OpenAi] {
+        scores_on(api);
+    }
+}
+
+#[expect(
+    clippy::unwrap_used,
+    reason = "test helper: a failure should fail the test"
+)]
+fn scores_on(api: Api) {
     let mock = mock();
     let cache = tempfile::tempdir().unwrap();
-    let ranker = ranker(mock.url(), cache.path());
+    let ranker = ranker_on(api, mock.url(), cache.path());
     let defs = definitions();
     let tools = texts(&defs);
 
@@ -116,6 +131,13 @@ fn scores_are_cosine_similarities_and_favour_related_tools() {
     let scores = ranker.scores("bug report", &tools).unwrap();
     assert_eq!(TOOLS[best(&scores)].0, "jira_search", "{scores:?}");
 
+    assert_eq!(
+        mock.embed_requests()[0].path,
+        match api {
+            Api::Ollama => "/api/embed",
+            Api::OpenAi => "/v1/embeddings",
+        }
+    );
     let sent = &mock.embed_requests()[0].body;
     assert_eq!(sent["model"], MODEL);
     assert_eq!(sent["input"][0], "fix the build");
@@ -143,7 +165,17 @@ fn scores_are_cosine_similarities_and_favour_related_tools() {
 type FailureCase = (&'static str, Option<EmbedReply>, fn(&EmbedError) -> bool);
 
 #[test]
-fn every_failure_falls_back_to_bm25_and_is_recorded() {
+fn every_failure_falls_back_to_bm25_and_is_recorded_on_both_apis() {
+    for api in [Api::Ollama, Api::OpenAi] {
+        failures_on(api);
+    }
+}
+
+#[expect(
+    clippy::unwrap_used,
+    reason = "test helper: a failure should fail the test"
+)]
+fn failures_on(api: Api) {
     let mock = mock();
     let defs = definitions();
     let tools = texts(&defs);
@@ -163,7 +195,7 @@ fn every_failure_falls_back_to_bm25_and_is_recorded() {
                 Duration::from_secs(3),
                 Box::new(EmbedReply::bag_of_words()),
             )),
-            |e| matches!(e, EmbedError::Http(HttpError::Timeout)),
+            |e| matches!(e, EmbedError::Http(HttpError::Timeout(_))),
         ),
         (
             "no embeddings field",
@@ -203,7 +235,7 @@ fn every_failure_falls_back_to_bm25_and_is_recorded() {
             }
         };
         let cache = tempfile::tempdir().unwrap();
-        let ranker = ranker(url, cache.path());
+        let ranker = ranker_on(api, url, cache.path());
         let err = ranker.try_scores("fix the build", &tools).unwrap_err();
         assert!(expected(&err), "{name}: {err}");
         assert_eq!(ranker.scores("fix the build", &tools), None, "{name}");
@@ -214,11 +246,11 @@ fn every_failure_falls_back_to_bm25_and_is_recorded() {
         assert!(files_in(&cache.path().join("vectors")).is_empty(), "{name}");
     }
 
-    // A model that is not pulled: Ollama answers 404.
+    // A model that is not pulled: the server answers 404.
     let cache = tempfile::tempdir().unwrap();
-    let missing = OllamaEmbedRanker::new(EmbedConfig {
+    let missing = EmbedRanker::new(EmbedConfig {
         model: "not-pulled".into(),
-        ..ranker(mock.url(), cache.path()).config().clone()
+        ..ranker_on(api, mock.url(), cache.path()).config().clone()
     })
     .unwrap();
     assert!(matches!(
@@ -226,8 +258,8 @@ fn every_failure_falls_back_to_bm25_and_is_recorded() {
         Err(EmbedError::Http(HttpError::Status { status: 404, .. }))
     ));
     assert!(matches!(
-        OllamaEmbedRanker::new(EmbedConfig {
-            url: "https://127.0.0.1:11434".into(),
+        EmbedRanker::new(EmbedConfig {
+            url: "ftp://127.0.0.1:11434".into(),
             ..missing.config().clone()
         }),
         Err(EmbedError::BadUrl(_))
@@ -280,7 +312,7 @@ fn a_decision_is_reused_from_memory_and_from_disk() {
 }
 
 #[test]
-fn a_failed_first_decision_sticks_when_ollama_comes_back() {
+fn a_failed_first_decision_sticks_when_the_server_comes_back() {
     let mock = mock();
     let defs = definitions();
     let tools = texts(&defs);
@@ -409,7 +441,7 @@ fn the_defer_stage_loads_what_the_embeddings_favour() {
     assert_eq!(loaded(&semantic, &body), ["cargo_check"]);
     assert_eq!(mock.embed_requests().len(), 1);
 
-    // Ollama down from the start: the stage ranks with BM25.
+    // The server down from the start: the stage ranks with BM25.
     let down = DeferStage::new(options).with_ranker(Arc::new(ranker(
         closed_port_url().unwrap(),
         tempfile::tempdir().unwrap().path(),

@@ -18,6 +18,7 @@ use pith_store::ledger::{
     self as store, DROPPED_ROWS, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult,
 };
 use pith_transform::{StageReport, StageResult};
+use pith_wire::fingerprint::Fingerprint;
 use pith_wire::{Provider, Wire, encoding, request, usage};
 
 /// Largest decoded response body parsed for usage.
@@ -42,6 +43,8 @@ pub(crate) struct Record {
     pub error: Option<String>,
     /// The client's original body (shared with the forwarding path, not copied).
     pub request_body: Bytes,
+    /// The body sent upstream when a stage changed it (shared, not copied).
+    pub upstream_body: Option<Bytes>,
     pub bytes_upstream: u64,
     pub response_chunks: Vec<Bytes>,
     pub response_bytes: u64,
@@ -63,7 +66,9 @@ impl Record {
 
     /// Bytes of request and response body this record keeps alive until the writer is done.
     fn held_bytes(&self) -> usize {
-        self.request_body.len() + self.response_chunks.iter().map(Bytes::len).sum::<usize>()
+        self.request_body.len()
+            + self.upstream_body.as_ref().map_or(0, Bytes::len)
+            + self.response_chunks.iter().map(Bytes::len).sum::<usize>()
     }
 }
 
@@ -425,6 +430,7 @@ fn to_row(r: Record) -> Row {
         anatomy.other = r.request_body.len() as u64;
     }
     let response = response_facts(&r);
+    let (fingerprint, client_fingerprint) = fingerprints(&r);
     let mut outcome = r.outcome;
     let mut error = r.error;
     if let Some(e) = &response.stream_error {
@@ -465,6 +471,21 @@ fn to_row(r: Record) -> Row {
         ttfb_ms: r.ttfb_ms,
         total_ms: r.total_ms,
         transforms: r.transforms.into_iter().map(transform_entry).collect(),
+        fingerprint,
+        client_fingerprint,
+    }
+}
+
+/// The prompt fingerprints of a request on one of the three wires (`count_tokens` and bodies
+/// that are not JSON have none): as sent, and as the client sent it when a stage changed it.
+fn fingerprints(r: &Record) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let Some(wire) = r.wire.filter(|_| !r.path.ends_with("/count_tokens")) else {
+        return (None, None);
+    };
+    let of = |body: &[u8]| Fingerprint::of(wire, body).map(|f| f.to_bytes());
+    match &r.upstream_body {
+        Some(sent) => (of(sent), of(&r.request_body)),
+        None => (of(&r.request_body), None),
     }
 }
 

@@ -12,8 +12,10 @@
 
 mod fault;
 pub mod ledger;
+pub mod own_pages;
 mod request;
 pub mod rewrite;
+pub mod search_trip;
 mod server;
 mod tee;
 pub mod upstream;

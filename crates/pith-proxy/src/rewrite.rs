@@ -1,11 +1,13 @@
-//! The response phase's slot for response transforms: a rewriter that sees each SSE event of a
-//! streamed answer, in order, and decides what the client receives instead, holding at most one
-//! incomplete event. What pith added to a request, it takes out of the answer here (the tool
-//! search round trip for clients without tool search). No rewriter is installed by default:
-//! then the answer's bytes pass through untouched, frame by frame.
+//! The response phase's slot for response transforms. What pith added to a request, it takes
+//! out of the answer here (the tool search round trip: `crate::search_trip`). A rewriter sees a
+//! streamed answer one SSE event at a time, in order, holding at most one incomplete event
+//! ([`EventRewriter`]), or a JSON answer whole ([`BodyRewriter`]); it may report what it did,
+//! and the report joins the request's transforms in the ledger. With no rewriter, the answer's
+//! bytes pass through untouched, frame by frame.
 
 use bytes::Bytes;
 use http::StatusCode;
+use pith_transform::StageReport;
 use pith_wire::Wire;
 
 /// What to send the client in place of one SSE event.
@@ -24,6 +26,28 @@ pub enum Rewrite {
 pub trait EventRewriter: Send {
     /// What the client receives in place of `event`.
     fn event(&mut self, event: &[u8]) -> Rewrite;
+    /// What it did, for the ledger, once the answer ended (or was cut).
+    fn report(&mut self) -> Option<StageReport> {
+        None
+    }
+}
+
+/// Rewrites one JSON answer, read whole.
+pub trait BodyRewriter: Send {
+    /// What the client receives instead of `body`; `None` sends `body` as it came.
+    fn body(&mut self, body: &[u8]) -> Option<Bytes>;
+    /// What it did, for the ledger.
+    fn report(&mut self) -> Option<StageReport> {
+        None
+    }
+}
+
+/// A rewriter for one answer.
+pub enum Rewriter {
+    /// A streamed answer, event by event.
+    Events(Box<dyn EventRewriter>),
+    /// A JSON answer, whole.
+    Whole(Box<dyn BodyRewriter>),
 }
 
 /// What a factory knows when it decides whether an answer needs rewriting.
@@ -37,10 +61,16 @@ pub struct ResponseInfo<'a> {
     pub session: Option<&'a str>,
     /// The status the provider answered with.
     pub status: StatusCode,
+    /// The answer is a stream (`text/event-stream`); else a body read whole.
+    pub sse: bool,
+    /// The answer's `content-encoding`, when it has one (a rewriter cannot read it then).
+    pub content_encoding: Option<&'a str>,
+    /// What each request stage did to the request this answers.
+    pub transforms: &'a [StageReport],
 }
 
-/// Chooses a rewriter for each streamed answer (`text/event-stream`) of the three wires.
+/// Chooses a rewriter for each answer on the three wires.
 pub trait ResponseRewrites: Send + Sync {
     /// `None` leaves the answer as the provider sent it.
-    fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Box<dyn EventRewriter>>;
+    fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Rewriter>;
 }

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::ledger::LedgerSink;
+use crate::own_pages::OwnPages;
 use crate::request;
 use crate::rewrite::ResponseRewrites;
 use crate::upstream::{self, HttpClient, UpstreamError, UpstreamUrl};
@@ -93,6 +94,8 @@ pub struct ProxyConfig {
     pub openai: UpstreamUrl,
     /// Request transforms.
     pub pipeline: Pipeline,
+    /// pith's own pages (dashboard, its API, `/metrics`); `None`: those paths go upstream.
+    pub own_pages: Option<Arc<dyn OwnPages>>,
     /// Answers a turn of nothing but pin commands itself, without the provider (the pins
     /// stage in `pipeline` moves the pins on every other request). `None`: every turn goes up.
     pub pins: Option<PinsStage>,

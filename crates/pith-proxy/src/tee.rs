@@ -17,7 +17,9 @@ use pith_wire::{Provider, Wire};
 
 use crate::ledger::Record;
 use crate::request::Recorder;
-use crate::rewrite::{EventRewriter, Rewrite};
+use pith_transform::StageReport;
+
+use crate::rewrite::{BodyRewriter, EventRewriter, Rewrite, Rewriter};
 
 /// Responses larger than this are forwarded in full but not kept for usage parsing.
 const MAX_KEPT: u64 = 64 << 20;
@@ -158,6 +160,8 @@ pub(crate) enum ProxyBody {
     Full(Option<Bytes>),
     /// An upstream body streaming through.
     Tee(Box<Tee<Incoming>>),
+    /// pith's own stream (the dashboard's live events), chunk by chunk until its sender ends.
+    Events(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl ProxyBody {
@@ -166,33 +170,97 @@ impl ProxyBody {
     }
 }
 
-/// A rewriter and the event it is waiting to complete.
+/// A rewriter and what it is waiting for: the rest of an event, or the whole body.
 struct Rewriting {
-    rewriter: Box<dyn EventRewriter>,
-    splitter: EventSplitter,
-    /// Rewritten events not yet handed to the client.
+    kind: RewriterKind,
+    /// Rewritten bytes not yet handed to the client.
     ready: VecDeque<Bytes>,
 }
 
+enum RewriterKind {
+    Events {
+        rewriter: Box<dyn EventRewriter>,
+        splitter: EventSplitter,
+    },
+    Whole {
+        rewriter: Box<dyn BodyRewriter>,
+        body: Vec<u8>,
+    },
+    /// A whole-body rewriter gave up (the body outgrew [`MAX_WHOLE`]): bytes pass as they are.
+    Passing,
+}
+
+/// The largest JSON answer a whole-body rewriter holds back to read.
+const MAX_WHOLE: usize = 16 << 20;
+
 impl Rewriting {
-    fn take(&mut self, event: Bytes) {
-        match self.rewriter.event(&event) {
-            Rewrite::Keep => self.ready.push_back(event),
+    fn new(rewriter: Rewriter) -> Rewriting {
+        let kind = match rewriter {
+            Rewriter::Events(rewriter) => RewriterKind::Events {
+                rewriter,
+                splitter: EventSplitter::new(),
+            },
+            Rewriter::Whole(rewriter) => RewriterKind::Whole {
+                rewriter,
+                body: Vec::new(),
+            },
+        };
+        Rewriting {
+            kind,
+            ready: VecDeque::new(),
+        }
+    }
+
+    fn take(rewriter: &mut dyn EventRewriter, ready: &mut VecDeque<Bytes>, event: Bytes) {
+        match rewriter.event(&event) {
+            Rewrite::Keep => ready.push_back(event),
             Rewrite::Drop => {}
-            Rewrite::Replace(bytes) => self.ready.push_back(bytes),
+            Rewrite::Replace(bytes) => ready.push_back(bytes),
         }
     }
 
     fn feed(&mut self, chunk: &[u8]) {
-        self.splitter.push(chunk);
-        while let Some(event) = self.splitter.next_event() {
-            self.take(event);
+        match &mut self.kind {
+            RewriterKind::Events { rewriter, splitter } => {
+                splitter.push(chunk);
+                while let Some(event) = splitter.next_event() {
+                    Self::take(rewriter.as_mut(), &mut self.ready, event);
+                }
+            }
+            RewriterKind::Whole { body, .. } => {
+                body.extend_from_slice(chunk);
+                if body.len() > MAX_WHOLE {
+                    // Too large to hold: hand it on as it came, unread, from here on.
+                    let held = Bytes::from(std::mem::take(body));
+                    self.ready.push_back(held);
+                    self.kind = RewriterKind::Passing;
+                }
+            }
+            RewriterKind::Passing => self.ready.push_back(Bytes::copy_from_slice(chunk)),
         }
     }
 
     fn finish(&mut self) {
-        if let Some(rest) = self.splitter.finish() {
-            self.take(rest);
+        match &mut self.kind {
+            RewriterKind::Events { rewriter, splitter } => {
+                if let Some(rest) = splitter.finish() {
+                    Self::take(rewriter.as_mut(), &mut self.ready, rest);
+                }
+            }
+            RewriterKind::Whole { rewriter, body } => {
+                let body = std::mem::take(body);
+                let out = rewriter.body(&body).unwrap_or_else(|| Bytes::from(body));
+                self.ready.push_back(out);
+            }
+            RewriterKind::Passing => {}
+        }
+    }
+
+    fn report(&mut self) -> Option<StageReport> {
+        match &mut self.kind {
+            RewriterKind::Events { rewriter, .. } => rewriter.report(),
+            RewriterKind::Whole { rewriter, .. } => rewriter.report(),
+            RewriterKind::Passing => None,
         }
     }
 
@@ -222,7 +290,7 @@ impl<B: Body> Tee<B> {
     pub(crate) fn new(
         inner: B,
         pending: Option<Box<Pending>>,
-        rewriter: Option<Box<dyn EventRewriter>>,
+        rewriter: Option<Rewriter>,
         idle: Idle,
     ) -> Self {
         Tee {
@@ -230,17 +298,17 @@ impl<B: Body> Tee<B> {
             pending,
             idle,
             tail: None,
-            rewriting: rewriter.map(|rewriter| Rewriting {
-                rewriter,
-                splitter: EventSplitter::new(),
-                ready: VecDeque::new(),
-            }),
+            rewriting: rewriter.map(Rewriting::new),
             upstream_done: false,
         }
     }
 
     fn end(&mut self, end: End, error: Option<String>) {
-        if let Some(p) = self.pending.take() {
+        if let Some(mut p) = self.pending.take() {
+            // What a response rewriter did joins the request's transforms.
+            if let Some(report) = self.rewriting.as_mut().and_then(Rewriting::report) {
+                p.record.transforms.push(report);
+            }
             p.finish(end, error);
         }
     }
@@ -301,10 +369,16 @@ where
                 }
                 Poll::Ready(None) => {
                     self.upstream_done = true;
+                    let rewritten = match self.rewriting.as_mut() {
+                        Some(rewriting) => {
+                            rewriting.finish();
+                            true
+                        }
+                        None => false,
+                    };
                     self.end(End::Complete, None);
-                    match self.rewriting.as_mut() {
-                        Some(rewriting) => rewriting.finish(),
-                        None => return Poll::Ready(None),
+                    if !rewritten {
+                        return Poll::Ready(None);
                     }
                 }
                 Poll::Pending => {
@@ -338,6 +412,9 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Tee(tee) => tee.poll(cx),
+            ProxyBody::Events(rx) => rx
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -345,6 +422,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(bytes) => bytes.is_none(),
             ProxyBody::Tee(tee) => tee.is_end_stream(),
+            ProxyBody::Events(_) => false,
         }
     }
 
@@ -355,6 +433,7 @@ impl Body for ProxyBody {
             // A rewriter may change the length.
             ProxyBody::Tee(tee) if tee.rewriting.is_some() => SizeHint::default(),
             ProxyBody::Tee(tee) => tee.inner.size_hint(),
+            ProxyBody::Events(_) => SizeHint::default(),
         }
     }
 }

@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::sync::Arc;
 
-use pith_proxy::rewrite::{EventRewriter, ResponseInfo, ResponseRewrites, Rewrite};
+use pith_proxy::rewrite::{EventRewriter, ResponseInfo, ResponseRewrites, Rewrite, Rewriter};
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, TRANSFORMS_HEADER, UpstreamUrl};
 use pith_store::ledger::{self, Fact, Ledger, Transform, TransformResult};
 use pith_testkit::fixtures::{self, Usage};
@@ -102,6 +102,7 @@ async fn start_with(
         openai: upstream,
         pipeline,
         pins: None,
+        own_pages: None,
         rewrites,
         ledger: Some(sink.clone()),
         max_body: pith_proxy::DEFAULT_MAX_BODY,
@@ -291,9 +292,10 @@ impl EventRewriter for DropPings {
 
 struct Rewrites(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
 impl ResponseRewrites for Rewrites {
-    fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Box<dyn EventRewriter>> {
+    fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Rewriter> {
         assert_eq!(info.path, "/v1/messages");
-        Some(Box::new(DropPings(Arc::clone(&self.0))))
+        assert!(info.sse);
+        Some(Rewriter::Events(Box::new(DropPings(Arc::clone(&self.0)))))
     }
 }
 

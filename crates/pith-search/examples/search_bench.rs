@@ -23,7 +23,12 @@ fn main() -> Result<(), Box<dyn Error>> {
                 literal: args[3..].iter().any(|a| a == "-F"),
                 ..SearchRequest::new(args[2].clone())
             };
-            let report = search_workspace(Path::new(&args[1]), &req, None, 40)?;
+            let report = search_workspace(
+                Path::new(&args[1]),
+                &req,
+                None,
+                pith_search::RankPolicy::default(),
+            )?;
             std::io::stdout()
                 .lock()
                 .write_all(report.render().as_bytes())?;

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use report::{Candidate, Ranker, Ranking, SearchReport, search_workspace};
+pub use report::{Candidate, RankPolicy, Ranker, Ranking, SearchReport, search_workspace};
 pub use walk::search;
 
 /// Page size when the caller does not choose one.
@@ -37,8 +37,12 @@ pub const MAX_OFFSET: usize = 10_000;
 /// Longest matched-line text returned (in characters, after trimming surrounding whitespace);
 /// longer lines are cut to a window around the first match and marked with `…`.
 pub const MAX_LINE_CHARS: usize = 200;
-/// Result count above which a configured ranker is consulted (and the best this many shown).
-pub const DEFAULT_RANK_THRESHOLD: usize = 40;
+/// Result count above which a configured ranker is consulted: the default page size, since a
+/// search whose matches all fit on the first page loses nothing unranked (BENCHMARKS.md, "Local
+/// prefilter").
+pub const DEFAULT_RANK_THRESHOLD: usize = DEFAULT_MAX_RESULTS;
+/// How many of a ranker's best results are shown at most (the size evaluated in BENCHMARKS.md).
+pub const DEFAULT_RANK_SHOWN: usize = 10;
 /// Most candidates a ranker is asked to order; broader searches are paged, not ranked.
 pub const DEFAULT_MAX_RANK_CANDIDATES: usize = 200;
 

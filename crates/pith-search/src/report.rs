@@ -17,13 +17,17 @@ use crate::{MAX_LINE_CHARS, MAX_OFFSET, Match, SearchError, SearchRequest};
 pub struct Candidate {
     /// Position in the candidate list (0-based); a ranking is an ordering of these ids.
     pub id: usize,
+    /// The file, relative to the workspace root (candidates come in path order, so one file's
+    /// candidates are adjacent).
+    pub path: String,
     /// `path:line: matched text`, one line.
     pub summary: String,
 }
 
 /// Orders search results by relevance (a local model, in pith-prefilter).
 ///
-/// Implementations must fail open: anything short of a definitive ordering is `None`.
+/// Implementations must fail open: anything short of a definitive answer is an `Err` with the
+/// reason, which the report shows in one line above the plain page.
 pub trait Ranker {
     /// Who ranked, for the disclosure line, e.g. `qwen2.5-coder:1.5b (Ollama)`.
     fn name(&self) -> String;
@@ -33,9 +37,33 @@ pub trait Ranker {
         crate::DEFAULT_MAX_RANK_CANDIDATES
     }
 
-    /// Every candidate id exactly once, most relevant first; `None` when it cannot rank
-    /// definitively (unreachable, timeout, malformed answer, ...).
-    fn rank(&self, query: &str, candidates: &[Candidate]) -> Option<Vec<usize>>;
+    /// The ids of at most `want` candidates most relevant to `query`, most relevant first: at
+    /// least one, none twice. `Err` says in a few words why there is no definitive answer
+    /// (unreachable, still loading, timed out, malformed reply, ...).
+    fn rank(
+        &self,
+        query: &str,
+        candidates: &[Candidate],
+        want: usize,
+    ) -> Result<Vec<usize>, String>;
+}
+
+/// When a ranker is asked, and how much of its answer is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankPolicy {
+    /// Rank only searches with more matches than this.
+    pub threshold: usize,
+    /// Show the ranker's best this many (at most the request's page size).
+    pub shown: usize,
+}
+
+impl Default for RankPolicy {
+    fn default() -> Self {
+        Self {
+            threshold: crate::DEFAULT_RANK_THRESHOLD,
+            shown: crate::DEFAULT_RANK_SHOWN,
+        }
+    }
 }
 
 /// Whether and how a report was ranked.
@@ -49,10 +77,13 @@ pub enum Ranking {
         /// The ranker's name.
         by: String,
     },
-    /// The ranker was asked and gave no definitive order: path order, nothing withheld.
+    /// The ranker was asked and gave no definitive order: path order, nothing withheld beyond
+    /// the page, and a line that says so.
     FailedOpen {
         /// The ranker's name.
         by: String,
+        /// Why, in a few words (e.g. `the model is still loading`).
+        reason: String,
     },
 }
 
@@ -80,18 +111,19 @@ pub struct SearchReport {
 }
 
 /// Searches like [`crate::search`] and, when `ranker` is given, the request is a first page
-/// without `all`, and there are more than `threshold` matches (but no more than the ranker's
-/// [`Ranker::max_candidates`]), lets the ranker order them all and shows its best
-/// `min(max_results, threshold)`.
+/// without `all`, and there are more than `policy.threshold` matches (but no more than the
+/// ranker's [`Ranker::max_candidates`]), asks the ranker for its best
+/// `min(max_results, policy.shown)` and shows those.
 ///
-/// The ranker's order is checked again here (every id exactly once); anything else, or `None`,
-/// gives the plain path-order page with [`Ranking::FailedOpen`].
+/// The ranker's answer is checked again here (one to that many distinct ids, each a candidate);
+/// anything else, or `Err`, gives the plain path-order page with [`Ranking::FailedOpen`].
 pub fn search_workspace(
     root: &Path,
     req: &SearchRequest,
     ranker: Option<&dyn Ranker>,
-    threshold: usize,
+    policy: RankPolicy,
 ) -> Result<SearchReport, SearchError> {
+    let threshold = policy.threshold;
     let max_results = req.effective_max_results();
     let ranker = ranker.filter(|_| !req.all && req.offset == 0 && max_results > 0);
     let rank_capacity = ranker.map_or(0, |ranker| ranker.max_candidates());
@@ -108,6 +140,7 @@ pub fn search_workspace(
                 .enumerate()
                 .map(|(id, found)| Candidate {
                     id,
+                    path: found.path.clone(),
                     summary: found.summary(),
                 })
                 .collect();
@@ -118,17 +151,22 @@ pub fn search_workspace(
                 .filter(|intent| !intent.is_empty())
                 .unwrap_or(&req.pattern);
             let by = ranker.name();
-            match ranker
-                .rank(query, &candidates)
-                .filter(|order| is_permutation(order, candidates.len()))
-            {
-                Some(order) => {
-                    let shown = max_results.min(threshold.max(1));
+            let shown = max_results.min(policy.shown.max(1)).min(candidates.len());
+            let answer = ranker.rank(query, &candidates, shown).and_then(|picked| {
+                if is_selection(&picked, shown, candidates.len()) {
+                    Ok(picked)
+                } else {
+                    Err(format!(
+                        "its answer was not 1-{shown} distinct result numbers"
+                    ))
+                }
+            });
+            match answer {
+                Ok(picked) => {
                     let mut slots: Vec<Option<Match>> =
                         collected.first.into_iter().map(Some).collect();
-                    let matches: Vec<Match> = order
+                    let matches: Vec<Match> = picked
                         .iter()
-                        .take(shown)
                         .filter_map(|&id| slots.get_mut(id).and_then(Option::take))
                         .collect();
                     return Ok(SearchReport {
@@ -142,9 +180,9 @@ pub fn search_workspace(
                         ranking: Ranking::Ranked { by },
                     });
                 }
-                None => {
-                    tracing::info!(ranker = %by, "search: ranking gave no definitive order; showing path order");
-                    ranking = Ranking::FailedOpen { by };
+                Err(reason) => {
+                    tracing::info!(ranker = %by, %reason, "search: no ranking; showing path order");
+                    ranking = Ranking::FailedOpen { by, reason };
                 }
             }
         }
@@ -165,19 +203,35 @@ pub fn search_workspace(
     })
 }
 
-/// Every id in `0..len` exactly once.
-fn is_permutation(order: &[usize], len: usize) -> bool {
-    if order.len() != len {
+/// One to `most` ids, each in `0..len`, none twice.
+fn is_selection(picked: &[usize], most: usize, len: usize) -> bool {
+    if picked.is_empty() || picked.len() > most {
         return false;
     }
     let mut seen = vec![false; len];
-    order.iter().all(|&id| match seen.get_mut(id) {
+    picked.iter().all(|&id| match seen.get_mut(id) {
         Some(slot) if !*slot => {
             *slot = true;
             true
         }
         _ => false,
     })
+}
+
+/// Longest reason shown for a failed ranking (characters).
+const MAX_REASON_CHARS: usize = 300;
+
+/// `text` on one line (control characters as spaces), cut to [`MAX_REASON_CHARS`] with `…`.
+fn one_line(text: &str) -> String {
+    let mut line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_REASON_CHARS)
+        .collect();
+    if text.chars().nth(MAX_REASON_CHARS).is_some() {
+        line.push('…');
+    }
+    line
 }
 
 fn plural(count: u64, one: &str, many: &str) -> String {
@@ -196,14 +250,25 @@ impl SearchReport {
         let mut out = String::new();
         let matches = plural(self.total_matches, "match", "matches");
         let files = plural(self.files_with_matches, "file", "files");
-        if let Ranking::Ranked { by } = &self.ranking {
-            let _ = writeln!(
-                out,
-                "pith: ranked by local model {by}: the {} most relevant of {matches} in {files}, \
-                 most relevant first; {} withheld. Pass all=true to list every match in path order.",
-                self.matches.len(),
-                self.withheld,
-            );
+        match &self.ranking {
+            Ranking::Ranked { by } => {
+                let _ = writeln!(
+                    out,
+                    "pith: ranked by local model {by}: the {} most relevant of {matches} in \
+                     {files}, most relevant first; {} withheld. Pass all=true to list every match \
+                     in path order.",
+                    self.matches.len(),
+                    self.withheld,
+                );
+            }
+            Ranking::FailedOpen { by, reason } => {
+                let _ = writeln!(
+                    out,
+                    "pith: not ranked by local model {by} ({}); matches in path order.",
+                    one_line(reason)
+                );
+            }
+            Ranking::NotApplied => {}
         }
         for found in &self.matches {
             let _ = writeln!(out, "{}", found.summary());
@@ -270,11 +335,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn permutation_check_rejects_everything_but_each_id_once() {
-        assert!(is_permutation(&[2, 0, 1], 3));
-        assert!(!is_permutation(&[2, 0], 3));
-        assert!(!is_permutation(&[2, 0, 0], 3));
-        assert!(!is_permutation(&[2, 0, 3], 3));
-        assert!(!is_permutation(&[2, 0, 1, 1], 3));
+    fn selection_check_rejects_everything_but_distinct_candidates() {
+        assert!(is_selection(&[2, 0, 1], 3, 3));
+        assert!(is_selection(&[2, 0], 2, 3));
+        assert!(is_selection(&[2, 0], 3, 3));
+        assert!(!is_selection(&[], 3, 3));
+        assert!(!is_selection(&[2, 0, 0], 3, 3));
+        assert!(!is_selection(&[2, 0, 3], 3, 3));
+        assert!(!is_selection(&[2, 0, 1, 1], 3, 3));
+        assert!(!is_selection(&[2, 1], 1, 3));
+    }
+
+    #[test]
+    fn a_reason_is_shown_on_one_short_line() {
+        assert_eq!(one_line("a\nb\tc"), "a b c");
+        assert_eq!(
+            one_line(&"x".repeat(500)).chars().count(),
+            MAX_REASON_CHARS + 1
+        );
     }
 }

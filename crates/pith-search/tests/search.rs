@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use pith_search::{
-    Candidate, MAX_LINE_CHARS, Ranker, Ranking, SearchError, SearchRequest, search,
+    Candidate, MAX_LINE_CHARS, RankPolicy, Ranker, Ranking, SearchError, SearchRequest, search,
     search_workspace,
 };
 
@@ -365,7 +365,7 @@ fn max_results_is_clamped_and_zero_counts_only() {
         max_results: 0,
         ..SearchRequest::new("x")
     };
-    let report = search_workspace(dir.path(), &count_only, None, 40).unwrap();
+    let report = search_workspace(dir.path(), &count_only, None, RankPolicy::default()).unwrap();
     assert!(report.matches.is_empty());
     assert_eq!(
         report.render(),
@@ -378,7 +378,13 @@ fn long_lines_are_cut_and_the_cut_is_said() {
     let dir = tempfile::tempdir().unwrap();
     let line = format!("{}needle{}\n", "a".repeat(5000), "b".repeat(5000));
     write(dir.path(), "min.js", line);
-    let report = search_workspace(dir.path(), &SearchRequest::new("needle"), None, 40).unwrap();
+    let report = search_workspace(
+        dir.path(),
+        &SearchRequest::new("needle"),
+        None,
+        RankPolicy::default(),
+    )
+    .unwrap();
     let found = &report.matches[0];
     assert!(found.truncated);
     assert!(found.text.contains("needle"));
@@ -393,7 +399,13 @@ fn long_lines_are_cut_and_the_cut_is_said() {
 #[test]
 fn render_says_how_many_more_and_how_to_get_them() {
     let dir = many_matches();
-    let report = search_workspace(dir.path(), &SearchRequest::new("target"), None, 40).unwrap();
+    let report = search_workspace(
+        dir.path(),
+        &SearchRequest::new("target"),
+        None,
+        RankPolicy::default(),
+    )
+    .unwrap();
     assert_eq!(report.matches.len(), 50);
     assert_eq!(report.withheld, 70);
     assert_eq!(report.next_offset, Some(50));
@@ -411,7 +423,7 @@ fn render_says_how_many_more_and_how_to_get_them() {
         offset: 100,
         ..SearchRequest::new("target")
     };
-    let text = search_workspace(dir.path(), &last, None, 40)
+    let text = search_workspace(dir.path(), &last, None, RankPolicy::default())
         .unwrap()
         .render();
     assert!(
@@ -422,7 +434,13 @@ fn render_says_how_many_more_and_how_to_get_them() {
         "{text}"
     );
 
-    let none = search_workspace(dir.path(), &SearchRequest::new("zzz"), None, 40).unwrap();
+    let none = search_workspace(
+        dir.path(),
+        &SearchRequest::new("zzz"),
+        None,
+        RankPolicy::default(),
+    )
+    .unwrap();
     assert_eq!(
         none.render(),
         "No matches (ignored, hidden and binary files are not searched).\n"
@@ -431,12 +449,19 @@ fn render_says_how_many_more_and_how_to_get_them() {
         path: Some("d1/f01.rs".into()),
         ..SearchRequest::new("target")
     };
-    let small = search_workspace(dir.path(), &small, None, 40).unwrap();
+    let small = search_workspace(dir.path(), &small, None, RankPolicy::default()).unwrap();
     assert!(small.render().ends_with("\n4 matches in 1 file.\n"));
 }
 
 /// A scripted ranking answer, given the number of candidates.
-type Answer = fn(usize) -> Option<Vec<usize>>;
+/// Rank above 40 matches, show 40.
+const FORTY: RankPolicy = RankPolicy {
+    threshold: 40,
+    shown: 40,
+};
+
+/// The scripted answer for (candidates, wanted).
+type Answer = fn(usize, usize) -> Result<Vec<usize>, String>;
 
 /// A ranker that returns a scripted answer and counts its calls.
 struct Scripted {
@@ -462,27 +487,37 @@ impl Ranker for Scripted {
     fn max_candidates(&self) -> usize {
         self.capacity
     }
-    fn rank(&self, query: &str, candidates: &[Candidate]) -> Option<Vec<usize>> {
+    fn rank(
+        &self,
+        query: &str,
+        candidates: &[Candidate],
+        want: usize,
+    ) -> Result<Vec<usize>, String> {
         assert_eq!(query, "target");
         for (i, candidate) in candidates.iter().enumerate() {
             assert_eq!(candidate.id, i);
             assert!(!candidate.summary.contains('\n'));
         }
         self.calls.set(self.calls.get() + 1);
-        (self.answer)(candidates.len())
+        (self.answer)(candidates.len(), want)
     }
 }
 
-fn reversed(n: usize) -> Option<Vec<usize>> {
-    Some((0..n).rev().collect())
+fn reversed(n: usize, want: usize) -> Result<Vec<usize>, String> {
+    Ok((0..n).rev().take(want).collect())
 }
 
 #[test]
 fn a_ranking_reorders_and_says_what_it_withheld() {
     let dir = many_matches();
     let ranker = Scripted::new(reversed);
-    let report =
-        search_workspace(dir.path(), &SearchRequest::new("target"), Some(&ranker), 40).unwrap();
+    let report = search_workspace(
+        dir.path(),
+        &SearchRequest::new("target"),
+        Some(&ranker),
+        FORTY,
+    )
+    .unwrap();
     assert_eq!(ranker.calls.get(), 1);
     assert_eq!(
         report.ranking,
@@ -504,6 +539,50 @@ fn a_ranking_reorders_and_says_what_it_withheld() {
 }
 
 #[test]
+fn the_shown_prefix_is_its_own_setting_within_the_page() {
+    let dir = many_matches();
+    let ranker = Scripted::new(reversed);
+    let policy = RankPolicy {
+        threshold: 40,
+        shown: 12,
+    };
+    let report = search_workspace(
+        dir.path(),
+        &SearchRequest::new("target"),
+        Some(&ranker),
+        policy,
+    )
+    .unwrap();
+    assert_eq!(report.matches.len(), 12);
+    assert_eq!(report.withheld, 108);
+    assert!(report.render().starts_with(
+        "pith: ranked by local model scripted-model: the 12 most relevant of 120 matches"
+    ));
+    // A smaller page caps what is shown (and asked for).
+    let small_page = SearchRequest {
+        max_results: 5,
+        ..SearchRequest::new("target")
+    };
+    let report = search_workspace(dir.path(), &small_page, Some(&ranker), policy).unwrap();
+    assert_eq!(report.matches.len(), 5);
+    assert_eq!(report.withheld, 115);
+    // A ranker may show fewer than it was allowed (e.g. all lines of the files it picked).
+    let fewer = Scripted::new(|n, _| Ok(vec![n - 1, 0, 3]));
+    let report = search_workspace(
+        dir.path(),
+        &SearchRequest::new("target"),
+        Some(&fewer),
+        policy,
+    )
+    .unwrap();
+    assert_eq!(report.matches.len(), 3);
+    assert_eq!(report.withheld, 117);
+    assert!(report.render().starts_with(
+        "pith: ranked by local model scripted-model: the 3 most relevant of 120 matches"
+    ));
+}
+
+#[test]
 fn ranking_applies_only_above_the_threshold_and_on_a_first_page() {
     let dir = many_matches();
     let ranker = Scripted::new(reversed);
@@ -511,7 +590,10 @@ fn ranking_applies_only_above_the_threshold_and_on_a_first_page() {
         dir.path(),
         &SearchRequest::new("target"),
         Some(&ranker),
-        120,
+        RankPolicy {
+            threshold: 120,
+            shown: 40,
+        },
     )
     .unwrap();
     assert_eq!(at_threshold.ranking, Ranking::NotApplied);
@@ -527,7 +609,8 @@ fn ranking_applies_only_above_the_threshold_and_on_a_first_page() {
             ..SearchRequest::new("target")
         },
     ] {
-        let report = search_workspace(dir.path(), &req, Some(&ranker), 40).unwrap();
+        let report =
+            search_workspace(dir.path(), &req, Some(&ranker), RankPolicy::default()).unwrap();
         assert_eq!(report.ranking, Ranking::NotApplied);
         assert_eq!(
             report.matches[0].path,
@@ -544,7 +627,7 @@ fn ranking_applies_only_above_the_threshold_and_on_a_first_page() {
         dir.path(),
         &SearchRequest::new("target"),
         Some(&small_capacity),
-        40,
+        RankPolicy::default(),
     )
     .unwrap();
     assert_eq!(too_broad.ranking, Ranking::NotApplied);
@@ -555,27 +638,61 @@ fn ranking_applies_only_above_the_threshold_and_on_a_first_page() {
 #[test]
 fn a_bad_ranking_fails_open_with_nothing_withheld_beyond_the_page() {
     let dir = many_matches();
-    let plain = search_workspace(dir.path(), &SearchRequest::new("target"), None, 40).unwrap();
-    let answers: [Answer; 5] = [
-        |_| None,
-        |n| Some((0..n - 1).collect()),
-        |n| Some((0..n).map(|i| i.min(n - 2)).collect()),
-        |n| Some((1..=n).collect()),
-        |n| Some((0..=n).collect()),
+    let plain = search_workspace(
+        dir.path(),
+        &SearchRequest::new("target"),
+        None,
+        RankPolicy::default(),
+    )
+    .unwrap();
+    let not_a_selection = "its answer was not 1-10 distinct result numbers";
+    let answers: [(Answer, &str); 6] = [
+        (
+            |_, _| Err("the model is still loading".to_owned()),
+            "the model is still loading",
+        ),
+        (|_, _| Ok(Vec::new()), not_a_selection),
+        (|_, want| Ok((0..want + 1).collect()), not_a_selection),
+        (
+            |_, want| Ok((0..want).map(|i| i.min(want - 2)).collect()),
+            not_a_selection,
+        ),
+        (|n, want| Ok((n - want + 1..=n).collect()), not_a_selection),
+        (
+            |_, _| Err("line one\nline two".to_owned()),
+            "line one\nline two",
+        ),
     ];
-    for answer in answers {
+    for (answer, reason) in answers {
         let ranker = Scripted::new(answer);
-        let report =
-            search_workspace(dir.path(), &SearchRequest::new("target"), Some(&ranker), 40).unwrap();
+        let report = search_workspace(
+            dir.path(),
+            &SearchRequest::new("target"),
+            Some(&ranker),
+            RankPolicy::default(),
+        )
+        .unwrap();
         assert_eq!(ranker.calls.get(), 1);
         assert_eq!(
             report.ranking,
             Ranking::FailedOpen {
-                by: "scripted-model".into()
+                by: "scripted-model".into(),
+                reason: reason.to_owned(),
             }
         );
         assert_eq!(report.matches, plain.matches);
-        assert_eq!(report.render(), plain.render());
+        assert_eq!(report.withheld, plain.withheld);
+        // The plain page, below one line that says why it is not ranked.
+        let text = report.render();
+        let (first, rest) = text.split_once('\n').unwrap();
+        let shown = reason.replace('\n', " ");
+        assert_eq!(
+            first,
+            format!(
+                "pith: not ranked by local model scripted-model ({shown}); matches in path order."
+            )
+        );
+        assert_eq!(rest, plain.render());
     }
 }
 
@@ -587,7 +704,7 @@ fn paging_stops_at_the_offset_limit_and_says_so() {
         offset: pith_search::MAX_OFFSET,
         ..SearchRequest::new("x")
     };
-    let report = search_workspace(dir.path(), &deep, None, 40).unwrap();
+    let report = search_workspace(dir.path(), &deep, None, RankPolicy::default()).unwrap();
     assert_eq!(report.matches[0].line, 10_001);
     assert!(
         report.render().ends_with(

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use rusqlite::OptionalExtension;
 use rusqlite::{Connection, params};
 
 use crate::sqlite::{self, StoreError};
@@ -122,6 +123,82 @@ ALTER TABLE requests DROP COLUMN transforms;
 ALTER TABLE requests DROP COLUMN transform_skips;
 ALTER TABLE requests DROP COLUMN transform_failures;
 ALTER TABLE requests DROP COLUMN local;
+", "
+-- Schema 3: each request's prompt fingerprint (pith_wire::fingerprint), for cache-bust
+-- detection without keeping bodies: as sent upstream, and as the client sent it when that
+-- differs (NULL: the same). In a table of their own: they are the widest thing a row has, and
+-- every aggregate scans `requests`.
+CREATE TABLE prompts (
+    request_id INTEGER PRIMARY KEY REFERENCES requests(id),
+    session    TEXT NOT NULL,
+    model      TEXT,
+    sent       BLOB NOT NULL,
+    as_client  BLOB
+);
+CREATE INDEX prompts_session_model ON prompts (session, model, request_id);
+-- Decided when the row is written, against the session's previous request of the same model:
+-- checked (1 when there was one), the first differing segment of a bust, the segment the
+-- previous request was cached through, and who caused it ('pith' or 'client').
+ALTER TABLE requests ADD COLUMN bust_checked INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE requests ADD COLUMN bust_at INTEGER;
+ALTER TABLE requests ADD COLUMN bust_cached_through INTEGER;
+ALTER TABLE requests ADD COLUMN bust_cause TEXT;
+CREATE INDEX requests_busts ON requests (id) WHERE bust_cause IS NOT NULL;
+
+-- Totals kept up to date as rows are written, so a report over the whole ledger reads a row
+-- per (session, model) and per stage instead of scanning every request. `k` is the group's
+-- key (session and model, NULL marked), `detail` '' for none.
+CREATE TABLE group_totals (
+    k           TEXT PRIMARY KEY,
+    session     TEXT,
+    model       TEXT,
+    client      TEXT NOT NULL,
+    requests    INTEGER NOT NULL,
+    with_usage  INTEGER NOT NULL,
+    input       INTEGER NOT NULL,
+    output      INTEGER NOT NULL,
+    cache_write INTEGER NOT NULL,
+    cache_read  INTEGER NOT NULL,
+    errors      INTEGER NOT NULL,
+    local       INTEGER NOT NULL,
+    transformed INTEGER NOT NULL,
+    failures    INTEGER NOT NULL,
+    first_ms    INTEGER NOT NULL,
+    last_ms     INTEGER NOT NULL,
+    bust_pairs  INTEGER NOT NULL,
+    busts_pith  INTEGER NOT NULL,
+    busts_client INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE stage_result_totals (
+    stage  TEXT NOT NULL,
+    result TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (stage, result, detail)
+) WITHOUT ROWID;
+CREATE TABLE stage_fact_totals (
+    stage TEXT NOT NULL,
+    name  TEXT NOT NULL,
+    kind  TEXT NOT NULL,
+    total INTEGER NOT NULL,
+    PRIMARY KEY (stage, name, kind)
+) WITHOUT ROWID;
+INSERT INTO group_totals
+SELECT coalesce('s' || session, '-') || char(31) || coalesce('m' || model, '-'), session, model,
+       min(client), count(*), count(input_tokens), coalesce(sum(input_tokens), 0),
+       coalesce(sum(output_tokens), 0), coalesce(sum(cache_write_tokens), 0),
+       coalesce(sum(cache_read_tokens), 0), sum(outcome NOT IN ('ok', 'local')),
+       sum(outcome = 'local'),
+       sum(EXISTS (SELECT 1 FROM transform_results t
+                   WHERE t.request_id = requests.id AND t.result = 'applied')),
+       sum((SELECT count(*) FROM transform_results t
+            WHERE t.request_id = requests.id AND t.result = 'failed')),
+       min(ts_ms), max(ts_ms), 0, 0, 0
+FROM requests GROUP BY session, model;
+INSERT INTO stage_result_totals
+SELECT stage, result, CASE WHEN result = 'unchanged' THEN coalesce(detail, '') ELSE '' END, count(*)
+FROM transform_results GROUP BY 1, 2, 3;
+INSERT INTO stage_fact_totals SELECT stage, name, kind, sum(value) FROM transform_facts GROUP BY 1, 2, 3;
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -331,6 +408,11 @@ pub struct Row {
     pub total_ms: f64,
     /// What each stage of the pipeline did, in pipeline order.
     pub transforms: Vec<Transform>,
+    /// The prompt as sent upstream, fingerprinted (`pith_wire::fingerprint::Fingerprint`
+    /// bytes); `None` off the three wires or for a body that is not JSON.
+    pub fingerprint: Option<Vec<u8>>,
+    /// The prompt as the client sent it, when a stage changed it (else `None`: the same).
+    pub client_fingerprint: Option<Vec<u8>>,
 }
 
 impl Row {
@@ -415,6 +497,152 @@ pub struct StageTotals {
     pub facts: Vec<(String, String, u64)>,
 }
 
+/// Upper bounds (ms) of the latency histograms' buckets.
+pub const LATENCY_BUCKETS_MS: [u64; 10] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 120_000,
+];
+
+/// Latency histograms over the filtered requests.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Latency {
+    /// The whole exchange, arrival to the last byte out.
+    pub total_ms: Histogram,
+    /// Arrival to the provider's first body byte.
+    pub ttfb_ms: Histogram,
+}
+
+/// One histogram: cumulative counts at each of [`LATENCY_BUCKETS_MS`], the count and the sum.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Histogram {
+    /// Requests at or under each bound, in bound order.
+    pub cumulative: Vec<u64>,
+    /// Requests counted.
+    pub count: u64,
+    /// Their sum, ms.
+    pub sum_ms: f64,
+}
+
+/// One request as a live view shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Recent {
+    /// The row's id: increasing, so a view asks for what came after the last one it has.
+    pub id: i64,
+    /// When it arrived (ms since the Unix epoch).
+    pub ts_ms: i64,
+    /// Short client name.
+    pub client: String,
+    /// Its session.
+    pub session: Option<String>,
+    /// `anthropic`, `chat`, `responses`.
+    pub wire: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The request path.
+    pub path: String,
+    /// The status the client got.
+    pub status: Option<u16>,
+    /// How it ended (`RequestOutcome` name).
+    pub outcome: String,
+    /// Uncached prompt tokens (0 without usage).
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens written to the cache.
+    pub cache_write_tokens: u64,
+    /// Prompt tokens read from the cache.
+    pub cache_read_tokens: u64,
+    /// Milliseconds to the provider's first byte.
+    pub ttfb_ms: Option<f64>,
+    /// Milliseconds until the exchange ended.
+    pub total_ms: f64,
+    /// The client body's anatomy: bytes of tools, system prompt, history, the rest.
+    pub tools_bytes: u64,
+    /// See `tools_bytes`.
+    pub system_bytes: u64,
+    /// See `tools_bytes`.
+    pub messages_bytes: u64,
+    /// See `tools_bytes`.
+    pub other_bytes: u64,
+    /// The stages that changed it, in order.
+    pub transforms: Vec<String>,
+}
+
+/// Prompt-cache busts: a request whose prompt differs from the previous request of its
+/// session and model at or before the segment that one was cached through.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheBusts {
+    /// Requests compared with a previous one.
+    pub pairs: u64,
+    /// Busts only in what pith sent (the client's own prompts kept their prefix).
+    pub by_pith: u64,
+    /// Busts the client's own prompts show too.
+    pub by_client: u64,
+    /// The newest busts, newest first (at most 100).
+    pub busts: Vec<Bust>,
+}
+
+/// One bust.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Bust {
+    /// Its session.
+    pub session: String,
+    /// Its model.
+    pub model: Option<String>,
+    /// When the busting request arrived.
+    pub ts_ms: i64,
+    /// The first prompt segment that differs (0 is the model, then tools, system, messages).
+    pub segment: u64,
+    /// The last segment the previous request was cached through.
+    pub cached_through: u64,
+    /// `pith` or `client`.
+    pub cause: String,
+}
+
+fn group_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Group> {
+    Ok(Group {
+        session: r.get(0)?,
+        client: r.get(1)?,
+        model: r.get(2)?,
+        requests: to_u64(r.get(3)?),
+        with_usage: to_u64(r.get(4)?),
+        input: to_u64(r.get(5)?),
+        output: to_u64(r.get(6)?),
+        cache_write: to_u64(r.get(7)?),
+        cache_read: to_u64(r.get(8)?),
+        errors: to_u64(r.get(9)?),
+        local: to_u64(r.get(10)?),
+        transformed: to_u64(r.get(11)?),
+        transform_failures: to_u64(r.get(12)?),
+        first_ms: r.get(13)?,
+        last_ms: r.get(14)?,
+    })
+}
+
+/// The bust between two requests' stored fingerprints (as sent, as the client sent it when
+/// different): `(first difference, cached through, cause)`, or `None`.
+fn bust_between(
+    previous: (&[u8], Option<&[u8]>),
+    next: (&[u8], Option<&[u8]>),
+) -> Option<(usize, usize, &'static str)> {
+    use pith_wire::fingerprint::{Cause, Fingerprint, attribute};
+    let read = |b: &[u8]| Fingerprint::from_bytes(b);
+    let (prev_sent, next_sent) = (read(previous.0)?, read(next.0)?);
+    let prev_client = previous.1.and_then(read);
+    let next_client = next.1.and_then(read);
+    let (bust, cause) = attribute(
+        (&prev_sent, prev_client.as_ref()),
+        (&next_sent, next_client.as_ref()),
+    )?;
+    Some((
+        bust.at,
+        bust.cached_through,
+        match cause {
+            Cause::Pith => "pith",
+            Cause::Client => "client",
+        },
+    ))
+}
+
 /// The ledger database.
 pub struct Ledger {
     conn: Connection,
@@ -464,9 +692,10 @@ impl Ledger {
                 "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms)
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                    bust_checked, bust_at, bust_cached_through, bust_cause)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
             )?;
             let mut result = tx.prepare_cached(
                 "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -476,8 +705,64 @@ impl Ledger {
                 "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
+            let mut previous = tx.prepare_cached(
+                "SELECT sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
+                 ORDER BY request_id DESC LIMIT 1",
+            )?;
+            let mut prompt = tx.prepare_cached(
+                "INSERT INTO prompts (request_id, session, model, sent, as_client)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let mut group = tx.prepare_cached(
+                "INSERT INTO group_totals VALUES
+                    (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
+                     ?17)
+                 ON CONFLICT (k) DO UPDATE SET
+                    client = min(client, excluded.client),
+                    requests = requests + 1,
+                    with_usage = with_usage + excluded.with_usage,
+                    input = input + excluded.input,
+                    output = output + excluded.output,
+                    cache_write = cache_write + excluded.cache_write,
+                    cache_read = cache_read + excluded.cache_read,
+                    errors = errors + excluded.errors,
+                    local = local + excluded.local,
+                    transformed = transformed + excluded.transformed,
+                    failures = failures + excluded.failures,
+                    first_ms = min(first_ms, excluded.first_ms),
+                    last_ms = max(last_ms, excluded.last_ms),
+                    bust_pairs = bust_pairs + excluded.bust_pairs,
+                    busts_pith = busts_pith + excluded.busts_pith,
+                    busts_client = busts_client + excluded.busts_client",
+            )?;
+            let mut result_total = tx.prepare_cached(
+                "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
+                 ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
+            )?;
+            let mut fact_total = tx.prepare_cached(
+                "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total",
+            )?;
             for r in rows {
                 let u = r.usage;
+                let bust = match (&r.session, &r.fingerprint) {
+                    (Some(session), Some(fp)) => {
+                        let before: Option<(Vec<u8>, Option<Vec<u8>>)> = previous
+                            .query_row(params![session, r.model], |p| Ok((p.get(0)?, p.get(1)?)))
+                            .optional()?;
+                        before.map(|(sent, client)| {
+                            bust_between(
+                                (&sent, client.as_deref()),
+                                (fp, r.client_fingerprint.as_deref()),
+                            )
+                        })
+                    }
+                    _ => None,
+                };
+                let (checked, bust) = match bust {
+                    Some(b) => (1i64, b),
+                    None => (0, None),
+                };
                 let id = request.insert(params![
                     r.ts_ms,
                     r.client,
@@ -503,7 +788,72 @@ impl Ledger {
                     u.map(|u| to_i64(u.cache_read)),
                     r.ttfb_ms,
                     r.total_ms,
+                    checked,
+                    bust.map(|b| to_i64(b.0 as u64)),
+                    bust.map(|b| to_i64(b.1 as u64)),
+                    bust.map(|b| b.2),
                 ])?;
+                if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
+                    prompt.execute(params![id, session, r.model, fp, r.client_fingerprint])?;
+                }
+                let applied = r
+                    .transforms
+                    .iter()
+                    .any(|t| matches!(t.result, TransformResult::Applied(_)));
+                let failures = r
+                    .transforms
+                    .iter()
+                    .filter(|t| matches!(t.result, TransformResult::Failed(_)))
+                    .count();
+                let key = format!(
+                    "{}\u{1f}{}",
+                    r.session
+                        .as_deref()
+                        .map_or("-".to_owned(), |s| format!("s{s}")),
+                    r.model
+                        .as_deref()
+                        .map_or("-".to_owned(), |m| format!("m{m}"))
+                );
+                let cause = bust.map(|b| b.2);
+                group.execute(params![
+                    key,
+                    r.session,
+                    r.model,
+                    r.client,
+                    i64::from(u.is_some()),
+                    u.map_or(0, |u| to_i64(u.input)),
+                    u.map_or(0, |u| to_i64(u.output)),
+                    u.map_or(0, |u| to_i64(u.cache_write)),
+                    u.map_or(0, |u| to_i64(u.cache_read)),
+                    i64::from(!matches!(
+                        r.outcome,
+                        RequestOutcome::Ok | RequestOutcome::Local
+                    )),
+                    i64::from(r.outcome == RequestOutcome::Local),
+                    i64::from(applied),
+                    failures as i64,
+                    r.ts_ms,
+                    checked,
+                    i64::from(cause == Some("pith")),
+                    i64::from(cause == Some("client")),
+                ])?;
+                for t in &r.transforms {
+                    let detail = match &t.result {
+                        TransformResult::Unchanged(d) => d.as_str(),
+                        _ => "",
+                    };
+                    result_total.execute(params![t.stage, t.result.as_str(), detail])?;
+                    if let TransformResult::Applied(facts) = &t.result {
+                        for f in facts {
+                            fact_total.execute(params![
+                                t.stage,
+                                f.name,
+                                f.kind,
+                                to_i64(f.value)
+                            ])?;
+                        }
+                    }
+                }
                 for (position, t) in r.transforms.iter().enumerate() {
                     let detail = match &t.result {
                         TransformResult::Applied(facts) => {
@@ -563,6 +913,22 @@ impl Ledger {
 
     /// Totals per (session, model), oldest session first.
     pub fn groups(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
+        if filter.since_ms.is_some() {
+            return self.groups_scanned(filter);
+        }
+        // The totals kept as rows were written: one row per group, not a scan.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT session, client, model, requests, with_usage, input, output, cache_write,
+                    cache_read, errors, local, transformed, failures, first_ms, last_ms
+             FROM group_totals WHERE (?1 IS NULL OR session = ?1)
+             ORDER BY first_ms, session, model",
+        )?;
+        let rows = stmt.query_map(params![filter.session], group_of)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// [`Ledger::groups`] computed from the requests themselves (any filter).
+    fn groups_scanned(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
         let sql = format!(
             "SELECT session, min(client), model, count(*),
                     count(input_tokens),
@@ -577,33 +943,31 @@ impl Ledger {
              FROM requests
              WHERE {FILTERED}
              GROUP BY session, model
-             ORDER BY min(ts_ms)"
+             ORDER BY min(ts_ms), session, model"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok(Group {
-                session: r.get(0)?,
-                client: r.get(1)?,
-                model: r.get(2)?,
-                requests: to_u64(r.get(3)?),
-                with_usage: to_u64(r.get(4)?),
-                input: to_u64(r.get(5)?),
-                output: to_u64(r.get(6)?),
-                cache_write: to_u64(r.get(7)?),
-                cache_read: to_u64(r.get(8)?),
-                errors: to_u64(r.get(9)?),
-                local: to_u64(r.get(10)?),
-                transformed: to_u64(r.get(11)?),
-                transform_failures: to_u64(r.get(12)?),
-                first_ms: r.get(13)?,
-                last_ms: r.get(14)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], group_of)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// What each transform stage did over the rows `filter` covers, stages sorted by name.
     pub fn stage_totals(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
+        if filter.since_ms.is_none() && filter.session.is_none() {
+            // The totals kept as rows were written.
+            return self.stage_totals_from(
+                "SELECT stage, result, CASE WHEN result = 'unchanged' THEN detail END, n
+                 FROM stage_result_totals ORDER BY 1, 2, 3"
+                    .to_owned(),
+                "SELECT stage, name, kind, total FROM stage_fact_totals ORDER BY 1, 2, 3"
+                    .to_owned(),
+                filter,
+            );
+        }
+        self.stage_totals_scanned(filter)
+    }
+
+    /// [`Ledger::stage_totals`] computed from the requests themselves (any filter).
+    fn stage_totals_scanned(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
         // Both queries give (stage, text, text, count) per group: results first, then facts.
         let results = format!(
             "SELECT t.stage, t.result, CASE WHEN t.result = 'unchanged' THEN t.detail END, count(*)
@@ -615,10 +979,23 @@ impl Ledger {
              FROM transform_facts f JOIN requests ON requests.id = f.request_id
              WHERE {FILTERED} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
         );
+        self.stage_totals_from(results, facts, filter)
+    }
+
+    fn stage_totals_from(
+        &self,
+        results: String,
+        facts: String,
+        filter: &Filter,
+    ) -> Result<Vec<StageTotals>, StoreError> {
         let mut stages: BTreeMap<String, StageTotals> = BTreeMap::new();
         for (is_fact, sql) in [(false, results), (true, facts)] {
             let mut stmt = self.conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
+            let mut rows = if sql.contains("?1") {
+                stmt.query(params![filter.since_ms, filter.session])?
+            } else {
+                stmt.query([])?
+            };
             while let Some(r) = rows.next()? {
                 let stage: String = r.get(0)?;
                 let (a, b, n): (String, Option<String>, i64) = (r.get(1)?, r.get(2)?, r.get(3)?);
@@ -638,15 +1015,140 @@ impl Ledger {
         Ok(stages.into_values().collect())
     }
 
+    /// Prompt-cache busts over the filtered rows: the pairs checked, busts by cause, and the
+    /// newest busts (at most 100). Each row's bust was decided when it was written.
+    pub fn cache_busts(&self, filter: &Filter) -> Result<CacheBusts, StoreError> {
+        let totals = if filter.since_ms.is_none() {
+            "SELECT coalesce(sum(bust_pairs), 0), coalesce(sum(busts_pith), 0),
+                    coalesce(sum(busts_client), 0)
+             FROM group_totals WHERE (?1 IS NULL OR ?1 IS NULL) AND (?2 IS NULL OR session = ?2)"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT coalesce(sum(bust_checked), 0), coalesce(sum(bust_cause = 'pith'), 0),
+                    coalesce(sum(bust_cause = 'client'), 0)
+             FROM requests WHERE {FILTERED}"
+            )
+        };
+        let (pairs, by_pith, by_client): (i64, i64, i64) =
+            self.conn
+                .query_row(&totals, params![filter.since_ms, filter.session], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+        let list = format!(
+            "SELECT session, model, ts_ms, bust_at, bust_cached_through, bust_cause FROM requests
+             WHERE bust_cause IS NOT NULL AND {FILTERED} ORDER BY id DESC LIMIT 100"
+        );
+        let mut stmt = self.conn.prepare_cached(&list)?;
+        let busts = stmt
+            .query_map(params![filter.since_ms, filter.session], |r| {
+                Ok(Bust {
+                    session: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                    model: r.get(1)?,
+                    ts_ms: r.get(2)?,
+                    segment: to_u64(r.get(3)?),
+                    cached_through: to_u64(r.get(4)?),
+                    cause: r.get(5)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CacheBusts {
+            pairs: to_u64(pairs),
+            by_pith: to_u64(by_pith),
+            by_client: to_u64(by_client),
+            busts,
+        })
+    }
+
+    /// How long requests took: a histogram of `total_ms` (the whole exchange) and of `ttfb_ms`
+    /// (to the provider's first byte, where there was one), over the filtered rows, with the
+    /// bucket bounds in [`LATENCY_BUCKETS_MS`].
+    pub fn latency(&self, filter: &Filter) -> Result<Latency, StoreError> {
+        let buckets: Vec<String> = LATENCY_BUCKETS_MS
+            .iter()
+            .map(|b| format!("coalesce(sum(COL <= {b}), 0)"))
+            .collect();
+        let mut out = Latency::default();
+        for (column, hist) in [
+            ("total_ms", &mut out.total_ms),
+            ("ttfb_ms", &mut out.ttfb_ms),
+        ] {
+            let sql = format!(
+                "SELECT count({column}), coalesce(sum({column}), 0), {}
+                 FROM requests WHERE {column} IS NOT NULL AND {FILTERED}",
+                buckets.join(", ").replace("COL", column)
+            );
+            self.conn
+                .query_row(&sql, params![filter.since_ms, filter.session], |r| {
+                    hist.count = to_u64(r.get(0)?);
+                    hist.sum_ms = r.get(1)?;
+                    for i in 0..LATENCY_BUCKETS_MS.len() {
+                        hist.cumulative.push(to_u64(r.get(2 + i)?));
+                    }
+                    Ok(())
+                })?;
+        }
+        Ok(out)
+    }
+
+    /// The newest requests, newest first, at most `limit`, only those after `after_id` when
+    /// given (a live view polls with the last id it has).
+    pub fn recent(&self, limit: usize, after_id: Option<i64>) -> Result<Vec<Recent>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT r.id, r.ts_ms, r.client, r.session, r.wire, r.model, r.path, r.status,
+                    r.outcome, r.input_tokens, r.output_tokens, r.cache_write_tokens,
+                    r.cache_read_tokens, r.ttfb_ms, r.total_ms, r.tools_bytes, r.system_bytes,
+                    r.messages_bytes, r.other_bytes,
+                    (SELECT group_concat(t.stage, ',') FROM transform_results t
+                     WHERE t.request_id = r.id AND t.result = 'applied')
+             FROM requests r WHERE (?1 IS NULL OR r.id > ?1) ORDER BY r.id DESC LIMIT ?2",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![after_id, limit], |r| {
+            let n = |i: usize| -> rusqlite::Result<u64> {
+                Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
+            };
+            let transforms: Option<String> = r.get(19)?;
+            Ok(Recent {
+                id: r.get(0)?,
+                ts_ms: r.get(1)?,
+                client: r.get(2)?,
+                session: r.get(3)?,
+                wire: r.get(4)?,
+                model: r.get(5)?,
+                path: r.get(6)?,
+                status: r.get(7)?,
+                outcome: r.get(8)?,
+                input_tokens: n(9)?,
+                output_tokens: n(10)?,
+                cache_write_tokens: n(11)?,
+                cache_read_tokens: n(12)?,
+                ttfb_ms: r.get(13)?,
+                total_ms: r.get(14)?,
+                tools_bytes: n(15)?,
+                system_bytes: n(16)?,
+                messages_bytes: n(17)?,
+                other_bytes: n(18)?,
+                transforms: transforms
+                    .map(|t| t.split(',').map(str::to_owned).collect())
+                    .unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Every row, oldest first, with its transform entries (tests and export).
     pub fn rows(&self) -> Result<Vec<Row>, StoreError> {
         let mut transforms = self.transforms_by_request()?;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT ts_ms, client, session, wire, provider, model, method, path, status, outcome,
-                    error, bytes_client, bytes_upstream, bytes_response, tools_bytes,
-                    system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
-                    cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, id
-             FROM requests ORDER BY id",
+            "SELECT ts_ms, client, requests.session, wire, provider, requests.model, method, path,
+                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
+                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                    requests.id,
+                    prompts.sent, prompts.as_client
+             FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
+             ORDER BY requests.id",
         )?;
         let rows = stmt.query_map([], |r| {
             let input: Option<i64> = r.get(18)?;
@@ -683,6 +1185,8 @@ impl Ledger {
                 ttfb_ms: r.get(22)?,
                 total_ms: r.get(23)?,
                 transforms: transforms.remove(&id).unwrap_or_default(),
+                fingerprint: r.get(25)?,
+                client_fingerprint: r.get(26)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -729,6 +1233,127 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn totals_kept_on_write_equal_a_scan_of_the_rows() {
+        use pith_wire::fingerprint::Fingerprint;
+        let mut ledger = Ledger::open_in_memory().unwrap();
+        let outcomes = [
+            RequestOutcome::Ok,
+            RequestOutcome::Local,
+            RequestOutcome::UpstreamError,
+            RequestOutcome::ClientClosed,
+        ];
+        let mut rows = Vec::new();
+        for i in 0..200u64 {
+            let transforms = match i % 3 {
+                0 => vec![Transform {
+                    stage: "defer".into(),
+                    result: TransformResult::Applied(vec![Fact {
+                        name: "tools".into(),
+                        kind: "count".into(),
+                        value: i,
+                    }]),
+                }],
+                1 => vec![Transform {
+                    stage: "defer".into(),
+                    result: TransformResult::Unchanged(format!("reason_{}", i % 2)),
+                }],
+                _ => vec![Transform {
+                    stage: "pins".into(),
+                    result: TransformResult::Failed("boom".into()),
+                }],
+            };
+            let fp = Fingerprint {
+                segments: (0..(3 + i % 4)).map(|k| k * (1 + (i / 10) % 3)).collect(),
+                breakpoints: vec![1],
+                automatic: false,
+            };
+            rows.push(Row {
+                ts_ms: 1_000 + (i as i64 * 7919) % 1000,
+                client: ["a", "b"][(i % 2) as usize].into(),
+                session: (i % 7 != 0).then(|| format!("s{}", i % 5)),
+                model: (i % 11 != 0).then(|| format!("m{}", i % 2)),
+                path: "/v1/messages".into(),
+                outcome: outcomes[(i % 4) as usize],
+                usage: (i % 3 != 2).then_some(RowUsage {
+                    input: i,
+                    output: 2 * i,
+                    cache_write: i % 10,
+                    cache_read: 100 + i,
+                }),
+                transforms,
+                fingerprint: Some(fp.to_bytes()),
+                ..Row::default()
+            });
+        }
+        for chunk in rows.chunks(17) {
+            ledger.insert(chunk).unwrap();
+        }
+        let all = Filter::default();
+        assert_eq!(
+            ledger.groups(&all).unwrap(),
+            ledger.groups_scanned(&all).unwrap()
+        );
+        let one = Filter {
+            session: Some("s3".into()),
+            ..Filter::default()
+        };
+        assert_eq!(
+            ledger.groups(&one).unwrap(),
+            ledger.groups_scanned(&one).unwrap()
+        );
+        assert_eq!(
+            ledger.stage_totals(&all).unwrap(),
+            ledger.stage_totals_scanned(&all).unwrap()
+        );
+        let scanned = Filter {
+            since_ms: Some(0),
+            ..Filter::default()
+        };
+        let busts = ledger.cache_busts(&all).unwrap();
+        assert_eq!(busts, ledger.cache_busts(&scanned).unwrap());
+        assert!(busts.pairs > 0 && busts.by_client > 0, "{busts:?}");
+    }
+
+    #[test]
+    fn a_bust_is_decided_when_its_row_is_written() {
+        use pith_wire::fingerprint::Fingerprint;
+        let fp = |segments: &[u64]| {
+            Fingerprint {
+                segments: segments.to_vec(),
+                breakpoints: vec![(segments.len() - 1) as u32],
+                automatic: false,
+            }
+            .to_bytes()
+        };
+        let row = |sent: Vec<u8>, client: Option<Vec<u8>>| Row {
+            session: Some("s".into()),
+            model: Some("m".into()),
+            path: "/v1/messages".into(),
+            fingerprint: Some(sent),
+            client_fingerprint: client,
+            ..Row::default()
+        };
+        let mut ledger = Ledger::open_in_memory().unwrap();
+        ledger.insert(&[row(fp(&[1, 2, 3]), None)]).unwrap();
+        // The client appended: no bust.
+        ledger.insert(&[row(fp(&[1, 2, 3, 4]), None)]).unwrap();
+        // pith changed segment 1 though the client kept it: pith's bust.
+        ledger
+            .insert(&[row(fp(&[1, 9, 3, 4, 5]), Some(fp(&[1, 2, 3, 4, 5])))])
+            .unwrap();
+        // The client changed segment 2 itself.
+        ledger.insert(&[row(fp(&[1, 9, 7]), None)]).unwrap();
+        let busts = ledger.cache_busts(&Filter::default()).unwrap();
+        assert_eq!((busts.pairs, busts.by_pith, busts.by_client), (3, 1, 1));
+        let causes: Vec<(&str, u64)> = busts
+            .busts
+            .iter()
+            .map(|b| (b.cause.as_str(), b.segment))
+            .collect();
+        assert_eq!(causes, [("client", 2), ("pith", 1)], "newest first");
+    }
+
     use super::*;
 
     fn row(session: &str, model: &str, ts: i64, usage: Option<RowUsage>) -> Row {

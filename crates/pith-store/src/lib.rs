@@ -7,6 +7,7 @@
 
 pub mod brain;
 pub mod ledger;
+pub mod search_blocks;
 pub mod sqlite;
 
 pub use sqlite::{StoreError, open};

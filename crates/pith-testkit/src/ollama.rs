@@ -1,18 +1,23 @@
-//! A mock Ollama server on 127.0.0.1 (random port) for the local-prefilter tests.
+//! A mock model server on 127.0.0.1 (random port) for the local-prefilter tests, speaking both
+//! APIs Ollama serves: its own and the OpenAI-compatible one (which llama.cpp's server, LM
+//! Studio and vLLM serve too).
 //!
-//! It serves `GET /api/tags`, non-streaming `POST /api/chat` and `POST /api/embed` in Ollama's
-//! real response shapes, answers chat with a scripted [`ChatReply`] (success, prose, bad indices,
-//! slow, HTTP error) and embed with an [`EmbedReply`] (a deterministic bag-of-words embedding, or
-//! a failure), answers 404 for a model it does not list (as Ollama does for a model not pulled),
-//! and records every request so tests can check what was sent (e.g. `options.num_ctx`) and how
-//! often (caching).
+//! Ollama's API: `GET /api/tags`, non-streaming `POST /api/chat` (an empty `messages` is the
+//! load request, answered with `done_reason: "load"`) and `POST /api/embed`. The OpenAI API:
+//! `GET /v1/models`, non-streaming `POST /v1/chat/completions` and `POST /v1/embeddings`. Both in
+//! the servers' real response shapes. Chat is answered with a scripted [`ChatReply`] (success,
+//! prose, bad indices, slow, HTTP error), embeddings with an [`EmbedReply`] (a deterministic
+//! bag-of-words embedding, or a failure); a model it does not list gets a 404 (as a model not
+//! pulled does); [`MockOllama::set_load_time`] makes the model cold, so the first request that
+//! needs it waits for it to load. Every request is recorded so tests can check what was sent
+//! (e.g. `options.num_ctx`) and how often (caching).
 //! It runs on its own thread and runtime, so sync tests can use it; dropping it stops it.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
@@ -24,60 +29,64 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-/// How the mock answers `POST /api/chat` for a listed model.
+/// How the mock answers a chat request (either API) for a listed model.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChatReply {
-    /// Message content `{"order": [...]}` with these indices, as given (a permutation, or one
-    /// with a duplicate, a gap or an invented index).
-    Order(Vec<i64>),
+    /// Message content `{"files": [...]}` with these file numbers, as given (a valid pick, or
+    /// one with a duplicate, too few, or an invented number).
+    Pick(Vec<i64>),
     /// This exact message content.
     Content(String),
     /// Wait, then answer as the inner reply.
     Delayed(Duration, Box<ChatReply>),
-    /// This HTTP status with Ollama's error body `{"error": message}`.
+    /// This HTTP status with the API's error body.
     Error(u16, String),
 }
 
 impl ChatReply {
-    /// A valid ordering of `n` candidates: last first.
-    pub fn reversed(n: usize) -> Self {
-        Self::Order((0..n as i64).rev().collect())
+    /// A valid pick of `pick` of `files` files: the last ones, last first.
+    pub fn last(files: usize, pick: usize) -> Self {
+        Self::Pick((0..files as i64).rev().take(pick).collect())
     }
 
-    /// The right ordering wrapped in prose, as chatty models answer.
-    pub fn prose(n: usize) -> Self {
-        let order: Vec<String> = (0..n).rev().map(|i| i.to_string()).collect();
+    /// A valid pick wrapped in prose, as chatty models answer.
+    pub fn prose(files: usize, pick: usize) -> Self {
+        let picked: Vec<String> = (0..files).rev().take(pick).map(|i| i.to_string()).collect();
         Self::Content(format!(
-            "Sure! Here is the ranking, most relevant first:\n{{\"order\": [{}]}}",
-            order.join(", ")
+            "Sure! Here are the most relevant files:\n{{\"files\": [{}]}}",
+            picked.join(", ")
         ))
     }
 
-    /// `n` indices where one appears twice (and so one is missing).
-    pub fn duplicate_index(n: usize) -> Self {
-        let mut order: Vec<i64> = (0..n as i64).collect();
-        if let Some(last) = order.last_mut() {
+    /// `pick` file numbers where one appears twice.
+    pub fn duplicate_index(pick: usize) -> Self {
+        let mut picked: Vec<i64> = (0..pick as i64).collect();
+        if let Some(last) = picked.last_mut() {
             *last = 0;
         }
-        Self::Order(order)
+        Self::Pick(picked)
     }
 
-    /// All indices but the last.
-    pub fn missing_index(n: usize) -> Self {
-        Self::Order((0..n.saturating_sub(1) as i64).collect())
+    /// One file fewer than asked for.
+    pub fn too_few(pick: usize) -> Self {
+        Self::Pick((0..pick.saturating_sub(1) as i64).collect())
     }
 
-    /// Every index plus one that is not a candidate.
-    pub fn invented_index(n: usize) -> Self {
-        Self::Order((0..=n as i64).rev().collect())
+    /// `pick` file numbers, the first of which is not a file.
+    pub fn invented_index(files: usize, pick: usize) -> Self {
+        Self::Pick(
+            (0..pick as i64)
+                .map(|i| if i == 0 { files as i64 } else { i })
+                .collect(),
+        )
     }
 
-    /// A valid ordering, after `delay`.
-    pub fn slow(n: usize, delay: Duration) -> Self {
-        Self::Delayed(delay, Box::new(Self::reversed(n)))
+    /// A valid pick, after `delay`.
+    pub fn slow(files: usize, pick: usize, delay: Duration) -> Self {
+        Self::Delayed(delay, Box::new(Self::last(files, pick)))
     }
 
-    /// HTTP 500 with an Ollama-style error.
+    /// HTTP 500 with a runner crash message.
     pub fn server_error() -> Self {
         Self::Error(
             500,
@@ -86,7 +95,7 @@ impl ChatReply {
     }
 }
 
-/// How the mock answers `POST /api/embed` for a listed model.
+/// How the mock answers an embeddings request (either API) for a listed model.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EmbedReply {
     /// A bag-of-words embedding of each input: every word (lowercased alphanumeric run) is
@@ -101,7 +110,7 @@ pub enum EmbedReply {
     Fixed(Vec<Vec<f64>>),
     /// Wait, then answer as the inner reply.
     Delayed(Duration, Box<EmbedReply>),
-    /// This HTTP status with Ollama's error body `{"error": message}`.
+    /// This HTTP status with the API's error body.
     Error(u16, String),
 }
 
@@ -166,6 +175,10 @@ struct State {
     reply: ChatReply,
     embed: EmbedReply,
     requests: Vec<RecordedRequest>,
+    /// How long the model takes to load, and when it started loading (the first request that
+    /// needed it); `None`: loaded.
+    load: Option<(Duration, Option<Instant>)>,
+    refuse_json_schema: bool,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -194,6 +207,8 @@ impl MockOllama {
             reply,
             embed: EmbedReply::bag_of_words(),
             requests: Vec::new(),
+            load: None,
+            refuse_json_schema: false,
         }));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -240,11 +255,17 @@ impl MockOllama {
         lock(&self.state).embed = reply;
     }
 
-    /// The `/api/embed` requests received so far.
+    /// Makes the model cold: the first request that needs it starts loading it, and every
+    /// request that needs it waits until `load_time` after that.
+    pub fn set_load_time(&self, load_time: Duration) {
+        lock(&self.state).load = Some((load_time, None));
+    }
+
+    /// The embeddings requests (either API) received so far.
     pub fn embed_requests(&self) -> Vec<RecordedRequest> {
         self.requests()
             .into_iter()
-            .filter(|r| r.path == "/api/embed")
+            .filter(|r| r.path == "/api/embed" || r.path == "/v1/embeddings")
             .collect()
     }
 
@@ -253,11 +274,36 @@ impl MockOllama {
         lock(&self.state).requests.clone()
     }
 
-    /// The `/api/chat` requests received so far.
+    /// The ranking requests (either API) received so far: chat requests that are not
+    /// warm-ups.
     pub fn chat_requests(&self) -> Vec<RecordedRequest> {
         self.requests()
             .into_iter()
-            .filter(|r| r.path == "/api/chat")
+            .filter(|r| is_chat(&r.path) && !is_warm_up(&r.body))
+            .collect()
+    }
+
+    /// The warm-up requests (either API) received so far: Ollama's load request (no
+    /// messages), or a one-token completion.
+    pub fn warm_up_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| is_chat(&r.path) && is_warm_up(&r.body))
+            .collect()
+    }
+
+    /// Refuses OpenAI's `response_format` type `json_schema` with a 500 and its validation
+    /// error, as llama-cpp-python's server (0.3.36) does (it takes `json_object` with a
+    /// `schema`).
+    pub fn refuse_json_schema(&self) {
+        lock(&self.state).refuse_json_schema = true;
+    }
+
+    /// The model-list requests (either API) received so far.
+    pub fn probe_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "GET" && (r.path == "/api/tags" || r.path == "/v1/models"))
             .collect()
     }
 }
@@ -296,6 +342,24 @@ async fn serve(listener: tokio::net::TcpListener, state: Shared) {
     }
 }
 
+fn is_chat(path: &str) -> bool {
+    path == "/api/chat" || path == "/v1/chat/completions"
+}
+
+fn is_warm_up(body: &Value) -> bool {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+        || body.get("max_tokens").and_then(Value::as_u64) == Some(1)
+}
+
+/// Which API a path belongs to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Ollama,
+    OpenAi,
+}
+
 async fn handle(
     req: Request<Incoming>,
     state: Shared,
@@ -313,34 +377,79 @@ async fn handle(
         .unwrap_or_default()
         .to_owned();
     let inputs = embed_inputs(&body);
-    let (models, reply, embed_reply) = {
+    let warm_up = is_warm_up(&body);
+    let json_schema = body
+        .get("response_format")
+        .and_then(|f| f.get("type"))
+        .and_then(Value::as_str)
+        == Some("json_schema");
+    let (models, reply, embed_reply, loaded_at, refuse_json_schema) = {
         let mut state = lock(&state);
         state.requests.push(RecordedRequest {
             method: method.clone(),
             path: path.clone(),
             body,
         });
+        let needs_model = method == "POST" && state.models.contains(&model);
+        let loaded_at = match &mut state.load {
+            Some((load_time, started)) if needs_model => {
+                let started = *started.get_or_insert_with(Instant::now);
+                Some(started + *load_time)
+            }
+            _ => None,
+        };
         (
             state.models.clone(),
             state.reply.clone(),
             state.embed.clone(),
+            loaded_at,
+            state.refuse_json_schema,
         )
+    };
+    if let Some(at) = loaded_at {
+        tokio::time::sleep_until(at.into()).await;
+    }
+    let api = if path.starts_with("/v1/") {
+        Api::OpenAi
+    } else {
+        Api::Ollama
     };
     Ok(match (method.as_str(), path.as_str()) {
         ("GET", "/api/tags") => json_response(200, &tags(&models)),
-        ("POST", "/api/chat") if models.contains(&model) => chat(&model, reply).await,
-        ("POST", "/api/embed") if models.contains(&model) => {
-            embed(&model, &inputs, embed_reply).await
+        ("GET", "/v1/models") => json_response(200, &model_list(&models)),
+        ("POST", "/v1/chat/completions") if refuse_json_schema && json_schema => json_response(
+            500,
+            &openai_error(
+                "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', \
+                 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}",
+                "internal_server_error",
+            ),
+        ),
+        ("POST", "/api/chat") if models.contains(&model) && warm_up => {
+            json_response(200, &loaded_body(&model))
+        }
+        ("POST", "/v1/chat/completions") if models.contains(&model) && warm_up => {
+            json_response(200, &chat_body(api, &model, "{"))
+        }
+        ("POST", "/api/chat" | "/v1/chat/completions") if models.contains(&model) => {
+            chat(api, &model, reply).await
+        }
+        ("POST", "/api/embed" | "/v1/embeddings") if models.contains(&model) => {
+            embed(api, &model, &inputs, embed_reply).await
         }
         ("POST", "/api/chat" | "/api/embed") => json_response(
             404,
             &json!({"error": format!("model \"{model}\" not found, try pulling it first")}),
         ),
+        ("POST", "/v1/chat/completions" | "/v1/embeddings") => json_response(
+            404,
+            &openai_error(&format!("model \"{model}\" not found"), "not_found_error"),
+        ),
         _ => text_response(404, "404 page not found"),
     })
 }
 
-async fn chat(model: &str, mut reply: ChatReply) -> Response<Full<Bytes>> {
+async fn chat(api: Api, model: &str, mut reply: ChatReply) -> Response<Full<Bytes>> {
     loop {
         match reply {
             ChatReply::Delayed(delay, inner) => {
@@ -348,15 +457,18 @@ async fn chat(model: &str, mut reply: ChatReply) -> Response<Full<Bytes>> {
                 reply = *inner;
             }
             ChatReply::Error(status, message) => {
-                return json_response(status, &json!({ "error": message }));
+                return match api {
+                    Api::Ollama => json_response(status, &json!({ "error": message })),
+                    Api::OpenAi => json_response(status, &openai_error(&message, "server_error")),
+                };
             }
-            ChatReply::Order(order) => {
-                return json_response(
-                    200,
-                    &chat_body(model, &json!({ "order": order }).to_string()),
-                );
+            ChatReply::Pick(picked) => {
+                let content = json!({ "files": picked }).to_string();
+                return json_response(200, &chat_body(api, model, &content));
             }
-            ChatReply::Content(content) => return json_response(200, &chat_body(model, &content)),
+            ChatReply::Content(content) => {
+                return json_response(200, &chat_body(api, model, &content));
+            }
         }
     }
 }
@@ -373,7 +485,12 @@ fn embed_inputs(body: &Value) -> Vec<String> {
     }
 }
 
-async fn embed(model: &str, inputs: &[String], mut reply: EmbedReply) -> Response<Full<Bytes>> {
+async fn embed(
+    api: Api,
+    model: &str,
+    inputs: &[String],
+    mut reply: EmbedReply,
+) -> Response<Full<Bytes>> {
     loop {
         let embeddings = match reply {
             EmbedReply::Delayed(delay, inner) => {
@@ -382,7 +499,10 @@ async fn embed(model: &str, inputs: &[String], mut reply: EmbedReply) -> Respons
                 continue;
             }
             EmbedReply::Error(status, message) => {
-                return json_response(status, &json!({ "error": message }));
+                return match api {
+                    Api::Ollama => json_response(status, &json!({ "error": message })),
+                    Api::OpenAi => json_response(status, &openai_error(&message, "server_error")),
+                };
             }
             EmbedReply::Fixed(embeddings) => embeddings,
             EmbedReply::BagOfWords { aliases } => inputs
@@ -390,34 +510,91 @@ async fn embed(model: &str, inputs: &[String], mut reply: EmbedReply) -> Respons
                 .map(|text| EmbedReply::embed(&aliases, text))
                 .collect(),
         };
-        return json_response(
-            200,
-            &json!({
+        let body = match api {
+            Api::Ollama => json!({
                 "model": model,
                 "embeddings": embeddings,
                 "total_duration": 14_143_917_u64,
                 "load_duration": 1_019_500_u64,
                 "prompt_eval_count": inputs.len() * 8,
             }),
-        );
+            // OpenAI's shape, listed last first: a client must order by `index`.
+            Api::OpenAi => {
+                let data: Vec<Value> = embeddings
+                    .into_iter()
+                    .enumerate()
+                    .rev()
+                    .map(|(index, embedding)| {
+                        json!({"object": "embedding", "index": index, "embedding": embedding})
+                    })
+                    .collect();
+                json!({
+                    "object": "list",
+                    "data": data,
+                    "model": model,
+                    "usage": {"prompt_tokens": inputs.len() * 8, "total_tokens": inputs.len() * 8},
+                })
+            }
+        };
+        return json_response(200, &body);
     }
 }
 
-/// A non-streaming /api/chat reply as Ollama sends it (durations in nanoseconds).
-fn chat_body(model: &str, content: &str) -> Value {
+/// A non-streaming chat reply in the API's shape (Ollama's durations in nanoseconds).
+fn chat_body(api: Api, model: &str, content: &str) -> Value {
+    match api {
+        Api::Ollama => json!({
+            "model": model,
+            "created_at": "2026-01-01T00:00:00.000000000Z",
+            "message": {"role": "assistant", "content": content},
+            "done_reason": "stop",
+            "done": true,
+            "total_duration": 412_345_678_u64,
+            "load_duration": 12_345_678_u64,
+            "prompt_eval_count": 1843,
+            "prompt_eval_duration": 250_000_000_u64,
+            "eval_count": 97,
+            "eval_duration": 150_000_000_u64,
+        }),
+        Api::OpenAi => json!({
+            "id": "chatcmpl-mock",
+            "object": "chat.completion",
+            "created": 1_767_225_600_u64,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "logprobs": null,
+                "finish_reason": "stop",
+            }],
+            "usage": {"prompt_tokens": 1843, "completion_tokens": 97, "total_tokens": 1940},
+        }),
+    }
+}
+
+/// Ollama's answer to its load request (a chat with no messages).
+fn loaded_body(model: &str) -> Value {
     json!({
         "model": model,
         "created_at": "2026-01-01T00:00:00.000000000Z",
-        "message": {"role": "assistant", "content": content},
-        "done_reason": "stop",
+        "message": {"role": "assistant", "content": ""},
+        "done_reason": "load",
         "done": true,
-        "total_duration": 412_345_678_u64,
-        "load_duration": 12_345_678_u64,
-        "prompt_eval_count": 1843,
-        "prompt_eval_duration": 250_000_000_u64,
-        "eval_count": 97,
-        "eval_duration": 150_000_000_u64,
     })
+}
+
+/// An error in the OpenAI API's shape.
+fn openai_error(message: &str, kind: &str) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
+}
+
+/// /v1/models as an OpenAI-compatible server lists what it serves.
+fn model_list(models: &[String]) -> Value {
+    let data: Vec<Value> = models
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 1_767_225_600_u64, "owned_by": "mock"}))
+        .collect();
+    json!({"object": "list", "data": data})
 }
 
 /// /api/tags as Ollama lists pulled models.

@@ -10,6 +10,7 @@
 pub mod defer;
 pub mod pins;
 mod pipeline;
+pub mod search_trip;
 mod splice;
 mod stage;
 

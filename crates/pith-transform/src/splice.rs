@@ -79,6 +79,32 @@ pub fn apply_splices(body: &[u8], splices: &[Splice]) -> Result<Vec<u8>, SpliceE
     Ok(out)
 }
 
+/// The byte ranges that remove the elements `mask` marks from a JSON array whose elements are at
+/// `spans`, each with the separator that joined it, so what is left is still an array.
+pub(crate) fn array_removals(spans: &[Range<usize>], mask: &[bool]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < spans.len() {
+        if !mask[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < spans.len() && mask[i] {
+            i += 1;
+        }
+        // Removed run start..i.
+        if start > 0 {
+            out.push(spans[start - 1].end..spans[i - 1].end);
+        } else if i < spans.len() {
+            out.push(spans[0].start..spans[i].start);
+        } else {
+            out.push(spans[0].start..spans[i - 1].end);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +164,21 @@ mod tests {
         assert_eq!(&body[span], r#"[ {"name":"x"} ]"#);
         let other = serde_json::value::to_raw_value(&1).unwrap();
         assert_eq!(span_of(body, &other), None);
+    }
+
+    fn spans(v: &[(usize, usize)]) -> Vec<Range<usize>> {
+        v.iter().map(|&(a, b)| a..b).collect()
+    }
+
+    #[test]
+    fn removing_elements_takes_their_separators() {
+        // [A,B,C] at 1..2, 3..4, 5..6
+        let s = spans(&[(1, 2), (3, 4), (5, 6)]);
+        assert_eq!(array_removals(&s, &[true, false, false]), vec![1..3]);
+        assert_eq!(array_removals(&s, &[false, true, false]), vec![2..4]);
+        assert_eq!(array_removals(&s, &[false, false, true]), vec![4..6]);
+        assert_eq!(array_removals(&s, &[true, true, false]), vec![1..5]);
+        assert_eq!(array_removals(&s, &[true, false, true]), [1..3, 4..6]);
+        assert_eq!(array_removals(&s, &[true, true, true]), vec![1..6]);
     }
 }

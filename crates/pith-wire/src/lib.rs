@@ -2,6 +2,7 @@
 //! the SSE codec and usage extraction. Pure data handling: no I/O.
 
 pub mod encoding;
+pub mod fingerprint;
 pub mod reply;
 pub mod request;
 pub mod session;

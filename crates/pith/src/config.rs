@@ -73,6 +73,10 @@ pub struct TransformsConfig {
     pub pins: Option<bool>,
     /// Tool deferral on Anthropic and Responses requests (default on).
     pub defer_tools: Option<bool>,
+    /// For clients without tool search of their own: take the tool search blocks pith's
+    /// search tool causes out of answers, and put them back in the session's later requests
+    /// (default on; env `PITH_TOOL_SEARCH_ROUND_TRIP`). Kept in `$PITH_HOME/search-blocks.db`.
+    pub tool_search_round_trip: Option<bool>,
     /// Tools kept loaded because they are most relevant to the task (default 5).
     pub keep_relevant: Option<usize>,
     /// Definitions at or below this many characters stay loaded (default 0).
@@ -83,13 +87,15 @@ pub struct TransformsConfig {
     /// (default 20,000; env `PITH_MIN_DEFERRED_CHARS`). See BENCHMARKS.md: deferring a few
     /// kilobytes can cost more than it saves.
     pub min_deferred_chars: Option<usize>,
-    /// Ollama base URL for semantic tool ranking (`/api/embed`); with `embeddings_model`,
+    /// Base URL of the embedding server for semantic tool ranking; with `embeddings_model`,
     /// tools are ranked by embedding similarity instead of BM25. Each session's ranking is
     /// decided once and cached under `$PITH_HOME/embeddings`; any failure means BM25.
     pub embeddings_url: Option<String>,
-    /// Ollama embedding model for semantic tool ranking (e.g. `nomic-embed-text`); needs
+    /// Embedding model for semantic tool ranking (e.g. `nomic-embed-text`); needs
     /// `embeddings_url`.
     pub embeddings_model: Option<String>,
+    /// `ollama` (default: `/api/embed`) or `openai` (`/v1/embeddings`).
+    pub embeddings_api: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -97,13 +103,20 @@ pub struct TransformsConfig {
 pub struct McpConfig {
     /// Rank large search results with a local model (default off).
     pub local_prefilter: Option<bool>,
-    /// Ollama base URL (default `http://127.0.0.1:11434`).
-    pub ollama_url: Option<String>,
-    /// Local model name.
+    /// `ollama` (default: Ollama's `/api/chat`) or `openai` (`/v1/chat/completions`, as
+    /// llama.cpp's server, LM Studio, vLLM and Ollama serve it).
+    pub prefilter_api: Option<String>,
+    /// The model server's base URL (default `http://127.0.0.1:11434` for Ollama,
+    /// `http://127.0.0.1:8080` for the OpenAI API). `ollama_url` is its older name.
+    #[serde(alias = "ollama_url")]
+    pub prefilter_url: Option<String>,
+    /// Local model name, as the server lists it.
     pub model: Option<String>,
-    /// Candidates above which the local model ranks (default 40).
+    /// Matches above which the local model ranks (default 50, the page size).
     pub prefilter_threshold: Option<usize>,
-    /// Local model timeout in milliseconds (default 3000).
+    /// How many lines of the files the model picked are shown at most (default 10).
+    pub prefilter_shown: Option<usize>,
+    /// Ranking timeout in milliseconds (default 3000).
     pub prefilter_timeout_ms: Option<u64>,
 }
 
@@ -202,6 +215,9 @@ mod tests {
             defer_tools = false
             [mcp]
             local_prefilter = true
+            prefilter_api = "openai"
+            prefilter_url = "http://127.0.0.1:8080/v1"
+            prefilter_shown = 10
             [prices."claude-x"]
             input = 3.0
             output = 15.0
@@ -211,5 +227,21 @@ mod tests {
         assert_eq!(c.proxy.listen.as_deref(), Some("127.0.0.1:9000"));
         assert_eq!(c.transforms.defer_tools, Some(false));
         assert_eq!(c.prices["claude-x"].input, 3.0);
+        assert_eq!(c.mcp.prefilter_shown, Some(10));
+        assert_eq!(
+            c.mcp.prefilter_url.as_deref(),
+            Some("http://127.0.0.1:8080/v1")
+        );
+    }
+
+    #[test]
+    fn the_older_name_of_the_prefilter_url_still_works_but_not_with_the_new_one() {
+        let c: Config = toml::from_str("[mcp]\nollama_url = \"http://127.0.0.1:1\"\n").unwrap();
+        assert_eq!(c.mcp.prefilter_url.as_deref(), Some("http://127.0.0.1:1"));
+        let err = toml::from_str::<Config>(
+            "[mcp]\nollama_url = \"http://a:1\"\nprefilter_url = \"http://b:1\"\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("duplicate"), "{err}");
     }
 }

@@ -7,6 +7,7 @@
 
 mod commands;
 mod config;
+mod dashboard;
 mod duration;
 mod logging;
 mod prices;
@@ -47,6 +48,9 @@ enum Command {
     Setup(commands::setup::Args),
     /// Answer a coding agent's tool-call hook (run by Claude Code and Codex; reads stdin).
     Hook(commands::hook::Args),
+    /// One status line for Claude Code (its statusLine command): the session's tokens, cost,
+    /// cache hit share and what pith kept out, from the ledger. Reads the payload on stdin.
+    Statusline(commands::statusline::Args),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
             commands::hook::run(args, Some(&config.hook));
             Ok(())
         }
+        Command::Statusline(args) => commands::statusline::run(args, &config),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -55,6 +55,8 @@ pub(crate) struct Context {
     pub body: Bytes,
     /// Length of the body sent upstream (differs from `body` when a stage changed it).
     pub bytes_upstream: u64,
+    /// The body sent upstream, when a stage changed it.
+    pub upstream_body: Option<Bytes>,
     /// What each transform stage did, in pipeline order.
     pub transforms: Vec<StageReport>,
     /// The `pith-transforms` value, when a stage changed the request.
@@ -86,6 +88,7 @@ impl Context {
             headers,
             body: Bytes::new(),
             bytes_upstream: 0,
+            upstream_body: None,
             transforms: Vec::new(),
             transforms_header: None,
             status: None,
@@ -93,6 +96,11 @@ impl Context {
             content_encoding: None,
             recorder,
         }
+    }
+
+    /// Keep no ledger record of this request (pith's own pages).
+    pub fn forget(&mut self) {
+        self.recorder = None;
     }
 
     /// The request's ledger record, waiting for the request to end, when a ledger is kept.
@@ -112,6 +120,7 @@ impl Context {
             outcome,
             bytes_upstream: self.bytes_upstream,
             request_body: std::mem::take(&mut self.body),
+            upstream_body: self.upstream_body.take(),
             response_is_sse: self.response_is_sse,
             content_encoding: self.content_encoding.take(),
             transforms: std::mem::take(&mut self.transforms),

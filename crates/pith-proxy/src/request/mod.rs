@@ -26,6 +26,7 @@ use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply, session};
 
 use crate::fault::Fault;
+use crate::own_pages;
 use crate::rewrite::ResponseInfo;
 use crate::server::{State, TOKEN_HEADER};
 use crate::tee::{End, Idle, ProxyBody, Tee};
@@ -43,6 +44,11 @@ pub(crate) async fn serve(
     let mut ctx = route(&state, parts);
     if let Err(fault) = admit(&state, &ctx) {
         return Ok(answer_fault(ctx, &fault));
+    }
+    if let Some(page) = own_page(&state, &ctx).await {
+        // pith's own pages are not traffic: no ledger row (a dashboard polls).
+        ctx.forget();
+        return Ok(page);
     }
     ctx.body = match read_body(&state, body).await {
         Ok(body) => body,
@@ -116,6 +122,39 @@ fn admit(state: &State, ctx: &Context) -> Result<(), Fault> {
     }
 }
 
+/// Own pages: the dashboard, its API and `/metrics`, answered by pith (read on the blocking
+/// pool: they read the ledger).
+async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBody>> {
+    let pages = state.config.own_pages.as_ref()?;
+    if !own_pages::is_own_path(&ctx.method, &ctx.path) {
+        return None;
+    }
+    let pages = Arc::clone(pages);
+    let path = ctx.path.clone();
+    let query = ctx
+        .path_and_query
+        .split_once('?')
+        .map(|(_, q)| q.to_owned())
+        .unwrap_or_default();
+    let page = tokio::task::spawn_blocking(move || pages.get(&path, &query))
+        .await
+        .ok()??;
+    let body = match page.body {
+        own_pages::OwnBody::Full(bytes) => ProxyBody::full(bytes),
+        own_pages::OwnBody::Stream(rx) => ProxyBody::Events(rx),
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = page.status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(page.content_type),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Some(response)
+}
+
 /// Read body: the whole client body, up to the proxy's limit, each chunk within the client
 /// idle timeout.
 async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
@@ -174,12 +213,23 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
 fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody>> {
     let pins = state.config.pins.as_ref()?;
     let wire = ctx.wire?;
-    let answer = pins.answer(&pith_transform::Request {
-        wire,
-        path: &ctx.path,
-        headers: &ctx.headers,
-        body: &ctx.body,
-    })?;
+    // Like the pipeline, fail open: a panic here forwards the request instead of dropping it.
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pins.answer(&pith_transform::Request {
+            wire,
+            path: &ctx.path,
+            headers: &ctx.headers,
+            body: &ctx.body,
+        })
+    }));
+    let answer = match answered {
+        Ok(answer) => answer?,
+        Err(_) => {
+            state.transform_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("the pins answer panicked; request forwarded");
+            return None;
+        }
+    };
     let id = short_id(&ctx.body);
     let rendered = reply::render(
         wire,
@@ -253,14 +303,37 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     }
     let mut headers = headers::end_to_end(&ctx.headers);
     Pipeline::apply_header_edits(&result, &mut headers);
+    if state.config.rewrites.is_some()
+        && ctx.wire == Some(Wire::AnthropicMessages)
+        && may_rewrite(&result)
+    {
+        // A rewriter has to read the answer: ask for it uncompressed.
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
     let body = match result.body.take() {
-        Some(b) => Bytes::from(b),
+        Some(b) => {
+            let b = Bytes::from(b);
+            ctx.upstream_body = Some(b.clone());
+            b
+        }
         None => ctx.body.clone(),
     };
     ctx.bytes_upstream = body.len() as u64;
     ctx.transforms_header = result.transforms_header();
     ctx.transforms = result.reports;
     Upstream { body, headers }
+}
+
+/// Whether the answer to a request the pipeline left like this may be rewritten: the tool
+/// search round trip reads answers to requests the defer stage changed.
+fn may_rewrite(result: &PipelineResult) -> bool {
+    result
+        .reports
+        .iter()
+        .any(|r| r.stage == "defer" && matches!(r.result, StageResult::Applied(_)))
 }
 
 /// Run the pipeline inline (pure CPU, tens of microseconds), or on the blocking pool when a
@@ -378,13 +451,16 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let rewriter = match (ctx.wire, &state.config.rewrites) {
-        (Some(wire), Some(rewrites)) if ctx.response_is_sse => {
+        (Some(wire), Some(rewrites)) => {
             let session = session::session_from_headers(&ctx.headers);
             rewrites.for_response(&ResponseInfo {
                 wire,
                 path: &ctx.path,
                 session: session.as_deref(),
                 status: parts.status,
+                sse: ctx.response_is_sse,
+                content_encoding: ctx.content_encoding.as_deref(),
+                transforms: &ctx.transforms,
             })
         }
         _ => None,

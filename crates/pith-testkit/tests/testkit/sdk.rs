@@ -114,7 +114,7 @@ fn official_sdks_parse_fixture_replies_exactly() {
     assert_eq!(
         r("anthropic.messages.create"),
         &json!({"text": text, "stop_reason": "end_turn", "usage": anthropic_usage(usage(1)),
-                "tool_calls": []})
+                "tool_calls": [], "block_types": ["text"]})
     );
     let streamed = r("anthropic.messages.stream");
     assert_eq!(streamed["text"], text);
@@ -129,7 +129,8 @@ fn official_sdks_parse_fixture_replies_exactly() {
     assert_eq!(
         r("anthropic.messages.create.tool"),
         &json!({"text": "Reading.", "stop_reason": "tool_use", "usage": anthropic_usage(usage(3)),
-                "tool_calls": [{"id": "toolu_01Mock", "name": "read_file", "input": arguments}]})
+                "tool_calls": [{"id": "toolu_01Mock", "name": "read_file", "input": arguments}],
+                "block_types": ["text", "tool_use"]})
     );
     let streamed_tool = r("anthropic.messages.stream.tool");
     assert_eq!(streamed_tool["text"], text);

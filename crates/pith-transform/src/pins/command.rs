@@ -1,7 +1,7 @@
 //! One pin command per line: `@pith pin <rule>`, `@pith unpin [N | all | <text>]`,
-//! `@pith pins`. A line is a command only when the whole line is one (after blanks, and the
-//! literal double quotes `opencode run` wraps a prompt in); a sentence that mentions `@pith`
-//! is prose.
+//! `@pith pins`. A line is a command only when the whole line is one, from its first column
+//! (after the literal double quote `opencode run` wraps a prompt in); a sentence that
+//! mentions `@pith`, or an indented example, is not.
 
 /// The prefix every command starts with, and the test the stage's fast path uses.
 pub const MARKER: &str = "@pith";
@@ -32,10 +32,12 @@ pub enum Target {
 
 /// The command on `line`, or `None` when the line is not one.
 pub fn parse_line(line: &str) -> Option<Command> {
-    let mut line = line.trim();
+    // At the very start of the line: an indented `@pith pin` is an example in a document
+    // (a code block), not a command.
+    let mut line = line.trim_end();
     // `opencode run "x"` sends `"x"`: a quote may open the first line and close the last.
     if let Some(rest) = line.strip_prefix('"') {
-        line = rest.strip_suffix('"').unwrap_or(rest).trim();
+        line = rest.strip_suffix('"').unwrap_or(rest).trim_end();
     } else if let Some(rest) = line.strip_suffix('"')
         && !rest.contains('"')
     {
@@ -114,7 +116,12 @@ mod tests {
     #[test]
     fn blanks_and_opencode_quotes_are_tolerated() {
         let pin = Some(Command::Pin("use tabs".into()));
-        assert_eq!(parse_line("  @pith   pin   use \t tabs  "), pin);
+        assert_eq!(parse_line("@pith   pin   use \t tabs  "), pin);
+        assert_eq!(
+            parse_line("    @pith pin use tabs"),
+            None,
+            "an indented example"
+        );
         assert_eq!(parse_line("\"@pith pin use tabs\""), pin);
         assert_eq!(parse_line("\"@pith pin use tabs"), pin);
         assert_eq!(parse_line("@pith pin use tabs\""), pin);

@@ -183,7 +183,16 @@ pub(super) fn fold(transcript: &Transcript<'_>) -> Folded {
         let file = part.source.is_file();
         let mut path = None;
         let mut commands = vec![false; lines.len()];
+        let mut fenced = false;
         for (i, line) in lines.iter().enumerate() {
+            // A fenced code block in a document shows commands; it does not give them.
+            if line.text.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
             if let Some(p) = envelope_path(&line.text) {
                 path = Some(p);
                 continue;

@@ -10,6 +10,7 @@ use super::fold::{Folded, Turn, answered, final_turn, turns};
 use super::rawstr::{RawLine, quote};
 use super::render;
 use super::transcript::{Block, Content, Role, Source, Transcript};
+use crate::splice::array_removals;
 use crate::stage::Splice;
 
 /// The last message cannot take the pin block (an assistant prefill, a content shape pith does
@@ -73,8 +74,10 @@ pub(super) fn plan(
         })
         .map(|(_, s)| s.commands.iter().filter(|c| **c).count())
         .sum();
-    block_removals(transcript, &removed, &mut plan.splices);
-    message_removals(transcript, &removed, &mut plan.splices);
+    // Blocks given a moved cache marker, by where they start: one marker each at most.
+    let mut given = BTreeSet::new();
+    block_removals(transcript, &removed, &mut given, &mut plan.splices);
+    message_removals(transcript, &removed, &mut given, &mut plan.splices);
     if !folded.pins.is_empty() {
         let tail = tail(wire, transcript, &render::block(&folded.pins))?;
         let splice = tail.into_splice(body, &mut plan.splices);
@@ -164,8 +167,14 @@ fn cut_lines(
             };
             if let (Some(b), true) = (part.block, kept_elsewhere) {
                 removed.blocks.insert((scanned.message, b));
+            } else if let Some(m) = scanned.message
+                && alone_in_its_turn(transcript, m, removed)
+            {
+                // A user message of nothing but commands, beside other user messages of the
+                // same turn (queued input): it goes whole, the turn keeps its other words.
+                removed.messages.insert(m);
             }
-            // A string, or a block that is all its message has: left as it is.
+            // Else (a system string of nothing but commands): left as it is.
             continue;
         }
         for range in line_cuts(&scanned.lines, &scanned.commands) {
@@ -177,6 +186,23 @@ fn cut_lines(
         cut.insert(index);
     }
     cut
+}
+
+/// Whether user message `m` has another user message beside it in its turn, so it can go
+/// whole without leaving the turn empty.
+fn alone_in_its_turn(transcript: &Transcript<'_>, m: usize, removed: &Removals) -> bool {
+    if transcript.messages[m].role != Role::User {
+        return false;
+    }
+    let Some(turn) = turns(transcript)
+        .into_iter()
+        .find(|t| (t.start..t.end).contains(&m))
+    else {
+        return false;
+    };
+    (turn.start..turn.end).any(|o| {
+        o != m && transcript.messages[o].role == Role::User && !removed.messages.contains(&o)
+    })
 }
 
 /// Byte ranges (relative to the literal) that remove the marked lines with their terminators.
@@ -207,35 +233,15 @@ fn line_cuts(lines: &[RawLine], cut: &[bool]) -> Vec<Range<usize>> {
     out
 }
 
-/// Removing elements `mask` of an array whose elements are at `spans`, separators included.
-fn remove_elements(spans: &[Range<usize>], mask: &[bool]) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < spans.len() {
-        if !mask[i] {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < spans.len() && mask[i] {
-            i += 1;
-        }
-        // Removed run start..i.
-        if start > 0 {
-            out.push(spans[start - 1].end..spans[i - 1].end);
-        } else if i < spans.len() {
-            out.push(spans[0].start..spans[i].start);
-        } else {
-            out.push(spans[0].start..spans[i - 1].end);
-        }
-    }
-    out
-}
-
 /// Removed blocks, each array on its own; a removed block's `cache_control` moves to the
 /// nearest kept block of the same array (before it, else after), so the cached prefix keeps
 /// its end.
-fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut Vec<Splice>) {
+fn block_removals(
+    transcript: &Transcript<'_>,
+    removed: &Removals,
+    given: &mut BTreeSet<usize>,
+    splices: &mut Vec<Splice>,
+) {
     let mut arrays: BTreeSet<Option<usize>> = BTreeSet::new();
     for (m, _) in &removed.blocks {
         if m.is_none_or(|m| !removed.messages.contains(&m)) {
@@ -254,13 +260,12 @@ fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut
             .map(|i| removed.blocks.contains(&(m, i)))
             .collect();
         let spans: Vec<Range<usize>> = blocks.iter().map(|b| b.span.clone()).collect();
-        for range in remove_elements(&spans, &mask) {
+        for range in array_removals(&spans, &mask) {
             splices.push(Splice {
                 range,
                 replacement: String::new(),
             });
         }
-        let mut given: BTreeSet<usize> = BTreeSet::new();
         for (i, block) in blocks.iter().enumerate() {
             let Some(marker) = block.cache_control.filter(|_| mask[i]) else {
                 continue;
@@ -271,7 +276,7 @@ fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut
                 .or_else(|| (i + 1..blocks.len()).find(|&j| !mask[j]));
             if let Some(j) = neighbour
                 && blocks[j].cache_control.is_none()
-                && given.insert(j)
+                && given.insert(blocks[j].span.start)
             {
                 splices.push(give_marker(&blocks[j], marker));
             }
@@ -281,7 +286,12 @@ fn block_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut
 
 /// Removed messages; a `cache_control` they carried moves to the last block of the nearest
 /// kept message before them.
-fn message_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &mut Vec<Splice>) {
+fn message_removals(
+    transcript: &Transcript<'_>,
+    removed: &Removals,
+    given: &mut BTreeSet<usize>,
+    splices: &mut Vec<Splice>,
+) {
     if removed.messages.is_empty() {
         return;
     }
@@ -290,13 +300,12 @@ fn message_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &m
         .map(|i| removed.messages.contains(&i))
         .collect();
     let spans: Vec<Range<usize>> = messages.iter().map(|m| m.span.clone()).collect();
-    for range in remove_elements(&spans, &mask) {
+    for range in array_removals(&spans, &mask) {
         splices.push(Splice {
             range,
             replacement: String::new(),
         });
     }
-    let mut given: BTreeSet<usize> = BTreeSet::new();
     for (i, message) in messages.iter().enumerate() {
         if !mask[i] {
             continue;
@@ -314,7 +323,7 @@ fn message_removals(transcript: &Transcript<'_>, removed: &Removals, splices: &m
             && let Some(b) = blocks.len().checked_sub(1)
             && blocks[b].cache_control.is_none()
             && !removed.blocks.contains(&(Some(j), b))
-            && given.insert(j)
+            && given.insert(blocks[b].span.start)
         {
             splices.push(give_marker(&blocks[b], marker));
         }
@@ -434,26 +443,5 @@ fn tail(wire: Wire, transcript: &Transcript<'_>, text: &str) -> Result<Tail, Now
             }
             Ok(Tail::insert(last.span.end, format!(",{item}")))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spans(v: &[(usize, usize)]) -> Vec<Range<usize>> {
-        v.iter().map(|&(a, b)| a..b).collect()
-    }
-
-    #[test]
-    fn removing_elements_takes_their_separators() {
-        // [A,B,C] at 1..2, 3..4, 5..6
-        let s = spans(&[(1, 2), (3, 4), (5, 6)]);
-        assert_eq!(remove_elements(&s, &[true, false, false]), vec![1..3]);
-        assert_eq!(remove_elements(&s, &[false, true, false]), vec![2..4]);
-        assert_eq!(remove_elements(&s, &[false, false, true]), vec![4..6]);
-        assert_eq!(remove_elements(&s, &[true, true, false]), vec![1..5]);
-        assert_eq!(remove_elements(&s, &[true, false, true]), [1..3, 4..6]);
-        assert_eq!(remove_elements(&s, &[true, true, true]), vec![1..6]);
     }
 }

@@ -251,7 +251,7 @@ pub(super) fn read(wire: Wire, body: &str) -> Result<Transcript<'_>, Unreadable>
                 let mut leading = first && wire == Wire::AnthropicMessages;
                 content(body, c, |text, _| {
                     let source = user_source(text, wire, leading);
-                    leading &= source == Source::RulesFile;
+                    leading &= matches!(source, Source::RulesFile | Source::Harness);
                     source
                 })?
             }
@@ -286,10 +286,12 @@ fn user_source(literal: &str, wire: Wire, leading: bool) -> Source {
     let text: Cow<'_, str> = serde_json::from_str(literal).unwrap_or(Cow::Borrowed(""));
     let text = text.trim_start();
     if text.starts_with("<system-reminder>") {
-        return if leading {
-            Source::RulesFile
-        } else {
-            Source::Reminder
+        // In the leading run, only a reminder that inlines a file is one (its envelope names
+        // it); the others there (git status, attribution) are the harness's.
+        return match (leading, text.contains("Contents of ")) {
+            (true, true) => Source::RulesFile,
+            (true, false) => Source::Harness,
+            (false, _) => Source::Reminder,
         };
     }
     if wire == Wire::Responses && text.starts_with("# AGENTS.md instructions for ") {
@@ -383,7 +385,7 @@ mod tests {
     fn claude_code_first_message_reminders_are_the_rules_file() {
         let body = r#"{"messages":[{"role":"user","content":[
             {"type":"text","text":"<system-reminder>\nContents of /p/CLAUDE.md:\nx\n</system-reminder>"},
-            {"type":"text","text":"<system-reminder>\nother\n</system-reminder>"},
+            {"type":"text","text":"<system-reminder>\ngit status\n</system-reminder>"},
             {"type":"text","text":"fix it"},
             {"type":"text","text":"<system-reminder>late</system-reminder>"}]},
             {"role":"assistant","content":"ok"},
@@ -394,7 +396,7 @@ mod tests {
             sources,
             [
                 &Source::RulesFile,
-                &Source::RulesFile,
+                &Source::Harness,
                 &Source::Typed,
                 &Source::Reminder
             ]

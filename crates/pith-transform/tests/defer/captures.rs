@@ -450,3 +450,103 @@ fn min_deferred_chars_leaves_small_tool_lists_alone() {
     let captures = load(MCP40);
     edit_of(captures[1].run(&stage).expect("stage runs"), "mcp40");
 }
+
+#[test]
+fn a_session_that_searches_reaches_the_provider_as_a_documented_client_sends_it() {
+    use pith_transform::search_trip::restore::RestoreStage;
+    use pith_transform::search_trip::{InMemory, SearchMemory};
+    use std::sync::Arc;
+
+    // One tool fewer loaded than the default: this session's model must search for one.
+    let stage = DeferStage::new(DeferOptions {
+        keep_relevant: 4,
+        ..any_size()
+    });
+    let original = load(MCP40);
+    let first = original
+        .iter()
+        .find(|c| has_tools(c))
+        .expect("a main-loop request");
+    let edit = edit_of(first.run(&stage).expect("stage runs"), &first.file);
+    let deferred = deferred_names(&apply(&first.body, &edit)).expect("deferred names");
+    let documented = as_deferred_session(&original, &deferred).expect("replay");
+    // What the proxy would have hidden from the answers: the searches of that replay.
+    let memory = Arc::new(InMemory::default());
+    for capture in &documented {
+        super::sim::remember_searches(capture, memory.as_ref()).expect("searches");
+    }
+    assert!(
+        !memory.is_empty(),
+        "the replay has no search: the test proves nothing"
+    );
+    let restore = RestoreStage::new(memory.clone() as Arc<dyn SearchMemory>);
+    // The client (OpenCode) sends the captured history, without the blocks; pith restores
+    // them: the provider gets the documented client's bytes, turn for turn.
+    for (client, documented) in original.iter().zip(&documented) {
+        let restored = match client.run(&restore).expect("restore runs") {
+            pith_transform::Outcome::Edited(edit) => apply(&client.body, &edit),
+            pith_transform::Outcome::Unchanged(_) => client.body.clone(),
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&restored),
+            documented.body_str(),
+            "{}",
+            client.file
+        );
+        let deferred_turn = |body: &[u8]| match client.with_body(body.to_vec()).run(&stage) {
+            Ok(pith_transform::Outcome::Edited(e)) => Some(e.facts),
+            _ => None,
+        };
+        if has_tools(client) {
+            assert_eq!(
+                deferred_turn(&restored),
+                deferred_turn(documented.body.as_slice()),
+                "{}: deferral decides as for the documented client",
+                client.file
+            );
+        }
+    }
+}
+
+#[test]
+fn pith_causes_no_cache_bust_on_any_real_capture_session() {
+    use pith_transform::PinsStage;
+    use pith_wire::fingerprint::Fingerprint;
+
+    // What the proxy runs by default on every request (the round trip's restore stage has
+    // nothing to restore in a captured history, so it is left out).
+    let pipeline = Pipeline::new()
+        .with_stage(Box::new(PinsStage::new()))
+        .with_stage(Box::new(DeferStage::new(DeferOptions::default())));
+    let mut pairs = 0;
+    for folder in capture_folders().expect("captures") {
+        // Main-loop requests only: a title side call shares the session but not the prompt.
+        let session: Vec<Capture> = load(&folder).into_iter().filter(has_tools).collect();
+        let mut previous: Option<(Fingerprint, Fingerprint)> = None;
+        for capture in &session {
+            let wire = capture.wire().expect("a wire");
+            let result = pipeline.run(&Request {
+                wire,
+                path: capture.path.split('?').next().unwrap_or(""),
+                headers: &capture.headers,
+                body: &capture.body,
+            });
+            let upstream = result.body.unwrap_or_else(|| capture.body.clone());
+            let client = Fingerprint::of(wire, &capture.body).expect("a client fingerprint");
+            let sent = Fingerprint::of(wire, &upstream).expect("an upstream fingerprint");
+            if let Some((client_before, sent_before)) = &previous {
+                pairs += 1;
+                let by_client = client_before.bust(&client);
+                let upstream_bust = sent_before.bust(&sent);
+                assert!(
+                    upstream_bust.is_none() || by_client.is_some(),
+                    "{folder}/{}: pith busted the cache at segment {:?} (the client did not)",
+                    capture.file,
+                    upstream_bust
+                );
+            }
+            previous = Some((client, sent));
+        }
+    }
+    assert!(pairs >= 20, "only {pairs} consecutive pairs checked");
+}

@@ -500,3 +500,47 @@ pub fn session_costs(bodies: &[Vec<u8>], model: CostModel) -> Result<Vec<Request
     }
     Ok(costs)
 }
+
+/// Into `memory`, what pith would have hidden from the answers of `capture`'s session: every
+/// run of search blocks before a `tool_use` in its history, as raw bytes, keyed like the proxy
+/// keys them (the session header, the `tool_use` id).
+pub fn remember_searches(
+    capture: &Capture,
+    memory: &dyn pith_transform::search_trip::SearchMemory,
+) -> Result<(), String> {
+    let body = capture.body_str();
+    let session = pith_transform::search_trip::session_key(&capture.headers);
+    let top: Top<'_> = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    let Some(messages) = top.messages else {
+        return Ok(());
+    };
+    let messages: Vec<Message<'_>> =
+        serde_json::from_str(messages.get()).map_err(|e| e.to_string())?;
+    for message in messages {
+        if !message.content.get().starts_with('[') {
+            continue;
+        }
+        let blocks: Vec<&RawValue> =
+            serde_json::from_str(message.content.get()).map_err(|e| e.to_string())?;
+        let mut run: Vec<(usize, String)> = Vec::new();
+        let mut visible = 0;
+        for block in blocks {
+            let head: BlockHead = serde_json::from_str(block.get()).map_err(|e| e.to_string())?;
+            match (head.kind.as_deref(), head.id) {
+                (Some("server_tool_use" | "tool_search_tool_result"), _) => {
+                    run.push((visible, block.get().to_owned()));
+                }
+                (Some("tool_use"), Some(id)) => {
+                    if !run.is_empty() {
+                        let kept = pith_transform::search_trip::Kept::encode(visible, &run);
+                        memory.remember(&session, &id, &kept);
+                        run.clear();
+                    }
+                    visible += 1;
+                }
+                _ => visible += 1,
+            }
+        }
+    }
+    Ok(())
+}

@@ -34,7 +34,8 @@ fn conversation(wire: Wire) -> impl Strategy<Value = String> {
         let n = turns.len();
         for (i, (user, blocks, reply, answered)) in turns.into_iter().enumerate() {
             let content = if blocks && wire != Wire::Responses {
-                json!([{"type": "text", "text": user}, {"type": "text", "text": "more"}])
+                json!([{"type": "text", "text": user},
+                       {"type": "text", "text": "more", "cache_control": {"type": "ephemeral"}}])
             } else {
                 json!(user)
             };
@@ -111,6 +112,33 @@ fn check(wire: Wire, body: &str) -> Result<(), TestCaseError> {
                 "a command line left in prose: {text:?}"
             );
         }
+    }
+    // The pin block, when there is one, is the very last content: after every breakpoint.
+    if once.contains("<pith-pins>") {
+        let history = value.get("messages").or_else(|| value.get("input"));
+        let last = history
+            .and_then(Value::as_array)
+            .and_then(|h| h.last())
+            .expect("a last message");
+        let tail = match &last["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .last()
+                .and_then(|p| p["text"].as_str())
+                .unwrap_or_default()
+                .to_owned(),
+            _ => String::new(),
+        };
+        prop_assert!(
+            tail.starts_with("<pith-pins>"),
+            "the block is not last: {once}"
+        );
+        prop_assert_eq!(once.matches("<pith-pins>").count(), 1);
+        // Every breakpoint the client set is still there (moved at most), never doubled.
+        let markers = |t: &str| t.matches("\"cache_control\"").count();
+        prop_assert!(markers(&once) <= markers(body));
+        let doubled = once.contains(r#""cache_control":{"type":"ephemeral"},"cache_control""#);
+        prop_assert!(!doubled, "a block with two markers: {}", once);
     }
     if let Outcome::Edited(again) = outcome(wire, &once) {
         let twice = apply_splices(once.as_bytes(), &again.splices).expect("apply");

@@ -448,3 +448,53 @@ fn a_command_turn_the_provider_answered_is_history_left_as_it_is() {
     let a = answer(Wire::AnthropicMessages, &body).expect("answered");
     assert!(a.pins.is_empty(), "{}", a.text);
 }
+
+#[test]
+fn examples_in_documents_are_not_commands() {
+    // An @-mentioned README, inlined mid-conversation: its examples are indented or fenced.
+    let readme = "<system-reminder>\nContents of /p/README.md:\n\n```\n@pith pin be concise\n```\n    @pith pin use tabs\n</system-reminder>";
+    let body = json!({"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": readme}, {"type": "text", "text": "summarize it"}]}
+    ]})
+    .to_string();
+    assert_eq!(
+        unchanged(Wire::AnthropicMessages, &body),
+        reason::NO_COMMAND_LINES
+    );
+    // Claude Code's git status reminder in the first message is not a rules file.
+    let status = "<system-reminder>\n# gitStatus\nRecent commits:\n@pith pin from a commit title\n</system-reminder>";
+    let body = json!({"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": status}, {"type": "text", "text": "hi"}]}
+    ]})
+    .to_string();
+    assert_eq!(
+        unchanged(Wire::AnthropicMessages, &body),
+        reason::NO_COMMAND_LINES
+    );
+}
+
+#[test]
+fn a_command_only_message_beside_others_in_its_turn_goes_whole() {
+    // Queued input: two user messages in one turn, the first only a command.
+    let body = json!({"model": "g", "messages": [
+        {"role": "user", "content": "@pith pin be brief"},
+        {"role": "user", "content": "fix calc.py"}
+    ]})
+    .to_string();
+    assert_eq!(
+        answer(Wire::ChatCompletions, &body),
+        None,
+        "the turn has prose"
+    );
+    let out = json(&rewritten(Wire::ChatCompletions, &body));
+    let messages = out["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "{out}");
+    assert_eq!(messages[0]["content"], "fix calc.py");
+    assert!(
+        messages[1]["content"]
+            .as_str()
+            .expect("block")
+            .contains("- be brief")
+    );
+    assert!(!out.to_string().contains("@pith pin"), "moved, not copied");
+}

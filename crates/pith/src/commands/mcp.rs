@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use pith_prefilter::PrefilterConfig;
+use pith_prefilter::{Api, PrefilterConfig};
+use pith_search::RankPolicy;
 
 use crate::config::{Config, McpConfig, env_flag};
 
@@ -34,21 +35,57 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
 }
 
 /// `[mcp]` settings, then the environment over them (`PITH_LOCAL_PREFILTER=1` turns ranking on
-/// without a config file; see `PrefilterConfig::with_env` for the other variables).
+/// without a config file; see `PrefilterConfig::with_env` for the other variables). Values that
+/// cannot mean anything are errors naming the key or variable, not a silent default.
 fn prefilter_config(mcp: &McpConfig) -> anyhow::Result<PrefilterConfig> {
     let defaults = PrefilterConfig::default();
-    // Checked here first so that a typo is an error naming the variable, not a silent "off".
     let enabled = env_flag("PITH_LOCAL_PREFILTER")?
         .or(mcp.local_prefilter)
         .unwrap_or(false);
+    let api = match mcp.prefilter_api.as_deref() {
+        None => defaults.api,
+        Some(name) => api_named(name).context("mcp.prefilter_api")?,
+    };
+    if let Ok(name) = std::env::var("PITH_PREFILTER_API") {
+        api_named(&name).context("PITH_PREFILTER_API")?;
+    }
+    for name in [
+        "PITH_PREFILTER_THRESHOLD",
+        "PITH_PREFILTER_SHOWN",
+        "PITH_PREFILTER_TIMEOUT_MS",
+    ] {
+        if let Ok(value) = std::env::var(name) {
+            value
+                .trim()
+                .parse::<u64>()
+                .with_context(|| format!("{name}={value:?} is not a whole number"))?;
+        }
+    }
     let from_file = PrefilterConfig {
         enabled,
-        url: mcp.ollama_url.clone().unwrap_or(defaults.url),
+        api,
+        url: mcp.prefilter_url.clone(),
         model: mcp.model.clone().unwrap_or(defaults.model),
-        threshold: mcp.prefilter_threshold.unwrap_or(defaults.threshold),
+        policy: RankPolicy {
+            threshold: mcp.prefilter_threshold.unwrap_or(defaults.policy.threshold),
+            shown: mcp.prefilter_shown.unwrap_or(defaults.policy.shown),
+        },
         timeout: mcp
             .prefilter_timeout_ms
             .map_or(defaults.timeout, Duration::from_millis),
+        load_timeout: defaults.load_timeout,
     };
-    Ok(from_file.with_env())
+    let config = from_file.with_env();
+    anyhow::ensure!(
+        config.policy.shown > 0,
+        "mcp.prefilter_shown (or PITH_PREFILTER_SHOWN) must be at least 1"
+    );
+    Ok(config)
+}
+
+/// The API called `name` in config: `ollama` or `openai`.
+pub(crate) fn api_named(name: &str) -> anyhow::Result<Api> {
+    Api::from_name(name).with_context(|| {
+        format!("{name:?} is not an API pith speaks: use \"ollama\" or \"openai\"")
+    })
 }

@@ -6,3 +6,4 @@ pub mod memory;
 pub mod proxy;
 pub mod setup;
 pub mod stats;
+pub mod statusline;

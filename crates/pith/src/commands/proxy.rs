@@ -6,12 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use pith_prefilter::{DEFAULT_EMBED_TIMEOUT, EmbedConfig, OllamaEmbedRanker};
+use pith_prefilter::{Api, DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedRanker};
+use pith_proxy::own_pages::OwnPages;
+use pith_proxy::rewrite::ResponseRewrites;
+use pith_proxy::search_trip::{SearchTrip, StoredSearches};
 use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
 use pith_store::ledger::Ledger;
+use pith_store::search_blocks::{Limits, SearchBlocks};
+use pith_transform::search_trip::SearchMemory;
+use pith_transform::search_trip::restore::RestoreStage;
 use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVariant};
 
 use crate::config::{Config, env_flag, pith_home};
+use crate::dashboard::Dashboard;
+use crate::prices::Prices;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 const DEFAULT_QUEUE: usize = 4096;
@@ -100,7 +108,30 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         None => None,
     };
     let pins = pins_on(config)?.then(PinsStage::new);
-    let pipeline = build_pipeline(config)?;
+    // Search blocks hidden from answers wait here for the session's next requests.
+    let searches_path = pith_home()?.join("search-blocks.db");
+    let searches = if search_round_trip_on(config)? && defer_on(config)? {
+        Some(
+            match SearchBlocks::open(&searches_path, Limits::default()) {
+                Ok(blocks) => blocks,
+                Err(e) => {
+                    // Fail open: the round trip still works until pith stops.
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot open {}; hidden tool searches are kept in memory only",
+                        searches_path.display()
+                    );
+                    SearchBlocks::in_memory(Limits::default())
+                }
+            },
+        )
+    } else {
+        None
+    };
+    let pipeline = build_pipeline(config, searches.as_ref())?;
+    let rewrites = searches
+        .clone()
+        .map(|s| Arc::new(SearchTrip::new(s)) as Arc<dyn ResponseRewrites>);
     let stages = pipeline.stage_names();
     let timeouts = timeouts(&config.proxy)?;
     let token = std::env::var("PITH_PROXY_TOKEN")
@@ -122,8 +153,12 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             openai: openai.clone(),
             pipeline,
             pins,
+            own_pages: Some(Arc::new(Dashboard::new(
+                ledger_path.clone(),
+                Prices::new(&config.prices),
+            )) as Arc<dyn OwnPages>),
             ledger: ledger.clone(),
-            rewrites: None,
+            rewrites,
             max_body: pith_proxy::DEFAULT_MAX_BODY,
             timeouts,
             token: token.clone(),
@@ -131,11 +166,15 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         .await?;
         let addr = proxy.local_addr()?;
         eprintln!("pith proxy listening on http://{addr}");
+        eprintln!("  dashboard -> http://{addr}/");
         eprintln!("  anthropic -> {anthropic}");
         eprintln!("  openai    -> {openai}");
         match &ledger_path {
             Some(p) => eprintln!("  ledger    -> {}", p.display()),
             None => eprintln!("  ledger    -> off"),
+        }
+        if searches.is_some() {
+            eprintln!("  searches  -> {}", searches_path.display());
         }
         if token.is_some() {
             eprintln!(
@@ -156,6 +195,9 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             .await?;
         anyhow::Ok(())
     })?;
+    if let Some(searches) = &searches {
+        searches.flush();
+    }
     if let Some(sink) = ledger {
         sink.shutdown(Duration::from_secs(5));
         let s = ledger_stats_line(&sink);
@@ -234,17 +276,20 @@ fn upstream(
 
 /// The transform stages, in order, as config and environment switch them. Environment wins
 /// over config so a single run can be switched without editing files.
-fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
+fn build_pipeline(config: &Config, searches: Option<&SearchBlocks>) -> anyhow::Result<Pipeline> {
     let mut pipeline = Pipeline::new();
     let t = &config.transforms;
     // Pins first: deferral then ranks tools by the task with the command lines gone.
     if pins_on(config)? {
         pipeline = pipeline.with_stage(Box::new(PinsStage::new()));
     }
-    let defer_on = env_flag("PITH_DEFER_TOOLS")?
-        .or(t.defer_tools)
-        .unwrap_or(true);
-    if defer_on {
+    // Hidden searches back before deferral reads the history: a tool found by a search pith
+    // hid is then a tool found by a search, not a sign of a session joined midway.
+    if let Some(searches) = searches {
+        let memory: Arc<dyn SearchMemory> = Arc::new(StoredSearches(searches.clone()));
+        pipeline = pipeline.with_stage(Box::new(RestoreStage::new(memory)));
+    }
+    if defer_on(config)? {
         let defaults = DeferOptions::default();
         let search = match t.tool_search.as_deref() {
             None => defaults.search,
@@ -266,12 +311,23 @@ fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
             },
         });
         let stage = match (&t.embeddings_url, &t.embeddings_model) {
+            (None, None) if t.embeddings_api.is_some() => anyhow::bail!(
+                "transforms.embeddings_api is set but transforms.embeddings_url and \
+                 transforms.embeddings_model are not: set them too, or remove it"
+            ),
             (None, None) => stage,
             (Some(url), Some(model)) => {
                 // The ranker blocks for at most the timeout, and only on the first sight of a
                 // (task, tool list); the proxy then runs the pipeline on its blocking pool.
                 pipeline = pipeline.blocking();
-                let ranker = OllamaEmbedRanker::new(EmbedConfig {
+                let api = match t.embeddings_api.as_deref() {
+                    None => Api::default(),
+                    Some(name) => {
+                        super::mcp::api_named(name).context("transforms.embeddings_api")?
+                    }
+                };
+                let ranker = EmbedRanker::new(EmbedConfig {
+                    api,
                     url: url.clone(),
                     model: model.clone(),
                     timeout: DEFAULT_EMBED_TIMEOUT,
@@ -282,16 +338,31 @@ fn build_pipeline(config: &Config) -> anyhow::Result<Pipeline> {
             }
             (Some(_), None) => anyhow::bail!(
                 "transforms.embeddings_url is set but transforms.embeddings_model is missing: \
-                 name the Ollama embedding model (e.g. \"nomic-embed-text\")"
+                 name the embedding model (e.g. \"nomic-embed-text\")"
             ),
             (None, Some(_)) => anyhow::bail!(
                 "transforms.embeddings_model is set but transforms.embeddings_url is missing: \
-                 give the Ollama base URL (e.g. \"http://127.0.0.1:11434\")"
+                 give the embedding server's base URL (e.g. \"http://127.0.0.1:11434\")"
             ),
         };
         pipeline = pipeline.with_stage(Box::new(stage));
     }
     Ok(pipeline)
+}
+
+/// Whether tool deferral is on: `PITH_DEFER_TOOLS`, else `transforms.defer_tools`, else on.
+fn defer_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env_flag("PITH_DEFER_TOOLS")?
+        .or(config.transforms.defer_tools)
+        .unwrap_or(true))
+}
+
+/// Whether pith hides the tool search blocks it caused and restores them later:
+/// `PITH_TOOL_SEARCH_ROUND_TRIP`, else `transforms.tool_search_round_trip`, else on.
+fn search_round_trip_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env_flag("PITH_TOOL_SEARCH_ROUND_TRIP")?
+        .or(config.transforms.tool_search_round_trip)
+        .unwrap_or(true))
 }
 
 /// Whether pins are on: `PITH_PINS`, else `transforms.pins`, else on.

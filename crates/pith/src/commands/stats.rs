@@ -132,7 +132,7 @@ struct TransformTotals {
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+pub(crate) struct Report {
     ledger: PathBuf,
     since_ms: Option<i64>,
     session: Option<String>,
@@ -143,6 +143,10 @@ struct Report {
     transform_failures: u64,
     /// Ledger rows lost because the write queue was full.
     dropped_rows: u64,
+    /// Prompt-cache busts between consecutive requests of a session (same model).
+    cache_busts: pith_store::ledger::CacheBusts,
+    /// Latency histograms (bucket bounds: `pith_store::ledger::LATENCY_BUCKETS_MS`).
+    latency: pith_store::ledger::Latency,
 }
 
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
@@ -155,8 +159,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         "no ledger at {}: run `pith proxy` and send requests through it first (or pass --ledger FILE)",
         path.display()
     );
-    // Read-only: stats never changes the ledger's mode or schema, nor makes a file a ledger.
-    let ledger = Ledger::open_read_only(&path).context("cannot read the ledger")?;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -167,15 +169,26 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             .map(|age| now_ms.saturating_sub(i64::try_from(age).unwrap_or(i64::MAX))),
         session: args.session.clone(),
     };
-    let groups = ledger.groups(&filter)?;
-    let prices = Prices::new(&config.prices);
-    let report = build_report(&path, &filter, &groups, &ledger, &prices)?;
+    let report = report(&path, &filter, &Prices::new(&config.prices))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report, args.since.is_some()));
     }
     Ok(())
+}
+
+/// The report over the ledger at `path`: what `pith stats --json` prints and the dashboard's
+/// API serves, so the two agree on every number.
+pub(crate) fn report(
+    path: &std::path::Path,
+    filter: &Filter,
+    prices: &Prices,
+) -> anyhow::Result<Report> {
+    // Read-only: stats never changes the ledger's mode or schema, nor makes a file a ledger.
+    let ledger = Ledger::open_read_only(path).context("cannot read the ledger")?;
+    let groups = ledger.groups(filter)?;
+    build_report(path, filter, &groups, &ledger, prices)
 }
 
 fn build_report(
@@ -245,6 +258,8 @@ fn build_report(
         total,
         transforms,
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
+        cache_busts: ledger.cache_busts(filter)?,
+        latency: ledger.latency(filter)?,
     })
 }
 
@@ -370,11 +385,156 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
             out.push_str(&format!("  left unchanged: {}\n", reasons.join(", ")));
         }
     }
+    let b = &r.cache_busts;
+    out.push_str(&format!(
+        "cache busts: {} in {} consecutive requests ({} by pith, {} by the client)\n",
+        b.by_pith + b.by_client,
+        b.pairs,
+        b.by_pith,
+        b.by_client
+    ));
+    for bust in b.busts.iter().filter(|b| b.cause == "pith") {
+        out.push_str(&format!(
+            "  by pith: session {} at prompt segment {} (cached through {})\n",
+            bust.session, bust.segment, bust.cached_through
+        ));
+    }
     out.push_str(&format!(
         "transform failures: {}   dropped ledger rows: {}\n",
         r.transform_failures, r.dropped_rows
     ));
     out
+}
+
+/// The report in Prometheus' text format (`/metrics`): the same numbers as `pith stats
+/// --json`.
+pub(crate) fn metrics(r: &Report) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, value) in samples {
+            out.push_str(&format!("{name}{labels} {value}\n"));
+        }
+    };
+    let t = &r.total;
+    family(
+        "pith_requests_total",
+        "counter",
+        "Requests pith recorded.",
+        vec![(String::new(), t.requests as f64)],
+    );
+    family(
+        "pith_request_errors_total",
+        "counter",
+        "Requests that ended in an error.",
+        vec![(String::new(), t.errors as f64)],
+    );
+    family(
+        "pith_tokens_total",
+        "counter",
+        "Billed tokens by kind, as the providers reported them.",
+        [
+            ("input", t.input_tokens),
+            ("cache_write", t.cache_write_tokens),
+            ("cache_read", t.cache_read_tokens),
+            ("output", t.output_tokens),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("{{kind=\"{k}\"}}"), v as f64))
+        .collect(),
+    );
+    family(
+        "pith_cost_usd_total",
+        "counter",
+        "Cost of the priced requests at list prices, USD.",
+        vec![(String::new(), t.cost_usd.unwrap_or(0.0))],
+    );
+    let mut stages = Vec::new();
+    for (stage, tt) in &r.transforms {
+        stages.push((
+            format!(
+                "{{stage=\"{}\",result=\"applied\",reason=\"\"}}",
+                label(stage)
+            ),
+            tt.requests as f64,
+        ));
+        for (reason, n) in &tt.unchanged {
+            stages.push((
+                format!(
+                    "{{stage=\"{}\",result=\"unchanged\",reason=\"{}\"}}",
+                    label(stage),
+                    label(reason)
+                ),
+                *n as f64,
+            ));
+        }
+    }
+    family(
+        "pith_transform_requests_total",
+        "counter",
+        "Requests each transform stage changed or left unchanged (with why).",
+        stages,
+    );
+    family(
+        "pith_transform_failures_total",
+        "counter",
+        "Transform stages that failed and were skipped (fail open).",
+        vec![(String::new(), r.transform_failures as f64)],
+    );
+    family(
+        "pith_ledger_dropped_rows_total",
+        "counter",
+        "Ledger rows lost because the write queue was full.",
+        vec![(String::new(), r.dropped_rows as f64)],
+    );
+    for (name, help, h) in [
+        (
+            "pith_request_duration_seconds",
+            "Requests from arrival to the last byte out.",
+            &r.latency.total_ms,
+        ),
+        (
+            "pith_time_to_first_byte_seconds",
+            "Requests from arrival to the provider's first body byte.",
+            &r.latency.ttfb_ms,
+        ),
+    ] {
+        let mut samples: Vec<(String, f64)> = pith_store::ledger::LATENCY_BUCKETS_MS
+            .iter()
+            .zip(&h.cumulative)
+            .map(|(le, n)| {
+                (
+                    format!("_bucket{{le=\"{}\"}}", *le as f64 / 1000.0),
+                    *n as f64,
+                )
+            })
+            .collect();
+        samples.push(("_bucket{le=\"+Inf\"}".to_owned(), h.count as f64));
+        samples.push(("_sum".to_owned(), h.sum_ms / 1000.0));
+        samples.push(("_count".to_owned(), h.count as f64));
+        family(name, "histogram", help, samples);
+    }
+    family(
+        "pith_cache_busts_total",
+        "counter",
+        "Prompt-cache busts between consecutive requests of a session, by who caused them.",
+        vec![
+            ("{cause=\"pith\"}".to_owned(), r.cache_busts.by_pith as f64),
+            (
+                "{cause=\"client\"}".to_owned(),
+                r.cache_busts.by_client as f64,
+            ),
+        ],
+    );
+    out
+}
+
+/// A Prometheus label value, escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -189,10 +189,31 @@ fn deferral_can_be_switched_off_and_bad_config_is_an_error() {
 }
 
 #[test]
-fn embeddings_config_ranks_tools_semantically_once_per_session() {
+fn embeddings_config_ranks_tools_semantically_once_per_session_on_either_api() {
+    for (api, path) in [("ollama", "/api/embed"), ("openai", "/v1/embeddings")] {
+        embeddings_once_per_session(api, path);
+    }
+    let err = proxy_start_error(
+        Some("[transforms]\nembeddings_url = \"http://127.0.0.1:11434\"\n"),
+        &[],
+    );
+    assert!(err.contains("embeddings_model is missing"), "{err}");
+    let err = proxy_start_error(
+        Some(
+            "[transforms]\nembeddings_url = \"http://127.0.0.1:11434\"\n\
+             embeddings_model = \"m\"\nembeddings_api = \"grpc\"\n",
+        ),
+        &[],
+    );
+    assert!(err.contains("transforms.embeddings_api"), "{err}");
+    let err = proxy_start_error(Some("[transforms]\nembeddings_api = \"openai\"\n"), &[]);
+    assert!(err.contains("embeddings_api is set but"), "{err}");
+}
+
+fn embeddings_once_per_session(api: &str, path: &str) {
     use pith_testkit::ollama::{ChatReply, EmbedReply, MockOllama};
 
-    let ollama = MockOllama::start(&["nomic-embed-text"], ChatReply::reversed(1)).unwrap();
+    let ollama = MockOllama::start(&["nomic-embed-text"], ChatReply::last(1, 1)).unwrap();
     // "build" matches no tool by words (BM25 would keep the first tool, read_file); the mock
     // embeds "compiler" as "build", so the vectors favour cargo_check.
     ollama.set_embed_reply(EmbedReply::with_aliases(&[("compiler", "build")]));
@@ -202,7 +223,7 @@ fn embeddings_config_ranks_tools_semantically_once_per_session() {
         &config,
         format!(
             "[transforms]\nkeep_relevant = 1\nmin_deferred_chars = 0\nembeddings_url = \"{}\"\n\
-             embeddings_model = \"nomic-embed-text\"\n",
+             embeddings_model = \"nomic-embed-text\"\nembeddings_api = \"{api}\"\n",
             ollama.url()
         ),
     )
@@ -270,6 +291,7 @@ fn embeddings_config_ranks_tools_semantically_once_per_session() {
     }
     assert!(received[0].body == received[1].body, "turns differ");
     assert_eq!(ollama.embed_requests().len(), 1, "second turn re-embedded");
+    assert_eq!(ollama.embed_requests()[0].path, path);
     assert!(
         pith.home
             .path()
@@ -279,10 +301,4 @@ fn embeddings_config_ranks_tools_semantically_once_per_session() {
             .next()
             .is_some()
     );
-
-    let err = proxy_start_error(
-        Some("[transforms]\nembeddings_url = \"http://127.0.0.1:11434\"\n"),
-        &[],
-    );
-    assert!(err.contains("embeddings_model is missing"), "{err}");
 }

@@ -7,6 +7,7 @@
 
 mod cli;
 mod clients;
+mod dashboard;
 mod defer;
 mod faults;
 mod hook;
@@ -17,6 +18,7 @@ mod modes;
 mod opencode;
 mod pins;
 mod proxy;
+mod search_trip;
 mod setup;
 mod stats;
 mod support;

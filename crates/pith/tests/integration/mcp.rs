@@ -152,7 +152,12 @@ impl RawClient {
             .env_remove("PITH_CONFIG")
             .env_remove("PITH_LOCAL_PREFILTER")
             .env_remove("PITH_OLLAMA_URL")
+            .env_remove("PITH_PREFILTER_URL")
+            .env_remove("PITH_PREFILTER_API")
             .env_remove("PITH_PREFILTER_MODEL")
+            .env_remove("PITH_PREFILTER_THRESHOLD")
+            .env_remove("PITH_PREFILTER_SHOWN")
+            .env_remove("PITH_PREFILTER_TIMEOUT_MS")
             .env("PITH_HOME", ws.join(".pith-home"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -239,10 +244,27 @@ fn search_needle(client: &mut RawClient) -> String {
     text
 }
 
+/// Searches until the reply is ranked (the server warms the model up in the background when it
+/// starts; until then a search says the model is still loading), at most 10 s.
+fn search_needle_ranked(client: &mut RawClient) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = search_needle(client);
+        if text.starts_with("pith: ranked") || std::time::Instant::now() > deadline {
+            return text;
+        }
+        assert!(
+            text.starts_with("pith: not ranked by local model") && text.contains("still loading"),
+            "{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn mcp_search_workspace_ranks_when_the_env_opts_in() {
     use pith_testkit::ollama::{ChatReply, MockOllama};
-    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::reversed(RANK_MATCHES)).unwrap();
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::last(RANK_MATCHES, 10)).unwrap();
     let ws = needle_workspace();
     let url = ollama.url();
     let mut client = RawClient::start(
@@ -253,7 +275,7 @@ fn mcp_search_workspace_ranks_when_the_env_opts_in() {
             ("PITH_PREFILTER_MODEL", "tiny:1b"),
         ],
     );
-    let text = search_needle(&mut client);
+    let text = search_needle_ranked(&mut client);
     let mut lines = text.lines();
     let disclosure = lines.next().unwrap();
     assert!(
@@ -282,32 +304,123 @@ fn mcp_search_workspace_ranks_when_the_env_opts_in() {
 }
 
 #[test]
-fn mcp_search_workspace_ranks_when_the_config_opts_in() {
+fn mcp_search_workspace_ranks_when_the_config_opts_in_on_either_api() {
     use pith_testkit::ollama::{ChatReply, MockOllama};
-    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::reversed(RANK_MATCHES)).unwrap();
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::last(RANK_MATCHES, 10)).unwrap();
     let ws = needle_workspace();
     let config = ws.path().join("pith.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[mcp]\nlocal_prefilter = true\nollama_url = \"{}\"\nmodel = \"tiny:1b\"\nprefilter_threshold = 10\nprefilter_timeout_ms = 2000\n",
-            ollama.url()
-        ),
-    )
-    .unwrap();
-    let mut client = RawClient::start(ws.path(), &[("PITH_CONFIG", config.to_str().unwrap())]);
+    for (api, label, path) in [
+        ("ollama", "Ollama", "/api/chat"),
+        ("openai", "OpenAI-compatible API", "/v1/chat/completions"),
+    ] {
+        std::fs::write(
+            &config,
+            format!(
+                "[mcp]\nlocal_prefilter = true\nprefilter_api = \"{api}\"\nprefilter_url = \"{}\"\n\
+                 model = \"tiny:1b\"\nprefilter_threshold = 20\nprefilter_shown = 10\n\
+                 prefilter_timeout_ms = 2000\n",
+                ollama.url()
+            ),
+        )
+        .unwrap();
+        let mut client = RawClient::start(ws.path(), &[("PITH_CONFIG", config.to_str().unwrap())]);
+        let text = search_needle_ranked(&mut client);
+        assert!(
+            text.starts_with(&format!(
+                "pith: ranked by local model tiny:1b ({label}): the 10 most relevant of 60"
+            )),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 11, "{text}");
+        assert_eq!(ollama.chat_requests().last().unwrap().path, path);
+    }
+}
+
+#[test]
+fn mcp_warms_a_cold_model_at_start_and_says_it_is_loading_meanwhile() {
+    use pith_testkit::ollama::{ChatReply, MockOllama};
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::last(RANK_MATCHES, 10)).unwrap();
+    ollama.set_load_time(std::time::Duration::from_secs(3));
+    let ws = needle_workspace();
+    let url = ollama.url();
+    let mut client = RawClient::start(
+        ws.path(),
+        &[
+            ("PITH_LOCAL_PREFILTER", "1"),
+            ("PITH_PREFILTER_URL", url.as_str()),
+            ("PITH_PREFILTER_MODEL", "tiny:1b"),
+            ("PITH_PREFILTER_TIMEOUT_MS", "500"),
+        ],
+    );
+    // The warm-up started with the server, before any search.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while ollama.warm_up_requests().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(ollama.warm_up_requests().len(), 1);
+    let started = std::time::Instant::now();
     let text = search_needle(&mut client);
+    assert!(started.elapsed() < std::time::Duration::from_millis(1500));
     assert!(
-        text.starts_with("pith: ranked by local model tiny:1b (Ollama): the 10 most relevant"),
+        text.starts_with(
+            "pith: not ranked by local model tiny:1b (Ollama) (the model is still loading); \
+             matches in path order.\nsrc/n00.rs:1: let needle = 0;\n"
+        ),
         "{text}"
     );
-    assert_eq!(text.lines().count(), 11, "{text}");
+    assert!(ollama.chat_requests().is_empty());
+    let text = search_needle_ranked(&mut client);
+    assert!(
+        text.starts_with("pith: ranked by local model tiny:1b"),
+        "{text}"
+    );
+    assert_eq!(ollama.chat_requests().len(), 1);
+    assert_eq!(ollama.warm_up_requests().len(), 1);
+}
+
+#[test]
+fn mcp_rejects_a_prefilter_api_it_does_not_speak() {
+    let ws = super::memory::workspace();
+    for (config, env, named) in [
+        (
+            "[mcp]\nprefilter_api = \"vllm\"\n",
+            None,
+            "mcp.prefilter_api",
+        ),
+        (
+            "",
+            Some(("PITH_PREFILTER_API", "grpc")),
+            "PITH_PREFILTER_API",
+        ),
+        (
+            "",
+            Some(("PITH_PREFILTER_SHOWN", "ten")),
+            "PITH_PREFILTER_SHOWN",
+        ),
+    ] {
+        let file = ws.path().join("pith-api.toml");
+        std::fs::write(&file, config).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pith"));
+        cmd.args(["mcp", "--workspace"])
+            .arg(ws.path())
+            .env("PITH_CONFIG", &file)
+            .env_remove("PITH_PREFILTER_API")
+            .stdin(Stdio::null());
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(named), "{err}");
+    }
 }
 
 #[test]
 fn mcp_search_workspace_is_unranked_by_default_and_fails_open() {
     use pith_testkit::ollama::{ChatReply, MockOllama};
-    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::prose(RANK_MATCHES)).unwrap();
+    let ollama = MockOllama::start(&["tiny:1b"], ChatReply::prose(RANK_MATCHES, 10)).unwrap();
     let ws = needle_workspace();
     let path_order = "src/n00.rs:1: let needle = 0;\n";
     let page = "Showing matches 1-50 of 60 matches in 60 files (sorted by path, then line). \
@@ -332,12 +445,26 @@ fn mcp_search_workspace_is_unranked_by_default_and_fails_open() {
             ("PITH_PREFILTER_MODEL", "tiny:1b"),
         ],
     );
-    let text = search_needle(&mut client);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let text = loop {
+        let text = search_needle(&mut client);
+        if !text.contains("still loading") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let (first, rest) = text.split_once('\n').unwrap();
     assert!(
-        text.starts_with(path_order) && text.contains(page),
+        first.starts_with(
+            "pith: not ranked by local model tiny:1b (Ollama) (answer rejected: answer is not"
+        ) && first.ends_with("; matches in path order."),
         "{text}"
     );
-    assert!(!text.contains("ranked by"), "{text}");
+    assert!(
+        rest.starts_with(path_order) && rest.contains(page),
+        "{text}"
+    );
+    assert!(!text.contains("pith: ranked by"), "{text}");
     assert_eq!(ollama.chat_requests().len(), 1);
 }
 

@@ -50,8 +50,18 @@ fn loaded_names(body: &Value) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn opencode_runs_a_tool_it_found_by_search_and_pith_fails_open_on_the_next_turn() {
+/// A session's main-loop bodies as the mock received them, with their `anthropic-beta`.
+struct Session {
+    turns: Vec<Value>,
+    betas: Vec<Option<String>>,
+    /// What OpenCode printed, stdout then stderr.
+    stdout: String,
+}
+
+/// The real OpenCode, through pith (with `env`), in the captures' scenario: turn 1 the model
+/// searches the deferred tools for grep, then calls it; turn 2 it is done. OpenCode's title
+/// call (no tools) races turn 1 and takes the mock's default reply.
+fn search_session(env: &[(&str, &str)]) -> (Session, PithProxy) {
     let mock = MockUpstream::start().unwrap();
     let usage = Usage {
         input: 100,
@@ -59,8 +69,6 @@ fn opencode_runs_a_tool_it_found_by_search_and_pith_fails_open_on_the_next_turn(
         cache_write: 0,
         cache_read: 0,
     };
-    // Turn 1: the model searches the deferred tools for grep, then calls it. Turn 2: done.
-    // OpenCode's title call (no tools) races turn 1 and takes the mock's default reply.
     let search = ToolSearch {
         id: "srvtoolu_01Grep".to_owned(),
         pattern: "grep".to_owned(),
@@ -76,11 +84,12 @@ fn opencode_runs_a_tool_it_found_by_search_and_pith_fails_open_on_the_next_turn(
         Reply::sse(anthropic::stream(&["Fixed: add now adds."], usage)),
     );
     // OpenCode's 10 built-in tools are below the default threshold; defer them anyway.
-    let pith = PithProxy::start(&mock.url(), &[("PITH_MIN_DEFERRED_CHARS", "0")]);
+    let mut env = env.to_vec();
+    env.push(("PITH_MIN_DEFERRED_CHARS", "0"));
+    let pith = PithProxy::start(&mock.url(), &env);
     let work = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
     project(work.path());
-
     let base = format!("{}/v1", pith.url());
     let run = clients::opencode(work.path(), home.path(), &base, &[], TASK, clients::LIMIT);
     run.assert_ok(&format!("pith:\n{}", pith.stderr()));
@@ -90,78 +99,141 @@ fn opencode_runs_a_tool_it_found_by_search_and_pith_fails_open_on_the_next_turn(
         run.stdout
     );
     assert_eq!(mock.queued_replies(), 0, "both turns reached the mock");
-
-    let turns: Vec<Value> = mock
+    let main: Vec<_> = mock
         .received()
-        .iter()
+        .into_iter()
         .filter(|r| has_tools(&r.body))
-        .map(|r| r.body_json().unwrap())
         .collect();
-    let headers: Vec<Option<String>> = mock
-        .received()
-        .iter()
-        .filter(|r| has_tools(&r.body))
-        .map(|r| r.header("anthropic-beta").map(str::to_owned))
-        .collect();
-    assert_eq!(turns.len(), 2, "two main-loop turns");
+    let session = Session {
+        turns: main.iter().map(|r| r.body_json().unwrap()).collect(),
+        betas: main
+            .iter()
+            .map(|r| r.header("anthropic-beta").map(str::to_owned))
+            .collect(),
+        stdout: format!("{}\n{}", run.stdout, run.stderr),
+    };
+    assert_eq!(session.turns.len(), 2, "two main-loop turns");
+    (session, pith)
+}
 
-    // Turn 1 went out deferred: grep behind the regex search tool, the beta appended.
-    let first = &turns[0];
+/// `pith stats --json`'s cache busts.
+fn stats_busts(pith: &PithProxy) -> Value {
+    let out = pith_stats(pith, &["--json"]);
     assert!(
-        headers[0]
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["cache_busts"].clone()
+}
+
+/// `value` without its `cache_control` members, at any depth.
+fn without_markers(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| *k != "cache_control")
+                .map(|(k, v)| (k.clone(), without_markers(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_markers).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn opencode_runs_a_tool_it_found_by_search_without_seeing_the_search_and_deferral_goes_on() {
+    // Without the round trip (the control): OpenCode shows the search as a failed `invalid`
+    // call and sends the history back without the search blocks; pith then takes it for a
+    // session joined midway and stops deferring.
+    let (control, pith) = search_session(&[("PITH_TOOL_SEARCH_ROUND_TRIP", "0")]);
+    assert!(control.stdout.contains("invalid"), "{}", control.stdout);
+    let types = block_types(&control.turns[1]);
+    assert!(
+        !types.iter().any(|t| t == "server_tool_use"),
+        "OpenCode now resends the search blocks: revisit the round trip ({types:?})"
+    );
+    assert!(
+        control.turns[1]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t.get("defer_loading").is_none()),
+        "the control run kept deferring"
+    );
+    // ...which busts the prompt cache: turn 2's tools differ from turn 1's, and the client's
+    // own prompts did not change there. The ledger's fingerprints name pith.
+    pith.wait_rows(3);
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 1, "{busts}");
+    // Among the tools (segment 0 is the model; the first deferred tool is where it differs).
+    let segment = busts["busts"][0]["segment"].as_u64().unwrap_or(0);
+    let tools = control.turns[0]["tools"].as_array().unwrap().len() as u64;
+    assert!((1..=tools).contains(&segment), "{busts}");
+    drop(pith);
+
+    let (session, pith) = search_session(&[]);
+    // OpenCode never saw the search: no failed `invalid` call.
+    assert!(!session.stdout.contains("invalid"), "{}", session.stdout);
+    let (first, second) = (&session.turns[0], &session.turns[1]);
+    // Turn 1 went out deferred: grep behind the regex search tool, the beta appended.
+    assert!(
+        session.betas[0]
             .as_deref()
             .is_some_and(|b| b.contains("advanced-tool-use-2025-11-20")),
-        "{headers:?}"
+        "{:?}",
+        session.betas
     );
     assert!(!loaded_names(first).contains(&"grep".to_owned()));
     assert!(loaded_names(first).contains(&"tool_search_tool_regex".to_owned()));
-
-    // OpenCode parsed the search, ran the tool it found, and returned its result.
-    let second = &turns[1];
+    // OpenCode ran the tool the search found, and returned its result.
     let history = second["messages"].to_string();
     assert!(history.contains("toolu_01Grep"), "{history}");
-    // grep's result: the matching line (the task names calc.py, so the file name alone proves
-    // nothing; with no `rg` the result was an error that OpenCode could not download one).
     assert!(
         history.contains("def add(a, b)"),
         "grep's result: {history}"
     );
-    // What OpenCode 1.18.33 (AI SDK) sends back: the tool_use and its result, without the
-    // server_tool_use and tool_search_tool_result blocks the API documents must be resent.
+    // Turn 2 reached the provider with the search blocks back in place, just before the
+    // tool_use they led to, and deferral going on: the same tools section, the same beta.
     let types = block_types(second);
-    assert!(types.contains(&"tool_use".to_owned()), "{types:?}");
-    assert!(
-        !types
-            .iter()
-            .any(|t| t == "server_tool_use" || t == "tool_search_tool_result"),
-        "OpenCode now resends the search blocks: revisit the mid-session rule ({types:?})"
+    let at = types.iter().position(|t| t == "tool_use").unwrap();
+    assert_eq!(
+        types[at - 2..=at],
+        ["server_tool_use", "tool_search_tool_result", "tool_use"],
+        "{types:?}"
     );
-    // So the history calls a deferred tool that no search in it surfaced: pith cannot tell
-    // this from joining a session midway, and sends the turn as the client wrote it.
-    assert!(
-        second["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t.get("defer_loading").is_none())
+    assert_eq!(first["tools"], second["tools"], "the tools section changed");
+    assert_eq!(session.betas[0], session.betas[1]);
+    // Nothing before turn 1's last breakpoint changed (breakpoints themselves move).
+    assert_eq!(
+        without_markers(&first["system"]),
+        without_markers(&second["system"])
     );
-    assert!(
-        !headers[1]
-            .as_deref()
-            .is_some_and(|b| b.contains("advanced-tool-use-2025-11-20")),
-        "{headers:?}"
+    let n = first["messages"].as_array().unwrap().len();
+    assert_eq!(
+        without_markers(&first["messages"]),
+        without_markers(&Value::Array(
+            second["messages"].as_array().unwrap()[..n].to_vec()
+        )),
+        "turn 2 rewrote turn 1's history"
     );
     let rows = pith.wait_rows(3);
-    let skips: Vec<&str> = rows
-        .iter()
-        .filter_map(|r| crate::support::unchanged_reason(r, "defer"))
-        .collect();
-    assert!(skips.contains(&"mid_session_join"), "{skips:?}");
-    assert_eq!(
-        rows.iter()
-            .filter(|r| crate::support::disclosed(r).is_some_and(|t| t.starts_with("defer;")))
-            .count(),
-        1,
-        "only turn 1 was deferred"
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 0, "{busts}");
+    assert_eq!(busts["by_client"], 0, "{busts}");
+    assert!(busts["pairs"].as_u64().unwrap_or(0) >= 1, "{busts}");
+    let disclosed: Vec<String> = rows.iter().filter_map(crate::support::disclosed).collect();
+    assert!(
+        disclosed
+            .iter()
+            .any(|d| d.starts_with("defer;") && d.ends_with(", search_hide;searches=1")),
+        "{disclosed:?}"
+    );
+    assert!(
+        disclosed
+            .iter()
+            .any(|d| d.starts_with("search_restore;searches=1, defer;")),
+        "{disclosed:?}"
     );
 }

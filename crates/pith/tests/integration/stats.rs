@@ -199,7 +199,7 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     let err = refused(&text);
     assert!(err.contains("not an SQLite database"), "{err}");
 
-    // A ledger an older pith wrote (schema version 1 of 2): not upgraded by a reader.
+    // A ledger an older pith wrote (schema version 1 of 3): not upgraded by a reader.
     let old = dir.path().join("old.db");
     drop(
         pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"])
@@ -214,7 +214,8 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"]).unwrap();
 
     let new = dir.path().join("new.db");
-    drop(pith_store::sqlite::open(&new, &["SELECT 1;", "SELECT 1;", "SELECT 1;"]).unwrap());
+    // One version past the ledger's (schema 3).
+    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 4]).unwrap());
     let err = refused(&new);
     assert!(err.contains("newer than this pith"), "{err}");
 }

@@ -36,7 +36,17 @@ impl PithProxy {
     }
 
     pub fn start_with(anthropic: &str, openai: &str, env: &[(&str, &str)]) -> PithProxy {
-        let home = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), anthropic, openai, env)
+    }
+
+    /// Start with `home` as its PITH_HOME (e.g. the home of a proxy that was stopped: a
+    /// restart).
+    pub fn start_in(
+        home: tempfile::TempDir,
+        anthropic: &str,
+        openai: &str,
+        env: &[(&str, &str)],
+    ) -> PithProxy {
         let mut cmd = Command::new(pith_bin());
         cmd.args(["proxy", "--listen", "127.0.0.1:0"])
             .args([

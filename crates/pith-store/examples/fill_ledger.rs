@@ -1,0 +1,103 @@
+//! Writes a ledger of N synthetic requests (1,000 sessions, Claude Code-sized prompt
+//! fingerprints, the defer and pins stages' reports) for the dashboard's benchmark
+//! (`scripts/bench-dashboard`).
+//!
+//! `cargo run --release -p pith-store --example fill_ledger -- PATH [N]`
+#![expect(clippy::print_stdout, reason = "a report printed for a person")]
+
+use std::path::PathBuf;
+
+use pith_store::ledger::{Fact, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult};
+use pith_wire::fingerprint::Fingerprint;
+
+fn main() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let path = PathBuf::from(args.next().ok_or("usage: fill_ledger PATH [N]")?);
+    let n: usize = match args.next() {
+        Some(v) => v.parse().map_err(|e| format!("N={v}: {e}"))?,
+        None => 100_000,
+    };
+    let mut ledger = Ledger::open(&path).map_err(|e| e.to_string())?;
+    let sessions = 1_000;
+    let per_session = n.div_ceil(sessions);
+    let mut batch = Vec::with_capacity(1_000);
+    let mut written = 0;
+    'outer: for turn in 0..per_session {
+        for s in 0..sessions {
+            if written == n {
+                break 'outer;
+            }
+            // A growing prompt: 14 tools, 3 system blocks, then two blocks a turn.
+            let segments: Vec<u64> = (0..(18 + 2 * turn as u64))
+                .map(|i| (s as u64) << 32 | i)
+                .collect();
+            let fp = Fingerprint {
+                breakpoints: vec![(segments.len() - 1) as u32],
+                segments,
+                automatic: false,
+            };
+            batch.push(Row {
+                ts_ms: 1_790_000_000_000 + (turn * sessions + s) as i64 * 1_000,
+                client: if s % 2 == 0 {
+                    "claude-code"
+                } else {
+                    "opencode"
+                }
+                .into(),
+                session: Some(format!("ses_{s:05}")),
+                wire: Some("anthropic".into()),
+                provider: "anthropic".into(),
+                model: Some("claude-sonnet-4-5".into()),
+                method: "POST".into(),
+                path: "/v1/messages".into(),
+                status: Some(200),
+                outcome: RequestOutcome::Ok,
+                bytes_client: 60_000,
+                bytes_upstream: 20_000,
+                bytes_response: 2_000,
+                tools_bytes: 35_000,
+                system_bytes: 15_000,
+                messages_bytes: 10_000,
+                usage: Some(RowUsage {
+                    input: 25,
+                    output: 300,
+                    cache_write: 500,
+                    cache_read: 20_000,
+                }),
+                ttfb_ms: Some(400.0),
+                total_ms: 3_000.0,
+                transforms: vec![
+                    Transform {
+                        stage: "pins".into(),
+                        result: TransformResult::Unchanged("no_pin_commands".into()),
+                    },
+                    Transform {
+                        stage: "defer".into(),
+                        result: TransformResult::Applied(vec![
+                            Fact {
+                                name: "tools".into(),
+                                kind: "count".into(),
+                                value: 48,
+                            },
+                            Fact {
+                                name: "chars".into(),
+                                kind: "chars_kept_out".into(),
+                                value: 41_707,
+                            },
+                        ]),
+                    },
+                ],
+                fingerprint: Some(fp.to_bytes()),
+                ..Row::default()
+            });
+            written += 1;
+            if batch.len() == 1_000 {
+                ledger.insert(&batch).map_err(|e| e.to_string())?;
+                batch.clear();
+            }
+        }
+    }
+    ledger.insert(&batch).map_err(|e| e.to_string())?;
+    println!("{written} requests in {}", path.display());
+    Ok(())
+}

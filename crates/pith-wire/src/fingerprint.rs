@@ -1,0 +1,370 @@
+//! A request's prompt as a compact fingerprint, for finding prompt-cache busts without keeping
+//! bodies: one 64-bit hash per prompt segment in the order the provider caches them (the model;
+//! then Anthropic: each tool, each system block, each message content block; Chat: each tool,
+//! each message; Responses: the instructions, each tool, each input item), and where the cache
+//! breakpoints were. Each segment is hashed as parsed JSON with its `cache_control` member
+//! left out: the provider renders the prompt from the parsed request, so whitespace and key
+//! order do not change it, and breakpoints move from turn to turn without changing the prompt.
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::Wire;
+
+/// What a bust check needs of one request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Fingerprint {
+    /// One hash per segment, in prompt order.
+    pub segments: Vec<u64>,
+    /// Indices of the segments that carry a cache breakpoint, ascending (Anthropic only).
+    pub breakpoints: Vec<u32>,
+    /// Whether the provider caches automatically up to the end of the prompt (OpenAI) rather
+    /// than up to explicit breakpoints (Anthropic).
+    pub automatic: bool,
+}
+
+/// A prompt-cache bust: the next request's prompt differs from the previous one's at
+/// `at`, at or before the segment the previous one was cached up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bust {
+    /// The first segment that differs.
+    pub at: usize,
+    /// The last segment the previous request's cache covered.
+    pub cached_through: usize,
+}
+
+/// Who changed the prompt where a bust happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The client's own prompts bust there too.
+    Client,
+    /// The client's prompts kept their prefix; what pith sent did not.
+    Pith,
+}
+
+/// The bust between two consecutive requests of a session, if any, and who caused it. Each
+/// request comes as (what was sent, what the client sent when pith changed it).
+pub fn attribute(
+    previous: (&Fingerprint, Option<&Fingerprint>),
+    next: (&Fingerprint, Option<&Fingerprint>),
+) -> Option<(Bust, Cause)> {
+    let bust = previous.0.bust(next.0)?;
+    let client_before = previous.1.unwrap_or(previous.0);
+    let client_after = next.1.unwrap_or(next.0);
+    let cause = if client_before.bust(client_after).is_some() {
+        Cause::Client
+    } else {
+        Cause::Pith
+    };
+    Some((bust, cause))
+}
+
+#[derive(Deserialize)]
+struct Top<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    system: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    instructions: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+}
+
+impl Fingerprint {
+    /// The fingerprint of `body` on `wire`; `None` when it is not JSON of that shape.
+    pub fn of(wire: Wire, body: &[u8]) -> Option<Fingerprint> {
+        let top: Top<'_> = serde_json::from_slice(body).ok()?;
+        let mut fp = Fingerprint {
+            automatic: wire != Wire::AnthropicMessages,
+            ..Fingerprint::default()
+        };
+        fp.push(top.model.map(|m| m.get()).unwrap_or("null"))?;
+        match wire {
+            Wire::AnthropicMessages => {
+                for tool in top.tools.unwrap_or_default() {
+                    fp.push(tool.get())?;
+                }
+                if let Some(system) = top.system {
+                    fp.push_content(system.get(), "system")?;
+                }
+                for message in top.messages.unwrap_or_default() {
+                    #[derive(Deserialize)]
+                    struct Message<'a> {
+                        #[serde(default)]
+                        role: Option<String>,
+                        #[serde(borrow, default)]
+                        content: Option<&'a RawValue>,
+                    }
+                    let m: Message<'_> = serde_json::from_str(message.get()).ok()?;
+                    let role = m.role.unwrap_or_default();
+                    fp.push_content(m.content.map_or("null", |c| c.get()), &role)?;
+                }
+            }
+            Wire::ChatCompletions => {
+                for tool in top.tools.unwrap_or_default() {
+                    fp.push(tool.get())?;
+                }
+                for message in top.messages.unwrap_or_default() {
+                    fp.push(message.get())?;
+                }
+            }
+            Wire::Responses => {
+                fp.push(top.instructions.map_or("null", |i| i.get()))?;
+                for tool in top.tools.unwrap_or_default() {
+                    fp.push(tool.get())?;
+                }
+                match top.input {
+                    Some(input) if input.get().starts_with('[') => {
+                        let items: Vec<&RawValue> = serde_json::from_str(input.get()).ok()?;
+                        for item in items {
+                            fp.push(item.get())?;
+                        }
+                    }
+                    Some(input) => fp.push(input.get())?,
+                    None => {}
+                }
+            }
+        }
+        Some(fp)
+    }
+
+    /// One segment: its hash, and a breakpoint when it carries `cache_control`.
+    fn push(&mut self, raw: &str) -> Option<()> {
+        let mut value: Value = serde_json::from_str(raw).ok()?;
+        let marked = strip_marker(&mut value);
+        if marked {
+            self.breakpoints
+                .push(u32::try_from(self.segments.len()).ok()?);
+        }
+        self.segments.push(fnv(value.to_string().as_bytes()));
+        Some(())
+    }
+
+    /// A content value (string or block list) as one segment per block, each tagged with the
+    /// message's role so a block moving between roles counts as a change.
+    fn push_content(&mut self, raw: &str, role: &str) -> Option<()> {
+        if raw.starts_with('[') {
+            let blocks: Vec<&RawValue> = serde_json::from_str(raw).ok()?;
+            for block in blocks {
+                self.push(&format!(
+                    "[{},{}]",
+                    serde_json::to_string(role).ok()?,
+                    block.get()
+                ))?;
+            }
+            Some(())
+        } else {
+            self.push(&format!("[{},{raw}]", serde_json::to_string(role).ok()?))
+        }
+    }
+
+    /// The last segment a provider cache holds after this request: the last breakpoint
+    /// (Anthropic), the whole prompt (OpenAI); `None` when nothing is cached.
+    pub fn cached_through(&self) -> Option<usize> {
+        if self.automatic {
+            self.segments.len().checked_sub(1)
+        } else {
+            self.breakpoints.last().map(|b| *b as usize)
+        }
+    }
+
+    /// The first segment where `next` differs from `self` (`self.segments.len()` when `self`
+    /// is a prefix of `next`).
+    pub fn first_difference(&self, next: &Fingerprint) -> usize {
+        self.segments
+            .iter()
+            .zip(&next.segments)
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| self.segments.len().min(next.segments.len()))
+    }
+
+    /// Whether `next`, sent after `self` in one session, misses the cache `self` left.
+    pub fn bust(&self, next: &Fingerprint) -> Option<Bust> {
+        let cached_through = self.cached_through()?;
+        let at = self.first_difference(next);
+        (at <= cached_through).then_some(Bust { at, cached_through })
+    }
+
+    /// The fingerprint as bytes, to store: segments (8 bytes each, little endian), then the
+    /// breakpoints (4 bytes each), then one flag byte; preceded by the two counts.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(9 + self.segments.len() * 8 + self.breakpoints.len() * 4);
+        out.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.breakpoints.len() as u32).to_le_bytes());
+        for s in &self.segments {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        for b in &self.breakpoints {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        out.push(u8::from(self.automatic));
+        out
+    }
+
+    /// The fingerprint [`Fingerprint::to_bytes`] wrote; `None` for anything else.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Fingerprint> {
+        let count = |at: usize| -> Option<usize> {
+            let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+            usize::try_from(u32::from_le_bytes(b)).ok()
+        };
+        let (n, m) = (count(0)?, count(4)?);
+        let expected = 8usize
+            .checked_add(n.checked_mul(8)?)?
+            .checked_add(m.checked_mul(4)?)?;
+        if bytes.len() != expected + 1 {
+            return None;
+        }
+        let mut fp = Fingerprint::default();
+        for i in 0..n {
+            let b: [u8; 8] = bytes.get(8 + i * 8..16 + i * 8)?.try_into().ok()?;
+            fp.segments.push(u64::from_le_bytes(b));
+        }
+        let base = 8 + n * 8;
+        for i in 0..m {
+            let b: [u8; 4] = bytes.get(base + i * 4..base + 4 + i * 4)?.try_into().ok()?;
+            fp.breakpoints.push(u32::from_le_bytes(b));
+        }
+        fp.automatic = *bytes.last()? == 1;
+        Some(fp)
+    }
+}
+
+/// Removes `cache_control` from an object (the segment itself); whether it was there.
+fn strip_marker(value: &mut Value) -> bool {
+    match value {
+        Value::Object(map) => map.remove("cache_control").is_some_and(|v| !v.is_null()),
+        // A tagged content block: `[role, block]`.
+        Value::Array(items) => items.iter_mut().skip(1).any(strip_marker),
+        _ => false,
+    }
+}
+
+/// FNV-1a, 64 bits: stable across builds and machines, so stored fingerprints compare.
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in bytes {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fp(v: &Value) -> Fingerprint {
+        Fingerprint::of(Wire::AnthropicMessages, v.to_string().as_bytes()).unwrap()
+    }
+
+    fn turn(messages: Value, tools: Value) -> Value {
+        json!({"model": "m", "system": [{"type": "text", "text": "s"}], "tools": tools,
+               "messages": messages})
+    }
+
+    #[test]
+    fn a_change_before_the_breakpoint_busts_and_one_after_does_not() {
+        let tools = json!([{"name": "a"}]);
+        let cc = json!({"type": "ephemeral"});
+        let one = turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": cc}]}]),
+            tools.clone(),
+        );
+        // The next turn moves the breakpoint and appends: no bust.
+        let two = turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q"}]},
+                   {"role": "assistant", "content": "a"},
+                   {"role": "user", "content": [{"type": "text", "text": "q2", "cache_control": cc}]}]),
+            tools.clone(),
+        );
+        assert_eq!(fp(&one).bust(&fp(&two)), None);
+        // A changed first message: a bust at it.
+        let edited = turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "Q"}]},
+                   {"role": "assistant", "content": "a"}]),
+            tools.clone(),
+        );
+        let b = fp(&one).bust(&fp(&edited)).unwrap();
+        assert_eq!(b.at, 3, "model, tool, system, then the first block");
+        // A changed tools list busts everything after it.
+        let retooled = turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q"}]}]),
+            json!([{"name": "b"}]),
+        );
+        assert_eq!(fp(&one).bust(&fp(&retooled)).unwrap().at, 1);
+        // Whitespace and key order are not changes.
+        let reordered = r#"{"messages":[{"content":[{"cache_control":{"type":"ephemeral"},"text":"q","type":"text"}],"role":"user"}],"tools":[{"name":"a"}],"system":[{"text":"s","type":"text"}],"model":"m"}"#;
+        let reordered = Fingerprint::of(Wire::AnthropicMessages, reordered.as_bytes()).unwrap();
+        assert_eq!(fp(&one), reordered);
+        // A change after the last breakpoint only: no bust.
+        let cached_tools = turn(
+            json!([{"role": "user", "content": "q"}]),
+            json!([{"name": "a", "cache_control": cc}]),
+        );
+        let later = turn(
+            json!([{"role": "user", "content": "other"}]),
+            json!([{"name": "a"}]),
+        );
+        assert_eq!(fp(&cached_tools).bust(&fp(&later)), None);
+    }
+
+    #[test]
+    fn a_bust_is_pith_s_when_the_client_kept_its_prefix() {
+        let cc = json!({"type": "ephemeral"});
+        let one = fp(&turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": cc}]}]),
+            json!([{"name": "a"}]),
+        ));
+        let two_client = fp(&turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q"}]}, {"role": "assistant", "content": "a"}]),
+            json!([{"name": "a"}]),
+        ));
+        // pith sent a different tools list on the second turn only.
+        let two_sent = fp(&turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q"}]}, {"role": "assistant", "content": "a"}]),
+            json!([{"name": "b"}]),
+        ));
+        let (bust, cause) = attribute((&one, None), (&two_sent, Some(&two_client))).unwrap();
+        assert_eq!((bust.at, cause), (1, Cause::Pith));
+        let (_, cause) = attribute((&one, None), (&two_sent, None)).unwrap();
+        assert_eq!(cause, Cause::Client);
+        assert_eq!(attribute((&one, None), (&two_client, None)), None);
+    }
+
+    #[test]
+    fn openai_caches_the_whole_previous_prompt() {
+        let a = json!({"model": "g", "messages": [{"role": "user", "content": "q"}]});
+        let b = json!({"model": "g", "messages": [{"role": "user", "content": "q"},
+                       {"role": "assistant", "content": "a"}]});
+        let c = json!({"model": "g", "messages": [{"role": "user", "content": "Q"}]});
+        let of =
+            |v: &Value| Fingerprint::of(Wire::ChatCompletions, v.to_string().as_bytes()).unwrap();
+        assert_eq!(of(&a).bust(&of(&b)), None);
+        assert_eq!(
+            of(&a).bust(&of(&c)),
+            Some(Bust {
+                at: 1,
+                cached_through: 1
+            })
+        );
+    }
+
+    #[test]
+    fn bytes_round_trip_and_garbage_is_refused() {
+        let v = turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}}]}]),
+            json!([]),
+        );
+        let f = fp(&v);
+        assert_eq!(Fingerprint::from_bytes(&f.to_bytes()), Some(f.clone()));
+        assert_eq!(Fingerprint::from_bytes(&f.to_bytes()[1..]), None);
+        assert_eq!(Fingerprint::from_bytes(b""), None);
+        assert_eq!(Fingerprint::of(Wire::AnthropicMessages, b"not json"), None);
+    }
+}

@@ -1,0 +1,270 @@
+//! pith's own pages on the proxy's address: the dashboard (`/`, one page embedded in the
+//! binary, no network), its JSON API under `/pith/api/`, `/pith/health` and `/metrics`. The
+//! numbers come from the same report as `pith stats --json`, so they agree.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::StatusCode;
+use pith_proxy::own_pages::{OwnBody, OwnPage, OwnPages};
+use pith_store::ledger::{Filter, Ledger};
+use serde_json::json;
+
+use crate::commands::stats;
+use crate::prices::Prices;
+
+const PAGE: &str = include_str!("page.html");
+
+/// The pages, over the ledger the proxy writes.
+pub struct Dashboard {
+    ledger: Option<PathBuf>,
+    prices: Prices,
+}
+
+impl Dashboard {
+    /// Pages over the ledger at `ledger` (`None`: the proxy keeps none).
+    pub fn new(ledger: Option<PathBuf>, prices: Prices) -> Dashboard {
+        Dashboard { ledger, prices }
+    }
+}
+
+fn json_page(status: StatusCode, value: &serde_json::Value) -> OwnPage {
+    OwnPage {
+        status,
+        content_type: "application/json",
+        body: Bytes::from(value.to_string()).into(),
+    }
+}
+
+fn error(status: StatusCode, message: String) -> OwnPage {
+    json_page(status, &json!({"error": message}))
+}
+
+/// `key=value&...`, values percent-decoded.
+fn query_value(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn filter_of(query: &str) -> Result<Filter, String> {
+    let since_ms = match query_value(query, "since") {
+        None => None,
+        Some(text) => {
+            let age = crate::duration::parse(&text).map_err(|e| format!("since={text}: {e}"))?;
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .unwrap_or(0);
+            Some(now.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)))
+        }
+    };
+    Ok(Filter {
+        since_ms,
+        session: query_value(query, "session").filter(|s| !s.is_empty()),
+    })
+}
+
+impl OwnPages for Dashboard {
+    fn get(&self, path: &str, query: &str) -> Option<OwnPage> {
+        if path == "/" {
+            return Some(OwnPage {
+                status: StatusCode::OK,
+                content_type: "text/html; charset=utf-8",
+                body: Bytes::from_static(PAGE.as_bytes()).into(),
+            });
+        }
+        if path == "/favicon.ico" {
+            return Some(OwnPage {
+                status: StatusCode::NO_CONTENT,
+                content_type: "image/x-icon",
+                body: Bytes::new().into(),
+            });
+        }
+        if path == "/pith/health" {
+            return Some(json_page(
+                StatusCode::OK,
+                &json!({"pith": env!("CARGO_PKG_VERSION"), "ledger": self.ledger.is_some()}),
+            ));
+        }
+        let Some(ledger) = self.ledger.as_deref().filter(|p| p.exists()) else {
+            return Some(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "pith keeps no ledger yet (started with --no-ledger, or no request has \
+                 come through)"
+                    .into(),
+            ));
+        };
+        let page = match path {
+            "/pith/api/stats" | "/metrics" => {
+                let filter = match filter_of(query) {
+                    Ok(f) => f,
+                    Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
+                };
+                match stats::report(ledger, &filter, &self.prices) {
+                    Ok(report) if path == "/metrics" => OwnPage {
+                        status: StatusCode::OK,
+                        content_type: "text/plain; version=0.0.4; charset=utf-8",
+                        body: Bytes::from(stats::metrics(&report)).into(),
+                    },
+                    Ok(report) => match serde_json::to_value(&report) {
+                        Ok(v) => json_page(StatusCode::OK, &v),
+                        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                    },
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+                }
+            }
+            "/pith/api/events" => events(ledger.to_owned(), query),
+            "/pith/api/requests" => {
+                let limit = query_value(query, "limit")
+                    .and_then(|l| l.parse::<usize>().ok())
+                    .unwrap_or(100)
+                    .min(1000);
+                let after = query_value(query, "after").and_then(|a| a.parse::<i64>().ok());
+                match Ledger::open_read_only(ledger).and_then(|l| l.recent(limit, after)) {
+                    Ok(rows) => json_page(StatusCode::OK, &json!({"requests": rows})),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                }
+            }
+            other => error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no pith page {other}: the dashboard is /, its API /pith/api/stats and \
+                     /pith/api/requests, the metrics /metrics"
+                ),
+            ),
+        };
+        Some(page)
+    }
+}
+
+/// How often the live stream looks for new requests, and sends a comment to keep the
+/// connection (and any proxy between) from timing it out.
+const EVENTS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+const KEEPALIVE_EVERY: u32 = 30;
+
+/// `/pith/api/events`: each new request as a server-sent event (`event: request`, the row as
+/// `/pith/api/requests` gives it), from `?after=ID` (default: from now). A thread per viewer
+/// reads the ledger every half second; it ends when the viewer goes away.
+fn events(ledger: PathBuf, query: &str) -> OwnPage {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let start = query_value(query, "after").and_then(|a| a.parse::<i64>().ok());
+    let spawned = std::thread::Builder::new()
+        .name("pith-dashboard-events".into())
+        .spawn(move || {
+            let Ok(reader) = Ledger::open_read_only(&ledger) else {
+                return;
+            };
+            let mut last = match start {
+                Some(id) => id,
+                None => reader
+                    .recent(1, None)
+                    .ok()
+                    .and_then(|r| r.first().map(|r| r.id))
+                    .unwrap_or(0),
+            };
+            if tx
+                .blocking_send(Bytes::from_static(b": pith live requests\n\n"))
+                .is_err()
+            {
+                return;
+            }
+            let mut quiet = 0;
+            loop {
+                std::thread::sleep(EVENTS_EVERY);
+                let Ok(mut rows) = reader.recent(500, Some(last)) else {
+                    return;
+                };
+                rows.reverse();
+                for row in &rows {
+                    last = last.max(row.id);
+                    let Ok(data) = serde_json::to_string(row) else {
+                        continue;
+                    };
+                    let event = format!("id: {}\nevent: request\ndata: {data}\n\n", row.id);
+                    if tx.blocking_send(Bytes::from(event)).is_err() {
+                        return;
+                    }
+                }
+                quiet = if rows.is_empty() { quiet + 1 } else { 0 };
+                if quiet >= KEEPALIVE_EVERY {
+                    quiet = 0;
+                    if tx
+                        .blocking_send(Bytes::from_static(b": keep-alive\n\n"))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+    if spawned.is_err() {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "pith could not start the live stream".into(),
+        );
+    }
+    OwnPage {
+        status: StatusCode::OK,
+        content_type: "text/event-stream",
+        body: OwnBody::Stream(rx),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_read_and_decoded() {
+        assert_eq!(
+            query_value("session=ses%20a&limit=5", "session").as_deref(),
+            Some("ses a")
+        );
+        assert_eq!(query_value("limit=5", "session"), None);
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(
+            percent_decode("%aé%zz"),
+            "%aé%zz",
+            "no panic inside a character"
+        );
+        assert!(filter_of("since=bogus").is_err());
+        assert!(filter_of("since=1h").unwrap().since_ms.is_some());
+    }
+}

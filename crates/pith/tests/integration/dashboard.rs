@@ -1,0 +1,409 @@
+//! pith's own pages on the proxy's address, over a ledger of replayed real captures: the API
+//! agrees with `pith stats --json`, `/metrics` parses with the Prometheus client's parser, the
+//! page is served, none of it lands in the ledger, and a proxy with a token refuses them
+//! without it.
+
+use pith_testkit::MockUpstream;
+use pith_testkit::fixtures::captures;
+use serde_json::Value;
+
+use crate::support::*;
+
+fn get(pith: &PithProxy, path: &str, extra: &[(&str, &str)]) -> (u16, String, String) {
+    let rt = runtime();
+    let client = client();
+    rt.block_on(async {
+        let (status, headers, frames) = read_all(
+            send(
+                &client,
+                request("GET", &format!("{}{path}", pith.url()), &headers(extra), ""),
+            )
+            .await,
+        )
+        .await;
+        let kind = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        (
+            status.as_u16(),
+            kind,
+            String::from_utf8_lossy(&concat(&frames)).into_owned(),
+        )
+    })
+}
+
+/// Every main-loop capture of the OpenCode mcp40 session and Claude Code's fix-calc, through
+/// pith against the mock's default replies.
+fn replay(pith: &PithProxy) -> usize {
+    let rt = runtime();
+    let client = client();
+    let mut sent = 0;
+    for c in captures().unwrap().iter().filter(|c| {
+        c.scenario == "anthropic-agentsmd-mcp40" || c.client_folder.starts_with("claude-code")
+    }) {
+        rt.block_on(async {
+            read_all(
+                send(
+                    &client,
+                    request(
+                        "POST",
+                        &format!("{}{}", pith.url(), c.path),
+                        &capture_headers(c),
+                        c.body.clone(),
+                    ),
+                )
+                .await,
+            )
+            .await
+        });
+        sent += 1;
+    }
+    sent
+}
+
+#[test]
+fn the_api_agrees_with_pith_stats_and_metrics_parse_and_pages_are_not_traffic() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    let rows = pith.wait_rows(sent).len();
+
+    let (status, kind, body) = get(&pith, "/pith/api/stats", &[]);
+    assert_eq!((status, kind.as_str()), (200, "application/json"), "{body}");
+    let api: Value = serde_json::from_str(&body).unwrap();
+    let out = pith_stats(&pith, &["--json"]);
+    assert!(out.status.success());
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(api, cli, "the API and pith stats --json disagree");
+    assert_eq!(api["total"]["requests"], sent as u64);
+    assert_eq!(api["cache_busts"]["by_pith"], 0);
+
+    let (status, _, body) = get(&pith, "/pith/api/requests?limit=3", &[]);
+    assert_eq!(status, 200);
+    let recent: Value = serde_json::from_str(&body).unwrap();
+    let recent = recent["requests"].as_array().unwrap();
+    assert_eq!(recent.len(), 3);
+    assert!(
+        recent[0]["id"].as_i64() > recent[1]["id"].as_i64(),
+        "newest first"
+    );
+    let after = recent[1]["id"].as_i64().unwrap();
+    let (_, _, body) = get(&pith, &format!("/pith/api/requests?after={after}"), &[]);
+    let newer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(newer["requests"].as_array().unwrap().len(), 1, "{newer}");
+
+    let (status, kind, metrics) = get(&pith, "/metrics", &[]);
+    assert_eq!(status, 200);
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    let parsed = std::process::Command::new(python())
+        .arg(python_script("parse_metrics.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(metrics.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        parsed.status.success(),
+        "the Prometheus parser refused /metrics:\n{}\n{metrics}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    let samples: Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    assert_eq!(samples["pith_requests_total{}"], sent as f64);
+    assert_eq!(
+        samples["pith_tokens_total{kind=output}"],
+        api["total"]["output_tokens"].as_f64().unwrap()
+    );
+    assert_eq!(samples["pith_cache_busts_total{cause=pith}"], 0.0);
+    assert_eq!(
+        samples["pith_request_duration_seconds_count{}"],
+        sent as f64
+    );
+    assert_eq!(
+        samples["pith_request_duration_seconds_bucket{le=+Inf}"],
+        sent as f64
+    );
+    assert!(samples["pith_time_to_first_byte_seconds_count{}"].as_f64() > Some(0.0));
+
+    let (status, kind, page) = get(&pith, "/", &[]);
+    assert_eq!((status, kind.as_str()), (200, "text/html; charset=utf-8"));
+    assert!(page.contains("<title>pith</title>") && page.contains("/pith/api/stats"));
+    let (status, _, body) = get(&pith, "/pith/nothing", &[]);
+    assert_eq!(status, 404);
+    assert!(body.contains("/pith/api/stats"), "{body}");
+
+    // None of these reads is a ledger row.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let after_reads = crate::support::wait_rows(&pith.ledger_path(), rows).len();
+    assert_eq!(after_reads, rows);
+    assert_eq!(
+        mock.request_count(),
+        sent,
+        "pith's pages never went upstream"
+    );
+}
+
+#[test]
+fn with_a_token_the_pages_need_it_too() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_PROXY_TOKEN", "s3cret")]);
+    let (status, _, _) = get(&pith, "/", &[]);
+    assert_eq!(status, 401);
+    let (status, _, _) = get(&pith, "/pith/api/stats", &[]);
+    assert_eq!(status, 401);
+    let (status, _, body) = get(&pith, "/pith/health", &[("x-pith-token", "s3cret")]);
+    assert_eq!(status, 200, "{body}");
+    let health: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["pith"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(mock.request_count(), 0);
+}
+
+/// Debian's Chromium, which scripts/test installs and names in `PITH_TEST_CHROMIUM`.
+fn chromium() -> std::path::PathBuf {
+    match std::env::var_os("PITH_TEST_CHROMIUM") {
+        Some(p) => p.into(),
+        None => panic!(
+            "PITH_TEST_CHROMIUM is not set: run the tests through scripts/test, which installs \
+             Chromium and sets it"
+        ),
+    }
+}
+
+/// Headless Chromium on `url`, every network switch off, with `args`: (stdout, stderr).
+fn headless(url: &str, args: &[&str]) -> (String, String) {
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,1000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    let out = pith_stats(&pith, &["--json"]);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // `?poll`: the page polls instead of holding an event stream open, which would keep the
+    // headless browser's virtual clock from running out (the stream has its own test).
+    let url = format!("{}/?poll", pith.url());
+    let (dom, log) = headless(&url, &["--virtual-time-budget=8000", "--dump-dom"]);
+    assert!(!log.contains("Uncaught"), "a script error:\n{log}");
+    assert!(
+        dom.contains(r#"<p id="error"></p>"#),
+        "the page reported an error:\n{dom}"
+    );
+    // The cards and the session table carry the ledger's numbers.
+    assert!(
+        dom.contains(&format!("<b>{}</b>requests", stats["total"]["requests"])),
+        "{dom}"
+    );
+    for session in stats["sessions"].as_array().unwrap() {
+        let id = session["session"].as_str().unwrap_or("(none)");
+        assert!(
+            dom.contains(&format!("<td>{id}</td>")),
+            "session {id} missing:\n{dom}"
+        );
+    }
+    let rows = dom.matches("<tr data-id=").count();
+    assert_eq!(rows, sent, "the live table shows every request");
+
+    // A new request reaches the live table.
+    replay(&pith);
+    pith.wait_rows(2 * sent);
+    let (dom, _) = headless(&url, &["--virtual-time-budget=8000", "--dump-dom"]);
+    assert_eq!(dom.matches("<tr data-id=").count(), 2 * sent);
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    let _ = std::fs::remove_file(&shot);
+    headless(
+        &url,
+        &[
+            "--virtual-time-budget=8000",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "no screenshot at {}",
+        shot.display()
+    );
+}
+
+#[test]
+fn the_live_stream_sends_each_new_request_as_an_event() {
+    use std::io::{BufRead, BufReader, Write};
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    // A plain HTTP/1.1 client reading the stream as it comes.
+    let mut stream = std::net::TcpStream::connect(pith.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /pith/api/events HTTP/1.1\r\nhost: pith\r\naccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    reader.read_line(&mut head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut headers = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        headers.push_str(&line.to_ascii_lowercase());
+    }
+    assert!(
+        headers.contains("content-type: text/event-stream"),
+        "{headers}"
+    );
+    // From now on: one more request through pith becomes one event.
+    let c = captures()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.client_folder.starts_with("claude-code"))
+        .unwrap();
+    let rt = runtime();
+    let client = client();
+    rt.block_on(async {
+        read_all(
+            send(
+                &client,
+                request(
+                    "POST",
+                    &format!("{}{}", pith.url(), c.path),
+                    &capture_headers(&c),
+                    c.body.clone(),
+                ),
+            )
+            .await,
+        )
+        .await
+    });
+    let mut event = String::new();
+    while !event.contains("event: request") {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("the stream ended: {event}");
+        }
+        event.push_str(&line);
+    }
+    let mut data = String::new();
+    reader.read_line(&mut data).unwrap();
+    // A chunked body: the event's data line may follow a chunk-size line.
+    while !data.starts_with("data: ") {
+        data.clear();
+        reader.read_line(&mut data).unwrap();
+    }
+    let row: Value = serde_json::from_str(data.trim_start_matches("data: ").trim()).unwrap();
+    assert_eq!(row["client"], "claude-code");
+    assert_eq!(
+        row["id"].as_i64(),
+        Some(sent as i64 + 1),
+        "only the new request"
+    );
+}
+
+/// `pith statusline` with `payload` on stdin.
+fn statusline(pith: &PithProxy, payload: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(pith_bin())
+        .arg("statusline")
+        .env("PITH_HOME", pith.home.path())
+        .env_remove("PITH_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn the_status_line_sums_the_session_from_the_ledger() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    let out = pith_stats(&pith, &["--json"]);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = stats["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["client"] == "opencode")
+        .unwrap();
+    let id = session["session"].as_str().unwrap();
+    // Claude Code's payload carries more; the session id is what pith reads.
+    let payload = serde_json::json!({"session_id": id, "model": {"display_name": "Opus"},
+        "workspace": {"current_dir": "/p"}})
+    .to_string();
+    let (ok, line) = statusline(&pith, &payload);
+    assert!(ok);
+    assert!(
+        line.starts_with(&format!("pith · {} req · ", session["requests"])),
+        "{line}"
+    );
+    assert!(
+        line.contains("% cached") && line.contains("kept out"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1);
+    // Nothing usable: still one line, still success.
+    for bad in ["", "not json", r#"{"session_id": 5}"#] {
+        let (ok, line) = statusline(&pith, bad);
+        assert!(ok, "{bad:?}");
+        assert_eq!(line, "pith\n", "{bad:?}");
+    }
+    let (_, line) = statusline(&pith, r#"{"session_id": "nobody"}"#);
+    assert_eq!(line, "pith · no requests yet in this session\n");
+}

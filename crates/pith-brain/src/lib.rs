@@ -12,6 +12,7 @@
 pub mod evidence;
 mod id;
 pub mod model;
+pub mod recall;
 pub mod render;
 pub mod store;
 pub mod workspace;
@@ -22,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use evidence::{CheckMode, EvidenceCheck, EvidenceSpec, EvidenceState, Status};
 pub use model::{Evidence, Freshness, Kind, LastCheck, LineRange, Memory, MemoryRef};
 pub use store::{BrainStore, ListFilter, Matched, SEARCH_CAP, StoreError};
-use store::{Inserted, SearchQuery};
+use store::{HeadlineQuery, Inserted, SearchQuery};
 pub use workspace::{PathError, Workspace, WorkspacePath};
 
 use evidence::EvidenceError;
@@ -449,6 +450,32 @@ impl Brain {
     /// never credits them.
     pub fn pointers(&mut self, rel_path: &str) -> Result<Vec<MemoryRef>, BrainError> {
         Ok(self.store.on_path(rel_path)?)
+    }
+
+    /// Live memories of `kind` whose error headline holds the selective ones of `terms` (every
+    /// one first, else any; BM25 order), for recall to choose from: like
+    /// [`Brain::pointers`], naming a memory is not returning it, so nothing is credited.
+    pub fn nominate(
+        &mut self,
+        terms: &[String],
+        kind: Kind,
+        limit: usize,
+    ) -> Result<Vec<Memory>, BrainError> {
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.store.by_headline(&HeadlineQuery {
+            terms: terms.to_vec(),
+            kind,
+            limit: limit.clamp(1, MAX_SEARCH_LIMIT),
+        })?)
+    }
+
+    /// `memory` with its status derived from its evidence now (a quick check: files whose size
+    /// and modification time are unchanged are not rehashed).
+    pub fn checked(&self, memory: Memory) -> Checked {
+        let status = evidence::check(&self.ws, &memory.evidence, CheckMode::Quick);
+        Checked { memory, status }
     }
 
     /// Live memories.

@@ -78,6 +78,22 @@ pub enum Matched {
 /// this keeps a search within a few milliseconds at 100,000 memories.
 pub const SEARCH_CAP: usize = 1000;
 
+/// What recall asks a store for: live memories of `kind` whose error headline holds the terms
+/// of a failure's headline (plain words, as in [`SearchQuery`]).
+#[derive(Debug, Clone)]
+pub struct HeadlineQuery {
+    /// The failure headline's terms.
+    pub terms: Vec<String>,
+    /// Only memories of this kind (recall asks for fixes).
+    pub kind: Kind,
+    /// Most memories to return.
+    pub limit: usize,
+}
+
+/// A headline term held by at least this many memories' headlines is common: it cannot tell
+/// one failure from another (`FAILED`, `test`, `error`), so it nominates nothing on its own.
+pub const COMMON_HEADLINE_TERM: usize = 64;
+
 /// Which memories a list returns (newest first).
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
@@ -110,6 +126,12 @@ pub trait BrainStore: Send {
     fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError>;
     /// Memories newest first, live or (with `filter.trashed`) the trash.
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError>;
+    /// Live memories of `query.kind` whose headline holds every selective term of
+    /// `query.terms` (those fewer than [`COMMON_HEADLINE_TERM`] headlines hold), best (BM25)
+    /// first; when none does, those holding any selective term. Credits nothing. (A hook asks
+    /// this on every failing test run: it must not rank thousands of memories that share only
+    /// `FAILED` and `test`.)
+    fn by_headline(&mut self, query: &HeadlineQuery) -> Result<Vec<Memory>, StoreError>;
     /// Live memories with evidence on `path` (workspace-relative), oldest first.
     fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError>;
     /// Move each hit counter by one: called only when memories were returned to a caller.

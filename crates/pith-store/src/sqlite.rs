@@ -133,7 +133,7 @@ pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> 
         source,
     })?;
     restrict_permissions(path)?;
-    configure(&conn).map_err(|source| StoreError::Open {
+    configure(&conn, BUSY_TIMEOUT).map_err(|source| StoreError::Open {
         path: path.to_owned(),
         source,
     })?;
@@ -145,13 +145,23 @@ pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> 
 /// schema. Never creates a file or a directory, never changes a mode: for commands that read
 /// and record as they go (a brain search credits its hits).
 pub fn open_existing(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> {
+    open_existing_waiting(path, migrations, BUSY_TIMEOUT)
+}
+
+/// [`open_existing`], waiting at most `busy` for another process's lock (a hook has
+/// milliseconds, not seconds).
+pub fn open_existing_waiting(
+    path: &Path,
+    migrations: &[&str],
+    busy: Duration,
+) -> Result<Connection, StoreError> {
     let open_error = |source| StoreError::Open {
         path: path.to_owned(),
         source,
     };
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(open_error)?;
-    configure(&conn).map_err(open_error)?;
+    configure(&conn, busy).map_err(open_error)?;
     migrate(&conn, path, migrations)?;
     Ok(conn)
 }
@@ -170,6 +180,16 @@ pub fn open_read_only(
     path: &Path,
     migrations: &[&str],
     upgrade: &'static str,
+) -> Result<Connection, StoreError> {
+    open_read_only_waiting(path, migrations, upgrade, BUSY_TIMEOUT)
+}
+
+/// [`open_read_only`], waiting at most `busy` for another process's lock.
+pub fn open_read_only_waiting(
+    path: &Path,
+    migrations: &[&str],
+    upgrade: &'static str,
+    busy: Duration,
 ) -> Result<Connection, StoreError> {
     let not_a_database = |reason| StoreError::NotADatabase {
         path: path.to_owned(),
@@ -192,11 +212,11 @@ pub fn open_read_only(
         path: path.to_owned(),
         source,
     };
-    let conn = match connect_read_only(path, !side_file(path, "-wal").exists()) {
+    let conn = match connect_read_only(path, !side_file(path, "-wal").exists(), busy) {
         // The writer closed (taking its `-wal` with it) in between, and SQLite could not make
         // the files it then wants: read the file as it is.
         Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen) => {
-            connect_read_only(path, true)
+            connect_read_only(path, true, busy)
         }
         other => other,
     }
@@ -229,7 +249,7 @@ pub fn open_read_only(
 
 /// A read-only connection; `immutable`: without locks or side files (the file must not change
 /// while it is read).
-fn connect_read_only(path: &Path, immutable: bool) -> rusqlite::Result<Connection> {
+fn connect_read_only(path: &Path, immutable: bool, busy: Duration) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
@@ -240,7 +260,7 @@ fn connect_read_only(path: &Path, immutable: bool) -> rusqlite::Result<Connectio
         "?mode=ro"
     });
     let conn = Connection::open_with_flags(uri, flags)?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.busy_timeout(busy)?;
     // Opening is lazy: read the schema now, so a file SQLite cannot use fails here.
     conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
     Ok(conn)
@@ -295,11 +315,11 @@ pub fn open_in_memory(migrations: &[&str]) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+fn configure(conn: &Connection, busy: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy)?;
     // Switching to WAL does not wait on the busy handler: when another process is switching
     // the same new file at that moment, retry within the busy timeout.
-    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let deadline = std::time::Instant::now() + busy;
     loop {
         match conn.pragma_update(None, "journal_mode", "WAL") {
             Err(e)

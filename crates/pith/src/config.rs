@@ -15,6 +15,7 @@ pub struct Config {
     pub ledger: LedgerConfig,
     pub transforms: TransformsConfig,
     pub mcp: McpConfig,
+    pub hook: HookConfig,
     /// Prices in USD per million tokens, by model id. Merged over the built-in table.
     pub prices: BTreeMap<String, PriceConfig>,
     /// Where this config came from (not a TOML key).
@@ -117,6 +118,17 @@ pub struct McpConfig {
     pub prefilter_shown: Option<usize>,
     /// Ranking timeout in milliseconds (default 3000).
     pub prefilter_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HookConfig {
+    /// Record a `fix` memory when a verdict command that failed passes again in the same
+    /// session after edits (default off).
+    pub capture_fixes: Option<bool>,
+    /// The commands whose failures are verdicts, as leading words (`"cargo test"`); replaces
+    /// the built-in list.
+    pub verdict_commands: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]

@@ -46,19 +46,35 @@ enum Command {
     Memory(commands::memory::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
     Setup(commands::setup::Args),
+    /// Answer a coding agent's tool-call hook (run by Claude Code and Codex; reads stdin).
+    Hook(commands::hook::Args),
     /// One status line for Claude Code (its statusLine command): the session's tokens, cost,
     /// cache hit share and what pith kept out, from the ledger. Reads the payload on stdin.
     Statusline(commands::statusline::Args),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let parsed = Cli::try_parse();
+    // The hook is answered apart from the other commands: it never exits non-zero and never
+    // prints an error (a bad flag, a broken config file) or a stack trace.
+    let is_hook = match &parsed {
+        Ok(cli) => matches!(cli.command, Command::Hook(_)),
+        Err(_) => subcommand_is_hook(),
+    };
+    if is_hook {
+        return hook(parsed.ok());
+    }
+    let cli = parsed.unwrap_or_else(|e| e.exit());
     let result = config::Config::load(cli.config.as_deref()).and_then(|config| match cli.command {
         Command::Proxy(args) => commands::proxy::run(args, &config),
         Command::Stats(args) => commands::stats::run(args, &config),
         Command::Mcp(args) => commands::mcp::run(args, &config),
         Command::Memory(cmd) => commands::memory::run(cmd, &config),
         Command::Setup(args) => commands::setup::run(args, &config),
+        Command::Hook(args) => {
+            commands::hook::run(args, Some(&config.hook));
+            Ok(())
+        }
         Command::Statusline(args) => commands::statusline::run(args, &config),
     });
     match result {
@@ -68,4 +84,36 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `pith hook`: exit 0 whatever happens. A bad flag or config file means defaults, a panic
+/// means silence (the panic message is not printed: the host would show it as a hook error).
+fn hook(cli: Option<Cli>) -> ExitCode {
+    std::panic::set_hook(Box::new(|_| {}));
+    let _ = std::panic::catch_unwind(move || {
+        let (args, path) = match cli {
+            Some(Cli {
+                command: Command::Hook(args),
+                config,
+            }) => (args, config),
+            _ => (commands::hook::Args {}, None),
+        };
+        let config = config::Config::load(path.as_deref()).ok();
+        commands::hook::run(args, config.as_ref().map(|c| &c.hook));
+    });
+    ExitCode::SUCCESS
+}
+
+/// Whether the subcommand on the command line is `hook` (the first word that is neither a flag
+/// nor the value of `--config`).
+fn subcommand_is_hook() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--config" {
+            args.next();
+        } else if !arg.to_string_lossy().starts_with('-') {
+            return arg == "hook";
+        }
+    }
+    false
 }

@@ -8,7 +8,9 @@ mod schema;
 mod sqlite;
 
 use std::path::Path;
+use std::time::Duration;
 
+use pith_brain::recall::Access;
 use pith_brain::{Brain, BrainError, BrainStore, Workspace};
 
 pub use schema::MIGRATIONS;
@@ -26,6 +28,24 @@ pub fn open_workspace_brain(ws: Workspace) -> Result<Brain, BrainError> {
 /// file.
 pub fn open_existing_workspace_brain(ws: Workspace) -> Result<Option<Brain>, BrainError> {
     Brain::open_existing_with(ws, open_existing_store)
+}
+
+/// The workspace's brain for the hook, only if it already has one: read-only (creating,
+/// migrating and chmodding nothing) with `Access::Read`, else a writer of the existing file;
+/// either way waiting at most `busy` for another process's lock, so a locked brain costs the
+/// hook milliseconds, not seconds.
+pub fn open_workspace_brain_for_hook(
+    ws: Workspace,
+    access: Access,
+    busy: Duration,
+) -> Result<Option<Brain>, BrainError> {
+    Brain::open_existing_with(ws, |path| {
+        let store = match access {
+            Access::Read => SqliteBrain::open_read_only(path, busy)?,
+            Access::Write => SqliteBrain::open_existing_waiting(path, busy)?,
+        };
+        Ok(Box::new(store) as Box<dyn BrainStore>)
+    })
 }
 
 fn open_store(path: &Path) -> Result<Box<dyn BrainStore>, pith_brain::StoreError> {

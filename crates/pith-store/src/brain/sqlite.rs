@@ -2,17 +2,23 @@
 //! BM25 over title, body, tags and error headline.
 
 use std::path::Path;
+use std::time::Duration;
 
 use pith_brain::store::{
-    BrainStore, Inserted, ListFilter, Matched, SEARCH_CAP, SearchHit, SearchHits, SearchQuery,
-    StoreError as BackendError,
+    BrainStore, COMMON_HEADLINE_TERM, HeadlineQuery, Inserted, ListFilter, Matched, SEARCH_CAP,
+    SearchHit, SearchHits, SearchQuery, StoreError as BackendError,
 };
 use pith_brain::{Evidence, Freshness, Kind, LastCheck, LineRange, Memory, MemoryRef};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::excerpt::excerpt;
 use super::schema::MIGRATIONS;
-use crate::sqlite::{StoreError, open, open_existing, open_in_memory};
+use crate::sqlite::{
+    StoreError, open, open_existing, open_existing_waiting, open_in_memory, open_read_only_waiting,
+};
+
+/// What upgrades a brain an older pith wrote: any command that saves to it.
+const UPGRADE: &str = "save a memory once (`pith memory add`) to upgrade it";
 
 /// The SQLite backend: one connection to `<workspace>/.pith/brain.db`.
 pub struct SqliteBrain {
@@ -31,6 +37,21 @@ impl SqliteBrain {
     pub fn open_existing(path: &Path) -> Result<SqliteBrain, StoreError> {
         Ok(SqliteBrain {
             conn: open_existing(path, MIGRATIONS)?,
+        })
+    }
+
+    /// Open an existing brain database file to read it, changing nothing (no file, mode or
+    /// schema), waiting at most `busy` for another process's lock: the hook's way in.
+    pub fn open_read_only(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
+        Ok(SqliteBrain {
+            conn: open_read_only_waiting(path, MIGRATIONS, UPGRADE, busy)?,
+        })
+    }
+
+    /// [`SqliteBrain::open_existing`], waiting at most `busy` for another process's lock.
+    pub fn open_existing_waiting(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
+        Ok(SqliteBrain {
+            conn: open_existing_waiting(path, MIGRATIONS, busy)?,
         })
     }
 
@@ -204,6 +225,14 @@ impl SqliteBrain {
     }
 }
 
+/// Live memories citing a path, oldest first. Driven by the path index: the memories citing the
+/// path, then each by rowid. (A correlated `EXISTS` made SQLite scan every memory: 600 page
+/// reads and ~4 ms at 10,000 memories, paid on every file read and hook call.)
+const ON_PATH: &str = "SELECT m.id, m.kind, m.title FROM memories m
+     WHERE m.seq IN (SELECT e.memory_seq FROM evidence e WHERE e.path = ?1)
+       AND m.trashed_at IS NULL
+     ORDER BY m.created_at, m.seq";
+
 /// The operations [`BrainStore`] names, with this backend's own error (callers that know the
 /// backend can match on it).
 impl SqliteBrain {
@@ -295,6 +324,79 @@ impl SqliteBrain {
         })
     }
 
+    /// Live memories of `query.kind` whose headline holds every selective term (one fewer
+    /// than [`COMMON_HEADLINE_TERM`] headlines hold), best first; when none does, those holding
+    /// any. Common terms never nominate: only memories sharing what sets a failure apart are
+    /// ranked, so the cost does not grow with how many headlines say `FAILED` or `test`.
+    pub fn by_headline(&mut self, query: &HeadlineQuery) -> Result<Vec<Memory>, StoreError> {
+        let mut selective: Vec<String> = Vec::new();
+        for term in query
+            .terms
+            .iter()
+            .filter(|t| t.chars().any(char::is_alphanumeric))
+        {
+            let quoted = format!("\"{}\"", term.replace('"', "\"\""));
+            if !selective.contains(&quoted)
+                && self.headlines_holding(&quoted, COMMON_HEADLINE_TERM)? < COMMON_HEADLINE_TERM
+            {
+                selective.push(quoted);
+            }
+        }
+        if selective.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Headlines are mostly on fixes; other kinds are dropped after ranking, so rank a few
+        // more than asked for.
+        let wanted = query.limit.saturating_mul(4);
+        let all = self.of_kind(
+            self.best(&format!("headline : ({})", selective.join(" ")), wanted)?,
+            query,
+        )?;
+        if !all.is_empty() {
+            return Ok(all);
+        }
+        let any = self.best(&format!("headline : ({})", selective.join(" OR ")), wanted)?;
+        self.of_kind(any, query)
+    }
+
+    /// The live memories of `query.kind` among `seqs`, in order, at most `query.limit`.
+    fn of_kind(&self, seqs: Vec<i64>, query: &HeadlineQuery) -> Result<Vec<Memory>, StoreError> {
+        let mut out = Vec::with_capacity(query.limit);
+        for seq in seqs {
+            if out.len() == query.limit {
+                break;
+            }
+            if let Some(m) = self.load(seq)?
+                && m.kind == query.kind
+                && m.trashed_at.is_none()
+            {
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The best `limit` matches of `expr` by BM25 (few match: every caller narrows first).
+    fn best(&self, expr: &str, limit: usize) -> Result<Vec<i64>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![expr, limit as i64], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How many live headlines hold `term` (a quoted FTS5 string), counting no further than
+    /// `cap`.
+    fn headlines_holding(&self, term: &str, cap: usize) -> Result<usize, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ?1 LIMIT ?2)",
+        )?;
+        let n: i64 = stmt.query_row(params![format!("headline : {term}"), cap as i64], |r| {
+            r.get(0)
+        })?;
+        Ok(usize::try_from(n).unwrap_or(cap))
+    }
+
     /// Memories newest first (live ones, or the trash).
     pub fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError> {
         let seqs: Vec<i64> = {
@@ -323,12 +425,7 @@ impl SqliteBrain {
 
     /// Live memories with evidence on `path` (workspace-relative), oldest first.
     pub fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT m.id, m.kind, m.title FROM memories m
-             WHERE m.trashed_at IS NULL
-               AND EXISTS (SELECT 1 FROM evidence e WHERE e.memory_seq = m.seq AND e.path = ?1)
-             ORDER BY m.created_at, m.seq",
-        )?;
+        let mut stmt = self.conn.prepare_cached(ON_PATH)?;
         let rows = stmt.query_map([path], |r| {
             let kind: String = r.get(1)?;
             Ok(MemoryRef {
@@ -420,6 +517,10 @@ impl BrainStore for SqliteBrain {
 
     fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, BackendError> {
         Ok(SqliteBrain::list(self, filter)?)
+    }
+
+    fn by_headline(&mut self, query: &HeadlineQuery) -> Result<Vec<Memory>, BackendError> {
+        Ok(SqliteBrain::by_headline(self, query)?)
     }
 
     fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, BackendError> {
@@ -567,6 +668,92 @@ mod tests {
             s.search(&terms(&[t])).unwrap();
         }
         assert_eq!(s.search(&terms(&["\"quoted\""])).unwrap().total, 1);
+    }
+
+    #[test]
+    fn memories_on_a_path_are_found_through_the_path_index() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        for i in 0..50 {
+            let mut m = memory(&format!("m-{i}"), Kind::Note, "Note", "");
+            m.evidence[0].path = format!("src/f{}.rs", i % 5);
+            m.created_at = 100 - i;
+            s.insert(&m).unwrap();
+        }
+        // Oldest first, trashed ones left out.
+        s.set_trashed("m-45", Some(1)).unwrap();
+        let ids: Vec<String> = s
+            .on_path("src/f0.rs")
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "m-40", "m-35", "m-30", "m-25", "m-20", "m-15", "m-10", "m-5", "m-0"
+            ]
+        );
+        // Not a scan of every memory: a hook and every file read pay this query.
+        let plan: Vec<String> = s
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {ON_PATH}"))
+            .unwrap()
+            .query_map(["src/f0.rs"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|p| p.contains("evidence_by_path")),
+            "{plan:?}"
+        );
+        assert!(!plan.iter().any(|p| p == "SCAN m"), "{plan:?}");
+    }
+
+    #[test]
+    fn by_headline_takes_every_term_else_the_selective_ones_never_only_common_ones() {
+        let mut s = SqliteBrain::in_memory().unwrap();
+        let mut fix = |id: &str, headline: &str| {
+            let mut m = memory(id, Kind::Fix, "Fix", "");
+            m.headline = Some(headline.to_owned());
+            s.insert(&m).unwrap();
+        };
+        // Many fixes share the common words of a pytest failure.
+        for i in 0..COMMON_HEADLINE_TERM + 10 {
+            fix(
+                &format!("m-c{i}"),
+                &format!("FAILED tests/test_x{i}.py::test_y - assert"),
+            );
+        }
+        fix("m-add", "FAILED test_calc.py::test_add - assert -1 == 5");
+        fix("m-sub", "FAILED test_calc.py::test_sub - assert");
+        let mut note = memory("m-note", Kind::Note, "calc add", "");
+        note.headline = Some("FAILED test_calc.py::test_add - assert -1 == 5".into());
+        s.insert(&note).unwrap();
+        let ids = |s: &mut SqliteBrain, terms: &[&str]| -> Vec<String> {
+            s.by_headline(&HeadlineQuery {
+                terms: terms.iter().map(|t| (*t).to_owned()).collect(),
+                kind: Kind::Fix,
+                limit: 10,
+            })
+            .unwrap()
+            .into_iter()
+            .map(|m| m.id)
+            .collect()
+        };
+        // Every selective term (calc, add): only that fix (not the note with the same headline).
+        assert_eq!(
+            ids(&mut s, &["failed", "test", "calc", "py", "add", "assert"]),
+            ["m-add"]
+        );
+        // No headline holds every selective term (calc, add, keyerror): any of them nominates.
+        let mut got = ids(&mut s, &["failed", "test", "calc", "py", "add", "keyerror"]);
+        got.sort();
+        assert_eq!(got, ["m-add", "m-sub"]);
+        // A trashed fix is not nominated.
+        s.set_trashed("m-add", Some(1)).unwrap();
+        assert_eq!(ids(&mut s, &["calc", "add"]), ["m-sub"]);
+        // Only common terms and one no headline holds: nothing.
+        assert!(ids(&mut s, &["failed", "test", "py", "nowhere"]).is_empty());
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! `pith setup <client>`: register `pith mcp` in a coding agent's own MCP config.
+//! `pith setup <client>`: register `pith mcp` in a coding agent's own MCP config, and `pith hook`
+//! in its hook config (Claude Code: `.claude/settings.json` in the project; Codex:
+//! `$CODEX_HOME/hooks.json` when that file exists, else inline `[hooks]` in its `config.toml`).
 //!
 //! The edit is an insertion into the user's file, never a rewrite. JSON and JSONC go through
 //! jsonc-parser's CST, which adds the entry and keeps comments, trailing commas, key order and
@@ -73,11 +75,7 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
     };
     let path = config_path(args.client, args.workspace.as_deref())?;
     let rerun = format!("pith setup {}", args.client.name());
-    let old = match std::fs::read_to_string(&path) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
+    let old = read_config(&path)?;
     let plan = match args.client {
         Client::ClaudeCode => plan_json(
             &path,
@@ -105,36 +103,408 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
         )?,
         Client::Codex => plan_toml(&path, &rerun, old, &command)?,
     };
-    let (old, new) = match plan {
-        Plan::Registered => {
-            println!(
-                "{} already registers pith (`{command} mcp`); nothing to change.",
-                path.display()
-            );
-            return Ok(());
+    let mut plan = plan;
+    let hook = match hook_path(args.client, args.workspace.as_deref())? {
+        Some(hook_path) => {
+            let hook_command = format!("{} hook", shell_word(&command));
+            let entries = hook_entries(args.client);
+            // Codex keeps both in config.toml: the hooks go into the text with the MCP entry.
+            let same_file = hook_path == path;
+            let base = match (&plan, same_file) {
+                (Plan::Write { new, .. }, true) => Some(new.clone()),
+                (Plan::Registered, true) => old_text(&path)?,
+                (_, false) => read_config(&hook_path)?,
+            };
+            let hook_plan = if hook_path.extension().is_some_and(|e| e == "toml") {
+                plan_toml_hooks(&hook_path, &rerun, base, &hook_command, entries)?
+            } else {
+                plan_json_hooks(&hook_path, &rerun, base, &hook_command, entries)?
+            };
+            match (same_file, hook_plan) {
+                (true, Plan::Write { new, .. }) => {
+                    plan = Plan::Write {
+                        old: old_text(&path)?,
+                        new,
+                    };
+                    None
+                }
+                (true, Plan::Registered) => None,
+                (false, hook_plan) => Some((hook_path, hook_plan, hook_command)),
+            }
         }
-        Plan::Write { old, new } => (old, new),
+        None => None,
     };
-    let state = if old.is_some() { "" } else { " (new file)" };
-    println!("{}{state}:", path.display());
-    print!("{}", diff(old.as_deref().unwrap_or(""), &new));
+    // Both files are planned before either is written: a refusal leaves both as they were.
+    let mut writes: Vec<(PathBuf, String)> = Vec::new();
+    let mut show = |path: &PathBuf, plan: Plan, registered: String| match plan {
+        Plan::Registered => println!("{registered}"),
+        Plan::Write { old, new } => {
+            let state = if old.is_some() { "" } else { " (new file)" };
+            println!("{}{state}:", path.display());
+            print!("{}", diff(old.as_deref().unwrap_or(""), &new));
+            writes.push((path.clone(), new));
+        }
+    };
+    show(
+        &path,
+        plan,
+        format!(
+            "{} already registers pith (`{command} mcp`); nothing to change.",
+            path.display()
+        ),
+    );
+    if let Some((hook_path, plan, hook_command)) = hook {
+        show(
+            &hook_path,
+            plan,
+            format!(
+                "{} already runs `{hook_command}` after tool calls; nothing to change.",
+                hook_path.display()
+            ),
+        );
+    }
+    if writes.is_empty() {
+        return Ok(());
+    }
     if args.dry_run {
         println!("dry run: nothing written.");
         return Ok(());
     }
-    write_file(&path, &new)?;
-    println!("wrote {}.", path.display());
+    for (path, new) in &writes {
+        write_file(path, new)?;
+        println!("wrote {}.", path.display());
+    }
     println!(
         "{}",
         match args.client {
             Client::ClaudeCode =>
-                "Claude Code asks you to approve the project's `pith` MCP server next time it starts here.",
+                "Claude Code asks you to approve the project's `pith` MCP server next time it starts here; \
+                 it runs `pith hook` after Read, Edit, Write and Bash calls from then on.",
             Client::Opencode => "OpenCode starts `pith mcp` next time it runs in this project.",
             Client::Codex =>
-                "Codex starts `pith mcp` in every project; the workspace is found from where Codex runs.",
+                "Codex starts `pith mcp` in every project; the workspace is found from where Codex runs. \
+                 Codex runs a new hook only once you trust it: open Codex and approve `pith hook` in /hooks.",
         }
     );
     Ok(())
+}
+
+/// A config file's text as it is on disk (`None` when missing or blank).
+fn old_text(path: &Path) -> anyhow::Result<Option<String>> {
+    Ok(read_config(path)?.filter(|t| !t.trim().is_empty()))
+}
+
+/// A config file's text, `None` when it does not exist.
+fn read_config(path: &Path) -> anyhow::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// One hook registration: the event, and the tools it matches (the hosts' matcher syntax:
+/// tool names separated by `|`).
+struct HookEntry {
+    event: &'static str,
+    matcher: &'static str,
+}
+
+/// How long a host waits for `pith hook`, in seconds (the hosts' unit). The hook answers in
+/// milliseconds; this only bounds a machine that is stalled.
+const HOOK_TIMEOUT_SECS: u64 = 10;
+
+/// The moments `pith hook` speaks to, per client: reads, edits and shell commands. Claude Code
+/// reports a failing command as `PostToolUseFailure`; Codex has no failure event, and runs its
+/// shell commands as `Bash` and edits as `apply_patch`.
+fn hook_entries(client: Client) -> &'static [HookEntry] {
+    match client {
+        Client::ClaudeCode => &[
+            HookEntry {
+                event: "PostToolUse",
+                matcher: "Read|Edit|Write|MultiEdit|NotebookEdit|Bash",
+            },
+            HookEntry {
+                event: "PostToolUseFailure",
+                matcher: "Bash",
+            },
+        ],
+        Client::Codex => &[HookEntry {
+            event: "PostToolUse",
+            matcher: "Bash|apply_patch",
+        }],
+        Client::Opencode => &[],
+    }
+}
+
+/// Where a client's hooks are configured; `None` for a client without command hooks
+/// (OpenCode).
+fn hook_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
+    Ok(match client {
+        Client::ClaudeCode => Some(
+            crate::workspace::workspace_from(workspace)?
+                .root()
+                .join(".claude")
+                .join("settings.json"),
+        ),
+        Client::Codex => {
+            let home = codex_home()?;
+            // Codex reads both and warns when one layer has both: use the one in use.
+            let json = home.join("hooks.json");
+            Some(if json.exists() {
+                json
+            } else {
+                home.join("config.toml")
+            })
+        }
+        Client::Opencode => None,
+    })
+}
+
+/// `word` as one shell word (hosts run hook commands through a shell): as it is when it is
+/// plain, else single-quoted.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Whether a hook command runs pith's hook (`pith hook`, `/path/to/pith hook`), whichever
+/// binary it names.
+fn is_pith_hook(command: &str) -> bool {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    match words.as_slice() {
+        [program, "hook"] => {
+            let program = program.trim_matches('\'');
+            program == "pith" || program.ends_with("/pith")
+        }
+        _ => false,
+    }
+}
+
+/// The hook group pith adds under one event.
+fn hook_group(matcher: &str, command: &str) -> CstInputValue {
+    object([
+        ("matcher", matcher.into()),
+        (
+            "hooks",
+            CstInputValue::Array(vec![object([
+                ("type", "command".into()),
+                ("command", command.into()),
+                (
+                    "timeout",
+                    CstInputValue::Number(HOOK_TIMEOUT_SECS.to_string()),
+                ),
+            ])]),
+        ),
+    ])
+}
+
+/// Which of `entries` still need adding to `hooks` (the parsed `hooks` object), refusing a
+/// different pith hook command already there.
+fn missing_hooks<'a>(
+    hooks: Option<&Value>,
+    file: &str,
+    rerun: &str,
+    command: &str,
+    entries: &'a [HookEntry],
+) -> anyhow::Result<Vec<&'a HookEntry>> {
+    let mut missing = Vec::new();
+    for entry in entries {
+        let groups = hooks.and_then(|h| h.get(entry.event));
+        let commands: Vec<&str> = groups
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g.get("hooks").and_then(Value::as_array))
+            .flatten()
+            .filter_map(|h| h.get("command").and_then(Value::as_str))
+            .collect();
+        if commands.contains(&command) {
+            continue;
+        }
+        if let Some(other) = commands.iter().find(|c| is_pith_hook(c)) {
+            bail!(
+                "{file} already runs a different pith hook on {}: `{other}`\n\
+                 pith leaves it alone. Remove that hook, then run `{rerun}` again.",
+                entry.event
+            );
+        }
+        if groups.is_some_and(|g| !g.is_array()) {
+            bail!(
+                "\"{}\" in {file} is not a list; fix it by hand",
+                entry.event
+            );
+        }
+        missing.push(entry);
+    }
+    Ok(missing)
+}
+
+/// Add `command` under each of `entries` in a JSON settings file (`{"hooks": {"<event>":
+/// [groups]}}`, Claude Code's and Codex's shape), keeping everything else as written.
+fn plan_json_hooks(
+    path: &Path,
+    rerun: &str,
+    old: Option<String>,
+    command: &str,
+    entries: &[HookEntry],
+) -> anyhow::Result<Plan> {
+    let file = path.display().to_string();
+    let old = old.filter(|t| !t.trim().is_empty());
+    let text = old.as_deref().unwrap_or("");
+    let invalid = |e: jsonc_parser::errors::ParseError| {
+        anyhow!("{file} is not valid JSON ({e}); fix that, then run `{rerun}` again")
+    };
+    let root = CstRootNode::parse(text, &JSONC).map_err(invalid)?;
+    let parsed: Value = match root.value() {
+        Some(_) => jsonc_parser::parse_to_serde_value(text, &JSONC).map_err(invalid)?,
+        None => json!({}),
+    };
+    let Some(top) = parsed.as_object() else {
+        bail!("{file} is not a JSON object; fix it by hand");
+    };
+    let hooks = top.get("hooks");
+    if hooks.is_some_and(|h| !h.is_object()) {
+        bail!("\"hooks\" in {file} is not an object; fix it by hand");
+    }
+    let missing = missing_hooks(hooks, &file, rerun, command, entries)?;
+    if missing.is_empty() {
+        return Ok(Plan::Registered);
+    }
+    let Some(top_node) = root.object_value_or_create() else {
+        bail!("{file} is not a JSON object; fix it by hand");
+    };
+    top_node.ensure_multiline();
+    let hooks_node = match member(&top_node, "hooks") {
+        Some(prop) => prop
+            .object_value()
+            .context("internal error: \"hooks\" is not an object")?,
+        None => {
+            top_node.append("hooks", CstInputValue::Object(Vec::new()));
+            member(&top_node, "hooks")
+                .and_then(|p| p.object_value())
+                .context("internal error: \"hooks\" was not added")?
+        }
+    };
+    hooks_node.ensure_multiline();
+    let mut expected = parsed.clone();
+    for entry in &missing {
+        let group = hook_group(entry.matcher, command);
+        let value = to_value(&group);
+        match member(&hooks_node, entry.event) {
+            Some(prop) => {
+                let list = prop
+                    .array_value()
+                    .context("internal error: the event is not a list")?;
+                list.ensure_multiline();
+                list.append(group);
+            }
+            None => {
+                hooks_node.append(entry.event, CstInputValue::Array(vec![group]));
+            }
+        }
+        let slot = &mut expected["hooks"][entry.event];
+        match slot.as_array_mut() {
+            Some(list) => list.push(value),
+            None => *slot = Value::Array(vec![value]),
+        }
+    }
+    let new = root.to_string();
+    let got: Value = jsonc_parser::parse_to_serde_value(&new, &JSONC)
+        .context("internal error: the edit broke the JSON")?;
+    if got != expected || !keeps_text(text, &new) {
+        bail!("internal error: the edit of {file} would change other content; nothing written");
+    }
+    let new = if new.ends_with('\n') { new } else { new + "\n" };
+    Ok(Plan::Write { old, new })
+}
+
+/// The same in Codex's `config.toml`: `[[hooks.<event>]]` tables, each with a matcher and
+/// `[[hooks.<event>.hooks]]` handlers.
+fn plan_toml_hooks(
+    path: &Path,
+    rerun: &str,
+    old: Option<String>,
+    command: &str,
+    entries: &[HookEntry],
+) -> anyhow::Result<Plan> {
+    use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
+
+    let file = path.display().to_string();
+    let text = old.clone().unwrap_or_default();
+    let mut doc: DocumentMut = text
+        .parse()
+        .with_context(|| format!("{file} is not valid TOML"))?;
+    // Read what is there as JSON-shaped values, to share the rules with the JSON files.
+    let existing: Option<Value> = doc
+        .get("hooks")
+        .map(|h| {
+            toml::from_str::<toml::Table>(&format!("hooks = {}", inline(h)))
+                .ok()
+                .and_then(|t| serde_json::to_value(&t["hooks"]).ok())
+                .with_context(|| format!("`hooks` in {file} cannot be read; fix it by hand"))
+        })
+        .transpose()?;
+    let missing = missing_hooks(existing.as_ref(), &file, rerun, command, entries)?;
+    if missing.is_empty() {
+        return Ok(Plan::Registered);
+    }
+    let hooks = doc
+        .entry("hooks")
+        .or_insert_with(|| {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            Item::Table(t)
+        })
+        .as_table_like_mut()
+        .with_context(|| format!("`hooks` in {file} is not a table; fix it by hand"))?;
+    for entry in missing {
+        let mut handler = Table::new();
+        handler.insert("type", value("command"));
+        handler.insert("command", value(command));
+        handler.insert("timeout", value(HOOK_TIMEOUT_SECS as i64));
+        let mut handlers = ArrayOfTables::new();
+        handlers.push(handler);
+        let mut group = Table::new();
+        group.insert("matcher", value(entry.matcher));
+        group.insert("hooks", Item::ArrayOfTables(handlers));
+        match hooks.get_mut(entry.event) {
+            Some(Item::ArrayOfTables(list)) => list.push(group),
+            Some(_) => bail!(
+                "`hooks.{}` in {file} is not a list of tables; fix it by hand",
+                entry.event
+            ),
+            None => {
+                let mut list = ArrayOfTables::new();
+                list.push(group);
+                hooks.insert(entry.event, Item::ArrayOfTables(list));
+            }
+        }
+    }
+    let mut new = doc.to_string();
+    if !new.ends_with('\n') {
+        new.push('\n');
+    }
+    Ok(Plan::Write { old, new })
+}
+
+/// A TOML item written as an inline value (to parse it on its own).
+fn inline(item: &toml_edit::Item) -> String {
+    match item.clone().into_value() {
+        Ok(v) => v.to_string(),
+        Err(item) => match item {
+            toml_edit::Item::Table(t) => t.into_inline_table().to_string(),
+            toml_edit::Item::ArrayOfTables(a) => a.into_array().to_string(),
+            _ => String::new(),
+        },
+    }
 }
 
 /// The file a client's registration goes in.
@@ -152,16 +522,20 @@ fn config_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<PathB
                 root.join("opencode.json")
             }
         }
-        Client::Codex => {
-            let home = match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
-                Some(h) => PathBuf::from(h),
-                None => dirs::home_dir()
-                    .context("cannot find your home directory; set CODEX_HOME")?
-                    .join(".codex"),
-            };
-            home.join("config.toml")
-        }
+        Client::Codex => codex_home()?.join("config.toml"),
     })
+}
+
+/// `$CODEX_HOME`, else `~/.codex`.
+fn codex_home() -> anyhow::Result<PathBuf> {
+    Ok(
+        match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
+            Some(h) => PathBuf::from(h),
+            None => dirs::home_dir()
+                .context("cannot find your home directory; set CODEX_HOME")?
+                .join(".codex"),
+        },
+    )
 }
 
 /// `pith` when the `pith` on PATH is this very binary, so the config survives reinstalls;

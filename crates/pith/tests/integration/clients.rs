@@ -351,6 +351,19 @@ pub fn claude_code(
     prompt: &str,
     limit: Duration,
 ) -> Run {
+    claude_code_with(dir, home, base_url, args, prompt, limit, &[])
+}
+
+/// [`claude_code`] with more environment variables (`PATH` replaces the inherited one).
+pub fn claude_code_with(
+    dir: &Path,
+    home: &Path,
+    base_url: &str,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Run {
     let trap = EgressTrap::start();
     let mut cmd = command(
         &installed("PITH_TEST_CLAUDE", "Claude Code"),
@@ -368,6 +381,9 @@ pub fn claude_code(
         .env("DISABLE_AUTOUPDATER", "1")
         .env("DISABLE_TELEMETRY", "1")
         .env("DISABLE_ERROR_REPORTING", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     run("claude", cmd, trap, limit)
 }
 
@@ -381,6 +397,13 @@ pub fn codex(
     prompt: &str,
     limit: Duration,
 ) -> Run {
+    write_codex_config(home, base_url);
+    codex_with(dir, home, args, prompt, limit, &[])
+}
+
+/// `$HOME/.codex/config.toml` naming `base_url` (with `/v1`) as a Responses provider, as
+/// [`codex`] writes it; returns `CODEX_HOME`.
+pub fn write_codex_config(home: &Path, base_url: &str) -> PathBuf {
     let codex_home = home.join(".codex");
     std::fs::create_dir_all(&codex_home).unwrap();
     let config = format!(
@@ -405,6 +428,20 @@ wire_api = "responses"
         Value::String(base_url.to_owned())
     );
     std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    codex_home
+}
+
+/// `codex exec --skip-git-repo-check [ARGS] PROMPT` in `dir` with the config already in
+/// `$HOME/.codex` ([`write_codex_config`]) and more environment variables.
+pub fn codex_with(
+    dir: &Path,
+    home: &Path,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Run {
+    let codex_home = home.join(".codex");
     let trap = EgressTrap::start();
     let mut cmd = command(&installed("PITH_TEST_CODEX", "Codex"), dir, home, &trap);
     cmd.args(["exec", "--skip-git-repo-check"])
@@ -412,6 +449,9 @@ wire_api = "responses"
         .arg(prompt)
         .env("CODEX_HOME", &codex_home)
         .env(CODEX_KEY_VAR, FAKE_KEY);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     run("codex", cmd, trap, limit)
 }
 

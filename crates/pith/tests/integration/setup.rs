@@ -31,6 +31,9 @@ fn fails(dir: &Path, codex_home: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stderr).unwrap()
 }
 
+/// What `pith setup codex` adds to `config.toml` for the hook.
+const CODEX_HOOKS: &str = "\n[[hooks.PostToolUse]]\nmatcher = \"Bash|apply_patch\"\n\n[[hooks.PostToolUse.hooks]]\ntype = \"command\"\ncommand = \"pith hook\"\ntimeout = 10\n";
+
 fn project() -> (tempfile::TempDir, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join(".git")).unwrap();
@@ -248,7 +251,7 @@ fn setup_codex_edits_codex_home_config_preserving_it() {
     let new = std::fs::read_to_string(codex.join("config.toml")).unwrap();
     assert_eq!(
         new,
-        format!("{old}\n[mcp_servers.pith]\ncommand = \"pith\"\nargs = [\"mcp\"]\n")
+        format!("{old}\n[mcp_servers.pith]\ncommand = \"pith\"\nargs = [\"mcp\"]\n{CODEX_HOOKS}")
     );
     let parsed: toml::Table = toml::from_str(&new).unwrap();
     assert_eq!(
@@ -276,6 +279,102 @@ fn setup_codex_creates_the_config_when_missing() {
     ok(dir.path(), &home, &["codex", "--command", "pith"]);
     assert_eq!(
         std::fs::read_to_string(home.join("config.toml")).unwrap(),
+        format!("[mcp_servers.pith]\ncommand = \"pith\"\nargs = [\"mcp\"]\n{CODEX_HOOKS}")
+    );
+}
+
+#[test]
+fn setup_claude_code_adds_the_hook_to_project_settings_keeping_whats_there() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    std::fs::create_dir(dir.join(".claude")).unwrap();
+    // A settings file with comments, permissions and a hook of its own on the same event.
+    let old = "{\n  // team settings\n  \"permissions\": {\"allow\": [\"Bash(npm test)\"]},\n  \"hooks\": {\n    \"PostToolUse\": [\n      {\"matcher\": \"Write\", \"hooks\": [{\"type\": \"command\", \"command\": \"prettier-hook\"}]}\n    ]\n  }\n}\n";
+    std::fs::write(dir.join(".claude/settings.json"), old).unwrap();
+    let out = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(out.contains(".claude/settings.json:"), "{out}");
+    let new = std::fs::read_to_string(dir.join(".claude/settings.json")).unwrap();
+    assert!(new.contains("// team settings"), "{new}");
+    let v: serde_json::Value = jsonc(&new);
+    assert_eq!(v["permissions"]["allow"][0], "Bash(npm test)");
+    let post = v["hooks"]["PostToolUse"].as_array().unwrap();
+    assert_eq!(post.len(), 2, "{new}");
+    assert_eq!(post[0]["hooks"][0]["command"], "prettier-hook");
+    assert_eq!(
+        post[1],
+        serde_json::json!({
+            "matcher": "Read|Edit|Write|MultiEdit|NotebookEdit|Bash",
+            "hooks": [{"type": "command", "command": "pith hook", "timeout": 10}]
+        })
+    );
+    assert_eq!(
+        v["hooks"]["PostToolUseFailure"],
+        serde_json::json!([{
+            "matcher": "Bash",
+            "hooks": [{"type": "command", "command": "pith hook", "timeout": 10}]
+        }])
+    );
+
+    // Again: nothing to change. Another pith binary's hook is not overwritten.
+    let again = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(again.contains("already runs `pith hook`"), "{again}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".claude/settings.json")).unwrap(),
+        new
+    );
+    std::fs::remove_file(dir.join(".mcp.json")).unwrap();
+    let err = fails(dir, codex, &["claude-code", "--command", "/opt/other/pith"]);
+    assert!(
+        err.contains("already runs a different pith hook on PostToolUse: `pith hook`"),
+        "{err}"
+    );
+    // Both files are planned before either is written.
+    assert!(!dir.join(".mcp.json").exists());
+}
+
+#[test]
+fn setup_codex_uses_hooks_json_when_codex_home_has_one() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    std::fs::write(codex.join("hooks.json"), "{\"hooks\": {}}\n").unwrap();
+    ok(dir, codex, &["codex", "--command", "pith"]);
+    let v = jsonc(&std::fs::read_to_string(codex.join("hooks.json")).unwrap());
+    assert_eq!(
+        v,
+        serde_json::json!({"hooks": {"PostToolUse": [{
+            "matcher": "Bash|apply_patch",
+            "hooks": [{"type": "command", "command": "pith hook", "timeout": 10}]
+        }]}})
+    );
+    // The MCP server still goes in config.toml, which holds no hooks.
+    let config = std::fs::read_to_string(codex.join("config.toml")).unwrap();
+    assert_eq!(
+        config,
         "[mcp_servers.pith]\ncommand = \"pith\"\nargs = [\"mcp\"]\n"
     );
+}
+
+#[test]
+fn setup_quotes_a_hook_command_with_spaces() {
+    let (dir, codex) = project();
+    ok(
+        dir.path(),
+        codex.path(),
+        &["codex", "--command", "/opt/my tools/pith"],
+    );
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(codex.path().join("config.toml")).unwrap())
+            .unwrap();
+    assert_eq!(
+        config["hooks"]["PostToolUse"][0]["hooks"][0]["command"].as_str(),
+        Some("'/opt/my tools/pith' hook")
+    );
+    assert_eq!(
+        config["mcp_servers"]["pith"]["command"].as_str(),
+        Some("/opt/my tools/pith")
+    );
+}
+
+fn jsonc(text: &str) -> serde_json::Value {
+    jsonc_parser::parse_to_serde_value(text, &Default::default()).unwrap()
 }

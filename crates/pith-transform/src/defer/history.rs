@@ -252,8 +252,9 @@ fn strip_system_reminders(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// `<tag ...>...</tag>` and nothing around it.
-fn is_one_wrapper(text: &str) -> bool {
+/// `<tag ...>...</tag>` and nothing around it (how harnesses wrap what they add; the pins stage
+/// reads user text the same way).
+pub(crate) fn is_one_wrapper(text: &str) -> bool {
     let Some(inner) = text.strip_prefix('<') else {
         return false;
     };

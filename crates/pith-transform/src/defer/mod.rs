@@ -10,7 +10,7 @@
 //!
 //! Whenever deferral could be wrong the request is left unchanged, with a [`reason`].
 
-mod history;
+pub(crate) mod history;
 mod rank;
 mod view;
 

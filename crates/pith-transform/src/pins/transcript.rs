@@ -297,27 +297,10 @@ fn user_source(literal: &str, wire: Wire, leading: bool) -> Source {
     if wire == Wire::Responses && text.starts_with("# AGENTS.md instructions for ") {
         return Source::RulesFile;
     }
-    if is_wrapper(text.trim_end()) {
+    if crate::defer::history::is_one_wrapper(text.trim_end()) {
         return Source::Harness;
     }
     Source::Typed
-}
-
-/// `<tag ...>...</tag>` and nothing around it (how harnesses wrap what they add).
-fn is_wrapper(text: &str) -> bool {
-    let Some(inner) = text.strip_prefix('<') else {
-        return false;
-    };
-    let tag_len = inner
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-        .unwrap_or(inner.len());
-    if tag_len == 0 {
-        return false;
-    }
-    let tag = &inner[..tag_len];
-    text.strip_suffix('>')
-        .and_then(|t| t.strip_suffix(tag))
-        .is_some_and(|t| t.ends_with("</"))
 }
 
 /// The text parts and blocks of a content value (string or block array). `source` tags each

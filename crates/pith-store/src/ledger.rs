@@ -956,9 +956,10 @@ impl Ledger {
             // The totals kept as rows were written.
             return self.stage_totals_from(
                 "SELECT stage, result, CASE WHEN result = 'unchanged' THEN detail END, n
-                 FROM stage_result_totals ORDER BY 1, 2, 3"
+                 FROM stage_result_totals WHERE ?1 IS NULL AND ?2 IS NULL ORDER BY 1, 2, 3"
                     .to_owned(),
-                "SELECT stage, name, kind, total FROM stage_fact_totals ORDER BY 1, 2, 3"
+                "SELECT stage, name, kind, total FROM stage_fact_totals
+                 WHERE ?1 IS NULL AND ?2 IS NULL ORDER BY 1, 2, 3"
                     .to_owned(),
                 filter,
             );
@@ -991,11 +992,7 @@ impl Ledger {
         let mut stages: BTreeMap<String, StageTotals> = BTreeMap::new();
         for (is_fact, sql) in [(false, results), (true, facts)] {
             let mut stmt = self.conn.prepare_cached(&sql)?;
-            let mut rows = if sql.contains("?1") {
-                stmt.query(params![filter.since_ms, filter.session])?
-            } else {
-                stmt.query([])?
-            };
+            let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
             while let Some(r) = rows.next()? {
                 let stage: String = r.get(0)?;
                 let (a, b, n): (String, Option<String>, i64) = (r.get(1)?, r.get(2)?, r.get(3)?);
@@ -1021,7 +1018,7 @@ impl Ledger {
         let totals = if filter.since_ms.is_none() {
             "SELECT coalesce(sum(bust_pairs), 0), coalesce(sum(busts_pith), 0),
                     coalesce(sum(busts_client), 0)
-             FROM group_totals WHERE (?1 IS NULL OR ?1 IS NULL) AND (?2 IS NULL OR session = ?2)"
+             FROM group_totals WHERE ?1 IS NULL AND (?2 IS NULL OR session = ?2)"
                 .to_owned()
         } else {
             format!(

@@ -22,5 +22,5 @@ pub mod upstream;
 
 pub use ledger::{LedgerSink, LedgerStats};
 pub use request::TRANSFORMS_HEADER;
-pub use server::{DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts};
+pub use server::{Activity, DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts};
 pub use upstream::{UpstreamError, UpstreamUrl};

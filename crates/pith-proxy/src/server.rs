@@ -3,8 +3,8 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -131,6 +131,46 @@ pub(crate) struct State {
 pub struct Proxy {
     listener: TcpListener,
     state: Arc<State>,
+    activity: Arc<Activity>,
+}
+
+/// How busy a proxy is: its open client connections, and since when none has been open. A
+/// proxy that stops itself when idle (`pith run`'s shared one) reads it; an open connection
+/// (a client between two turns keeps one) always counts as busy.
+#[derive(Debug)]
+pub struct Activity {
+    open: AtomicUsize,
+    /// Milliseconds after `started` when the last connection closed.
+    idle_since_ms: AtomicU64,
+    started: Instant,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            open: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    fn set_open(&self, open: usize) {
+        if open == 0 && self.open.load(Ordering::Relaxed) != 0 {
+            let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.idle_since_ms.store(now, Ordering::Relaxed);
+        }
+        self.open.store(open, Ordering::Relaxed);
+    }
+
+    /// How long no connection has been open (since start, when none ever was); `None` while
+    /// one is.
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.open.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
+        Some(self.started.elapsed().saturating_sub(since))
+    }
 }
 
 impl Proxy {
@@ -154,12 +194,21 @@ impl Proxy {
             transform_failures: AtomicU64::new(0),
             shutting_down: Arc::new(AtomicBool::new(false)),
         });
-        Ok(Proxy { listener, state })
+        Ok(Proxy {
+            listener,
+            state,
+            activity: Arc::new(Activity::new()),
+        })
     }
 
     /// The address bound (the port chosen, when `listen` asked for port 0).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The proxy's open connections, for a caller that stops it when idle.
+    pub fn activity(&self) -> Arc<Activity> {
+        Arc::clone(&self.activity)
     }
 
     /// Transform stages that failed (and were skipped) since start.
@@ -186,6 +235,7 @@ impl Proxy {
             tokio::select! {
                 // Reap finished connections so the set holds only open ones.
                 Some(_) = connections.join_next(), if !connections.is_empty() => {
+                    self.activity.set_open(connections.len());
                     if burst.is_over(connections.len()) {
                         // Off the event loop: the call walks and locks the allocator's arenas.
                         tokio::task::spawn_blocking(pith_alloc::release_free_memory);
@@ -212,6 +262,7 @@ impl Proxy {
                         }
                     });
                     burst.opened(connections.len());
+                    self.activity.set_open(connections.len());
                 }
                 () = &mut shutdown => break,
             }

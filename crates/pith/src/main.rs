@@ -5,6 +5,7 @@
     reason = "the binary is the one place that prints: command output and protocol"
 )]
 
+mod background;
 mod commands;
 mod config;
 mod dashboard;
@@ -44,6 +45,9 @@ enum Command {
     Mcp(commands::mcp::Args),
     /// Read and write the project memory.
     Memory(commands::memory::Args),
+    /// Run a coding agent (claude, opencode, codex) through pith's proxy, starting a shared one
+    /// in the background when none is running.
+    Run(commands::run::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
     Setup(commands::setup::Args),
     /// Answer a coding agent's tool-call hook (run by Claude Code and Codex; reads stdin).
@@ -65,20 +69,25 @@ fn main() -> ExitCode {
         return hook(parsed.ok());
     }
     let cli = parsed.unwrap_or_else(|e| e.exit());
-    let result = config::Config::load(cli.config.as_deref()).and_then(|config| match cli.command {
-        Command::Proxy(args) => commands::proxy::run(args, &config),
-        Command::Stats(args) => commands::stats::run(args, &config),
-        Command::Mcp(args) => commands::mcp::run(args, &config),
-        Command::Memory(cmd) => commands::memory::run(cmd, &config),
-        Command::Setup(args) => commands::setup::run(args, &config),
-        Command::Hook(args) => {
-            commands::hook::run(args, Some(&config.hook));
-            Ok(())
-        }
-        Command::Statusline(args) => commands::statusline::run(args, &config),
+    let result = config::Config::load(cli.config.as_deref()).and_then(|config| {
+        let done = match cli.command {
+            // The client's own exit code (when it could not `exec` in its place).
+            Command::Run(args) => return commands::run::run(args, &config),
+            Command::Proxy(args) => commands::proxy::run(args, &config),
+            Command::Stats(args) => commands::stats::run(args, &config),
+            Command::Mcp(args) => commands::mcp::run(args, &config),
+            Command::Memory(cmd) => commands::memory::run(cmd, &config),
+            Command::Setup(args) => commands::setup::run(args, &config),
+            Command::Hook(args) => {
+                commands::hook::run(args, Some(&config.hook));
+                Ok(())
+            }
+            Command::Statusline(args) => commands::statusline::run(args, &config),
+        };
+        done.map(|()| ExitCode::SUCCESS)
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("pith: error: {e:#}");
             ExitCode::FAILURE

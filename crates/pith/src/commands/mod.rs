@@ -4,6 +4,7 @@ pub mod hook;
 pub mod mcp;
 pub mod memory;
 pub mod proxy;
+pub mod run;
 pub mod setup;
 pub mod stats;
 pub mod statusline;

@@ -18,6 +18,7 @@ mod modes;
 mod opencode;
 mod pins;
 mod proxy;
+mod run;
 mod search_trip;
 mod setup;
 mod stats;

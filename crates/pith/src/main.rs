@@ -48,6 +48,8 @@ enum Command {
     /// Run a coding agent (claude, opencode, codex) through pith's proxy, starting a shared one
     /// in the background when none is running.
     Run(commands::run::Args),
+    /// Check pith's setup: config, proxy, each client's wiring, ledger, brain, local model.
+    Doctor(commands::doctor::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
     Setup(commands::setup::Args),
     /// Answer a coding agent's tool-call hook (run by Claude Code and Codex; reads stdin).
@@ -69,23 +71,12 @@ fn main() -> ExitCode {
         return hook(parsed.ok());
     }
     let cli = parsed.unwrap_or_else(|e| e.exit());
-    let result = config::Config::load(cli.config.as_deref()).and_then(|config| {
-        let done = match cli.command {
-            // The client's own exit code (when it could not `exec` in its place).
-            Command::Run(args) => return commands::run::run(args, &config),
-            Command::Proxy(args) => commands::proxy::run(args, &config),
-            Command::Stats(args) => commands::stats::run(args, &config),
-            Command::Mcp(args) => commands::mcp::run(args, &config),
-            Command::Memory(cmd) => commands::memory::run(cmd, &config),
-            Command::Setup(args) => commands::setup::run(args, &config),
-            Command::Hook(args) => {
-                commands::hook::run(args, Some(&config.hook));
-                Ok(())
-            }
-            Command::Statusline(args) => commands::statusline::run(args, &config),
-        };
-        done.map(|()| ExitCode::SUCCESS)
-    });
+    let result = match cli.command {
+        // The doctor reports a config that does not parse as one of its checks.
+        Command::Doctor(args) => commands::doctor::run(args, cli.config.as_deref()),
+        command => config::Config::load(cli.config.as_deref())
+            .and_then(|config| run(command, &config)),
+    };
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -93,6 +84,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every command but the doctor and the hook, with its config loaded.
+fn run(command: Command, config: &config::Config) -> anyhow::Result<ExitCode> {
+    let done = match command {
+        // The client's own exit code (when it could not `exec` in its place).
+        Command::Run(args) => return commands::run::run(args, config),
+        Command::Doctor(args) => return commands::doctor::run(args, config.source.as_deref()),
+        Command::Proxy(args) => commands::proxy::run(args, config),
+        Command::Stats(args) => commands::stats::run(args, config),
+        Command::Mcp(args) => commands::mcp::run(args, config),
+        Command::Memory(cmd) => commands::memory::run(cmd, config),
+        Command::Setup(args) => commands::setup::run(args, config),
+        Command::Hook(args) => {
+            commands::hook::run(args, Some(&config.hook));
+            Ok(())
+        }
+        Command::Statusline(args) => commands::statusline::run(args, config),
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 /// `pith hook`: exit 0 whatever happens. A bad flag or config file means defaults, a panic

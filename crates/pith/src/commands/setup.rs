@@ -673,7 +673,7 @@ fn shell_word(word: &str) -> String {
 
 /// Whether a hook command runs pith's hook (`pith hook`, `/path/to/pith hook`), whichever
 /// binary it names.
-fn is_pith_hook(command: &str) -> bool {
+pub(crate) fn is_pith_hook(command: &str) -> bool {
     let words: Vec<&str> = command.split_whitespace().collect();
     match words.as_slice() {
         [program, "hook"] => {
@@ -954,7 +954,7 @@ fn default_command() -> anyhow::Result<String> {
 
 /// What OpenCode reads (comments, trailing commas) and no more: a file using the JSON5 extras
 /// jsonc-parser also knows would not load in either client, so it is refused as invalid.
-const JSONC: ParseOptions = ParseOptions {
+pub(crate) const JSONC: ParseOptions = ParseOptions {
     allow_comments: true,
     allow_trailing_commas: true,
     allow_loose_object_property_names: false,

@@ -8,6 +8,7 @@
 mod cli;
 mod clients;
 mod dashboard;
+mod doctor;
 mod defer;
 mod faults;
 mod hook;

@@ -48,6 +48,8 @@ enum Command {
     /// Run a coding agent (claude, opencode, codex) through pith's proxy, starting a shared one
     /// in the background when none is running.
     Run(commands::run::Args),
+    /// Keep `pith proxy` running as your user's service (systemd on Linux, launchd on macOS).
+    Service(commands::service::Args),
     /// Check pith's setup: config, proxy, each client's wiring, ledger, brain, local model.
     Doctor(commands::doctor::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
@@ -97,6 +99,7 @@ fn run(command: Command, config: &config::Config) -> anyhow::Result<ExitCode> {
         Command::Mcp(args) => commands::mcp::run(args, config),
         Command::Memory(cmd) => commands::memory::run(cmd, config),
         Command::Setup(args) => commands::setup::run(args, config),
+        Command::Service(args) => commands::service::run(args, config),
         Command::Hook(args) => {
             commands::hook::run(args, Some(&config.hook));
             Ok(())

@@ -6,6 +6,7 @@ pub mod mcp;
 pub mod memory;
 pub mod proxy;
 pub mod run;
+pub mod service;
 pub mod setup;
 pub mod stats;
 pub mod statusline;

@@ -21,6 +21,7 @@ mod pins;
 mod proxy;
 mod run;
 mod search_trip;
+mod service;
 mod setup;
 mod stats;
 mod support;

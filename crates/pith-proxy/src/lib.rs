@@ -19,6 +19,7 @@ pub mod search_trip;
 mod server;
 mod tee;
 pub mod upstream;
+mod websocket;
 
 pub use ledger::{LedgerSink, LedgerStats};
 pub use request::TRANSFORMS_HEADER;

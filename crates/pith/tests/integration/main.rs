@@ -24,4 +24,5 @@ mod search_trip;
 mod service;
 mod setup;
 mod stats;
+mod websocket;
 mod support;

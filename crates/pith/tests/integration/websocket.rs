@@ -34,13 +34,16 @@ struct Seen {
     frames: Vec<String>,
 }
 
-/// A WebSocket server on loopback that answers each `response.create` with [`events`].
-async fn mock(seen: Arc<Mutex<Seen>>) -> std::net::SocketAddr {
+type Answers = Arc<dyn Fn(u64) -> Vec<String> + Send + Sync>;
+
+/// A WebSocket server on loopback that answers the `n`th `response.create` with `answers(n)`.
+async fn mock(seen: Arc<Mutex<Seen>>, answers: Answers) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let seen = Arc::clone(&seen);
+            let answers = Arc::clone(&answers);
             tokio::spawn(async move {
                 let record = |req: &Request, res: Response| {
                     let mut s = seen.lock().unwrap();
@@ -62,7 +65,7 @@ async fn mock(seen: Arc<Mutex<Seen>>) -> std::net::SocketAddr {
                     let v: Value = serde_json::from_str(&text).unwrap_or_default();
                     if v["type"] == "response.create" {
                         n += 1;
-                        for e in events(n) {
+                        for e in answers(n) {
                             ws.send(Message::text(e)).await.unwrap();
                         }
                     }
@@ -95,7 +98,7 @@ where
 fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_recorded() {
     let rt = runtime();
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let upstream = rt.block_on(mock(Arc::clone(&seen)));
+    let upstream = rt.block_on(mock(Arc::clone(&seen), Arc::new(events)));
     let upstream_url = format!("http://{upstream}");
     let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
 
@@ -180,4 +183,97 @@ fn a_refused_upgrade_reaches_the_client_as_the_upstream_answered_it() {
     // The mock speaks no WebSocket: its answer to the GET comes back, and the client falls back.
     assert_ne!(status, 101);
     assert!(mock.received().iter().any(|r| r.method == "GET" && r.path() == "/v1/responses"));
+}
+
+/// The data of each event of an SSE body: what the same answer sends as WebSocket frames.
+fn frames_of(sse: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(sse)
+        .split("\n\n")
+        .filter_map(|event| {
+            event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[test]
+fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
+    use pith_testkit::fixtures::{Usage, responses};
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let usage = Usage {
+        input: 300,
+        output: 7,
+        cache_write: 0,
+        cache_read: 100,
+    };
+    let answer = frames_of(&responses::stream(&["Hi over ", "WebSocket."], usage));
+    let upstream = rt.block_on(mock(
+        Arc::clone(&seen),
+        Arc::new(move |_| answer.clone()),
+    ));
+    let upstream_url = format!("http://{upstream}");
+    let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
+    let (work, home) = crate::clients::project();
+    // Codex's built-in OpenAI provider (no model_provider), with an API key.
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(
+        codex_home.join("config.toml"),
+        "model = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n\
+         check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
+    )
+    .unwrap();
+    let env: Vec<(&str, std::ffi::OsString)> = vec![
+        ("PITH_HOME", pith.home.path().as_os_str().to_owned()),
+        ("PITH_LISTEN", pith.addr.to_string().into()),
+        ("PITH_OPENAI_UPSTREAM", upstream_url.clone().into()),
+        ("PITH_ANTHROPIC_UPSTREAM", upstream_url.clone().into()),
+        // Where this Codex goes on its own: the mock (so pith run wires it through pith).
+        ("OPENAI_BASE_URL", format!("{upstream_url}/v1").into()),
+        ("OPENAI_API_KEY", crate::clients::FAKE_KEY.into()),
+    ];
+    let run = crate::clients::codex_via(
+        crate::clients::Launch::PithRun(&env),
+        work.path(),
+        home.path(),
+        &[],
+        "say hi",
+        crate::clients::LIMIT,
+        &[],
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Hi over WebSocket.\n", "{}", run.stderr);
+    assert!(!run.stderr.contains("straight to its provider"), "{}", run.stderr);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.path, "/v1/responses");
+    // Codex 0.169.0 sends two creates on the socket: a warm-up (`"generate": false`), then
+    // the turn; the mock answers both.
+    let creates: Vec<Value> = seen
+        .frames
+        .iter()
+        .map(|f| serde_json::from_str(f).unwrap())
+        .filter(|f: &Value| f["type"] == "response.create")
+        .collect();
+    assert!(creates.iter().all(|c| c["model"] == "gpt-5.5"), "{creates:?}");
+    let rows = pith.wait_rows(creates.len());
+    let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();
+    assert_eq!(ws.len(), creates.len(), "one row per response.create: {rows:?}");
+    for row in ws {
+        assert_eq!(row.client, "codex");
+        assert_eq!(row.outcome.as_str(), "ok");
+        let got = row.usage.unwrap();
+        assert_eq!((got.input, got.cache_read, got.output), (300, 100, 7), "{row:?}");
+    }
+    assert_eq!(creates.len(), 2, "{creates:?}");
+    assert_eq!(creates[0]["generate"], false);
+    assert!(creates[1].get("generate").is_none());
+    drop(rt);
 }

@@ -23,5 +23,7 @@ mod websocket;
 
 pub use ledger::{LedgerSink, LedgerStats};
 pub use request::TRANSFORMS_HEADER;
-pub use server::{Activity, DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts};
+pub use server::{
+    Activity, DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts,
+};
 pub use upstream::{UpstreamError, UpstreamUrl};

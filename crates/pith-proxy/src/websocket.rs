@@ -42,10 +42,8 @@ use crate::tee::ProxyBody;
 pub(crate) fn is_upgrade(req: &Request<Incoming>) -> bool {
     let has = |name: header::HeaderName, token: &str| {
         req.headers().get_all(name).iter().any(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case(token))
-            })
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
         })
     };
     req.method() == Method::GET
@@ -180,12 +178,17 @@ pub(crate) async fn relay(state: Arc<State>, mut req: Request<Incoming>) -> Resp
         let (client, upstream) = match tokio::join!(client_upgrade, upstream_upgrade) {
             (Ok(c), Ok(u)) => (c, u),
             (c, u) => {
-                tracing::debug!(client = c.is_ok(), upstream = u.is_ok(), "websocket upgrade failed");
+                tracing::debug!(
+                    client = c.is_ok(),
+                    upstream = u.is_ok(),
+                    "websocket upgrade failed"
+                );
                 activity.relay_ended();
                 return;
             }
         };
-        let client = WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, None).await;
+        let client =
+            WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, None).await;
         let upstream =
             WebSocketStream::from_raw_socket(TokioIo::new(upstream), Role::Client, None).await;
         pump(client, upstream, Turns::new(sink, client_headers)).await;
@@ -227,7 +230,7 @@ where
             msg = from_client.next() => match msg {
                 Some(Ok(msg)) => {
                     if let Message::Text(text) = &msg {
-                        turns.from_client(text.as_str());
+                        turns.client_sent(text.as_str());
                     }
                     let close = matches!(msg, Message::Close(_));
                     // Each hop answers its own pings.
@@ -246,7 +249,7 @@ where
             msg = from_upstream.next() => match msg {
                 Some(Ok(msg)) => {
                     if let Message::Text(text) = &msg {
-                        turns.from_upstream(text.as_str());
+                        turns.upstream_sent(text.as_str());
                     }
                     let close = matches!(msg, Message::Close(_));
                     if matches!(msg, Message::Ping(_) | Message::Pong(_)) {
@@ -317,7 +320,7 @@ impl Turns {
         }
     }
 
-    fn from_client(&mut self, text: &str) {
+    fn client_sent(&mut self, text: &str) {
         if event_type(text).as_deref() != Some("response.create") {
             return;
         }
@@ -334,7 +337,7 @@ impl Turns {
         });
     }
 
-    fn from_upstream(&mut self, text: &str) {
+    fn upstream_sent(&mut self, text: &str) {
         let Some(turn) = self.open.as_mut() else {
             return;
         };

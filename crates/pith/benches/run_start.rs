@@ -54,7 +54,10 @@ fn stop_proxy(addr: SocketAddr) {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-        assert!(Instant::now() < deadline, "the proxy on {addr} did not stop");
+        assert!(
+            Instant::now() < deadline,
+            "the proxy on {addr} did not stop"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -71,10 +71,10 @@ pub fn probe(addr: SocketAddr, token: Option<&str>, timeout: Duration) -> Probe 
     }
     let mut reply = Vec::new();
     // A reply larger than this is not pith's health page.
-    if let Err(e) = (&mut stream).take(64 << 10).read_to_end(&mut reply) {
-        if reply.is_empty() {
-            return Probe::Other(format!("it did not answer HTTP ({e})"));
-        }
+    if let Err(e) = (&mut stream).take(64 << 10).read_to_end(&mut reply)
+        && reply.is_empty()
+    {
+        return Probe::Other(format!("it did not answer HTTP ({e})"));
     }
     parse_health(&reply)
 }
@@ -91,7 +91,11 @@ fn parse_health(reply: &[u8]) -> Probe {
     }
     let code = status.split_whitespace().nth(1).unwrap_or("");
     let health: Option<Value> = serde_json::from_str(body.trim()).ok();
-    match health.as_ref().and_then(|h| h.get("pith")).and_then(Value::as_str) {
+    match health
+        .as_ref()
+        .and_then(|h| h.get("pith"))
+        .and_then(Value::as_str)
+    {
         Some(version) if code == "200" => {
             let field = |k: &str| {
                 health
@@ -109,9 +113,9 @@ fn parse_health(reply: &[u8]) -> Probe {
                 openai: field("openai"),
             })
         }
-        _ if code == "401" => Probe::Other(
-            "it answered 401 (a pith proxy wanting another access token?)".to_owned(),
-        ),
+        _ if code == "401" => {
+            Probe::Other("it answered 401 (a pith proxy wanting another access token?)".to_owned())
+        }
         _ => Probe::Other(format!("an HTTP server that is not pith ({status})")),
     }
 }
@@ -198,7 +202,9 @@ mod tests {
             })
         );
         let older = b"HTTP/1.1 200 OK\r\n\r\n{\"pith\":\"0.0.9\",\"ledger\":true}";
-        assert!(matches!(parse_health(older), Probe::Pith(h) if h.version == "0.0.9" && h.pid.is_none()));
+        assert!(
+            matches!(parse_health(older), Probe::Pith(h) if h.version == "0.0.9" && h.pid.is_none())
+        );
         for other in [
             &b"HTTP/1.1 404 Not Found\r\n\r\nno such page"[..],
             b"HTTP/1.1 200 OK\r\n\r\n{\"status\":\"ok\"}",

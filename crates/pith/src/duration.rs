@@ -29,8 +29,14 @@ pub fn parse(s: &str) -> Result<Duration, String> {
 /// whole milliseconds).
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [("w", 7 * 86_400_000), ("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms >= size && ms % size == 0 {
+    for (unit, size) in [
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

@@ -76,8 +76,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // The doctor reports a config that does not parse as one of its checks.
         Command::Doctor(args) => commands::doctor::run(args, cli.config.as_deref()),
-        command => config::Config::load(cli.config.as_deref())
-            .and_then(|config| run(command, &config)),
+        command => {
+            config::Config::load(cli.config.as_deref()).and_then(|config| run(command, &config))
+        }
     };
     match result {
         Ok(code) => code,

@@ -139,7 +139,11 @@ fn check_proxy(report: &mut Report, config: &Config) -> Option<SocketAddr> {
     let listen = match super::proxy::listen_addr(None, config) {
         Ok(a) => a,
         Err(e) => {
-            report.fail("proxy", format!("{e:#}"), "give an address like 127.0.0.1:8787");
+            report.fail(
+                "proxy",
+                format!("{e:#}"),
+                "give an address like 127.0.0.1:8787",
+            );
             return None;
         }
     };
@@ -314,18 +318,43 @@ fn check_claude(
         return;
     };
     let mcp = root.join(".mcp.json");
-    let command = read_jsonc(&mcp).and_then(|v| v["mcpServers"]["pith"]["command"].as_str().map(str::to_owned));
-    wiring(report, "claude-code mcp", &mcp, command.as_deref(), exe, "pith setup claude-code");
+    let command = read_jsonc(&mcp).and_then(|v| {
+        v["mcpServers"]["pith"]["command"]
+            .as_str()
+            .map(str::to_owned)
+    });
+    wiring(
+        report,
+        "claude-code mcp",
+        &mcp,
+        command.as_deref(),
+        exe,
+        "pith setup claude-code",
+    );
     let settings = root.join(".claude").join("settings.json");
     let parsed = read_jsonc(&settings);
     let hook = parsed.as_ref().and_then(|v| pith_hook_command(&v["hooks"]));
-    wiring(report, "claude-code hooks", &settings, hook.as_deref(), exe, "pith setup claude-code");
+    wiring(
+        report,
+        "claude-code hooks",
+        &settings,
+        hook.as_deref(),
+        exe,
+        "pith setup claude-code",
+    );
     let line = parsed
         .as_ref()
         .and_then(|v| v["statusLine"]["command"].as_str().map(str::to_owned));
     match line {
         Some(l) if l.split_whitespace().nth(1) == Some("statusline") => {
-            wiring(report, "claude-code status line", &settings, Some(&l), exe, "pith setup claude-code");
+            wiring(
+                report,
+                "claude-code status line",
+                &settings,
+                Some(&l),
+                exe,
+                "pith setup claude-code",
+            );
         }
         Some(l) => report.ok(
             "claude-code status line",
@@ -343,12 +372,26 @@ fn check_claude(
         .or_else(|| dirs::home_dir().map(|h| h.join(".claude")))
         .map(|d| d.join("settings.json"));
     for file in [Some(settings.clone()), user].into_iter().flatten() {
-        if let Some(url) = read_jsonc(&file).and_then(|v| v["env"]["ANTHROPIC_BASE_URL"].as_str().map(str::to_owned)) {
-            base_url(report, "claude-code base URL", &format!("env.ANTHROPIC_BASE_URL in {}", file.display()), &url, proxy);
+        if let Some(url) = read_jsonc(&file)
+            .and_then(|v| v["env"]["ANTHROPIC_BASE_URL"].as_str().map(str::to_owned))
+        {
+            base_url(
+                report,
+                "claude-code base URL",
+                &format!("env.ANTHROPIC_BASE_URL in {}", file.display()),
+                &url,
+                proxy,
+            );
         }
     }
     if let Ok(url) = std::env::var("ANTHROPIC_BASE_URL") {
-        base_url(report, "claude-code base URL", "ANTHROPIC_BASE_URL", &url, proxy);
+        base_url(
+            report,
+            "claude-code base URL",
+            "ANTHROPIC_BASE_URL",
+            &url,
+            proxy,
+        );
     }
 }
 
@@ -374,7 +417,14 @@ fn check_opencode(
             .collect();
         (!words.is_empty()).then(|| words.join(" "))
     });
-    wiring(report, "opencode mcp", &file, command.as_deref(), exe, "pith setup opencode");
+    wiring(
+        report,
+        "opencode mcp",
+        &file,
+        command.as_deref(),
+        exe,
+        "pith setup opencode",
+    );
     if let Some(providers) = parsed.as_ref().and_then(|v| v["provider"].as_object()) {
         for (id, p) in providers {
             if let Some(url) = p["options"]["baseURL"].as_str() {
@@ -397,22 +447,49 @@ fn check_codex(report: &mut Report, exe: Option<&Path>, proxy: Option<SocketAddr
         .ok()
         .and_then(|t| toml::from_str(&t).ok());
     let as_json = config.as_ref().and_then(|c| serde_json::to_value(c).ok());
-    let command = as_json
-        .as_ref()
-        .and_then(|v| v["mcp_servers"]["pith"]["command"].as_str().map(str::to_owned));
-    wiring(report, "codex mcp", &file, command.as_deref(), exe, "pith setup codex");
+    let command = as_json.as_ref().and_then(|v| {
+        v["mcp_servers"]["pith"]["command"]
+            .as_str()
+            .map(str::to_owned)
+    });
+    wiring(
+        report,
+        "codex mcp",
+        &file,
+        command.as_deref(),
+        exe,
+        "pith setup codex",
+    );
     let hooks_json = home.join("hooks.json");
     let (hook_file, hook) = match read_jsonc(&hooks_json) {
-        Some(v) => (hooks_json, pith_hook_command(&v["hooks"]).or_else(|| pith_hook_command(&v))),
+        Some(v) => (
+            hooks_json,
+            pith_hook_command(&v["hooks"]).or_else(|| pith_hook_command(&v)),
+        ),
         None => (
             file.clone(),
-            as_json.as_ref().and_then(|v| pith_hook_command(&v["hooks"])),
+            as_json
+                .as_ref()
+                .and_then(|v| pith_hook_command(&v["hooks"])),
         ),
     };
-    wiring(report, "codex hooks", &hook_file, hook.as_deref(), exe, "pith setup codex");
+    wiring(
+        report,
+        "codex hooks",
+        &hook_file,
+        hook.as_deref(),
+        exe,
+        "pith setup codex",
+    );
     if let Some(v) = &as_json {
         if let Some(url) = v["openai_base_url"].as_str() {
-            base_url(report, "codex base URL", &format!("openai_base_url in {}", file.display()), url, proxy);
+            base_url(
+                report,
+                "codex base URL",
+                &format!("openai_base_url in {}", file.display()),
+                url,
+                proxy,
+            );
         }
         if let Some(providers) = v["model_providers"].as_object() {
             for (id, p) in providers {
@@ -431,7 +508,13 @@ fn check_codex(report: &mut Report, exe: Option<&Path>, proxy: Option<SocketAddr
 }
 
 fn check_ledger(report: &mut Report, config: &Config) {
-    let path = match config.ledger.path.clone().map(Ok).unwrap_or_else(|| pith_home().map(|h| h.join("ledger.db"))) {
+    let path = match config
+        .ledger
+        .path
+        .clone()
+        .map(Ok)
+        .unwrap_or_else(|| pith_home().map(|h| h.join("ledger.db")))
+    {
         Ok(p) => p,
         Err(e) => {
             report.fail("ledger", format!("{e:#}"), "set PITH_HOME");
@@ -441,18 +524,28 @@ fn check_ledger(report: &mut Report, config: &Config) {
     if !path.exists() {
         report.ok(
             "ledger",
-            format!("{} does not exist yet (the proxy creates it)", path.display()),
+            format!(
+                "{} does not exist yet (the proxy creates it)",
+                path.display()
+            ),
         );
         return;
     }
     match pith_store::ledger::Ledger::open_read_only(&path) {
         Err(e) => report.fail(
             "ledger",
-            format!("{} does not open: {}", path.display(), pith_brain::render::error_chain(&e)),
+            format!(
+                "{} does not open: {}",
+                path.display(),
+                pith_brain::render::error_chain(&e)
+            ),
             "move it away; the proxy starts a new one",
         ),
         Ok(_) => match std::fs::OpenOptions::new().write(true).open(&path) {
-            Ok(_) => report.ok("ledger", format!("{} opens and is writable", path.display())),
+            Ok(_) => report.ok(
+                "ledger",
+                format!("{} opens and is writable", path.display()),
+            ),
             Err(e) => report.fail(
                 "ledger",
                 format!("{} is not writable ({e})", path.display()),
@@ -470,14 +563,20 @@ fn check_brain(report: &mut Report, workspace: Option<pith_brain::Workspace>) {
         pith_brain::recall::Access::Write,
         Duration::from_secs(1),
     ) {
-        Ok(Some(_)) => report.ok("brain", format!("{root}/.pith/brain.db opens and is writable")),
+        Ok(Some(_)) => report.ok(
+            "brain",
+            format!("{root}/.pith/brain.db opens and is writable"),
+        ),
         Ok(None) => report.ok(
             "brain",
             format!("{root} has no brain yet (the first saved memory creates it)"),
         ),
         Err(e) => report.fail(
             "brain",
-            format!("{root}/.pith/brain.db: {}", pith_brain::render::error_chain(&e)),
+            format!(
+                "{root}/.pith/brain.db: {}",
+                pith_brain::render::error_chain(&e)
+            ),
             "check its permissions, or move it away to start a new one",
         ),
     }
@@ -487,7 +586,11 @@ fn check_prefilter(report: &mut Report, config: &Config) {
     let prefilter = match super::mcp::prefilter_config(&config.mcp) {
         Ok(p) => p,
         Err(e) => {
-            report.fail("local model", format!("{e:#}"), "fix the [mcp] prefilter settings");
+            report.fail(
+                "local model",
+                format!("{e:#}"),
+                "fix the [mcp] prefilter settings",
+            );
             return;
         }
     };

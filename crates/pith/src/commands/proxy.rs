@@ -85,9 +85,9 @@ pub fn listen_addr(flag: Option<SocketAddr>, config: &Config) -> anyhow::Result<
         return Ok(a);
     }
     if let Ok(text) = std::env::var("PITH_LISTEN") {
-        return text
-            .parse()
-            .with_context(|| format!("PITH_LISTEN={text:?} is not an address like 127.0.0.1:8787"));
+        return text.parse().with_context(|| {
+            format!("PITH_LISTEN={text:?} is not an address like 127.0.0.1:8787")
+        });
     }
     let text = config.proxy.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     text.parse()

@@ -37,7 +37,9 @@ pub const START_WAIT: Duration = Duration::from_secs(2);
 const DEFAULT_IDLE_STOP: &str = "30m";
 
 #[derive(Debug, clap::Args)]
-#[command(disable_version_flag = true, after_help = "Examples:
+#[command(
+    disable_version_flag = true,
+    after_help = "Examples:
   pith run claude
   pith run codex exec \"fix the failing test\"
   pith run opencode run \"say hi\"
@@ -50,7 +52,8 @@ is taken by something else, the client runs straight to its provider and pith sa
 
 Wiring is per process: Claude Code gets ANTHROPIC_BASE_URL, Codex `-c openai_base_url=...` (or
 `-c model_providers.<id>.base_url=...`), OpenCode OPENCODE_CONFIG_CONTENT. Nothing is written to
-the client's settings.")]
+the client's settings."
+)]
 pub struct Args {
     /// The coding agent to run (claude, opencode or codex), then its own arguments, passed on
     /// as they are (`--help`, `--version` and `--` included).
@@ -128,7 +131,15 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
         .filter(|f| background::lock_until(f, true, deadline));
 
     let mut wiring = Wiring::default();
-    match ensure(listen, addr, &home, token.as_deref(), config, &idle, deadline) {
+    match ensure(
+        listen,
+        addr,
+        &home,
+        token.as_deref(),
+        config,
+        &idle,
+        deadline,
+    ) {
         Ok(health) => {
             if health.version != env!("CARGO_PKG_VERSION") {
                 eprintln!(
@@ -156,7 +167,11 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
 
 /// Become the client (Unix), keeping the clients lock open in it.
 #[cfg(unix)]
-fn exec(mut cmd: Command, program: &str, clients: Option<std::fs::File>) -> anyhow::Result<ExitCode> {
+fn exec(
+    mut cmd: Command,
+    program: &str,
+    clients: Option<std::fs::File>,
+) -> anyhow::Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     if let Some(lock) = &clients {
         // std opens files close-on-exec; the lock must outlive this process image.
@@ -169,7 +184,11 @@ fn exec(mut cmd: Command, program: &str, clients: Option<std::fs::File>) -> anyh
 
 /// Run the client and pass its exit code on (no `exec` here).
 #[cfg(not(unix))]
-fn exec(mut cmd: Command, program: &str, clients: Option<std::fs::File>) -> anyhow::Result<ExitCode> {
+fn exec(
+    mut cmd: Command,
+    program: &str,
+    clients: Option<std::fs::File>,
+) -> anyhow::Result<ExitCode> {
     let status = cmd.status().map_err(|e| not_started(e, program))?;
     drop(clients);
     Ok(match status.code() {
@@ -466,7 +485,11 @@ fn codex_provider(args: &[OsString], home: &Path) -> Result<CodexProvider, Strin
                     .and_then(|v| v.as_str())
                     .map(str::to_owned)
             })
-            .or_else(|| std::env::var("OPENAI_BASE_URL").ok().filter(|v| !v.is_empty()))
+            .or_else(|| {
+                std::env::var("OPENAI_BASE_URL")
+                    .ok()
+                    .filter(|v| !v.is_empty())
+            })
             .unwrap_or_else(|| format!("{}/v1", pith_proxy::upstream::OPENAI_DEFAULT));
         return Ok(CodexProvider { id, base_url });
     }
@@ -588,10 +611,19 @@ mod tests {
             }
         );
         assert_eq!(provider(&["--profile", "work"]).unwrap().id, "other");
-        assert_eq!(provider(&["-c", "model_provider=\"other\""]).unwrap().id, "other");
-        assert_eq!(provider(&["--config=model_provider=other"]).unwrap().id, "other");
+        assert_eq!(
+            provider(&["-c", "model_provider=\"other\""]).unwrap().id,
+            "other"
+        );
+        assert_eq!(
+            provider(&["--config=model_provider=other"]).unwrap().id,
+            "other"
+        );
         // After `--` it is the prompt, not a flag.
-        assert_eq!(provider(&["--", "-c", "model_provider=other"]).unwrap().id, "mine");
+        assert_eq!(
+            provider(&["--", "-c", "model_provider=other"]).unwrap().id,
+            "mine"
+        );
         assert!(
             provider(&["-c", "model_provider=ollama"])
                 .unwrap_err()

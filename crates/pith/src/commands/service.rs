@@ -13,10 +13,12 @@ use crate::background::{self, Probe};
 use crate::config::Config;
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Linux: a systemd user unit, enabled and started with `systemctl --user`
+#[command(
+    after_help = "Linux: a systemd user unit, enabled and started with `systemctl --user`
 (`loginctl enable-linger $USER` keeps it running while you are logged out). macOS: a launchd
 agent, loaded with `launchctl`. The service runs `pith proxy` with the config file and PITH_HOME
-in effect at install time; its log is the service manager's (journalctl --user -u pith).")]
+in effect at install time; its log is the service manager's (journalctl --user -u pith)."
+)]
 pub struct Args {
     #[command(subcommand)]
     action: Action,
@@ -309,7 +311,10 @@ mod tests {
             ),
             "{unit}"
         );
-        assert!(unit.contains("Environment=PITH_HOME=/home/u/pith-data\n"), "{unit}");
+        assert!(
+            unit.contains("Environment=PITH_HOME=/home/u/pith-data\n"),
+            "{unit}"
+        );
         assert!(unit.contains("Restart=on-failure\n"), "{unit}");
         assert!(unit.contains("WantedBy=default.target\n"), "{unit}");
     }
@@ -325,7 +330,9 @@ mod tests {
             "{plist}"
         );
         assert!(
-            plist.contains("<key>KeepAlive</key>\n  <dict>\n    <key>SuccessfulExit</key>\n    <false/>"),
+            plist.contains(
+                "<key>KeepAlive</key>\n  <dict>\n    <key>SuccessfulExit</key>\n    <false/>"
+            ),
             "{plist}"
         );
         assert!(plist.contains("<key>RunAtLoad</key>\n  <true/>"), "{plist}");

@@ -70,7 +70,9 @@ impl Client {
 enum Plan {
     /// The file already runs this command as `pith`.
     Registered,
-    Write { new: String },
+    Write {
+        new: String,
+    },
 }
 
 /// The files one `pith setup` changes: each file's text on disk and as planned so far, so that
@@ -189,7 +191,10 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         let settings = claude_settings(args.workspace.as_deref())?;
         let line = format!("{} statusline", shell_word(&command));
         let base = edits.current(&settings)?;
-        let entry = object([("type", "command".into()), ("command", line.as_str().into())]);
+        let entry = object([
+            ("type", "command".into()),
+            ("command", line.as_str().into()),
+        ]);
         match plan_json_member(&settings, &rerun, base, &["statusLine"], entry)? {
             Member::Planned(plan) => edits.apply(&settings, plan, || {
                 format!(
@@ -353,7 +358,10 @@ impl Record {
         let path = Record::path()?;
         match std::fs::read_to_string(&path) {
             Ok(text) => serde_json::from_str(&text).with_context(|| {
-                format!("{} is not pith's setup record; move it away", path.display())
+                format!(
+                    "{} is not pith's setup record; move it away",
+                    path.display()
+                )
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Record::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
@@ -414,7 +422,11 @@ fn undo(args: &Args) -> anyhow::Result<()> {
     let mut changed_since = Vec::new();
     for path in &paths {
         let key = Record::key(path);
-        let Some(r) = record.files.get(&key).filter(|r| r.client == args.client.name()) else {
+        let Some(r) = record
+            .files
+            .get(&key)
+            .filter(|r| r.client == args.client.name())
+        else {
             continue;
         };
         if restores.iter().any(|(p, ..)| Record::key(p) == key) {
@@ -465,7 +477,11 @@ fn undo(args: &Args) -> anyhow::Result<()> {
         record.files.remove(&Record::key(path));
         println!(
             "{} {}.",
-            if before.is_some() { "restored" } else { "removed" },
+            if before.is_some() {
+                "restored"
+            } else {
+                "removed"
+            },
             path.display()
         );
     }

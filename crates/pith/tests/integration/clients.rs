@@ -401,7 +401,16 @@ pub fn claude_code_with(
     limit: Duration,
     env: &[(&str, &std::ffi::OsStr)],
 ) -> Run {
-    claude_code_via(Launch::Direct, dir, home, base_url, args, prompt, limit, env)
+    claude_code_via(
+        Launch::Direct,
+        dir,
+        home,
+        base_url,
+        args,
+        prompt,
+        limit,
+        env,
+    )
 }
 
 /// [`claude_code_with`], started as `launch` says.

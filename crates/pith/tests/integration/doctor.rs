@@ -20,7 +20,10 @@ impl Env {
     fn new() -> Env {
         let project = tempfile::tempdir().unwrap();
         std::fs::create_dir(project.path().join(".git")).unwrap();
-        let listen = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let listen = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         Env {
             project,
             homes: tempfile::tempdir().unwrap(),
@@ -47,7 +50,11 @@ impl Env {
         let mut all = vec!["setup"];
         all.extend_from_slice(args);
         let out = self.pith(&all);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// `pith doctor --json`: the exit status, and each check's status by name (several checks
@@ -56,7 +63,10 @@ impl Env {
         let out = self.pith(&["doctor", "--json"]);
         let report: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-        (out.status.success(), report["checks"].as_array().unwrap().clone())
+        (
+            out.status.success(),
+            report["checks"].as_array().unwrap().clone(),
+        )
     }
 }
 
@@ -91,11 +101,25 @@ fn doctor_reports_the_wiring_before_and_after_setup_and_after_undo() {
     let (ok, before) = env.doctor();
     assert!(ok, "warnings only: {before:#?}");
     for name in wired {
-        assert_eq!(status(&before, name), ["warn"], "{name}: {}", detail(&before, name));
-        assert!(detail(&before, name).contains("pith setup"), "{}", detail(&before, name));
+        assert_eq!(
+            status(&before, name),
+            ["warn"],
+            "{name}: {}",
+            detail(&before, name)
+        );
+        assert!(
+            detail(&before, name).contains("pith setup"),
+            "{}",
+            detail(&before, name)
+        );
     }
     assert_eq!(status(&before, "config"), ["ok"]);
-    assert_eq!(status(&before, "proxy"), ["warn"], "{}", detail(&before, "proxy"));
+    assert_eq!(
+        status(&before, "proxy"),
+        ["warn"],
+        "{}",
+        detail(&before, "proxy")
+    );
     assert_eq!(status(&before, "ledger"), ["ok"]);
     assert_eq!(status(&before, "brain"), ["ok"]);
     assert_eq!(status(&before, "local model"), ["ok"]);
@@ -107,21 +131,35 @@ fn doctor_reports_the_wiring_before_and_after_setup_and_after_undo() {
     let (ok, after) = env.doctor();
     assert!(ok, "{after:#?}");
     for name in wired {
-        assert_eq!(status(&after, name), ["ok"], "{name}: {}", detail(&after, name));
+        assert_eq!(
+            status(&after, name),
+            ["ok"],
+            "{name}: {}",
+            detail(&after, name)
+        );
     }
     // Another binary's entry is named as not this one.
     env.setup(&["--undo", "codex"]);
     env.setup(&["codex", "--command", "/usr/bin/true"]);
     let (_, other) = env.doctor();
     assert_eq!(status(&other, "codex mcp"), ["warn"]);
-    assert!(detail(&other, "codex mcp").contains("not this binary"), "{}", detail(&other, "codex mcp"));
+    assert!(
+        detail(&other, "codex mcp").contains("not this binary"),
+        "{}",
+        detail(&other, "codex mcp")
+    );
 
     for client in ["claude-code", "codex", "opencode"] {
         env.setup(&["--undo", client]);
     }
     let (_, undone) = env.doctor();
     for name in wired {
-        assert_eq!(status(&undone, name), ["warn"], "{name}: {}", detail(&undone, name));
+        assert_eq!(
+            status(&undone, name),
+            ["warn"],
+            "{name}: {}",
+            detail(&undone, name)
+        );
     }
 }
 
@@ -149,7 +187,11 @@ fn doctor_names_a_stale_proxy_and_a_base_url_to_a_dead_port() {
     // Nothing on the port the settings now name: every Claude Code request would fail.
     let (ok, checks) = env.doctor();
     assert!(!ok, "a failed check fails the doctor");
-    assert_eq!(status(&checks, "claude-code base URL"), ["fail"], "{checks:#?}");
+    assert_eq!(
+        status(&checks, "claude-code base URL"),
+        ["fail"],
+        "{checks:#?}"
+    );
     let said = detail(&checks, "claude-code base URL");
     assert!(said.contains(&format!("http://{}", env.listen)), "{said}");
     assert!(said.contains("where nothing listens"), "{said}");
@@ -171,7 +213,12 @@ fn doctor_names_a_stale_proxy_and_a_base_url_to_a_dead_port() {
     env2.setup(&["claude-code", "--command", &pith_bin(), "--proxy"]);
     let (ok, checks) = env2.doctor();
     assert!(ok, "{checks:#?}");
-    assert_eq!(status(&checks, "proxy"), ["ok"], "{}", detail(&checks, "proxy"));
+    assert_eq!(
+        status(&checks, "proxy"),
+        ["ok"],
+        "{}",
+        detail(&checks, "proxy")
+    );
     assert!(detail(&checks, "proxy").contains(env!("CARGO_PKG_VERSION")));
     assert_eq!(status(&checks, "claude-code base URL"), ["ok"]);
     proxy.stop();
@@ -206,9 +253,19 @@ fn doctor_reports_a_broken_config_and_goes_on() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let first = text.lines().next().unwrap_or("");
-    assert!(first.starts_with("FAIL config: invalid config file"), "{text}");
+    assert!(
+        first.starts_with("FAIL config: invalid config file"),
+        "{text}"
+    );
     assert!(first.contains(" -> "), "the fix is on the line: {first}");
     // The other checks still ran, one line each.
-    assert!(text.lines().any(|l| l.contains("claude-code mcp")), "{text}");
-    assert!(text.lines().all(|l| l.starts_with("ok") || l.starts_with("warn") || l.starts_with("FAIL")), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains("claude-code mcp")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .all(|l| l.starts_with("ok") || l.starts_with("warn") || l.starts_with("FAIL")),
+        "{text}"
+    );
 }

@@ -8,8 +8,8 @@
 mod cli;
 mod clients;
 mod dashboard;
-mod doctor;
 mod defer;
+mod doctor;
 mod faults;
 mod hook;
 mod mcp;
@@ -24,5 +24,5 @@ mod search_trip;
 mod service;
 mod setup;
 mod stats;
-mod websocket;
 mod support;
+mod websocket;

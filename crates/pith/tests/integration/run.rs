@@ -129,7 +129,11 @@ fn claude_fixes_calc(launch: Launch, mock: &MockUpstream, work: &Path, home: &Pa
             DEFAULT_USAGE,
         ))
     };
-    mock.push(turn("toolu_01", "Read", serde_json::json!({"file_path": calc})));
+    mock.push(turn(
+        "toolu_01",
+        "Read",
+        serde_json::json!({"file_path": calc}),
+    ));
     mock.push(turn(
         "toolu_02",
         "Edit",
@@ -180,7 +184,10 @@ fn opencode_fixes_calc(launch: Launch, mock: &MockUpstream, work: &Path, home: &
             DEFAULT_USAGE,
         ))
     };
-    mock.push_when(has_tools, turn("toolu_01", "read", serde_json::json!({"filePath": calc})));
+    mock.push_when(
+        has_tools,
+        turn("toolu_01", "read", serde_json::json!({"filePath": calc})),
+    );
     mock.push_when(
         has_tools,
         turn(
@@ -189,7 +196,10 @@ fn opencode_fixes_calc(launch: Launch, mock: &MockUpstream, work: &Path, home: &
             serde_json::json!({"filePath": calc, "oldString": "return a - b", "newString": "return a + b"}),
         ),
     );
-    mock.push_when(has_tools, Reply::sse(anthropic::stream(&[DONE], DEFAULT_USAGE)));
+    mock.push_when(
+        has_tools,
+        Reply::sse(anthropic::stream(&[DONE], DEFAULT_USAGE)),
+    );
     let base = format!("{}/v1", mock.url());
     let run = clients::opencode_via(launch, work, home, &base, &[], TASK, clients::LIMIT);
     assert!(run.stdout.contains(DONE), "{}\n{}", run.stdout, run.stderr);
@@ -211,11 +221,20 @@ fn each_client_fixes_calc_through_a_proxy_pith_run_starts() {
         let mock = MockUpstream::start().unwrap();
         let shared = Shared::new(&mock, free_port(), tempfile::tempdir().unwrap());
         let (work, home) = project();
-        let run = task(Launch::PithRun(&shared.env), &mock, work.path(), home.path());
+        let run = task(
+            Launch::PithRun(&shared.env),
+            &mock,
+            work.path(),
+            home.path(),
+        );
         run.assert_ok(&format!("pith's log:\n{}", shared.log()));
         assert!(fixed(work.path()), "{name} did not fix calc.py");
         assert_eq!(notice(&run), None, "{name}: {}", run.stderr);
-        assert_eq!(mock.queued_replies(), 0, "{name}: every turn reached the mock");
+        assert_eq!(
+            mock.queued_replies(),
+            0,
+            "{name}: every turn reached the mock"
+        );
         // One proxy was started, it carried every request, and it outlives the client.
         assert_eq!(shared.started(), 1, "{}", shared.log());
         let rows = wait_rows(&shared.home.path().join("ledger.db"), turns);
@@ -237,7 +256,12 @@ fn each_client_fixes_calc_through_the_proxy_already_running() {
         // The running proxy's own $PITH_HOME: its ledger, and no log of a proxy started.
         shared.env[0].1 = pith.home.path().as_os_str().to_owned();
         let (work, home) = project();
-        let run = task(Launch::PithRun(&shared.env), &mock, work.path(), home.path());
+        let run = task(
+            Launch::PithRun(&shared.env),
+            &mock,
+            work.path(),
+            home.path(),
+        );
         run.assert_ok(&format!("pith:\n{}", pith.stderr()));
         assert!(fixed(work.path()), "{name} did not fix calc.py");
         assert_eq!(notice(&run), None, "{name}: {}", run.stderr);
@@ -274,7 +298,12 @@ fn each_client_fixes_calc_straight_to_the_provider_when_the_port_is_not_pith() {
         let shared = Shared::new(&mock, addr, tempfile::tempdir().unwrap());
         let (work, home) = project();
         let started = Instant::now();
-        let run = task(Launch::PithRun(&shared.env), &mock, work.path(), home.path());
+        let run = task(
+            Launch::PithRun(&shared.env),
+            &mock,
+            work.path(),
+            home.path(),
+        );
         run.assert_ok("");
         assert!(fixed(work.path()), "{name} did not fix calc.py");
         let line = notice(&run).unwrap_or_else(|| panic!("{name}: no notice in {}", run.stderr));
@@ -283,7 +312,10 @@ fn each_client_fixes_calc_straight_to_the_provider_when_the_port_is_not_pith() {
             "{name}: {line}"
         );
         assert_eq!(
-            run.stderr.lines().filter(|l| l.starts_with("pith: ")).count(),
+            run.stderr
+                .lines()
+                .filter(|l| l.starts_with("pith: "))
+                .count(),
             1,
             "{name}: one line: {}",
             run.stderr
@@ -317,7 +349,10 @@ fn fake_client(dir: &Path, name: &str, script: &str) -> OsString {
 
 fn pith_run(shared: &Shared, path: &OsString, args: &[&str]) -> Command {
     let mut cmd = Command::new(pith_bin());
-    cmd.arg("run").args(args).env("PATH", path).env_remove("PITH_CONFIG");
+    cmd.arg("run")
+        .args(args)
+        .env("PATH", path)
+        .env_remove("PITH_CONFIG");
     for (k, v) in &shared.env {
         cmd.env(k, v);
     }
@@ -371,7 +406,9 @@ fn two_pith_runs_at_once_start_one_proxy_that_outlives_the_first_client() {
     );
     a.assert_ok(&shared.log());
     assert_eq!(a.stdout, "quick done\n");
-    let pid = shared.pid().expect("the proxy is up after the first client exits");
+    let pid = shared
+        .pid()
+        .expect("the proxy is up after the first client exits");
     let (b, mock) = b.join().unwrap();
     b.assert_ok(&shared.log());
     assert_eq!(b.stdout, "slow done\n");
@@ -410,16 +447,28 @@ fn the_shared_proxy_waits_for_its_last_client_then_stops_when_idle() {
     }
     // Well past the idle time, with no connection open: the client holds it up.
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(shared.pid().is_some(), "stopped under a running client: {}", shared.log());
+    assert!(
+        shared.pid().is_some(),
+        "stopped under a running client: {}",
+        shared.log()
+    );
     std::fs::write(&stop, "").unwrap();
     assert!(client.wait().unwrap().success());
     // Asked less often than the idle time: each question is a connection, which is activity.
     let deadline = Instant::now() + Duration::from_secs(10);
     while health(shared.addr).is_some() {
-        assert!(Instant::now() < deadline, "the idle proxy did not stop: {}", shared.log());
+        assert!(
+            Instant::now() < deadline,
+            "the idle proxy did not stop: {}",
+            shared.log()
+        );
         std::thread::sleep(Duration::from_millis(700));
     }
-    assert!(shared.log().contains("idle for 300ms: stopping"), "{}", shared.log());
+    assert!(
+        shared.log().contains("idle for 300ms: stopping"),
+        "{}",
+        shared.log()
+    );
 }
 
 #[test]
@@ -427,17 +476,18 @@ fn the_clients_exit_code_comes_back_and_a_missing_client_is_named() {
     let mock = MockUpstream::start().unwrap();
     let shared = Shared::new(&mock, free_port(), tempfile::tempdir().unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let path = fake_client(
-        dir.path(),
-        "codex",
-        "echo \"$@\"; exit 7",
-    );
+    let path = fake_client(dir.path(), "codex", "echo \"$@\"; exit 7");
     let out = pith_run(&shared, &path, &["codex", "exec", "--", "-c", "hi"])
         .env("CODEX_HOME", dir.path())
         .env("OPENAI_BASE_URL", format!("{}/v1", mock.url()))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The wiring leads, the client's own arguments follow as they were, `--` included.
     let port = shared.addr.port();
     assert_eq!(

@@ -24,7 +24,9 @@ fn verify(unit: &std::path::Path) -> Output {
         .arg("verify")
         .arg(unit)
         .output()
-        .unwrap_or_else(|e| panic!("systemd-analyze: {e}; run the tests through scripts/test, which installs it"))
+        .unwrap_or_else(|e| {
+            panic!("systemd-analyze: {e}; run the tests through scripts/test, which installs it")
+        })
 }
 
 #[cfg(target_os = "linux")]
@@ -39,14 +41,21 @@ fn the_systemd_unit_verifies_runs_this_proxy_and_is_removed_again() {
     assert!(!unit.exists());
 
     let out = service(&config_home, &pith_home, &["install", "--no-start"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&unit).unwrap();
     let exe = std::path::Path::new(&pith_bin()).canonicalize().unwrap();
     assert!(
         text.contains(&format!("ExecStart={} proxy\n", exe.display())),
         "{text}"
     );
-    assert!(text.contains(&format!("Environment=PITH_HOME={}\n", pith_home.display())), "{text}");
+    assert!(
+        text.contains(&format!("Environment=PITH_HOME={}\n", pith_home.display())),
+        "{text}"
+    );
     assert!(text.contains("Restart=on-failure\n"), "{text}");
     let checked = verify(&unit);
     assert!(
@@ -58,15 +67,25 @@ fn the_systemd_unit_verifies_runs_this_proxy_and_is_removed_again() {
     // The tool does judge: the same unit with a relative ExecStart fails.
     let broken = dir.path().join("broken.service");
     std::fs::write(&broken, text.replace("ExecStart=", "ExecStart=relative/")).unwrap();
-    assert!(!verify(&broken).status.success(), "systemd-analyze accepts anything here");
+    assert!(
+        !verify(&broken).status.success(),
+        "systemd-analyze accepts anything here"
+    );
 
     let status = service(&config_home, &pith_home, &["status"]);
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(said.contains("runs this binary"), "{said}");
-    assert!(said.contains("proxy: nothing answers on 127.0.0.1:9."), "{said}");
+    assert!(
+        said.contains("proxy: nothing answers on 127.0.0.1:9."),
+        "{said}"
+    );
 
     let out = service(&config_home, &pith_home, &["uninstall", "--no-stop"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!unit.exists());
     let again = service(&config_home, &pith_home, &["uninstall", "--no-stop"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to remove"));

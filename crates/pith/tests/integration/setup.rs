@@ -407,30 +407,53 @@ fn setup_then_undo_leaves_each_clients_real_files_byte_identical() {
     // Each part went in.
     let settings = jsonc(&std::fs::read_to_string(dir.join(".claude/settings.json")).unwrap());
     assert_eq!(settings["statusLine"]["command"], "pith statusline");
-    assert_eq!(settings["env"]["ANTHROPIC_BASE_URL"], "http://127.0.0.1:8787");
+    assert_eq!(
+        settings["env"]["ANTHROPIC_BASE_URL"],
+        "http://127.0.0.1:8787"
+    );
     assert_eq!(settings["env"]["DISABLE_TELEMETRY"], "1");
-    assert_eq!(settings["hooks"]["PostToolUse"][1]["hooks"][0]["command"], "pith hook");
+    assert_eq!(
+        settings["hooks"]["PostToolUse"][1]["hooks"][0]["command"],
+        "pith hook"
+    );
     let opencode = std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap();
     assert!(opencode.contains("/* the model we use */"), "{opencode}");
     let oc = jsonc(&opencode);
-    assert_eq!(oc["provider"]["anthropic"]["options"]["baseURL"], "http://127.0.0.1:8787/v1");
+    assert_eq!(
+        oc["provider"]["anthropic"]["options"]["baseURL"],
+        "http://127.0.0.1:8787/v1"
+    );
     assert_eq!(oc["provider"]["anthropic"]["options"]["timeout"], 600000);
-    assert_eq!(oc["mcp"]["pith"]["command"], serde_json::json!(["pith", "mcp"]));
+    assert_eq!(
+        oc["mcp"]["pith"]["command"],
+        serde_json::json!(["pith", "mcp"])
+    );
     let toml_text = std::fs::read_to_string(codex.join("config.toml")).unwrap();
     let toml: toml::Table = toml::from_str(&toml_text).unwrap();
-    assert_eq!(toml["openai_base_url"].as_str(), Some("http://127.0.0.1:8787/v1"));
+    assert_eq!(
+        toml["openai_base_url"].as_str(),
+        Some("http://127.0.0.1:8787/v1")
+    );
     assert!(toml_text.contains("# docs server"), "{toml_text}");
 
     // A dry run of the undo changes nothing; the undo puts back every byte.
     let preview = ok(dir, codex, &["--undo", "codex", "--dry-run"]);
     assert!(preview.contains("dry run: nothing written."), "{preview}");
-    assert_eq!(std::fs::read_to_string(codex.join("config.toml")).unwrap(), toml_text);
+    assert_eq!(
+        std::fs::read_to_string(codex.join("config.toml")).unwrap(),
+        toml_text
+    );
     for client in ["claude-code", "opencode", "codex"] {
         let out = ok(dir, codex, &["--undo", client]);
         assert!(out.contains("restored "), "{client}: {out}");
     }
     for (path, text) in &files {
-        assert_eq!(&std::fs::read_to_string(path).unwrap(), text, "{}", path.display());
+        assert_eq!(
+            &std::fs::read_to_string(path).unwrap(),
+            text,
+            "{}",
+            path.display()
+        );
     }
     let again = ok(dir, codex, &["--undo", "codex"]);
     assert!(again.contains("nothing to undo"), "{again}");
@@ -450,8 +473,14 @@ fn undo_removes_files_setup_created_and_leaves_a_file_changed_since() {
     let out = setup(dir, codex, &["--undo", "claude-code"]);
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("changed since pith setup wrote it; pith leaves it"), "{said}");
+    assert!(
+        said.contains("changed since pith setup wrote it; pith leaves it"),
+        "{said}"
+    );
     assert!(said.contains("removed "), "{said}");
-    assert!(!dir.join(".mcp.json").exists(), "the file setup created is gone");
+    assert!(
+        !dir.join(".mcp.json").exists(),
+        "the file setup created is gone"
+    );
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), edited);
 }

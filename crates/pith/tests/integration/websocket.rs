@@ -45,6 +45,10 @@ async fn mock(seen: Arc<Mutex<Seen>>, answers: Answers) -> std::net::SocketAddr 
             let seen = Arc::clone(&seen);
             let answers = Arc::clone(&answers);
             tokio::spawn(async move {
+                #[expect(
+                    clippy::result_large_err,
+                    reason = "tungstenite's handshake callback returns its own error response"
+                )]
                 let record = |req: &Request, res: Response| {
                     let mut s = seen.lock().unwrap();
                     s.path = req.uri().to_string();
@@ -117,10 +121,16 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
             .unwrap();
         let h = req.headers_mut();
         h.insert("authorization", "Bearer sk-pith-test-key".parse().unwrap());
-        h.insert("openai-beta", "responses_websockets=2026-02-06".parse().unwrap());
+        h.insert(
+            "openai-beta",
+            "responses_websockets=2026-02-06".parse().unwrap(),
+        );
         h.insert("session-id", "019-session".parse().unwrap());
         h.insert("originator", "codex_exec".parse().unwrap());
-        h.insert("user-agent", "codex_exec/0.169.0 (Debian 12; x86_64)".parse().unwrap());
+        h.insert(
+            "user-agent",
+            "codex_exec/0.169.0 (Debian 12; x86_64)".parse().unwrap(),
+        );
         let (mut ws, res) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
         assert_eq!(res.status(), 101);
         let mut answers = Vec::new();
@@ -144,7 +154,10 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
             .map(|(_, v)| v.as_str())
     };
     assert_eq!(header("authorization"), Some("Bearer sk-pith-test-key"));
-    assert_eq!(header("openai-beta"), Some("responses_websockets=2026-02-06"));
+    assert_eq!(
+        header("openai-beta"),
+        Some("responses_websockets=2026-02-06")
+    );
     assert_eq!(header("session-id"), Some("019-session"));
     assert_eq!(header("upgrade"), Some("websocket"));
 
@@ -160,7 +173,10 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
         assert_eq!(row.outcome.as_str(), "ok", "{row:?}");
         let usage = row.usage.unwrap_or_else(|| panic!("no usage: {row:?}"));
         // OpenAI's cached tokens are inside input_tokens; the ledger keeps them apart.
-        assert_eq!((usage.input, usage.cache_read, usage.output), (90 * n, 10 * n, n));
+        assert_eq!(
+            (usage.input, usage.cache_read, usage.output),
+            (90 * n, 10 * n, n)
+        );
     }
 }
 
@@ -182,7 +198,11 @@ fn a_refused_upgrade_reaches_the_client_as_the_upstream_answered_it() {
     });
     // The mock speaks no WebSocket: its answer to the GET comes back, and the client falls back.
     assert_ne!(status, 101);
-    assert!(mock.received().iter().any(|r| r.method == "GET" && r.path() == "/v1/responses"));
+    assert!(
+        mock.received()
+            .iter()
+            .any(|r| r.method == "GET" && r.path() == "/v1/responses")
+    );
 }
 
 /// The data of each event of an SSE body: what the same answer sends as WebSocket frames.
@@ -215,10 +235,7 @@ fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
         cache_read: 100,
     };
     let answer = frames_of(&responses::stream(&["Hi over ", "WebSocket."], usage));
-    let upstream = rt.block_on(mock(
-        Arc::clone(&seen),
-        Arc::new(move |_| answer.clone()),
-    ));
+    let upstream = rt.block_on(mock(Arc::clone(&seen), Arc::new(move |_| answer.clone())));
     let upstream_url = format!("http://{upstream}");
     let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
     let (work, home) = crate::clients::project();
@@ -251,7 +268,11 @@ fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
     );
     run.assert_ok(&format!("pith:\n{}", pith.stderr()));
     assert_eq!(run.stdout, "Hi over WebSocket.\n", "{}", run.stderr);
-    assert!(!run.stderr.contains("straight to its provider"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("straight to its provider"),
+        "{}",
+        run.stderr
+    );
     let seen = seen.lock().unwrap();
     assert_eq!(seen.path, "/v1/responses");
     // Codex 0.169.0 sends two creates on the socket: a warm-up (`"generate": false`), then
@@ -262,15 +283,26 @@ fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
         .map(|f| serde_json::from_str(f).unwrap())
         .filter(|f: &Value| f["type"] == "response.create")
         .collect();
-    assert!(creates.iter().all(|c| c["model"] == "gpt-5.5"), "{creates:?}");
+    assert!(
+        creates.iter().all(|c| c["model"] == "gpt-5.5"),
+        "{creates:?}"
+    );
     let rows = pith.wait_rows(creates.len());
     let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();
-    assert_eq!(ws.len(), creates.len(), "one row per response.create: {rows:?}");
+    assert_eq!(
+        ws.len(),
+        creates.len(),
+        "one row per response.create: {rows:?}"
+    );
     for row in ws {
         assert_eq!(row.client, "codex");
         assert_eq!(row.outcome.as_str(), "ok");
         let got = row.usage.unwrap();
-        assert_eq!((got.input, got.cache_read, got.output), (300, 100, 7), "{row:?}");
+        assert_eq!(
+            (got.input, got.cache_read, got.output),
+            (300, 100, 7),
+            "{row:?}"
+        );
     }
     assert_eq!(creates.len(), 2, "{creates:?}");
     assert_eq!(creates[0]["generate"], false);

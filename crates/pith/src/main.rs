@@ -65,18 +65,23 @@ fn main() -> ExitCode {
         return hook(parsed.ok());
     }
     let cli = parsed.unwrap_or_else(|e| e.exit());
-    let result = config::Config::load(cli.config.as_deref()).and_then(|config| match cli.command {
-        Command::Proxy(args) => commands::proxy::run(args, &config),
-        Command::Stats(args) => commands::stats::run(args, &config),
-        Command::Mcp(args) => commands::mcp::run(args, &config),
-        Command::Memory(cmd) => commands::memory::run(cmd, &config),
-        Command::Setup(args) => commands::setup::run(args, &config),
-        Command::Hook(args) => {
+    let loaded = config::Config::load(cli.config.as_deref());
+    let result = match (cli.command, loaded) {
+        // A status line is never an error: a config it cannot read means the defaults.
+        (Command::Statusline(args), loaded) => {
+            commands::statusline::run(args, &loaded.unwrap_or_default())
+        }
+        (_, Err(e)) => Err(e),
+        (Command::Proxy(args), Ok(config)) => commands::proxy::run(args, &config),
+        (Command::Stats(args), Ok(config)) => commands::stats::run(args, &config),
+        (Command::Mcp(args), Ok(config)) => commands::mcp::run(args, &config),
+        (Command::Memory(cmd), Ok(config)) => commands::memory::run(cmd, &config),
+        (Command::Setup(args), Ok(config)) => commands::setup::run(args, &config),
+        (Command::Hook(args), Ok(config)) => {
             commands::hook::run(args, Some(&config.hook));
             Ok(())
         }
-        Command::Statusline(args) => commands::statusline::run(args, &config),
-    });
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,7 +1,7 @@
 //! `pith statusline`: one line for Claude Code's status line, from the ledger. Claude Code runs
 //! it with its status payload on stdin (JSON with the `session_id` the ledger keys the session
 //! by) and shows the first line printed. It prints the session's requests, tokens, cache hit
-//! share, cost and what pith kept out of the prompt; a payload it cannot use prints `pith` and
+//! share, cost and what pith saved (an estimate); a payload it cannot use prints `pith` and
 //! nothing else. It always exits 0: a status line is never an error.
 
 use std::io::Read;

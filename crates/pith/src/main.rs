@@ -76,6 +76,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // The doctor reports a config that does not parse as one of its checks.
         Command::Doctor(args) => commands::doctor::run(args, cli.config.as_deref()),
+        // A status line is never an error: a config it cannot read means the defaults.
+        Command::Statusline(args) => commands::statusline::run(
+            args,
+            &config::Config::load(cli.config.as_deref()).unwrap_or_default(),
+        )
+        .map(|()| ExitCode::SUCCESS),
         command => {
             config::Config::load(cli.config.as_deref()).and_then(|config| run(command, &config))
         }

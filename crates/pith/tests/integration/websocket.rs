@@ -232,6 +232,7 @@ fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
         input: 300,
         output: 7,
         cache_write: 0,
+        cache_write_1h: 0,
         cache_read: 100,
     };
     let answer = frames_of(&responses::stream(&["Hi over ", "WebSocket."], usage));

@@ -505,3 +505,44 @@ fn the_clients_exit_code_comes_back_and_a_missing_client_is_named() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_proxy_that_does_not_come_up_means_straight_to_the_provider_after_two_seconds() {
+    let mock = MockUpstream::start().unwrap();
+    let mut shared = Shared::new(&mock, free_port(), tempfile::tempdir().unwrap());
+    // The proxy pith run starts exits at once: its upstream is not a URL.
+    shared.env.retain(|(k, _)| *k != "PITH_ANTHROPIC_UPSTREAM");
+    shared
+        .env
+        .push(("PITH_ANTHROPIC_UPSTREAM", "not a url".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = fake_client(dir.path(), "claude", "echo \"base=$ANTHROPIC_BASE_URL\"");
+    let started = Instant::now();
+    let out = pith_run(&shared, &path, &["claude"])
+        .env("ANTHROPIC_BASE_URL", mock.url())
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(out.status.success());
+    // The client ran unchanged: its own base URL, not the proxy's.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("base={}\n", mock.url())
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains(&format!("127.0.0.1:{}", shared.addr.port()))
+            && lines[0].contains("within 2 s")
+            && lines[0].contains("logs/proxy.log")
+            && lines[0].ends_with("claude runs straight to its provider."),
+        "{stderr}"
+    );
+    assert!(
+        elapsed >= Duration::from_secs(2) && elapsed < Duration::from_secs(6),
+        "{elapsed:?}"
+    );
+    // The proxy's own reason is in its log.
+    assert!(shared.log().contains("not a url"), "{}", shared.log());
+}

@@ -417,9 +417,9 @@ pub fn codex_home() -> PathBuf {
 
 /// The model provider a Codex run uses, and where it sends requests.
 #[derive(Debug, PartialEq)]
-struct CodexProvider {
-    id: String,
-    base_url: String,
+pub(crate) struct CodexProvider {
+    pub id: String,
+    pub base_url: String,
 }
 
 /// Codex's built-in providers that are not the OpenAI API (local model servers).
@@ -428,7 +428,7 @@ const CODEX_LOCAL_PROVIDERS: &[&str] = &["oss", "ollama", "lmstudio"];
 /// Which provider a Codex run with `args` uses: `-c model_provider=...` on the command line,
 /// else the chosen profile's (`--profile`, or `profile` in config.toml), else config.toml's
 /// `model_provider`, else `openai`.
-fn codex_provider(args: &[OsString], home: &Path) -> Result<CodexProvider, String> {
+pub(crate) fn codex_provider(args: &[OsString], home: &Path) -> Result<CodexProvider, String> {
     let config: toml::Table = match std::fs::read_to_string(home.join("config.toml")) {
         Ok(text) => toml::from_str(&text).map_err(|e| {
             format!(

@@ -233,7 +233,19 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
                     v1.clone(),
                 ),
             ],
-            Client::Codex => vec![(path.clone(), vec!["openai_base_url"], v1.clone())],
+            // `openai_base_url` moves only the built-in provider; a provider of the user's own
+            // keeps its base_url (pith never rewrites a setting of the user's).
+            Client::Codex => match super::run::codex_provider(&[], &codex_home()?) {
+                Ok(p) if p.id != "openai" => {
+                    println!(
+                        "Codex uses its model provider `{}` (base_url {}); pith leaves it: point \
+                         that base_url at {v1} yourself, or use `pith run codex`.",
+                        p.id, p.base_url
+                    );
+                    vec![]
+                }
+                _ => vec![(path.clone(), vec!["openai_base_url"], v1.clone())],
+            },
         };
         for (file, key, url) in members {
             let base = edits.current(&file)?;

@@ -484,3 +484,23 @@ fn undo_removes_files_setup_created_and_leaves_a_file_changed_since() {
     );
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), edited);
 }
+
+#[test]
+fn setup_proxy_leaves_a_codex_provider_of_the_users_own_alone_and_says_so() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let config = "model_provider = \"router\"\n\n[model_providers.router]\nbase_url = \"https://router.example/api/v1\"\n";
+    std::fs::write(codex.join("config.toml"), config).unwrap();
+    let out = ok(dir, codex, &["codex", "--command", "pith", "--proxy"]);
+    assert!(
+        out.contains("Codex uses its model provider `router`"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(codex.join("config.toml")).unwrap();
+    assert!(!text.contains("openai_base_url"), "{text}");
+    assert!(
+        text.contains("base_url = \"https://router.example/api/v1\""),
+        "{text}"
+    );
+    assert!(text.contains("[mcp_servers.pith]"), "{text}");
+}

@@ -6,6 +6,7 @@
 )]
 
 mod background;
+mod codex;
 mod commands;
 mod config;
 mod dashboard;

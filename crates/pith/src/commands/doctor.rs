@@ -441,7 +441,13 @@ fn check_opencode(
 }
 
 fn check_codex(report: &mut Report, exe: Option<&Path>, proxy: Option<SocketAddr>) {
-    let home = super::run::codex_home();
+    let home = match crate::codex::home() {
+        Ok(h) => h,
+        Err(e) => {
+            report.warn("codex", format!("{e:#}"), "set CODEX_HOME");
+            return;
+        }
+    };
     let file = home.join("config.toml");
     let config: Option<toml::Table> = std::fs::read_to_string(&file)
         .ok()

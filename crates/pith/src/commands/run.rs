@@ -20,7 +20,7 @@
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -346,7 +346,8 @@ fn wire(
             Ok(Wiring { env, args: vec![] })
         }
         Agent::Codex => {
-            let provider = codex_provider(client_args, &codex_home())?;
+            let home = crate::codex::home().map_err(|e| format!("{e:#}"))?;
+            let provider = crate::codex::provider(client_args, &home)?;
             if let Some(upstream) = &health.openai {
                 let expected = format!("{}/v1", trimmed(upstream));
                 if trimmed(&provider.base_url) != expected && trimmed(&provider.base_url) != v1 {
@@ -406,175 +407,6 @@ fn wire(
     }
 }
 
-/// `$CODEX_HOME`, else `~/.codex`.
-pub fn codex_home() -> PathBuf {
-    std::env::var_os("CODEX_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| dirs::home_dir().map(|h| h.join(".codex")))
-        .unwrap_or_else(|| PathBuf::from(".codex"))
-}
-
-/// The model provider a Codex run uses, and where it sends requests.
-#[derive(Debug, PartialEq)]
-pub(crate) struct CodexProvider {
-    pub id: String,
-    pub base_url: String,
-}
-
-/// Codex's built-in providers that are not the OpenAI API (local model servers).
-const CODEX_LOCAL_PROVIDERS: &[&str] = &["oss", "ollama", "lmstudio"];
-
-/// Which provider a Codex run with `args` uses: `-c model_provider=...` on the command line,
-/// else the chosen profile's (`--profile`, or `profile` in config.toml), else config.toml's
-/// `model_provider`, else `openai`.
-pub(crate) fn codex_provider(args: &[OsString], home: &Path) -> Result<CodexProvider, String> {
-    let config: toml::Table = match std::fs::read_to_string(home.join("config.toml")) {
-        Ok(text) => toml::from_str(&text).map_err(|e| {
-            format!(
-                "{} does not parse ({})",
-                home.join("config.toml").display(),
-                e.message()
-            )
-        })?,
-        Err(_) => toml::Table::new(),
-    };
-    let overrides = codex_overrides(args);
-    let cli = |key: &str| {
-        overrides
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-    };
-    let profile = codex_flag(args, &["--profile", "-p"]).or_else(|| {
-        config
-            .get("profile")
-            .and_then(|p| p.as_str())
-            .map(str::to_owned)
-    });
-    let from_profile = profile.as_deref().and_then(|p| {
-        config
-            .get("profiles")
-            .and_then(|ps| ps.get(p))
-            .and_then(|p| p.get("model_provider"))
-            .and_then(|v| v.as_str())
-            .map(str::to_owned)
-    });
-    let id = cli("model_provider")
-        .or(from_profile)
-        .or_else(|| {
-            config
-                .get("model_provider")
-                .and_then(|v| v.as_str())
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "openai".to_owned());
-    if id == "openai" {
-        if codex_signs_in_with_chatgpt(home) {
-            return Err(
-                "codex signs in with ChatGPT, whose backend pith does not proxy (pith proxies the \
-                 OpenAI API: sign in with an API key)"
-                    .to_owned(),
-            );
-        }
-        let base_url = cli("openai_base_url")
-            .or_else(|| {
-                config
-                    .get("openai_base_url")
-                    .and_then(|v| v.as_str())
-                    .map(str::to_owned)
-            })
-            .or_else(|| {
-                std::env::var("OPENAI_BASE_URL")
-                    .ok()
-                    .filter(|v| !v.is_empty())
-            })
-            .unwrap_or_else(|| format!("{}/v1", pith_proxy::upstream::OPENAI_DEFAULT));
-        return Ok(CodexProvider { id, base_url });
-    }
-    let base_url = cli(&format!("model_providers.{id}.base_url")).or_else(|| {
-        config
-            .get("model_providers")
-            .and_then(|ps| ps.get(&id))
-            .and_then(|p| p.get("base_url"))
-            .and_then(|v| v.as_str())
-            .map(str::to_owned)
-    });
-    match base_url {
-        Some(base_url) => Ok(CodexProvider { id, base_url }),
-        None if CODEX_LOCAL_PROVIDERS.contains(&id.as_str()) => Err(format!(
-            "codex's model provider `{id}` is a local model server, not a provider pith proxies"
-        )),
-        None => Err(format!(
-            "codex's model provider `{id}` has no base_url in {}",
-            home.join("config.toml").display()
-        )),
-    }
-}
-
-/// Whether Codex's stored login is a ChatGPT one (`auth.json` with tokens and no API key).
-fn codex_signs_in_with_chatgpt(home: &Path) -> bool {
-    if std::env::var_os("OPENAI_API_KEY").is_some() || std::env::var_os("CODEX_API_KEY").is_some() {
-        return false;
-    }
-    let Ok(text) = std::fs::read_to_string(home.join("auth.json")) else {
-        return false;
-    };
-    let Ok(auth) = serde_json::from_str::<Value>(&text) else {
-        return false;
-    };
-    auth["auth_mode"] == "chatgpt"
-        || (auth["tokens"].is_object() && !auth["OPENAI_API_KEY"].is_string())
-}
-
-/// The value after the first of `names` in `args` (`--profile p` or `--profile=p`).
-fn codex_flag(args: &[OsString], names: &[&str]) -> Option<String> {
-    let mut it = args.iter().map(|a| a.to_string_lossy());
-    while let Some(arg) = it.next() {
-        if arg == "--" {
-            return None;
-        }
-        for name in names {
-            if arg == *name {
-                return it.next().map(|v| v.into_owned());
-            }
-            if let Some(v) = arg.strip_prefix(&format!("{name}=")) {
-                return Some(v.to_owned());
-            }
-        }
-    }
-    None
-}
-
-/// Codex's `-c key=value` / `--config key=value` overrides in `args`, values read as TOML
-/// (a bare word is a string, as Codex reads it).
-fn codex_overrides(args: &[OsString]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(arg) = it.next() {
-        if arg == "--" {
-            break;
-        }
-        let pair = if arg == "-c" || arg == "--config" {
-            it.next()
-        } else {
-            arg.strip_prefix("--config=").map(str::to_owned)
-        };
-        let Some(pair) = pair else { continue };
-        let Some((key, value)) = pair.split_once('=') else {
-            continue;
-        };
-        let value = value.trim();
-        let value = toml::from_str::<toml::Table>(&format!("v = {value}"))
-            .ok()
-            .and_then(|t| t.get("v").and_then(|v| v.as_str()).map(str::to_owned))
-            .unwrap_or_else(|| value.to_owned());
-        out.push((key.trim().to_owned(), value));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,52 +418,6 @@ mod tests {
             anthropic: Some(anthropic.to_owned()),
             openai: Some(openai.to_owned()),
         }
-    }
-
-    fn os(args: &[&str]) -> Vec<OsString> {
-        args.iter().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn codex_uses_the_provider_the_command_line_the_profile_or_the_config_names() {
-        let home = tempfile::tempdir().unwrap();
-        std::fs::write(
-            home.path().join("config.toml"),
-            "model_provider = \"mine\"\n[model_providers.mine]\nbase_url = \"http://m/v1\"\n\
-             [model_providers.other]\nbase_url = \"http://o/v1\"\n\
-             [profiles.work]\nmodel_provider = \"other\"\n",
-        )
-        .unwrap();
-        let provider = |args: &[&str]| codex_provider(&os(args), home.path());
-        assert_eq!(
-            provider(&["exec", "hi"]).unwrap(),
-            CodexProvider {
-                id: "mine".into(),
-                base_url: "http://m/v1".into()
-            }
-        );
-        assert_eq!(provider(&["--profile", "work"]).unwrap().id, "other");
-        assert_eq!(
-            provider(&["-c", "model_provider=\"other\""]).unwrap().id,
-            "other"
-        );
-        assert_eq!(
-            provider(&["--config=model_provider=other"]).unwrap().id,
-            "other"
-        );
-        // After `--` it is the prompt, not a flag.
-        assert_eq!(
-            provider(&["--", "-c", "model_provider=other"]).unwrap().id,
-            "mine"
-        );
-        assert!(
-            provider(&["-c", "model_provider=ollama"])
-                .unwrap_err()
-                .contains("local model server")
-        );
-        let empty = tempfile::tempdir().unwrap();
-        let openai = codex_provider(&[], empty.path()).unwrap();
-        assert_eq!(openai.id, "openai");
     }
 
     #[test]
@@ -658,7 +444,7 @@ mod tests {
             "model_provider = \"router\"\n[model_providers.router]\nbase_url = \"https://router.example/api/v1\"\n",
         )
         .unwrap();
-        let p = codex_provider(&[], home.path()).unwrap();
+        let p = crate::codex::provider(&[], home.path()).unwrap();
         assert_eq!(p.base_url, "https://router.example/api/v1");
     }
 

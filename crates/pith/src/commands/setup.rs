@@ -235,7 +235,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             ],
             // `openai_base_url` moves only the built-in provider; a provider of the user's own
             // keeps its base_url (pith never rewrites a setting of the user's).
-            Client::Codex => match super::run::codex_provider(&[], &codex_home()?) {
+            Client::Codex => match crate::codex::provider(&[], &crate::codex::home()?) {
                 Ok(p) if p.id != "openai" => {
                     println!(
                         "Codex uses its model provider `{}` (base_url {}); pith leaves it: point \
@@ -424,7 +424,7 @@ fn undo(args: &Args) -> anyhow::Result<()> {
     }
     // Codex's hooks may be in either file, whichever was in use then.
     if let Client::Codex = args.client {
-        let home = codex_home()?;
+        let home = crate::codex::home()?;
         paths.push(home.join("hooks.json"));
         paths.push(home.join("config.toml"));
     }
@@ -672,7 +672,7 @@ fn hook_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<Option<
                 .join("settings.json"),
         ),
         Client::Codex => {
-            let home = codex_home()?;
+            let home = crate::codex::home()?;
             // Codex reads both and warns when one layer has both: use the one in use.
             let json = home.join("hooks.json");
             Some(if json.exists() {
@@ -946,20 +946,8 @@ fn config_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<PathB
                 root.join("opencode.json")
             }
         }
-        Client::Codex => codex_home()?.join("config.toml"),
+        Client::Codex => crate::codex::home()?.join("config.toml"),
     })
-}
-
-/// `$CODEX_HOME`, else `~/.codex`.
-fn codex_home() -> anyhow::Result<PathBuf> {
-    Ok(
-        match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
-            Some(h) => PathBuf::from(h),
-            None => dirs::home_dir()
-                .context("cannot find your home directory; set CODEX_HOME")?
-                .join(".codex"),
-        },
-    )
 }
 
 /// `pith` when the `pith` on PATH is this very binary, so the config survives reinstalls;

@@ -546,3 +546,45 @@ fn a_proxy_that_does_not_come_up_means_straight_to_the_provider_after_two_second
     // The proxy's own reason is in its log.
     assert!(shared.log().contains("not a url"), "{}", shared.log());
 }
+
+#[test]
+fn a_proxy_with_an_access_token_is_found_and_the_client_sends_the_token() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_PROXY_TOKEN", "s3cret")]);
+    let mut shared = Shared::new(&mock, pith.addr, tempfile::tempdir().unwrap());
+    shared.env.push(("PITH_PROXY_TOKEN", "s3cret".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = fake_client(
+        dir.path(),
+        "claude",
+        "echo \"base=$ANTHROPIC_BASE_URL\"; echo \"headers=$ANTHROPIC_CUSTOM_HEADERS\"",
+    );
+    let out = pith_run(&shared, &path, &["claude"])
+        .env("ANTHROPIC_BASE_URL", mock.url())
+        .env("ANTHROPIC_CUSTOM_HEADERS", "x-team: a")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "the proxy answered its health page to the token"
+    );
+    // The client's own headers stay; the token is added on a line of its own.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "base=http://{}\nheaders=x-team: a\nx-pith-token: s3cret\n",
+            pith.addr
+        )
+    );
+    // Without the token, the proxy does not answer as pith: the client goes straight.
+    shared.env.retain(|(k, _)| *k != "PITH_PROXY_TOKEN");
+    let out = pith_run(&shared, &path, &["claude"])
+        .env("ANTHROPIC_BASE_URL", mock.url())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("access token"), "{stderr}");
+    assert!(stderr.contains("runs straight to its provider"), "{stderr}");
+}

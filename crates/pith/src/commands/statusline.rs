@@ -90,14 +90,15 @@ fn line(args: &Args, config: &Config, input: &[u8]) -> Option<String> {
         short(prompt),
         short(output)
     );
-    if saved_tokens != 0 {
+    if saved_tokens != 0 || saved_usd.is_some_and(|u| u != 0.0) {
         let sign = if saved_tokens < 0 { "-" } else { "" };
         out.push_str(&format!(
             " · ~{sign}{} saved",
             short(saved_tokens.unsigned_abs())
         ));
         if let Some(usd) = saved_usd {
-            out.push_str(&format!(" (~${usd:.2})"));
+            let sign = if usd < 0.0 { "-" } else { "" };
+            out.push_str(&format!(" (~{sign}${:.2})", usd.abs()));
         }
     }
     Some(out)

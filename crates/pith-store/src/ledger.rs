@@ -252,6 +252,23 @@ SELECT coalesce('s' || r.session, '-') || char(31) || coalesce('m' || r.model, '
        r.model, s.stage, s.band, sum(s.tokens)
 FROM savings s JOIN requests r ON r.id = s.request_id
 GROUP BY r.session, r.model, s.stage, s.band;
+", "
+-- Schema 5: the latency histograms kept on write (a report over the whole ledger read every
+-- row twice for them). `bucket` is the index of the first bound of LATENCY_BUCKETS_MS at or
+-- above the value, 10 past the last: changing those bounds needs a migration.
+CREATE TABLE latency_totals (
+    metric TEXT NOT NULL,    -- total_ms, ttfb_ms
+    bucket INTEGER NOT NULL,
+    n      INTEGER NOT NULL,
+    sum_ms REAL NOT NULL,
+    PRIMARY KEY (metric, bucket)
+) WITHOUT ROWID;
+INSERT INTO latency_totals
+SELECT 'total_ms', CASE WHEN total_ms <= 50 THEN 0 WHEN total_ms <= 100 THEN 1 WHEN total_ms <= 250 THEN 2 WHEN total_ms <= 500 THEN 3 WHEN total_ms <= 1000 THEN 4 WHEN total_ms <= 2500 THEN 5 WHEN total_ms <= 5000 THEN 6 WHEN total_ms <= 10000 THEN 7 WHEN total_ms <= 30000 THEN 8 WHEN total_ms <= 120000 THEN 9 ELSE 10 END, count(*), sum(total_ms)
+FROM requests GROUP BY 2;
+INSERT INTO latency_totals
+SELECT 'ttfb_ms', CASE WHEN ttfb_ms <= 50 THEN 0 WHEN ttfb_ms <= 100 THEN 1 WHEN ttfb_ms <= 250 THEN 2 WHEN ttfb_ms <= 500 THEN 3 WHEN ttfb_ms <= 1000 THEN 4 WHEN ttfb_ms <= 2500 THEN 5 WHEN ttfb_ms <= 5000 THEN 6 WHEN ttfb_ms <= 10000 THEN 7 WHEN ttfb_ms <= 30000 THEN 8 WHEN ttfb_ms <= 120000 THEN 9 ELSE 10 END, count(*), sum(ttfb_ms)
+FROM requests WHERE ttfb_ms IS NOT NULL GROUP BY 2;
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -594,6 +611,14 @@ pub const LATENCY_BUCKETS_MS: [u64; 10] = [
     50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 120_000,
 ];
 
+/// The bucket of `ms` in `latency_totals`: the index of the first bound at or above it.
+fn latency_bucket(ms: f64) -> i64 {
+    LATENCY_BUCKETS_MS
+        .iter()
+        .position(|b| ms <= *b as f64)
+        .unwrap_or(LATENCY_BUCKETS_MS.len()) as i64
+}
+
 /// Latency histograms over the filtered requests.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Latency {
@@ -839,6 +864,11 @@ impl Ledger {
                 "INSERT INTO saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens",
             )?;
+            let mut latency = tx.prepare_cached(
+                "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
+                 ON CONFLICT (metric, bucket) DO UPDATE SET
+                    n = n + 1, sum_ms = sum_ms + excluded.sum_ms",
+            )?;
             let mut group = tx.prepare_cached(
                 "INSERT INTO group_totals VALUES
                     (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
@@ -966,6 +996,10 @@ impl Ledger {
                     i64::from(cause == Some("client")),
                     u.map_or(0, |u| to_i64(u.cache_write_1h)),
                 ])?;
+                latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
+                if let Some(ttfb) = r.ttfb_ms {
+                    latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
+                }
                 for sv in &r.savings {
                     saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
                     saving_total.execute(params![
@@ -1235,6 +1269,44 @@ impl Ledger {
     /// (to the provider's first byte, where there was one), over the filtered rows, with the
     /// bucket bounds in [`LATENCY_BUCKETS_MS`].
     pub fn latency(&self, filter: &Filter) -> Result<Latency, StoreError> {
+        if filter.since_ms.is_none() && filter.session.is_none() {
+            return self.latency_kept();
+        }
+        self.latency_scanned(filter)
+    }
+
+    /// [`Ledger::latency`] over the whole ledger, from the totals kept as rows were written.
+    fn latency_kept(&self) -> Result<Latency, StoreError> {
+        let mut out = Latency::default();
+        for (metric, hist) in [
+            ("total_ms", &mut out.total_ms),
+            ("ttfb_ms", &mut out.ttfb_ms),
+        ] {
+            let mut per_bucket = [0u64; LATENCY_BUCKETS_MS.len() + 1];
+            let mut stmt = self
+                .conn
+                .prepare_cached("SELECT bucket, n, sum_ms FROM latency_totals WHERE metric = ?1")?;
+            let mut rows = stmt.query(params![metric])?;
+            while let Some(r) = rows.next()? {
+                let bucket = usize::try_from(r.get::<_, i64>(0)?).unwrap_or(usize::MAX);
+                let n = to_u64(r.get(1)?);
+                if let Some(slot) = per_bucket.get_mut(bucket) {
+                    *slot += n;
+                }
+                hist.count += n;
+                hist.sum_ms += r.get::<_, f64>(2)?;
+            }
+            let mut running = 0;
+            for n in &per_bucket[..LATENCY_BUCKETS_MS.len()] {
+                running += n;
+                hist.cumulative.push(running);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Ledger::latency`] computed from the requests themselves (any filter).
+    fn latency_scanned(&self, filter: &Filter) -> Result<Latency, StoreError> {
         let buckets: Vec<String> = LATENCY_BUCKETS_MS
             .iter()
             .map(|b| format!("coalesce(sum(COL <= {b}), 0)"))
@@ -1497,6 +1569,8 @@ mod tests {
                 model: (i % 11 != 0).then(|| format!("m{}", i % 2)),
                 path: "/v1/messages".into(),
                 outcome: outcomes[(i % 4) as usize],
+                total_ms: (i * 977 % 40_000) as f64 + 0.25,
+                ttfb_ms: (i % 4 != 0).then_some((i * 131 % 3_000) as f64 + 0.5),
                 usage: (i % 3 != 2).then_some(RowUsage {
                     input: i,
                     output: 2 * i,
@@ -1543,6 +1617,31 @@ mod tests {
         };
         let busts = ledger.cache_busts(&all).unwrap();
         assert_eq!(busts, ledger.cache_busts(&scanned).unwrap());
+        // Latency: the same counts; the sums added in another order agree to rounding.
+        let (kept, scan) = (
+            ledger.latency(&all).unwrap(),
+            ledger.latency(&scanned).unwrap(),
+        );
+        for (k, s) in [
+            (&kept.total_ms, &scan.total_ms),
+            (&kept.ttfb_ms, &scan.ttfb_ms),
+        ] {
+            assert_eq!((&k.cumulative, k.count), (&s.cumulative, s.count));
+            assert!(
+                (k.sum_ms - s.sum_ms).abs() < 1e-6,
+                "{} {}",
+                k.sum_ms,
+                s.sum_ms
+            );
+        }
+        assert!(
+            kept.total_ms.count == 200 && kept.ttfb_ms.count > 0,
+            "{kept:?}"
+        );
+        assert!(
+            kept.total_ms.cumulative.windows(2).any(|w| w[0] < w[1]),
+            "{kept:?}"
+        );
         assert!(busts.pairs > 0 && busts.by_client > 0, "{busts:?}");
         // A timeline holds every row once, whatever the bucket width.
         let groups = ledger.groups(&all).unwrap();
@@ -1891,6 +1990,13 @@ mod tests {
         assert_eq!(kept.len(), 3, "{kept:?}");
         assert_eq!(kept[0].tokens, 1007, "{kept:?}");
         assert_eq!(l.groups(&scanned).unwrap()[0].cache_write_1h, 20);
+        // The latency histograms the migration made from the old rows, plus the new row.
+        let (kept, scan) = (
+            l.latency(&Filter::default()).unwrap(),
+            l.latency(&scanned).unwrap(),
+        );
+        assert_eq!(kept, scan);
+        assert_eq!(kept.total_ms.count, 4);
     }
 
     /// A ledger written by schema 1 (transforms as header text) reads back as structured data.

@@ -208,7 +208,7 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     let err = refused(&text);
     assert!(err.contains("not an SQLite database"), "{err}");
 
-    // A ledger an older pith wrote (schema version 1 of 4): not upgraded by a reader.
+    // A ledger an older pith wrote (schema version 1 of 5): not upgraded by a reader.
     let old = dir.path().join("old.db");
     drop(
         pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"])
@@ -223,8 +223,8 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"]).unwrap();
 
     let new = dir.path().join("new.db");
-    // One version past the ledger's (schema 4).
-    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 5]).unwrap());
+    // One version past the ledger's (schema 5).
+    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 6]).unwrap());
     let err = refused(&new);
     assert!(err.contains("newer than this pith"), "{err}");
 }

@@ -1,0 +1,50 @@
+//! The history database's migrations. Plain SQL both SQLite and PostgreSQL run (no FTS5, no
+//! `WITHOUT ROWID`, no SQLite-only functions in queries): the search index is this schema's
+//! own postings table, scored by BM25 in Rust (`search.rs`), so a second backend indexes and
+//! ranks the same way. Append-only: never edit a shipped migration.
+
+/// `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
+pub(crate) const MIGRATIONS: &[&str] = &["
+CREATE TABLE conversations (
+    id          TEXT PRIMARY KEY,
+    account     TEXT NOT NULL,
+    agent_type  TEXT NOT NULL,
+    source      TEXT NOT NULL,   -- proxy, import
+    client      TEXT NOT NULL,
+    session_id  TEXT NOT NULL,
+    started_ms  BIGINT NOT NULL,
+    updated_ms  BIGINT NOT NULL,
+    trashed_ms  BIGINT,
+    -- The first message's role and text hashed: a request of the same session that starts
+    -- elsewhere (a side call) is another thread, not this conversation's next turn.
+    first_hash  TEXT,
+    UNIQUE (account, source, client, session_id)
+);
+CREATE INDEX conversations_account ON conversations (account, trashed_ms, started_ms);
+CREATE TABLE messages (
+    id              INTEGER PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations (id),
+    position        INTEGER NOT NULL,
+    role            TEXT NOT NULL,
+    real_user       INTEGER NOT NULL,
+    preview         TEXT NOT NULL,
+    body            TEXT NOT NULL,   -- the indexed text (bounded), for snippets
+    length          INTEGER NOT NULL, -- terms in body: BM25's document length
+    ts_ms           BIGINT NOT NULL,
+    UNIQUE (conversation_id, position)
+);
+CREATE TABLE postings (
+    term       TEXT NOT NULL,
+    message_id INTEGER NOT NULL REFERENCES messages (id),
+    tf         INTEGER NOT NULL,
+    PRIMARY KEY (term, message_id)
+);
+CREATE INDEX postings_message ON postings (message_id);
+-- Per account: messages indexed and their total length (BM25's N and average length),
+-- kept as messages are added and purged so a search never counts the whole table.
+CREATE TABLE index_totals (
+    account      TEXT PRIMARY KEY,
+    documents    BIGINT NOT NULL,
+    total_length BIGINT NOT NULL
+);
+"];

@@ -11,6 +11,7 @@
 //! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged.
 
 mod fault;
+pub mod history;
 pub mod ledger;
 pub mod own_pages;
 mod request;
@@ -20,6 +21,7 @@ mod server;
 mod tee;
 pub mod upstream;
 
+pub use history::{AGENT_TYPE_HEADER, HistorySink};
 pub use ledger::{LedgerSink, LedgerStats};
 pub use request::TRANSFORMS_HEADER;
 pub use server::{DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts};

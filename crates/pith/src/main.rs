@@ -9,6 +9,7 @@ mod commands;
 mod config;
 mod dashboard;
 mod duration;
+mod history_settings;
 mod logging;
 mod prices;
 mod workspace;
@@ -44,6 +45,8 @@ enum Command {
     Mcp(commands::mcp::Args),
     /// Read and write the project memory.
     Memory(commands::memory::Args),
+    /// Search, import and clean up the conversation history (recorded by the proxy).
+    History(commands::history::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
     Setup(commands::setup::Args),
     /// Answer a coding agent's tool-call hook (run by Claude Code and Codex; reads stdin).
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => commands::stats::run(args, &config),
         Command::Mcp(args) => commands::mcp::run(args, &config),
         Command::Memory(cmd) => commands::memory::run(cmd, &config),
+        Command::History(args) => commands::history::run(args, &config),
         Command::Setup(args) => commands::setup::run(args, &config),
         Command::Hook(args) => {
             commands::hook::run(args, Some(&config.hook));

@@ -1,5 +1,6 @@
 //! One module per subcommand (`pith <name>` lives in `<name>.rs`).
 
+pub mod history;
 pub mod hook;
 pub mod mcp;
 pub mod memory;

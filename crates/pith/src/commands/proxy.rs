@@ -10,7 +10,8 @@ use pith_prefilter::{Api, DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedRanker};
 use pith_proxy::own_pages::OwnPages;
 use pith_proxy::rewrite::ResponseRewrites;
 use pith_proxy::search_trip::{SearchTrip, StoredSearches};
-use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
+use pith_proxy::{HistorySink, LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
+use pith_store::history::History;
 use pith_store::ledger::Ledger;
 use pith_store::search_blocks::{Limits, SearchBlocks};
 use pith_transform::search_trip::SearchMemory;
@@ -18,6 +19,7 @@ use pith_transform::search_trip::restore::RestoreStage;
 use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVariant};
 
 use crate::config::{Config, env_flag, pith_home};
+use crate::history_settings::HistorySettings;
 use crate::dashboard::Dashboard;
 use crate::prices::Prices;
 
@@ -97,12 +99,25 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             None => pith_home()?.join("ledger.db"),
         })
     };
+    let history = HistorySettings::resolve(&config.history)?;
+    // Conversations are recorded on the ledger's writer threads, from the records it gets.
+    let history_path = (history.record && ledger_path.is_some()).then(|| history.path.clone());
     let ledger = match &ledger_path {
         Some(path) => {
             let ledger = Ledger::open(path)?;
-            Some(LedgerSink::start(
+            let sink = match &history_path {
+                Some(path) => Some(HistorySink::new(
+                    History::open(path)
+                        .with_context(|| format!("cannot open the history {}", path.display()))?,
+                    history.account.clone(),
+                    history.agent_types.clone(),
+                )),
+                None => None,
+            };
+            Some(LedgerSink::start_with_history(
                 ledger,
                 config.ledger.queue.unwrap_or(DEFAULT_QUEUE),
+                sink,
             )?)
         }
         None => None,
@@ -172,6 +187,10 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         match &ledger_path {
             Some(p) => eprintln!("  ledger    -> {}", p.display()),
             None => eprintln!("  ledger    -> off"),
+        }
+        match &history_path {
+            Some(p) => eprintln!("  history   -> {}", p.display()),
+            None => eprintln!("  history   -> off"),
         }
         if searches.is_some() {
             eprintln!("  searches  -> {}", searches_path.display());

@@ -11,6 +11,7 @@ pub mod token;
 use std::fmt;
 use std::str::FromStr;
 
+use pith_wire::conversation::PartKind;
 use serde::{Deserialize, Serialize};
 
 /// The account a local install keeps its history under (team mode maps each key to one).
@@ -134,6 +135,9 @@ pub struct NewMessage {
     pub real_user: bool,
     /// The message's text (tool calls and results included), indexed for search.
     pub text: String,
+    /// The text of the blocks a person typed (empty when none): the preview of a real user
+    /// message, without the reminders a harness put around it.
+    pub typed: String,
     /// When it was said (ms since the epoch).
     pub ts_ms: i64,
 }
@@ -141,11 +145,28 @@ pub struct NewMessage {
 impl NewMessage {
     /// A message from a wire message, classified, at `ts_ms`.
     pub fn from_wire(message: &pith_wire::conversation::Message, ts_ms: i64) -> NewMessage {
+        let real_user = classify::is_real_user_input(message);
+        let typed: Vec<&str> = message
+            .parts
+            .iter()
+            .filter(|p| real_user && p.kind == PartKind::Text && classify::is_typed_text(&p.text))
+            .map(|p| p.text.as_str())
+            .collect();
         NewMessage {
             role: message.role.clone(),
-            real_user: classify::is_real_user_input(message),
+            real_user,
             text: message.text(),
+            typed: typed.join("\n"),
             ts_ms,
+        }
+    }
+
+    /// What identifies and previews it: the typed text when a person typed it, else all.
+    pub fn gist(&self) -> &str {
+        if self.typed.is_empty() {
+            &self.text
+        } else {
+            &self.typed
         }
     }
 }

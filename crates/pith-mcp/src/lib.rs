@@ -340,9 +340,7 @@ impl PithServer {
         blocking(move || history::search(&options, a)).await
     }
 
-    #[tool(
-        description = "Select conversations by a fixed filter (empty, single-assistant); returns them and a filterToken for memory_delete."
-    )]
+    #[tool(description = "Select conversations by a fixed filter; returns them and a token for memory_delete.")]
     async fn memory_find_candidates(
         &self,
         Parameters(a): Parameters<history::FindCandidatesArgs>,

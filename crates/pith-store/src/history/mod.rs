@@ -267,7 +267,7 @@ fn message_hash(message: &NewMessage) -> String {
     let mut hash = Sha256::new();
     hash.update(message.role.as_bytes());
     hash.update([0]);
-    hash.update(bounded(&message.text).as_bytes());
+    hash.update(bounded(message.gist()).as_bytes());
     let digest = hash.finalize();
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -784,7 +784,7 @@ fn insert_message(
             i64::try_from(position).unwrap_or(i64::MAX),
             message.role,
             message.real_user,
-            preview(body),
+            preview(bounded(message.gist())),
             body,
             length,
             message.ts_ms

@@ -15,7 +15,8 @@ CREATE TABLE conversations (
     started_ms  BIGINT NOT NULL,
     updated_ms  BIGINT NOT NULL,
     trashed_ms  BIGINT,
-    -- The first message's role and text hashed: a request of the same session that starts
+    -- The first message's role and text hashed (its typed text, when a person typed it: the
+    -- reminders around it change between turns): a request of the same session that starts
     -- elsewhere (a side call) is another thread, not this conversation's next turn.
     first_hash  TEXT,
     UNIQUE (account, source, client, session_id)

@@ -16,6 +16,7 @@ fn message(role: &str, text: &str) -> NewMessage {
         role: role.into(),
         real_user: role == "user",
         text: text.into(),
+        typed: String::new(),
         ts_ms: NOW,
     }
 }

@@ -10,6 +10,7 @@ mod clients;
 mod dashboard;
 mod defer;
 mod faults;
+mod history;
 mod hook;
 mod mcp;
 mod memory;

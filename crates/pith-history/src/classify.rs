@@ -102,7 +102,10 @@ mod tests {
     #[test]
     fn typed_text_counts_and_harness_output_does_not() {
         let typed = user(&[
-            (PartKind::Text, "<system-reminder>\ngit status\n</system-reminder>"),
+            (
+                PartKind::Text,
+                "<system-reminder>\ngit status\n</system-reminder>",
+            ),
             (PartKind::Text, "the test fails, fix calc.py"),
         ]);
         assert!(is_real_user_input(&typed));
@@ -117,11 +120,17 @@ mod tests {
             "[Request interrupted by user for tool use]",
             "   ",
         ] {
-            assert!(!is_real_user_input(&user(&[(PartKind::Text, harness)])), "{harness}");
+            assert!(
+                !is_real_user_input(&user(&[(PartKind::Text, harness)])),
+                "{harness}"
+            );
         }
         assert!(!is_real_user_input(&user(&[(PartKind::ToolResult, "ok")])));
         let reminder_then_typed = "<system-reminder>x</system-reminder>\nplease add a test";
-        assert!(is_real_user_input(&user(&[(PartKind::Text, reminder_then_typed)])));
+        assert!(is_real_user_input(&user(&[(
+            PartKind::Text,
+            reminder_then_typed
+        )])));
         let assistant = Message {
             role: "assistant".into(),
             ..typed

@@ -55,7 +55,10 @@ pub struct ImportError {
 
 /// Every session file under Claude Code's config dir (`projects/*/*.jsonl`) and Codex's home
 /// (`sessions/**/*.jsonl`), each with its source, sorted by path.
-pub fn session_files(claude_dir: Option<&Path>, codex_home: Option<&Path>) -> Vec<(Source, PathBuf)> {
+pub fn session_files(
+    claude_dir: Option<&Path>,
+    codex_home: Option<&Path>,
+) -> Vec<(Source, PathBuf)> {
     let mut files = Vec::new();
     if let Some(dir) = claude_dir {
         for project in read_dir_sorted(&dir.join("projects")) {
@@ -172,7 +175,10 @@ fn claude_code(lines: &[Value], fallback_id: String) -> Imported {
     let mut messages: Vec<(Message, Option<String>, i64)> = Vec::new();
     for entry in lines {
         if session_id.is_none() {
-            session_id = entry.get("sessionId").and_then(Value::as_str).map(str::to_owned);
+            session_id = entry
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
         }
         let ts = timestamp_ms(entry);
         if started_ms.is_none() {

@@ -39,7 +39,9 @@ pub enum TokenError {
     )]
     BadSignature,
     /// A claims version this build does not know.
-    #[error("the filter token has version {0}, this pith reads version {VERSION}; run memory_find_candidates again")]
+    #[error(
+        "the filter token has version {0}, this pith reads version {VERSION}; run memory_find_candidates again"
+    )]
     Version(u32),
     /// Past its expiry.
     #[error("the filter token expired {ago_s} s ago; run memory_find_candidates again")]
@@ -48,10 +50,14 @@ pub enum TokenError {
         ago_s: i64,
     },
     /// Issued for another account.
-    #[error("the filter token was issued for another account; select this account's candidates with memory_find_candidates")]
+    #[error(
+        "the filter token was issued for another account; select this account's candidates with memory_find_candidates"
+    )]
     WrongAccount,
     /// A dry run's token: for looking at, never for deleting.
-    #[error("the filter token is from a dry run and never deletes; run memory_find_candidates with dryRun false")]
+    #[error(
+        "the filter token is from a dry run and never deletes; run memory_find_candidates with dryRun false"
+    )]
     DryRun,
     /// The key in config is not 64 hex digits.
     #[error("the history token key must be {} hex digits ({KEY_BYTES} bytes)", KEY_BYTES * 2)]
@@ -247,7 +253,10 @@ mod tests {
     fn a_signed_token_verifies_and_a_changed_byte_never_does() {
         let key = TokenKey::from_hex(&"ab".repeat(32)).unwrap();
         let token = key.sign(&claims());
-        assert_eq!(key.verify_for_delete(&token, "local", 2_000).unwrap(), claims());
+        assert_eq!(
+            key.verify_for_delete(&token, "local", 2_000).unwrap(),
+            claims()
+        );
         let bytes = token.as_bytes();
         for i in 0..bytes.len() {
             for replacement in [b'A', b'_', b'.', b'z'] {
@@ -261,7 +270,10 @@ mod tests {
             }
         }
         let other = TokenKey::from_hex(&"cd".repeat(32)).unwrap();
-        assert!(matches!(other.verify(&token), Err(TokenError::BadSignature)));
+        assert!(matches!(
+            other.verify(&token),
+            Err(TokenError::BadSignature)
+        ));
     }
 
     #[test]
@@ -302,6 +314,9 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-        assert!(matches!(TokenKey::from_hex("12"), Err(TokenError::KeyFormat)));
+        assert!(matches!(
+            TokenKey::from_hex("12"),
+            Err(TokenError::KeyFormat)
+        ));
     }
 }

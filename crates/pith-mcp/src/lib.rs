@@ -331,7 +331,9 @@ impl PithServer {
         .await
     }
 
-    #[tool(description = "Search past conversations (BM25); returns conversation ids with snippets.")]
+    #[tool(
+        description = "Search past conversations (BM25); returns conversation ids with snippets."
+    )]
     async fn search_history(
         &self,
         Parameters(a): Parameters<history::SearchHistoryArgs>,
@@ -340,7 +342,9 @@ impl PithServer {
         blocking(move || history::search(&options, a)).await
     }
 
-    #[tool(description = "Select conversations by a fixed filter; returns them and a token for memory_delete.")]
+    #[tool(
+        description = "Select conversations by a fixed filter; returns them and a token for memory_delete."
+    )]
     async fn memory_find_candidates(
         &self,
         Parameters(a): Parameters<history::FindCandidatesArgs>,

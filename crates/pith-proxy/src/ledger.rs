@@ -424,7 +424,11 @@ fn drain(shared: &Shared) -> bool {
         && let Err(e) = history.record(&turns)
     {
         shared.history_errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(error = &e as &dyn std::error::Error, turns = turns.len(), "history write failed");
+        tracing::warn!(
+            error = &e as &dyn std::error::Error,
+            turns = turns.len(),
+            "history write failed"
+        );
     }
     true
 }
@@ -686,7 +690,8 @@ mod tests {
     fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
-        let sink = LedgerSink::start_writers(Ledger::open(&path).unwrap(), 1000, None, false).unwrap();
+        let sink =
+            LedgerSink::start_writers(Ledger::open(&path).unwrap(), 1000, None, false).unwrap();
         let started = Instant::now();
         // Far from half full: only the record's age can bring the rescue writer in.
         sink.submit(record(1));

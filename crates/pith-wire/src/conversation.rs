@@ -255,7 +255,10 @@ pub fn responses_items_indexed(items: &[Value]) -> Vec<(usize, Message)> {
 
 /// The role an item belongs to and its parts (`None`: instructions or unknown).
 fn responses_item(item: &Value) -> Option<(&'static str, Vec<Part>)> {
-    let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
     match kind {
         "message" => {
             let role = match item.get("role")?.as_str()? {
@@ -394,7 +397,10 @@ impl ReplyStream {
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             match self.message.parts.first_mut() {
                 Some(p) if p.kind == PartKind::Text => p.text.push_str(text),
-                _ => self.message.parts.insert(0, text_part(PartKind::Text, text)),
+                _ => self
+                    .message
+                    .parts
+                    .insert(0, text_part(PartKind::Text, text)),
             }
         }
         for call in delta
@@ -485,7 +491,10 @@ mod tests {
                 {"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}]"#,
         )
         .unwrap();
-        let roles: Vec<String> = responses_items(&items).into_iter().map(|m| m.role).collect();
+        let roles: Vec<String> = responses_items(&items)
+            .into_iter()
+            .map(|m| m.role)
+            .collect();
         assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
     }
 }

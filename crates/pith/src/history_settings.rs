@@ -45,9 +45,17 @@ impl HistorySettings {
             },
         };
         let ttl = match std::env::var("PITH_HISTORY_TOKEN_TTL") {
-            Ok(v) => Some(crate::duration::parse(&v).map_err(anyhow::Error::msg).context("PITH_HISTORY_TOKEN_TTL")?),
+            Ok(v) => Some(
+                crate::duration::parse(&v)
+                    .map_err(anyhow::Error::msg)
+                    .context("PITH_HISTORY_TOKEN_TTL")?,
+            ),
             Err(_) => match &config.token_ttl {
-                Some(v) => Some(crate::duration::parse(v).map_err(anyhow::Error::msg).context("history.token_ttl")?),
+                Some(v) => Some(
+                    crate::duration::parse(v)
+                        .map_err(anyhow::Error::msg)
+                        .context("history.token_ttl")?,
+                ),
                 None => None,
             },
         };

@@ -343,10 +343,9 @@ impl History {
             if turn.messages.len() < held {
                 continue;
             }
-            let mut position = held;
-            for message in turn.messages[held..].iter().chain(turn.reply.iter()) {
+            let new = turn.messages[held..].iter().chain(turn.reply.iter());
+            for (position, message) in (held..).zip(new) {
                 insert_message(&tx, &turn.account, &id, position, message)?;
-                position += 1;
                 added += 1;
             }
             if first_hash.is_none()
@@ -376,7 +375,12 @@ impl History {
         imported: &Imported,
     ) -> Result<ImportOutcome, StoreError> {
         let tx = self.conn.transaction()?;
-        let id = conversation_id(account, Source::Import, imported.client, &imported.session_id);
+        let id = conversation_id(
+            account,
+            Source::Import,
+            imported.client,
+            &imported.session_id,
+        );
         let existed: bool = tx
             .query_row(
                 "SELECT 1 FROM conversations WHERE id = ?1",
@@ -426,7 +430,10 @@ impl History {
              ORDER BY c.started_ms DESC, c.id LIMIT ?3"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![account, trashed, limit_sql(limit)], conversation_row)?;
+        let rows = stmt.query_map(
+            params![account, trashed, limit_sql(limit)],
+            conversation_row,
+        )?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -555,8 +562,9 @@ impl History {
                     if !claims.ids.contains(id) {
                         outcome.skipped.push(Skipped {
                             id: id.clone(),
-                            reason: "not in the token's selection (ids may narrow it, never extend it)"
-                                .into(),
+                            reason:
+                                "not in the token's selection (ids may narrow it, never extend it)"
+                                    .into(),
                         });
                     } else if !chosen.contains(id) {
                         chosen.push(id.clone());
@@ -653,7 +661,11 @@ impl History {
     }
 
     /// The account's conversations trashed before `cutoff_ms`: what a purge would delete.
-    pub fn purgeable(&self, account: &str, cutoff_ms: i64) -> Result<Vec<Conversation>, StoreError> {
+    pub fn purgeable(
+        &self,
+        account: &str,
+        cutoff_ms: i64,
+    ) -> Result<Vec<Conversation>, StoreError> {
         let sql = format!(
             "SELECT {CONVERSATION_COLUMNS} FROM conversations c
              WHERE c.account = ?1 AND c.trashed_ms IS NOT NULL AND c.trashed_ms < ?2

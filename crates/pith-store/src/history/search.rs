@@ -127,7 +127,14 @@ pub(super) fn search(
             String,
             String,
         ) = detail.query_row(params![message], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, super::count(r, 3)?, r.get(4)?, r.get(5)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                super::count(r, 3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })?;
         hits.push(Hit {
             id,

@@ -59,7 +59,16 @@ fn trashed(history: &History, account: &str) -> Vec<String> {
 
 fn find(history: &History, account: &str, filter: Filter, dry_run: bool) -> Candidates {
     history
-        .find_candidates(&key(), account, filter, None, 50, dry_run, NOW, DEFAULT_TTL_MS)
+        .find_candidates(
+            &key(),
+            account,
+            filter,
+            None,
+            50,
+            dry_run,
+            NOW,
+            DEFAULT_TTL_MS,
+        )
         .unwrap()
 }
 
@@ -83,8 +92,8 @@ fn candidates_are_the_filters_matches_and_delete_trashes_exactly_them() {
     let done = h
         .delete(&key(), "local", &found.filter_token, None, NOW + 1)
         .unwrap();
-    assert_eq!(done.changed, [empty.clone()]);
-    assert_eq!(trashed(&h, "local"), [empty.clone()]);
+    assert_eq!(done.changed, std::slice::from_ref(&empty));
+    assert_eq!(trashed(&h, "local"), std::slice::from_ref(&empty));
     assert!(trashed(&h, "team-b").is_empty());
 
     // The same token again: nothing left to trash, and it says so.
@@ -130,19 +139,40 @@ fn refused_tokens_change_nothing() {
     }
     // Expired, another account's, a dry run's.
     let expired = h.delete(&key(), "local", &token, None, NOW + DEFAULT_TTL_MS);
-    assert!(matches!(expired, Err(HistoryError::Token(TokenError::Expired { .. }))));
+    assert!(matches!(
+        expired,
+        Err(HistoryError::Token(TokenError::Expired { .. }))
+    ));
     let other_account = h.delete(&key(), "team-b", &token, None, NOW + 1);
-    assert!(matches!(other_account, Err(HistoryError::Token(TokenError::WrongAccount))));
+    assert!(matches!(
+        other_account,
+        Err(HistoryError::Token(TokenError::WrongAccount))
+    ));
     let dry = find(&h, "local", Filter::Empty, true);
     let dry_run = h.delete(&key(), "local", &dry.filter_token, None, NOW + 1);
-    assert!(matches!(dry_run, Err(HistoryError::Token(TokenError::DryRun))));
+    assert!(matches!(
+        dry_run,
+        Err(HistoryError::Token(TokenError::DryRun))
+    ));
     // Another key's token.
     let other_key = TokenKey::from_hex(&"a5".repeat(32)).unwrap();
     let foreign = h
-        .find_candidates(&other_key, "local", Filter::Empty, None, 50, false, NOW, DEFAULT_TTL_MS)
+        .find_candidates(
+            &other_key,
+            "local",
+            Filter::Empty,
+            None,
+            50,
+            false,
+            NOW,
+            DEFAULT_TTL_MS,
+        )
         .unwrap();
     let foreign = h.delete(&key(), "local", &foreign.filter_token, None, NOW + 1);
-    assert!(matches!(foreign, Err(HistoryError::Token(TokenError::BadSignature))));
+    assert!(matches!(
+        foreign,
+        Err(HistoryError::Token(TokenError::BadSignature))
+    ));
 
     assert!(trashed(&h, "local").is_empty(), "nothing was trashed");
 }
@@ -203,7 +233,7 @@ fn ids_narrow_the_token_and_never_extend_it() {
     let done = h
         .delete(&key(), "local", &found.filter_token, Some(&ids), NOW + 1)
         .unwrap();
-    assert_eq!(done.changed, [b.clone()]);
+    assert_eq!(done.changed, std::slice::from_ref(&b));
     assert_eq!(done.skipped[0].id, late);
     assert_eq!(trashed(&h, "local"), [b]);
     assert!(!trashed(&h, "local").contains(&a));
@@ -222,8 +252,16 @@ fn search_ranks_by_bm25_within_the_account_and_leaves_the_trash_out() {
         h.import(account, AgentType::Public, &imported).unwrap();
         conversation_id(account, Source::Import, "codex", session)
     };
-    let twice = add("local", "twice", "the calc test fails: calc adds wrong, fix calc");
-    let once = add("local", "once", "a long message about many things and calc once among them all");
+    let twice = add(
+        "local",
+        "twice",
+        "the calc test fails: calc adds wrong, fix calc",
+    );
+    let once = add(
+        "local",
+        "once",
+        "a long message about many things and calc once among them all",
+    );
     add("local", "none", "nothing relevant here");
     add("team-b", "theirs", "calc calc calc calc");
     let hits = h.search("local", "calc", 10).unwrap();
@@ -237,8 +275,13 @@ fn search_ranks_by_bm25_within_the_account_and_leaves_the_trash_out() {
             params![twice, NOW - 40 * 86_400_000],
         )
         .unwrap();
-    let ids: Vec<String> = h.search("local", "calc", 10).unwrap().into_iter().map(|h| h.id).collect();
-    assert_eq!(ids, [once.clone()]);
+    let ids: Vec<String> = h
+        .search("local", "calc", 10)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.id)
+        .collect();
+    assert_eq!(ids, std::slice::from_ref(&once));
     let before = h.index_rows_for("fails").unwrap();
     assert_eq!(before, 1);
     let purged = h.purge("local", NOW - 30 * 86_400_000).unwrap();
@@ -270,9 +313,17 @@ fn recording_appends_new_messages_and_ignores_retries_and_side_calls() {
         reply: reply.map(|r| message("assistant", r)),
     };
     let first = message("user", "fix calc");
-    assert_eq!(h.record(&[turn(vec![first.clone()], Some("looking"))]).unwrap(), 2);
+    assert_eq!(
+        h.record(&[turn(vec![first.clone()], Some("looking"))])
+            .unwrap(),
+        2
+    );
     // A retry of the same request adds nothing.
-    assert_eq!(h.record(&[turn(vec![first.clone()], Some("looking"))]).unwrap(), 0);
+    assert_eq!(
+        h.record(&[turn(vec![first.clone()], Some("looking"))])
+            .unwrap(),
+        0
+    );
     // A side call in the same session (another first message) adds nothing.
     let side = turn(vec![message("user", "write a title")], Some("Calc fix"));
     assert_eq!(h.record(&[side]).unwrap(), 0);

@@ -292,13 +292,7 @@ fn search(settings: &HistorySettings, a: SearchArgs) -> anyhow::Result<()> {
     for hit in hits {
         println!(
             "{}  {}  {}  score {:.2}\n    {} #{}: {}",
-            hit.id,
-            hit.client,
-            hit.session_id,
-            hit.score,
-            hit.role,
-            hit.position,
-            hit.snippet
+            hit.id, hit.client, hit.session_id, hit.score, hit.role, hit.position, hit.snippet
         );
     }
     Ok(())
@@ -331,7 +325,14 @@ fn list(settings: &HistorySettings, a: ListArgs, trashed: bool) -> anyhow::Resul
         return Ok(());
     }
     if conversations.is_empty() {
-        println!("{}", if trashed { "the trash is empty" } else { "no conversations" });
+        println!(
+            "{}",
+            if trashed {
+                "the trash is empty"
+            } else {
+                "no conversations"
+            }
+        );
     }
     for c in &conversations {
         println!("{}", conversation_line(c));
@@ -359,7 +360,11 @@ fn show(settings: &HistorySettings, a: ShowArgs) -> anyhow::Result<()> {
     }
     println!("{}", conversation_line(&conversation));
     for m in messages {
-        let who = if m.real_user { "user (typed)" } else { m.role.as_str() };
+        let who = if m.real_user {
+            "user (typed)"
+        } else {
+            m.role.as_str()
+        };
         println!("  #{} {who}: {}", m.position, m.preview);
     }
     Ok(())
@@ -454,7 +459,10 @@ fn purge(settings: &HistorySettings, a: PurgeArgs) -> anyhow::Result<()> {
     let messages: u64 = doomed.iter().map(|c| c.messages).sum();
     if doomed.is_empty() {
         if a.json {
-            println!("{}", json!({ "conversations": 0, "messages": 0, "indexRows": 0 }));
+            println!(
+                "{}",
+                json!({ "conversations": 0, "messages": 0, "indexRows": 0 })
+            );
         } else {
             println!("nothing in the trash is older than that");
         }

@@ -19,8 +19,8 @@ use pith_transform::search_trip::restore::RestoreStage;
 use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVariant};
 
 use crate::config::{Config, env_flag, pith_home};
-use crate::history_settings::HistorySettings;
 use crate::dashboard::Dashboard;
+use crate::history_settings::HistorySettings;
 use crate::prices::Prices;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";

@@ -165,7 +165,10 @@ fn the_real_claude_code_transcript_imports_to_its_messages_and_reimporting_adds_
     expected.push("assistant".into());
     assert_eq!(shape(home.path(), calc["id"].as_str().unwrap()), expected);
     let empty = conversation(home.path(), "import", "0a1b-empty").unwrap();
-    assert_eq!(empty["messages"], 0, "a file with no messages is a conversation");
+    assert_eq!(
+        empty["messages"], 0,
+        "a file with no messages is a conversation"
+    );
 
     let again = import(home.path(), claude.path(), &nowhere);
     assert_eq!(again["conversationsCreated"], 0);
@@ -240,8 +243,12 @@ fn claude_code_through_the_proxy_is_recorded_with_the_shape_its_session_file_imp
 
     let nowhere = home.path().join("no-codex");
     import(pith.home.path(), &home.path().join(".claude"), &nowhere);
-    let imported = conversation(pith.home.path(), "import", &session)
-        .unwrap_or_else(|| panic!("no import of {session}: {:?}", conversations(pith.home.path(), false)));
+    let imported = conversation(pith.home.path(), "import", &session).unwrap_or_else(|| {
+        panic!(
+            "no import of {session}: {:?}",
+            conversations(pith.home.path(), false)
+        )
+    });
     let proxy_shape = shape(pith.home.path(), recorded["id"].as_str().unwrap());
     assert_eq!(proxy_shape, ["user+", "assistant", "user+", "assistant"]);
     assert_eq!(
@@ -262,7 +269,10 @@ fn codex_through_the_proxy_is_recorded_with_the_shape_its_session_file_imports_t
     let pith = PithProxy::start(&mock.url(), &[]);
     let (work, home) = project();
     let base = format!("{}/v1", pith.url());
-    for (args, prompt) in [(&[][..], "say hi"), (&["resume", "--last"][..], "and again")] {
+    for (args, prompt) in [
+        (&[][..], "say hi"),
+        (&["resume", "--last"][..], "and again"),
+    ] {
         let run = clients::codex(work.path(), home.path(), &base, args, prompt, LIMIT);
         run.assert_ok(&format!("pith:\n{}", pith.stderr()));
     }
@@ -274,11 +284,22 @@ fn codex_through_the_proxy_is_recorded_with_the_shape_its_session_file_imports_t
     let codex_home = home.path().join(".codex");
     if let Some(keep) = std::env::var_os("PITH_KEEP_CODEX_SESSION") {
         // How the fixture was made: the session file this run wrote, kept.
-        copy_tree(&codex_home.join("sessions"), &PathBuf::from(keep).join("sessions"));
+        copy_tree(
+            &codex_home.join("sessions"),
+            &PathBuf::from(keep).join("sessions"),
+        );
     }
-    import(pith.home.path(), &home.path().join("no-claude"), &codex_home);
-    let imported = conversation(pith.home.path(), "import", &session)
-        .unwrap_or_else(|| panic!("no import of {session}: {:?}", conversations(pith.home.path(), false)));
+    import(
+        pith.home.path(),
+        &home.path().join("no-claude"),
+        &codex_home,
+    );
+    let imported = conversation(pith.home.path(), "import", &session).unwrap_or_else(|| {
+        panic!(
+            "no import of {session}: {:?}",
+            conversations(pith.home.path(), false)
+        )
+    });
     let proxy_shape = shape(pith.home.path(), recorded["id"].as_str().unwrap());
     assert_eq!(
         proxy_shape,
@@ -320,12 +341,7 @@ fn send_message(pith: &PithProxy, session: &str, extra: &[(&str, &str)]) {
     let rt = support::runtime();
     rt.block_on(async {
         let client = support::client();
-        let req = support::request(
-            "POST",
-            &url,
-            &support::headers(&headers),
-            body.to_string(),
-        );
+        let req = support::request("POST", &url, &support::headers(&headers), body.to_string());
         let (status, _, _) = support::read_all(support::send(&client, req).await).await;
         assert_eq!(status, 200);
     });
@@ -334,7 +350,10 @@ fn send_message(pith: &PithProxy, session: &str, extra: &[(&str, &str)]) {
 #[test]
 fn the_agent_type_header_labels_the_conversation_and_never_reaches_the_provider() {
     let mock = MockUpstream::start().unwrap();
-    mock.set_default(Reply::sse(anthropic::stream(&["ok"], fixtures::DEFAULT_USAGE)));
+    mock.set_default(Reply::sse(anthropic::stream(
+        &["ok"],
+        fixtures::DEFAULT_USAGE,
+    )));
     let pith = PithProxy::start(&mock.url(), &[]);
     send_message(&pith, "s-admin", &[("pith-agent-type", "admin")]);
     send_message(&pith, "s-plain", &[]);
@@ -347,7 +366,14 @@ fn the_agent_type_header_labels_the_conversation_and_never_reaches_the_provider(
     assert_eq!(plain["agentType"], "public");
     let found = pith_json(
         pith.home.path(),
-        &["history", "candidates", "--filter", "empty", "--agent-type", "admin"],
+        &[
+            "history",
+            "candidates",
+            "--filter",
+            "empty",
+            "--agent-type",
+            "admin",
+        ],
     );
     assert_eq!(found["matched"], 0);
 }
@@ -355,14 +381,21 @@ fn the_agent_type_header_labels_the_conversation_and_never_reaches_the_provider(
 #[test]
 fn recording_is_off_with_one_config_key() {
     let mock = MockUpstream::start().unwrap();
-    mock.set_default(Reply::sse(anthropic::stream(&["ok"], fixtures::DEFAULT_USAGE)));
+    mock.set_default(Reply::sse(anthropic::stream(
+        &["ok"],
+        fixtures::DEFAULT_USAGE,
+    )));
     let config = tempfile::tempdir().unwrap();
     let file = config.path().join("config.toml");
     std::fs::write(&file, "[history]\nrecord = false\n").unwrap();
     let pith = PithProxy::start(&mock.url(), &[("PITH_CONFIG", file.to_str().unwrap())]);
     send_message(&pith, "s-off", &[]);
     pith.wait_rows(1);
-    assert!(pith.stderr().contains("history   -> off"), "{}", pith.stderr());
+    assert!(
+        pith.stderr().contains("history   -> off"),
+        "{}",
+        pith.stderr()
+    );
     assert!(!pith.home.path().join("history.db").exists());
 }
 
@@ -373,7 +406,10 @@ fn delete_needs_the_token_and_purge_is_the_only_hard_delete() {
     import(home.path(), claude.path(), &home.path().join("no-codex"));
 
     // A token edited by hand is refused and nothing changes.
-    let found = pith_json(home.path(), &["history", "candidates", "--filter", "single-assistant"]);
+    let found = pith_json(
+        home.path(),
+        &["history", "candidates", "--filter", "single-assistant"],
+    );
     assert_eq!(found["matched"], 1);
     let token = found["filterToken"].as_str().unwrap();
     let mut forged = token.to_owned();
@@ -389,16 +425,28 @@ fn delete_needs_the_token_and_purge_is_the_only_hard_delete() {
     assert_eq!(conversations(home.path(), true).len(), 1);
 
     // Not old enough: nothing to purge. Without --yes and without a terminal: refused.
-    let young = pith_json(home.path(), &["history", "trash", "purge", "--older-than", "30d", "--yes"]);
+    let young = pith_json(
+        home.path(),
+        &["history", "trash", "purge", "--older-than", "30d", "--yes"],
+    );
     assert_eq!(young["conversations"], 0);
-    let out = pith(home.path(), &["history", "trash", "purge", "--older-than", "0s"]);
+    let out = pith(
+        home.path(),
+        &["history", "trash", "purge", "--older-than", "0s"],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--yes"));
     assert_eq!(conversations(home.path(), true).len(), 1);
 
     let before = pith_json(home.path(), &["history", "search", "API", "Error"]);
-    assert!(before["hits"].as_array().unwrap().is_empty(), "the trash is not searched");
-    let purged = pith_json(home.path(), &["history", "trash", "purge", "--older-than", "0s", "--yes"]);
+    assert!(
+        before["hits"].as_array().unwrap().is_empty(),
+        "the trash is not searched"
+    );
+    let purged = pith_json(
+        home.path(),
+        &["history", "trash", "purge", "--older-than", "0s", "--yes"],
+    );
     assert_eq!(purged["conversations"], 1);
     assert_eq!(purged["messages"], 1);
     assert!(purged["indexRows"].as_u64().unwrap() >= 3, "{purged}");

@@ -683,18 +683,15 @@ impl History {
         let doomed = "SELECT id FROM conversations
                       WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2";
         let (documents, length): (i64, i64) = tx.query_row(
-            &format!(
-                "SELECT COUNT(*), COALESCE(SUM(length), 0) FROM messages
-                 WHERE conversation_id IN ({doomed})"
-            ),
+            "SELECT COUNT(*), COALESCE(SUM(length), 0) FROM conversations
+             WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2",
             params![account, cutoff_ms],
             |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
         )?;
         let index_rows = tx.execute(
-            &format!(
-                "DELETE FROM postings WHERE message_id IN
-                 (SELECT id FROM messages WHERE conversation_id IN ({doomed}))"
-            ),
+            "DELETE FROM postings WHERE conversation_seq IN
+             (SELECT seq FROM conversations
+              WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2)",
             params![account, cutoff_ms],
         )?;
         let messages = tx.execute(
@@ -760,7 +757,7 @@ fn ensure_conversation(
     started_ms: i64,
 ) -> Result<String, StoreError> {
     let id = conversation_id(account, source, client, session_id);
-    tx.execute(
+    let created = tx.execute(
         "INSERT INTO conversations
             (id, account, agent_type, source, client, session_id, started_ms, updated_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
@@ -775,6 +772,13 @@ fn ensure_conversation(
             started_ms
         ],
     )?;
+    if created == 1 {
+        tx.execute(
+            "INSERT INTO index_totals (account, documents, total_length) VALUES (?1, 1, 0)
+             ON CONFLICT (account) DO UPDATE SET documents = index_totals.documents + 1",
+            params![account],
+        )?;
+    }
     Ok(id)
 }
 
@@ -787,34 +791,34 @@ fn insert_message(
 ) -> Result<(), StoreError> {
     let body = bounded(&message.text);
     let (counts, length) = terms::count(body);
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO messages
-            (conversation_id, position, role, real_user, preview, body, length, ts_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            conversation,
-            i64::try_from(position).unwrap_or(i64::MAX),
-            message.role,
-            message.real_user,
-            preview(bounded(message.gist())),
-            body,
-            length,
-            message.ts_ms
-        ],
+            (conversation_id, position, role, real_user, preview, body, ts_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        conversation,
+        i64::try_from(position).unwrap_or(i64::MAX),
+        message.role,
+        message.real_user,
+        preview(bounded(message.gist())),
+        body,
+        message.ts_ms
+    ])?;
+    let seq: i64 = tx
+        .prepare_cached("UPDATE conversations SET length = length + ?2 WHERE id = ?1 RETURNING seq")?
+        .query_row(params![conversation, length], |r| r.get(0))?;
+    let mut posting = tx.prepare_cached(
+        "INSERT INTO postings (account, term, conversation_seq, tf) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (account, term, conversation_seq) DO UPDATE SET tf = postings.tf + ?4",
     )?;
-    let message_id = tx.last_insert_rowid();
-    let mut posting =
-        tx.prepare_cached("INSERT INTO postings (term, message_id, tf) VALUES (?1, ?2, ?3)")?;
     for (term, tf) in &counts {
-        posting.execute(params![term, message_id, tf])?;
+        posting.execute(params![account, term, seq, tf])?;
     }
-    tx.execute(
-        "INSERT INTO index_totals (account, documents, total_length) VALUES (?1, 1, ?2)
-         ON CONFLICT (account) DO UPDATE
-         SET documents = index_totals.documents + 1,
-             total_length = index_totals.total_length + ?2",
-        params![account, length],
-    )?;
+    tx.prepare_cached(
+        "UPDATE index_totals SET total_length = total_length + ?2 WHERE account = ?1",
+    )?
+    .execute(params![account, length])?;
     Ok(())
 }
 

@@ -1,7 +1,8 @@
-//! BM25 over the history's own postings (`postings`: a term's count in each message,
-//! `messages.length`, `index_totals`), scored here in Rust so every backend ranks alike. A
-//! conversation scores as its best message; its snippet is cut from that message around the
-//! first query term.
+//! BM25 over the history's own postings (`postings`: a term's count in each conversation,
+//! `conversations.length`, `index_totals`), scored here in Rust so every backend ranks alike.
+//! A conversation is the document: a common word is one posting per conversation, not one per
+//! message, which keeps a search over 10,000 conversations to a few index ranges. The snippet
+//! is cut from the first message holding the conversation's most selective matching term.
 
 use std::collections::HashMap;
 
@@ -41,10 +42,11 @@ pub struct Hit {
     pub snippet: String,
 }
 
-/// A message that matched, with the conversation it is in.
+/// A conversation's score so far, and its most selective matching term (for the snippet).
 struct Scored {
-    conversation: String,
     score: f64,
+    best_term: usize,
+    best_part: f64,
 }
 
 pub(super) fn search(
@@ -65,83 +67,80 @@ pub(super) fn search(
     let Some((documents, total_length)) = totals.filter(|(n, _)| *n > 0.0) else {
         return Ok(Vec::new());
     };
+    if query_terms.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
     let average_length = (total_length / documents).max(1.0);
-    let mut messages: HashMap<i64, Scored> = HashMap::new();
-    let mut postings = conn.prepare_cached(
-        "SELECT p.message_id, p.tf, m.length, m.conversation_id
-         FROM postings p
-         JOIN messages m ON m.id = p.message_id
-         JOIN conversations c ON c.id = m.conversation_id
-         WHERE p.term = ?1 AND c.account = ?2 AND c.trashed_ms IS NULL",
+    // The account's searchable conversations (not in the trash) and their lengths.
+    let mut lengths: HashMap<i64, f64> = HashMap::new();
+    let mut documents_stmt = conn.prepare_cached(
+        "SELECT seq, length FROM conversations
+         WHERE account = ?1 AND trashed_ms IS NULL AND length > 0",
     )?;
-    for term in &query_terms {
-        let rows: Vec<(i64, f64, f64, String)> = postings
-            .query_map(params![term, account], |r| {
-                Ok((
-                    r.get(0)?,
-                    f64::from(r.get::<_, u32>(1)?),
-                    f64::from(r.get::<_, u32>(2)?),
-                    r.get(3)?,
-                ))
-            })?
-            .collect::<Result<_, _>>()?;
-        let df = rows.len() as f64;
+    let mut rows = documents_stmt.query(params![account])?;
+    while let Some(row) = rows.next()? {
+        lengths.insert(row.get(0)?, row.get::<_, i64>(1)? as f64);
+    }
+    let mut scores: HashMap<i64, Scored> = HashMap::new();
+    let mut postings = conn.prepare_cached(
+        "SELECT conversation_seq, tf FROM postings WHERE account = ?1 AND term = ?2",
+    )?;
+    for (t, term) in query_terms.iter().enumerate() {
+        let mut matched: Vec<(i64, f64)> = Vec::new();
+        let mut rows = postings.query(params![account, term])?;
+        while let Some(row) = rows.next()? {
+            matched.push((row.get(0)?, f64::from(row.get::<_, u32>(1)?)));
+        }
+        let df = matched.len() as f64;
         let idf = (1.0 + (documents - df + 0.5).max(0.0) / (df + 0.5)).ln();
-        for (message, tf, length, conversation) in rows {
+        for (seq, tf) in matched {
+            let Some(length) = lengths.get(&seq) else {
+                continue;
+            };
             let norm = K1 * (1.0 - B + B * length / average_length);
-            let score = idf * tf * (K1 + 1.0) / (tf + norm);
-            messages
-                .entry(message)
-                .or_insert(Scored {
-                    conversation,
-                    score: 0.0,
-                })
-                .score += score;
+            let part = idf * tf * (K1 + 1.0) / (tf + norm);
+            let entry = scores.entry(seq).or_insert(Scored {
+                score: 0.0,
+                best_term: t,
+                best_part: f64::MIN,
+            });
+            entry.score += part;
+            if part > entry.best_part {
+                entry.best_part = part;
+                entry.best_term = t;
+            }
         }
     }
-    // Each conversation's best message.
-    let mut best: HashMap<String, (f64, i64)> = HashMap::new();
-    for (message, scored) in messages {
-        let entry = best
-            .entry(scored.conversation)
-            .or_insert((f64::MIN, message));
-        if scored.score > entry.0 || (scored.score == entry.0 && message < entry.1) {
-            *entry = (scored.score, message);
-        }
-    }
-    let mut ranked: Vec<(String, f64, i64)> =
-        best.into_iter().map(|(c, (s, m))| (c, s, m)).collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut ranked: Vec<(i64, Scored)> = scores.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then_with(|| a.0.cmp(&b.0)));
     ranked.truncate(limit);
     let mut detail = conn.prepare_cached(
-        "SELECT c.session_id, c.client, c.started_ms, m.position, m.role, m.body
-         FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE m.id = ?1",
+        "SELECT id, session_id, client, started_ms FROM conversations WHERE seq = ?1",
+    )?;
+    let mut holding = conn.prepare_cached(
+        "SELECT position, role, body FROM messages
+         WHERE conversation_id = ?1 AND LOWER(body) LIKE ?2 ORDER BY position LIMIT 1",
     )?;
     let mut hits = Vec::with_capacity(ranked.len());
-    for (id, score, message) in ranked {
-        let (session_id, client, started_ms, position, role, body): (
-            String,
-            String,
-            i64,
-            u64,
-            String,
-            String,
-        ) = detail.query_row(params![message], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                super::count(r, 3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
-        })?;
+    for (seq, scored) in ranked {
+        let (id, session_id, client, started_ms): (String, String, String, i64) =
+            detail.query_row(params![seq], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        // Terms are letters and digits only, so the pattern holds no wildcard of its own.
+        let pattern = format!("%{}%", query_terms[scored.best_term]);
+        let (position, role, body): (u64, String, String) = holding
+            .query_row(params![id, pattern], |r| {
+                Ok((super::count(r, 0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?
+            .unwrap_or_default();
         hits.push(Hit {
             id,
             session_id,
             client,
             started_ms,
-            score,
+            score: scored.score,
             position,
             role,
             snippet: snippet(&body, &query_terms),

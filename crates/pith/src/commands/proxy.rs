@@ -37,6 +37,9 @@ Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists 
 the pith-transforms response header, and `pith stats` shows what was deferred and why other
 requests were left alone. Logs go to stderr (PITH_LOG=debug).
 
+The conversations that pass through are recorded in $PITH_HOME/history.db (mode 0600; [history]
+record = false or PITH_HISTORY=0 turns that off; `pith history --help` says what is kept).
+
 Timeouts and their defaults (env, or the [proxy] key in lower case without PITH_, e.g.
 upstream_idle_timeout = \"5m\"):
   PITH_UPSTREAM_HEADERS_TIMEOUT  10m  wait for the provider's response headers
@@ -279,8 +282,8 @@ fn timeouts(proxy: &crate::config::ProxyConfig) -> anyhow::Result<Timeouts> {
 fn ledger_stats_line(sink: &LedgerSink) -> String {
     let s = sink.stats();
     format!(
-        "ledger: {} rows written, {} dropped, {} write errors",
-        s.written, s.dropped, s.write_errors
+        "ledger: {} rows written, {} dropped, {} write errors; history: {} write errors",
+        s.written, s.dropped, s.write_errors, s.history_errors
     )
 }
 

@@ -453,3 +453,50 @@ fn delete_needs_the_token_and_purge_is_the_only_hard_delete() {
     assert!(conversations(home.path(), true).is_empty());
     assert_eq!(conversations(home.path(), false).len(), 2);
 }
+
+/// `pith ARGS`, which must succeed: its stdout.
+fn pith_text(home: &Path, args: &[&str]) -> String {
+    let out = pith(home, args);
+    assert!(
+        out.status.success(),
+        "pith {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn history_cli_human_output() {
+    let home = tempfile::tempdir().unwrap();
+    let claude = claude_projects_with_junk();
+    import(home.path(), claude.path(), &home.path().join("no-codex"));
+    let calc = conversation(home.path(), "import", "cf203161-95d5-4e5b-b9c2-9c92eed69b04")
+        .unwrap();
+    let snapshot = |name: &str, text: &str| {
+        insta::with_settings!({
+            filters => vec![
+                (r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+", "[TOKEN]"),
+                (r"trashed at \d+", "trashed at [MS]"),
+            ],
+            prepend_module_to_snapshot => true,
+        }, {
+            insta::assert_snapshot!(name, text);
+        });
+    };
+    snapshot("list", &pith_text(home.path(), &["history", "list"]));
+    snapshot(
+        "show",
+        &pith_text(home.path(), &["history", "show", calc["id"].as_str().unwrap()]),
+    );
+    snapshot(
+        "search",
+        &pith_text(home.path(), &["history", "search", "subtracted"]),
+    );
+    snapshot(
+        "candidates",
+        &pith_text(home.path(), &["history", "candidates", "--filter", "single-assistant"]),
+    );
+    let out = pith(home.path(), &["history", "show", "c-nope"]);
+    assert!(!out.status.success());
+    snapshot("show_unknown", &String::from_utf8_lossy(&out.stderr));
+}

@@ -7,7 +7,7 @@
 //! vocabulary, so common words sit in most messages and rare ones in few, as in real sessions.
 //! They are stored through `History::import` in a real SQLite file. A search is the whole
 //! `History::search` path the MCP tool and the CLI take: the postings of each query term,
-//! BM25 in Rust, the best message per conversation, the snippet.
+//! the account's conversation lengths, BM25 in Rust, the snippet.
 //!
 //! Run: `cargo bench -p pith-store --bench history_search`. Besides criterion's estimates it
 //! prints per-call p50/p95/p99 over 2,000 timed searches per size.

@@ -108,13 +108,21 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let ledger = match &ledger_path {
         Some(path) => {
             let ledger = Ledger::open(path)?;
-            let sink = match &history_path {
-                Some(path) => Some(HistorySink::new(
-                    History::open(path)
-                        .with_context(|| format!("cannot open the history {}", path.display()))?,
+            // Fail open: a history that cannot be opened leaves the proxy running without it.
+            let sink = match history_path.as_ref().map(|p| (p, History::open(p))) {
+                Some((_, Ok(store))) => Some(HistorySink::new(
+                    store,
                     history.account.clone(),
                     history.agent_types.clone(),
                 )),
+                Some((path, Err(e))) => {
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot open the history {}; conversations are not recorded",
+                        path.display()
+                    );
+                    None
+                }
                 None => None,
             };
             Some(LedgerSink::start_with_history(

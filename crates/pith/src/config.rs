@@ -27,8 +27,12 @@ pub struct Config {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// Address to listen on, e.g. `127.0.0.1:8787`.
+    /// Address to listen on, e.g. `127.0.0.1:8787` (env `PITH_LISTEN`); `pith run` looks for
+    /// its shared proxy there.
     pub listen: Option<String>,
+    /// How long the proxy `pith run` starts in the background stays up with no client of
+    /// `pith run` left and no connection open (default `30m`; env `PITH_IDLE_STOP`).
+    pub idle_stop: Option<String>,
     /// Access token clients send in `x-pith-token`; required to listen beyond loopback
     /// (env `PITH_PROXY_TOKEN`).
     pub token: Option<String>,
@@ -158,8 +162,10 @@ pub struct PriceConfig {
     pub input: f64,
     /// USD per million output tokens.
     pub output: f64,
-    /// USD per million cache-write tokens (default 1.25x input).
+    /// USD per million five-minute cache-write tokens (default 1.25x input).
     pub cache_write: Option<f64>,
+    /// USD per million one-hour cache-write tokens (default 2x input).
+    pub cache_write_1h: Option<f64>,
     /// USD per million cache-read tokens (default 0.1x input).
     pub cache_read: Option<f64>,
 }

@@ -14,18 +14,33 @@ use serde_json::json;
 use crate::commands::stats;
 use crate::prices::Prices;
 
+mod timeline;
+
 const PAGE: &str = include_str!("page.html");
 
 /// The pages, over the ledger the proxy writes.
 pub struct Dashboard {
     ledger: Option<PathBuf>,
     prices: Prices,
+    upstreams: Upstreams,
+}
+
+/// Where the proxy sends each provider's traffic, as `/pith/health` tells it (`pith run` runs
+/// a client through a proxy only when it goes where the client would have gone).
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    pub anthropic: String,
+    pub openai: String,
 }
 
 impl Dashboard {
     /// Pages over the ledger at `ledger` (`None`: the proxy keeps none).
-    pub fn new(ledger: Option<PathBuf>, prices: Prices) -> Dashboard {
-        Dashboard { ledger, prices }
+    pub fn new(ledger: Option<PathBuf>, prices: Prices, upstreams: Upstreams) -> Dashboard {
+        Dashboard {
+            ledger,
+            prices,
+            upstreams,
+        }
     }
 }
 
@@ -120,7 +135,13 @@ impl OwnPages for Dashboard {
         if path == "/pith/health" {
             return Some(json_page(
                 StatusCode::OK,
-                &json!({"pith": env!("CARGO_PKG_VERSION"), "ledger": self.ledger.is_some()}),
+                &json!({
+                    "pith": env!("CARGO_PKG_VERSION"),
+                    "pid": std::process::id(),
+                    "ledger": self.ledger.is_some(),
+                    "anthropic": self.upstreams.anthropic,
+                    "openai": self.upstreams.openai,
+                }),
             ));
         }
         let Some(ledger) = self.ledger.as_deref().filter(|p| p.exists()) else {
@@ -151,6 +172,39 @@ impl OwnPages for Dashboard {
                 }
             }
             "/pith/api/events" => events(ledger.to_owned(), query),
+            "/pith/api/timeline" => {
+                let filter = match filter_of(query) {
+                    Ok(f) => f,
+                    Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
+                };
+                let width = match query_value(query, "bucket") {
+                    None => None,
+                    Some(text) => match crate::duration::parse(&text) {
+                        Ok(d) if !d.is_zero() => {
+                            Some(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                        }
+                        Ok(_) => {
+                            return Some(error(
+                                StatusCode::BAD_REQUEST,
+                                "bucket=0: a bucket needs a width, e.g. bucket=1h".into(),
+                            ));
+                        }
+                        Err(e) => {
+                            return Some(error(
+                                StatusCode::BAD_REQUEST,
+                                format!("bucket={text}: {e}"),
+                            ));
+                        }
+                    },
+                };
+                let read = Ledger::open_read_only(ledger)
+                    .and_then(|l| timeline::timeline(&l, &filter, width, &self.prices));
+                match read.map(|t| serde_json::to_value(&t)) {
+                    Ok(Ok(v)) => json_page(StatusCode::OK, &v),
+                    Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                }
+            }
             "/pith/api/requests" => {
                 let limit = query_value(query, "limit")
                     .and_then(|l| l.parse::<usize>().ok())
@@ -165,8 +219,8 @@ impl OwnPages for Dashboard {
             other => error(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "no pith page {other}: the dashboard is /, its API /pith/api/stats and \
-                     /pith/api/requests, the metrics /metrics"
+                    "no pith page {other}: the dashboard is /, its API /pith/api/stats, \
+                     /pith/api/timeline and /pith/api/requests, the metrics /metrics"
                 ),
             ),
         };

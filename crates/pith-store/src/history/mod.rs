@@ -806,7 +806,9 @@ fn insert_message(
         message.ts_ms
     ])?;
     let seq: i64 = tx
-        .prepare_cached("UPDATE conversations SET length = length + ?2 WHERE id = ?1 RETURNING seq")?
+        .prepare_cached(
+            "UPDATE conversations SET length = length + ?2 WHERE id = ?1 RETURNING seq",
+        )?
         .query_row(params![conversation, length], |r| r.get(0))?;
     let mut posting = tx.prepare_cached(
         "INSERT INTO postings (account, term, conversation_seq, tf) VALUES (?1, ?2, ?3, ?4)

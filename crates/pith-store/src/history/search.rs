@@ -123,8 +123,8 @@ pub(super) fn search(
     )?;
     let mut hits = Vec::with_capacity(ranked.len());
     for (seq, scored) in ranked {
-        let (id, session_id, client, started_ms): (String, String, String, i64) =
-            detail.query_row(params![seq], |r| {
+        let (id, session_id, client, started_ms): (String, String, String, i64) = detail
+            .query_row(params![seq], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?;
         // Terms are letters and digits only, so the pattern holds no wildcard of its own.

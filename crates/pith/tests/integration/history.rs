@@ -470,8 +470,12 @@ fn history_cli_human_output() {
     let home = tempfile::tempdir().unwrap();
     let claude = claude_projects_with_junk();
     import(home.path(), claude.path(), &home.path().join("no-codex"));
-    let calc = conversation(home.path(), "import", "cf203161-95d5-4e5b-b9c2-9c92eed69b04")
-        .unwrap();
+    let calc = conversation(
+        home.path(),
+        "import",
+        "cf203161-95d5-4e5b-b9c2-9c92eed69b04",
+    )
+    .unwrap();
     let snapshot = |name: &str, text: &str| {
         insta::with_settings!({
             filters => vec![
@@ -486,7 +490,10 @@ fn history_cli_human_output() {
     snapshot("list", &pith_text(home.path(), &["history", "list"]));
     snapshot(
         "show",
-        &pith_text(home.path(), &["history", "show", calc["id"].as_str().unwrap()]),
+        &pith_text(
+            home.path(),
+            &["history", "show", calc["id"].as_str().unwrap()],
+        ),
     );
     snapshot(
         "search",
@@ -494,7 +501,10 @@ fn history_cli_human_output() {
     );
     snapshot(
         "candidates",
-        &pith_text(home.path(), &["history", "candidates", "--filter", "single-assistant"]),
+        &pith_text(
+            home.path(),
+            &["history", "candidates", "--filter", "single-assistant"],
+        ),
     );
     let out = pith(home.path(), &["history", "show", "c-nope"]);
     assert!(!out.status.success());

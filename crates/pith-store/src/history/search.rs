@@ -42,11 +42,13 @@ pub struct Hit {
     pub snippet: String,
 }
 
-/// A conversation's score so far, and its most selective matching term (for the snippet).
+/// A conversation's score so far, and its most selective (highest idf) matching term, for the
+/// snippet.
 struct Scored {
     score: f64,
     best_term: usize,
-    best_part: f64,
+    best_idf: f64,
+    best_tf: f64,
 }
 
 pub(super) fn search(
@@ -102,11 +104,14 @@ pub(super) fn search(
             let entry = scores.entry(seq).or_insert(Scored {
                 score: 0.0,
                 best_term: t,
-                best_part: f64::MIN,
+                best_idf: f64::MIN,
+                best_tf: f64::MAX,
             });
             entry.score += part;
-            if part > entry.best_part {
-                entry.best_part = part;
+            // Ties go to the term the conversation holds fewer times: the more specific.
+            if idf > entry.best_idf || (idf == entry.best_idf && tf < entry.best_tf) {
+                entry.best_idf = idf;
+                entry.best_tf = tf;
                 entry.best_term = t;
             }
         }

@@ -379,6 +379,33 @@ fn the_agent_type_header_labels_the_conversation_and_never_reaches_the_provider(
 }
 
 #[test]
+fn the_agent_type_of_a_client_is_set_in_config_and_a_header_overrides_it() {
+    let mock = MockUpstream::start().unwrap();
+    mock.set_default(Reply::sse(anthropic::stream(
+        &["ok"],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("config.toml");
+    std::fs::write(
+        &file,
+        "[history]\nagent_types = { claude-code = \"admin\" }\n",
+    )
+    .unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_CONFIG", file.to_str().unwrap())]);
+    send_message(&pith, "s-configured", &[]);
+    send_message(&pith, "s-told", &[("pith-agent-type", "public")]);
+    let configured = wait_recorded(pith.home.path(), "s-configured", 2);
+    let told = wait_recorded(pith.home.path(), "s-told", 2);
+    assert_eq!(configured["agentType"], "admin");
+    assert_eq!(told["agentType"], "public");
+    let bad =
+        support::proxy_start_error(Some("[history]\nagent_types = { codex = \"root\" }\n"), &[]);
+    assert!(bad.contains("history.agent_types.codex"), "{bad}");
+    assert!(bad.contains("expected one of: public, admin"), "{bad}");
+}
+
+#[test]
 fn recording_is_off_with_one_config_key() {
     let mock = MockUpstream::start().unwrap();
     mock.set_default(Reply::sse(anthropic::stream(

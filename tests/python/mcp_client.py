@@ -6,6 +6,10 @@ The workspace is prepared by the Rust test (crates/pith/tests/integration/mcp.rs
 directory, src/db.rs (3 lines), src/pool.rs, a .gitignore'd target/ directory, and symlinks
 `leak` (to OUTSIDE_FILE) and `up` (to OUTSIDE_FILE's directory) that lead out of it.
 
+PITH_HOME holds a history the Rust test imported: the real Claude Code transcript (fix-calc), an
+empty session and a session of one assistant message; the history tools find, delete, restore
+and search it.
+
 Every check raises on failure (exit status 1 with the reason); on success the last stdout line
 is a JSON summary the Rust test asserts on.
 """
@@ -22,8 +26,12 @@ from mcp.client.stdio import stdio_client
 TOOLS = [
     "forget_memory",
     "get_memory",
+    "memory_delete",
+    "memory_find_candidates",
+    "memory_restore",
     "read_workspace_file",
     "save_memory",
+    "search_history",
     "search_memory",
     "search_workspace",
     "verify_memory",
@@ -202,9 +210,105 @@ async def workspace_search(session):
     check(text.strip() != "", "search_workspace bad regex says why")
 
 
+async def history_tools(session):
+    """Find, delete (only with the token, only what still matches), restore, search."""
+    found = json.loads(
+        await call(session, "search_history", {"query": "calc subtracted"})
+    )
+    check(found["hits"], f"search_history found nothing: {found}")
+    calc = found["hits"][0]
+    contains(calc["snippet"], "subtracted", "search snippet")
+
+    await call(
+        session,
+        "memory_find_candidates",
+        {"accountId": "someone-else", "filter": "empty"},
+        error=True,
+    )
+    text = await call(
+        session,
+        "memory_find_candidates",
+        {"accountId": "local", "filter": "no-real-user-input"},
+        error=True,
+    )
+    contains(text, "empty, single-assistant", "unknown filter names the known ones")
+
+    dry = json.loads(
+        await call(
+            session,
+            "memory_find_candidates",
+            {"accountId": "local", "filter": "empty", "dryRun": True},
+        )
+    )
+    check(dry["dryRun"] is True and dry["matched"] == 1, f"dry run: {dry}")
+    text = await call(
+        session, "memory_delete", {"filterToken": dry["filterToken"]}, error=True
+    )
+    contains(text, "dry run", "a dry-run token is refused")
+
+    empty = json.loads(
+        await call(
+            session, "memory_find_candidates", {"accountId": "local", "filter": "empty"}
+        )
+    )
+    check(empty["matched"] == 1 and empty["sampled"] == 1, f"empty: {empty}")
+    item = empty["items"][0]
+    check(
+        set(item)
+        == {
+            "id",
+            "sessionId",
+            "assistantMsgCount",
+            "realUserMsgCount",
+            "firstUserMsgPreview",
+            "trashedAt",
+        },
+        f"candidate fields: {item}",
+    )
+    token = empty["filterToken"]
+    tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    text = await call(session, "memory_delete", {"filterToken": tampered}, error=True)
+    contains(text, "nothing was deleted", "a tampered token")
+    # ids may narrow the token's set, never extend it: the transcript's id is refused.
+    narrowed = json.loads(
+        await call(
+            session, "memory_delete", {"filterToken": token, "ids": [calc["id"]]}
+        )
+    )
+    check(narrowed["trashed"] == [], f"an id outside the token was trashed: {narrowed}")
+    check(narrowed["skipped"][0]["id"] == calc["id"], f"skipped: {narrowed}")
+    deleted = json.loads(await call(session, "memory_delete", {"filterToken": token}))
+    check(deleted["trashed"] == [item["id"]], f"delete: {deleted}")
+    again = json.loads(
+        await call(
+            session, "memory_find_candidates", {"accountId": "local", "filter": "empty"}
+        )
+    )
+    check(again["matched"] == 0, f"trashed conversation still a candidate: {again}")
+
+    single = json.loads(
+        await call(
+            session,
+            "memory_find_candidates",
+            {"accountId": "local", "filter": "single-assistant", "agentType": "public"},
+        )
+    )
+    check(single["matched"] == 1, f"single-assistant: {single}")
+    check(single["items"][0]["assistantMsgCount"] == 1, f"single: {single}")
+
+    restored = json.loads(
+        await call(session, "memory_restore", {"ids": [item["id"]]})
+    )
+    check(restored["restored"] == [item["id"]], f"restore: {restored}")
+    return {"transcript": calc["id"], "empty": item["id"]}
+
+
 async def main(pith, ws, outside):
     params = StdioServerParameters(
-        command=pith, args=["mcp", "--workspace", ws], cwd=ws, env={"PITH_LOG": "debug"}
+        command=pith,
+        args=["mcp", "--workspace", ws],
+        cwd=ws,
+        env={"PITH_LOG": "debug", "PITH_HOME": os.environ["PITH_HOME"]},
     )
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
@@ -223,6 +327,7 @@ async def main(pith, ws, outside):
             await files_and_refusals(session, ws, outside)
             await memory_tools(session, ws)
             await workspace_search(session)
+            history = await history_tools(session)
 
             try:
                 await session.call_tool("no_such_tool", {})
@@ -236,7 +341,16 @@ async def main(pith, ws, outside):
 
     missing = sorted(set(TOOLS) - called)
     check(not missing, f"tools never called: {missing}")
-    print(json.dumps({"ok": True, "tools_called": sorted(called), "checks": checks}))
+    print(
+        json.dumps(
+            {
+                "ok": True,
+                "tools_called": sorted(called),
+                "checks": checks,
+                "history": history,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 //! binary points at stderr).
 
 pub mod files;
+pub mod history;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -29,6 +30,8 @@ pub struct ServerOptions {
     pub workspace: Workspace,
     /// Local-model ranking of broad workspace searches (off unless `enabled`).
     pub prefilter: PrefilterConfig,
+    /// The conversation history the history tools serve.
+    pub history: history::HistoryOptions,
 }
 
 /// The server could not start or the transport failed.
@@ -85,6 +88,7 @@ pub struct PithServer {
     /// Set only when the user opted in to local-model ranking.
     ranker: Option<ModelRanker>,
     rank_policy: RankPolicy,
+    history: Arc<history::HistoryOptions>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -187,6 +191,7 @@ impl PithServer {
             brain: Arc::new(Mutex::new(None)),
             ranker: ModelRanker::from_config(&options.prefilter),
             rank_policy: options.prefilter.policy,
+            history: Arc::new(options.history),
             tool_router: Self::tool_router(),
         }
     }
@@ -326,6 +331,48 @@ impl PithServer {
         .await
     }
 
+    #[tool(
+        description = "Search past conversations (BM25); returns conversation ids with snippets."
+    )]
+    async fn search_history(
+        &self,
+        Parameters(a): Parameters<history::SearchHistoryArgs>,
+    ) -> Result<String, String> {
+        let options = self.history.clone();
+        blocking(move || history::search(&options, a)).await
+    }
+
+    #[tool(
+        description = "Select conversations by a fixed filter; returns them and a token for memory_delete."
+    )]
+    async fn memory_find_candidates(
+        &self,
+        Parameters(a): Parameters<history::FindCandidatesArgs>,
+    ) -> Result<String, String> {
+        let options = self.history.clone();
+        blocking(move || history::find_candidates(&options, a)).await
+    }
+
+    #[tool(
+        description = "Trash the conversations a filterToken selected that still match its filter (restorable)."
+    )]
+    async fn memory_delete(
+        &self,
+        Parameters(a): Parameters<history::DeleteArgs>,
+    ) -> Result<String, String> {
+        let options = self.history.clone();
+        blocking(move || history::delete(&options, a)).await
+    }
+
+    #[tool(description = "Take trashed conversations out of the trash, by id.")]
+    async fn memory_restore(
+        &self,
+        Parameters(a): Parameters<history::RestoreArgs>,
+    ) -> Result<String, String> {
+        let options = self.history.clone();
+        blocking(move || history::restore(&options, a)).await
+    }
+
     /// Run a brain operation off the async threads on the workspace's brain; a workspace
     /// without one gets `empty` and no `.pith/` is created (only saving creates it).
     async fn brain_tool(
@@ -360,7 +407,7 @@ impl PithServer {
 #[tool_handler(
     router = self.tool_router,
     name = "pith",
-    instructions = "Workspace search and project memory. Before fixing an error or retrying an approach, search_memory; after a fix or a failed attempt, save_memory with evidence files."
+    instructions = "Workspace search, project memory and conversation history. Before fixing an error or retrying an approach, search_memory; after a fix or a failed attempt, save_memory with evidence files."
 )]
 impl ServerHandler for PithServer {}
 

@@ -21,6 +21,9 @@ use pith_transform::{StageReport, StageResult};
 use pith_wire::fingerprint::Fingerprint;
 use pith_wire::{Provider, Wire, encoding, request, usage};
 
+use crate::history::{HistorySink, Labels};
+use pith_store::history::{History, Turn};
+
 /// Largest decoded response body parsed for usage.
 const MAX_DECODED: u64 = 64 << 20;
 /// Rows written per transaction at most.
@@ -33,6 +36,8 @@ pub(crate) struct Record {
     pub ts_ms: i64,
     pub client: String,
     pub header_session: Option<String>,
+    /// The `pith-agent-type` header's value, for history.
+    pub agent_type: Option<String>,
     pub wire: Option<Wire>,
     pub provider: Option<Provider>,
     pub method: String,
@@ -109,10 +114,12 @@ impl Queue {
     }
 }
 
-/// The ledger and how many dropped records it has been told about, shared by the writers.
+/// The ledger and how many dropped records it has been told about, shared by the writers;
+/// and the history, when conversations are recorded.
 struct Store {
     ledger: Ledger,
     dropped_persisted: u64,
+    history: Option<History>,
 }
 
 /// Records waiting for the writers, and what the writers and the request path tell each other.
@@ -120,6 +127,8 @@ struct Shared {
     queue: Mutex<Queue>,
     capacity: usize,
     store: Mutex<Store>,
+    /// How recorded conversations are labelled (`None`: history is not recorded).
+    history: Option<Labels>,
     /// Set by the writer before it parks; the request path that finds it set wakes the writer.
     parked: AtomicBool,
     /// Set by the rescue writer before it parks; a request that finds the queue backlogged
@@ -129,6 +138,7 @@ struct Shared {
     written: AtomicU64,
     dropped: AtomicU64,
     write_errors: AtomicU64,
+    history_errors: AtomicU64,
 }
 
 impl Shared {
@@ -152,6 +162,8 @@ pub struct LedgerStats {
     pub dropped: u64,
     /// Write transactions that failed; their rows are lost.
     pub write_errors: u64,
+    /// History write transactions that failed; their turns are lost.
+    pub history_errors: u64,
 }
 
 /// The request path's handle on the ledger writers. Cloning shares the same writers.
@@ -178,7 +190,17 @@ const IDLE_TICKS: u32 = 50;
 impl LedgerSink {
     /// Start the writer threads; at most `capacity` records wait in the queue.
     pub fn start(ledger: Ledger, capacity: usize) -> std::io::Result<LedgerSink> {
-        Self::start_writers(ledger, capacity, true)
+        Self::start_writers(ledger, capacity, None, true)
+    }
+
+    /// [`LedgerSink::start`], and record each request's conversation in `history` on the
+    /// same threads, after its ledger row.
+    pub fn start_with_history(
+        ledger: Ledger,
+        capacity: usize,
+        history: Option<HistorySink>,
+    ) -> std::io::Result<LedgerSink> {
+        Self::start_writers(ledger, capacity, history, true)
     }
 
     /// `idle_writer_runs: false` stands in for a machine so busy that the idle-priority
@@ -186,22 +208,30 @@ impl LedgerSink {
     fn start_writers(
         ledger: Ledger,
         capacity: usize,
+        history: Option<HistorySink>,
         idle_writer_runs: bool,
     ) -> std::io::Result<LedgerSink> {
         let capacity = capacity.max(1);
+        let (store, history) = match history.map(HistorySink::into_parts) {
+            Some((store, labels)) => (Some(store), Some(labels)),
+            None => (None, None),
+        };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             capacity,
             store: Mutex::new(Store {
                 ledger,
                 dropped_persisted: 0,
+                history: store,
             }),
+            history,
             parked: AtomicBool::new(false),
             rescue_parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             written: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
+            history_errors: AtomicU64::new(0),
         });
         let thread_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
@@ -261,6 +291,7 @@ impl LedgerSink {
             written: self.shared.written.load(Ordering::Relaxed),
             dropped: self.shared.dropped.load(Ordering::Relaxed),
             write_errors: self.shared.write_errors.load(Ordering::Relaxed),
+            history_errors: self.shared.history_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -378,12 +409,27 @@ fn drain(shared: &Shared) -> bool {
         return false;
     }
     // Parsing happens outside the store's lock, so two writers parse in parallel.
-    let rows: Vec<Row> = records.into_iter().map(|r| to_row(*r)).collect();
+    let (rows, turns): (Vec<Row>, Vec<Option<Turn>>) = records
+        .into_iter()
+        .map(|r| to_row(*r, shared.history.as_ref()))
+        .unzip();
+    let turns: Vec<Turn> = turns.into_iter().flatten().collect();
     let mut store = shared.store();
     for chunk in rows.chunks(BATCH) {
         insert(&mut store.ledger, shared, chunk);
     }
     persist_drops(&mut store, shared);
+    if let Some(history) = store.history.as_mut()
+        && !turns.is_empty()
+        && let Err(e) = history.record(&turns)
+    {
+        shared.history_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            error = &e as &dyn std::error::Error,
+            turns = turns.len(),
+            "history write failed"
+        );
+    }
     true
 }
 
@@ -415,8 +461,9 @@ fn persist_drops(store: &mut Store, shared: &Shared) {
     }
 }
 
-/// Parse a record into a ledger row. Runs on a writer thread.
-fn to_row(r: Record) -> Row {
+/// Parse a record into a ledger row, and the conversation turn it holds when history is
+/// recorded. Runs on a writer thread.
+fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>) {
     let session_need = match r.header_session {
         Some(_) => request::SessionNeed::Known,
         None => request::SessionNeed::FromBody,
@@ -429,7 +476,14 @@ fn to_row(r: Record) -> Row {
     if r.wire.is_none() {
         anatomy.other = r.request_body.len() as u64;
     }
-    let response = response_facts(&r);
+    let body = response_body(&r);
+    let response = response_facts(&r, body.as_deref());
+    let session = r
+        .header_session
+        .clone()
+        .or(facts.metadata_session)
+        .or(facts.first_user_hash);
+    let turn = history.and_then(|h| h.turn(&r, session.as_deref(), body.as_deref()));
     let (fingerprint, client_fingerprint) = fingerprints(&r);
     let savings = match (r.wire, response.usage) {
         (Some(wire), Some(usage)) => savings(wire, &anatomy, &usage, &r.transforms),
@@ -441,13 +495,10 @@ fn to_row(r: Record) -> Row {
         outcome = RequestOutcome::StreamError;
         error = Some(e.clone());
     }
-    Row {
+    let row = Row {
         ts_ms: r.ts_ms,
         client: r.client,
-        session: r
-            .header_session
-            .or(facts.metadata_session)
-            .or(facts.first_user_hash),
+        session,
         wire: r.wire.map(|w| w.as_str().to_owned()),
         provider: r
             .provider
@@ -479,7 +530,8 @@ fn to_row(r: Record) -> Row {
         fingerprint,
         client_fingerprint,
         savings,
-    }
+    };
+    (row, turn)
 }
 
 /// What each stage's edits are estimated to have saved on this request, by the rate the
@@ -602,15 +654,13 @@ fn transform_entry(report: StageReport) -> Transform {
     }
 }
 
-fn response_facts(r: &Record) -> usage::ResponseFacts {
-    let Some(wire) = r.wire else {
-        return usage::ResponseFacts::default();
-    };
-    // count_tokens answers are free estimates, not billed usage.
-    let billed = !r.path.ends_with("/count_tokens");
+/// The response body the tee kept, decoded: for a successful answer on one of the wires that
+/// was kept whole.
+fn response_body(r: &Record) -> Option<Vec<u8>> {
+    r.wire?;
     let ok = r.status.is_some_and(|s| (200..300).contains(&s));
-    if !billed || !ok || r.response_truncated || r.response_chunks.is_empty() {
-        return usage::ResponseFacts::default();
+    if !ok || r.response_truncated || r.response_chunks.is_empty() {
+        return None;
     }
     let mut body = Vec::with_capacity(usize::try_from(r.response_bytes).unwrap_or(0));
     for c in &r.response_chunks {
@@ -621,14 +671,23 @@ fn response_facts(r: &Record) -> usage::ResponseFacts {
             Ok(b) => b,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot decode response for usage");
-                return usage::ResponseFacts::default();
+                return None;
             }
         };
     }
+    Some(body)
+}
+
+fn response_facts(r: &Record, body: Option<&[u8]>) -> usage::ResponseFacts {
+    // count_tokens answers are free estimates, not billed usage.
+    let billed = !r.path.ends_with("/count_tokens");
+    let (Some(wire), Some(body)) = (r.wire, body.filter(|_| billed)) else {
+        return usage::ResponseFacts::default();
+    };
     if r.response_is_sse {
-        usage::from_sse(wire, &body)
+        usage::from_sse(wire, body)
     } else {
-        usage::from_json(wire, &body)
+        usage::from_json(wire, body)
     }
 }
 
@@ -871,7 +930,8 @@ mod tests {
     fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
-        let sink = LedgerSink::start_writers(Ledger::open(&path).unwrap(), 1000, false).unwrap();
+        let sink =
+            LedgerSink::start_writers(Ledger::open(&path).unwrap(), 1000, None, false).unwrap();
         let started = Instant::now();
         // Far from half full: only the record's age can bring the rescue writer in.
         sink.submit(record(1));
@@ -888,7 +948,7 @@ mod tests {
         );
 
         // Half full (capacity 4: two records) wakes the rescue writer at once.
-        let sink = LedgerSink::start_writers(Ledger::open(&path).unwrap(), 4, false).unwrap();
+        let sink = LedgerSink::start_writers(Ledger::open(&path).unwrap(), 4, None, false).unwrap();
         let started = Instant::now();
         sink.submit(record(2));
         sink.submit(record(3));

@@ -11,6 +11,7 @@
 //! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged.
 
 mod fault;
+pub mod history;
 pub mod ledger;
 pub mod own_pages;
 mod request;
@@ -21,6 +22,7 @@ mod tee;
 pub mod upstream;
 mod websocket;
 
+pub use history::{AGENT_TYPE_HEADER, HistorySink};
 pub use ledger::{LedgerSink, LedgerStats};
 pub use request::TRANSFORMS_HEADER;
 pub use server::{

@@ -6,6 +6,7 @@
 //! trait belong to `pith-brain`; [`brain`] implements that trait here.
 
 pub mod brain;
+pub mod history;
 pub mod ledger;
 pub mod search_blocks;
 pub mod sqlite;

@@ -287,7 +287,7 @@ fn side_file(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Create `dir` and its missing parents, each 0700 whatever the umask.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

@@ -1,6 +1,7 @@
 //! The three wire formats pith speaks: which one a request is, views over raw bodies,
 //! the SSE codec and usage extraction. Pure data handling: no I/O.
 
+pub mod conversation;
 pub mod encoding;
 pub mod fingerprint;
 pub mod reply;

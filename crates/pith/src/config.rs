@@ -16,6 +16,7 @@ pub struct Config {
     pub transforms: TransformsConfig,
     pub mcp: McpConfig,
     pub hook: HookConfig,
+    pub history: HistoryConfig,
     /// Prices in USD per million tokens, by model id. Merged over the built-in table.
     pub prices: BTreeMap<String, PriceConfig>,
     /// Where this config came from (not a TOML key).
@@ -133,6 +134,25 @@ pub struct HookConfig {
     /// The commands whose failures are verdicts, as leading words (`"cargo test"`); replaces
     /// the built-in list.
     pub verdict_commands: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Record the conversations that pass through the proxy (default on; env `PITH_HISTORY`).
+    pub record: Option<bool>,
+    /// History database file (default `$PITH_HOME/history.db`; env `PITH_HISTORY_PATH`).
+    pub path: Option<PathBuf>,
+    /// The key filter tokens are signed with, 64 hex digits: for a team sharing one history
+    /// (default: 32 random bytes made on first use in `$PITH_HOME/history.key`, mode 0600;
+    /// env `PITH_HISTORY_TOKEN_KEY`).
+    pub token_key: Option<String>,
+    /// How long a filter token is good for (default `15m`; env `PITH_HISTORY_TOKEN_TTL`).
+    pub token_ttl: Option<String>,
+    /// Agent type per client (`admin` or `public`, default `public`), by the client names the
+    /// ledger shows: `agent_types = { codex = "admin" }`. A request's `pith-agent-type` header
+    /// overrides it.
+    pub agent_types: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]

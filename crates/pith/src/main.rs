@@ -11,6 +11,7 @@ mod commands;
 mod config;
 mod dashboard;
 mod duration;
+mod history_settings;
 mod logging;
 mod prices;
 mod workspace;
@@ -46,6 +47,8 @@ enum Command {
     Mcp(commands::mcp::Args),
     /// Read and write the project memory.
     Memory(commands::memory::Args),
+    /// Search, import and clean up the conversation history (recorded by the proxy).
+    History(commands::history::Args),
     /// Run a coding agent (claude, opencode, codex) through pith's proxy, starting a shared one
     /// in the background when none is running.
     Run(commands::run::Args),
@@ -106,6 +109,7 @@ fn run(command: Command, config: &config::Config) -> anyhow::Result<ExitCode> {
         Command::Stats(args) => commands::stats::run(args, config),
         Command::Mcp(args) => commands::mcp::run(args, config),
         Command::Memory(cmd) => commands::memory::run(cmd, config),
+        Command::History(args) => commands::history::run(args, config),
         Command::Setup(args) => commands::setup::run(args, config),
         Command::Service(args) => commands::service::run(args, config),
         Command::Hook(args) => {

@@ -112,6 +112,11 @@ impl Context {
             ts_ms: self.ts_ms,
             client: session::client_from_user_agent(&self.headers),
             header_session: session::session_from_headers(&self.headers),
+            agent_type: self
+                .headers
+                .get(crate::history::AGENT_TYPE_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
             wire: self.wire,
             provider: Some(self.provider),
             method: self.method.to_string(),

@@ -4,7 +4,8 @@
 use http::header::{self, HeaderMap, HeaderName};
 
 /// Headers that describe one hop, not the request (RFC 9110 7.6.1), plus those pith recomputes
-/// and pith's own access token (meant for pith, never for the provider).
+/// and pith's own headers (the access token, the agent type: meant for pith, never for the
+/// provider).
 fn is_hop_header(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -19,6 +20,7 @@ fn is_hop_header(name: &HeaderName) -> bool {
             | "host"
             | "content-length"
             | crate::server::TOKEN_HEADER
+            | crate::history::AGENT_TYPE_HEADER
     )
 }
 

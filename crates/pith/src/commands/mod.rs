@@ -1,6 +1,7 @@
 //! One module per subcommand (`pith <name>` lives in `<name>.rs`).
 
 pub mod doctor;
+pub mod history;
 pub mod hook;
 pub mod mcp;
 pub mod memory;

@@ -10,7 +10,8 @@ use pith_prefilter::{Api, DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedRanker};
 use pith_proxy::own_pages::OwnPages;
 use pith_proxy::rewrite::ResponseRewrites;
 use pith_proxy::search_trip::{SearchTrip, StoredSearches};
-use pith_proxy::{LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
+use pith_proxy::{HistorySink, LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
+use pith_store::history::History;
 use pith_store::ledger::Ledger;
 use pith_store::search_blocks::{Limits, SearchBlocks};
 use pith_transform::search_trip::SearchMemory;
@@ -19,6 +20,7 @@ use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVarian
 
 use crate::config::{Config, env_flag, pith_home};
 use crate::dashboard::{Dashboard, Upstreams};
+use crate::history_settings::HistorySettings;
 use crate::prices::Prices;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -34,6 +36,9 @@ Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists 
 20,000 characters of deferrable definitions (PITH_MIN_DEFERRED_CHARS); every rewrite is named in
 the pith-transforms response header, and `pith stats` shows what was deferred and why other
 requests were left alone. Logs go to stderr (PITH_LOG=debug).
+
+The conversations that pass through are recorded in $PITH_HOME/history.db (mode 0600; [history]
+record = false or PITH_HISTORY=0 turns that off; `pith history --help` says what is kept).
 
 Timeouts and their defaults (env, or the [proxy] key in lower case without PITH_, e.g.
 upstream_idle_timeout = \"5m\"):
@@ -165,12 +170,33 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             None => pith_home()?.join("ledger.db"),
         })
     };
+    let history = HistorySettings::resolve(&config.history)?;
+    // Conversations are recorded on the ledger's writer threads, from the records it gets.
+    let history_path = (history.record && ledger_path.is_some()).then(|| history.path.clone());
     let ledger = match &ledger_path {
         Some(path) => {
             let ledger = Ledger::open(path)?;
-            Some(LedgerSink::start(
+            // Fail open: a history that cannot be opened leaves the proxy running without it.
+            let sink = match history_path.as_ref().map(|p| (p, History::open(p))) {
+                Some((_, Ok(store))) => Some(HistorySink::new(
+                    store,
+                    history.account.clone(),
+                    history.agent_types.clone(),
+                )),
+                Some((path, Err(e))) => {
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot open the history {}; conversations are not recorded",
+                        path.display()
+                    );
+                    None
+                }
+                None => None,
+            };
+            Some(LedgerSink::start_with_history(
                 ledger,
                 config.ledger.queue.unwrap_or(DEFAULT_QUEUE),
+                sink,
             )?)
         }
         None => None,
@@ -244,6 +270,10 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         match &ledger_path {
             Some(p) => eprintln!("  ledger    -> {}", p.display()),
             None => eprintln!("  ledger    -> off"),
+        }
+        match &history_path {
+            Some(p) => eprintln!("  history   -> {}", p.display()),
+            None => eprintln!("  history   -> off"),
         }
         if searches.is_some() {
             eprintln!("  searches  -> {}", searches_path.display());
@@ -381,8 +411,8 @@ fn timeouts(proxy: &crate::config::ProxyConfig) -> anyhow::Result<Timeouts> {
 fn ledger_stats_line(sink: &LedgerSink) -> String {
     let s = sink.stats();
     format!(
-        "ledger: {} rows written, {} dropped, {} write errors",
-        s.written, s.dropped, s.write_errors
+        "ledger: {} rows written, {} dropped, {} write errors; history: {} write errors",
+        s.written, s.dropped, s.write_errors, s.history_errors
     )
 }
 

@@ -10,7 +10,7 @@ fn help_lists_every_command() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for cmd in ["proxy", "stats", "mcp", "memory", "setup"] {
+    for cmd in ["proxy", "stats", "mcp", "memory", "history", "setup"] {
         assert!(text.contains(cmd), "--help lacks {cmd}:\n{text}");
     }
 }

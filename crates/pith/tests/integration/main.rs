@@ -11,6 +11,7 @@ mod dashboard;
 mod defer;
 mod doctor;
 mod faults;
+mod history;
 mod hook;
 mod mcp;
 mod memory;

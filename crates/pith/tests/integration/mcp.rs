@@ -42,6 +42,19 @@ fn prepared_workspace() -> (tempfile::TempDir, tempfile::TempDir) {
 fn mcp_python_sdk_client_drives_every_tool() {
     let python = python();
     let (ws, outside) = prepared_workspace();
+    // The history the history tools find, delete, restore and search.
+    let home = ws.path().join(".pith-home");
+    let claude = super::history::claude_projects_with_junk();
+    let imported = Command::new(env!("CARGO_BIN_EXE_pith"))
+        .args(["history", "import", "--claude-dir"])
+        .arg(claude.path())
+        .arg("--codex-home")
+        .arg(claude.path().join("no-codex"))
+        .env_remove("PITH_CONFIG")
+        .env("PITH_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
     let out = Command::new(&python)
         .arg(client_script())
         .arg(env!("CARGO_BIN_EXE_pith"))
@@ -49,7 +62,7 @@ fn mcp_python_sdk_client_drives_every_tool() {
         .arg(outside.path().join("secret.txt"))
         .env_remove("PITH_CONFIG")
         .env_remove("PITH_LOCAL_PREFILTER")
-        .env("PITH_HOME", ws.path().join(".pith-home"))
+        .env("PITH_HOME", &home)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -67,13 +80,27 @@ fn mcp_python_sdk_client_drives_every_tool() {
         serde_json::json!([
             "forget_memory",
             "get_memory",
+            "memory_delete",
+            "memory_find_candidates",
+            "memory_restore",
             "read_workspace_file",
             "save_memory",
+            "search_history",
             "search_memory",
             "search_workspace",
             "verify_memory"
         ])
     );
+    // The trashed conversation was restored: the history is as it was imported.
+    let listed = Command::new(env!("CARGO_BIN_EXE_pith"))
+        .args(["history", "trash", "list", "--json"])
+        .env_remove("PITH_CONFIG")
+        .env("PITH_HOME", &home)
+        .output()
+        .unwrap();
+    let trash: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(trash["conversations"], serde_json::json!([]), "{trash}");
+    assert!(summary["history"]["empty"].is_string(), "{summary}");
     assert!(summary["checks"].as_u64().unwrap() > 50, "{summary}");
 }
 

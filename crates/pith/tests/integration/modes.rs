@@ -87,13 +87,41 @@ fn pith_home_and_the_ledger_are_private_whatever_the_umask() {
         }
     }
     let ledger = home.join("ledger.db");
-    let modes = (mode(&tmp.path().join("new")), mode(&home), ledger.exists());
+    let history = home.join("history.db");
+    let modes = (
+        mode(&tmp.path().join("new")),
+        mode(&home),
+        ledger.exists(),
+        history.exists(),
+    );
     if ledger.exists() {
         assert_private_database(&ledger);
     }
+    if history.exists() {
+        assert_private_database(&history);
+    }
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(modes, (0o700, 0o700, true), "{said}");
+    assert_eq!(modes, (0o700, 0o700, true, true), "{said}");
+}
+
+#[test]
+fn the_history_and_its_token_key_are_private_whatever_the_umask() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("fresh");
+    let out = under_umask_000(&["history", "candidates", "--filter", "empty"])
+        .env("PITH_HOME", &home)
+        .env_remove("PITH_HISTORY_TOKEN_KEY")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(&home), 0o700);
+    assert_private_database(&home.join("history.db"));
+    assert_eq!(mode(&home.join("history.key")), 0o600);
 }
 
 #[test]

@@ -1,0 +1,93 @@
+//! History recording on the ledger's writer threads: each finished record's request messages
+//! and the reply its response carried (the stream's copies the tee kept, put back together
+//! here, after the client has had every byte) become a [`Turn`] of the session's conversation.
+//! Nothing of it runs on the request path; a store failure is logged and counted, never seen.
+
+use std::collections::HashMap;
+
+use pith_history::{AgentType, NewMessage};
+use pith_store::history::{History, Turn};
+use pith_wire::conversation;
+
+use crate::ledger::Record;
+
+/// The header a client (or a wrapper) names its agent type with; pith reads it and never
+/// forwards it.
+pub const AGENT_TYPE_HEADER: &str = "pith-agent-type";
+
+/// Where recorded conversations go, and how they are labelled.
+pub struct HistorySink {
+    store: History,
+    labels: Labels,
+}
+
+/// How turns are labelled: the account, and the agent type of each client.
+pub(crate) struct Labels {
+    account: String,
+    /// Agent type per client name (config); unnamed clients are `public`.
+    agent_types: HashMap<String, AgentType>,
+}
+
+impl HistorySink {
+    /// Record into `store` under `account`, with the agent type of each client named in
+    /// `agent_types` (others are `public`, unless a request names its own).
+    pub fn new(
+        store: History,
+        account: impl Into<String>,
+        agent_types: HashMap<String, AgentType>,
+    ) -> HistorySink {
+        HistorySink {
+            store,
+            labels: Labels {
+                account: account.into(),
+                agent_types,
+            },
+        }
+    }
+
+    /// The store (for the writers' lock) and the labels (read by every writer as it parses).
+    pub(crate) fn into_parts(self) -> (History, Labels) {
+        (self.store, self.labels)
+    }
+}
+
+impl Labels {
+    /// The turn a finished record holds, if it is a conversation request on one of the wires
+    /// with a session. `response` is the decoded response body (when it was kept whole).
+    pub(crate) fn turn(
+        &self,
+        record: &Record,
+        session: Option<&str>,
+        response: Option<&[u8]>,
+    ) -> Option<Turn> {
+        let wire = record.wire?;
+        let session = session?;
+        if record.path.ends_with("/count_tokens") || record.method != "POST" {
+            return None;
+        }
+        let messages = conversation::request_messages(wire, &record.request_body)?;
+        let ok = record.status.is_some_and(|s| (200..300).contains(&s));
+        let reply = response
+            .filter(|_| ok)
+            .and_then(|body| conversation::reply_message(wire, body, record.response_is_sse))
+            .map(|m| NewMessage::from_wire(&m, record.ts_ms + record.total_ms as i64));
+        let agent_type = record
+            .agent_type
+            .as_deref()
+            .and_then(|t| t.trim().parse().ok())
+            .or_else(|| self.agent_types.get(&record.client).copied())
+            .unwrap_or_default();
+        Some(Turn {
+            account: self.account.clone(),
+            client: record.client.clone(),
+            session_id: session.to_owned(),
+            agent_type,
+            ts_ms: record.ts_ms,
+            messages: messages
+                .iter()
+                .map(|m| NewMessage::from_wire(m, record.ts_ms))
+                .collect(),
+            reply,
+        })
+    }
+}

@@ -1,0 +1,182 @@
+//! BM25 over the history's own postings (`postings`: a term's count in each conversation,
+//! `conversations.length`, `index_totals`), scored here in Rust so every backend ranks alike.
+//! A conversation is the document: a common word is one posting per conversation, not one per
+//! message, which keeps a search over 10,000 conversations to a few index ranges. The snippet
+//! is cut from the first message holding the conversation's most selective matching term.
+
+use std::collections::HashMap;
+
+use pith_history::terms;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::sqlite::StoreError;
+
+/// BM25's term-frequency saturation.
+const K1: f64 = 1.2;
+/// BM25's length normalisation.
+const B: f64 = 0.75;
+/// Query terms used at most (the rest of a pasted paragraph adds cost, not precision).
+const MAX_QUERY_TERMS: usize = 16;
+/// Characters of snippet around the match.
+const SNIPPET_CHARS: usize = 200;
+
+/// A conversation a search found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hit {
+    /// The conversation.
+    pub id: String,
+    /// Its session id.
+    pub session_id: String,
+    /// Its client.
+    pub client: String,
+    /// When it started.
+    pub started_ms: i64,
+    /// Its BM25 score (its best message's).
+    pub score: f64,
+    /// Where in it the best message is.
+    pub position: u64,
+    /// That message's role.
+    pub role: String,
+    /// Text of that message around the first query term.
+    pub snippet: String,
+}
+
+/// A conversation's score so far, and its most selective (highest idf) matching term, for the
+/// snippet.
+struct Scored {
+    score: f64,
+    best_term: usize,
+    best_idf: f64,
+    best_tf: f64,
+}
+
+pub(super) fn search(
+    conn: &Connection,
+    account: &str,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<Hit>, StoreError> {
+    let mut query_terms = terms::query(query);
+    query_terms.truncate(MAX_QUERY_TERMS);
+    let totals: Option<(f64, f64)> = conn
+        .query_row(
+            "SELECT documents, total_length FROM index_totals WHERE account = ?1",
+            params![account],
+            |r| Ok((r.get::<_, i64>(0)? as f64, r.get::<_, i64>(1)? as f64)),
+        )
+        .optional()?;
+    let Some((documents, total_length)) = totals.filter(|(n, _)| *n > 0.0) else {
+        return Ok(Vec::new());
+    };
+    if query_terms.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let average_length = (total_length / documents).max(1.0);
+    // The account's searchable conversations (not in the trash) and their lengths.
+    let mut lengths: HashMap<i64, f64> = HashMap::new();
+    let mut documents_stmt = conn.prepare_cached(
+        "SELECT seq, length FROM conversations
+         WHERE account = ?1 AND trashed_ms IS NULL AND length > 0",
+    )?;
+    let mut rows = documents_stmt.query(params![account])?;
+    while let Some(row) = rows.next()? {
+        lengths.insert(row.get(0)?, row.get::<_, i64>(1)? as f64);
+    }
+    let mut scores: HashMap<i64, Scored> = HashMap::new();
+    let mut postings = conn.prepare_cached(
+        "SELECT conversation_seq, tf FROM postings WHERE account = ?1 AND term = ?2",
+    )?;
+    for (t, term) in query_terms.iter().enumerate() {
+        let mut matched: Vec<(i64, f64)> = Vec::new();
+        let mut rows = postings.query(params![account, term])?;
+        while let Some(row) = rows.next()? {
+            matched.push((row.get(0)?, f64::from(row.get::<_, u32>(1)?)));
+        }
+        let df = matched.len() as f64;
+        let idf = (1.0 + (documents - df + 0.5).max(0.0) / (df + 0.5)).ln();
+        for (seq, tf) in matched {
+            let Some(length) = lengths.get(&seq) else {
+                continue;
+            };
+            let norm = K1 * (1.0 - B + B * length / average_length);
+            let part = idf * tf * (K1 + 1.0) / (tf + norm);
+            let entry = scores.entry(seq).or_insert(Scored {
+                score: 0.0,
+                best_term: t,
+                best_idf: f64::MIN,
+                best_tf: f64::MAX,
+            });
+            entry.score += part;
+            // Ties go to the term the conversation holds fewer times: the more specific.
+            if idf > entry.best_idf || (idf == entry.best_idf && tf < entry.best_tf) {
+                entry.best_idf = idf;
+                entry.best_tf = tf;
+                entry.best_term = t;
+            }
+        }
+    }
+    let mut ranked: Vec<(i64, Scored)> = scores.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then_with(|| a.0.cmp(&b.0)));
+    ranked.truncate(limit);
+    let mut detail = conn.prepare_cached(
+        "SELECT id, session_id, client, started_ms FROM conversations WHERE seq = ?1",
+    )?;
+    let mut holding = conn.prepare_cached(
+        "SELECT position, role, body FROM messages
+         WHERE conversation_id = ?1 AND LOWER(body) LIKE ?2 ORDER BY position LIMIT 1",
+    )?;
+    let mut hits = Vec::with_capacity(ranked.len());
+    for (seq, scored) in ranked {
+        let (id, session_id, client, started_ms): (String, String, String, i64) = detail
+            .query_row(params![seq], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        // Terms are letters and digits only, so the pattern holds no wildcard of its own.
+        let pattern = format!("%{}%", query_terms[scored.best_term]);
+        let (position, role, body): (u64, String, String) = holding
+            .query_row(params![id, pattern], |r| {
+                Ok((super::count(r, 0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?
+            .unwrap_or_default();
+        hits.push(Hit {
+            id,
+            session_id,
+            client,
+            started_ms,
+            score: scored.score,
+            position,
+            role,
+            snippet: snippet(&body, &query_terms),
+        });
+    }
+    Ok(hits)
+}
+
+/// About [`SNIPPET_CHARS`] characters of `body` around the first query term, on one line.
+fn snippet(body: &str, query_terms: &[String]) -> String {
+    let lower = body.to_lowercase();
+    // Lowercasing can change byte lengths; find the term's character offset instead.
+    let at_char = query_terms
+        .iter()
+        .filter_map(|t| lower.find(t.as_str()).map(|b| lower[..b].chars().count()))
+        .min()
+        .unwrap_or(0);
+    let start = at_char.saturating_sub(SNIPPET_CHARS / 4);
+    let chars: Vec<char> = body.chars().collect();
+    let end = (start + SNIPPET_CHARS).min(chars.len());
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.extend(
+        chars[start.min(chars.len())..end]
+            .iter()
+            .map(|c| if c.is_control() { ' ' } else { *c }),
+    );
+    if end < chars.len() {
+        out.push('…');
+    }
+    out
+}

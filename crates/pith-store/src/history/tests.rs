@@ -1,0 +1,436 @@
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use pith_history::token::DEFAULT_TTL_MS;
+use proptest::prelude::*;
+
+use super::*;
+
+const NOW: i64 = 1_800_000_000_000;
+
+fn key() -> TokenKey {
+    TokenKey::from_hex(&"5a".repeat(32)).unwrap()
+}
+
+fn message(role: &str, text: &str) -> NewMessage {
+    NewMessage {
+        role: role.into(),
+        real_user: role == "user",
+        text: text.into(),
+        typed: String::new(),
+        ts_ms: NOW,
+    }
+}
+
+/// Import a conversation with `roles` as its messages; its id.
+fn conversation(history: &mut History, account: &str, session: &str, roles: &[&str]) -> String {
+    conversation_of(history, account, AgentType::Public, session, roles)
+}
+
+fn conversation_of(
+    history: &mut History,
+    account: &str,
+    agent_type: AgentType,
+    session: &str,
+    roles: &[&str],
+) -> String {
+    let imported = Imported {
+        session_id: session.into(),
+        client: "claude-code",
+        started_ms: NOW,
+        messages: roles
+            .iter()
+            .map(|r| message(r, &format!("{r} said something in {session}")))
+            .collect(),
+    };
+    history.import(account, agent_type, &imported).unwrap();
+    conversation_id(account, Source::Import, "claude-code", session)
+}
+
+fn trashed(history: &History, account: &str) -> Vec<String> {
+    let mut ids: Vec<String> = history
+        .list(account, true, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn find(history: &History, account: &str, filter: Filter, dry_run: bool) -> Candidates {
+    history
+        .find_candidates(
+            &key(),
+            account,
+            filter,
+            None,
+            50,
+            dry_run,
+            NOW,
+            DEFAULT_TTL_MS,
+        )
+        .unwrap()
+}
+
+#[test]
+fn candidates_are_the_filters_matches_and_delete_trashes_exactly_them() {
+    let mut h = History::open_in_memory().unwrap();
+    let empty = conversation(&mut h, "local", "s-empty", &[]);
+    let single = conversation(&mut h, "local", "s-single", &["assistant"]);
+    conversation(&mut h, "local", "s-user", &["user"]);
+    conversation(&mut h, "local", "s-real", &["user", "assistant"]);
+    conversation(&mut h, "team-b", "s-other-empty", &[]);
+
+    let found = find(&h, "local", Filter::Empty, false);
+    assert_eq!((found.matched, found.sampled), (1, 1));
+    assert_eq!(found.items[0].id, empty);
+    let found_single = find(&h, "local", Filter::SingleAssistant, false);
+    assert_eq!(found_single.items.len(), 1);
+    assert_eq!(found_single.items[0].id, single);
+    assert_eq!(found_single.items[0].assistant_msg_count, 1);
+
+    let done = h
+        .delete(&key(), "local", &found.filter_token, None, NOW + 1)
+        .unwrap();
+    assert_eq!(done.changed, std::slice::from_ref(&empty));
+    assert_eq!(trashed(&h, "local"), std::slice::from_ref(&empty));
+    assert!(trashed(&h, "team-b").is_empty());
+
+    // The same token again: nothing left to trash, and it says so.
+    let again = h
+        .delete(&key(), "local", &found.filter_token, None, NOW + 2)
+        .unwrap();
+    assert!(again.changed.is_empty());
+    assert_eq!(again.skipped[0].reason, "already in the trash");
+
+    let restored = h.restore("local", std::slice::from_ref(&empty)).unwrap();
+    assert_eq!(restored.changed, [empty]);
+    assert!(trashed(&h, "local").is_empty());
+}
+
+#[test]
+fn refused_tokens_change_nothing() {
+    let mut h = History::open_in_memory().unwrap();
+    conversation(&mut h, "local", "e1", &[]);
+    conversation(&mut h, "local", "e2", &[]);
+    let real = find(&h, "local", Filter::Empty, false);
+    let token = real.filter_token.clone();
+
+    let mut refused = Vec::new();
+    // Every byte changed, one at a time.
+    for i in 0..token.len() {
+        let mut bytes = token.clone().into_bytes();
+        bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+        refused.push(String::from_utf8(bytes).unwrap());
+    }
+    // The claims rewritten for another filter (or more ids) without the key.
+    let (payload, signature) = token.split_once('.').unwrap();
+    let claims = URL_SAFE_NO_PAD.decode(payload).unwrap();
+    let other_filter = String::from_utf8(claims)
+        .unwrap()
+        .replace("\"empty\"", "\"single-assistant\"");
+    refused.push(format!(
+        "{}.{signature}",
+        URL_SAFE_NO_PAD.encode(other_filter.as_bytes())
+    ));
+    for bad in &refused {
+        let err = h.delete(&key(), "local", bad, None, NOW + 1).unwrap_err();
+        assert!(matches!(err, HistoryError::Token(_)), "{bad}: {err}");
+    }
+    // Expired, another account's, a dry run's.
+    let expired = h.delete(&key(), "local", &token, None, NOW + DEFAULT_TTL_MS);
+    assert!(matches!(
+        expired,
+        Err(HistoryError::Token(TokenError::Expired { .. }))
+    ));
+    let other_account = h.delete(&key(), "team-b", &token, None, NOW + 1);
+    assert!(matches!(
+        other_account,
+        Err(HistoryError::Token(TokenError::WrongAccount))
+    ));
+    let dry = find(&h, "local", Filter::Empty, true);
+    let dry_run = h.delete(&key(), "local", &dry.filter_token, None, NOW + 1);
+    assert!(matches!(
+        dry_run,
+        Err(HistoryError::Token(TokenError::DryRun))
+    ));
+    // Another key's token.
+    let other_key = TokenKey::from_hex(&"a5".repeat(32)).unwrap();
+    let foreign = h
+        .find_candidates(
+            &other_key,
+            "local",
+            Filter::Empty,
+            None,
+            50,
+            false,
+            NOW,
+            DEFAULT_TTL_MS,
+        )
+        .unwrap();
+    let foreign = h.delete(&key(), "local", &foreign.filter_token, None, NOW + 1);
+    assert!(matches!(
+        foreign,
+        Err(HistoryError::Token(TokenError::BadSignature))
+    ));
+
+    assert!(trashed(&h, "local").is_empty(), "nothing was trashed");
+}
+
+#[test]
+fn a_token_for_another_filter_trashes_nothing_its_filter_does_not_match() {
+    let mut h = History::open_in_memory().unwrap();
+    let empty = conversation(&mut h, "local", "e", &[]);
+    // A genuine token for single-assistant that names the empty conversation.
+    let claims = Claims {
+        v: VERSION,
+        account: "local".into(),
+        filter: Filter::SingleAssistant,
+        agent_type: None,
+        ids: vec![empty.clone()],
+        iat: NOW,
+        exp: NOW + DEFAULT_TTL_MS,
+        dry_run: false,
+    };
+    let token = key().sign(&claims);
+    let done = h.delete(&key(), "local", &token, None, NOW + 1).unwrap();
+    assert!(done.changed.is_empty());
+    assert_eq!(
+        done.skipped[0].reason,
+        "no longer matches filter single-assistant (it has 0 messages now)"
+    );
+    assert!(trashed(&h, "local").is_empty());
+}
+
+#[test]
+fn a_conversation_that_gained_a_message_is_skipped_with_a_reason() {
+    let mut h = History::open_in_memory().unwrap();
+    let growing = conversation(&mut h, "local", "grows", &[]);
+    let stays = conversation(&mut h, "local", "stays", &[]);
+    let found = find(&h, "local", Filter::Empty, false);
+    assert_eq!(found.sampled, 2);
+    conversation(&mut h, "local", "grows", &["user"]);
+    let done = h
+        .delete(&key(), "local", &found.filter_token, None, NOW + 1)
+        .unwrap();
+    assert_eq!(done.changed, [stays]);
+    assert_eq!(done.skipped.len(), 1);
+    assert_eq!(done.skipped[0].id, growing);
+    assert_eq!(
+        done.skipped[0].reason,
+        "no longer matches filter empty (it has 1 messages now)"
+    );
+}
+
+#[test]
+fn ids_narrow_the_token_and_never_extend_it() {
+    let mut h = History::open_in_memory().unwrap();
+    let a = conversation(&mut h, "local", "a", &[]);
+    let b = conversation(&mut h, "local", "b", &[]);
+    let found = find(&h, "local", Filter::Empty, false);
+    let late = conversation(&mut h, "local", "late", &[]);
+    let ids = vec![b.clone(), late.clone()];
+    let done = h
+        .delete(&key(), "local", &found.filter_token, Some(&ids), NOW + 1)
+        .unwrap();
+    assert_eq!(done.changed, std::slice::from_ref(&b));
+    assert_eq!(done.skipped[0].id, late);
+    assert_eq!(trashed(&h, "local"), [b]);
+    assert!(!trashed(&h, "local").contains(&a));
+}
+
+#[test]
+fn search_ranks_by_bm25_within_the_account_and_leaves_the_trash_out() {
+    let mut h = History::open_in_memory().unwrap();
+    let mut add = |account: &str, session: &str, text: &str| {
+        let imported = Imported {
+            session_id: session.into(),
+            client: "codex",
+            started_ms: NOW,
+            messages: vec![message("user", text), message("assistant", "ok, done")],
+        };
+        h.import(account, AgentType::Public, &imported).unwrap();
+        conversation_id(account, Source::Import, "codex", session)
+    };
+    let twice = add(
+        "local",
+        "twice",
+        "the calc test fails: calc adds wrong, fix calc",
+    );
+    let once = add(
+        "local",
+        "once",
+        "a long message about many things and calc once among them all",
+    );
+    add("local", "none", "nothing relevant here");
+    add("team-b", "theirs", "calc calc calc calc");
+    let hits = h.search("local", "calc", 10).unwrap();
+    let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+    assert_eq!(ids, [twice.as_str(), once.as_str()]);
+    assert!(hits[0].snippet.contains("calc"));
+    // Trash one (40 days ago): it is no longer found; purge it: its text leaves the index.
+    h.conn
+        .execute(
+            "UPDATE conversations SET trashed_ms = ?2 WHERE id = ?1",
+            params![twice, NOW - 40 * 86_400_000],
+        )
+        .unwrap();
+    let ids: Vec<String> = h
+        .search("local", "calc", 10)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.id)
+        .collect();
+    assert_eq!(ids, std::slice::from_ref(&once));
+    let before = h.index_rows_for("fails").unwrap();
+    assert_eq!(before, 1);
+    let purged = h.purge("local", NOW - 30 * 86_400_000).unwrap();
+    assert_eq!(
+        purged,
+        Purged {
+            conversations: 1,
+            messages: 2,
+            index_rows: purged.index_rows
+        }
+    );
+    assert!(purged.index_rows >= 8);
+    assert_eq!(h.index_rows_for("fails").unwrap(), 0);
+    assert!(h.show("local", &twice).unwrap().is_none());
+    // The other account's conversation is untouched and unseen.
+    assert_eq!(h.search("team-b", "calc", 10).unwrap().len(), 1);
+}
+
+#[test]
+fn recording_appends_new_messages_and_ignores_retries_and_side_calls() {
+    let mut h = History::open_in_memory().unwrap();
+    let turn = |messages: Vec<NewMessage>, reply: Option<&str>| Turn {
+        account: "local".into(),
+        client: "claude-code".into(),
+        session_id: "s".into(),
+        agent_type: AgentType::Public,
+        ts_ms: NOW,
+        messages,
+        reply: reply.map(|r| message("assistant", r)),
+    };
+    let first = message("user", "fix calc");
+    assert_eq!(
+        h.record(&[turn(vec![first.clone()], Some("looking"))])
+            .unwrap(),
+        2
+    );
+    // A retry of the same request adds nothing.
+    assert_eq!(
+        h.record(&[turn(vec![first.clone()], Some("looking"))])
+            .unwrap(),
+        0
+    );
+    // A side call in the same session (another first message) adds nothing.
+    let side = turn(vec![message("user", "write a title")], Some("Calc fix"));
+    assert_eq!(h.record(&[side]).unwrap(), 0);
+    let next = vec![
+        first,
+        message("assistant", "looking"),
+        message("user", "tool output"),
+    ];
+    assert_eq!(h.record(&[turn(next, Some("fixed"))]).unwrap(), 2);
+    let id = conversation_id("local", Source::Proxy, "claude-code", "s");
+    let (conversation, messages) = h.show("local", &id).unwrap().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+    assert_eq!(conversation.messages, 4);
+}
+
+#[derive(Debug, Clone)]
+struct Spec {
+    account: bool,
+    admin: bool,
+    roles: Vec<bool>,
+    trashed: bool,
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(any::<bool>(), 0..3),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(account, admin, roles, trashed)| Spec {
+            account,
+            admin,
+            roles,
+            trashed,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever the store holds and however it changes between find and delete, a delete
+    /// trashes only conversations of its account, in the token's set, that match the
+    /// filter (and agent type) at delete time.
+    #[test]
+    fn a_delete_trashes_only_what_matches_in_the_tokens_set_and_account(
+        specs in prop::collection::vec(spec(), 1..12),
+        single in any::<bool>(),
+        narrow_admin in prop::option::of(any::<bool>()),
+        grow in prop::collection::vec(any::<bool>(), 12),
+        late in prop::collection::vec(spec(), 0..4),
+        narrow in prop::option::of(prop::collection::vec(any::<bool>(), 16)),
+    ) {
+        let filter = if single { Filter::SingleAssistant } else { Filter::Empty };
+        let agent_type = narrow_admin.map(|a| if a { AgentType::Admin } else { AgentType::Public });
+        let mut h = History::open_in_memory().unwrap();
+        let account = |s: &Spec| if s.account { "local" } else { "team-b" };
+        let agent = |s: &Spec| if s.admin { AgentType::Admin } else { AgentType::Public };
+        let mut all = Vec::new();
+        for (i, s) in specs.iter().enumerate() {
+            let roles: Vec<&str> = s.roles.iter().map(|a| if *a { "assistant" } else { "user" }).collect();
+            let id = conversation_of(&mut h, account(s), agent(s), &format!("s{i}"), &roles);
+            if s.trashed {
+                h.conn.execute("UPDATE conversations SET trashed_ms = 1 WHERE id = ?1", params![id]).unwrap();
+            }
+            all.push((id, account(s), s.clone()));
+        }
+        let found = h
+            .find_candidates(&key(), "local", filter, agent_type, 50, false, NOW, DEFAULT_TTL_MS)
+            .unwrap();
+        // Between find and delete: conversations gain messages, new ones arrive.
+        for (i, ((_, acct, s), g)) in all.iter().zip(&grow).enumerate() {
+            if *g {
+                let session = format!("s{i}");
+                let mut roles: Vec<&str> = s.roles.iter().map(|a| if *a { "assistant" } else { "user" }).collect();
+                roles.push("assistant");
+                conversation_of(&mut h, acct, agent(s), &session, &roles);
+            }
+        }
+        for (i, s) in late.iter().enumerate() {
+            let roles: Vec<&str> = s.roles.iter().map(|a| if *a { "assistant" } else { "user" }).collect();
+            let id = conversation_of(&mut h, account(s), agent(s), &format!("late{i}"), &roles);
+            all.push((id, account(s), s.clone()));
+        }
+        let ids: Option<Vec<String>> = narrow.map(|pick| {
+            all.iter().zip(pick).filter(|(_, p)| *p).map(|((id, ..), _)| id.clone()).collect()
+        });
+        let before = trashed(&h, "local");
+        let done = h.delete(&key(), "local", &found.filter_token, ids.as_deref(), NOW + 1).unwrap();
+        let after = trashed(&h, "local");
+        prop_assert!(trashed(&h, "team-b").iter().all(|id| all.iter().any(|(x, a, s)| x == id && *a == "team-b" && s.trashed)));
+        for id in &after {
+            if before.contains(id) {
+                continue;
+            }
+            prop_assert!(done.changed.contains(id));
+            prop_assert!(found.items.iter().any(|c| &c.id == id), "outside the token's set");
+            let (c, _) = h.show("local", id).unwrap().unwrap();
+            prop_assert!(filter.matches(c.messages, c.assistant_messages), "does not match at delete time");
+            if let Some(a) = agent_type {
+                prop_assert_eq!(c.agent_type.as_str(), a.as_str());
+            }
+            if let Some(ids) = &ids {
+                prop_assert!(ids.contains(id));
+            }
+        }
+        prop_assert_eq!(after.len() - before.len(), done.changed.len());
+    }
+}

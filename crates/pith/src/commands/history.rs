@@ -1,0 +1,506 @@
+//! `pith history ...`: the conversation history for a person. Search, list and show read;
+//! `import` reads the clients' session files; `candidates` runs one of the fixed filters and
+//! prints the token `delete` needs; `trash` lists, restores and (the only hard delete) purges.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use pith_history::import::{self, Source};
+use pith_history::{AgentType, Filter};
+use pith_store::history::{Changed, Conversation, History};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::history_settings::HistorySettings;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Recorded: each conversation that passes through `pith proxy` (off with [history] record = false
+or PITH_HISTORY=0), in $PITH_HOME/history.db (mode 0600). Kept per message: role, whether a
+person typed it, the time, and its text up to 16 KiB (tool calls and results included), indexed
+for search. Nothing leaves the machine.
+
+Deleting is by filter only: `candidates` runs a fixed filter and prints a signed token; `delete`
+trashes those of its conversations that still match; `trash purge` deletes for good.")]
+pub struct Args {
+    #[command(subcommand)]
+    command: HistoryCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum HistoryCommand {
+    /// Import Claude Code (~/.claude/projects/*/*.jsonl) and Codex ($CODEX_HOME/sessions)
+    /// session files; importing the same files again adds only what they gained.
+    Import(ImportArgs),
+    /// Search message text (BM25), best conversations first, with a snippet each.
+    Search(SearchArgs),
+    /// List conversations, newest first.
+    List(ListArgs),
+    /// Show a conversation's messages.
+    Show(ShowArgs),
+    /// Run a fixed filter and print its candidates and the token that deletes them.
+    Candidates(CandidatesArgs),
+    /// Trash the conversations a token from `candidates` selected that still match its filter.
+    Delete(DeleteArgs),
+    /// The trash: list, restore, purge.
+    Trash(TrashArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ImportArgs {
+    /// Claude Code's config directory [default: $CLAUDE_CONFIG_DIR, else ~/.claude].
+    #[arg(long, value_name = "DIR")]
+    claude_dir: Option<PathBuf>,
+    /// Codex's home [default: $CODEX_HOME, else ~/.codex].
+    #[arg(long, value_name = "DIR")]
+    codex_home: Option<PathBuf>,
+    /// The agent type of the imported conversations: public or admin.
+    #[arg(long, value_parser = parse_agent_type, default_value = "public")]
+    agent_type: AgentType,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct SearchArgs {
+    /// Words to look for.
+    #[arg(required = true, num_args = 1..)]
+    query: Vec<String>,
+    /// Most conversations to show.
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ListArgs {
+    /// Most conversations to show.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ShowArgs {
+    /// Conversation id (from list or search), e.g. c-0123456789abcdef.
+    id: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct CandidatesArgs {
+    /// empty (no messages) or single-assistant (exactly one message, from the assistant).
+    /// (There is deliberately no filter on content such as "no real user input".)
+    #[arg(long, value_parser = parse_filter)]
+    filter: Filter,
+    /// Only conversations of this agent type: public or admin.
+    #[arg(long, value_parser = parse_agent_type)]
+    agent_type: Option<AgentType>,
+    /// Most candidates to return and sign (at most 500).
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// The token can be looked at but never deletes.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct DeleteArgs {
+    /// The token `pith history candidates` printed.
+    #[arg(long)]
+    token: String,
+    /// Only these of the token's conversations (never others).
+    ids: Vec<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct TrashArgs {
+    #[command(subcommand)]
+    command: TrashCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum TrashCommand {
+    /// List trashed conversations, newest first.
+    List(ListArgs),
+    /// Take conversations out of the trash.
+    Restore(RestoreArgs),
+    /// Delete for good the conversations trashed longer ago than --older-than, with their
+    /// messages and their text in the search index. Asks first, unless --yes.
+    Purge(PurgeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RestoreArgs {
+    /// Conversation ids.
+    #[arg(required = true, num_args = 1..)]
+    ids: Vec<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct PurgeArgs {
+    /// Only conversations trashed at least this long ago, e.g. 30d, 12h.
+    #[arg(long, value_name = "AGE", value_parser = crate::duration::parse)]
+    older_than: std::time::Duration,
+    /// Do not ask (for scripts).
+    #[arg(long)]
+    yes: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_filter(s: &str) -> Result<Filter, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_agent_type(s: &str) -> Result<AgentType, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
+    let settings = HistorySettings::resolve(&config.history)?;
+    match args.command {
+        HistoryCommand::Import(a) => import_sessions(&settings, a),
+        HistoryCommand::Search(a) => search(&settings, a),
+        HistoryCommand::List(a) => list(&settings, a, false),
+        HistoryCommand::Show(a) => show(&settings, a),
+        HistoryCommand::Candidates(a) => candidates(&settings, a),
+        HistoryCommand::Delete(a) => delete(&settings, a),
+        HistoryCommand::Trash(t) => match t.command {
+            TrashCommand::List(a) => list(&settings, a, true),
+            TrashCommand::Restore(a) => restore(&settings, a),
+            TrashCommand::Purge(a) => purge(&settings, a),
+        },
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The history for a command that writes (creating it, 0600).
+fn open(settings: &HistorySettings) -> anyhow::Result<History> {
+    History::open(&settings.path)
+        .with_context(|| format!("cannot open the history {}", settings.path.display()))
+}
+
+/// The history for a command that only reads; `None` when nothing was recorded yet.
+fn open_to_read(settings: &HistorySettings) -> anyhow::Result<Option<History>> {
+    if !settings.path.exists() {
+        eprintln!(
+            "pith: no history at {} yet: conversations are recorded as they pass through \
+             `pith proxy`; `pith history import` reads Claude Code and Codex session files",
+            settings.path.display()
+        );
+        return Ok(None);
+    }
+    History::open_read_only(&settings.path)
+        .map(Some)
+        .with_context(|| format!("cannot read the history {}", settings.path.display()))
+}
+
+fn home_dir() -> Option<PathBuf> {
+    dirs::home_dir()
+}
+
+fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<()> {
+    let claude = a
+        .claude_dir
+        .or_else(|| std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from))
+        .or_else(|| home_dir().map(|h| h.join(".claude")));
+    let codex = a
+        .codex_home
+        .or_else(|| std::env::var_os("CODEX_HOME").map(PathBuf::from))
+        .or_else(|| home_dir().map(|h| h.join(".codex")));
+    let files = import::session_files(claude.as_deref(), codex.as_deref());
+    let mut history = open(settings)?;
+    let (mut created, mut added, mut failed) = (0usize, 0usize, 0usize);
+    let total = files.len();
+    for (i, (source, path)) in files.iter().enumerate() {
+        let imported = match import::read(*source, path) {
+            Ok(imported) => imported,
+            Err(e) => {
+                eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
+                failed += 1;
+                continue;
+            }
+        };
+        let outcome = history
+            .import(&settings.account, a.agent_type, &imported)
+            .with_context(|| format!("cannot import {}", path.display()))?;
+        created += usize::from(outcome.created);
+        added += outcome.added;
+        if total > 100 && (i + 1) % 100 == 0 {
+            eprintln!("pith: imported {} of {total} session files", i + 1);
+        }
+    }
+    let by_source = |s: Source| files.iter().filter(|(x, _)| *x == s).count();
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "files": total,
+                "claudeCodeFiles": by_source(Source::ClaudeCode),
+                "codexFiles": by_source(Source::Codex),
+                "conversationsCreated": created,
+                "messagesAdded": added,
+                "unreadable": failed,
+            })
+        );
+    } else {
+        println!(
+            "read {total} session files ({} Claude Code, {} Codex): {created} new conversations, {added} new messages{}",
+            by_source(Source::ClaudeCode),
+            by_source(Source::Codex),
+            if failed > 0 {
+                format!(", {failed} unreadable")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+fn search(settings: &HistorySettings, a: SearchArgs) -> anyhow::Result<()> {
+    let query = a.query.join(" ");
+    let hits = match open_to_read(settings)? {
+        Some(h) => h.search(&settings.account, &query, a.limit.clamp(1, 100))?,
+        None => Vec::new(),
+    };
+    if a.json {
+        println!("{}", json!({ "query": query, "hits": hits }));
+        return Ok(());
+    }
+    if hits.is_empty() {
+        println!("no conversation matches \"{query}\"");
+    }
+    for hit in hits {
+        println!(
+            "{}  {}  {}  score {:.2}\n    {} #{}: {}",
+            hit.id, hit.client, hit.session_id, hit.score, hit.role, hit.position, hit.snippet
+        );
+    }
+    Ok(())
+}
+
+fn conversation_line(c: &Conversation) -> String {
+    format!(
+        "{}  {}  {}  {}  {} messages ({} by a person, {} assistant){}  {}",
+        c.id,
+        c.agent_type,
+        c.client,
+        c.session_id,
+        c.messages,
+        c.real_user_messages,
+        c.assistant_messages,
+        c.trashed_ms
+            .map(|t| format!(", trashed at {t}"))
+            .unwrap_or_default(),
+        c.first_user_preview.as_deref().unwrap_or("")
+    )
+}
+
+fn list(settings: &HistorySettings, a: ListArgs, trashed: bool) -> anyhow::Result<()> {
+    let conversations = match open_to_read(settings)? {
+        Some(h) => h.list(&settings.account, trashed, a.limit)?,
+        None => Vec::new(),
+    };
+    if a.json {
+        println!("{}", json!({ "conversations": conversations }));
+        return Ok(());
+    }
+    if conversations.is_empty() {
+        println!(
+            "{}",
+            if trashed {
+                "the trash is empty"
+            } else {
+                "no conversations"
+            }
+        );
+    }
+    for c in &conversations {
+        println!("{}", conversation_line(c));
+    }
+    Ok(())
+}
+
+fn show(settings: &HistorySettings, a: ShowArgs) -> anyhow::Result<()> {
+    let found = match open_to_read(settings)? {
+        Some(h) => h.show(&settings.account, a.id.trim())?,
+        None => None,
+    };
+    let Some((conversation, messages)) = found else {
+        anyhow::bail!(
+            "no conversation {} in this history; `pith history list` or `pith history search` give ids",
+            a.id.trim()
+        );
+    };
+    if a.json {
+        println!(
+            "{}",
+            json!({ "conversation": conversation, "messages": messages })
+        );
+        return Ok(());
+    }
+    println!("{}", conversation_line(&conversation));
+    for m in messages {
+        let who = if m.real_user {
+            "user (typed)"
+        } else {
+            m.role.as_str()
+        };
+        println!("  #{} {who}: {}", m.position, m.preview);
+    }
+    Ok(())
+}
+
+fn candidates(settings: &HistorySettings, a: CandidatesArgs) -> anyhow::Result<()> {
+    let history = open(settings)?;
+    let key = settings.token_key()?;
+    let found = history.find_candidates(
+        &key,
+        &settings.account,
+        a.filter,
+        a.agent_type,
+        a.limit,
+        a.dry_run,
+        now_ms(),
+        settings.token_ttl_ms,
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string(&found)?);
+        return Ok(());
+    }
+    println!(
+        "{} conversations match filter {}{}; {} shown{}",
+        found.matched,
+        found.filter,
+        found
+            .agent_type
+            .map(|t| format!(" (agent type {t})"))
+            .unwrap_or_default(),
+        found.sampled,
+        if found.dry_run { " (dry run)" } else { "" }
+    );
+    for c in &found.items {
+        println!(
+            "  {}  {}  {} assistant, {} typed  {}",
+            c.id,
+            c.session_id,
+            c.assistant_msg_count,
+            c.real_user_msg_count,
+            c.first_user_msg_preview.as_deref().unwrap_or("")
+        );
+    }
+    if found.dry_run {
+        println!("dry-run token (never deletes): {}", found.filter_token);
+    } else if found.sampled > 0 {
+        println!(
+            "to trash them: pith history delete --token {}",
+            found.filter_token
+        );
+    }
+    Ok(())
+}
+
+fn print_changed(done: &Changed, verb: &str, as_json: bool) {
+    if as_json {
+        println!("{}", json!({ verb: done.changed, "skipped": done.skipped }));
+        return;
+    }
+    println!("{verb}: {}", done.changed.len());
+    for id in &done.changed {
+        println!("  {id}");
+    }
+    for s in &done.skipped {
+        println!("  skipped {}: {}", s.id, s.reason);
+    }
+}
+
+fn delete(settings: &HistorySettings, a: DeleteArgs) -> anyhow::Result<()> {
+    let mut history = open(settings)?;
+    let key = settings.token_key()?;
+    let ids = (!a.ids.is_empty()).then_some(a.ids.as_slice());
+    let done = history
+        .delete(&key, &settings.account, &a.token, ids, now_ms())
+        .context("nothing was deleted")?;
+    print_changed(&done, "trashed", a.json);
+    Ok(())
+}
+
+fn restore(settings: &HistorySettings, a: RestoreArgs) -> anyhow::Result<()> {
+    let mut history = open(settings)?;
+    let done = history.restore(&settings.account, &a.ids)?;
+    print_changed(&done, "restored", a.json);
+    Ok(())
+}
+
+fn purge(settings: &HistorySettings, a: PurgeArgs) -> anyhow::Result<()> {
+    let mut history = open(settings)?;
+    let age_ms = i64::try_from(a.older_than.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = now_ms().saturating_sub(age_ms);
+    let doomed = history.purgeable(&settings.account, cutoff)?;
+    let messages: u64 = doomed.iter().map(|c| c.messages).sum();
+    if doomed.is_empty() {
+        if a.json {
+            println!(
+                "{}",
+                json!({ "conversations": 0, "messages": 0, "indexRows": 0 })
+            );
+        } else {
+            println!("nothing in the trash is older than that");
+        }
+        return Ok(());
+    }
+    if !a.yes {
+        anyhow::ensure!(
+            std::io::stdin().is_terminal(),
+            "purge deletes {} conversations ({messages} messages) for good; run it in a terminal to confirm, or pass --yes",
+            doomed.len()
+        );
+        eprint!(
+            "Delete {} trashed conversations ({messages} messages) for good? This cannot be undone. Type yes: ",
+            doomed.len()
+        );
+        std::io::stderr().flush().ok();
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if answer.trim() != "yes" {
+            eprintln!("pith: nothing was deleted");
+            return Ok(());
+        }
+    }
+    let purged = history.purge(&settings.account, cutoff)?;
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "conversations": purged.conversations,
+                "messages": purged.messages,
+                "indexRows": purged.index_rows,
+            })
+        );
+    } else {
+        println!(
+            "deleted {} conversations, {} messages and {} search index rows",
+            purged.conversations, purged.messages, purged.index_rows
+        );
+    }
+    Ok(())
+}

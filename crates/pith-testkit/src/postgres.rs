@@ -94,7 +94,7 @@ impl PgServer {
         reason = "test setup: no server means the test cannot run"
     )]
     pub fn shared() -> &'static PgServer {
-        match SHARED.get_or_init(|| PgServer::start().map_err(|e| error_chain(&e))) {
+        match SHARED.get_or_init(|| PgServer::start().map_err(|e| crate::errors::chain(&e))) {
             Ok(server) => server,
             Err(e) => panic!("cannot start the test PostgreSQL: {e}"),
         }
@@ -353,15 +353,4 @@ fn postgres_user() -> Option<(u32, u32)> {
 
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
 }

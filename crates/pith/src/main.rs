@@ -11,6 +11,7 @@ mod dashboard;
 mod duration;
 mod logging;
 mod prices;
+mod team;
 mod workspace;
 
 use std::path::PathBuf;

@@ -22,3 +22,4 @@ mod search_trip;
 mod setup;
 mod stats;
 mod support;
+mod team;

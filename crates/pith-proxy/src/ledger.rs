@@ -431,6 +431,10 @@ fn to_row(r: Record) -> Row {
     }
     let response = response_facts(&r);
     let (fingerprint, client_fingerprint) = fingerprints(&r);
+    let savings = match (r.wire, response.usage) {
+        (Some(wire), Some(usage)) => savings(wire, &anatomy, &usage, &r.transforms),
+        _ => Vec::new(),
+    };
     let mut outcome = r.outcome;
     let mut error = r.error;
     if let Some(e) = &response.stream_error {
@@ -466,6 +470,7 @@ fn to_row(r: Record) -> Row {
             input: u.input,
             output: u.output,
             cache_write: u.cache_write,
+            cache_write_1h: u.cache_write_1h,
             cache_read: u.cache_read,
         }),
         ttfb_ms: r.ttfb_ms,
@@ -473,7 +478,72 @@ fn to_row(r: Record) -> Row {
         transforms: r.transforms.into_iter().map(transform_entry).collect(),
         fingerprint,
         client_fingerprint,
+        savings,
     }
+}
+
+/// What each stage's edits are estimated to have saved on this request, by the rate the
+/// characters they kept out (less those they added) would have been billed at: the rate the
+/// real request paid at the place in the prompt where they sit (a prefix read from the cache
+/// is priced as a read, one written as a write). Places come from the client body's anatomy
+/// in the provider's prompt order, scaled to the billed prompt; tokens are
+/// [`pith_transform::estimated_tokens`]. Negative when a stage added more than it kept out.
+fn savings(
+    wire: Wire,
+    anatomy: &request::Anatomy,
+    usage: &usage::Usage,
+    reports: &[StageReport],
+) -> Vec<store::Saving> {
+    use pith_transform::{FactKind, Site};
+    let prompt_bytes = anatomy.tools + anatomy.system + anatomy.messages;
+    let before = |site: Site| -> u64 {
+        match (wire, site) {
+            (_, Site::Tail) => prompt_bytes,
+            (Wire::Responses, Site::System) => 0,
+            (Wire::Responses, Site::Tools) => anatomy.system,
+            (_, Site::Tools) => 0,
+            (_, Site::System) => anatomy.tools,
+        }
+    };
+    let position = |site: Site| -> u64 {
+        let total = u128::from(usage.prompt_total());
+        match prompt_bytes {
+            0 => 0,
+            b => {
+                u64::try_from(total * u128::from(before(site)) / u128::from(b)).unwrap_or(u64::MAX)
+            }
+        }
+    };
+    let mut out: Vec<store::Saving> = Vec::new();
+    for report in reports {
+        let StageResult::Applied(facts) = &report.result else {
+            continue;
+        };
+        for f in facts {
+            let sign = match f.kind {
+                FactKind::CharsKeptOut => 1,
+                FactKind::CharsAdded => -1,
+                _ => continue,
+            };
+            let Some(site) = f.site else { continue };
+            let chars = usize::try_from(f.value).unwrap_or(usize::MAX);
+            let tokens =
+                sign * i64::try_from(pith_transform::estimated_tokens(chars)).unwrap_or(i64::MAX);
+            let band = usage.band_at(position(site)).as_str();
+            match out
+                .iter_mut()
+                .find(|s| s.stage == report.stage && s.band == band)
+            {
+                Some(s) => s.tokens += tokens,
+                None => out.push(store::Saving {
+                    stage: report.stage.to_owned(),
+                    band: band.to_owned(),
+                    tokens,
+                }),
+            }
+        }
+    }
+    out
 }
 
 /// The prompt fingerprints of a request on one of the three wires (`count_tokens` and bodies

@@ -7,7 +7,9 @@
 
 use std::path::PathBuf;
 
-use pith_store::ledger::{Fact, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult};
+use pith_store::ledger::{
+    Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
+};
 use pith_wire::fingerprint::Fingerprint;
 
 fn main() -> Result<(), String> {
@@ -62,8 +64,14 @@ fn main() -> Result<(), String> {
                     input: 25,
                     output: 300,
                     cache_write: 500,
+                    cache_write_1h: 0,
                     cache_read: 20_000,
                 }),
+                savings: vec![Saving {
+                    stage: "defer".into(),
+                    band: "cache_read".into(),
+                    tokens: 10_427 - 13,
+                }],
                 ttfb_ms: Some(400.0),
                 total_ms: 3_000.0,
                 transforms: vec![
@@ -83,6 +91,11 @@ fn main() -> Result<(), String> {
                                 name: "chars".into(),
                                 kind: "chars_kept_out".into(),
                                 value: 41_707,
+                            },
+                            Fact {
+                                name: "added".into(),
+                                kind: "chars_added".into(),
+                                value: 52,
                             },
                         ]),
                     },

@@ -199,6 +199,59 @@ INSERT INTO stage_result_totals
 SELECT stage, result, CASE WHEN result = 'unchanged' THEN coalesce(detail, '') ELSE '' END, count(*)
 FROM transform_results GROUP BY 1, 2, 3;
 INSERT INTO stage_fact_totals SELECT stage, name, kind, sum(value) FROM transform_facts GROUP BY 1, 2, 3;
+", "
+-- Schema 4: cache writes by lifetime (the one-hour part of cache_write_tokens; the rest are
+-- five-minute writes), and what each transform's edits are estimated to have saved, in tokens
+-- by the rate they would have been billed at (`pith_wire::usage::Band`): the cache state the
+-- real request had where the characters sit. Negative when an edit added more than it kept
+-- out. Prices are applied when read, so a changed price list reprices the past.
+ALTER TABLE requests ADD COLUMN cache_write_1h_tokens INTEGER;
+ALTER TABLE group_totals ADD COLUMN cache_write_1h INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE savings (
+    request_id INTEGER NOT NULL REFERENCES requests (id),
+    stage      TEXT NOT NULL,
+    band       TEXT NOT NULL,  -- cache_read, cache_write_5m, cache_write_1h, input
+    tokens     INTEGER NOT NULL,
+    PRIMARY KEY (request_id, stage, band)
+) WITHOUT ROWID;
+CREATE TABLE saving_totals (
+    k       TEXT NOT NULL,     -- group_totals' key
+    session TEXT,
+    model   TEXT,
+    stage   TEXT NOT NULL,
+    band    TEXT NOT NULL,
+    tokens  INTEGER NOT NULL,
+    PRIMARY KEY (k, stage, band)
+) WITHOUT ROWID;
+
+-- Before schema 4 only defer kept characters out (of the tools, which sit at the start of the
+-- prompt, after the instructions on Responses) and nothing added was recorded; no one-hour
+-- split was kept either.
+WITH kept (request_id, stage, tokens, rd, wr, last, p) AS (
+    SELECT f.request_id, f.stage, (f.value + 3) / 4, coalesce(r.cache_read_tokens, 0),
+           coalesce(r.cache_write_tokens, 0),
+           max(r.input_tokens + coalesce(r.cache_write_tokens, 0)
+               + coalesce(r.cache_read_tokens, 0) - 1, 0),
+           CASE WHEN r.wire = 'responses' AND r.tools_bytes + r.system_bytes + r.messages_bytes > 0
+                THEN (r.input_tokens + coalesce(r.cache_write_tokens, 0)
+                      + coalesce(r.cache_read_tokens, 0)) * r.system_bytes
+                     / (r.tools_bytes + r.system_bytes + r.messages_bytes)
+                ELSE 0 END
+    FROM transform_facts f JOIN requests r ON r.id = f.request_id
+    WHERE f.kind = 'chars_kept_out' AND r.input_tokens IS NOT NULL
+)
+INSERT INTO savings
+SELECT request_id, stage,
+       CASE WHEN min(p, last) < rd THEN 'cache_read'
+            WHEN min(p, last) < rd + wr THEN 'cache_write_5m'
+            ELSE 'input' END,
+       sum(tokens)
+FROM kept GROUP BY 1, 2, 3;
+INSERT INTO saving_totals
+SELECT coalesce('s' || r.session, '-') || char(31) || coalesce('m' || r.model, '-'), r.session,
+       r.model, s.stage, s.band, sum(s.tokens)
+FROM savings s JOIN requests r ON r.id = s.request_id
+GROUP BY r.session, r.model, s.stage, s.band;
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -413,6 +466,9 @@ pub struct Row {
     pub fingerprint: Option<Vec<u8>>,
     /// The prompt as the client sent it, when a stage changed it (else `None`: the same).
     pub client_fingerprint: Option<Vec<u8>>,
+    /// What the stages' edits are estimated to have saved, per (stage, rate); empty without
+    /// usage (nothing to price by).
+    pub savings: Vec<Saving>,
 }
 
 impl Row {
@@ -434,8 +490,36 @@ pub struct RowUsage {
     pub output: u64,
     /// Prompt tokens written to the cache.
     pub cache_write: u64,
+    /// The part of `cache_write` written with the one-hour lifetime.
+    pub cache_write_1h: u64,
     /// Prompt tokens read from the cache.
     pub cache_read: u64,
+}
+
+/// What one stage's edits of one request are estimated to have saved at one rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saving {
+    /// The stage's name.
+    pub stage: String,
+    /// The rate the tokens would have been billed at (`pith_wire::usage::Band::as_str`).
+    pub band: String,
+    /// Estimated prompt tokens kept out, less those added; negative when it added more.
+    pub tokens: i64,
+}
+
+/// A [`Saving`] summed over the rows of one (session, model) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavingTotal {
+    /// The session; `None` for rows without one.
+    pub session: Option<String>,
+    /// The model (what prices the tokens); `None` for rows without one.
+    pub model: Option<String>,
+    /// The stage.
+    pub stage: String,
+    /// The rate (`pith_wire::usage::Band::as_str`).
+    pub band: String,
+    /// The tokens, summed (signed).
+    pub tokens: i64,
 }
 
 /// Which rows a summary covers.
@@ -466,8 +550,16 @@ pub struct Group {
     pub output: u64,
     /// Prompt tokens written to the cache, summed.
     pub cache_write: u64,
+    /// The one-hour part of `cache_write`, summed.
+    pub cache_write_1h: u64,
     /// Prompt tokens read from the cache, summed.
     pub cache_read: u64,
+    /// Requests compared with the previous one of the group for a cache bust.
+    pub bust_pairs: u64,
+    /// Busts only in what pith sent.
+    pub busts_pith: u64,
+    /// Busts the client's own prompts show too.
+    pub busts_client: u64,
     /// Requests that did not end `ok` or `local`.
     pub errors: u64,
     /// Requests pith answered itself (outcome `local`).
@@ -567,6 +659,27 @@ pub struct Recent {
     pub transforms: Vec<String>,
 }
 
+/// The requests of one time bucket and one model (a chart over time prices each model apart).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimeBucket {
+    /// The bucket's start, ms since the Unix epoch (a multiple of the bucket's width).
+    pub start_ms: i64,
+    /// The model; `None` for rows without one.
+    pub model: Option<String>,
+    /// Requests that arrived in it.
+    pub requests: u64,
+    /// Uncached prompt tokens, summed.
+    pub input: u64,
+    /// Output tokens, summed.
+    pub output: u64,
+    /// Cache writes, summed (one-hour ones included).
+    pub cache_write: u64,
+    /// The one-hour part of `cache_write`.
+    pub cache_write_1h: u64,
+    /// Cache reads, summed.
+    pub cache_read: u64,
+}
+
 /// Prompt-cache busts: a request whose prompt differs from the previous request of its
 /// session and model at or before the segment that one was cached through.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -615,6 +728,10 @@ fn group_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Group> {
         transform_failures: to_u64(r.get(12)?),
         first_ms: r.get(13)?,
         last_ms: r.get(14)?,
+        cache_write_1h: to_u64(r.get(15)?),
+        bust_pairs: to_u64(r.get(16)?),
+        busts_pith: to_u64(r.get(17)?),
+        busts_client: to_u64(r.get(18)?),
     })
 }
 
@@ -739,9 +856,9 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    bust_checked, bust_at, bust_cached_through, bust_cause)
+                    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
     )?;
     let mut result = tx.prepare_cached(
         "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -759,10 +876,19 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         "INSERT INTO prompts (request_id, session, model, sent, as_client)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
+    let mut saving = tx.prepare_cached(
+        "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (request_id, stage, band) DO UPDATE SET
+                    tokens = tokens + excluded.tokens",
+    )?;
+    let mut saving_total = tx.prepare_cached(
+        "INSERT INTO saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens",
+    )?;
     let mut group = tx.prepare_cached(
         "INSERT INTO group_totals VALUES
                     (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
-                     ?17)
+                     ?17, ?18)
                  ON CONFLICT (k) DO UPDATE SET
                     client = min(client, excluded.client),
                     requests = requests + 1,
@@ -779,7 +905,8 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                     last_ms = max(last_ms, excluded.last_ms),
                     bust_pairs = bust_pairs + excluded.bust_pairs,
                     busts_pith = busts_pith + excluded.busts_pith,
-                    busts_client = busts_client + excluded.busts_client",
+                    busts_client = busts_client + excluded.busts_client,
+                    cache_write_1h = cache_write_1h + excluded.cache_write_1h",
     )?;
     let mut result_total = tx.prepare_cached(
         "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
@@ -838,6 +965,7 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             bust.map(|b| to_i64(b.0 as u64)),
             bust.map(|b| to_i64(b.1 as u64)),
             bust.map(|b| b.2),
+            u.map(|u| to_i64(u.cache_write_1h)),
         ])?;
         if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
             prompt.execute(params![id, session, r.model, fp, r.client_fingerprint])?;
@@ -882,7 +1010,14 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             checked,
             i64::from(cause == Some("pith")),
             i64::from(cause == Some("client")),
+            u.map_or(0, |u| to_i64(u.cache_write_1h)),
         ])?;
+        for sv in &r.savings {
+            saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
+            saving_total.execute(params![
+                key, r.session, r.model, sv.stage, sv.band, sv.tokens
+            ])?;
+        }
         for t in &r.transforms {
             let detail = match &t.result {
                 TransformResult::Unchanged(d) => d.as_str(),
@@ -959,7 +1094,8 @@ impl Ledger {
         // The totals kept as rows were written: one row per group, not a scan.
         let mut stmt = self.conn.prepare_cached(
             "SELECT session, client, model, requests, with_usage, input, output, cache_write,
-                    cache_read, errors, local, transformed, failures, first_ms, last_ms
+                    cache_read, errors, local, transformed, failures, first_ms, last_ms,
+                    cache_write_1h, bust_pairs, busts_pith, busts_client
              FROM group_totals WHERE (?1 IS NULL OR session = ?1)
              ORDER BY first_ms, session, model",
         )?;
@@ -979,7 +1115,9 @@ impl Ledger {
                                 WHERE t.request_id = requests.id AND t.result = 'applied')),
                     sum((SELECT count(*) FROM transform_results t
                          WHERE t.request_id = requests.id AND t.result = 'failed')),
-                    min(ts_ms), max(ts_ms)
+                    min(ts_ms), max(ts_ms), coalesce(sum(cache_write_1h_tokens), 0),
+                    sum(bust_checked), coalesce(sum(bust_cause = 'pith'), 0),
+                    coalesce(sum(bust_cause = 'client'), 0)
              FROM requests
              WHERE {FILTERED}
              GROUP BY session, model
@@ -1097,6 +1235,42 @@ impl Ledger {
         })
     }
 
+    /// The filtered requests in buckets of `width_ms` by arrival, per model, oldest first.
+    pub fn timeline(&self, filter: &Filter, width_ms: i64) -> Result<Vec<TimeBucket>, StoreError> {
+        let width = width_ms.max(1);
+        let sql = format!(
+            "SELECT (ts_ms / ?3) * ?3, model, count(*), coalesce(sum(input_tokens), 0),
+                    coalesce(sum(output_tokens), 0), coalesce(sum(cache_write_tokens), 0),
+                    coalesce(sum(cache_write_1h_tokens), 0), coalesce(sum(cache_read_tokens), 0)
+             FROM requests WHERE {FILTERED} GROUP BY 1, 2 ORDER BY 1, 2"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session, width], |r| {
+            Ok(TimeBucket {
+                start_ms: r.get(0)?,
+                model: r.get(1)?,
+                requests: to_u64(r.get(2)?),
+                input: to_u64(r.get(3)?),
+                output: to_u64(r.get(4)?),
+                cache_write: to_u64(r.get(5)?),
+                cache_write_1h: to_u64(r.get(6)?),
+                cache_read: to_u64(r.get(7)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The arrival times of the oldest and newest filtered request; `None` when there is none.
+    pub fn span(&self, filter: &Filter) -> Result<Option<(i64, i64)>, StoreError> {
+        let sql = format!("SELECT min(ts_ms), max(ts_ms) FROM requests WHERE {FILTERED}");
+        let (first, last): (Option<i64>, Option<i64>) =
+            self.conn
+                .query_row(&sql, params![filter.since_ms, filter.session], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+        Ok(first.zip(last))
+    }
+
     /// How long requests took: a histogram of `total_ms` (the whole exchange) and of `ttfb_ms`
     /// (to the provider's first byte, where there was one), over the filtered rows, with the
     /// bucket bounds in [`LATENCY_BUCKETS_MS`].
@@ -1196,13 +1370,14 @@ impl Ledger {
             return Ok(Vec::new());
         };
         let mut transforms = self.transforms_by_request(after_id, last)?;
+        let mut savings = self.savings_by_request(after_id, last)?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT ts_ms, client, requests.session, wire, provider, requests.model, method, path,
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                     requests.id,
-                    prompts.sent, prompts.as_client
+                    prompts.sent, prompts.as_client, cache_write_1h_tokens
              FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
              WHERE requests.id > ?1 AND requests.id <= ?2
              ORDER BY requests.id",
@@ -1214,6 +1389,7 @@ impl Ledger {
                     input: to_u64(input),
                     output: to_u64(r.get::<_, Option<i64>>(19)?.unwrap_or(0)),
                     cache_write: to_u64(r.get::<_, Option<i64>>(20)?.unwrap_or(0)),
+                    cache_write_1h: to_u64(r.get::<_, Option<i64>>(27)?.unwrap_or(0)),
                     cache_read: to_u64(r.get::<_, Option<i64>>(21)?.unwrap_or(0)),
                 }),
                 None => None,
@@ -1246,8 +1422,62 @@ impl Ledger {
                     transforms: transforms.remove(&id).unwrap_or_default(),
                     fingerprint: r.get(25)?,
                     client_fingerprint: r.get(26)?,
+                    savings: savings.remove(&id).unwrap_or_default(),
                 },
             ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The savings of the requests with ids in `(after, last]`, in stage and rate order.
+    fn savings_by_request(
+        &self,
+        after: i64,
+        last: i64,
+    ) -> Result<HashMap<i64, Vec<Saving>>, StoreError> {
+        let mut out: HashMap<i64, Vec<Saving>> = HashMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.request_id, s.stage, s.band, s.tokens FROM savings s
+             JOIN transform_results t ON t.request_id = s.request_id AND t.stage = s.stage
+             WHERE s.request_id > ?1 AND s.request_id <= ?2
+             ORDER BY s.request_id, t.position, s.band",
+        )?;
+        let mut rows = stmt.query(params![after, last])?;
+        while let Some(r) = rows.next()? {
+            out.entry(r.get(0)?).or_default().push(Saving {
+                stage: r.get(1)?,
+                band: r.get(2)?,
+                tokens: r.get(3)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// What the stages saved over the rows `filter` covers, per (session, model, stage, rate),
+    /// ordered by those.
+    pub fn savings(&self, filter: &Filter) -> Result<Vec<SavingTotal>, StoreError> {
+        let sql = if filter.since_ms.is_none() {
+            // The totals kept as rows were written.
+            "SELECT session, model, stage, band, tokens FROM saving_totals
+             WHERE ?1 IS NULL AND (?2 IS NULL OR session = ?2)
+             ORDER BY session, model, stage, band"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT requests.session, requests.model, s.stage, s.band, sum(s.tokens)
+                 FROM savings s JOIN requests ON requests.id = s.request_id
+                 WHERE {FILTERED} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+            )
+        };
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
+            Ok(SavingTotal {
+                session: r.get(0)?,
+                model: r.get(1)?,
+                stage: r.get(2)?,
+                band: r.get(3)?,
+                tokens: r.get(4)?,
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -1302,15 +1532,6 @@ impl Ledger {
 mod tests {
     use super::*;
 
-    #[test]
-    fn counters_accumulate() {
-        let mut l = Ledger::open_in_memory().unwrap();
-        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 0);
-        l.add_counter(DROPPED_ROWS, 3).unwrap();
-        l.add_counter(DROPPED_ROWS, 4).unwrap();
-        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 7);
-    }
-
     fn applied(stage: &str, facts: &[(&str, &str, u64)]) -> Transform {
         Transform {
             stage: stage.into(),
@@ -1328,6 +1549,15 @@ mod tests {
     }
 
     #[test]
+    fn counters_accumulate() {
+        let mut l = Ledger::open_in_memory().unwrap();
+        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 0);
+        l.add_counter(DROPPED_ROWS, 3).unwrap();
+        l.add_counter(DROPPED_ROWS, 4).unwrap();
+        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 7);
+    }
+
+    #[test]
     fn outcomes_round_trip_by_name_and_name_who_caused_them() {
         for o in RequestOutcome::ALL {
             assert_eq!(RequestOutcome::parse(o.as_str()), o);
@@ -1342,6 +1572,62 @@ mod tests {
         );
         assert_eq!(RequestOutcome::ClientError.caused_by(), Some(Party::Client));
         assert_eq!(RequestOutcome::Local.caused_by(), None);
+    }
+
+    /// Defer's rows from before schema 4 get savings priced at the cache state of the tools'
+    /// place in their prompt; the one-hour split they never had reads as none.
+    #[test]
+    fn schema_three_defer_rows_get_their_savings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let old = sqlite::open(&path, &MIGRATIONS[..3]).unwrap();
+        let insert = "INSERT INTO requests (id, ts_ms, client, session, wire, provider, model,
+                method, path, outcome, bytes_client, bytes_upstream, bytes_response, tools_bytes,
+                system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
+                cache_write_tokens, cache_read_tokens, total_ms)
+            VALUES (?1, ?1, 'c', 's', ?2, 'p', 'm', 'POST', '/', 'ok', 0, 0, 0, ?3, ?4, ?5, 0, ?6, 1,
+                ?7, ?8, 1.0)";
+        let fact =
+            "INSERT INTO transform_facts VALUES (?1, 'defer', 1, 'chars', 'chars_kept_out', 4000)";
+        let result = "INSERT INTO transform_results VALUES (?1, 'defer', 0, 'applied', NULL)";
+        // (wire, tools, system, messages bytes; input, cache write, cache read tokens)
+        let requests = [
+            ("anthropic", 100, 100, 800, 10, 0, 5000), // a warm cache: the tools were read
+            ("anthropic", 100, 100, 800, 10, 700, 0),  // a cold one: they were written
+            ("responses", 100, 800, 100, 900, 0, 100), // after long instructions, uncached
+        ];
+        for (i, (wire, t, sy, m, input, w, r)) in requests.into_iter().enumerate() {
+            let id = i as i64 + 1;
+            old.execute(insert, params![id, wire, t, sy, m, input, w, r])
+                .unwrap();
+            old.execute(fact, params![id]).unwrap();
+            old.execute(result, params![id]).unwrap();
+        }
+        drop(old);
+        let l = Ledger::open(&path).unwrap();
+        let bands: Vec<(String, i64)> = l
+            .rows()
+            .unwrap()
+            .into_iter()
+            .flat_map(|r| r.savings)
+            .map(|s| (s.band, s.tokens))
+            .collect();
+        assert_eq!(
+            bands,
+            [
+                ("cache_read".to_owned(), 1000),
+                ("cache_write_5m".to_owned(), 1000),
+                ("input".to_owned(), 1000)
+            ]
+        );
+        let totals = l.savings(&Filter::default()).unwrap();
+        assert_eq!(totals.iter().map(|t| t.tokens).sum::<i64>(), 3000);
+        // Rows inserted by hand have no group totals: read the groups from a scan.
+        let scanned = Filter {
+            since_ms: Some(0),
+            ..Filter::default()
+        };
+        assert_eq!(l.groups(&scanned).unwrap()[0].cache_write_1h, 0);
     }
 
     /// A ledger written by schema 1 (transforms as header text) reads back as structured data.

@@ -19,6 +19,6 @@ pub use pins::{LocalAnswer, PinsStage};
 pub use pipeline::{Applied, Pipeline, PipelineResult, StageReport, StageResult};
 pub use splice::{SpliceError, apply_splices, span_of};
 pub use stage::{
-    Edit, Fact, FactKind, HeaderEdit, Outcome, Request, Splice, Stage, StageError,
+    Edit, Fact, FactKind, HeaderEdit, Outcome, Request, Site, Splice, Stage, StageError,
     append_list_value, estimated_tokens,
 };

@@ -97,6 +97,22 @@ pub enum FactKind {
     /// A number that describes the request (e.g. the pins in force), not an amount: readers
     /// show it per request and never add it up across requests.
     Level,
+    /// Characters of prompt the edit added (e.g. the search tool defer puts in place of the
+    /// tools it takes out): what the edit costs, set against what it kept out.
+    CharsAdded,
+}
+
+/// Where in the prompt, in the order the provider caches it, a fact's characters sit: what
+/// they would have cost depends on whether that part of the prompt was read from the cache,
+/// written to it, or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    /// The tool definitions.
+    Tools,
+    /// The system prompt (Anthropic `system`, Responses `instructions`).
+    System,
+    /// The end of the prompt: the newest message.
+    Tail,
 }
 
 impl FactKind {
@@ -106,14 +122,20 @@ impl FactKind {
             FactKind::Count => "count",
             FactKind::CharsKeptOut => "chars_kept_out",
             FactKind::Level => "level",
+            FactKind::CharsAdded => "chars_added",
         }
     }
 
     /// The kind named by [`FactKind::as_str`].
     pub fn parse(name: &str) -> Option<FactKind> {
-        [FactKind::Count, FactKind::CharsKeptOut, FactKind::Level]
-            .into_iter()
-            .find(|k| k.as_str() == name)
+        [
+            FactKind::Count,
+            FactKind::CharsKeptOut,
+            FactKind::Level,
+            FactKind::CharsAdded,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
     }
 }
 
@@ -134,6 +156,8 @@ pub struct Fact {
     pub value: u64,
     /// What the number measures.
     pub kind: FactKind,
+    /// Where the characters sit, for the kinds that count characters of prompt.
+    pub site: Option<Site>,
 }
 
 impl Fact {
@@ -143,6 +167,7 @@ impl Fact {
             name,
             value: value as u64,
             kind: FactKind::Count,
+            site: None,
         }
     }
 
@@ -152,15 +177,27 @@ impl Fact {
             name,
             value: value as u64,
             kind: FactKind::Level,
+            site: None,
         }
     }
 
-    /// `value` characters of prompt kept out of context, named `name`.
-    pub fn chars_kept_out(name: &'static str, value: usize) -> Fact {
+    /// `value` characters of prompt kept out of context at `site`, named `name`.
+    pub fn chars_kept_out(name: &'static str, value: usize, site: Site) -> Fact {
         Fact {
             name,
             value: value as u64,
             kind: FactKind::CharsKeptOut,
+            site: Some(site),
+        }
+    }
+
+    /// `value` characters of prompt the edit added at `site`, named `name`.
+    pub fn chars_added(name: &'static str, value: usize, site: Site) -> Fact {
+        Fact {
+            name,
+            value: value as u64,
+            kind: FactKind::CharsAdded,
+            site: Some(site),
         }
     }
 }

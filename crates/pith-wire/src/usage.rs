@@ -19,6 +19,10 @@ pub struct Usage {
     pub output: u64,
     /// Prompt tokens written to the cache.
     pub cache_write: u64,
+    /// The part of `cache_write` written with the one-hour lifetime (Anthropic's
+    /// `cache_creation.ephemeral_1h_input_tokens`), billed at a higher rate than the default
+    /// five-minute writes; the rest of `cache_write` is five-minute writes.
+    pub cache_write_1h: u64,
     /// Prompt tokens read from the cache.
     pub cache_read: u64,
 }
@@ -32,6 +36,63 @@ impl Usage {
     /// Prompt plus output: OpenAI's `total_tokens`.
     pub fn total(&self) -> u64 {
         self.prompt_total() + self.output
+    }
+
+    /// The rate the prompt token at `position` (0 is the first) was billed at. The provider
+    /// reads the cached prefix first, then writes what it caches anew (one-hour entries before
+    /// five-minute ones: Anthropic requires longer lifetimes to come first), and the rest is
+    /// uncached input. A position at or past the end is billed like the last token.
+    pub fn band_at(&self, position: u64) -> Band {
+        let last = self.prompt_total().saturating_sub(1);
+        let p = position.min(last);
+        let write_5m = self.cache_write - self.cache_write_1h.min(self.cache_write);
+        if p < self.cache_read {
+            Band::CacheRead
+        } else if p < self.cache_read + self.cache_write_1h {
+            Band::CacheWrite1h
+        } else if p < self.cache_read + self.cache_write_1h + write_5m {
+            Band::CacheWrite5m
+        } else {
+            Band::Input
+        }
+    }
+}
+
+/// The rate a prompt token is billed at, by its cache state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Band {
+    /// Read from the prompt cache.
+    CacheRead,
+    /// Written to the cache with the default five-minute lifetime.
+    CacheWrite5m,
+    /// Written to the cache with the one-hour lifetime.
+    CacheWrite1h,
+    /// Not cached.
+    Input,
+}
+
+impl Band {
+    /// Every band, in prompt order.
+    pub const ALL: [Band; 4] = [
+        Band::CacheRead,
+        Band::CacheWrite1h,
+        Band::CacheWrite5m,
+        Band::Input,
+    ];
+
+    /// The stable name stored in the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Band::CacheRead => "cache_read",
+            Band::CacheWrite5m => "cache_write_5m",
+            Band::CacheWrite1h => "cache_write_1h",
+            Band::Input => "input",
+        }
+    }
+
+    /// The band named by [`Band::as_str`].
+    pub fn parse(name: &str) -> Option<Band> {
+        Band::ALL.into_iter().find(|b| b.as_str() == name)
     }
 }
 
@@ -53,6 +114,14 @@ struct AnthropicUsage {
     output_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
     cache_read_input_tokens: Option<u64>,
+    cache_creation: Option<CacheCreation>,
+}
+
+/// Anthropic's split of `cache_creation_input_tokens` by cache lifetime.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CacheCreation {
+    ephemeral_1h_input_tokens: Option<u64>,
 }
 
 impl AnthropicUsage {
@@ -71,6 +140,15 @@ impl AnthropicUsage {
         if let Some(v) = self.cache_read_input_tokens {
             usage.cache_read = v;
         }
+        if let Some(v) = self
+            .cache_creation
+            .as_ref()
+            .and_then(|c| c.ephemeral_1h_input_tokens)
+        {
+            usage.cache_write_1h = v;
+        }
+        // Never more one-hour writes than writes, whatever a report says.
+        usage.cache_write_1h = usage.cache_write_1h.min(usage.cache_write);
     }
 }
 
@@ -107,6 +185,7 @@ impl OpenAiUsage {
             input: prompt.saturating_sub(cache_read + cache_write),
             output,
             cache_write,
+            cache_write_1h: 0,
             cache_read,
         }
     }
@@ -279,6 +358,7 @@ mod tests {
                 input: 21,
                 output: 48,
                 cache_write: 7,
+                cache_write_1h: 0,
                 cache_read: 5120
             })
         );
@@ -294,10 +374,56 @@ mod tests {
                 input: 40,
                 output: 37,
                 cache_write: 0,
+                cache_write_1h: 0,
                 cache_read: 9000
             })
         );
         assert_eq!(f.model.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn anthropic_one_hour_writes_are_kept_apart() {
+        let body = br#"{"model":"m","usage":{"input_tokens":3,"cache_creation_input_tokens":1000,"cache_read_input_tokens":0,"output_tokens":5,"cache_creation":{"ephemeral_1h_input_tokens":600,"ephemeral_5m_input_tokens":400}}}"#;
+        let u = from_json(Wire::AnthropicMessages, body).usage;
+        assert_eq!(
+            u.map(|u| (u.cache_write, u.cache_write_1h)),
+            Some((1000, 600))
+        );
+        // A report claiming more one-hour writes than writes is capped at the writes.
+        let odd = br#"{"usage":{"cache_creation_input_tokens":10,"cache_creation":{"ephemeral_1h_input_tokens":99}}}"#;
+        let u = from_json(Wire::AnthropicMessages, odd).usage;
+        assert_eq!(u.map(|u| u.cache_write_1h), Some(10));
+    }
+
+    #[test]
+    fn bands_follow_the_order_the_provider_bills_a_prompt_in() {
+        let u = Usage {
+            input: 10,
+            output: 0,
+            cache_write: 30,
+            cache_write_1h: 20,
+            cache_read: 100,
+        };
+        let at = |p| u.band_at(p);
+        assert_eq!((at(0), at(99)), (Band::CacheRead, Band::CacheRead));
+        assert_eq!((at(100), at(119)), (Band::CacheWrite1h, Band::CacheWrite1h));
+        assert_eq!((at(120), at(129)), (Band::CacheWrite5m, Band::CacheWrite5m));
+        assert_eq!(
+            (at(130), at(139), at(10_000)),
+            (Band::Input, Band::Input, Band::Input)
+        );
+        let cold = Usage {
+            cache_write: 50,
+            ..Usage::default()
+        };
+        assert_eq!(
+            (cold.band_at(0), cold.band_at(70)),
+            (Band::CacheWrite5m, Band::CacheWrite5m)
+        );
+        assert_eq!(Usage::default().band_at(0), Band::Input);
+        for b in Band::ALL {
+            assert_eq!(Band::parse(b.as_str()), Some(b));
+        }
     }
 
     #[test]
@@ -310,6 +436,7 @@ mod tests {
                 input: 176,
                 output: 80,
                 cache_write: 0,
+                cache_write_1h: 0,
                 cache_read: 1024
             })
         );

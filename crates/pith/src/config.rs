@@ -181,8 +181,10 @@ pub struct PriceConfig {
     pub input: f64,
     /// USD per million output tokens.
     pub output: f64,
-    /// USD per million cache-write tokens (default 1.25x input).
+    /// USD per million five-minute cache-write tokens (default 1.25x input).
     pub cache_write: Option<f64>,
+    /// USD per million one-hour cache-write tokens (default 2x input).
+    pub cache_write_1h: Option<f64>,
     /// USD per million cache-read tokens (default 0.1x input).
     pub cache_read: Option<f64>,
 }

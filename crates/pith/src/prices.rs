@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use pith_wire::usage::Band;
+
 use crate::config::PriceConfig;
 
 /// USD per million tokens.
@@ -11,17 +13,34 @@ use crate::config::PriceConfig;
 pub struct Price {
     pub input: f64,
     pub output: f64,
+    /// Five-minute cache writes.
     pub cache_write: f64,
+    /// One-hour cache writes.
+    pub cache_write_1h: f64,
     pub cache_read: f64,
 }
 
+/// Billed tokens of one request or many, by rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    /// Every cache write, one-hour ones included.
+    pub cache_write: u64,
+    /// The one-hour part of `cache_write`.
+    pub cache_write_1h: u64,
+    pub cache_read: u64,
+}
+
 impl Price {
-    /// Anthropic's multipliers: a 5-minute cache write costs 1.25x input, a cache read 0.1x.
+    /// Anthropic's multipliers: a 5-minute cache write costs 1.25x input, a 1-hour one 2x, a
+    /// cache read 0.1x.
     const fn standard(input: f64, output: f64) -> Price {
         Price {
             input,
             output,
             cache_write: input * 1.25,
+            cache_write_1h: input * 2.0,
             cache_read: input * 0.1,
         }
     }
@@ -30,17 +49,41 @@ impl Price {
         let base = Price::standard(c.input, c.output);
         Price {
             cache_write: c.cache_write.unwrap_or(base.cache_write),
+            cache_write_1h: c.cache_write_1h.unwrap_or(base.cache_write_1h),
             cache_read: c.cache_read.unwrap_or(base.cache_read),
             ..base
         }
     }
 
-    /// Cost in USD of the given token counts.
-    pub fn cost(&self, input: u64, output: u64, cache_write: u64, cache_read: u64) -> f64 {
-        (input as f64 * self.input
-            + output as f64 * self.output
-            + cache_write as f64 * self.cache_write
-            + cache_read as f64 * self.cache_read)
+    /// Cost in USD of the given token counts, each write at its lifetime's rate.
+    pub fn cost(&self, t: Tokens) -> f64 {
+        let write_1h = t.cache_write_1h.min(t.cache_write);
+        (t.input as f64 * self.input
+            + t.output as f64 * self.output
+            + (t.cache_write - write_1h) as f64 * self.cache_write
+            + write_1h as f64 * self.cache_write_1h
+            + t.cache_read as f64 * self.cache_read)
+            / 1_000_000.0
+    }
+
+    /// USD per million prompt tokens billed in `band`.
+    pub fn rate(&self, band: Band) -> f64 {
+        match band {
+            Band::CacheRead => self.cache_read,
+            Band::CacheWrite5m => self.cache_write,
+            Band::CacheWrite1h => self.cache_write_1h,
+            Band::Input => self.input,
+        }
+    }
+
+    /// What the provider's prompt cache changed the cost of `t` by, in USD, against the same
+    /// prompt billed as uncached input: reads' discount less writes' surcharge. Negative when a
+    /// cache was written and never read.
+    pub fn cache_discount(&self, t: Tokens) -> f64 {
+        let write_1h = t.cache_write_1h.min(t.cache_write);
+        (t.cache_read as f64 * (self.input - self.cache_read)
+            - (t.cache_write - write_1h) as f64 * (self.cache_write - self.input)
+            - write_1h as f64 * (self.cache_write_1h - self.input))
             / 1_000_000.0
     }
 }
@@ -117,7 +160,23 @@ mod tests {
         assert_eq!(prices.lookup("claude-opus-45"), None);
         assert_eq!(prices.lookup("gpt-5.5"), None);
         let p = prices.lookup("claude-haiku-4-5").unwrap();
-        assert!((p.cost(1_000_000, 0, 1_000_000, 1_000_000) - (1.0 + 1.25 + 0.1)).abs() < 1e-9);
+        let million = Tokens {
+            input: 1_000_000,
+            cache_write: 1_000_000,
+            cache_read: 1_000_000,
+            ..Tokens::default()
+        };
+        assert!((p.cost(million) - (1.0 + 1.25 + 0.1)).abs() < 1e-9);
+        // A one-hour write is billed at its own rate, not the five-minute one.
+        let hour = Tokens {
+            cache_write: 1_000_000,
+            cache_write_1h: 1_000_000,
+            ..Tokens::default()
+        };
+        assert!((p.cost(hour) - 2.0).abs() < 1e-9);
+        assert!((p.cache_discount(million) - (0.9 - 0.25)).abs() < 1e-9);
+        assert!((p.cache_discount(hour) + 1.0).abs() < 1e-9);
+        assert_eq!(p.rate(Band::CacheWrite1h), 2.0);
     }
 
     #[test]
@@ -129,6 +188,7 @@ mod tests {
                 input: 2.0,
                 output: 8.0,
                 cache_write: None,
+                cache_write_1h: None,
                 cache_read: Some(0.2),
             },
         );

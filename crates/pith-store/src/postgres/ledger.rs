@@ -10,9 +10,9 @@
 //!   it draws from the sequence, so a reader that has seen `seq = n` has seen every row below
 //!   `n` too, and "pull since a cursor" misses nothing.
 //!
-//! Transform entries are one `jsonb` array per request (stage, result, detail, facts, in
-//! pipeline order) instead of two child tables: a push is then one `INSERT ... SELECT unnest`
-//! per batch.
+//! Transform entries and savings are one `jsonb` array each per request (stage, result,
+//! detail, facts, in pipeline order; stage, band, tokens) instead of child tables: a push is
+//! then one `INSERT ... SELECT unnest` per batch.
 //!
 //! Aggregates (`pith stats`, the dashboard) are not computed here: readers pull new rows into a
 //! local SQLite replica ([`TeamLedger::sync_replica`]), which keeps the same totals and answers
@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Pg, PgError, StoreUrl};
 use crate::ledger::{
-    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult,
+    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
 };
 
 const MIGRATIONS: &[&str] = &["
@@ -51,10 +51,12 @@ CREATE TABLE requests (
     input_tokens        BIGINT,
     output_tokens       BIGINT,
     cache_write_tokens  BIGINT,
+    cache_write_1h_tokens BIGINT,
     cache_read_tokens   BIGINT,
     ttfb_ms             DOUBLE PRECISION,
     total_ms            DOUBLE PRECISION NOT NULL,
     transforms          JSONB NOT NULL,
+    savings             JSONB NOT NULL,
     fingerprint         BYTEA,
     client_fingerprint  BYTEA,
     UNIQUE (instance, local_id)
@@ -184,6 +186,38 @@ fn transforms_from_json(text: &str) -> Result<Vec<Transform>, PgError> {
         .collect())
 }
 
+#[derive(Serialize, Deserialize)]
+struct StoredSaving {
+    stage: String,
+    band: String,
+    tokens: i64,
+}
+
+fn savings_json(savings: &[Saving]) -> String {
+    let stored: Vec<StoredSaving> = savings
+        .iter()
+        .map(|s| StoredSaving {
+            stage: s.stage.clone(),
+            band: s.band.clone(),
+            tokens: s.tokens,
+        })
+        .collect();
+    serde_json::to_string(&stored).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn savings_from_json(text: &str) -> Result<Vec<Saving>, PgError> {
+    let stored: Vec<StoredSaving> =
+        serde_json::from_str(text).map_err(|e| PgError::Corrupt(e.to_string()))?;
+    Ok(stored
+        .into_iter()
+        .map(|s| Saving {
+            stage: s.stage,
+            band: s.band,
+            tokens: s.tokens,
+        })
+        .collect())
+}
+
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -234,18 +268,18 @@ impl TeamLedger {
                         bytes_upstream, bytes_response, tools_bytes, system_bytes,
                         messages_bytes, other_bytes, input_tokens, output_tokens,
                         cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
-                        fingerprint, client_fingerprint)
+                        fingerprint, client_fingerprint, cache_write_1h_tokens, savings)
                      SELECT $1, l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf
+                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb
                      FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[],
                         $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
                         $11::integer[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
                         $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
                         $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[],
                         $24::bigint[], $25::float8[], $26::float8[], $27::text[], $28::bytea[],
-                        $29::bytea[])
+                        $29::bytea[], $30::bigint[], $31::text[])
                         AS u (l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf)
+                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv)
                      ORDER BY l
                      ON CONFLICT (instance, local_id) DO NOTHING",
                     &[
@@ -278,6 +312,8 @@ impl TeamLedger {
                         &cols.transforms,
                         &cols.fingerprint,
                         &cols.client_fingerprint,
+                        &cols.cache_write_1h,
+                        &cols.savings,
                     ],
                 )
                 .await?;
@@ -314,7 +350,8 @@ impl TeamLedger {
                         status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                         tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                         output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                        transforms::text, fingerprint, client_fingerprint
+                        transforms::text, fingerprint, client_fingerprint, cache_write_1h_tokens,
+                        savings::text
                      FROM requests WHERE seq > $1 ORDER BY seq LIMIT $2",
                     &[&after_seq, &limit],
                 )
@@ -392,12 +429,14 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
             input,
             output: opt(20)?.unwrap_or(0),
             cache_write: opt(21)?.unwrap_or(0),
+            cache_write_1h: opt(28)?.unwrap_or(0),
             cache_read: opt(22)?.unwrap_or(0),
         }),
         None => None,
     };
     let outcome: String = r.try_get(10)?;
     let transforms: String = r.try_get(25)?;
+    let savings: String = r.try_get(29)?;
     Ok((
         r.try_get(0)?,
         Row {
@@ -425,6 +464,7 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
             transforms: transforms_from_json(&transforms)?,
             fingerprint: r.try_get(26)?,
             client_fingerprint: r.try_get(27)?,
+            savings: savings_from_json(&savings)?,
         },
     ))
 }
@@ -454,12 +494,14 @@ struct Columns {
     input: Vec<Option<i64>>,
     output: Vec<Option<i64>>,
     cache_write: Vec<Option<i64>>,
+    cache_write_1h: Vec<Option<i64>>,
     cache_read: Vec<Option<i64>>,
     ttfb_ms: Vec<Option<f64>>,
     total_ms: Vec<f64>,
     transforms: Vec<String>,
     fingerprint: Vec<Option<Vec<u8>>>,
     client_fingerprint: Vec<Option<Vec<u8>>>,
+    savings: Vec<String>,
 }
 
 impl Columns {
@@ -487,11 +529,14 @@ impl Columns {
         self.input.push(u.map(|u| to_i64(u.input)));
         self.output.push(u.map(|u| to_i64(u.output)));
         self.cache_write.push(u.map(|u| to_i64(u.cache_write)));
+        self.cache_write_1h
+            .push(u.map(|u| to_i64(u.cache_write_1h)));
         self.cache_read.push(u.map(|u| to_i64(u.cache_read)));
         self.ttfb_ms.push(r.ttfb_ms);
         self.total_ms.push(r.total_ms);
         self.transforms.push(transforms_json(&r.transforms));
         self.fingerprint.push(r.fingerprint.clone());
         self.client_fingerprint.push(r.client_fingerprint.clone());
+        self.savings.push(savings_json(&r.savings));
     }
 }

@@ -3,7 +3,7 @@
 //! results sum per stage.
 
 use pith_store::ledger::{
-    Fact, Filter, RequestOutcome, Row, RowUsage, StageTotals, Transform, TransformResult,
+    Fact, Filter, RequestOutcome, Row, RowUsage, Saving, StageTotals, Transform, TransformResult,
 };
 
 use crate::backend::{BACKENDS, Backend, Subject};
@@ -66,8 +66,17 @@ fn totals_kept_on_write_equal_a_scan_of_the_rows_on(backend: Backend) {
                 input: i,
                 output: 2 * i,
                 cache_write: i % 10,
+                cache_write_1h: i % 4,
                 cache_read: 100 + i,
             }),
+            savings: match (i % 3, i % 3 != 2) {
+                (0, true) => vec![Saving {
+                    stage: "defer".into(),
+                    band: ["cache_read", "input"][(i % 2) as usize].into(),
+                    tokens: i as i64 - 50,
+                }],
+                _ => Vec::new(),
+            },
             transforms,
             fingerprint: Some(fp.to_bytes()),
             ..Row::default()
@@ -107,6 +116,50 @@ fn totals_kept_on_write_equal_a_scan_of_the_rows_on(backend: Backend) {
     let busts = ledger.cache_busts(&all).unwrap();
     assert_eq!(busts, ledger.cache_busts(&scanned).unwrap());
     assert!(busts.pairs > 0 && busts.by_client > 0, "{busts:?}");
+    // A timeline holds every row once, whatever the bucket width.
+    let groups = ledger.groups(&all).unwrap();
+    for width in [1, 100, 1_000_000] {
+        let timeline = ledger.timeline(&all, width).unwrap();
+        assert_eq!(timeline.iter().map(|b| b.requests).sum::<u64>(), 200);
+        assert_eq!(
+            timeline.iter().map(|b| b.cache_write_1h).sum::<u64>(),
+            groups.iter().map(|g| g.cache_write_1h).sum::<u64>()
+        );
+        assert!(timeline.iter().all(|b| b.start_ms % width == 0));
+    }
+    let (first, last) = (
+        rows.iter().map(|r| r.ts_ms).min(),
+        rows.iter().map(|r| r.ts_ms).max(),
+    );
+    assert_eq!(ledger.span(&all).unwrap(), first.zip(last));
+    let savings = ledger.savings(&all).unwrap();
+    assert_eq!(savings, ledger.savings(&scanned).unwrap());
+    // Negative savings are summed as they are, not floored.
+    assert!(savings.iter().any(|s| s.tokens < 0), "{savings:?}");
+    let by_session = Filter {
+        session: Some("s3".into()),
+        ..Filter::default()
+    };
+    let s3 = ledger.savings(&by_session).unwrap();
+    assert!(!s3.is_empty() && s3.iter().all(|s| s.session.as_deref() == Some("s3")));
+    assert_eq!(
+        s3,
+        ledger
+            .savings(&Filter {
+                since_ms: Some(0),
+                ..by_session
+            })
+            .unwrap()
+    );
+    // And each row's usage and savings read back as written.
+    let read: Vec<_> = ledger
+        .rows()
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.usage, r.savings))
+        .collect();
+    let written: Vec<_> = rows.into_iter().map(|r| (r.usage, r.savings)).collect();
+    assert_eq!(read, written);
 }
 
 #[test]
@@ -161,6 +214,7 @@ fn round_trip_and_groups_on(backend: Backend) {
         input: 10,
         output: 5,
         cache_write: 100,
+        cache_write_1h: 40,
         cache_read: 1000,
     };
     let rows = vec![
@@ -273,7 +327,6 @@ fn transform_entries_round_trip_in_pipeline_order_and_sum_per_stage_on(backend: 
     );
     assert_eq!((groups[1].local, groups[1].errors), (1, 0));
 }
-
 fn row(session: &str, model: &str, ts: i64, usage: Option<RowUsage>) -> Row {
     Row {
         ts_ms: ts,

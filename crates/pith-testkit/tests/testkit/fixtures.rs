@@ -13,6 +13,7 @@ const USAGE: Usage = Usage {
     input: 21,
     output: 48,
     cache_write: 300,
+    cache_write_1h: 0,
     cache_read: 5120,
 };
 

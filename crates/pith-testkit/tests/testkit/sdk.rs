@@ -15,6 +15,7 @@ fn usage(k: u64) -> Usage {
         input: 100 + k,
         output: 200 + k,
         cache_write: 300 + k,
+        cache_write_1h: 0,
         cache_read: 4000 + k,
     }
 }

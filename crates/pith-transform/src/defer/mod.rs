@@ -22,7 +22,7 @@ use pith_wire::{Wire, skim};
 use serde_json::value::RawValue;
 
 use crate::splice::span_of;
-use crate::stage::{Edit, Fact, HeaderEdit, Outcome, Request, Splice, Stage, StageError};
+use crate::stage::{Edit, Fact, HeaderEdit, Outcome, Request, Site, Splice, Stage, StageError};
 
 pub use rank::{ToolRanker, ToolText, bm25_scores};
 
@@ -125,8 +125,9 @@ impl Default for DeferOptions {
     }
 }
 
-/// The `defer` stage. Facts on success: `tools` (deferred count) and `chars` (characters of
-/// their definitions), e.g. `defer;tools=41;chars=31200`.
+/// The `defer` stage. Facts on success: `tools` (deferred count), `chars` (characters of
+/// their definitions, kept out) and `added` (characters of the search tool put in their
+/// place), e.g. `defer;tools=41;chars=31200;added=49`.
 pub struct DeferStage {
     options: DeferOptions,
     ranker: Option<Arc<dyn ToolRanker>>,
@@ -381,6 +382,7 @@ impl DeferStage {
             }
             Wire::Responses | Wire::ChatCompletions => ",{\"type\":\"tool_search\"}".to_owned(),
         };
+        let added = search_tool.len();
         splices.push(Splice {
             range: after_last..after_last,
             replacement: search_tool,
@@ -390,7 +392,8 @@ impl DeferStage {
             headers,
             facts: vec![
                 Fact::count("tools", deferred.len()),
-                Fact::chars_kept_out("chars", chars),
+                Fact::chars_kept_out("chars", chars, Site::Tools),
+                Fact::chars_added("added", added, Site::Tools),
             ],
         })
     }

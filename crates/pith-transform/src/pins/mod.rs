@@ -25,7 +25,7 @@ use serde::Deserialize;
 pub use command::{Command, MARKER, Target, is_command_line, parse_line};
 pub use fold::{Change, Pin, Tier};
 
-use crate::stage::{Edit, Fact, Outcome, Request, Stage, StageError};
+use crate::stage::{Edit, Fact, Outcome, Request, Site, Stage, StageError};
 
 /// How pith's own answer to a command turn begins: the whole test for recognizing it when the
 /// client sends it back in the history.
@@ -167,6 +167,13 @@ impl Stage for PinsStage {
         if plan.turns_dropped > 0 {
             facts.push(Fact::count("turns_dropped", plan.turns_dropped));
         }
+        // What the edit takes out (command lines and turns) and puts in (the block), for the
+        // ledger's savings; both priced at the tail, where the block lands and commands are
+        // typed (an estimate: a dropped turn may sit earlier in the history).
+        let removed: usize = plan.splices.iter().map(|s| s.range.len()).sum();
+        let added: usize = plan.splices.iter().map(|s| s.replacement.len()).sum();
+        facts.push(Fact::chars_kept_out("chars_out", removed, Site::Tail));
+        facts.push(Fact::chars_added("chars_in", added, Site::Tail));
         Ok(Outcome::Edited(Edit {
             splices: plan.splices,
             headers: Vec::new(),

@@ -10,14 +10,21 @@ use pith_transform::FactKind;
 use serde::Serialize;
 
 use crate::config::{Config, pith_home};
-use crate::prices::Prices;
+use crate::prices::{Prices, Tokens};
+use pith_wire::usage::Band;
 
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Prompt tokens are split into uncached input, cache writes and cache reads (disjoint on
 every wire). Cost uses built-in list prices plus [prices.\"<model>\"] from config (USD per
-million tokens; cache writes default to 1.25x input, reads to 0.1x); a model with no known
-price shows \"unknown price\" and is left out of the cost total.
+million tokens; five-minute cache writes default to 1.25x input, one-hour ones to 2x, reads
+to 0.1x); a model with no known price shows \"unknown price\" and is left out of the cost
+total.
+
+What the transforms saved is an estimate: the characters each kept out less those it added,
+at 4 characters a token, priced at the rate the real request paid where they sit in the
+prompt (cached read, five-minute or one-hour write, or uncached input). It can be negative.
+The provider's own cache discount is shown apart.
 
 In team mode ([store] url or PITH_STORE_URL) the report covers every proxy that ships to the
 team database: its rows are pulled into a local replica ([store] replica, default
@@ -62,7 +69,10 @@ struct Totals {
     requests_with_usage: u64,
     errors: u64,
     input_tokens: u64,
+    /// Every cache write, the one-hour ones included.
     cache_write_tokens: u64,
+    /// The one-hour part of `cache_write_tokens` (billed at its own rate).
+    cache_write_1h_tokens: u64,
     cache_read_tokens: u64,
     output_tokens: u64,
     prompt_tokens: u64,
@@ -72,6 +82,21 @@ struct Totals {
     cost_usd: Option<f64>,
     /// Models seen without a known price (their tokens are not in `cost_usd`).
     unpriced_models: Vec<String>,
+    /// What the provider's prompt cache changed the priced requests' cost by, against the same
+    /// prompts billed as uncached input: reads' discount less writes' surcharge (negative when
+    /// caches were written and not read). The provider's doing, not pith's.
+    cache_discount_usd: Option<f64>,
+    /// What pith's transforms are estimated to have saved on the priced requests (see the
+    /// report's `savings_method`); negative when they added more than they kept out.
+    estimated_saved_usd: Option<f64>,
+    /// The prompt tokens behind `estimated_saved_usd` (priced or not), signed.
+    estimated_saved_tokens: i64,
+    /// Requests compared with the previous one of their session and model for a cache bust.
+    cache_bust_pairs: u64,
+    /// Busts only in what pith sent (the client's own prompts kept their prefix).
+    cache_busts_by_pith: u64,
+    /// Busts the client's own prompts show too.
+    cache_busts_by_client: u64,
 }
 
 impl Totals {
@@ -81,8 +106,12 @@ impl Totals {
         self.errors += g.errors;
         self.input_tokens += g.input;
         self.cache_write_tokens += g.cache_write;
+        self.cache_write_1h_tokens += g.cache_write_1h;
         self.cache_read_tokens += g.cache_read;
         self.output_tokens += g.output;
+        self.cache_bust_pairs += g.bust_pairs;
+        self.cache_busts_by_pith += g.busts_pith;
+        self.cache_busts_by_client += g.busts_client;
         self.prompt_tokens = self.input_tokens + self.cache_write_tokens + self.cache_read_tokens;
         self.cache_hit_share = if self.prompt_tokens == 0 {
             0.0
@@ -93,8 +122,15 @@ impl Totals {
         let has_tokens = g.with_usage > 0;
         match g.model.as_deref().and_then(|m| prices.lookup(m)) {
             Some(p) => {
-                let c = p.cost(g.input, g.output, g.cache_write, g.cache_read);
-                *self.cost_usd.get_or_insert(0.0) += c;
+                let t = Tokens {
+                    input: g.input,
+                    output: g.output,
+                    cache_write: g.cache_write,
+                    cache_write_1h: g.cache_write_1h,
+                    cache_read: g.cache_read,
+                };
+                *self.cost_usd.get_or_insert(0.0) += p.cost(t);
+                *self.cache_discount_usd.get_or_insert(0.0) += p.cache_discount(t);
             }
             None if has_tokens && !self.unpriced_models.contains(&model) => {
                 self.unpriced_models.push(model);
@@ -113,6 +149,17 @@ struct SessionTotals {
     last_ms: i64,
     #[serde(flatten)]
     totals: Totals,
+    /// What each transform is estimated to have saved in this session.
+    saved_by_transform: BTreeMap<String, StageSaving>,
+}
+
+/// One transform's estimated savings in one session.
+#[derive(Debug, Default, Serialize)]
+struct StageSaving {
+    /// Prompt tokens, signed.
+    tokens: i64,
+    /// At list prices, USD; `None` when no model had a known price.
+    usd: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -139,7 +186,25 @@ struct TransformTotals {
     /// Requests the transform looked at and left unchanged, by reason (e.g. defer's
     /// `already_deferring`, `too_little_to_defer`).
     unchanged: BTreeMap<String, u64>,
+    /// Estimated prompt tokens its edits saved (kept out less added; negative when it added
+    /// more), by the rate the real request paid where they sit: `cache_read`,
+    /// `cache_write_5m`, `cache_write_1h`, `input`. Requests without usage are not in it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    estimated_saved_tokens: BTreeMap<String, i64>,
+    /// Those tokens at each model's prices, USD; `None` when none had a known price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_saved_usd: Option<f64>,
 }
+
+/// How the savings figures are estimated, shown beside them.
+const SAVINGS_METHOD: &str = "Each transform reports the characters its edit kept out of the \
+prompt and those it added; 4 characters count as one token (an estimate, not a tokenizer). The \
+tokens are priced at the rate the real request paid at the place in the prompt where they sit \
+(the tools, the system prompt, or the newest message, placed by the client body's byte layout \
+in the provider's prompt order): read from the cache at the read rate, written at the \
+five-minute or one-hour write rate, otherwise as uncached input; then at the model's list \
+price. Negative when an edit added more than it kept out. The provider's own cache discount is \
+reported apart (cache_discount_usd), and so are requests pith answered itself.";
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
@@ -157,6 +222,8 @@ pub(crate) struct Report {
     cache_busts: pith_store::ledger::CacheBusts,
     /// Latency histograms (bucket bounds: `pith_store::ledger::LATENCY_BUCKETS_MS`).
     latency: pith_store::ledger::Latency,
+    /// How `estimated_saved_*` are estimated.
+    savings_method: &'static str,
     /// Team mode: the team database, its proxies and their backlogs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) team: Option<crate::team::TeamInfo>,
@@ -255,6 +322,7 @@ fn build_report(
                     first_ms: g.first_ms,
                     last_ms: g.last_ms,
                     totals,
+                    saved_by_transform: BTreeMap::new(),
                 });
             }
         }
@@ -277,6 +345,43 @@ fn build_report(
             pith_transform::estimated_tokens(usize::try_from(chars).unwrap_or(usize::MAX)) as u64
         });
     }
+    for saving in ledger.savings(filter)? {
+        let usd = saving
+            .model
+            .as_deref()
+            .and_then(|m| prices.lookup(m))
+            .zip(Band::parse(&saving.band))
+            .map(|(p, band)| saving.tokens as f64 * p.rate(band) / 1_000_000.0);
+        let t = transforms.entry(saving.stage.clone()).or_default();
+        *t.estimated_saved_tokens
+            .entry(saving.band.clone())
+            .or_default() += saving.tokens;
+        let session = sessions.iter_mut().find(|s| s.session == saving.session);
+        let mut targets: Vec<&mut Totals> = vec![&mut total];
+        if let Some(s) = session {
+            let by_stage = s
+                .saved_by_transform
+                .entry(saving.stage.clone())
+                .or_default();
+            by_stage.tokens += saving.tokens;
+            if let Some(usd) = usd {
+                *by_stage.usd.get_or_insert(0.0) += usd;
+            }
+            targets.push(&mut s.totals);
+        }
+        if let Some(m) = models.get_mut(&saving.model) {
+            targets.push(m);
+        }
+        for totals in targets {
+            totals.estimated_saved_tokens += saving.tokens;
+            if let Some(usd) = usd {
+                *totals.estimated_saved_usd.get_or_insert(0.0) += usd;
+            }
+        }
+        if let Some(usd) = usd {
+            *t.estimated_saved_usd.get_or_insert(0.0) += usd;
+        }
+    }
     Ok(Report {
         ledger: path.to_owned(),
         since_ms: filter.since_ms,
@@ -292,6 +397,7 @@ fn build_report(
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
         cache_busts: ledger.cache_busts(filter)?,
         latency: ledger.latency(filter)?,
+        savings_method: SAVINGS_METHOD,
         team: None,
     })
 }
@@ -412,6 +518,19 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
                 "  kept out of context: {chars} chars, about {tokens} tokens (estimate: 4 chars per token)\n"
             ));
         }
+        if !tt.estimated_saved_tokens.is_empty() {
+            let bands: Vec<String> = tt
+                .estimated_saved_tokens
+                .iter()
+                .map(|(band, n)| format!("{n} at {band}"))
+                .collect();
+            out.push_str(&format!(
+                "  saved (estimate, at each request's cache state): {}{}\n",
+                tt.estimated_saved_usd
+                    .map_or("unknown price".to_owned(), |u| format!("${u:.4}")),
+                format_args!("; tokens {}", bands.join(", "))
+            ));
+        }
         if !tt.unchanged.is_empty() {
             let reasons: Vec<String> = tt
                 .unchanged
@@ -420,6 +539,13 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
                 .collect();
             out.push_str(&format!("  left unchanged: {}\n", reasons.join(", ")));
         }
+    }
+    if let Some(saved) = t.estimated_saved_usd {
+        out.push_str(&format!(
+            "saved by pith (estimate): ${saved:.4}; the provider's own cache discount: {}\n",
+            t.cache_discount_usd
+                .map_or("unknown price".to_owned(), |d| format!("${d:.4}"))
+        ));
     }
     let b = &r.cache_busts;
     out.push_str(&format!(

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use pith_store::ledger::{Filter, Ledger};
 
 use crate::config::{Config, pith_home};
-use crate::prices::Prices;
+use crate::prices::{Prices, Tokens};
+use pith_wire::usage::Band;
 
 /// Print one status line for the Claude Code session on stdin.
 #[derive(Debug, clap::Args)]
@@ -61,17 +62,24 @@ fn line(args: &Args, config: &Config, input: &[u8]) -> Option<String> {
         read += g.cache_read;
         output += g.output;
         if let Some(p) = g.model.as_deref().and_then(|m| prices.lookup(m)) {
-            cost += p.cost(g.input, g.output, g.cache_write, g.cache_read);
+            cost += p.cost(Tokens {
+                input: g.input,
+                output: g.output,
+                cache_write: g.cache_write,
+                cache_write_1h: g.cache_write_1h,
+                cache_read: g.cache_read,
+            });
         }
     }
-    let kept_out: u64 = ledger
-        .stage_totals(&filter)
-        .ok()?
-        .iter()
-        .flat_map(|s| &s.facts)
-        .filter(|(_, kind, _)| kind == "chars_kept_out")
-        .map(|(_, _, chars)| *chars)
-        .sum();
+    // What the transforms saved, priced as `pith stats` prices it (an estimate).
+    let (mut saved_tokens, mut saved_usd) = (0i64, None::<f64>);
+    for s in ledger.savings(&filter).ok()? {
+        saved_tokens += s.tokens;
+        let price = s.model.as_deref().and_then(|m| prices.lookup(m));
+        if let (Some(p), Some(band)) = (price, Band::parse(&s.band)) {
+            *saved_usd.get_or_insert(0.0) += s.tokens as f64 * p.rate(band) / 1_000_000.0;
+        }
+    }
     let hit = if prompt == 0 {
         0.0
     } else {
@@ -82,10 +90,15 @@ fn line(args: &Args, config: &Config, input: &[u8]) -> Option<String> {
         short(prompt),
         short(output)
     );
-    if kept_out > 0 {
-        let tokens =
-            pith_transform::estimated_tokens(usize::try_from(kept_out).unwrap_or(usize::MAX));
-        out.push_str(&format!(" · ~{} kept out", short(tokens as u64)));
+    if saved_tokens != 0 {
+        let sign = if saved_tokens < 0 { "-" } else { "" };
+        out.push_str(&format!(
+            " · ~{sign}{} saved",
+            short(saved_tokens.unsigned_abs())
+        ));
+        if let Some(usd) = saved_usd {
+            out.push_str(&format!(" (~${usd:.2})"));
+        }
     }
     Some(out)
 }

@@ -17,6 +17,8 @@ use crate::commands::stats;
 use crate::prices::Prices;
 use crate::team::TeamInfo;
 
+mod timeline;
+
 const PAGE: &str = include_str!("page.html");
 
 /// The pages, over the ledger the proxy writes (or, in team mode, the team's).
@@ -203,6 +205,39 @@ impl OwnPages for Dashboard {
                 }
             }
             "/pith/api/events" => events(ledger.to_owned(), query),
+            "/pith/api/timeline" => {
+                let filter = match filter_of(query) {
+                    Ok(f) => f,
+                    Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
+                };
+                let width = match query_value(query, "bucket") {
+                    None => None,
+                    Some(text) => match crate::duration::parse(&text) {
+                        Ok(d) if !d.is_zero() => {
+                            Some(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                        }
+                        Ok(_) => {
+                            return Some(error(
+                                StatusCode::BAD_REQUEST,
+                                "bucket=0: a bucket needs a width, e.g. bucket=1h".into(),
+                            ));
+                        }
+                        Err(e) => {
+                            return Some(error(
+                                StatusCode::BAD_REQUEST,
+                                format!("bucket={text}: {e}"),
+                            ));
+                        }
+                    },
+                };
+                let read = Ledger::open_read_only(ledger)
+                    .and_then(|l| timeline::timeline(&l, &filter, width, &self.prices));
+                match read.map(|t| serde_json::to_value(&t)) {
+                    Ok(Ok(v)) => json_page(StatusCode::OK, &v),
+                    Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                }
+            }
             "/pith/api/requests" => {
                 let limit = query_value(query, "limit")
                     .and_then(|l| l.parse::<usize>().ok())
@@ -217,8 +252,8 @@ impl OwnPages for Dashboard {
             other => error(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "no pith page {other}: the dashboard is /, its API /pith/api/stats and \
-                     /pith/api/requests, the metrics /metrics"
+                    "no pith page {other}: the dashboard is /, its API /pith/api/stats, \
+                     /pith/api/timeline and /pith/api/requests, the metrics /metrics"
                 ),
             ),
         };

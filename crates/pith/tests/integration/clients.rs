@@ -530,6 +530,7 @@ const USAGE: Usage = Usage {
     input: 120,
     output: 6,
     cache_write: 0,
+    cache_write_1h: 0,
     cache_read: 0,
 };
 

@@ -79,6 +79,43 @@ fn the_api_agrees_with_pith_stats_and_metrics_parse_and_pages_are_not_traffic() 
     assert_eq!(api, cli, "the API and pith stats --json disagree");
     assert_eq!(api["total"]["requests"], sent as u64);
     assert_eq!(api["cache_busts"]["by_pith"], 0);
+    // Per session too, and the sessions add up to the total.
+    let sessions = api["sessions"].as_array().unwrap();
+    let by_pith: u64 = sessions
+        .iter()
+        .map(|s| s["cache_busts_by_pith"].as_u64().unwrap())
+        .sum();
+    let pairs: u64 = sessions
+        .iter()
+        .map(|s| s["cache_bust_pairs"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        (by_pith, pairs),
+        (0, api["cache_busts"]["pairs"].as_u64().unwrap())
+    );
+    assert!(pairs > 0);
+
+    // The chart's timeline holds the same tokens and cost as the report.
+    let (status, _, body) = get(&pith, "/pith/api/timeline", &[]);
+    assert_eq!(status, 200, "{body}");
+    let timeline: Value = serde_json::from_str(&body).unwrap();
+    let buckets = timeline["buckets"].as_array().unwrap();
+    for kind in [
+        "input_tokens",
+        "cache_write_tokens",
+        "cache_read_tokens",
+        "output_tokens",
+        "requests",
+    ] {
+        let sum: u64 = buckets.iter().map(|b| b[kind].as_u64().unwrap()).sum();
+        assert_eq!(sum, api["total"][kind].as_u64().unwrap(), "{kind}");
+    }
+    let cost: f64 = buckets.iter().filter_map(|b| b["cost_usd"].as_f64()).sum();
+    let total_cost = api["total"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - total_cost).abs() < 1e-9, "{cost} {total_cost}");
+    let (status, _, body) = get(&pith, "/pith/api/timeline?bucket=soon", &[]);
+    assert_eq!(status, 400);
+    assert!(body.contains("bucket=soon"), "{body}");
 
     let (status, _, body) = get(&pith, "/pith/api/requests?limit=3", &[]);
     assert_eq!(status, 200);
@@ -240,6 +277,21 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
     }
     let rows = dom.matches("<tr data-id=").count();
     assert_eq!(rows, sent, "the live table shows every request");
+    // The chart's bars hold every request once.
+    let charted: u64 = dom
+        .split("data-requests=\"")
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(charted, sent as u64, "the chart's bars");
+    // The savings card: the report's estimate, marked as one.
+    let saved = stats["total"]["estimated_saved_usd"].as_f64().unwrap();
+    assert!(saved > 0.0, "{}", stats["total"]);
+    assert!(
+        dom.contains(&format!("<b>≈${saved:.4}</b>saved by pith (estimate)")),
+        "{dom}"
+    );
+    assert!(dom.contains(stats["savings_method"].as_str().unwrap()));
 
     // A new request reaches the live table.
     replay(&pith);
@@ -393,9 +445,13 @@ fn the_status_line_sums_the_session_from_the_ledger() {
         line.starts_with(&format!("pith · {} req · ", session["requests"])),
         "{line}"
     );
+    assert!(line.contains("% cached"), "{line}");
+    // The savings are the session's, priced as `pith stats` prices them.
+    let saved = session["estimated_saved_usd"].as_f64().unwrap();
+    assert!(saved > 0.0, "{session}");
     assert!(
-        line.contains("% cached") && line.contains("kept out"),
-        "{line}"
+        line.ends_with(&format!(" saved (~${saved:.2})\n")),
+        "{line} {saved}"
     );
     assert_eq!(line.lines().count(), 1);
     // Nothing usable: still one line, still success.

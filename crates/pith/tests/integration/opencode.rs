@@ -67,6 +67,7 @@ fn search_session(env: &[(&str, &str)]) -> (Session, PithProxy) {
         input: 100,
         output: 20,
         cache_write: 0,
+        cache_write_1h: 0,
         cache_read: 0,
     };
     let search = ToolSearch {

@@ -15,6 +15,7 @@ fn stats_totals_per_session_and_model_with_cost_and_unknown_prices() {
         input: 1000,
         output: 200,
         cache_write: 4000,
+        cache_write_1h: 1500,
         cache_read: 50_000,
     };
     let rt = runtime();
@@ -75,10 +76,18 @@ fn stats_totals_per_session_and_model_with_cost_and_unknown_prices() {
     assert_eq!(total["prompt_tokens"], prompt);
     let share = total["cache_hit_share"].as_f64().unwrap();
     assert!((share - 150_000.0 / prompt as f64).abs() < 1e-9);
-    // Haiku 4.5 list price: $1 input, $5 output, 1.25x cache write, 0.1x cache read per MTok.
-    let haiku = 2.0 * (1000.0 * 1.0 + 200.0 * 5.0 + 4000.0 * 1.25 + 50_000.0 * 0.1) / 1e6;
+    // Anthropic reports the one-hour part of the writes; Chat Completions has no such field.
+    assert_eq!(total["cache_write_1h_tokens"], 2 * 1500);
+    // Haiku 4.5 list price: $1 input, $5 output per MTok; a five-minute cache write 1.25x
+    // input, a one-hour one 2x, a cache read 0.1x.
+    let haiku =
+        2.0 * (1000.0 * 1.0 + 200.0 * 5.0 + 2500.0 * 1.25 + 1500.0 * 2.0 + 50_000.0 * 0.1) / 1e6;
     let cost = total["cost_usd"].as_f64().unwrap();
     assert!((cost - haiku).abs() < 1e-9, "{cost} vs {haiku}");
+    // The provider's cache discount: reads' discount less both writes' surcharges.
+    let discount = 2.0 * (50_000.0 * 0.9 - 2500.0 * 0.25 - 1500.0 * 1.0) / 1e6;
+    let got = total["cache_discount_usd"].as_f64().unwrap();
+    assert!((got - discount).abs() < 1e-9, "{got} vs {discount}");
     assert_eq!(total["unpriced_models"], serde_json::json!(["gpt-5.4"]));
     let sessions = v["sessions"].as_array().unwrap();
     assert_eq!(sessions.len(), 2);
@@ -199,7 +208,7 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     let err = refused(&text);
     assert!(err.contains("not an SQLite database"), "{err}");
 
-    // A ledger an older pith wrote (schema version 1 of 3): not upgraded by a reader.
+    // A ledger an older pith wrote (schema version 1 of 4): not upgraded by a reader.
     let old = dir.path().join("old.db");
     drop(
         pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"])
@@ -214,8 +223,8 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"]).unwrap();
 
     let new = dir.path().join("new.db");
-    // One version past the ledger's (schema 3).
-    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 4]).unwrap());
+    // One version past the ledger's (schema 4).
+    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 5]).unwrap());
     let err = refused(&new);
     assert!(err.contains("newer than this pith"), "{err}");
 }

@@ -16,6 +16,7 @@ const USAGE: Usage = Usage {
     input: 100,
     output: 20,
     cache_write: 0,
+    cache_write_1h: 0,
     cache_read: 400,
 };
 

@@ -7,12 +7,16 @@
 //! rows into a local SQLite replica ([`ledger::TeamLedger::sync_replica`]) and run the same
 //! queries over it as over a single ledger.
 //!
+//! [`brain`] shares the project memory between clones of one repository the same way: each
+//! workspace's SQLite brain stays the one the hook reads, and a sync pushes and pulls changes.
+//!
 //! Everything here is synchronous to its callers (the ledger's threads, the CLI): a [`Pg`]
 //! owns a current-thread runtime and blocks on it.
 //!
 //! Credentials: a URL is only ever shown through [`StoreUrl`]'s `Display`/`Debug`, which hide
 //! the password; the driver's errors do not carry the URL.
 
+pub mod brain;
 pub mod ledger;
 pub mod ship;
 

@@ -250,3 +250,147 @@ fn a_store_url_that_is_not_postgres_is_refused_saying_what_is_accepted() {
     let err = proxy_start_error(Some("[store]\nurl = \"sqlite:x\"\nurls = 1\n"), &[]);
     assert!(err.contains("urls"), "{err}");
 }
+
+/// `pith memory sync --json` in `root` with `url` as the team store.
+fn memory_sync(root: &std::path::Path, url: &str) -> Value {
+    let out = Command::new(pith_bin())
+        .args(["memory", "sync", "--json", "--workspace"])
+        .arg(root)
+        .env("PITH_STORE_URL", url)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A clone of `origin` at another path.
+fn clone_of(origin: &std::path::Path) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap().join("elsewhere");
+    let ok = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(origin)
+        .arg(&root)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    (dir, root)
+}
+
+fn evidence_state(root: &std::path::Path, id: &str) -> String {
+    let out = Command::new(pith_bin())
+        .args(["memory", "show", id, "--json", "--workspace"])
+        .arg(root)
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_STORE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    shown["status"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_fix_saved_in_one_clone_is_noted_by_the_other_clones_hook_after_a_sync() {
+    use crate::hook::{claude_payload, hook, note, seeded};
+    let url = PgServer::shared().database().unwrap();
+    // Clone one: a brain with a fix for the failing test, a failed attempt and a note.
+    let a = seeded();
+    let (_b_dir, b) = clone_of(&a.root);
+    let failure = claude_payload(1, &b, "session-b");
+    assert_eq!(
+        note(&hook(failure.as_bytes(), &[]).0, &failure),
+        None,
+        "nothing known yet"
+    );
+
+    let sent = memory_sync(&a.root, &url);
+    assert_eq!(
+        (sent["pushed"].as_u64(), sent["accepted"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let got = memory_sync(&b, &url);
+    assert_eq!(got["new"].as_u64(), Some(3), "{got}");
+    // The hook reads the local brain only (it is given the store URL and still needs none).
+    let (out, _) = hook(failure.as_bytes(), &[("PITH_STORE_URL", &url)]);
+    let said = note(&out, &failure).expect("the other clone's fix is noted");
+    assert!(said.contains(&a.fix) && said.contains("[fresh]"), "{said}");
+
+    // Evidence is checked against each checkout: changed here, stale here and fresh there.
+    std::fs::write(b.join("calc.py"), "def add(a, b):\n    return a + b\n").unwrap();
+    assert_eq!(evidence_state(&b, &a.fix), "stale");
+    assert_eq!(evidence_state(&a.root, &a.fix), "fresh");
+}
+
+#[test]
+fn pith_mcp_keeps_its_workspaces_brain_synced_in_the_background() {
+    use crate::hook::{claude_payload, hook, note, seeded};
+    let url = PgServer::shared().database().unwrap();
+    let a = seeded();
+    let (_b_dir, b) = clone_of(&a.root);
+    memory_sync(&a.root, &url);
+    // The MCP server of clone b, waiting for its client on stdin: its sync runs meanwhile.
+    let mut mcp = Command::new(pith_bin())
+        .args(["mcp", "--workspace"])
+        .arg(&b)
+        .env("PITH_STORE_URL", &url)
+        .env_remove("PITH_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let failure = claude_payload(1, &b, "session-mcp");
+    let mut said = None;
+    wait_for(
+        "the fix in clone b's brain",
+        Duration::from_secs(20),
+        || {
+            said = note(&hook(failure.as_bytes(), &[]).0, &failure);
+            said.is_some()
+        },
+    );
+    let _ = mcp.kill();
+    let _ = mcp.wait();
+    assert!(said.unwrap().contains(&a.fix));
+}
+
+#[test]
+fn memory_sync_without_team_mode_or_outside_git_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(pith_bin())
+        .args(["memory", "sync", "--workspace"])
+        .arg(dir.path())
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_STORE_URL")
+        .env("PITH_HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("team mode is off: set [store] url"), "{err}");
+    let url = PgServer::shared().database().unwrap();
+    let out = Command::new(pith_bin())
+        .args(["memory", "sync", "--workspace"])
+        .arg(dir.path())
+        .env_remove("PITH_CONFIG")
+        .env("PITH_STORE_URL", &url)
+        .env("PITH_HOME", dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is not a git repository with a commit"),
+        "{err}"
+    );
+}

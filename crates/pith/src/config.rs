@@ -14,6 +14,7 @@ pub struct Config {
     pub upstreams: UpstreamsConfig,
     pub ledger: LedgerConfig,
     pub store: StoreConfig,
+    pub account: AccountConfig,
     pub transforms: TransformsConfig,
     pub mcp: McpConfig,
     pub hook: HookConfig,
@@ -80,7 +81,43 @@ pub struct StoreConfig {
     pub replica: Option<PathBuf>,
 }
 
+/// Who this install's requests belong to. A single install is one account, `local`; in team
+/// mode each developer sets their own, and the team ledger says which account each proxy's
+/// requests belong to.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccountConfig {
+    /// The account id (env `PITH_ACCOUNT`; default `local`): letters, digits and `.`, `_`, `-`,
+    /// `@`, at most 64.
+    pub id: Option<String>,
+}
+
+/// The account of a single install.
+pub const LOCAL_ACCOUNT: &str = "local";
+
 impl Config {
+    /// This install's account: `PITH_ACCOUNT` over `[account] id`, else `local`.
+    pub fn account_id(&self) -> anyhow::Result<String> {
+        let (id, source) = match std::env::var("PITH_ACCOUNT") {
+            Ok(v) if !v.trim().is_empty() => (v.trim().to_owned(), "PITH_ACCOUNT"),
+            _ => match &self.account.id {
+                Some(v) => (v.clone(), "account.id"),
+                None => return Ok(LOCAL_ACCOUNT.to_owned()),
+            },
+        };
+        let valid = !id.is_empty()
+            && id.len() <= 64
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+        anyhow::ensure!(
+            valid,
+            "{source} = {id:?} is not an account id: use letters, digits and . _ - @ (at most 64), \
+             e.g. your login name"
+        );
+        Ok(id)
+    }
+
     /// The team store, if one is configured: `PITH_STORE_URL` over `[store] url`. Anything but
     /// a PostgreSQL URL is an error that says what is accepted.
     pub fn store_url(&self) -> anyhow::Result<Option<pith_store::postgres::StoreUrl>> {
@@ -260,6 +297,8 @@ mod tests {
             defer_tools = false
             [store]
             url = "postgres://team@db.internal/pith"
+            [account]
+            id = "alice"
             [mcp]
             local_prefilter = true
             prefilter_api = "openai"
@@ -277,6 +316,7 @@ mod tests {
             c.store.url.as_deref(),
             Some("postgres://team@db.internal/pith")
         );
+        assert_eq!(c.account.id.as_deref(), Some("alice"));
         assert_eq!(c.prices["claude-x"].input, 3.0);
         assert_eq!(c.mcp.prefilter_shown, Some(10));
         assert_eq!(

@@ -66,6 +66,7 @@ CREATE INDEX requests_session ON requests (session, ts_ms);
 -- One row per proxy ledger that ever pushed: what it last said about itself.
 CREATE TABLE instances (
     instance     BIGINT PRIMARY KEY,
+    account      TEXT NOT NULL,
     host         TEXT NOT NULL,
     last_push_ms BIGINT NOT NULL,
     shipped_id   BIGINT NOT NULL,
@@ -84,6 +85,8 @@ pub const PULLED_THROUGH: &str = "team_pulled_through";
 pub struct Instance {
     /// Its random id.
     pub instance: i64,
+    /// The account its requests belong to.
+    pub account: String,
     /// The host it runs on.
     pub host: String,
     /// When it last pushed (ms since the Unix epoch).
@@ -99,6 +102,8 @@ pub struct Instance {
 /// What a proxy says about itself with each push.
 #[derive(Debug, Clone, Default)]
 pub struct PushState {
+    /// The account its requests belong to (`local` for a single install).
+    pub account: String,
     /// The host it runs on.
     pub host: String,
     /// Rows still waiting after this push.
@@ -319,9 +324,10 @@ impl TeamLedger {
                 .await?;
             tx.execute(
                 "INSERT INTO instances (instance, host, last_push_ms, shipped_id, backlog,
-                    dropped_rows)
-                 VALUES ($1, $2, $3, $4, $5, $6)
+                    dropped_rows, account)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (instance) DO UPDATE SET host = excluded.host,
+                    account = excluded.account,
                     last_push_ms = excluded.last_push_ms,
                     shipped_id = greatest(instances.shipped_id, excluded.shipped_id),
                     backlog = excluded.backlog, dropped_rows = excluded.dropped_rows",
@@ -332,6 +338,7 @@ impl TeamLedger {
                     &shipped,
                     &to_i64(state.backlog),
                     &to_i64(state.dropped_rows),
+                    &state.account,
                 ],
             )
             .await?;
@@ -365,7 +372,8 @@ impl TeamLedger {
         let rows = self.pg.with(async |client| {
             Ok(client
                 .query(
-                    "SELECT instance, host, last_push_ms, shipped_id, backlog, dropped_rows
+                    "SELECT instance, host, last_push_ms, shipped_id, backlog, dropped_rows,
+                        account
                      FROM instances ORDER BY instance",
                     &[],
                 )
@@ -380,6 +388,7 @@ impl TeamLedger {
                 shipped_id: r.get(3),
                 backlog: r.get(4),
                 dropped_rows: r.get(5),
+                account: r.get(6),
             })
             .collect())
     }

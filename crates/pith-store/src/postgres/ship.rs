@@ -68,14 +68,15 @@ pub struct Shipper {
 }
 
 impl Shipper {
-    /// Start shipping the ledger at `ledger_path` (which must exist: the proxy's) to `url`.
-    pub fn start(ledger_path: PathBuf, url: StoreUrl) -> std::io::Result<Shipper> {
+    /// Start shipping the ledger at `ledger_path` (which must exist: the proxy's) to `url`, its
+    /// requests belonging to `account`.
+    pub fn start(ledger_path: PathBuf, url: StoreUrl, account: String) -> std::io::Result<Shipper> {
         let shared = Arc::new(Shared::default());
         let thread = std::thread::Builder::new()
             .name("pith-ship".into())
             .spawn({
                 let shared = shared.clone();
-                move || run(&ledger_path, &url, &shared)
+                move || run(&ledger_path, &url, &account, &shared)
             })?;
         Ok(Shipper {
             shared,
@@ -138,7 +139,7 @@ fn stopping(shared: &Shared) -> bool {
     *shared.stop.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn run(ledger_path: &std::path::Path, url: &StoreUrl, shared: &Shared) {
+fn run(ledger_path: &std::path::Path, url: &StoreUrl, account: &str, shared: &Shared) {
     let mut team: Option<TeamLedger> = None;
     let mut local: Option<(Ledger, i64)> = None;
     let mut retry = RETRY_FIRST;
@@ -152,7 +153,14 @@ fn run(ledger_path: &std::path::Path, url: &StoreUrl, shared: &Shared) {
         if stop_deadline.is_some_and(|d| Instant::now() >= d) {
             return;
         }
-        match step(ledger_path, url, &host, shared, &mut team, &mut local) {
+        match step(
+            ledger_path,
+            url,
+            (account, &host),
+            shared,
+            &mut team,
+            &mut local,
+        ) {
             Ok(Step::Shipped) => {
                 if let Some(since) = down_since.take() {
                     tracing::info!(
@@ -205,7 +213,7 @@ enum Step {
 fn step(
     ledger_path: &std::path::Path,
     url: &StoreUrl,
-    host: &str,
+    (account, host): (&str, &str),
     shared: &Shared,
     team: &mut Option<TeamLedger>,
     local: &mut Option<(Ledger, i64)>,
@@ -236,6 +244,7 @@ fn step(
         return Ok(Step::Idle);
     };
     let state = PushState {
+        account: account.to_owned(),
         host: host.to_owned(),
         backlog: waiting.saturating_sub(rows.len() as u64),
         dropped_rows: ledger.counter(DROPPED_ROWS)?,

@@ -119,7 +119,7 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let mut writer = Ledger::open(&path).unwrap();
-    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url)).unwrap();
+    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
 
     let mut written = 0u64;
     let mut write = |n: u64, writer: &mut Ledger| {
@@ -172,7 +172,7 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
     // And shipping again from the start (a lost cursor) adds nothing.
     let mut again = Ledger::open(&path).unwrap();
     again.set_counter(ship::SHIPPED_THROUGH, 0).unwrap();
-    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url)).unwrap();
+    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
     wait_until("the second pass", Duration::from_secs(30), || {
         ship::backlog(&reader).unwrap() == 0
     });

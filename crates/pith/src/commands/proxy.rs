@@ -111,9 +111,12 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // Team mode: the local ledger is the queue; a thread of its own sends its rows on, so the
     // database being down or slow never reaches a request.
     let store_url = config.store_url()?;
+    // The account this proxy's requests belong to (checked even outside team mode, so a typo
+    // shows before it matters).
+    let account = config.account_id()?;
     let shipper = match (&store_url, &ledger_path) {
         (Some(url), Some(path)) => Some(
-            Shipper::start(path.clone(), url.clone())
+            Shipper::start(path.clone(), url.clone(), account.clone())
                 .context("cannot start the team ledger's shipper thread")?,
         ),
         _ => None,
@@ -187,7 +190,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         }
         match (&store_url, &shipper) {
             (Some(url), Some(_)) => {
-                eprintln!("  team      -> {url} (ledger rows shipped in the background)")
+                eprintln!("  team      -> {url} (ledger rows shipped in the background, account {account})")
             }
             (Some(url), None) => {
                 eprintln!("  team      -> {url} (nothing shipped: the ledger is off)")

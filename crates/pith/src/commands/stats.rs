@@ -581,8 +581,8 @@ fn render_team(out: &mut String, team: &crate::team::TeamInfo) {
     }
     for i in &team.instances {
         out.push_str(&format!(
-            "  proxy {:016x} on {}: {} rows waiting to ship, {} dropped (as of its last push)\n",
-            i.instance, i.host, i.backlog, i.dropped_rows
+            "  proxy {:016x} of {} on {}: {} rows waiting to ship, {} dropped (as of its last push)\n",
+            i.instance, i.account, i.host, i.backlog, i.dropped_rows
         ));
     }
     if let Some(n) = team.local_backlog {

@@ -89,8 +89,14 @@ fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both()
         .unwrap()
         .replacen("pith@", "pith:s3cret-pw@", 1);
     let mock = MockUpstream::start().unwrap();
-    let a = PithProxy::start(&mock.url(), &[("PITH_STORE_URL", &url)]);
-    let b = PithProxy::start(&mock.url(), &[("PITH_STORE_URL", &url)]);
+    let a = PithProxy::start(
+        &mock.url(),
+        &[("PITH_STORE_URL", &url), ("PITH_ACCOUNT", "alice")],
+    );
+    let b = PithProxy::start(
+        &mock.url(),
+        &[("PITH_STORE_URL", &url), ("PITH_ACCOUNT", "bob")],
+    );
     send_requests(&mock, &a, "ses_a", 3);
     send_requests(&mock, &b, "ses_b", 2);
 
@@ -113,7 +119,18 @@ fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both()
     assert!(sessions.contains(&"ses_a") && sessions.contains(&"ses_b"));
     assert_eq!(report["total"]["cache_read_tokens"].as_u64(), Some(2000));
     let team = &report["team"];
-    assert_eq!(team["instances"].as_array().unwrap().len(), 2, "{team}");
+    let mut accounts: Vec<&str> = team["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["account"].as_str().unwrap())
+        .collect();
+    accounts.sort_unstable();
+    assert_eq!(
+        accounts,
+        ["alice", "bob"],
+        "each proxy's requests are its account's"
+    );
     assert_eq!(team["local_backlog"].as_u64(), Some(0));
     assert_eq!(team["sync_error"], Value::Null);
     assert!(
@@ -249,6 +266,17 @@ fn a_store_url_that_is_not_postgres_is_refused_saying_what_is_accepted() {
     assert!(!err.contains(":pw@"), "{err}");
     let err = proxy_start_error(Some("[store]\nurl = \"sqlite:x\"\nurls = 1\n"), &[]);
     assert!(err.contains("urls"), "{err}");
+    let err = proxy_start_error(
+        None,
+        &[
+            ("PITH_STORE_URL", "postgres://127.0.0.1:1/pith"),
+            ("PITH_ACCOUNT", "alice smith"),
+        ],
+    );
+    assert!(
+        err.contains("PITH_ACCOUNT = \"alice smith\" is not an account id: use letters"),
+        "{err}"
+    );
 }
 
 /// `pith memory sync --json` in `root` with `url` as the team store.

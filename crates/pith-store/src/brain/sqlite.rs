@@ -970,6 +970,56 @@ mod tests {
         assert_eq!(m.last_check, Some(check));
     }
 
+    /// Schema 2 (the team brain's change tracking) over a brain schema 1 wrote: its memories
+    /// are changes to send, versioned by their last update; afterwards what a memory says and
+    /// its trash move the version, hits do not, and a synced write keeps the version it brings.
+    #[test]
+    fn schema_two_tracks_changes_and_leaves_hits_and_synced_writes_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("brain.db");
+        let old = crate::sqlite::open(&path, &MIGRATIONS[..1]).unwrap();
+        old.execute(
+            "INSERT INTO memories (id, kind, title, created_at, updated_at)
+             VALUES ('m-old1', 'note', 'from schema 1', 10, 20)",
+            [],
+        )
+        .unwrap();
+        drop(old);
+        let mut s = SqliteBrain::open(&path).unwrap();
+        let changed = s.changed_after(0, 10).unwrap();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].1.changed_ms, 20_000);
+        let rev = changed[0].0;
+
+        s.credit(&["m-old1"], 99).unwrap();
+        assert!(
+            s.changed_after(rev, 10).unwrap().is_empty(),
+            "hits are local"
+        );
+        assert!(s.set_trashed("m-old1", Some(5)).unwrap());
+        let after_trash = s.changed_after(rev, 10).unwrap();
+        assert_eq!(after_trash.len(), 1);
+        assert!(after_trash[0].1.changed_ms > 20_000);
+        assert_eq!(after_trash[0].1.memory.hits, 0, "hits never travel");
+
+        let mut remote = memory("m-new1", Kind::Fix, "from elsewhere", "b");
+        remote.hits = 7;
+        let applied = s
+            .apply_remote(&[Versioned {
+                memory: remote,
+                changed_ms: 123,
+            }])
+            .unwrap();
+        assert_eq!(applied.new, 1);
+        let rev = after_trash[0].0;
+        assert!(
+            s.changed_after(rev, 10).unwrap().is_empty(),
+            "a synced memory is not sent back as a change"
+        );
+        let got = s.get("m-new1").unwrap().unwrap();
+        assert_eq!((got.hits, got.evidence[0].mtime_ns), (0, None));
+    }
+
     #[test]
     fn two_connections_write_concurrently() {
         let dir = tempfile::tempdir().unwrap();

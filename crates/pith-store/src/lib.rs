@@ -9,6 +9,7 @@
 pub mod brain;
 pub mod ledger;
 pub mod postgres;
+pub mod priority;
 pub mod search_blocks;
 pub mod sqlite;
 

@@ -140,6 +140,8 @@ fn stopping(shared: &Shared) -> bool {
 }
 
 fn run(ledger_path: &std::path::Path, url: &StoreUrl, account: &str, shared: &Shared) {
+    // Shipping is never urgent: the rows wait on disk. Measured in BENCHMARKS.md.
+    crate::priority::run_on_idle_cpu("team ledger shipper");
     let mut team: Option<TeamLedger> = None;
     let mut local: Option<(Ledger, i64)> = None;
     let mut retry = RETRY_FIRST;

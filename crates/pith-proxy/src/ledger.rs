@@ -472,7 +472,8 @@ fn to_row(r: Record) -> Row {
 /// characters they kept out (less those they added) would have been billed at: the rate the
 /// real request paid at the place in the prompt where they sit (a prefix read from the cache
 /// is priced as a read, one written as a write). Places come from the client body's anatomy
-/// in the provider's prompt order, scaled to the billed prompt; tokens are
+/// in the provider's prompt order, less what the stages kept out and plus what they added (so
+/// the bytes stand for what was billed), scaled to the billed prompt; tokens are
 /// [`pith_transform::estimated_tokens`]. Negative when a stage added more than it kept out.
 fn savings(
     wire: Wire,
@@ -481,7 +482,28 @@ fn savings(
     reports: &[StageReport],
 ) -> Vec<store::Saving> {
     use pith_transform::{FactKind, Site};
-    let prompt_bytes = anatomy.tools + anatomy.system + anatomy.messages;
+    let (mut kept, mut added) = (0u64, 0u64);
+    for report in reports {
+        if let StageResult::Applied(facts) = &report.result {
+            for f in facts {
+                match f.kind {
+                    FactKind::CharsKeptOut => kept += f.value,
+                    FactKind::CharsAdded => added += f.value,
+                    _ => {}
+                }
+            }
+        }
+    }
+    // Defer keeps its characters out of the tools, which come before the system prompt only on
+    // Responses' instructions-first order; elsewhere they are at the start and need no fixing.
+    let tools_billed = match wire {
+        Wire::Responses => anatomy.tools.saturating_sub(kept).saturating_add(added),
+        _ => anatomy.tools,
+    };
+    let prompt_bytes = (anatomy.tools + anatomy.system + anatomy.messages)
+        .saturating_sub(kept)
+        .saturating_add(added)
+        .max(anatomy.system + tools_billed.min(anatomy.tools));
     let before = |site: Site| -> u64 {
         match (wire, site) {
             (_, Site::Tail) => prompt_bytes,
@@ -495,9 +517,8 @@ fn savings(
         let total = u128::from(usage.prompt_total());
         match prompt_bytes {
             0 => 0,
-            b => {
-                u64::try_from(total * u128::from(before(site)) / u128::from(b)).unwrap_or(u64::MAX)
-            }
+            b => u64::try_from(total * u128::from(before(site).min(b)) / u128::from(b))
+                .unwrap_or(u64::MAX),
         }
     };
     let mut out: Vec<store::Saving> = Vec::new();
@@ -600,6 +621,155 @@ fn response_facts(r: &Record) -> usage::ResponseFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pith_transform::{Fact, Site};
+
+    fn applied(stage: &'static str, facts: Vec<Fact>) -> StageReport {
+        StageReport {
+            stage,
+            result: StageResult::Applied(facts),
+        }
+    }
+
+    fn usage(input: u64, cache_write: u64, cache_write_1h: u64, cache_read: u64) -> usage::Usage {
+        usage::Usage {
+            input,
+            output: 1,
+            cache_write,
+            cache_write_1h,
+            cache_read,
+        }
+    }
+
+    fn bands(s: &[store::Saving]) -> Vec<(&str, &str, i64)> {
+        s.iter()
+            .map(|s| (s.stage.as_str(), s.band.as_str(), s.tokens))
+            .collect()
+    }
+
+    /// Defer's tools sit at the start of an Anthropic prompt: a warm cache prices them as reads,
+    /// a cold one as writes of the lifetime the request wrote, none as input; the search tool it
+    /// adds is set against them.
+    #[test]
+    fn kept_out_tools_are_priced_at_the_cache_state_of_the_prompt_start() {
+        let anatomy = request::Anatomy {
+            tools: 40_000,
+            system: 10_000,
+            messages: 50_000,
+            other: 100,
+        };
+        let defer = [applied(
+            "defer",
+            vec![
+                Fact::chars_kept_out("chars", 36_000, Site::Tools),
+                Fact::chars_added("added", 80, Site::Tools),
+            ],
+        )];
+        let net = 9_000 - 20;
+        let warm = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(10, 500, 0, 15_000),
+            &defer,
+        );
+        assert_eq!(bands(&warm), [("defer", "cache_read", net)]);
+        let cold = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(10, 15_000, 0, 0),
+            &defer,
+        );
+        assert_eq!(bands(&cold), [("defer", "cache_write_5m", net)]);
+        let hour = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(10, 15_000, 15_000, 0),
+            &defer,
+        );
+        assert_eq!(bands(&hour), [("defer", "cache_write_1h", net)]);
+        let none = savings(
+            Wire::ChatCompletions,
+            &anatomy,
+            &usage(15_000, 0, 0, 0),
+            &defer,
+        );
+        assert_eq!(bands(&none), [("defer", "input", net)]);
+    }
+
+    /// On Responses the tools come after the instructions: with a cache that covers less than
+    /// the instructions, the tools were not cached. The billed bytes leave out what was kept out.
+    #[test]
+    fn responses_tools_sit_after_the_instructions() {
+        let anatomy = request::Anatomy {
+            tools: 40_000,
+            system: 20_000,
+            messages: 4_000,
+            other: 0,
+        };
+        let defer = [applied(
+            "defer",
+            vec![Fact::chars_kept_out("chars", 36_000, Site::Tools)],
+        )];
+        // Billed: 20,000 + 4,000 + 4,000 bytes as 7,000 tokens; the tools start at 5,000.
+        let cached_through_instructions = savings(
+            Wire::Responses,
+            &anatomy,
+            &usage(1_000, 0, 0, 6_000),
+            &defer,
+        );
+        assert_eq!(
+            bands(&cached_through_instructions),
+            [("defer", "cache_read", 9_000)]
+        );
+        let short_cache = savings(
+            Wire::Responses,
+            &anatomy,
+            &usage(3_000, 0, 0, 4_000),
+            &defer,
+        );
+        assert_eq!(bands(&short_cache), [("defer", "input", 9_000)]);
+    }
+
+    /// Pins' block lands at the tail: a stage that adds more than it keeps out saves a negative
+    /// amount there, summed with nothing else; requests of stages that report no characters,
+    /// and stages that left the request alone, save nothing.
+    #[test]
+    fn an_edit_that_adds_saves_a_negative_amount_at_the_tail() {
+        let anatomy = request::Anatomy {
+            tools: 1_000,
+            system: 1_000,
+            messages: 8_000,
+            other: 0,
+        };
+        let reports = [
+            applied(
+                "pins",
+                vec![
+                    Fact::level("pins", 2),
+                    Fact::chars_added("chars_in", 400, Site::Tail),
+                ],
+            ),
+            applied("search_restore", vec![Fact::count("searches", 1)]),
+            StageReport {
+                stage: "defer",
+                result: StageResult::Unchanged("too_little_to_defer"),
+            },
+        ];
+        // The tail of a prompt cached through its last message was written.
+        let got = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(0, 300, 0, 2_000),
+            &reports,
+        );
+        assert_eq!(bands(&got), [("pins", "cache_write_5m", -100)]);
+        let got = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(30, 0, 0, 2_000),
+            &reports,
+        );
+        assert_eq!(bands(&got), [("pins", "input", -100)]);
+    }
 
     fn record(i: usize) -> Record {
         Record {

@@ -19,8 +19,11 @@ pub mod search_trip;
 mod server;
 mod tee;
 pub mod upstream;
+mod websocket;
 
 pub use ledger::{LedgerSink, LedgerStats};
 pub use request::TRANSFORMS_HEADER;
-pub use server::{DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts};
+pub use server::{
+    Activity, DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts,
+};
 pub use upstream::{UpstreamError, UpstreamUrl};

@@ -3,13 +3,12 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use pith_transform::{PinsStage, Pipeline};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -125,12 +124,72 @@ pub(crate) struct State {
     /// Set when the grace period is over and open requests are being cut: their ledger rows
     /// say `shutdown`, not `client_closed`.
     pub shutting_down: Arc<AtomicBool>,
+    /// HTTP/1.1 only, for WebSocket upgrades (which HTTP/2 has no form of here).
+    pub ws_client: HttpClient,
+    /// Open connections and WebSocket relays.
+    pub activity: Arc<Activity>,
 }
 
 /// A bound proxy, ready to serve.
 pub struct Proxy {
     listener: TcpListener,
     state: Arc<State>,
+}
+
+/// How busy a proxy is: its open client connections, and since when none has been open. A
+/// proxy that stops itself when idle (`pith run`'s shared one) reads it; an open connection
+/// (a client between two turns keeps one) always counts as busy.
+#[derive(Debug)]
+pub struct Activity {
+    open: AtomicUsize,
+    /// WebSocket sessions being relayed (their connection left the accept loop's set).
+    relays: AtomicUsize,
+    /// Milliseconds after `started` when the last connection closed.
+    idle_since_ms: AtomicU64,
+    started: Instant,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            open: AtomicUsize::new(0),
+            relays: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    fn mark_idle_now(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.idle_since_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn set_open(&self, open: usize) {
+        if open == 0 && self.open.load(Ordering::Relaxed) != 0 {
+            self.mark_idle_now();
+        }
+        self.open.store(open, Ordering::Relaxed);
+    }
+
+    pub(crate) fn relay_started(&self) {
+        self.relays.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn relay_ended(&self) {
+        if self.relays.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.mark_idle_now();
+        }
+    }
+
+    /// How long no connection has been open (since start, when none ever was); `None` while
+    /// one is (a WebSocket being relayed included).
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.open.load(Ordering::Relaxed) != 0 || self.relays.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
+        Some(self.started.elapsed().saturating_sub(since))
+    }
 }
 
 impl Proxy {
@@ -150,9 +209,11 @@ impl Proxy {
                 })?;
         let state = Arc::new(State {
             client: upstream::client(config.timeouts.pool_idle)?,
+            ws_client: upstream::http1_client(config.timeouts.pool_idle)?,
             config,
             transform_failures: AtomicU64::new(0),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            activity: Arc::new(Activity::new()),
         });
         Ok(Proxy { listener, state })
     }
@@ -160,6 +221,11 @@ impl Proxy {
     /// The address bound (the port chosen, when `listen` asked for port 0).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The proxy's open connections, for a caller that stops it when idle.
+    pub fn activity(&self) -> Arc<Activity> {
+        Arc::clone(&self.state.activity)
     }
 
     /// Transform stages that failed (and were skipped) since start.
@@ -174,7 +240,9 @@ impl Proxy {
         shutdown: impl Future<Output = ()>,
         grace: Duration,
     ) -> Result<(), ProxyError> {
-        let graceful = GracefulShutdown::new();
+        // Tells every connection to finish its request in flight and close (hyper-util's
+        // GracefulShutdown does not take a connection with upgrades).
+        let (stop, stopping) = tokio::sync::watch::channel(false);
         let mut http = http1::Builder::new();
         http.keep_alive(true)
             .timer(TokioTimer::new())
@@ -186,6 +254,7 @@ impl Proxy {
             tokio::select! {
                 // Reap finished connections so the set holds only open ones.
                 Some(_) = connections.join_next(), if !connections.is_empty() => {
+                    self.state.activity.set_open(connections.len());
                     if burst.is_over(connections.len()) {
                         // Off the event loop: the call walks and locks the allocator's arenas.
                         tokio::task::spawn_blocking(pith_alloc::release_free_memory);
@@ -204,23 +273,36 @@ impl Proxy {
                     let _ = stream.set_nodelay(true);
                     let state = Arc::clone(&self.state);
                     let service = service_fn(move |req| request::serve(Arc::clone(&state), req));
-                    let conn = http.serve_connection(TokioIo::new(stream), service);
-                    let conn = graceful.watch(conn);
+                    // Upgrades: the Responses API's WebSocket (`websocket.rs`).
+                    let conn = http.serve_connection(TokioIo::new(stream), service).with_upgrades();
+                    let mut stopping = stopping.clone();
                     connections.spawn(async move {
-                        if let Err(e) = conn.await {
+                        let mut conn = std::pin::pin!(conn);
+                        let ended = tokio::select! {
+                            ended = conn.as_mut() => ended,
+                            Ok(()) = stopping.changed() => {
+                                conn.as_mut().graceful_shutdown();
+                                conn.await
+                            }
+                        };
+                        if let Err(e) = ended {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                     });
                     burst.opened(connections.len());
+                    self.state.activity.set_open(connections.len());
                 }
                 () = &mut shutdown => break,
             }
         }
         drop(self.listener);
-        if tokio::time::timeout(grace, graceful.shutdown())
-            .await
-            .is_err()
-        {
+        let _ = stop.send(true);
+        let drained = async {
+            while connections.join_next().await.is_some() {
+                self.state.activity.set_open(connections.len());
+            }
+        };
+        if tokio::time::timeout(grace, drained).await.is_err() {
             tracing::info!("grace period over; closing remaining connections");
         }
         // Cut what is still open here, before returning, so that each cut request's ledger

@@ -129,6 +129,15 @@ pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 /// hyper-util's client is used instead of reqwest because reqwest adds headers the client did
 /// not send (`accept: */*`), and pith must forward headers exactly.
 pub(crate) fn client(pool_idle: Duration) -> Result<HttpClient, UpstreamError> {
+    build_client(pool_idle, true)
+}
+
+/// The same over HTTP/1.1 only: a WebSocket upgrade needs it.
+pub(crate) fn http1_client(pool_idle: Duration) -> Result<HttpClient, UpstreamError> {
+    build_client(pool_idle, false)
+}
+
+fn build_client(pool_idle: Duration, http2: bool) -> Result<HttpClient, UpstreamError> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
@@ -138,9 +147,12 @@ pub(crate) fn client(pool_idle: Duration) -> Result<HttpClient, UpstreamError> {
         .with_provider_and_webpki_roots(provider)
         .map_err(|e| UpstreamError::Tls(e.to_string()))?
         .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
+        .enable_http1();
+    let https = if http2 {
+        https.enable_http2().wrap_connector(http)
+    } else {
+        https.wrap_connector(http)
+    };
     // The idle timeout only fires with a timer: without one, idle sockets stay pooled forever.
     // An idle connection holds its buffers (tens of KiB after an answer of that size), so the
     // pool keeps at most MAX_IDLE_PER_HOST of them: after a burst the rest are closed at once.

@@ -28,8 +28,12 @@ pub struct Config {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// Address to listen on, e.g. `127.0.0.1:8787`.
+    /// Address to listen on, e.g. `127.0.0.1:8787` (env `PITH_LISTEN`); `pith run` looks for
+    /// its shared proxy there.
     pub listen: Option<String>,
+    /// How long the proxy `pith run` starts in the background stays up with no client of
+    /// `pith run` left and no connection open (default `30m`; env `PITH_IDLE_STOP`).
+    pub idle_stop: Option<String>,
     /// Access token clients send in `x-pith-token`; required to listen beyond loopback
     /// (env `PITH_PROXY_TOKEN`).
     pub token: Option<String>,

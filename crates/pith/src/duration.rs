@@ -25,6 +25,24 @@ pub fn parse(s: &str) -> Result<Duration, String> {
         .ok_or_else(bad)
 }
 
+/// `d` in the largest unit [`parse`] takes that writes it whole (`parse(&format(d)) == d` for
+/// whole milliseconds).
+pub fn format(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -38,5 +56,8 @@ mod tests {
         assert!(parse("1x").unwrap_err().contains("use a number"));
         assert!(parse("d").is_err());
         assert!(parse("10").is_err());
+        for text in ["500ms", "30s", "90s", "30m", "12h", "1d", "2w", "0ms"] {
+            assert_eq!(format(parse(text).unwrap()), text);
+        }
     }
 }

@@ -5,6 +5,8 @@
     reason = "the binary is the one place that prints: command output and protocol"
 )]
 
+mod background;
+mod codex;
 mod commands;
 mod config;
 mod dashboard;
@@ -45,6 +47,13 @@ enum Command {
     Mcp(commands::mcp::Args),
     /// Read and write the project memory.
     Memory(commands::memory::Args),
+    /// Run a coding agent (claude, opencode, codex) through pith's proxy, starting a shared one
+    /// in the background when none is running.
+    Run(commands::run::Args),
+    /// Keep `pith proxy` running as your user's service (systemd on Linux, launchd on macOS).
+    Service(commands::service::Args),
+    /// Check pith's setup: config, proxy, each client's wiring, ledger, brain, local model.
+    Doctor(commands::doctor::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
     Setup(commands::setup::Args),
     /// Answer a coding agent's tool-call hook (run by Claude Code and Codex; reads stdin).
@@ -66,25 +75,47 @@ fn main() -> ExitCode {
         return hook(parsed.ok());
     }
     let cli = parsed.unwrap_or_else(|e| e.exit());
-    let result = config::Config::load(cli.config.as_deref()).and_then(|config| match cli.command {
-        Command::Proxy(args) => commands::proxy::run(args, &config),
-        Command::Stats(args) => commands::stats::run(args, &config),
-        Command::Mcp(args) => commands::mcp::run(args, &config),
-        Command::Memory(cmd) => commands::memory::run(cmd, &config),
-        Command::Setup(args) => commands::setup::run(args, &config),
-        Command::Hook(args) => {
-            commands::hook::run(args, Some(&config.hook));
-            Ok(())
+    let result = match cli.command {
+        // The doctor reports a config that does not parse as one of its checks.
+        Command::Doctor(args) => commands::doctor::run(args, cli.config.as_deref()),
+        // A status line is never an error: a config it cannot read means the defaults.
+        Command::Statusline(args) => commands::statusline::run(
+            args,
+            &config::Config::load(cli.config.as_deref()).unwrap_or_default(),
+        )
+        .map(|()| ExitCode::SUCCESS),
+        command => {
+            config::Config::load(cli.config.as_deref()).and_then(|config| run(command, &config))
         }
-        Command::Statusline(args) => commands::statusline::run(args, &config),
-    });
+    };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("pith: error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every command but the doctor and the hook, with its config loaded.
+fn run(command: Command, config: &config::Config) -> anyhow::Result<ExitCode> {
+    let done = match command {
+        // The client's own exit code (when it could not `exec` in its place).
+        Command::Run(args) => return commands::run::run(args, config),
+        Command::Doctor(args) => return commands::doctor::run(args, config.source.as_deref()),
+        Command::Proxy(args) => commands::proxy::run(args, config),
+        Command::Stats(args) => commands::stats::run(args, config),
+        Command::Mcp(args) => commands::mcp::run(args, config),
+        Command::Memory(cmd) => commands::memory::run(cmd, config),
+        Command::Setup(args) => commands::setup::run(args, config),
+        Command::Service(args) => commands::service::run(args, config),
+        Command::Hook(args) => {
+            commands::hook::run(args, Some(&config.hook));
+            Ok(())
+        }
+        Command::Statusline(args) => commands::statusline::run(args, config),
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 /// `pith hook`: exit 0 whatever happens. A bad flag or config file means defaults, a panic

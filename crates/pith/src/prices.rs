@@ -88,7 +88,8 @@ impl Price {
     }
 }
 
-/// Published list prices (Anthropic pricing page; cache writes priced at the 5-minute rate).
+/// Published list prices (Anthropic pricing page; the cache-write rates from Anthropic's
+/// multipliers, see [`Price::standard`]).
 /// Keys match a model id exactly or as a prefix followed by `-` (dated snapshots).
 const BUILT_IN: &[(&str, Price)] = &[
     ("claude-opus-4-6", Price::standard(5.0, 25.0)),

@@ -40,6 +40,19 @@ pub(crate) async fn serve(
     state: Arc<State>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    if crate::websocket::is_upgrade(&req) {
+        if let Some(expected) = state.config.token.as_deref()
+            && !token::matches(req.headers(), expected)
+        {
+            return Ok(Fault::client(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                format!("pith: this proxy needs its access token in the {TOKEN_HEADER} header"),
+            )
+            .response(Provider::OpenAi));
+        }
+        return Ok(crate::websocket::relay(state, req).await);
+    }
     let (parts, body) = req.into_parts();
     let mut ctx = route(&state, parts);
     if let Err(fault) = admit(&state, &ctx) {

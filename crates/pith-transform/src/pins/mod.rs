@@ -167,13 +167,17 @@ impl Stage for PinsStage {
         if plan.turns_dropped > 0 {
             facts.push(Fact::count("turns_dropped", plan.turns_dropped));
         }
-        // What the edit takes out (command lines and turns) and puts in (the block), for the
-        // ledger's savings; both priced at the tail, where the block lands and commands are
-        // typed (an estimate: a dropped turn may sit earlier in the history).
+        // The edit's net size, for the ledger's savings: command lines move into the block (not
+        // kept out), dropped turns are kept out, the block's frame is added. Priced at the tail,
+        // where the block lands and commands are typed (an estimate: a dropped turn may sit
+        // earlier in the history).
         let removed: usize = plan.splices.iter().map(|s| s.range.len()).sum();
         let added: usize = plan.splices.iter().map(|s| s.replacement.len()).sum();
-        facts.push(Fact::chars_kept_out("chars_out", removed, Site::Tail));
-        facts.push(Fact::chars_added("chars_in", added, Site::Tail));
+        facts.push(if removed >= added {
+            Fact::chars_kept_out("chars_out", removed - added, Site::Tail)
+        } else {
+            Fact::chars_added("chars_in", added - removed, Site::Tail)
+        });
         Ok(Outcome::Edited(Edit {
             splices: plan.splices,
             headers: Vec::new(),

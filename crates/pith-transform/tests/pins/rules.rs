@@ -46,17 +46,18 @@ fn a_command_turn_and_its_answer_go_and_the_block_lands_after_the_last_breakpoin
     let e = edit(Wire::AnthropicMessages, &body);
     assert_only_removals_besides_the_block(&e);
     let facts: Vec<(&str, u64)> = e.facts.iter().map(|f| (f.name, f.value)).collect();
+    // The edit's net size: the command turns it drops are longer than the block it adds
+    // (the command line moves into the block), so it keeps characters out on balance.
     let removed: usize = e.splices.iter().map(|s| s.range.len()).sum();
     let added: usize = e.splices.iter().map(|s| s.replacement.len()).sum();
-    assert!(removed > 0 && added > 0, "{removed} {added}");
+    assert!(removed > added, "{removed} {added}");
     assert_eq!(
         facts,
         [
             ("pins", 1),
             ("lines_moved", 1),
             ("turns_dropped", 1),
-            ("chars_out", removed as u64),
-            ("chars_in", added as u64)
+            ("chars_out", (removed - added) as u64)
         ]
     );
 }

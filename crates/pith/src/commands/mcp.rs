@@ -43,7 +43,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
 /// `[mcp]` settings, then the environment over them (`PITH_LOCAL_PREFILTER=1` turns ranking on
 /// without a config file; see `PrefilterConfig::with_env` for the other variables). Values that
 /// cannot mean anything are errors naming the key or variable, not a silent default.
-fn prefilter_config(mcp: &McpConfig) -> anyhow::Result<PrefilterConfig> {
+pub(crate) fn prefilter_config(mcp: &McpConfig) -> anyhow::Result<PrefilterConfig> {
     let defaults = PrefilterConfig::default();
     let enabled = env_flag("PITH_LOCAL_PREFILTER")?
         .or(mcp.local_prefilter)

@@ -19,7 +19,7 @@ use pith_transform::search_trip::restore::RestoreStage;
 use pith_transform::{DeferOptions, DeferStage, PinsStage, Pipeline, SearchVariant};
 
 use crate::config::{Config, env_flag, pith_home};
-use crate::dashboard::Dashboard;
+use crate::dashboard::{Dashboard, Upstreams};
 use crate::prices::Prices;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -49,8 +49,18 @@ Listening beyond loopback needs an access token ([proxy] token or PITH_PROXY_TOK
 send it in the x-pith-token header (Claude Code: ANTHROPIC_CUSTOM_HEADERS=\"x-pith-token: ...\").")]
 pub struct Args {
     /// Address to listen on [default: 127.0.0.1:8787; config: proxy.listen].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "PITH_LISTEN", value_name = "ADDR")]
     listen: Option<SocketAddr>,
+
+    /// Stop after this long with no connection open and no client of `pith run` left (e.g.
+    /// `30m`) [default: never].
+    #[arg(long, value_name = "DURATION")]
+    idle_stop: Option<String>,
+
+    /// Start the proxy in the background (its own process group, stderr appended to
+    /// $PITH_HOME/logs/proxy.log) and return at once; `pith run` starts its shared proxy so.
+    #[arg(long)]
+    detach: bool,
 
     /// Anthropic API origin [default: https://api.anthropic.com; config: upstreams.anthropic].
     #[arg(long, env = "PITH_ANTHROPIC_UPSTREAM", value_name = "URL")]
@@ -69,26 +79,84 @@ pub struct Args {
     no_ledger: bool,
 }
 
+/// The address the proxy listens on: the flag (or `PITH_LISTEN`), else `proxy.listen`, else
+/// 127.0.0.1:8787.
+pub fn listen_addr(flag: Option<SocketAddr>, config: &Config) -> anyhow::Result<SocketAddr> {
+    if let Some(a) = flag {
+        return Ok(a);
+    }
+    if let Ok(text) = std::env::var("PITH_LISTEN") {
+        return text.parse().with_context(|| {
+            format!("PITH_LISTEN={text:?} is not an address like 127.0.0.1:8787")
+        });
+    }
+    let text = config.proxy.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    text.parse()
+        .with_context(|| format!("proxy.listen {text:?} is not an address like 127.0.0.1:8787"))
+}
+
+/// Where the proxy sends Anthropic and OpenAI traffic: flag or env, else config, else the
+/// providers' own APIs.
+pub fn upstreams(
+    anthropic_flag: Option<&str>,
+    openai_flag: Option<&str>,
+    config: &Config,
+) -> anyhow::Result<(UpstreamUrl, UpstreamUrl)> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let anthropic_env = env("PITH_ANTHROPIC_UPSTREAM");
+    let openai_env = env("PITH_OPENAI_UPSTREAM");
+    Ok((
+        upstream(
+            anthropic_flag.or(anthropic_env.as_deref()),
+            config.upstreams.anthropic.as_deref(),
+            pith_proxy::upstream::ANTHROPIC_DEFAULT,
+        )?,
+        upstream(
+            openai_flag.or(openai_env.as_deref()),
+            config.upstreams.openai.as_deref(),
+            pith_proxy::upstream::OPENAI_DEFAULT,
+        )?,
+    ))
+}
+
+/// `pith proxy --detach`: this command line again without `--detach`, in its own process
+/// group (a Ctrl-C in the terminal that started it does not reach it), stdin closed, stdout
+/// and stderr appended to `$PITH_HOME/logs/proxy.log`. Returns once it is started, not
+/// listening: the caller asks `/pith/health`.
+fn detach() -> anyhow::Result<()> {
+    let log_path = crate::background::log_path(&pith_home()?);
+    let log = crate::background::open_private(&log_path, true)?;
+    let exe = std::env::current_exe().context("cannot find the pith binary to start")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1).filter(|a| a != "--detach"))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().context("cannot share the log file")?)
+        .stderr(log);
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.spawn()
+        .with_context(|| format!("cannot start pith proxy (log: {})", log_path.display()))?;
+    Ok(())
+}
+
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
+    if args.detach {
+        return detach();
+    }
     crate::logging::init();
-    let listen = match args.listen {
-        Some(a) => a,
-        None => {
-            let text = config.proxy.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-            text.parse().with_context(|| {
-                format!("proxy.listen {text:?} is not an address like 127.0.0.1:8787")
-            })?
-        }
+    let listen = listen_addr(args.listen, config)?;
+    let idle_stop = match args.idle_stop.as_deref() {
+        None => None,
+        Some(text) => match crate::duration::parse(text) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => anyhow::bail!("--idle-stop must be longer than 0"),
+            Err(e) => anyhow::bail!("--idle-stop: {e}"),
+        },
     };
-    let anthropic = upstream(
+    let (anthropic, openai) = upstreams(
         args.anthropic_upstream.as_deref(),
-        config.upstreams.anthropic.as_deref(),
-        pith_proxy::upstream::ANTHROPIC_DEFAULT,
-    )?;
-    let openai = upstream(
         args.openai_upstream.as_deref(),
-        config.upstreams.openai.as_deref(),
-        pith_proxy::upstream::OPENAI_DEFAULT,
+        config,
     )?;
     let ledger_path = if args.no_ledger {
         None
@@ -156,7 +224,14 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // One event-loop thread: an agent sends a few requests a second, and on one thread every
     // streamed chunk goes from the upstream connection to the client without a cross-thread
     // wake-up (measured in BENCHMARKS.md). Blocking stages run on tokio's blocking pool.
-    let mut dashboard = Dashboard::new(ledger_path.clone(), Prices::new(&config.prices));
+    let mut dashboard = Dashboard::new(
+        ledger_path.clone(),
+        Prices::new(&config.prices),
+        Upstreams {
+            anthropic: anthropic.to_string(),
+            openai: openai.to_string(),
+        },
+    );
     if let Some(url) = &store_url {
         dashboard = dashboard.with_team(url.clone(), config.team_replica()?);
     }
@@ -214,8 +289,39 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
                 stages.join(", ")
             }
         );
+        if let Some(idle) = idle_stop {
+            eprintln!(
+                "  idle stop : after {} with no connection and no `pith run` client",
+                crate::duration::format(idle)
+            );
+        }
+        let activity = proxy.activity();
+        let clients = crate::background::clients_lock_path(&pith_home()?);
+        // Held from the idle decision until the process ends: a `pith run` starting meanwhile
+        // waits for it, then finds no proxy and starts one.
+        let mut stop_lock = None;
+        let idle = async {
+            match idle_stop {
+                Some(idle) => {
+                    stop_lock = Some(idle_stopped(&activity, idle, &clients).await);
+                    eprintln!(
+                        "pith proxy idle for {}: stopping",
+                        crate::duration::format(idle)
+                    );
+                }
+                None => std::future::pending().await,
+            }
+        };
         proxy
-            .serve(shutdown_signal(), Duration::from_secs(5))
+            .serve(
+                async {
+                    tokio::select! {
+                        () = shutdown_signal() => {}
+                        () = idle => {}
+                    }
+                },
+                Duration::from_secs(5),
+            )
             .await?;
         anyhow::Ok(())
     })?;
@@ -235,6 +341,24 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Resolves when no connection has been open for `idle` and no `pith run` client holds the
+/// clients lock, with that lock taken.
+async fn idle_stopped(
+    activity: &pith_proxy::Activity,
+    idle: Duration,
+    clients: &std::path::Path,
+) -> std::fs::File {
+    let tick = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    loop {
+        tokio::time::sleep(tick).await;
+        if activity.idle_for().is_some_and(|d| d >= idle)
+            && let Some(lock) = crate::background::no_clients(clients)
+        {
+            return lock;
+        }
+    }
 }
 
 /// The proxy's timeouts: env over config over the defaults, each named in its error.

@@ -35,6 +35,15 @@ pub struct Args {
     /// else this binary's absolute path.
     #[arg(long, value_name = "PATH")]
     command: Option<String>,
+    /// Also point the client at pith's proxy for good (a base URL in its config). The client
+    /// then fails whenever no proxy runs: keep one with `pith service install`, or use
+    /// `pith run <client>` instead.
+    #[arg(long, conflicts_with = "undo")]
+    proxy: bool,
+    /// Take out what `pith setup` added for this client: each file it changed goes back to
+    /// what it was, byte for byte, unless it changed since (then it is left, and named).
+    #[arg(long)]
+    undo: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -62,20 +71,69 @@ enum Plan {
     /// The file already runs this command as `pith`.
     Registered,
     Write {
-        old: Option<String>,
         new: String,
     },
 }
 
-pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
-    let command = match args.command {
-        Some(c) if !c.trim().is_empty() => c,
+/// The files one `pith setup` changes: each file's text on disk and as planned so far, so that
+/// several parts (the MCP entry, hooks, the status line, the base URL) can edit one file in
+/// turn and the user sees one diff per file.
+#[derive(Default)]
+struct Edits {
+    files: Vec<(PathBuf, Option<String>, Option<String>)>,
+}
+
+impl Edits {
+    /// The file's text as planned so far (as on disk when no part changed it yet).
+    fn current(&mut self, path: &Path) -> anyhow::Result<Option<String>> {
+        if let Some((_, disk, planned)) = self.files.iter().find(|(p, ..)| p == path) {
+            return Ok(planned.clone().or_else(|| disk.clone()));
+        }
+        let disk = read_config(path)?;
+        self.files.push((path.to_path_buf(), disk.clone(), None));
+        Ok(disk)
+    }
+
+    /// Apply one part's plan; `registered` is said when there is nothing to change.
+    fn apply(&mut self, path: &Path, plan: Plan, registered: impl FnOnce() -> String) {
+        match plan {
+            Plan::Registered => println!("{}", registered()),
+            Plan::Write { new } => {
+                if let Some(entry) = self.files.iter_mut().find(|(p, ..)| p == path) {
+                    entry.2 = Some(new);
+                } else {
+                    self.files.push((path.to_path_buf(), None, Some(new)));
+                }
+            }
+        }
+    }
+
+    /// The files that change: path, text on disk, new text.
+    fn changes(&self) -> impl Iterator<Item = (&PathBuf, Option<&str>, &str)> {
+        self.files.iter().filter_map(|(p, disk, planned)| {
+            planned
+                .as_deref()
+                .filter(|new| disk.as_deref() != Some(*new))
+                .map(|new| (p, disk.as_deref(), new))
+        })
+    }
+}
+
+pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
+    if args.undo {
+        return undo(&args);
+    }
+    let command = match args.command.as_deref() {
+        Some(c) if !c.trim().is_empty() => c.to_owned(),
         Some(_) => bail!("--command is empty"),
         None => default_command()?,
     };
     let path = config_path(args.client, args.workspace.as_deref())?;
     let rerun = format!("pith setup {}", args.client.name());
-    let old = read_config(&path)?;
+    let mut edits = Edits::default();
+
+    // The MCP server.
+    let old = edits.current(&path)?;
     let plan = match args.client {
         Client::ClaudeCode => plan_json(
             &path,
@@ -103,74 +161,152 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
         )?,
         Client::Codex => plan_toml(&path, &rerun, old, &command)?,
     };
-    let mut plan = plan;
-    let hook = match hook_path(args.client, args.workspace.as_deref())? {
-        Some(hook_path) => {
-            let hook_command = format!("{} hook", shell_word(&command));
-            let entries = hook_entries(args.client);
-            // Codex keeps both in config.toml: the hooks go into the text with the MCP entry.
-            let same_file = hook_path == path;
-            let base = match (&plan, same_file) {
-                (Plan::Write { new, .. }, true) => Some(new.clone()),
-                (Plan::Registered, true) => old_text(&path)?,
-                (_, false) => read_config(&hook_path)?,
-            };
-            let hook_plan = if hook_path.extension().is_some_and(|e| e == "toml") {
-                plan_toml_hooks(&hook_path, &rerun, base, &hook_command, entries)?
-            } else {
-                plan_json_hooks(&hook_path, &rerun, base, &hook_command, entries)?
-            };
-            match (same_file, hook_plan) {
-                (true, Plan::Write { new, .. }) => {
-                    plan = Plan::Write {
-                        old: old_text(&path)?,
-                        new,
-                    };
-                    None
-                }
-                (true, Plan::Registered) => None,
-                (false, hook_plan) => Some((hook_path, hook_plan, hook_command)),
-            }
-        }
-        None => None,
-    };
-    // Both files are planned before either is written: a refusal leaves both as they were.
-    let mut writes: Vec<(PathBuf, String)> = Vec::new();
-    let mut show = |path: &PathBuf, plan: Plan, registered: String| match plan {
-        Plan::Registered => println!("{registered}"),
-        Plan::Write { old, new } => {
-            let state = if old.is_some() { "" } else { " (new file)" };
-            println!("{}{state}:", path.display());
-            print!("{}", diff(old.as_deref().unwrap_or(""), &new));
-            writes.push((path.clone(), new));
-        }
-    };
-    show(
-        &path,
-        plan,
+    edits.apply(&path, plan, || {
         format!(
             "{} already registers pith (`{command} mcp`); nothing to change.",
             path.display()
-        ),
-    );
-    if let Some((hook_path, plan, hook_command)) = hook {
-        show(
-            &hook_path,
-            plan,
+        )
+    });
+
+    // The hooks.
+    if let Some(hook_path) = hook_path(args.client, args.workspace.as_deref())? {
+        let hook_command = format!("{} hook", shell_word(&command));
+        let entries = hook_entries(args.client);
+        let base = edits.current(&hook_path)?;
+        let plan = if hook_path.extension().is_some_and(|e| e == "toml") {
+            plan_toml_hooks(&hook_path, &rerun, base, &hook_command, entries)?
+        } else {
+            plan_json_hooks(&hook_path, &rerun, base, &hook_command, entries)?
+        };
+        edits.apply(&hook_path, plan, || {
             format!(
                 "{} already runs `{hook_command}` after tool calls; nothing to change.",
                 hook_path.display()
+            )
+        });
+    }
+
+    // Claude Code's status line.
+    if let Client::ClaudeCode = args.client {
+        let settings = claude_settings(args.workspace.as_deref())?;
+        let line = format!("{} statusline", shell_word(&command));
+        let base = edits.current(&settings)?;
+        let entry = object([
+            ("type", "command".into()),
+            ("command", line.as_str().into()),
+        ]);
+        match plan_json_member(&settings, &rerun, base, &["statusLine"], entry)? {
+            Member::Planned(plan) => edits.apply(&settings, plan, || {
+                format!(
+                    "{} already shows `{line}` as the status line; nothing to change.",
+                    settings.display()
+                )
+            }),
+            Member::Other(existing) => println!(
+                "{} has a status line of its own ({existing}); pith leaves it (the status line \
+                 `{line}` shows the session's tokens and cost).",
+                settings.display()
             ),
+        }
+    }
+
+    // A permanent base URL, only when asked.
+    if args.proxy {
+        let listen = super::proxy::listen_addr(None, config)?;
+        let origin = format!("http://{}", super::run::reachable(listen));
+        let v1 = format!("{origin}/v1");
+        let members: Vec<(PathBuf, Vec<&str>, String)> = match args.client {
+            Client::ClaudeCode => vec![(
+                claude_settings(args.workspace.as_deref())?,
+                vec!["env", "ANTHROPIC_BASE_URL"],
+                origin.clone(),
+            )],
+            Client::Opencode => vec![
+                (
+                    path.clone(),
+                    vec!["provider", "anthropic", "options", "baseURL"],
+                    v1.clone(),
+                ),
+                (
+                    path.clone(),
+                    vec!["provider", "openai", "options", "baseURL"],
+                    v1.clone(),
+                ),
+            ],
+            // `openai_base_url` moves only the built-in provider; a provider of the user's own
+            // keeps its base_url (pith never rewrites a setting of the user's).
+            Client::Codex => match crate::codex::provider(&[], &crate::codex::home()?) {
+                Ok(p) if p.id != "openai" => {
+                    println!(
+                        "Codex uses its model provider `{}` (base_url {}); pith leaves it: point \
+                         that base_url at {v1} yourself, or use `pith run codex`.",
+                        p.id, p.base_url
+                    );
+                    vec![]
+                }
+                _ => vec![(path.clone(), vec!["openai_base_url"], v1.clone())],
+            },
+        };
+        for (file, key, url) in members {
+            let base = edits.current(&file)?;
+            let shown = key.join(".");
+            let planned = if file.extension().is_some_and(|e| e == "toml") {
+                plan_toml_key(&file, &rerun, base, &shown, &url)?
+            } else {
+                plan_json_member(&file, &rerun, base, &key, url.as_str().into())?
+            };
+            match planned {
+                Member::Planned(plan) => edits.apply(&file, plan, || {
+                    format!(
+                        "{} already sends {shown} to {url}; nothing to change.",
+                        file.display()
+                    )
+                }),
+                Member::Other(existing) => println!(
+                    "{} sets {shown} to {existing} already; pith leaves it (use `pith run {}` \
+                     to go through pith for one run).",
+                    file.display(),
+                    super::run::Agent::from(args.client).program()
+                ),
+            }
+        }
+        eprintln!(
+            "warning: with --proxy, {} needs a pith proxy on {origin} for every run, or its \
+             requests fail: keep one running with `pith service install`, or use `pith run {}` \
+             instead (it starts one, and goes straight to the provider when it cannot).",
+            args.client.name(),
+            super::run::Agent::from(args.client).program()
         );
     }
-    if writes.is_empty() {
+
+    // Every part is planned before any file is written: a refusal leaves them all as they were.
+    let changes: Vec<(PathBuf, Option<String>, String)> = edits
+        .changes()
+        .map(|(p, old, new)| (p.clone(), old.map(str::to_owned), new.to_owned()))
+        .collect();
+    for (path, old, new) in &changes {
+        let state = if old.as_deref().is_some_and(|t| !t.trim().is_empty()) {
+            ""
+        } else {
+            " (new file)"
+        };
+        println!("{}{state}:", path.display());
+        print!("{}", diff(old.as_deref().unwrap_or(""), new));
+    }
+    if changes.is_empty() {
         return Ok(());
     }
     if args.dry_run {
         println!("dry run: nothing written.");
         return Ok(());
     }
-    for (path, new) in &writes {
+    // Recorded first: a record that cannot be written leaves every file as it was.
+    let mut record = Record::load()?;
+    for (path, old, new) in &changes {
+        record.wrote(args.client, path, old.as_deref(), new);
+    }
+    record.save()?;
+    for (path, _, new) in &changes {
         write_file(path, new)?;
         println!("wrote {}.", path.display());
     }
@@ -186,12 +322,300 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
                  Codex runs a new hook only once you trust it: open Codex and approve `pith hook` in /hooks.",
         }
     );
+    println!(
+        "`pith setup --undo {}` takes out what this added.",
+        args.client.name()
+    );
     Ok(())
 }
 
-/// A config file's text as it is on disk (`None` when missing or blank).
-fn old_text(path: &Path) -> anyhow::Result<Option<String>> {
-    Ok(read_config(path)?.filter(|t| !t.trim().is_empty()))
+impl From<Client> for super::run::Agent {
+    fn from(client: Client) -> super::run::Agent {
+        match client {
+            Client::ClaudeCode => super::run::Agent::Claude,
+            Client::Opencode => super::run::Agent::Opencode,
+            Client::Codex => super::run::Agent::Codex,
+        }
+    }
+}
+
+/// Claude Code's project settings, `.claude/settings.json` (hooks, status line, env).
+fn claude_settings(workspace: Option<&Path>) -> anyhow::Result<PathBuf> {
+    Ok(crate::workspace::workspace_from(workspace)?
+        .root()
+        .join(".claude")
+        .join("settings.json"))
+}
+
+/// What `pith setup` wrote, per file: the text before (none: a new file) and after, kept in
+/// `$PITH_HOME/setup.json` so that `--undo` can put back exactly what was there.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Record {
+    files: std::collections::BTreeMap<String, RecordedFile>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordedFile {
+    client: String,
+    before: Option<String>,
+    after: String,
+}
+
+impl Record {
+    fn path() -> anyhow::Result<PathBuf> {
+        Ok(crate::config::pith_home()?.join("setup.json"))
+    }
+
+    fn load() -> anyhow::Result<Record> {
+        let path = Record::path()?;
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{} is not pith's setup record; move it away",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Record::default()),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    fn save(&self) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self).context("internal error: the record")?;
+        write_file(&Record::path()?, &(text + "\n"))
+    }
+
+    fn key(path: &Path) -> String {
+        std::path::absolute(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// `path` went from `before` to `after`. A file pith changed before and nobody touched
+    /// since keeps its first `before`: undo goes back to before pith, not one step.
+    fn wrote(&mut self, client: Client, path: &Path, before: Option<&str>, after: &str) {
+        let key = Record::key(path);
+        let before = match self.files.get(&key) {
+            Some(r) if before == Some(r.after.as_str()) => r.before.clone(),
+            _ => before.map(str::to_owned),
+        };
+        self.files.insert(
+            key,
+            RecordedFile {
+                client: client.name().to_owned(),
+                before,
+                after: after.to_owned(),
+            },
+        );
+    }
+}
+
+/// `pith setup --undo <client>`: every file setup changed for this client (here: this project's,
+/// and Codex's home) goes back to what it was, when it still holds what setup wrote; one that
+/// changed since is left alone, with what to take out by hand.
+fn undo(args: &Args) -> anyhow::Result<()> {
+    let mut paths = vec![config_path(args.client, args.workspace.as_deref())?];
+    if let Some(hooks) = hook_path(args.client, args.workspace.as_deref())? {
+        paths.push(hooks);
+    }
+    if let Client::ClaudeCode = args.client {
+        paths.push(claude_settings(args.workspace.as_deref())?);
+    }
+    // Codex's hooks may be in either file, whichever was in use then.
+    if let Client::Codex = args.client {
+        let home = crate::codex::home()?;
+        paths.push(home.join("hooks.json"));
+        paths.push(home.join("config.toml"));
+    }
+    paths.dedup();
+    let mut record = Record::load()?;
+    let mut restores: Vec<(PathBuf, Option<String>, String)> = Vec::new();
+    let mut changed_since = Vec::new();
+    for path in &paths {
+        let key = Record::key(path);
+        let Some(r) = record
+            .files
+            .get(&key)
+            .filter(|r| r.client == args.client.name())
+        else {
+            continue;
+        };
+        if restores.iter().any(|(p, ..)| Record::key(p) == key) {
+            continue;
+        }
+        let now = read_config(path)?;
+        if now.as_deref() != Some(r.after.as_str()) {
+            changed_since.push(path.clone());
+            continue;
+        }
+        restores.push((path.clone(), r.before.clone(), r.after.clone()));
+    }
+    if restores.is_empty() && changed_since.is_empty() {
+        println!(
+            "pith setup changed nothing for {} here (no record in {}); nothing to undo.",
+            args.client.name(),
+            Record::path()?.display()
+        );
+        return Ok(());
+    }
+    for path in &changed_since {
+        println!(
+            "{} changed since pith setup wrote it; pith leaves it. Take out pith's entries by \
+             hand (the `pith` MCP server, the hooks running `pith hook`, a `pith statusline` \
+             status line, a base URL naming pith's port).",
+            path.display()
+        );
+    }
+    for (path, before, after) in &restores {
+        match before {
+            Some(before) => {
+                println!("{}:", path.display());
+                print!("{}", diff(after, before));
+            }
+            None => println!("{}: remove (pith setup created it)", path.display()),
+        }
+    }
+    if args.dry_run {
+        println!("dry run: nothing written.");
+        return Ok(());
+    }
+    for (path, before, _) in &restores {
+        match before {
+            Some(before) => write_file(path, before)?,
+            None => std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove {}", path.display()))?,
+        }
+        record.files.remove(&Record::key(path));
+        println!(
+            "{} {}.",
+            if before.is_some() {
+                "restored"
+            } else {
+                "removed"
+            },
+            path.display()
+        );
+    }
+    record.save()?;
+    if !changed_since.is_empty() {
+        bail!(
+            "{} file(s) changed since pith setup and were left as they are",
+            changed_since.len()
+        );
+    }
+    Ok(())
+}
+
+/// What setting one member found.
+enum Member {
+    /// The plan (nothing to change when the member already holds the value).
+    Planned(Plan),
+    /// The member holds something else, shown; it is left alone.
+    Other(String),
+}
+
+/// Set the member at `key` (objects created as needed) to `entry` in a JSON/JSONC file,
+/// keeping everything else as `plan_json` does.
+fn plan_json_member(
+    path: &Path,
+    rerun: &str,
+    old: Option<String>,
+    key: &[&str],
+    entry: CstInputValue,
+) -> anyhow::Result<Member> {
+    let file = path.display();
+    let old = old.filter(|t| !t.trim().is_empty());
+    let text = old.as_deref().unwrap_or("");
+    let invalid = |e: jsonc_parser::errors::ParseError| {
+        anyhow!("{file} is not valid JSON ({e}); fix that, then run `{rerun}` again")
+    };
+    let root = CstRootNode::parse(text, &JSONC).map_err(invalid)?;
+    let parsed: Value = match root.value() {
+        Some(_) => jsonc_parser::parse_to_serde_value(text, &JSONC).map_err(invalid)?,
+        None => json!({}),
+    };
+    let value = to_value(&entry);
+    let (leaf, parents) = key.split_last().context("internal error: an empty key")?;
+    let mut at = &parsed;
+    for (i, k) in key.iter().enumerate() {
+        match at.get(k) {
+            None => break,
+            Some(v) if i + 1 == key.len() => {
+                return Ok(if *v == value {
+                    Member::Planned(Plan::Registered)
+                } else {
+                    Member::Other(v.to_string())
+                });
+            }
+            Some(v) if v.is_object() => at = v,
+            Some(_) => bail!(
+                "\"{}\" in {file} is not an object; fix it by hand",
+                key[..=i].join(".")
+            ),
+        }
+    }
+    let Some(mut node) = root.object_value_or_create() else {
+        bail!("{file} is not a JSON object; fix it by hand");
+    };
+    node.ensure_multiline();
+    for k in parents {
+        node = match member(&node, k) {
+            Some(prop) => prop
+                .object_value()
+                .with_context(|| format!("internal error: \"{k}\" is not an object"))?,
+            None => {
+                node.append(k, CstInputValue::Object(Vec::new()));
+                member(&node, k)
+                    .and_then(|p| p.object_value())
+                    .context("internal error: the new object")?
+            }
+        };
+        node.ensure_multiline();
+    }
+    node.append(leaf, entry);
+    let new = root.to_string();
+    let mut expected = parsed;
+    let mut slot = &mut expected;
+    for k in key {
+        slot = &mut slot[*k];
+    }
+    *slot = value;
+    let got: Value = jsonc_parser::parse_to_serde_value(&new, &JSONC)
+        .context("internal error: the edit broke the JSON")?;
+    if got != expected || !keeps_text(text, &new) {
+        bail!("internal error: the edit of {file} would change other content; nothing written");
+    }
+    let new = if new.ends_with('\n') { new } else { new + "\n" };
+    Ok(Member::Planned(Plan::Write { new }))
+}
+
+/// Set a top-level string key in a TOML file (Codex's `openai_base_url`).
+fn plan_toml_key(
+    path: &Path,
+    _rerun: &str,
+    old: Option<String>,
+    key: &str,
+    url: &str,
+) -> anyhow::Result<Member> {
+    let file = path.display();
+    let text = old.clone().unwrap_or_default();
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{file} is not valid TOML"))?;
+    if let Some(existing) = doc.get(key) {
+        return Ok(if existing.as_str() == Some(url) {
+            Member::Planned(Plan::Registered)
+        } else {
+            Member::Other(existing.to_string().trim().to_owned())
+        });
+    }
+    doc.insert(key, toml_edit::value(url));
+    let mut new = doc.to_string();
+    if !new.ends_with('\n') {
+        new.push('\n');
+    }
+    Ok(Member::Planned(Plan::Write { new }))
 }
 
 /// A config file's text, `None` when it does not exist.
@@ -248,7 +672,7 @@ fn hook_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<Option<
                 .join("settings.json"),
         ),
         Client::Codex => {
-            let home = codex_home()?;
+            let home = crate::codex::home()?;
             // Codex reads both and warns when one layer has both: use the one in use.
             let json = home.join("hooks.json");
             Some(if json.exists() {
@@ -277,7 +701,7 @@ fn shell_word(word: &str) -> String {
 
 /// Whether a hook command runs pith's hook (`pith hook`, `/path/to/pith hook`), whichever
 /// binary it names.
-fn is_pith_hook(command: &str) -> bool {
+pub(crate) fn is_pith_hook(command: &str) -> bool {
     let words: Vec<&str> = command.split_whitespace().collect();
     match words.as_slice() {
         [program, "hook"] => {
@@ -423,7 +847,7 @@ fn plan_json_hooks(
         bail!("internal error: the edit of {file} would change other content; nothing written");
     }
     let new = if new.ends_with('\n') { new } else { new + "\n" };
-    Ok(Plan::Write { old, new })
+    Ok(Plan::Write { new })
 }
 
 /// The same in Codex's `config.toml`: `[[hooks.<event>]]` tables, each with a matcher and
@@ -492,7 +916,7 @@ fn plan_toml_hooks(
     if !new.ends_with('\n') {
         new.push('\n');
     }
-    Ok(Plan::Write { old, new })
+    Ok(Plan::Write { new })
 }
 
 /// A TOML item written as an inline value (to parse it on its own).
@@ -522,20 +946,8 @@ fn config_path(client: Client, workspace: Option<&Path>) -> anyhow::Result<PathB
                 root.join("opencode.json")
             }
         }
-        Client::Codex => codex_home()?.join("config.toml"),
+        Client::Codex => crate::codex::home()?.join("config.toml"),
     })
-}
-
-/// `$CODEX_HOME`, else `~/.codex`.
-fn codex_home() -> anyhow::Result<PathBuf> {
-    Ok(
-        match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
-            Some(h) => PathBuf::from(h),
-            None => dirs::home_dir()
-                .context("cannot find your home directory; set CODEX_HOME")?
-                .join(".codex"),
-        },
-    )
 }
 
 /// `pith` when the `pith` on PATH is this very binary, so the config survives reinstalls;
@@ -558,7 +970,7 @@ fn default_command() -> anyhow::Result<String> {
 
 /// What OpenCode reads (comments, trailing commas) and no more: a file using the JSON5 extras
 /// jsonc-parser also knows would not load in either client, so it is refused as invalid.
-const JSONC: ParseOptions = ParseOptions {
+pub(crate) const JSONC: ParseOptions = ParseOptions {
     allow_comments: true,
     allow_trailing_commas: true,
     allow_loose_object_property_names: false,
@@ -686,7 +1098,7 @@ fn plan_json(
     if got != expected || !keeps_text(text, &new) {
         bail!("internal error: the edit of {file} would change other content; nothing written");
     }
-    Ok(Plan::Write { old, new })
+    Ok(Plan::Write { new })
 }
 
 fn plan_toml(path: &Path, rerun: &str, old: Option<String>, command: &str) -> anyhow::Result<Plan> {
@@ -729,7 +1141,7 @@ fn plan_toml(path: &Path, rerun: &str, old: Option<String>, command: &str) -> an
     if !new.ends_with('\n') {
         new.push('\n');
     }
-    Ok(Plan::Write { old, new })
+    Ok(Plan::Write { new })
 }
 
 /// Write `text` to `path`. An existing file keeps its mode; a new one is 0600, and a missing
@@ -816,7 +1228,7 @@ mod tests {
 
     fn splice(old: &str, section: &str) -> String {
         match plan(old, section).unwrap() {
-            Plan::Write { new, .. } => new,
+            Plan::Write { new } => new,
             Plan::Registered => panic!("registered"),
         }
     }
@@ -856,7 +1268,7 @@ mod tests {
     fn a_blank_file_is_new_and_a_comment_only_file_keeps_its_comment() {
         let fresh = "{\n  \"mcp\": {\n    \"pith\": {\n      \"command\": \"pith\",\n      \"args\": [\"mcp\"]\n    }\n  }\n}\n";
         match plan(" \n", "mcp").unwrap() {
-            Plan::Write { old: None, new } => assert_eq!(new, fresh),
+            Plan::Write { new } => assert_eq!(new, fresh),
             _ => panic!("a blank file gets a fresh one"),
         }
         assert_eq!(

@@ -203,8 +203,13 @@ tokens are priced at the rate the real request paid at the place in the prompt w
 (the tools, the system prompt, or the newest message, placed by the client body's byte layout \
 in the provider's prompt order): read from the cache at the read rate, written at the \
 five-minute or one-hour write rate, otherwise as uncached input; then at the model's list \
-price. Negative when an edit added more than it kept out. The provider's own cache discount is \
-reported apart (cache_discount_usd), and so are requests pith answered itself.";
+price. Negative when an edit added more than it kept out. Known limits: the place of pins' \
+edits is taken as the newest message (a turn it drops may sit earlier, in the cached part); on a \
+request whose cache pith itself busted the tokens are priced at the write rate that request \
+paid, and the bust's own cost is not subtracted (busts by pith are counted apart); defer's rows \
+recorded before ledger schema 4 count the tools it kept out without subtracting the search tool \
+it added (a few dozen characters). The provider's own cache discount is reported apart \
+(cache_discount_usd), and so are requests pith answered itself.";
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
@@ -541,10 +546,11 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         }
     }
     if let Some(saved) = t.estimated_saved_usd {
+        out.push_str(&format!("saved by pith (estimate): ${saved:.4}\n"));
+    }
+    if let Some(discount) = t.cache_discount_usd {
         out.push_str(&format!(
-            "saved by pith (estimate): ${saved:.4}; the provider's own cache discount: {}\n",
-            t.cache_discount_usd
-                .map_or("unknown price".to_owned(), |d| format!("${d:.4}"))
+            "the provider's own prompt-cache discount: ${discount:.4}\n"
         ));
     }
     let b = &r.cache_busts;

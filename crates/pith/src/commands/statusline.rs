@@ -1,7 +1,7 @@
 //! `pith statusline`: one line for Claude Code's status line, from the ledger. Claude Code runs
 //! it with its status payload on stdin (JSON with the `session_id` the ledger keys the session
 //! by) and shows the first line printed. It prints the session's requests, tokens, cache hit
-//! share, cost and what pith kept out of the prompt; a payload it cannot use prints `pith` and
+//! share, cost and what pith saved (an estimate); a payload it cannot use prints `pith` and
 //! nothing else. It always exits 0: a status line is never an error.
 
 use std::io::Read;
@@ -90,14 +90,15 @@ fn line(args: &Args, config: &Config, input: &[u8]) -> Option<String> {
         short(prompt),
         short(output)
     );
-    if saved_tokens != 0 {
+    if saved_tokens != 0 || saved_usd.is_some_and(|u| u != 0.0) {
         let sign = if saved_tokens < 0 { "-" } else { "" };
         out.push_str(&format!(
             " · ~{sign}{} saved",
             short(saved_tokens.unsigned_abs())
         ));
         if let Some(usd) = saved_usd {
-            out.push_str(&format!(" (~${usd:.2})"));
+            let sign = if usd < 0.0 { "-" } else { "" };
+            out.push_str(&format!(" (~{sign}${:.2})", usd.abs()));
         }
     }
     Some(out)

@@ -25,7 +25,16 @@ const PAGE: &str = include_str!("page.html");
 pub struct Dashboard {
     ledger: Option<PathBuf>,
     prices: Prices,
+    upstreams: Upstreams,
     team: Option<Team>,
+}
+
+/// Where the proxy sends each provider's traffic, as `/pith/health` tells it (`pith run` runs
+/// a client through a proxy only when it goes where the client would have gone).
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    pub anthropic: String,
+    pub openai: String,
 }
 
 /// Team mode: the pages read the replica, synced at most every [`TEAM_SYNC_EVERY`].
@@ -41,10 +50,11 @@ const TEAM_SYNC_EVERY: Duration = Duration::from_secs(2);
 
 impl Dashboard {
     /// Pages over the ledger at `ledger` (`None`: the proxy keeps none).
-    pub fn new(ledger: Option<PathBuf>, prices: Prices) -> Dashboard {
+    pub fn new(ledger: Option<PathBuf>, prices: Prices, upstreams: Upstreams) -> Dashboard {
         Dashboard {
             ledger,
             prices,
+            upstreams,
             team: None,
         }
     }
@@ -170,7 +180,13 @@ impl OwnPages for Dashboard {
         if path == "/pith/health" {
             return Some(json_page(
                 StatusCode::OK,
-                &json!({"pith": env!("CARGO_PKG_VERSION"), "ledger": self.ledger.is_some()}),
+                &json!({
+                    "pith": env!("CARGO_PKG_VERSION"),
+                    "pid": std::process::id(),
+                    "ledger": self.ledger.is_some(),
+                    "anthropic": self.upstreams.anthropic,
+                    "openai": self.upstreams.openai,
+                }),
             ));
         }
         let (source, team) = self.source();

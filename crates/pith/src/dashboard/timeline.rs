@@ -18,6 +18,8 @@ const WIDTHS_MS: [i64; 6] = [
     7 * 86_400_000,
 ];
 const TARGET_BARS: i64 = 60;
+/// The most buckets an asked-for width may make; a narrower one is widened to fit.
+const MAX_BUCKETS: i64 = 1_000;
 
 /// One bar of the chart.
 #[derive(Debug, Default, Serialize, PartialEq)]
@@ -57,9 +59,10 @@ pub(crate) fn timeline(
     width_ms: Option<i64>,
     prices: &Prices,
 ) -> Result<Timeline, StoreError> {
+    let span = ledger.span(filter)?.map_or(0, |(a, b)| b - a);
     let width = match width_ms {
-        Some(w) => w.max(1),
-        None => width_for(ledger.span(filter)?.map_or(0, |(a, b)| b - a)),
+        Some(w) => w.max(1).max(span / MAX_BUCKETS + 1),
+        None => width_for(span),
     };
     let mut buckets: Vec<Bucket> = Vec::new();
     for row in ledger.timeline(filter, width)? {

@@ -257,14 +257,51 @@ impl Run {
     }
 }
 
+/// How a client is started: itself, or through `pith run` (with pith's environment, and the
+/// client found on `PATH` under its usual name).
+#[derive(Clone, Copy)]
+pub enum Launch<'a> {
+    Direct,
+    PithRun(&'a [(&'a str, std::ffi::OsString)]),
+}
+
 /// A client command starting from an empty environment: `PATH`, a private `HOME` (and XDG
-/// directories in it), proxies that lead to `trap`, and `dir` as its working directory.
-fn command(bin: &Path, dir: &Path, home: &Path, trap: &EgressTrap) -> Command {
-    let mut cmd = Command::new(bin);
+/// directories in it), proxies that lead to `trap`, and `dir` as its working directory. Through
+/// `pith run`, `PATH` starts with a directory where `name` leads to `bin`.
+fn command(
+    launch: Launch,
+    bin: &Path,
+    name: &str,
+    dir: &Path,
+    home: &Path,
+    trap: &EgressTrap,
+) -> Command {
+    let mut cmd = match launch {
+        Launch::Direct => Command::new(bin),
+        Launch::PithRun(_) => {
+            let mut cmd = Command::new(crate::support::pith_bin());
+            cmd.args(["run", name]);
+            cmd
+        }
+    };
     cmd.current_dir(dir).env_clear();
-    if let Some(path) = std::env::var_os("PATH") {
-        cmd.env("PATH", path);
+    let mut path: Vec<PathBuf> = Vec::new();
+    if let Launch::PithRun(env) = launch {
+        let links = home.join(".pith-run-bin");
+        std::fs::create_dir_all(&links).unwrap();
+        #[cfg(unix)]
+        if !links.join(name).exists() {
+            std::os::unix::fs::symlink(bin, links.join(name)).unwrap();
+        }
+        path.push(links);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
     }
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    cmd.env("PATH", std::env::join_paths(path).unwrap());
     let trap = trap.url();
     cmd.env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
@@ -364,9 +401,35 @@ pub fn claude_code_with(
     limit: Duration,
     env: &[(&str, &std::ffi::OsStr)],
 ) -> Run {
+    claude_code_via(
+        Launch::Direct,
+        dir,
+        home,
+        base_url,
+        args,
+        prompt,
+        limit,
+        env,
+    )
+}
+
+/// [`claude_code_with`], started as `launch` says.
+#[expect(clippy::too_many_arguments, reason = "a test helper's knobs")]
+pub fn claude_code_via(
+    launch: Launch,
+    dir: &Path,
+    home: &Path,
+    base_url: &str,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Run {
     let trap = EgressTrap::start();
     let mut cmd = command(
+        launch,
         &installed("PITH_TEST_CLAUDE", "Claude Code"),
+        "claude",
         dir,
         home,
         &trap,
@@ -441,9 +504,29 @@ pub fn codex_with(
     limit: Duration,
     env: &[(&str, &std::ffi::OsStr)],
 ) -> Run {
+    codex_via(Launch::Direct, dir, home, args, prompt, limit, env)
+}
+
+/// [`codex_with`], started as `launch` says.
+pub fn codex_via(
+    launch: Launch,
+    dir: &Path,
+    home: &Path,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Run {
     let codex_home = home.join(".codex");
     let trap = EgressTrap::start();
-    let mut cmd = command(&installed("PITH_TEST_CODEX", "Codex"), dir, home, &trap);
+    let mut cmd = command(
+        launch,
+        &installed("PITH_TEST_CODEX", "Codex"),
+        "codex",
+        dir,
+        home,
+        &trap,
+    );
     cmd.args(["exec", "--skip-git-repo-check"])
         .args(args)
         .arg(prompt)
@@ -465,6 +548,19 @@ pub fn opencode(
     prompt: &str,
     limit: Duration,
 ) -> Run {
+    opencode_via(Launch::Direct, dir, home, base_url, args, prompt, limit)
+}
+
+/// [`opencode`], started as `launch` says.
+pub fn opencode_via(
+    launch: Launch,
+    dir: &Path,
+    home: &Path,
+    base_url: &str,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+) -> Run {
     let config = serde_json::json!({
         "model": "anthropic/claude-sonnet-4-5",
         "provider": {"anthropic": {"options": {"baseURL": base_url, "apiKey": FAKE_KEY}}},
@@ -474,12 +570,14 @@ pub fn opencode(
     let closed = closed_port_url().unwrap();
     let trap = EgressTrap::start();
     let mut cmd = command(
+        launch,
         &installed("PITH_TEST_OPENCODE", "OpenCode"),
+        "opencode",
         dir,
         home,
         &trap,
     );
-    cmd.env("PATH", with_ripgrep(home));
+    cmd.env("PATH", with_ripgrep(home, cmd.get_envs()));
     cmd.arg("run")
         .args(args)
         .arg(prompt)
@@ -501,7 +599,10 @@ pub fn opencode(
 /// `PATH` with a directory holding only `rg` in front: the ripgrep wheel scripts/test puts in
 /// .venv beside the SDKs. OpenCode's grep and glob tools run `rg`, and download it from GitHub
 /// into their data directory when `PATH` has none.
-fn with_ripgrep(home: &Path) -> std::ffi::OsString {
+fn with_ripgrep<'a>(
+    home: &Path,
+    mut envs: impl Iterator<Item = (&'a std::ffi::OsStr, Option<&'a std::ffi::OsStr>)>,
+) -> std::ffi::OsString {
     let rg = crate::support::python().with_file_name("rg");
     assert!(
         rg.is_file(),
@@ -516,9 +617,13 @@ fn with_ripgrep(home: &Path) -> std::ffi::OsString {
         std::os::unix::fs::symlink(&rg, bin.join("rg")).unwrap();
     }
     let mut dirs = vec![bin];
-    dirs.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
+    // The command's own PATH (through `pith run`, with the client's link in front).
+    let path = envs
+        .find(|(k, _)| *k == "PATH")
+        .and_then(|(_, v)| v.map(std::ffi::OsStr::to_owned))
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default();
+    dirs.extend(std::env::split_paths(&path));
     std::env::join_paths(dirs).unwrap()
 }
 

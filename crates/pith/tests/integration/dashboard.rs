@@ -462,4 +462,12 @@ fn the_status_line_sums_the_session_from_the_ledger() {
     }
     let (_, line) = statusline(&pith, r#"{"session_id": "nobody"}"#);
     assert_eq!(line, "pith · no requests yet in this session\n");
+    // A config file it cannot read does not make the status line an error: defaults apply.
+    std::fs::write(pith.home.path().join("config.toml"), "[proxy\nlisten = 5\n").unwrap();
+    let (ok, line) = statusline(&pith, &payload);
+    assert!(ok, "{line}");
+    assert!(
+        line.starts_with(&format!("pith · {} req · ", session["requests"])),
+        "{line}"
+    );
 }

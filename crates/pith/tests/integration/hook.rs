@@ -420,6 +420,7 @@ fn pith_setup(dir: &Path, codex_home: &Path, client: &str) {
         .args(["setup", client, "--command", &pith_bin()])
         .current_dir(dir)
         .env("CODEX_HOME", codex_home)
+        .env("PITH_HOME", codex_home.join("pith-home"))
         .env_remove("PITH_CONFIG")
         .output()
         .unwrap();

@@ -106,6 +106,7 @@ fn setup_writes_a_private_new_config_whatever_the_umask() {
         let out = under_umask_000(&["setup", client, "--command", "pith"])
             .current_dir(project.path())
             .env("CODEX_HOME", &codex_home)
+            .env("PITH_HOME", codex.path().join("pith-home"))
             .env("PATH", "/usr/bin:/bin")
             .output()
             .unwrap();
@@ -118,4 +119,7 @@ fn setup_writes_a_private_new_config_whatever_the_umask() {
     assert_eq!(mode(&project.path().join(".mcp.json")), 0o600);
     assert_eq!(mode(&codex_home), 0o700);
     assert_eq!(mode(&codex_home.join("config.toml")), 0o600);
+    // The record `pith setup --undo` reads is private too.
+    assert_eq!(mode(&codex.path().join("pith-home")), 0o700);
+    assert_eq!(mode(&codex.path().join("pith-home/setup.json")), 0o600);
 }

@@ -116,11 +116,11 @@ fn the_next_turn_goes_up_with_the_pin_at_its_tail_and_without_the_command_turn()
     ]));
     assert_eq!(status, 200);
     let applied = headers["pith-transforms"].to_str().unwrap();
+    // The command turn and pith's answer are dropped: more than the block adds.
     assert!(
         applied.starts_with("pins;pins=1;lines_moved=1;turns_dropped=1;chars_out="),
         "{applied}"
     );
-    assert!(applied.contains(";chars_in="), "{applied}");
     let got = mock.received();
     assert_eq!(got.len(), 1);
     let upstream = got[0].body_json().unwrap();

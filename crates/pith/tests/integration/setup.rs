@@ -9,6 +9,7 @@ fn setup(dir: &Path, codex_home: &Path, args: &[&str]) -> Output {
         .args(args)
         .current_dir(dir)
         .env("CODEX_HOME", codex_home)
+        .env("PITH_HOME", codex_home.join("pith-home"))
         .env("PATH", "/usr/bin:/bin")
         .env_remove("PITH_CONFIG")
         .output()
@@ -377,4 +378,129 @@ fn setup_quotes_a_hook_command_with_spaces() {
 
 fn jsonc(text: &str) -> serde_json::Value {
     jsonc_parser::parse_to_serde_value(text, &Default::default()).unwrap()
+}
+
+/// Real-looking config files of each client, with comments and entries of the user's own.
+const CLAUDE_MCP: &str = "{\n  \"mcpServers\": {\n    \"github\": {\"type\": \"http\", \"url\": \"https://api.githubcopilot.com/mcp/\"}\n  }\n}\n";
+const CLAUDE_SETTINGS: &str = "{\n  // team settings\n  \"permissions\": {\"allow\": [\"Bash(npm test)\"], \"deny\": [\"Read(./.env)\"]},\n  \"hooks\": {\n    \"PostToolUse\": [\n      {\"matcher\": \"Write\", \"hooks\": [{\"type\": \"command\", \"command\": \"prettier-hook\"}]}\n    ]\n  },\n  \"env\": {\"DISABLE_TELEMETRY\": \"1\"}\n}\n";
+const OPENCODE_JSONC: &str = "// OpenCode, this project\n{\n  \"$schema\": \"https://opencode.ai/config.json\",\n  /* the model we use */\n  \"model\": \"anthropic/claude-sonnet-4-5\",\n  \"mcp\": {\n    \"docs\": {\"type\": \"remote\", \"url\": \"https://docs.example/mcp\"}, // keep\n  },\n  \"provider\": {\"anthropic\": {\"options\": {\"timeout\": 600000}}},\n}\n";
+const CODEX_TOML: &str = "# my Codex\nmodel = \"gpt-5.5\"\napproval_policy = \"on-request\"\n\n[mcp_servers.docs] # docs server\ncommand = \"docs-mcp\"\nargs = [\"--stdio\"]\n\n[profiles.fast]\nmodel = \"gpt-5.5-mini\"\n";
+
+#[test]
+fn setup_then_undo_leaves_each_clients_real_files_byte_identical() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    std::fs::create_dir(dir.join(".claude")).unwrap();
+    let files = [
+        (dir.join(".mcp.json"), CLAUDE_MCP),
+        (dir.join(".claude/settings.json"), CLAUDE_SETTINGS),
+        (dir.join("opencode.jsonc"), OPENCODE_JSONC),
+        (codex.join("config.toml"), CODEX_TOML),
+    ];
+    for (path, text) in &files {
+        std::fs::write(path, text).unwrap();
+    }
+    for client in ["claude-code", "opencode", "codex"] {
+        let out = ok(dir, codex, &[client, "--command", "pith", "--proxy"]);
+        assert!(out.contains("wrote "), "{client}: {out}");
+    }
+    // Each part went in.
+    let settings = jsonc(&std::fs::read_to_string(dir.join(".claude/settings.json")).unwrap());
+    assert_eq!(settings["statusLine"]["command"], "pith statusline");
+    assert_eq!(
+        settings["env"]["ANTHROPIC_BASE_URL"],
+        "http://127.0.0.1:8787"
+    );
+    assert_eq!(settings["env"]["DISABLE_TELEMETRY"], "1");
+    assert_eq!(
+        settings["hooks"]["PostToolUse"][1]["hooks"][0]["command"],
+        "pith hook"
+    );
+    let opencode = std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap();
+    assert!(opencode.contains("/* the model we use */"), "{opencode}");
+    let oc = jsonc(&opencode);
+    assert_eq!(
+        oc["provider"]["anthropic"]["options"]["baseURL"],
+        "http://127.0.0.1:8787/v1"
+    );
+    assert_eq!(oc["provider"]["anthropic"]["options"]["timeout"], 600000);
+    assert_eq!(
+        oc["mcp"]["pith"]["command"],
+        serde_json::json!(["pith", "mcp"])
+    );
+    let toml_text = std::fs::read_to_string(codex.join("config.toml")).unwrap();
+    let toml: toml::Table = toml::from_str(&toml_text).unwrap();
+    assert_eq!(
+        toml["openai_base_url"].as_str(),
+        Some("http://127.0.0.1:8787/v1")
+    );
+    assert!(toml_text.contains("# docs server"), "{toml_text}");
+
+    // A dry run of the undo changes nothing; the undo puts back every byte.
+    let preview = ok(dir, codex, &["--undo", "codex", "--dry-run"]);
+    assert!(preview.contains("dry run: nothing written."), "{preview}");
+    assert_eq!(
+        std::fs::read_to_string(codex.join("config.toml")).unwrap(),
+        toml_text
+    );
+    for client in ["claude-code", "opencode", "codex"] {
+        let out = ok(dir, codex, &["--undo", client]);
+        assert!(out.contains("restored "), "{client}: {out}");
+    }
+    for (path, text) in &files {
+        assert_eq!(
+            &std::fs::read_to_string(path).unwrap(),
+            text,
+            "{}",
+            path.display()
+        );
+    }
+    let again = ok(dir, codex, &["--undo", "codex"]);
+    assert!(again.contains("nothing to undo"), "{again}");
+}
+
+#[test]
+fn undo_removes_files_setup_created_and_leaves_a_file_changed_since() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(dir.join(".mcp.json").exists());
+    // The user edits the settings afterwards: undo leaves that file and says so.
+    let settings = dir.join(".claude/settings.json");
+    let mut edited = std::fs::read_to_string(&settings).unwrap();
+    edited = edited.replacen('{', "{\n  \"model\": \"opus\",", 1);
+    std::fs::write(&settings, &edited).unwrap();
+    let out = setup(dir, codex, &["--undo", "claude-code"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("changed since pith setup wrote it; pith leaves it"),
+        "{said}"
+    );
+    assert!(said.contains("removed "), "{said}");
+    assert!(
+        !dir.join(".mcp.json").exists(),
+        "the file setup created is gone"
+    );
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), edited);
+}
+
+#[test]
+fn setup_proxy_leaves_a_codex_provider_of_the_users_own_alone_and_says_so() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let config = "model_provider = \"router\"\n\n[model_providers.router]\nbase_url = \"https://router.example/api/v1\"\n";
+    std::fs::write(codex.join("config.toml"), config).unwrap();
+    let out = ok(dir, codex, &["codex", "--command", "pith", "--proxy"]);
+    assert!(
+        out.contains("Codex uses its model provider `router`"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(codex.join("config.toml")).unwrap();
+    assert!(!text.contains("openai_base_url"), "{text}");
+    assert!(
+        text.contains("base_url = \"https://router.example/api/v1\""),
+        "{text}"
+    );
+    assert!(text.contains("[mcp_servers.pith]"), "{text}");
 }

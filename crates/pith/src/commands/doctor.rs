@@ -1,0 +1,623 @@
+//! `pith doctor`: one line per check, `ok`, `warn` or `fail`, each not-ok line with its fix.
+//! It reads and probes; it changes nothing (no file is created or chmodded).
+//!
+//! Checks: the config file parses; a proxy answers on `proxy.listen` and is this version (a
+//! stale older pith there is named, with its pid); for each client, the MCP entry, the hooks and
+//! (Claude Code) the status line are registered and run this binary; the ledger and the
+//! workspace's brain open and are writable; the local model answers when the prefilter is on;
+//! and the clients' own settings that would undo pith: a base URL naming a loopback port where
+//! nothing listens (every request of that client fails), or naming pith's port while no pith
+//! answers there.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::background::{self, Probe};
+use crate::config::{Config, pith_home};
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Exit status: 0 when no check fails (warnings included), 1 otherwise.")]
+pub struct Args {
+    /// One JSON object: {"checks": [{"check", "status", "detail", "fix"}]}.
+    #[arg(long)]
+    json: bool,
+    /// Project directory for project-level config (claude-code, opencode) and the brain.
+    /// Default: the nearest ancestor of the current directory holding `.git` or `.pith`.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    check: String,
+    status: Status,
+    detail: String,
+    /// What to do about it (none for `ok`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+#[derive(Default)]
+struct Report {
+    checks: Vec<Check>,
+}
+
+impl Report {
+    fn ok(&mut self, check: &str, detail: impl Into<String>) {
+        self.add(check, Status::Ok, detail.into(), None);
+    }
+    fn warn(&mut self, check: &str, detail: impl Into<String>, fix: impl Into<String>) {
+        self.add(check, Status::Warn, detail.into(), Some(fix.into()));
+    }
+    fn fail(&mut self, check: &str, detail: impl Into<String>, fix: impl Into<String>) {
+        self.add(check, Status::Fail, detail.into(), Some(fix.into()));
+    }
+    /// One line each: a multi-line message (a TOML parse error) is folded.
+    fn add(&mut self, check: &str, status: Status, detail: String, fix: Option<String>) {
+        let fold = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        self.checks.push(Check {
+            check: check.to_owned(),
+            status,
+            detail: fold(&detail),
+            fix: fix.as_deref().map(fold),
+        });
+    }
+}
+
+/// Runs apart from the other commands: a config that does not parse is a failed check here,
+/// not an error before any check.
+pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let mut report = Report::default();
+    let config = match Config::load(config_path) {
+        Ok(config) => {
+            let detail = match &config.source {
+                Some(p) => format!("{} parses", p.display()),
+                None => "no config file; defaults".to_owned(),
+            };
+            report.ok("config", detail);
+            config
+        }
+        Err(e) => {
+            report.fail(
+                "config",
+                format!("{e:#}"),
+                "fix the file (every key is listed in the README), or move it away for defaults",
+            );
+            Config::default()
+        }
+    };
+    let exe = std::env::current_exe()
+        .ok()
+        .map(|e| e.canonicalize().unwrap_or(e));
+    let proxy = check_proxy(&mut report, &config);
+    let workspace = crate::workspace::workspace_from(args.workspace.as_deref()).ok();
+    let root = workspace.as_ref().map(|w| w.root().to_path_buf());
+    check_claude(&mut report, root.as_deref(), exe.as_deref(), proxy);
+    check_opencode(&mut report, root.as_deref(), exe.as_deref(), proxy);
+    check_codex(&mut report, exe.as_deref(), proxy);
+    check_ledger(&mut report, &config);
+    check_brain(&mut report, workspace);
+    check_prefilter(&mut report, &config);
+
+    if args.json {
+        println!("{}", serde_json::json!({"checks": report.checks}));
+    } else {
+        for c in &report.checks {
+            let status = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            match &c.fix {
+                Some(fix) => println!("{status} {}: {} -> {fix}", c.check, c.detail),
+                None => println!("{status} {}: {}", c.check, c.detail),
+            }
+        }
+    }
+    Ok(if report.checks.iter().any(|c| c.status == Status::Fail) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The proxy on `proxy.listen`; returns its address when pith answers there.
+fn check_proxy(report: &mut Report, config: &Config) -> Option<SocketAddr> {
+    let listen = match super::proxy::listen_addr(None, config) {
+        Ok(a) => a,
+        Err(e) => {
+            report.fail(
+                "proxy",
+                format!("{e:#}"),
+                "give an address like 127.0.0.1:8787",
+            );
+            return None;
+        }
+    };
+    let addr = super::run::reachable(listen);
+    let token = std::env::var("PITH_PROXY_TOKEN")
+        .ok()
+        .or_else(|| config.proxy.token.clone())
+        .filter(|t| !t.is_empty());
+    match background::probe(addr, token.as_deref(), background::PROBE_TIMEOUT) {
+        Probe::Pith(h) if h.version == env!("CARGO_PKG_VERSION") => {
+            report.ok(
+                "proxy",
+                format!(
+                    "pith {} answers on {addr}{}",
+                    h.version,
+                    h.pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+                ),
+            );
+            Some(addr)
+        }
+        Probe::Pith(h) => {
+            report.warn(
+                "proxy",
+                format!(
+                    "a stale pith {} answers on {addr}{}; this is pith {}",
+                    h.version,
+                    h.pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                    env!("CARGO_PKG_VERSION")
+                ),
+                match h.pid {
+                    Some(pid) => format!("stop it (kill {pid}); `pith run` then starts this one"),
+                    None => "stop it; `pith run` then starts this one".to_owned(),
+                },
+            );
+            Some(addr)
+        }
+        Probe::Other(what) => {
+            report.fail(
+                "proxy",
+                format!("{addr} is taken by something that is not pith ({what})"),
+                "free the port, or set proxy.listen / PITH_LISTEN to another one",
+            );
+            None
+        }
+        Probe::Nothing => {
+            report.warn(
+                "proxy",
+                format!("no proxy on {addr}"),
+                "`pith run <client>` starts one when needed; `pith service install` keeps one running",
+            );
+            None
+        }
+    }
+}
+
+/// What a configured command runs: `Some(true)` when it is this binary.
+fn is_this_binary(command: &str, exe: Option<&Path>) -> Option<bool> {
+    let exe = exe?;
+    let program = Path::new(command.trim_matches('\''));
+    let resolved = if program.components().count() > 1 {
+        Some(program.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(program))
+                .find(|p| p.is_file())
+        })
+    };
+    Some(resolved.and_then(|p| p.canonicalize().ok()).as_deref() == Some(exe))
+}
+
+/// One wiring line: `command` (as configured) must be present and run this binary.
+fn wiring(
+    report: &mut Report,
+    check: &str,
+    file: &Path,
+    command: Option<&str>,
+    exe: Option<&Path>,
+    setup: &str,
+) {
+    match command {
+        None => report.warn(
+            check,
+            format!("not registered in {}", file.display()),
+            format!("run `{setup}`"),
+        ),
+        Some(cmd) => {
+            let program = cmd.split_whitespace().next().unwrap_or(cmd);
+            match is_this_binary(program, exe) {
+                Some(false) => report.warn(
+                    check,
+                    format!(
+                        "{} runs `{cmd}`, which is not this binary ({})",
+                        file.display(),
+                        exe.map(|e| e.display().to_string()).unwrap_or_default()
+                    ),
+                    format!("remove that entry and run `{setup}`"),
+                ),
+                _ => report.ok(check, format!("{} runs `{cmd}`", file.display())),
+            }
+        }
+    }
+}
+
+fn read_jsonc(path: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(path).ok()?;
+    jsonc_parser::parse_to_serde_value(&text, &super::setup::JSONC).ok()
+}
+
+/// The first command of a hooks object (Claude Code's and Codex's shape) that runs `pith hook`.
+fn pith_hook_command(hooks: &Value) -> Option<String> {
+    hooks.as_object()?.values().find_map(|groups| {
+        groups.as_array()?.iter().find_map(|g| {
+            g["hooks"].as_array()?.iter().find_map(|h| {
+                h["command"]
+                    .as_str()
+                    .filter(|c| super::setup::is_pith_hook(c))
+                    .map(str::to_owned)
+            })
+        })
+    })
+}
+
+/// A base URL a client's own settings set: fine when it leads to a live pith (or to a remote
+/// provider), a failure when it names a loopback port where nothing listens.
+fn base_url(report: &mut Report, check: &str, source: &str, url: &str, proxy: Option<SocketAddr>) {
+    let Some(addr) = loopback_addr(url) else {
+        report.ok(check, format!("{source} = {url}"));
+        return;
+    };
+    if proxy == Some(addr) {
+        report.ok(check, format!("{source} = {url}: pith answers there"));
+        return;
+    }
+    match background::probe(addr, None, background::PROBE_TIMEOUT) {
+        Probe::Nothing => report.fail(
+            check,
+            format!("{source} = {url}, where nothing listens: every request of this client fails"),
+            "start pith there (`pith service install`), or take the base URL out (`pith setup --undo <client>`) and use `pith run <client>`",
+        ),
+        Probe::Pith(_) => report.ok(check, format!("{source} = {url}: pith answers there")),
+        Probe::Other(_) => report.ok(check, format!("{source} = {url} (not pith)")),
+    }
+}
+
+/// `http://127.0.0.1:PORT/...` or `http://localhost:PORT/...` as an address.
+fn loopback_addr(url: &str) -> Option<SocketAddr> {
+    let rest = url.strip_prefix("http://")?;
+    let authority = rest.split('/').next()?;
+    let (host, port) = authority.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let ip = match host {
+        "localhost" | "127.0.0.1" => std::net::IpAddr::from([127, 0, 0, 1]),
+        "[::1]" => std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+fn check_claude(
+    report: &mut Report,
+    root: Option<&Path>,
+    exe: Option<&Path>,
+    proxy: Option<SocketAddr>,
+) {
+    let Some(root) = root else {
+        report.warn(
+            "claude-code",
+            "no project here",
+            "run pith doctor in a project, or give --workspace",
+        );
+        return;
+    };
+    let mcp = root.join(".mcp.json");
+    let command = read_jsonc(&mcp).and_then(|v| {
+        v["mcpServers"]["pith"]["command"]
+            .as_str()
+            .map(str::to_owned)
+    });
+    wiring(
+        report,
+        "claude-code mcp",
+        &mcp,
+        command.as_deref(),
+        exe,
+        "pith setup claude-code",
+    );
+    let settings = root.join(".claude").join("settings.json");
+    let parsed = read_jsonc(&settings);
+    let hook = parsed.as_ref().and_then(|v| pith_hook_command(&v["hooks"]));
+    wiring(
+        report,
+        "claude-code hooks",
+        &settings,
+        hook.as_deref(),
+        exe,
+        "pith setup claude-code",
+    );
+    let line = parsed
+        .as_ref()
+        .and_then(|v| v["statusLine"]["command"].as_str().map(str::to_owned));
+    match line {
+        Some(l) if l.split_whitespace().nth(1) == Some("statusline") => {
+            wiring(
+                report,
+                "claude-code status line",
+                &settings,
+                Some(&l),
+                exe,
+                "pith setup claude-code",
+            );
+        }
+        Some(l) => report.ok(
+            "claude-code status line",
+            format!("{} shows its own status line (`{l}`)", settings.display()),
+        ),
+        None => report.warn(
+            "claude-code status line",
+            format!("not registered in {}", settings.display()),
+            "run `pith setup claude-code`",
+        ),
+    }
+    // Settings env wins over the process environment in Claude Code.
+    let user = std::env::var_os("CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| dirs::home_dir().map(|h| h.join(".claude")))
+        .map(|d| d.join("settings.json"));
+    for file in [Some(settings.clone()), user].into_iter().flatten() {
+        if let Some(url) = read_jsonc(&file)
+            .and_then(|v| v["env"]["ANTHROPIC_BASE_URL"].as_str().map(str::to_owned))
+        {
+            base_url(
+                report,
+                "claude-code base URL",
+                &format!("env.ANTHROPIC_BASE_URL in {}", file.display()),
+                &url,
+                proxy,
+            );
+        }
+    }
+    if let Ok(url) = std::env::var("ANTHROPIC_BASE_URL") {
+        base_url(
+            report,
+            "claude-code base URL",
+            "ANTHROPIC_BASE_URL",
+            &url,
+            proxy,
+        );
+    }
+}
+
+fn check_opencode(
+    report: &mut Report,
+    root: Option<&Path>,
+    exe: Option<&Path>,
+    proxy: Option<SocketAddr>,
+) {
+    let Some(root) = root else { return };
+    let jsonc = root.join("opencode.jsonc");
+    let file = if jsonc.exists() {
+        jsonc
+    } else {
+        root.join("opencode.json")
+    };
+    let parsed = read_jsonc(&file);
+    let command = parsed.as_ref().and_then(|v| {
+        let words: Vec<&str> = v["mcp"]["pith"]["command"]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        (!words.is_empty()).then(|| words.join(" "))
+    });
+    wiring(
+        report,
+        "opencode mcp",
+        &file,
+        command.as_deref(),
+        exe,
+        "pith setup opencode",
+    );
+    if let Some(providers) = parsed.as_ref().and_then(|v| v["provider"].as_object()) {
+        for (id, p) in providers {
+            if let Some(url) = p["options"]["baseURL"].as_str() {
+                base_url(
+                    report,
+                    "opencode base URL",
+                    &format!("provider.{id}.options.baseURL in {}", file.display()),
+                    url,
+                    proxy,
+                );
+            }
+        }
+    }
+}
+
+fn check_codex(report: &mut Report, exe: Option<&Path>, proxy: Option<SocketAddr>) {
+    let home = match crate::codex::home() {
+        Ok(h) => h,
+        Err(e) => {
+            report.warn("codex", format!("{e:#}"), "set CODEX_HOME");
+            return;
+        }
+    };
+    let file = home.join("config.toml");
+    let config: Option<toml::Table> = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| toml::from_str(&t).ok());
+    let as_json = config.as_ref().and_then(|c| serde_json::to_value(c).ok());
+    let command = as_json.as_ref().and_then(|v| {
+        v["mcp_servers"]["pith"]["command"]
+            .as_str()
+            .map(str::to_owned)
+    });
+    wiring(
+        report,
+        "codex mcp",
+        &file,
+        command.as_deref(),
+        exe,
+        "pith setup codex",
+    );
+    let hooks_json = home.join("hooks.json");
+    let (hook_file, hook) = match read_jsonc(&hooks_json) {
+        Some(v) => (
+            hooks_json,
+            pith_hook_command(&v["hooks"]).or_else(|| pith_hook_command(&v)),
+        ),
+        None => (
+            file.clone(),
+            as_json
+                .as_ref()
+                .and_then(|v| pith_hook_command(&v["hooks"])),
+        ),
+    };
+    wiring(
+        report,
+        "codex hooks",
+        &hook_file,
+        hook.as_deref(),
+        exe,
+        "pith setup codex",
+    );
+    if let Some(v) = &as_json {
+        if let Some(url) = v["openai_base_url"].as_str() {
+            base_url(
+                report,
+                "codex base URL",
+                &format!("openai_base_url in {}", file.display()),
+                url,
+                proxy,
+            );
+        }
+        if let Some(providers) = v["model_providers"].as_object() {
+            for (id, p) in providers {
+                if let Some(url) = p["base_url"].as_str() {
+                    base_url(
+                        report,
+                        "codex base URL",
+                        &format!("model_providers.{id}.base_url in {}", file.display()),
+                        url,
+                        proxy,
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn check_ledger(report: &mut Report, config: &Config) {
+    let path = match config
+        .ledger
+        .path
+        .clone()
+        .map(Ok)
+        .unwrap_or_else(|| pith_home().map(|h| h.join("ledger.db")))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            report.fail("ledger", format!("{e:#}"), "set PITH_HOME");
+            return;
+        }
+    };
+    if !path.exists() {
+        report.ok(
+            "ledger",
+            format!(
+                "{} does not exist yet (the proxy creates it)",
+                path.display()
+            ),
+        );
+        return;
+    }
+    match pith_store::ledger::Ledger::open_read_only(&path) {
+        Err(e) => report.fail(
+            "ledger",
+            format!(
+                "{} does not open: {}",
+                path.display(),
+                pith_brain::render::error_chain(&e)
+            ),
+            "move it away; the proxy starts a new one",
+        ),
+        Ok(_) => match std::fs::OpenOptions::new().write(true).open(&path) {
+            Ok(_) => report.ok(
+                "ledger",
+                format!("{} opens and is writable", path.display()),
+            ),
+            Err(e) => report.fail(
+                "ledger",
+                format!("{} is not writable ({e})", path.display()),
+                "give your user write access to it",
+            ),
+        },
+    }
+}
+
+fn check_brain(report: &mut Report, workspace: Option<pith_brain::Workspace>) {
+    let Some(ws) = workspace else { return };
+    let root = ws.root().display().to_string();
+    match pith_store::brain::open_workspace_brain_for_hook(
+        ws,
+        pith_brain::recall::Access::Write,
+        Duration::from_secs(1),
+    ) {
+        Ok(Some(_)) => report.ok(
+            "brain",
+            format!("{root}/.pith/brain.db opens and is writable"),
+        ),
+        Ok(None) => report.ok(
+            "brain",
+            format!("{root} has no brain yet (the first saved memory creates it)"),
+        ),
+        Err(e) => report.fail(
+            "brain",
+            format!(
+                "{root}/.pith/brain.db: {}",
+                pith_brain::render::error_chain(&e)
+            ),
+            "check its permissions, or move it away to start a new one",
+        ),
+    }
+}
+
+fn check_prefilter(report: &mut Report, config: &Config) {
+    let prefilter = match super::mcp::prefilter_config(&config.mcp) {
+        Ok(p) => p,
+        Err(e) => {
+            report.fail(
+                "local model",
+                format!("{e:#}"),
+                "fix the [mcp] prefilter settings",
+            );
+            return;
+        }
+    };
+    if !prefilter.enabled {
+        report.ok("local model", "the prefilter is off");
+        return;
+    }
+    let url = prefilter.base_url();
+    let model = prefilter.model.clone();
+    let mut quick = prefilter;
+    quick.load_timeout = Duration::from_secs(5);
+    quick.timeout = Duration::from_secs(5);
+    match pith_prefilter::ModelRanker::new(quick) {
+        Err(e) => report.fail("local model", e.0, "fix mcp.prefilter_url"),
+        Ok(ranker) => match ranker.load() {
+            Ok(()) => report.ok("local model", format!("{model} answers at {url}")),
+            Err(e) => report.fail(
+                "local model",
+                format!("{model} at {url}: {}", pith_brain::render::error_chain(&*e)),
+                "start the model server and pull the model, or turn the prefilter off",
+            ),
+        },
+    }
+}

@@ -1,0 +1,462 @@
+//! `pith run <claude|opencode|codex> [client args...]`: make sure a pith proxy serves (start a
+//! shared one in the background when none does), then run the client with the proxy wired in
+//! for that process only, and become it (`exec`: its exit code, signals and terminal are the
+//! client's own).
+//!
+//! Nothing is written to the client's settings. How each client takes a base URL for one run,
+//! as its own code reads it:
+//! - Claude Code: the `ANTHROPIC_BASE_URL` environment variable (the origin, without `/v1`).
+//! - Codex: `-c key=value` overrides on its command line, which win over `config.toml`:
+//!   `openai_base_url` for the built-in `openai` provider, `model_providers.<id>.base_url` for a
+//!   provider of the user's own (the one `model_provider` names, on the command line, in the
+//!   chosen profile or in `config.toml`).
+//! - OpenCode: `OPENCODE_CONFIG_CONTENT`, inline JSON it merges after every config file; pith
+//!   adds `provider.anthropic.options.baseURL` and `provider.openai.options.baseURL` (with
+//!   `/v1`) to whatever the variable already holds.
+//!
+//! A client runs through the proxy only when the proxy sends its traffic where the client would
+//! have sent it; otherwise, and when no proxy answers within [`START_WAIT`], it runs straight to
+//! its provider and one line on stderr says why.
+
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use crate::background::{self, Health, Probe};
+use crate::config::{Config, pith_home};
+
+/// How long `pith run` waits for a proxy (found, or started) before the client runs without.
+pub const START_WAIT: Duration = Duration::from_secs(2);
+
+/// How long the shared proxy stays up with nothing to do, unless configured.
+const DEFAULT_IDLE_STOP: &str = "30m";
+
+#[derive(Debug, clap::Args)]
+#[command(
+    disable_version_flag = true,
+    after_help = "Examples:
+  pith run claude
+  pith run codex exec \"fix the failing test\"
+  pith run opencode run \"say hi\"
+
+pith looks for its proxy on proxy.listen (PITH_LISTEN; default 127.0.0.1:8787) and starts one in
+the background when none answers there (log: $PITH_HOME/logs/proxy.log). That proxy is shared by
+every `pith run` with the same $PITH_HOME; it stops after proxy.idle_stop (PITH_IDLE_STOP; default
+30m) with no client left and no connection open. If no proxy answers within 2 seconds, or the port
+is taken by something else, the client runs straight to its provider and pith says so in one line.
+
+Wiring is per process: Claude Code gets ANTHROPIC_BASE_URL, Codex `-c openai_base_url=...` (or
+`-c model_providers.<id>.base_url=...`), OpenCode OPENCODE_CONFIG_CONTENT. Nothing is written to
+the client's settings."
+)]
+pub struct Args {
+    /// The coding agent to run (claude, opencode or codex), then its own arguments, passed on
+    /// as they are (`--help`, `--version` and `--` included).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CLIENT [ARGS]"
+    )]
+    command: Vec<OsString>,
+}
+
+/// The clients `pith run` knows how to wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// Claude Code (`claude`).
+    Claude,
+    /// OpenCode (`opencode`).
+    Opencode,
+    /// Codex (`codex`).
+    Codex,
+}
+
+impl Agent {
+    /// The client a `pith run` names.
+    pub fn named(name: &str) -> anyhow::Result<Agent> {
+        Ok(match name {
+            "claude" | "claude-code" => Agent::Claude,
+            "opencode" => Agent::Opencode,
+            "codex" => Agent::Codex,
+            other => anyhow::bail!(
+                "pith run does not know a client {other:?}: name claude, opencode or codex \
+                 (e.g. `pith run claude`)"
+            ),
+        })
+    }
+
+    /// The client's executable, looked up on PATH.
+    pub fn program(self) -> &'static str {
+        match self {
+            Agent::Claude => "claude",
+            Agent::Opencode => "opencode",
+            Agent::Codex => "codex",
+        }
+    }
+}
+
+/// What the client gets for one run: environment variables and leading arguments.
+#[derive(Debug, Default, PartialEq)]
+struct Wiring {
+    env: Vec<(&'static str, String)>,
+    args: Vec<OsString>,
+}
+
+pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
+    let deadline = Instant::now() + START_WAIT;
+    let (client, client_args) = match args.command.split_first() {
+        Some((name, rest)) => (Agent::named(&name.to_string_lossy())?, rest.to_vec()),
+        None => anyhow::bail!("name the client to run: claude, opencode or codex"),
+    };
+    let listen = super::proxy::listen_addr(None, config)?;
+    let addr = reachable(listen);
+    let home = pith_home()?;
+    let token = std::env::var("PITH_PROXY_TOKEN")
+        .ok()
+        .or_else(|| config.proxy.token.clone())
+        .filter(|t| !t.is_empty());
+    let idle = idle_stop(config)?;
+    let program = client.program();
+
+    // Held, shared, for the client's whole life: the shared proxy stops only when no client
+    // holds it. A proxy taking it to stop makes this wait until that proxy is gone.
+    let clients = background::open_private(&background::clients_lock_path(&home), false)
+        .ok()
+        .filter(|f| background::lock_until(f, true, deadline));
+
+    let mut wiring = Wiring::default();
+    match ensure(
+        listen,
+        addr,
+        &home,
+        token.as_deref(),
+        config,
+        &idle,
+        deadline,
+    ) {
+        Ok(health) => {
+            if health.version != env!("CARGO_PKG_VERSION") {
+                eprintln!(
+                    "pith: the proxy on {addr} is pith {}, this is pith {}; stop it to have this \
+                     version start (`pith doctor` shows it).",
+                    health.version,
+                    env!("CARGO_PKG_VERSION")
+                );
+            }
+            match wire(client, &client_args, addr, &health, token.as_deref()) {
+                Ok(w) => wiring = w,
+                Err(why) => eprintln!("pith: {why}; {program} runs straight to its provider."),
+            }
+        }
+        Err(why) => eprintln!("pith: {why}; {program} runs straight to its provider."),
+    }
+
+    let mut cmd = Command::new(program);
+    cmd.args(&wiring.args).args(&client_args);
+    for (k, v) in &wiring.env {
+        cmd.env(k, v);
+    }
+    exec(cmd, program, clients)
+}
+
+/// Become the client (Unix), keeping the clients lock open in it.
+#[cfg(unix)]
+fn exec(
+    mut cmd: Command,
+    program: &str,
+    clients: Option<std::fs::File>,
+) -> anyhow::Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    if let Some(lock) = &clients {
+        // std opens files close-on-exec; the lock must outlive this process image.
+        let _ = rustix::io::fcntl_setfd(lock, rustix::io::FdFlags::empty());
+    }
+    let e = cmd.exec();
+    drop(clients);
+    Err(not_started(e, program))
+}
+
+/// Run the client and pass its exit code on (no `exec` here).
+#[cfg(not(unix))]
+fn exec(
+    mut cmd: Command,
+    program: &str,
+    clients: Option<std::fs::File>,
+) -> anyhow::Result<ExitCode> {
+    let status = cmd.status().map_err(|e| not_started(e, program))?;
+    drop(clients);
+    Ok(match status.code() {
+        Some(code) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    })
+}
+
+fn not_started(e: std::io::Error, program: &str) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        anyhow::anyhow!("{program} is not on PATH: install it, or add its directory to PATH")
+    } else {
+        anyhow::Error::new(e).context(format!("cannot run {program}"))
+    }
+}
+
+/// The address to reach a proxy listening on `listen` (one listening on every address is
+/// reached on loopback).
+pub fn reachable(listen: SocketAddr) -> SocketAddr {
+    let ip = match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, listen.port())
+}
+
+/// The shared proxy's idle stop: `PITH_IDLE_STOP`, else `proxy.idle_stop`, else 30m; checked
+/// here so that a typo is an error now, not a proxy that never started.
+fn idle_stop(config: &Config) -> anyhow::Result<String> {
+    let (text, source) = match std::env::var("PITH_IDLE_STOP") {
+        Ok(v) => (v, "PITH_IDLE_STOP"),
+        Err(_) => match &config.proxy.idle_stop {
+            Some(v) => (v.clone(), "proxy.idle_stop"),
+            None => (DEFAULT_IDLE_STOP.to_owned(), "the default"),
+        },
+    };
+    match crate::duration::parse(&text) {
+        Ok(d) if !d.is_zero() => Ok(crate::duration::format(d)),
+        Ok(_) => anyhow::bail!("{source} must be longer than 0"),
+        Err(e) => anyhow::bail!("{source}: {e}"),
+    }
+}
+
+/// A pith proxy answering on `addr`: found, or started in the background (one at a time per
+/// `$PITH_HOME`, under the start lock). The error says why there is none, naming the port.
+fn ensure(
+    listen: SocketAddr,
+    addr: SocketAddr,
+    home: &Path,
+    token: Option<&str>,
+    config: &Config,
+    idle: &str,
+    deadline: Instant,
+) -> Result<Health, String> {
+    let taken = |what: String| {
+        format!(
+            "port {} ({addr}) is taken by something that is not a pith proxy ({what}); free it, \
+             or set proxy.listen or PITH_LISTEN to another port",
+            addr.port()
+        )
+    };
+    match background::probe(addr, token, background::PROBE_TIMEOUT) {
+        Probe::Pith(h) => return Ok(h),
+        Probe::Other(what) => return Err(taken(what)),
+        Probe::Nothing => {}
+    }
+    let log = background::log_path(home);
+    let late = || {
+        format!(
+            "no pith proxy answered on {addr} within {} s (its log: {})",
+            START_WAIT.as_secs(),
+            log.display()
+        )
+    };
+    let start = background::open_private(&background::start_lock_path(home), false)
+        .map_err(|e| format!("cannot start a pith proxy: {e:#}"))?;
+    if !background::lock_until(&start, false, deadline) {
+        return Err(late());
+    }
+    // Another `pith run` may have started it while this one waited for the lock.
+    match background::probe(addr, token, background::PROBE_TIMEOUT) {
+        Probe::Pith(h) => return Ok(h),
+        Probe::Other(what) => return Err(taken(what)),
+        Probe::Nothing => {}
+    }
+    start_detached(listen, config, idle).map_err(|e| format!("{e:#}"))?;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        match background::probe(addr, token, background::PROBE_TIMEOUT) {
+            Probe::Pith(h) => return Ok(h),
+            Probe::Other(what) => return Err(taken(what)),
+            Probe::Nothing => {}
+        }
+    }
+    Err(late())
+}
+
+/// `pith [--config FILE] proxy --detach --listen ADDR --idle-stop IDLE`, waited for (it returns
+/// as soon as the proxy process is started).
+fn start_detached(listen: SocketAddr, config: &Config, idle: &str) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find the pith binary to start its proxy")?;
+    let mut cmd = Command::new(exe);
+    if let Some(path) = &config.source {
+        cmd.arg("--config").arg(path);
+    }
+    cmd.args(["proxy", "--detach", "--listen", &listen.to_string()])
+        .args(["--idle-stop", idle])
+        .stdin(std::process::Stdio::null());
+    let status = cmd.status().context("cannot start pith proxy")?;
+    anyhow::ensure!(status.success(), "pith proxy --detach failed ({status})");
+    Ok(())
+}
+
+/// `url` without trailing slashes, to compare base URLs.
+fn trimmed(url: &str) -> &str {
+    url.trim_end_matches('/')
+}
+
+/// The wiring of `agent` to the proxy at `addr`, or why it would send the client elsewhere
+/// than the client goes on its own.
+fn wire(
+    agent: Agent,
+    client_args: &[OsString],
+    addr: SocketAddr,
+    health: &Health,
+    token: Option<&str>,
+) -> Result<Wiring, String> {
+    let origin = format!("http://{addr}");
+    let v1 = format!("{origin}/v1");
+    let mismatch = |what: &str, client: &str, proxy: &str| {
+        format!("{what} goes to {client}, the proxy on {addr} to {proxy}")
+    };
+    match agent {
+        Agent::Claude => {
+            let client = std::env::var("ANTHROPIC_BASE_URL")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| pith_proxy::upstream::ANTHROPIC_DEFAULT.to_owned());
+            if let Some(upstream) = &health.anthropic
+                && trimmed(&client) != trimmed(upstream)
+                && trimmed(&client) != origin
+            {
+                return Err(mismatch("ANTHROPIC_BASE_URL", &client, upstream));
+            }
+            let mut env = vec![("ANTHROPIC_BASE_URL", origin)];
+            if let Some(token) = token {
+                let mut headers = std::env::var("ANTHROPIC_CUSTOM_HEADERS").unwrap_or_default();
+                if !headers.is_empty() {
+                    headers.push('\n');
+                }
+                headers.push_str(&format!("{}: {token}", pith_proxy::TOKEN_HEADER));
+                env.push(("ANTHROPIC_CUSTOM_HEADERS", headers));
+            }
+            Ok(Wiring { env, args: vec![] })
+        }
+        Agent::Codex => {
+            let home = crate::codex::home().map_err(|e| format!("{e:#}"))?;
+            let provider = crate::codex::provider(client_args, &home)?;
+            if let Some(upstream) = &health.openai {
+                let expected = format!("{}/v1", trimmed(upstream));
+                if trimmed(&provider.base_url) != expected && trimmed(&provider.base_url) != v1 {
+                    return Err(mismatch(
+                        &format!("codex's model provider `{}`", provider.id),
+                        &provider.base_url,
+                        upstream,
+                    ));
+                }
+            }
+            let key = if provider.id == "openai" {
+                "openai_base_url".to_owned()
+            } else {
+                format!("model_providers.{}.base_url", provider.id)
+            };
+            let mut args: Vec<OsString> = vec!["-c".into(), format!("{key}={}", json!(v1)).into()];
+            if let Some(token) = token {
+                args.push("-c".into());
+                args.push(
+                    format!(
+                        "model_providers.{}.http_headers.{}={}",
+                        provider.id,
+                        pith_proxy::TOKEN_HEADER,
+                        json!(token)
+                    )
+                    .into(),
+                );
+            }
+            Ok(Wiring { env: vec![], args })
+        }
+        Agent::Opencode => {
+            let mut content = match std::env::var("OPENCODE_CONFIG_CONTENT") {
+                Ok(text) if !text.trim().is_empty() => match serde_json::from_str::<Value>(&text) {
+                    Ok(v @ Value::Object(_)) => v,
+                    _ => {
+                        return Err(
+                            "OPENCODE_CONFIG_CONTENT is set but is not a JSON object pith can add \
+                             its base URL to"
+                                .to_owned(),
+                        );
+                    }
+                },
+                _ => json!({}),
+            };
+            for provider in ["anthropic", "openai"] {
+                let options = &mut content["provider"][provider]["options"];
+                options["baseURL"] = json!(v1);
+                if let Some(token) = token {
+                    options["headers"][pith_proxy::TOKEN_HEADER] = json!(token);
+                }
+            }
+            Ok(Wiring {
+                env: vec![("OPENCODE_CONFIG_CONTENT", content.to_string())],
+                args: vec![],
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(anthropic: &str, openai: &str) -> Health {
+        Health {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: Some(1),
+            anthropic: Some(anthropic.to_owned()),
+            openai: Some(openai.to_owned()),
+        }
+    }
+
+    #[test]
+    fn each_client_is_wired_for_one_process_or_told_why_not() {
+        let addr: SocketAddr = "127.0.0.1:9999".parse().unwrap();
+        let h = health("https://api.anthropic.com", "https://api.openai.com");
+        // OpenCode: both providers' base URL, added to what the variable holds.
+        let w = wire(Agent::Opencode, &[], addr, &h, None).unwrap();
+        let (name, content) = &w.env[0];
+        assert_eq!(*name, "OPENCODE_CONFIG_CONTENT");
+        let content: Value = serde_json::from_str(content).unwrap();
+        assert_eq!(
+            content["provider"]["anthropic"]["options"]["baseURL"],
+            "http://127.0.0.1:9999/v1"
+        );
+        assert_eq!(
+            content["provider"]["openai"]["options"]["baseURL"],
+            "http://127.0.0.1:9999/v1"
+        );
+        // Codex: a provider going elsewhere than the proxy's upstream is left alone.
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(
+            home.path().join("config.toml"),
+            "model_provider = \"router\"\n[model_providers.router]\nbase_url = \"https://router.example/api/v1\"\n",
+        )
+        .unwrap();
+        let p = crate::codex::provider(&[], home.path()).unwrap();
+        assert_eq!(p.base_url, "https://router.example/api/v1");
+    }
+
+    #[test]
+    fn an_unspecified_listen_address_is_reached_on_loopback() {
+        assert_eq!(
+            reachable("0.0.0.0:8787".parse().unwrap()),
+            "127.0.0.1:8787".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(
+            reachable("[::]:8787".parse().unwrap()),
+            "[::1]:8787".parse::<SocketAddr>().unwrap()
+        );
+    }
+}

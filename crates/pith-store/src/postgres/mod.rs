@@ -229,6 +229,29 @@ impl Pg {
         })
     }
 
+    /// Each component's schema version, reading only (`pith doctor`): empty for a database
+    /// pith never opened.
+    pub fn schema_versions(&self) -> Result<Vec<(String, i32)>, PgError> {
+        self.with(async |client| {
+            let exists: bool = client
+                .query_one("SELECT to_regclass('pith_schema') IS NOT NULL", &[])
+                .await?
+                .get(0);
+            if !exists {
+                return Ok(Vec::new());
+            }
+            Ok(client
+                .query(
+                    "SELECT component, version FROM pith_schema ORDER BY component",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect())
+        })
+    }
+
     /// Bring `component`'s schema to `migrations.len()`: `migrations[i]` takes it from version
     /// `i` to `i + 1`, each in its own transaction, under an advisory lock so two pith
     /// processes starting at once migrate once. A database newer than this pith is refused,

@@ -68,6 +68,35 @@ fn team_stats(home: &std::path::Path, url: &str, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// `pith doctor --json`'s checks by name: (status, detail).
+fn doctor(
+    home: &std::path::Path,
+    url: &str,
+) -> std::collections::HashMap<String, (String, String)> {
+    let out = Command::new(pith_bin())
+        .args(["doctor", "--json"])
+        .env("PITH_HOME", home)
+        .env("PITH_STORE_URL", url)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                (
+                    c["status"].as_str().unwrap().to_owned(),
+                    c["detail"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
 fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
@@ -106,7 +135,8 @@ fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both()
         Duration::from_secs(30),
         || {
             report = team_stats(a.home.path(), &url, &[]);
-            requests_in(&report) == 5
+            // The shipper moves its cursor just after the commit that made the rows visible.
+            requests_in(&report) == 5 && report["team"]["local_backlog"].as_u64() == Some(0)
         },
     );
     let sessions: Vec<&str> = report["sessions"]
@@ -224,6 +254,20 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
     );
     // The replica as last synced.
     assert_eq!(requests_in(&down), 5);
+    // pith doctor says the same, changing nothing.
+    let checks = doctor(pith.home.path(), &url);
+    assert_eq!(checks["team"].0, "warn", "{checks:?}");
+    assert!(
+        checks["team"]
+            .1
+            .contains("cannot reach postgres://pith:***@"),
+        "{checks:?}"
+    );
+    assert_eq!(
+        checks["team backlog"],
+        ("warn".to_owned(), "30 ledger rows wait to ship".to_owned())
+    );
+    assert!(!format!("{checks:?}").contains("s3cret-pw"));
 
     pg.start_again().unwrap();
     send_requests(&mock, &pith, "ses_k", 5);
@@ -235,6 +279,13 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
             requests_in(&r) == 40 && r["team"]["local_backlog"].as_u64() == Some(0)
         },
     );
+    let checks = doctor(pith.home.path(), &url);
+    assert_eq!(checks["team"].0, "ok", "{checks:?}");
+    assert!(
+        checks["team"].1.contains("schema versions: ledger 1"),
+        "{checks:?}"
+    );
+    assert_eq!(checks["team backlog"].0, "ok", "{checks:?}");
     let db = url.rsplit('/').next().unwrap();
     let count = |sql: &str| -> u64 { pg.psql(db, sql).unwrap().trim().parse().unwrap() };
     assert_eq!(count("SELECT count(*) FROM requests"), 40);

@@ -318,21 +318,7 @@ impl LedgerSink {
 /// small machine its parsing and SQLite work then never delays the proxy's own thread or the
 /// agent. Under full load rows are late; past the queue's bounds they are dropped and counted.
 fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        use thread_priority::unix::{
-            NormalThreadSchedulePolicy, ThreadSchedulePolicy, set_thread_priority_and_policy,
-            thread_native_id,
-        };
-        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
-        if let Err(e) = set_thread_priority_and_policy(
-            thread_native_id(),
-            thread_priority::ThreadPriority::Min,
-            idle,
-        ) {
-            tracing::debug!(error = ?e, "ledger writer keeps normal priority");
-        }
-    }
+    pith_store::priority::run_on_idle_cpu("ledger writer");
 }
 
 fn writer(shared: &Shared) {

@@ -829,48 +829,94 @@ impl Ledger {
     /// Insert rows, with their transform entries, in one transaction.
     pub fn insert(&mut self, rows: &[Row]) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        {
-            let mut request = tx.prepare_cached(
-                "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
+        insert_rows(&tx, rows)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Insert rows and set the counter `name` to `value` in the same transaction: a replica
+    /// records how far it has read its source together with what it read, so a crash between
+    /// the two cannot make it read a row twice.
+    pub fn insert_and_set_counter(
+        &mut self,
+        rows: &[Row],
+        name: &str,
+        value: u64,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        insert_rows(&tx, rows)?;
+        set_counter(&tx, name, value)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Set the named counter to `value`.
+    pub fn set_counter(&mut self, name: &str, value: u64) -> Result<(), StoreError> {
+        set_counter(&self.conn, name, value)
+    }
+
+    /// The id of the newest row; 0 for an empty ledger. Ids only grow (rows are never deleted).
+    pub fn last_id(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT coalesce(max(id), 0) FROM requests", [], |r| {
+                r.get(0)
+            })?)
+    }
+}
+
+fn set_counter(conn: &Connection, name: &str, value: u64) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO counters (name, value) VALUES (?1, ?2)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        params![name, to_i64(value)],
+    )?;
+    Ok(())
+}
+
+/// Insert rows, with their transform entries and the totals they move, inside `tx`.
+fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
+    let mut request = tx.prepare_cached(
+        "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                     bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
                     ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
-            )?;
-            let mut result = tx.prepare_cached(
-                "INSERT INTO transform_results (request_id, stage, position, result, detail)
+    )?;
+    let mut result = tx.prepare_cached(
+        "INSERT INTO transform_results (request_id, stage, position, result, detail)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            let mut fact = tx.prepare_cached(
-                "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
+    )?;
+    let mut fact = tx.prepare_cached(
+        "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            let mut previous = tx.prepare_cached(
-                "SELECT sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
+    )?;
+    let mut previous = tx.prepare_cached(
+        "SELECT sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
                  ORDER BY request_id DESC LIMIT 1",
-            )?;
-            let mut prompt = tx.prepare_cached(
-                "INSERT INTO prompts (request_id, session, model, sent, as_client)
+    )?;
+    let mut prompt = tx.prepare_cached(
+        "INSERT INTO prompts (request_id, session, model, sent, as_client)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            let mut saving = tx.prepare_cached(
-                "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
+    )?;
+    let mut saving = tx.prepare_cached(
+        "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (request_id, stage, band) DO UPDATE SET
                     tokens = tokens + excluded.tokens",
-            )?;
-            let mut saving_total = tx.prepare_cached(
-                "INSERT INTO saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+    )?;
+    let mut saving_total = tx.prepare_cached(
+        "INSERT INTO saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens",
-            )?;
-            let mut latency = tx.prepare_cached(
-                "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
+    )?;
+    let mut latency = tx.prepare_cached(
+        "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
                  ON CONFLICT (metric, bucket) DO UPDATE SET
                     n = n + 1, sum_ms = sum_ms + excluded.sum_ms",
-            )?;
-            let mut group = tx.prepare_cached(
-                "INSERT INTO group_totals VALUES
+    )?;
+    let mut group = tx.prepare_cached(
+        "INSERT INTO group_totals VALUES
                     (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
                      ?17, ?18)
                  ON CONFLICT (k) DO UPDATE SET
@@ -891,169 +937,163 @@ impl Ledger {
                     busts_pith = busts_pith + excluded.busts_pith,
                     busts_client = busts_client + excluded.busts_client,
                     cache_write_1h = cache_write_1h + excluded.cache_write_1h",
-            )?;
-            let mut result_total = tx.prepare_cached(
-                "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
+    )?;
+    let mut result_total = tx.prepare_cached(
+        "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
                  ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
-            )?;
-            let mut fact_total = tx.prepare_cached(
-                "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
+    )?;
+    let mut fact_total = tx.prepare_cached(
+        "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total",
-            )?;
-            for r in rows {
-                let u = r.usage;
-                let bust = match (&r.session, &r.fingerprint) {
-                    (Some(session), Some(fp)) => {
-                        let before: Option<(Vec<u8>, Option<Vec<u8>>)> = previous
-                            .query_row(params![session, r.model], |p| Ok((p.get(0)?, p.get(1)?)))
-                            .optional()?;
-                        before.map(|(sent, client)| {
-                            bust_between(
-                                (&sent, client.as_deref()),
-                                (fp, r.client_fingerprint.as_deref()),
-                            )
-                        })
-                    }
-                    _ => None,
-                };
-                let (checked, bust) = match bust {
-                    Some(b) => (1i64, b),
-                    None => (0, None),
-                };
-                let id = request.insert(params![
-                    r.ts_ms,
-                    r.client,
-                    r.session,
-                    r.wire,
-                    r.provider,
-                    r.model,
-                    r.method,
-                    r.path,
-                    r.status,
-                    r.outcome.as_str(),
-                    r.error,
-                    to_i64(r.bytes_client),
-                    to_i64(r.bytes_upstream),
-                    to_i64(r.bytes_response),
-                    to_i64(r.tools_bytes),
-                    to_i64(r.system_bytes),
-                    to_i64(r.messages_bytes),
-                    to_i64(r.other_bytes),
-                    u.map(|u| to_i64(u.input)),
-                    u.map(|u| to_i64(u.output)),
-                    u.map(|u| to_i64(u.cache_write)),
-                    u.map(|u| to_i64(u.cache_read)),
-                    r.ttfb_ms,
-                    r.total_ms,
-                    checked,
-                    bust.map(|b| to_i64(b.0 as u64)),
-                    bust.map(|b| to_i64(b.1 as u64)),
-                    bust.map(|b| b.2),
-                    u.map(|u| to_i64(u.cache_write_1h)),
-                ])?;
-                if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
-                    prompt.execute(params![id, session, r.model, fp, r.client_fingerprint])?;
-                }
-                let applied = r
-                    .transforms
-                    .iter()
-                    .any(|t| matches!(t.result, TransformResult::Applied(_)));
-                let failures = r
-                    .transforms
-                    .iter()
-                    .filter(|t| matches!(t.result, TransformResult::Failed(_)))
-                    .count();
-                let key = format!(
-                    "{}\u{1f}{}",
-                    r.session
-                        .as_deref()
-                        .map_or("-".to_owned(), |s| format!("s{s}")),
-                    r.model
-                        .as_deref()
-                        .map_or("-".to_owned(), |m| format!("m{m}"))
-                );
-                let cause = bust.map(|b| b.2);
-                group.execute(params![
-                    key,
-                    r.session,
-                    r.model,
-                    r.client,
-                    i64::from(u.is_some()),
-                    u.map_or(0, |u| to_i64(u.input)),
-                    u.map_or(0, |u| to_i64(u.output)),
-                    u.map_or(0, |u| to_i64(u.cache_write)),
-                    u.map_or(0, |u| to_i64(u.cache_read)),
-                    i64::from(!matches!(
-                        r.outcome,
-                        RequestOutcome::Ok | RequestOutcome::Local
-                    )),
-                    i64::from(r.outcome == RequestOutcome::Local),
-                    i64::from(applied),
-                    failures as i64,
-                    r.ts_ms,
-                    checked,
-                    i64::from(cause == Some("pith")),
-                    i64::from(cause == Some("client")),
-                    u.map_or(0, |u| to_i64(u.cache_write_1h)),
-                ])?;
-                latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
-                if let Some(ttfb) = r.ttfb_ms {
-                    latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
-                }
-                for sv in &r.savings {
-                    saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
-                    saving_total.execute(params![
-                        key, r.session, r.model, sv.stage, sv.band, sv.tokens
-                    ])?;
-                }
-                for t in &r.transforms {
-                    let detail = match &t.result {
-                        TransformResult::Unchanged(d) => d.as_str(),
-                        _ => "",
-                    };
-                    result_total.execute(params![t.stage, t.result.as_str(), detail])?;
-                    if let TransformResult::Applied(facts) = &t.result {
-                        for f in facts {
-                            fact_total.execute(params![
-                                t.stage,
-                                f.name,
-                                f.kind,
-                                to_i64(f.value)
-                            ])?;
-                        }
-                    }
-                }
-                for (position, t) in r.transforms.iter().enumerate() {
-                    let detail = match &t.result {
-                        TransformResult::Applied(facts) => {
-                            for (n, f) in facts.iter().enumerate() {
-                                fact.execute(params![
-                                    id,
-                                    t.stage,
-                                    n as i64,
-                                    f.name,
-                                    f.kind,
-                                    to_i64(f.value)
-                                ])?;
-                            }
-                            None
-                        }
-                        TransformResult::Unchanged(d) | TransformResult::Failed(d) => Some(d),
-                    };
-                    result.execute(params![
-                        id,
-                        t.stage,
-                        position as i64,
-                        t.result.as_str(),
-                        detail
-                    ])?;
+    )?;
+    for r in rows {
+        let u = r.usage;
+        let bust = match (&r.session, &r.fingerprint) {
+            (Some(session), Some(fp)) => {
+                let before: Option<(Vec<u8>, Option<Vec<u8>>)> = previous
+                    .query_row(params![session, r.model], |p| Ok((p.get(0)?, p.get(1)?)))
+                    .optional()?;
+                before.map(|(sent, client)| {
+                    bust_between(
+                        (&sent, client.as_deref()),
+                        (fp, r.client_fingerprint.as_deref()),
+                    )
+                })
+            }
+            _ => None,
+        };
+        let (checked, bust) = match bust {
+            Some(b) => (1i64, b),
+            None => (0, None),
+        };
+        let id = request.insert(params![
+            r.ts_ms,
+            r.client,
+            r.session,
+            r.wire,
+            r.provider,
+            r.model,
+            r.method,
+            r.path,
+            r.status,
+            r.outcome.as_str(),
+            r.error,
+            to_i64(r.bytes_client),
+            to_i64(r.bytes_upstream),
+            to_i64(r.bytes_response),
+            to_i64(r.tools_bytes),
+            to_i64(r.system_bytes),
+            to_i64(r.messages_bytes),
+            to_i64(r.other_bytes),
+            u.map(|u| to_i64(u.input)),
+            u.map(|u| to_i64(u.output)),
+            u.map(|u| to_i64(u.cache_write)),
+            u.map(|u| to_i64(u.cache_read)),
+            r.ttfb_ms,
+            r.total_ms,
+            checked,
+            bust.map(|b| to_i64(b.0 as u64)),
+            bust.map(|b| to_i64(b.1 as u64)),
+            bust.map(|b| b.2),
+            u.map(|u| to_i64(u.cache_write_1h)),
+        ])?;
+        if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
+            prompt.execute(params![id, session, r.model, fp, r.client_fingerprint])?;
+        }
+        let applied = r
+            .transforms
+            .iter()
+            .any(|t| matches!(t.result, TransformResult::Applied(_)));
+        let failures = r
+            .transforms
+            .iter()
+            .filter(|t| matches!(t.result, TransformResult::Failed(_)))
+            .count();
+        let key = format!(
+            "{}\u{1f}{}",
+            r.session
+                .as_deref()
+                .map_or("-".to_owned(), |s| format!("s{s}")),
+            r.model
+                .as_deref()
+                .map_or("-".to_owned(), |m| format!("m{m}"))
+        );
+        let cause = bust.map(|b| b.2);
+        group.execute(params![
+            key,
+            r.session,
+            r.model,
+            r.client,
+            i64::from(u.is_some()),
+            u.map_or(0, |u| to_i64(u.input)),
+            u.map_or(0, |u| to_i64(u.output)),
+            u.map_or(0, |u| to_i64(u.cache_write)),
+            u.map_or(0, |u| to_i64(u.cache_read)),
+            i64::from(!matches!(
+                r.outcome,
+                RequestOutcome::Ok | RequestOutcome::Local
+            )),
+            i64::from(r.outcome == RequestOutcome::Local),
+            i64::from(applied),
+            failures as i64,
+            r.ts_ms,
+            checked,
+            i64::from(cause == Some("pith")),
+            i64::from(cause == Some("client")),
+            u.map_or(0, |u| to_i64(u.cache_write_1h)),
+        ])?;
+        latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
+        if let Some(ttfb) = r.ttfb_ms {
+            latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
+        }
+        for sv in &r.savings {
+            saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
+            saving_total.execute(params![
+                key, r.session, r.model, sv.stage, sv.band, sv.tokens
+            ])?;
+        }
+        for t in &r.transforms {
+            let detail = match &t.result {
+                TransformResult::Unchanged(d) => d.as_str(),
+                _ => "",
+            };
+            result_total.execute(params![t.stage, t.result.as_str(), detail])?;
+            if let TransformResult::Applied(facts) = &t.result {
+                for f in facts {
+                    fact_total.execute(params![t.stage, f.name, f.kind, to_i64(f.value)])?;
                 }
             }
         }
-        tx.commit()?;
-        Ok(())
+        for (position, t) in r.transforms.iter().enumerate() {
+            let detail = match &t.result {
+                TransformResult::Applied(facts) => {
+                    for (n, f) in facts.iter().enumerate() {
+                        fact.execute(params![
+                            id,
+                            t.stage,
+                            n as i64,
+                            f.name,
+                            f.kind,
+                            to_i64(f.value)
+                        ])?;
+                    }
+                    None
+                }
+                TransformResult::Unchanged(d) | TransformResult::Failed(d) => Some(d),
+            };
+            result.execute(params![
+                id,
+                t.stage,
+                position as i64,
+                t.result.as_str(),
+                detail
+            ])?;
+        }
     }
+    Ok(())
+}
 
+impl Ledger {
     /// Add `delta` to the named counter.
     pub fn add_counter(&mut self, name: &str, delta: u64) -> Result<(), StoreError> {
         self.conn.execute(
@@ -1382,8 +1422,27 @@ impl Ledger {
 
     /// Every row, oldest first, with its transform entries (tests and export).
     pub fn rows(&self) -> Result<Vec<Row>, StoreError> {
-        let mut transforms = self.transforms_by_request()?;
-        let mut savings = self.savings_by_request()?;
+        Ok(self
+            .rows_after(0, usize::MAX)?
+            .into_iter()
+            .map(|(_, row)| row)
+            .collect())
+    }
+
+    /// At most `limit` rows with an id above `after_id`, oldest first, each with its id: how
+    /// the team ledger's shipper reads what it has not sent yet.
+    pub fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<(i64, Row)>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let last: Option<i64> = self.conn.query_row(
+            "SELECT max(id) FROM (SELECT id FROM requests WHERE id > ?1 ORDER BY id LIMIT ?2)",
+            params![after_id, limit],
+            |r| r.get(0),
+        )?;
+        let Some(last) = last else {
+            return Ok(Vec::new());
+        };
+        let mut transforms = self.transforms_by_request(after_id, last)?;
+        let mut savings = self.savings_by_request(after_id, last)?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT ts_ms, client, requests.session, wire, provider, requests.model, method, path,
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
@@ -1392,9 +1451,10 @@ impl Ledger {
                     requests.id,
                     prompts.sent, prompts.as_client, cache_write_1h_tokens
              FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
+             WHERE requests.id > ?1 AND requests.id <= ?2
              ORDER BY requests.id",
         )?;
-        let rows = stmt.query_map([], |r| {
+        let rows = stmt.query_map(params![after_id, last], |r| {
             let input: Option<i64> = r.get(18)?;
             let usage = match input {
                 Some(input) => Some(RowUsage {
@@ -1407,46 +1467,54 @@ impl Ledger {
                 None => None,
             };
             let id: i64 = r.get(24)?;
-            Ok(Row {
-                ts_ms: r.get(0)?,
-                client: r.get(1)?,
-                session: r.get(2)?,
-                wire: r.get(3)?,
-                provider: r.get(4)?,
-                model: r.get(5)?,
-                method: r.get(6)?,
-                path: r.get(7)?,
-                status: r.get(8)?,
-                outcome: RequestOutcome::parse(&r.get::<_, String>(9)?),
-                error: r.get(10)?,
-                bytes_client: to_u64(r.get(11)?),
-                bytes_upstream: to_u64(r.get(12)?),
-                bytes_response: to_u64(r.get(13)?),
-                tools_bytes: to_u64(r.get(14)?),
-                system_bytes: to_u64(r.get(15)?),
-                messages_bytes: to_u64(r.get(16)?),
-                other_bytes: to_u64(r.get(17)?),
-                usage,
-                ttfb_ms: r.get(22)?,
-                total_ms: r.get(23)?,
-                transforms: transforms.remove(&id).unwrap_or_default(),
-                fingerprint: r.get(25)?,
-                client_fingerprint: r.get(26)?,
-                savings: savings.remove(&id).unwrap_or_default(),
-            })
+            Ok((
+                id,
+                Row {
+                    ts_ms: r.get(0)?,
+                    client: r.get(1)?,
+                    session: r.get(2)?,
+                    wire: r.get(3)?,
+                    provider: r.get(4)?,
+                    model: r.get(5)?,
+                    method: r.get(6)?,
+                    path: r.get(7)?,
+                    status: r.get(8)?,
+                    outcome: RequestOutcome::parse(&r.get::<_, String>(9)?),
+                    error: r.get(10)?,
+                    bytes_client: to_u64(r.get(11)?),
+                    bytes_upstream: to_u64(r.get(12)?),
+                    bytes_response: to_u64(r.get(13)?),
+                    tools_bytes: to_u64(r.get(14)?),
+                    system_bytes: to_u64(r.get(15)?),
+                    messages_bytes: to_u64(r.get(16)?),
+                    other_bytes: to_u64(r.get(17)?),
+                    usage,
+                    ttfb_ms: r.get(22)?,
+                    total_ms: r.get(23)?,
+                    transforms: transforms.remove(&id).unwrap_or_default(),
+                    fingerprint: r.get(25)?,
+                    client_fingerprint: r.get(26)?,
+                    savings: savings.remove(&id).unwrap_or_default(),
+                },
+            ))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Every request's savings, in stage and rate order.
-    fn savings_by_request(&self) -> Result<HashMap<i64, Vec<Saving>>, StoreError> {
+    /// The savings of the requests with ids in `(after, last]`, in stage and rate order.
+    fn savings_by_request(
+        &self,
+        after: i64,
+        last: i64,
+    ) -> Result<HashMap<i64, Vec<Saving>>, StoreError> {
         let mut out: HashMap<i64, Vec<Saving>> = HashMap::new();
         let mut stmt = self.conn.prepare_cached(
             "SELECT s.request_id, s.stage, s.band, s.tokens FROM savings s
              LEFT JOIN transform_results t ON t.request_id = s.request_id AND t.stage = s.stage
+             WHERE s.request_id > ?1 AND s.request_id <= ?2
              ORDER BY s.request_id, t.position, s.stage, s.band",
         )?;
-        let mut rows = stmt.query([])?;
+        let mut rows = stmt.query(params![after, last])?;
         while let Some(r) = rows.next()? {
             out.entry(r.get(0)?).or_default().push(Saving {
                 stage: r.get(1)?,
@@ -1486,14 +1554,20 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Every request's transform entries, stages in the order they were written.
-    fn transforms_by_request(&self) -> Result<HashMap<i64, Vec<Transform>>, StoreError> {
+    /// The transform entries of the requests with ids in `(after, last]`, stages in the order
+    /// they were written.
+    fn transforms_by_request(
+        &self,
+        after: i64,
+        last: i64,
+    ) -> Result<HashMap<i64, Vec<Transform>>, StoreError> {
         let mut facts: HashMap<(i64, String), Vec<Fact>> = HashMap::new();
         let mut stmt = self.conn.prepare_cached(
             "SELECT request_id, stage, name, kind, value FROM transform_facts
+             WHERE request_id > ?1 AND request_id <= ?2
              ORDER BY request_id, stage, position",
         )?;
-        let mut rows = stmt.query([])?;
+        let mut rows = stmt.query(params![after, last])?;
         while let Some(r) = rows.next()? {
             facts.entry((r.get(0)?, r.get(1)?)).or_default().push(Fact {
                 name: r.get(2)?,
@@ -1504,9 +1578,10 @@ impl Ledger {
         let mut out: HashMap<i64, Vec<Transform>> = HashMap::new();
         let mut stmt = self.conn.prepare_cached(
             "SELECT request_id, stage, result, detail FROM transform_results
+             WHERE request_id > ?1 AND request_id <= ?2
              ORDER BY request_id, position",
         )?;
-        let mut rows = stmt.query([])?;
+        let mut rows = stmt.query(params![after, last])?;
         while let Some(r) = rows.next()? {
             let id: i64 = r.get(0)?;
             let stage: String = r.get(1)?;
@@ -1527,276 +1602,7 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn totals_kept_on_write_equal_a_scan_of_the_rows() {
-        use pith_wire::fingerprint::Fingerprint;
-        let mut ledger = Ledger::open_in_memory().unwrap();
-        let outcomes = [
-            RequestOutcome::Ok,
-            RequestOutcome::Local,
-            RequestOutcome::UpstreamError,
-            RequestOutcome::ClientClosed,
-        ];
-        let mut rows = Vec::new();
-        for i in 0..200u64 {
-            let transforms = match i % 3 {
-                0 => vec![Transform {
-                    stage: "defer".into(),
-                    result: TransformResult::Applied(vec![Fact {
-                        name: "tools".into(),
-                        kind: "count".into(),
-                        value: i,
-                    }]),
-                }],
-                1 => vec![Transform {
-                    stage: "defer".into(),
-                    result: TransformResult::Unchanged(format!("reason_{}", i % 2)),
-                }],
-                _ => vec![Transform {
-                    stage: "pins".into(),
-                    result: TransformResult::Failed("boom".into()),
-                }],
-            };
-            let fp = Fingerprint {
-                segments: (0..(3 + i % 4)).map(|k| k * (1 + (i / 10) % 3)).collect(),
-                breakpoints: vec![1],
-                automatic: false,
-            };
-            rows.push(Row {
-                ts_ms: 1_000 + (i as i64 * 7919) % 1000,
-                client: ["a", "b"][(i % 2) as usize].into(),
-                session: (i % 7 != 0).then(|| format!("s{}", i % 5)),
-                model: (i % 11 != 0).then(|| format!("m{}", i % 2)),
-                path: "/v1/messages".into(),
-                outcome: outcomes[(i % 4) as usize],
-                total_ms: (i * 977 % 40_000) as f64 + 0.25,
-                ttfb_ms: (i % 4 != 0).then_some((i * 131 % 3_000) as f64 + 0.5),
-                usage: (i % 3 != 2).then_some(RowUsage {
-                    input: i,
-                    output: 2 * i,
-                    cache_write: i % 10,
-                    cache_write_1h: i % 4,
-                    cache_read: 100 + i,
-                }),
-                savings: match i % 3 {
-                    0 => vec![Saving {
-                        stage: "defer".into(),
-                        band: ["cache_read", "input"][(i % 2) as usize].into(),
-                        tokens: i as i64 - 50,
-                    }],
-                    _ => Vec::new(),
-                },
-                transforms,
-                fingerprint: Some(fp.to_bytes()),
-                ..Row::default()
-            });
-        }
-        for chunk in rows.chunks(17) {
-            ledger.insert(chunk).unwrap();
-        }
-        let all = Filter::default();
-        assert_eq!(
-            ledger.groups(&all).unwrap(),
-            ledger.groups_scanned(&all).unwrap()
-        );
-        let one = Filter {
-            session: Some("s3".into()),
-            ..Filter::default()
-        };
-        assert_eq!(
-            ledger.groups(&one).unwrap(),
-            ledger.groups_scanned(&one).unwrap()
-        );
-        assert_eq!(
-            ledger.stage_totals(&all).unwrap(),
-            ledger.stage_totals_scanned(&all).unwrap()
-        );
-        let scanned = Filter {
-            since_ms: Some(0),
-            ..Filter::default()
-        };
-        let busts = ledger.cache_busts(&all).unwrap();
-        assert_eq!(busts, ledger.cache_busts(&scanned).unwrap());
-        // Latency: the same counts; the sums added in another order agree to rounding.
-        let (kept, scan) = (
-            ledger.latency(&all).unwrap(),
-            ledger.latency(&scanned).unwrap(),
-        );
-        for (k, s) in [
-            (&kept.total_ms, &scan.total_ms),
-            (&kept.ttfb_ms, &scan.ttfb_ms),
-        ] {
-            assert_eq!((&k.cumulative, k.count), (&s.cumulative, s.count));
-            assert!(
-                (k.sum_ms - s.sum_ms).abs() < 1e-6,
-                "{} {}",
-                k.sum_ms,
-                s.sum_ms
-            );
-        }
-        assert!(
-            kept.total_ms.count == 200 && kept.ttfb_ms.count > 0,
-            "{kept:?}"
-        );
-        assert!(
-            kept.total_ms.cumulative.windows(2).any(|w| w[0] < w[1]),
-            "{kept:?}"
-        );
-        assert!(busts.pairs > 0 && busts.by_client > 0, "{busts:?}");
-        // A timeline holds every row once, whatever the bucket width.
-        let groups = ledger.groups(&all).unwrap();
-        for width in [1, 100, 1_000_000] {
-            let timeline = ledger.timeline(&all, width).unwrap();
-            assert_eq!(timeline.iter().map(|b| b.requests).sum::<u64>(), 200);
-            assert_eq!(
-                timeline.iter().map(|b| b.cache_write_1h).sum::<u64>(),
-                groups.iter().map(|g| g.cache_write_1h).sum::<u64>()
-            );
-            assert!(timeline.iter().all(|b| b.start_ms % width == 0));
-        }
-        let (first, last) = (
-            rows.iter().map(|r| r.ts_ms).min(),
-            rows.iter().map(|r| r.ts_ms).max(),
-        );
-        assert_eq!(ledger.span(&all).unwrap(), first.zip(last));
-        let savings = ledger.savings(&all).unwrap();
-        assert_eq!(savings, ledger.savings(&scanned).unwrap());
-        // Negative savings are summed as they are, not floored.
-        assert!(savings.iter().any(|s| s.tokens < 0), "{savings:?}");
-        let by_session = Filter {
-            session: Some("s3".into()),
-            ..Filter::default()
-        };
-        let s3 = ledger.savings(&by_session).unwrap();
-        assert!(!s3.is_empty() && s3.iter().all(|s| s.session.as_deref() == Some("s3")));
-        assert_eq!(
-            s3,
-            ledger
-                .savings(&Filter {
-                    since_ms: Some(0),
-                    ..by_session
-                })
-                .unwrap()
-        );
-        // And each row's usage and savings read back as written.
-        let read: Vec<_> = ledger
-            .rows()
-            .unwrap()
-            .into_iter()
-            .map(|r| (r.usage, r.savings))
-            .collect();
-        let written: Vec<_> = rows.into_iter().map(|r| (r.usage, r.savings)).collect();
-        assert_eq!(read, written);
-    }
-
-    #[test]
-    fn a_bust_is_decided_when_its_row_is_written() {
-        use pith_wire::fingerprint::Fingerprint;
-        let fp = |segments: &[u64]| {
-            Fingerprint {
-                segments: segments.to_vec(),
-                breakpoints: vec![(segments.len() - 1) as u32],
-                automatic: false,
-            }
-            .to_bytes()
-        };
-        let row = |sent: Vec<u8>, client: Option<Vec<u8>>| Row {
-            session: Some("s".into()),
-            model: Some("m".into()),
-            path: "/v1/messages".into(),
-            fingerprint: Some(sent),
-            client_fingerprint: client,
-            ..Row::default()
-        };
-        let mut ledger = Ledger::open_in_memory().unwrap();
-        ledger.insert(&[row(fp(&[1, 2, 3]), None)]).unwrap();
-        // The client appended: no bust.
-        ledger.insert(&[row(fp(&[1, 2, 3, 4]), None)]).unwrap();
-        // pith changed segment 1 though the client kept it: pith's bust.
-        ledger
-            .insert(&[row(fp(&[1, 9, 3, 4, 5]), Some(fp(&[1, 2, 3, 4, 5])))])
-            .unwrap();
-        // The client changed segment 2 itself.
-        ledger.insert(&[row(fp(&[1, 9, 7]), None)]).unwrap();
-        let busts = ledger.cache_busts(&Filter::default()).unwrap();
-        assert_eq!((busts.pairs, busts.by_pith, busts.by_client), (3, 1, 1));
-        let causes: Vec<(&str, u64)> = busts
-            .busts
-            .iter()
-            .map(|b| (b.cause.as_str(), b.segment))
-            .collect();
-        assert_eq!(causes, [("client", 2), ("pith", 1)], "newest first");
-    }
-
     use super::*;
-
-    fn row(session: &str, model: &str, ts: i64, usage: Option<RowUsage>) -> Row {
-        Row {
-            ts_ms: ts,
-            client: "claude-code".into(),
-            session: Some(session.into()),
-            wire: Some("anthropic".into()),
-            provider: "anthropic".into(),
-            model: Some(model.into()),
-            method: "POST".into(),
-            path: "/v1/messages".into(),
-            status: Some(200),
-            outcome: RequestOutcome::Ok,
-            usage,
-            total_ms: 1.5,
-            ..Row::default()
-        }
-    }
-
-    #[test]
-    fn round_trip_and_groups() {
-        let mut l = Ledger::open_in_memory().unwrap();
-        let u = RowUsage {
-            input: 10,
-            output: 5,
-            cache_write: 100,
-            cache_write_1h: 40,
-            cache_read: 1000,
-        };
-        let rows = vec![
-            row("s1", "m1", 1, Some(u)),
-            row("s1", "m1", 2, Some(u)),
-            row("s1", "m2", 3, None),
-            row("s2", "m1", 4, Some(u)),
-        ];
-        l.insert(&rows).unwrap();
-        assert_eq!(l.rows().unwrap(), rows);
-        let all = l.groups(&Filter::default()).unwrap();
-        assert_eq!(all.len(), 3);
-        assert_eq!(
-            (all[0].requests, all[0].input, all[0].cache_read),
-            (2, 20, 2000)
-        );
-        assert_eq!((all[1].requests, all[1].with_usage), (1, 0));
-        let s2 = l
-            .groups(&Filter {
-                session: Some("s2".into()),
-                ..Filter::default()
-            })
-            .unwrap();
-        assert_eq!(s2.len(), 1);
-        let recent = l
-            .groups(&Filter {
-                since_ms: Some(3),
-                ..Filter::default()
-            })
-            .unwrap();
-        assert_eq!(recent.iter().map(|g| g.requests).sum::<u64>(), 2);
-    }
-
-    #[test]
-    fn counters_accumulate() {
-        let mut l = Ledger::open_in_memory().unwrap();
-        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 0);
-        l.add_counter(DROPPED_ROWS, 3).unwrap();
-        l.add_counter(DROPPED_ROWS, 4).unwrap();
-        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 7);
-    }
 
     fn applied(stage: &str, facts: &[(&str, &str, u64)]) -> Transform {
         Transform {
@@ -1814,85 +1620,13 @@ mod tests {
         }
     }
 
-    fn unchanged(stage: &str, reason: &str) -> Transform {
-        Transform {
-            stage: stage.into(),
-            result: TransformResult::Unchanged(reason.into()),
-        }
-    }
-
     #[test]
-    fn transform_entries_round_trip_in_pipeline_order_and_sum_per_stage() {
+    fn counters_accumulate() {
         let mut l = Ledger::open_in_memory().unwrap();
-        let mut a = row("s1", "m1", 1, None);
-        // "zeta" runs before "defer": the order read back is the pipeline's, not the names'.
-        a.transforms = vec![
-            unchanged("zeta", "no_match"),
-            applied(
-                "defer",
-                &[("tools", "count", 48), ("chars", "chars_kept_out", 41707)],
-            ),
-        ];
-        let mut b = row("s1", "m1", 2, None);
-        b.transforms = vec![
-            applied(
-                "defer",
-                &[("tools", "count", 2), ("chars", "chars_kept_out", 3)],
-            ),
-            Transform {
-                stage: "zeta".into(),
-                result: TransformResult::Failed("panicked: boom".into()),
-            },
-        ];
-        let mut c = row("s2", "m1", 3, None);
-        c.transforms = vec![unchanged("defer", "already_deferring")];
-        c.outcome = RequestOutcome::Local;
-        let rows = vec![a, b, c];
-        l.insert(&rows).unwrap();
-        assert_eq!(l.rows().unwrap(), rows);
-        assert_eq!(
-            rows[0].transform("zeta"),
-            Some(&TransformResult::Unchanged("no_match".into()))
-        );
-
-        let totals = l.stage_totals(&Filter::default()).unwrap();
-        assert_eq!(
-            totals,
-            vec![
-                StageTotals {
-                    stage: "defer".into(),
-                    applied: 2,
-                    failed: 0,
-                    unchanged: vec![("already_deferring".into(), 1)],
-                    facts: vec![
-                        ("chars".into(), "chars_kept_out".into(), 41710),
-                        ("tools".into(), "count".into(), 50),
-                    ],
-                },
-                StageTotals {
-                    stage: "zeta".into(),
-                    applied: 0,
-                    failed: 1,
-                    unchanged: vec![("no_match".into(), 1)],
-                    facts: vec![],
-                },
-            ]
-        );
-        let s2 = l
-            .stage_totals(&Filter {
-                session: Some("s2".into()),
-                ..Filter::default()
-            })
-            .unwrap();
-        assert_eq!(s2.len(), 1);
-        assert_eq!((s2[0].applied, s2[0].unchanged.len()), (0, 1));
-
-        let groups = l.groups(&Filter::default()).unwrap();
-        assert_eq!(
-            (groups[0].transformed, groups[0].transform_failures),
-            (2, 1)
-        );
-        assert_eq!((groups[1].local, groups[1].errors), (1, 0));
+        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 0);
+        l.add_counter(DROPPED_ROWS, 3).unwrap();
+        l.add_counter(DROPPED_ROWS, 4).unwrap();
+        assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 7);
     }
 
     #[test]

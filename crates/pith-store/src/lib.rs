@@ -1,4 +1,5 @@
-//! Storage for pith: the request ledger and the project memory (brain) in embedded SQLite.
+//! Storage for pith: the request ledger and the project memory (brain) in embedded SQLite,
+//! and the team ledger in PostgreSQL ([`postgres`]).
 //!
 //! Every database is opened through [`sqlite::open`], which applies the same rules everywhere:
 //! WAL journal, a busy timeout so several processes can share a file, file mode 0600, and
@@ -8,6 +9,8 @@
 pub mod brain;
 pub mod history;
 pub mod ledger;
+pub mod postgres;
+pub mod priority;
 pub mod search_blocks;
 pub mod sqlite;
 

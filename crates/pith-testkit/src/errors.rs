@@ -13,3 +13,15 @@ pub fn assert_causes_said_once(e: &(dyn std::error::Error + 'static)) {
         at = cause;
     }
 }
+
+/// `e` and its causes, joined by `: ` (how the binary prints an error).
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}

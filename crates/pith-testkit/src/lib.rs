@@ -5,6 +5,7 @@ pub mod bench;
 pub mod errors;
 pub mod fixtures;
 pub mod ollama;
+pub mod postgres;
 pub mod rng;
 mod stream_flags;
 pub mod upstream;

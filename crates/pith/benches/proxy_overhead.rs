@@ -6,7 +6,8 @@
 //! PITH_BENCH_LEDGER=0 to run pith without its ledger, PITH_BENCH_MODES=json,sse and
 //! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling; PITH_BENCH_BIN to
 //! measure another `pith` binary with this harness, PITH_BENCH_BURST=N for the size of the
-//! closing burst of concurrent connections, 0 to skip it).
+//! closing burst of concurrent connections, 0 to skip it; PITH_BENCH_TEAM=1 to run pith in team
+//! mode, shipping its ledger to a PostgreSQL the test kit starts, and to count what arrived).
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `pith-testkit/fixtures/captures`.
 #![expect(
     clippy::unwrap_used,
@@ -59,9 +60,12 @@ fn pith_bin() -> String {
     std::env::var("PITH_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pith").to_owned())
 }
 
-fn start_pith(mock: &str, home: &std::path::Path) -> (Child, SocketAddr) {
+fn start_pith(mock: &str, home: &std::path::Path, team: Option<&str>) -> (Child, SocketAddr) {
     let mut cmd = Command::new(pith_bin());
     cmd.args(["proxy", "--listen", "127.0.0.1:0"]);
+    if let Some(url) = team {
+        cmd.env("PITH_STORE_URL", url);
+    }
     // PITH_BENCH_LEDGER=0 measures the proxy without its ledger thread.
     if std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0") {
         cmd.arg("--no-ledger");
@@ -214,7 +218,12 @@ fn main() {
     let mock = MockUpstream::start().unwrap();
     mock.set_recording(false);
     let home = tempfile::tempdir().unwrap();
-    let (mut child, addr) = start_pith(&mock.url(), home.path());
+    // Team mode: a PostgreSQL of the bench's own, started before pith and outliving it.
+    let team_server = std::env::var("PITH_BENCH_TEAM")
+        .is_ok_and(|v| v == "1")
+        .then(|| pith_testkit::postgres::PgServer::start().unwrap());
+    let team_url = team_server.as_ref().map(|pg| pg.database().unwrap());
+    let (mut child, addr) = start_pith(&mock.url(), home.path(), team_url.as_deref());
     let pid = child.id();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -352,4 +361,17 @@ fn main() {
         "ledger: {} rows written, {} dropped (queue full)",
         report["total"]["requests"], report["dropped_rows"]
     );
+    if let Some(url) = &team_url {
+        let team = Command::new(pith_bin())
+            .args(["stats", "--json"])
+            .env("PITH_HOME", home.path())
+            .env("PITH_STORE_URL", url)
+            .output()
+            .unwrap();
+        let team: serde_json::Value = serde_json::from_slice(&team.stdout).unwrap_or_default();
+        println!(
+            "team ledger: {} rows arrived in PostgreSQL; {} still waiting in the local ledger",
+            team["total"]["requests"], team["team"]["local_backlog"]
+        );
+    }
 }

@@ -13,6 +13,8 @@ pub struct Config {
     pub proxy: ProxyConfig,
     pub upstreams: UpstreamsConfig,
     pub ledger: LedgerConfig,
+    pub store: StoreConfig,
+    pub account: AccountConfig,
     pub transforms: TransformsConfig,
     pub mcp: McpConfig,
     pub hook: HookConfig,
@@ -69,6 +71,84 @@ pub struct LedgerConfig {
     pub path: Option<PathBuf>,
     /// Rows the write queue holds before it drops (default 4096).
     pub queue: Option<usize>,
+}
+
+/// Team mode: one PostgreSQL database shared by the team's proxies. Unset, everything stays in
+/// the embedded SQLite files under `$PITH_HOME`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `postgres://user:password@host:port/database` (env `PITH_STORE_URL`). The proxy ships
+    /// its ledger rows there in the background; `pith stats` and the dashboard read the team's.
+    pub url: Option<String>,
+    /// The local replica of the team ledger that `pith stats` and the dashboard read (default
+    /// `$PITH_HOME/team-ledger.db`).
+    pub replica: Option<PathBuf>,
+}
+
+/// Who this install's requests belong to. A single install is one account, `local`; in team
+/// mode each developer sets their own, and the team ledger says which account each proxy's
+/// requests belong to.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccountConfig {
+    /// The account id (env `PITH_ACCOUNT`; default `local`): letters, digits and `.`, `_`, `-`,
+    /// `@`, at most 64.
+    pub id: Option<String>,
+}
+
+/// The account of a single install.
+pub const LOCAL_ACCOUNT: &str = "local";
+
+impl Config {
+    /// This install's account: `PITH_ACCOUNT` over `[account] id`, else `local`.
+    pub fn account_id(&self) -> anyhow::Result<String> {
+        let (id, source) = match std::env::var("PITH_ACCOUNT") {
+            Ok(v) if !v.trim().is_empty() => (v.trim().to_owned(), "PITH_ACCOUNT"),
+            _ => match &self.account.id {
+                Some(v) => (v.clone(), "account.id"),
+                None => return Ok(LOCAL_ACCOUNT.to_owned()),
+            },
+        };
+        let valid = !id.is_empty()
+            && id.len() <= 64
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+        anyhow::ensure!(
+            valid,
+            "{source} = {id:?} is not an account id: use letters, digits and . _ - @ (at most 64), \
+             e.g. your login name"
+        );
+        Ok(id)
+    }
+
+    /// The team store, if one is configured: `PITH_STORE_URL` over `[store] url`. Anything but
+    /// a PostgreSQL URL is an error that says what is accepted.
+    pub fn store_url(&self) -> anyhow::Result<Option<pith_store::postgres::StoreUrl>> {
+        let (text, source) = match std::env::var("PITH_STORE_URL") {
+            Ok(v) if !v.trim().is_empty() => (v, "PITH_STORE_URL"),
+            _ => match &self.store.url {
+                Some(v) => (v.clone(), "store.url"),
+                None => return Ok(None),
+            },
+        };
+        let url = pith_store::postgres::StoreUrl::new(text.trim());
+        anyhow::ensure!(
+            url.is_postgres(),
+            "{source} = {url} is not a PostgreSQL URL: give postgres://user:password@host:port/database, \
+             or leave it unset to keep everything in local SQLite"
+        );
+        Ok(Some(url))
+    }
+
+    /// Where `pith stats` and the dashboard keep their copy of the team ledger.
+    pub fn team_replica(&self) -> anyhow::Result<PathBuf> {
+        match &self.store.replica {
+            Some(p) => Ok(p.clone()),
+            None => Ok(pith_home()?.join("team-ledger.db")),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -239,6 +319,10 @@ mod tests {
             anthropic = "http://127.0.0.1:1"
             [transforms]
             defer_tools = false
+            [store]
+            url = "postgres://team@db.internal/pith"
+            [account]
+            id = "alice"
             [mcp]
             local_prefilter = true
             prefilter_api = "openai"
@@ -252,6 +336,11 @@ mod tests {
         .unwrap();
         assert_eq!(c.proxy.listen.as_deref(), Some("127.0.0.1:9000"));
         assert_eq!(c.transforms.defer_tools, Some(false));
+        assert_eq!(
+            c.store.url.as_deref(),
+            Some("postgres://team@db.internal/pith")
+        );
+        assert_eq!(c.account.id.as_deref(), Some("alice"));
         assert_eq!(c.prices["claude-x"].input, 3.0);
         assert_eq!(c.mcp.prefilter_shown, Some(10));
         assert_eq!(

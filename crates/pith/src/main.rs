@@ -14,6 +14,7 @@ mod duration;
 mod history_settings;
 mod logging;
 mod prices;
+mod team;
 mod workspace;
 
 use std::path::PathBuf;

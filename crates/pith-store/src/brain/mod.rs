@@ -14,7 +14,7 @@ use pith_brain::recall::Access;
 use pith_brain::{Brain, BrainError, BrainStore, Workspace};
 
 pub use schema::MIGRATIONS;
-pub use sqlite::SqliteBrain;
+pub use sqlite::{Applied, SqliteBrain, Versioned};
 
 use crate::StoreError;
 
@@ -46,6 +46,14 @@ pub fn open_workspace_brain_for_hook(
         };
         Ok(Box::new(store) as Box<dyn BrainStore>)
     })
+}
+
+/// The workspace's SQLite brain itself, created as a first save creates it (`.pith/` with its
+/// `.gitignore`): the team brain's sync reads and writes it directly.
+pub fn open_workspace_sqlite(ws: Workspace) -> Result<SqliteBrain, BrainError> {
+    let db = Brain::db_path(ws.root());
+    drop(open_workspace_brain(ws)?);
+    Ok(SqliteBrain::open_existing(&db).map_err(pith_brain::StoreError::from)?)
 }
 
 fn open_store(path: &Path) -> Result<Box<dyn BrainStore>, pith_brain::StoreError> {

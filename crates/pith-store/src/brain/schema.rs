@@ -1,7 +1,9 @@
-//! The schema of `brain.db`: memories, their evidence, and the FTS5 index over live memories.
+//! The schema of `brain.db`: memories, their evidence, the FTS5 index over live memories, and
+//! the change tracking the team brain's sync reads.
 
 /// Schema history of `brain.db`; append only.
-pub const MIGRATIONS: &[&str] = &[r#"
+pub const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE memories (
     seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -60,4 +62,37 @@ ON memories WHEN new.trashed_at IS NULL BEGIN
     INSERT INTO memories_fts(rowid, title, body, tags, headline, kind)
     VALUES (new.seq, new.title, new.body, new.tags, new.headline, new.kind);
 END;
-"#];
+"#,
+    r#"
+-- Schema 2: what the team brain's sync needs (pith-store::postgres::brain).
+-- `rev`: a local change counter; the sync pushes memories whose rev is past its cursor.
+-- `changed_ms`: the version the conflict rule compares (the newer change wins), set from the
+-- clock by the triggers below on every local change of what a memory says or of its trash
+-- state; a memory written by the sync carries the version it came with, and the triggers leave
+-- it (and its rev) alone. Hit counters and verifications are this machine's own: they move
+-- neither.
+ALTER TABLE memories ADD COLUMN rev INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memories ADD COLUMN changed_ms INTEGER NOT NULL DEFAULT 0;
+UPDATE memories SET rev = seq, changed_ms = updated_at * 1000;
+CREATE INDEX memories_by_rev ON memories(rev);
+CREATE TABLE sync_state (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TRIGGER memories_changed_insert AFTER INSERT ON memories WHEN new.changed_ms = 0 BEGIN
+    UPDATE memories
+    SET rev = (SELECT coalesce(max(rev), 0) + 1 FROM memories),
+        changed_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+    WHERE seq = new.seq;
+END;
+CREATE TRIGGER memories_changed_update
+AFTER UPDATE OF kind, title, body, tags, headline, trashed_at ON memories
+WHEN new.changed_ms = old.changed_ms BEGIN
+    UPDATE memories
+    SET rev = (SELECT coalesce(max(rev), 0) + 1 FROM memories),
+        changed_ms = max(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+                         old.changed_ms + 1)
+    WHERE seq = new.seq;
+END;
+"#,
+];

@@ -501,6 +501,164 @@ impl SqliteBrain {
     }
 }
 
+/// A memory as the team brain carries it: what it says (no hit counters or verification:
+/// those are each machine's own) and its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The memory.
+    pub memory: Memory,
+    /// Its version: the time of its last change, ms since the Unix epoch (the newer wins).
+    pub changed_ms: i64,
+}
+
+/// What applying memories from the team brain did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Memories this brain did not have.
+    pub new: u64,
+    /// Memories replaced by a newer version.
+    pub updated: u64,
+    /// Memories left as they were: this brain's version is as new or newer.
+    pub kept: u64,
+    /// Memories whose id this brain holds for a different memory (another creation time):
+    /// left out, both kept as they are.
+    pub collisions: u64,
+}
+
+/// The team brain's sync: changes since a cursor out, other machines' memories in.
+impl SqliteBrain {
+    /// At most `limit` memories changed here after local change `rev`, oldest change first,
+    /// each with its change number.
+    pub fn changed_after(
+        &self,
+        rev: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Versioned)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, rev, changed_ms FROM memories WHERE rev > ?1 ORDER BY rev LIMIT ?2",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let found: Vec<(i64, i64, i64)> = stmt
+            .query_map(params![rev, limit], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(found.len());
+        for (seq, rev, changed_ms) in found {
+            if let Some(mut memory) = self.load(seq)? {
+                memory.hits = 0;
+                memory.last_hit_at = None;
+                memory.last_check = None;
+                out.push((rev, Versioned { memory, changed_ms }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Apply memories from the team brain in one transaction, by the rule: a memory is its
+    /// id; the newer version (`changed_ms`) wins, and a tie keeps this brain's. Hit counters
+    /// and verifications stay as they are here; evidence is taken as recorded where it was
+    /// saved, without its file times, so it is checked against this checkout's files.
+    pub fn apply_remote(&mut self, items: &[Versioned]) -> Result<Applied, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut applied = Applied::default();
+        for Versioned {
+            memory: m,
+            changed_ms,
+        } in items
+        {
+            let here: Option<(i64, i64, i64)> = tx
+                .prepare_cached("SELECT seq, changed_ms, created_at FROM memories WHERE id = ?1")?
+                .query_row([&m.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?;
+            let evidence: Vec<Evidence> = m
+                .evidence
+                .iter()
+                .map(|e| Evidence {
+                    mtime_ns: None,
+                    ..e.clone()
+                })
+                .collect();
+            let seq = match here {
+                Some((_, _, created)) if created != m.created_at => {
+                    applied.collisions += 1;
+                    continue;
+                }
+                Some((_, local, _)) if local >= *changed_ms => {
+                    applied.kept += 1;
+                    continue;
+                }
+                Some((seq, _, _)) => {
+                    tx.prepare_cached(
+                        "UPDATE memories SET kind = ?2, title = ?3, body = ?4, tags = ?5,
+                            headline = ?6, updated_at = ?7, trashed_at = ?8, changed_ms = ?9
+                         WHERE seq = ?1",
+                    )?
+                    .execute(params![
+                        seq,
+                        m.kind.as_str(),
+                        m.title,
+                        m.body,
+                        m.tags.join(" "),
+                        m.headline,
+                        m.updated_at,
+                        m.trashed_at,
+                        changed_ms,
+                    ])?;
+                    applied.updated += 1;
+                    seq
+                }
+                None => {
+                    tx.prepare_cached(
+                        "INSERT INTO memories (id, kind, title, body, tags, headline, created_at,
+                            updated_at, trashed_at, changed_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    )?
+                    .execute(params![
+                        m.id,
+                        m.kind.as_str(),
+                        m.title,
+                        m.body,
+                        m.tags.join(" "),
+                        m.headline,
+                        m.created_at,
+                        m.updated_at,
+                        m.trashed_at,
+                        changed_ms,
+                    ])?;
+                    applied.new += 1;
+                    tx.last_insert_rowid()
+                }
+            };
+            write_evidence(&tx, seq, &evidence)?;
+        }
+        tx.commit()?;
+        Ok(applied)
+    }
+
+    /// A value the sync keeps here (its cursors), 0 if never set.
+    pub fn sync_value(&self, name: &str) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT value FROM sync_state WHERE name = ?1")?
+            .query_row([name], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    /// Set a value the sync keeps here.
+    pub fn set_sync_value(&mut self, name: &str, value: i64) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO sync_state (name, value) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            params![name, value],
+        )?;
+        Ok(())
+    }
+}
+
 /// The brain's view of this backend: the methods above, their errors wrapped.
 impl BrainStore for SqliteBrain {
     fn insert(&mut self, memory: &Memory) -> Result<Inserted, BackendError> {
@@ -810,6 +968,56 @@ mod tests {
         let m = s.get("m-1").unwrap().unwrap();
         assert!(m.evidence.is_empty());
         assert_eq!(m.last_check, Some(check));
+    }
+
+    /// Schema 2 (the team brain's change tracking) over a brain schema 1 wrote: its memories
+    /// are changes to send, versioned by their last update; afterwards what a memory says and
+    /// its trash move the version, hits do not, and a synced write keeps the version it brings.
+    #[test]
+    fn schema_two_tracks_changes_and_leaves_hits_and_synced_writes_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("brain.db");
+        let old = crate::sqlite::open(&path, &MIGRATIONS[..1]).unwrap();
+        old.execute(
+            "INSERT INTO memories (id, kind, title, created_at, updated_at)
+             VALUES ('m-old1', 'note', 'from schema 1', 10, 20)",
+            [],
+        )
+        .unwrap();
+        drop(old);
+        let mut s = SqliteBrain::open(&path).unwrap();
+        let changed = s.changed_after(0, 10).unwrap();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].1.changed_ms, 20_000);
+        let rev = changed[0].0;
+
+        s.credit(&["m-old1"], 99).unwrap();
+        assert!(
+            s.changed_after(rev, 10).unwrap().is_empty(),
+            "hits are local"
+        );
+        assert!(s.set_trashed("m-old1", Some(5)).unwrap());
+        let after_trash = s.changed_after(rev, 10).unwrap();
+        assert_eq!(after_trash.len(), 1);
+        assert!(after_trash[0].1.changed_ms > 20_000);
+        assert_eq!(after_trash[0].1.memory.hits, 0, "hits never travel");
+
+        let mut remote = memory("m-new1", Kind::Fix, "from elsewhere", "b");
+        remote.hits = 7;
+        let applied = s
+            .apply_remote(&[Versioned {
+                memory: remote,
+                changed_ms: 123,
+            }])
+            .unwrap();
+        assert_eq!(applied.new, 1);
+        let rev = after_trash[0].0;
+        assert!(
+            s.changed_after(rev, 10).unwrap().is_empty(),
+            "a synced memory is not sent back as a change"
+        );
+        let got = s.get("m-new1").unwrap().unwrap();
+        assert_eq!((got.hits, got.evidence[0].mtime_ns), (0, None));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 mod client;
 mod fixtures;
+mod postgres;
 mod sdk;
 mod sse;
 mod upstream;

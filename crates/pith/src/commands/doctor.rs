@@ -109,6 +109,7 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
     check_opencode(&mut report, root.as_deref(), exe.as_deref(), proxy);
     check_codex(&mut report, exe.as_deref(), proxy);
     check_ledger(&mut report, &config);
+    check_team(&mut report, &config);
     check_brain(&mut report, workspace);
     check_prefilter(&mut report, &config);
 
@@ -558,6 +559,72 @@ fn check_ledger(report: &mut Report, config: &Config) {
                 "give your user write access to it",
             ),
         },
+    }
+}
+
+/// Team mode: whether the team database answers (read only: no schema is created), and how
+/// many of this machine's ledger rows wait to ship.
+fn check_team(report: &mut Report, config: &Config) {
+    let url = match config.store_url() {
+        Ok(Some(url)) => url,
+        Ok(None) => return,
+        Err(e) => {
+            report.fail(
+                "team",
+                format!("{e:#}"),
+                "fix [store] url or PITH_STORE_URL, or unset it",
+            );
+            return;
+        }
+    };
+    match pith_store::postgres::Pg::new(&url).and_then(|pg| pg.schema_versions()) {
+        Ok(versions) if versions.is_empty() => report.ok(
+            "team",
+            format!("{url} answers; pith has not used it yet (the proxy creates its tables)"),
+        ),
+        Ok(versions) => {
+            let schemas: Vec<String> = versions
+                .iter()
+                .map(|(component, v)| format!("{component} {v}"))
+                .collect();
+            report.ok(
+                "team",
+                format!("{url} answers (schema versions: {})", schemas.join(", ")),
+            );
+        }
+        Err(e) => report.warn(
+            "team",
+            format!("cannot reach {url}: {}", pith_brain::render::error_chain(&e)),
+            "check the URL, the network and the server; ledger rows wait in the local ledger meanwhile",
+        ),
+    }
+    let ledger = match config
+        .ledger
+        .path
+        .clone()
+        .map(Ok)
+        .unwrap_or_else(|| pith_home().map(|h| h.join("ledger.db")))
+    {
+        Ok(p) if p.exists() => p,
+        _ => return,
+    };
+    match pith_store::ledger::Ledger::open_read_only(&ledger)
+        .and_then(|l| pith_store::postgres::ship::backlog(&l))
+    {
+        Ok(0) => report.ok("team backlog", "every ledger row has shipped"),
+        Ok(n) => report.warn(
+            "team backlog",
+            format!("{n} ledger rows wait to ship"),
+            "they go out while `pith proxy` runs and the team database answers",
+        ),
+        Err(e) => report.warn(
+            "team backlog",
+            format!(
+                "cannot read the ledger: {}",
+                pith_brain::render::error_chain(&e)
+            ),
+            "see the ledger check",
+        ),
     }
 }
 

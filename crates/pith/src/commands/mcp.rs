@@ -22,6 +22,12 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // No colour: the client reads this stderr, not a person.
     crate::logging::init_with("warn", false);
     let workspace = crate::workspace::workspace_from(args.workspace.as_deref())?;
+    // Team mode: the workspace's brain (which the hook reads locally) is kept fresh from the
+    // team brain in the background.
+    if let Some(url) = config.store_url()? {
+        crate::team::spawn_brain_sync(url, workspace.root().to_path_buf())
+            .context("cannot start the team brain's sync thread")?;
+    }
     let options = pith_mcp::ServerOptions {
         workspace,
         prefilter: prefilter_config(&config.mcp)?,

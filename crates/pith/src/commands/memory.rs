@@ -42,6 +42,21 @@ enum MemoryCommand {
     Forget(IdArgs),
     /// Bring a memory back from the trash.
     Restore(IdArgs),
+    /// Team mode: send this workspace's memory changes to the team database and take the
+    /// changes other clones of the repository made (`pith mcp` does this in the background).
+    Sync(SyncArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Clones of one repository share memories, whatever their paths: the repository is
+identified by its root commit. The newest change to a memory wins. Hit counters and
+verifications stay on each machine, and evidence is checked against this checkout's files, so
+a memory can be fresh here and stale elsewhere. Needs [store] url or PITH_STORE_URL."
+)]
+struct SyncArgs {
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -133,17 +148,19 @@ fn parse_kind(s: &str) -> Result<Kind, String> {
     Kind::parse(s).ok_or_else(|| format!("unknown kind {s:?}; use note, fix, failed or decision"))
 }
 
-pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
+pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let ws = crate::workspace::workspace_from(args.workspace.as_deref())?;
     let root = ws.root().to_path_buf();
     // Only saving creates the brain. Every other command reads (and records hits and checks)
     // an existing one: reading never creates `.pith/` or changes a file's mode.
     let brain = match args.command {
         MemoryCommand::Add(_) => Some(open_workspace_brain(ws)?),
+        // The sync opens the brain file itself (creating it in a fresh clone).
+        MemoryCommand::Sync(_) => None,
         _ => open_existing_workspace_brain(ws)?,
     };
     let Some(mut brain) = brain else {
-        return without_brain(args.command, &root);
+        return without_brain(args.command, &root, config);
     };
     match args.command {
         MemoryCommand::Add(a) => add(&mut brain, a),
@@ -179,11 +196,12 @@ pub fn run(args: Args, _config: &Config) -> anyhow::Result<()> {
             let value = json!({"id": m.id, "title": m.title, "trashed_at": null});
             emit(a.json, value, || render::restored(&m))
         }
+        MemoryCommand::Sync(a) => sync(config, &root, a.json),
     }
 }
 
 /// A read in a workspace with no brain: what the same command says over an empty one.
-fn without_brain(command: MemoryCommand, root: &Path) -> anyhow::Result<()> {
+fn without_brain(command: MemoryCommand, root: &Path, config: &Config) -> anyhow::Result<()> {
     let unknown = |id: &str| {
         explain(
             BrainError::NotFound {
@@ -194,6 +212,7 @@ fn without_brain(command: MemoryCommand, root: &Path) -> anyhow::Result<()> {
     };
     match command {
         MemoryCommand::Add(_) => anyhow::bail!("the project memory could not be created"),
+        MemoryCommand::Sync(a) => sync(config, root, a.json),
         MemoryCommand::Search(a) => {
             let found = SearchResult {
                 query: a.query.join(" ").trim().to_owned(),
@@ -330,6 +349,38 @@ fn explain(e: BrainError, root: &Path) -> anyhow::Error {
         }
         other => other.into(),
     }
+}
+
+fn sync(config: &Config, root: &Path, as_json: bool) -> anyhow::Result<()> {
+    let Some(url) = config.store_url()? else {
+        anyhow::bail!(
+            "team mode is off: set [store] url in config or PITH_STORE_URL to a postgres:// URL"
+        );
+    };
+    let ws = pith_brain::Workspace::new(root)?;
+    let Some(report) = crate::team::sync_brain(&url, ws)? else {
+        anyhow::bail!(
+            "{} is not a git repository with a commit: clones are matched by their root commit",
+            root.display()
+        );
+    };
+    emit(as_json, json!(report), || {
+        format!(
+            "synced with {url}: sent {} changes ({} taken), received {} new and {} updated memories{}",
+            report.pushed,
+            report.accepted,
+            report.new,
+            report.updated,
+            if report.collisions > 0 {
+                format!(
+                    "; {} memories share an id with a different memory and were left apart",
+                    report.collisions
+                )
+            } else {
+                String::new()
+            }
+        )
+    })
 }
 
 fn emit(

@@ -13,6 +13,7 @@ use pith_proxy::search_trip::{SearchTrip, StoredSearches};
 use pith_proxy::{HistorySink, LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
 use pith_store::history::History;
 use pith_store::ledger::Ledger;
+use pith_store::postgres::ship::Shipper;
 use pith_store::search_blocks::{Limits, SearchBlocks};
 use pith_transform::search_trip::SearchMemory;
 use pith_transform::search_trip::restore::RestoreStage;
@@ -201,6 +202,19 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Team mode: the local ledger is the queue; a thread of its own sends its rows on, so the
+    // database being down or slow never reaches a request.
+    let store_url = config.store_url()?;
+    // The account this proxy's requests belong to (checked even outside team mode, so a typo
+    // shows before it matters).
+    let account = config.account_id()?;
+    let shipper = match (&store_url, &ledger_path) {
+        (Some(url), Some(path)) => Some(
+            Shipper::start(path.clone(), url.clone(), account.clone())
+                .context("cannot start the team ledger's shipper thread")?,
+        ),
+        _ => None,
+    };
     let pins = pins_on(config)?.then(PinsStage::new);
     // Search blocks hidden from answers wait here for the session's next requests.
     let searches_path = pith_home()?.join("search-blocks.db");
@@ -236,6 +250,17 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // One event-loop thread: an agent sends a few requests a second, and on one thread every
     // streamed chunk goes from the upstream connection to the client without a cross-thread
     // wake-up (measured in BENCHMARKS.md). Blocking stages run on tokio's blocking pool.
+    let mut dashboard = Dashboard::new(
+        ledger_path.clone(),
+        Prices::new(&config.prices),
+        Upstreams {
+            anthropic: anthropic.to_string(),
+            openai: openai.to_string(),
+        },
+    );
+    if let Some(url) = &store_url {
+        dashboard = dashboard.with_team(url.clone(), config.team_replica()?);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -247,14 +272,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             openai: openai.clone(),
             pipeline,
             pins,
-            own_pages: Some(Arc::new(Dashboard::new(
-                ledger_path.clone(),
-                Prices::new(&config.prices),
-                Upstreams {
-                    anthropic: anthropic.to_string(),
-                    openai: openai.to_string(),
-                },
-            )) as Arc<dyn OwnPages>),
+            own_pages: Some(Arc::new(dashboard) as Arc<dyn OwnPages>),
             ledger: ledger.clone(),
             rewrites,
             max_body: pith_proxy::DEFAULT_MAX_BODY,
@@ -274,6 +292,15 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         match &history_path {
             Some(p) => eprintln!("  history   -> {}", p.display()),
             None => eprintln!("  history   -> off"),
+        }
+        match (&store_url, &shipper) {
+            (Some(url), Some(_)) => {
+                eprintln!("  team      -> {url} (ledger rows shipped in the background, account {account})")
+            }
+            (Some(url), None) => {
+                eprintln!("  team      -> {url} (nothing shipped: the ledger is off)")
+            }
+            _ => {}
         }
         if searches.is_some() {
             eprintln!("  searches  -> {}", searches_path.display());
@@ -335,6 +362,13 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         sink.shutdown(Duration::from_secs(5));
         let s = ledger_stats_line(&sink);
         eprintln!("pith proxy stopped; {s}");
+    }
+    if let Some(shipper) = shipper {
+        let s = shipper.stop();
+        eprintln!(
+            "team ledger: {} rows shipped, {} waiting in the local ledger for the next start",
+            s.shipped, s.backlog
+        );
     }
     Ok(())
 }

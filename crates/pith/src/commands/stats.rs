@@ -26,6 +26,11 @@ at 4 characters a token, priced at the rate the real request paid where they sit
 prompt (cached read, five-minute or one-hour write, or uncached input). It can be negative.
 The provider's own cache discount is shown apart.
 
+In team mode ([store] url or PITH_STORE_URL) the report covers every proxy that ships to the
+team database: its rows are pulled into a local replica ([store] replica, default
+$PITH_HOME/team-ledger.db) first, and each proxy's backlog (rows not yet shipped) is shown. If
+the database cannot be reached, the replica as last synced is shown, with the reason.
+
 Examples:
   pith stats --since 1d
   pith stats --session 39dd4aa9-e8f6-4b73-8e36-c3a73b8de0ec --json"
@@ -46,6 +51,11 @@ pub struct Args {
     /// Ledger database [default: $PITH_HOME/ledger.db; config: ledger.path].
     #[arg(long, value_name = "FILE")]
     ledger: Option<PathBuf>,
+
+    /// In team mode ([store] url or PITH_STORE_URL), report this machine's ledger only instead
+    /// of the team's.
+    #[arg(long)]
+    local: bool,
 }
 
 /// `30m`, `12h`, `1d`, `2w` as milliseconds.
@@ -219,12 +229,33 @@ pub(crate) struct Report {
     latency: pith_store::ledger::Latency,
     /// How `estimated_saved_*` are estimated.
     savings_method: &'static str,
+    /// Team mode: the team database, its proxies and their backlogs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) team: Option<crate::team::TeamInfo>,
 }
 
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let path = match args.ledger.or_else(|| config.ledger.path.clone()) {
         Some(p) => p,
         None => pith_home()?.join("ledger.db"),
+    };
+    let team = match config.store_url()? {
+        Some(url) if !args.local => {
+            let replica = config.team_replica()?;
+            let info = crate::team::sync(&url, &replica, Some(&path));
+            if let (Some(e), false) = (&info.sync_error, replica.exists()) {
+                anyhow::bail!(
+                    "cannot read the team ledger ({e}), and there is no replica of it yet; \
+                     `pith stats --local` reports this machine's ledger"
+                );
+            }
+            Some((replica, info))
+        }
+        _ => None,
+    };
+    let (path, team) = match team {
+        Some((replica, info)) => (replica, Some(info)),
+        None => (path, None),
     };
     anyhow::ensure!(
         path.exists(),
@@ -241,7 +272,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             .map(|age| now_ms.saturating_sub(i64::try_from(age).unwrap_or(i64::MAX))),
         session: args.session.clone(),
     };
-    let report = report(&path, &filter, &Prices::new(&config.prices))?;
+    let mut report = report(&path, &filter, &Prices::new(&config.prices))?;
+    report.team = team;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -371,6 +403,7 @@ fn build_report(
         cache_busts: ledger.cache_busts(filter)?,
         latency: ledger.latency(filter)?,
         savings_method: SAVINGS_METHOD,
+        team: None,
     })
 }
 
@@ -432,6 +465,9 @@ fn table(out: &mut String, head: &str, rows: &[Vec<String>]) {
 fn render(r: &Report, filtered_by_time: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("ledger: {}\n", r.ledger.display()));
+    if let Some(team) = &r.team {
+        render_team(&mut out, team);
+    }
     if r.total.requests == 0 {
         out.push_str(if filtered_by_time || r.session.is_some() {
             "no requests match\n"
@@ -536,6 +572,35 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         r.transform_failures, r.dropped_rows
     ));
     out
+}
+
+fn render_team(out: &mut String, team: &crate::team::TeamInfo) {
+    out.push_str(&format!(
+        "team ledger: {} ({} proxies ship to it; read through the replica above)\n",
+        team.store,
+        team.instances.len()
+    ));
+    if let Some(e) = &team.sync_error {
+        out.push_str(&format!(
+            "warning: cannot sync the team ledger ({e}); showing the replica as of its last sync\n"
+        ));
+    }
+    for i in &team.instances {
+        out.push_str(&format!(
+            "  proxy {:016x} of {} on {}: {} rows waiting to ship, {} dropped (as of its last push)\n",
+            i.instance, i.account, i.host, i.backlog, i.dropped_rows
+        ));
+    }
+    if let Some(n) = team.local_backlog {
+        out.push_str(&format!(
+            "this machine: {n} ledger rows waiting to ship{}\n",
+            if n > 0 {
+                " (they go out when the team database is reachable)"
+            } else {
+                ""
+            }
+        ));
+    }
 }
 
 /// The report in Prometheus' text format (`/metrics`): the same numbers as `pith stats

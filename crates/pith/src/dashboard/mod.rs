@@ -3,26 +3,30 @@
 //! numbers come from the same report as `pith stats --json`, so they agree.
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::StatusCode;
 use pith_proxy::own_pages::{OwnBody, OwnPage, OwnPages};
 use pith_store::ledger::{Filter, Ledger};
+use pith_store::postgres::StoreUrl;
 use serde_json::json;
 
 use crate::commands::stats;
 use crate::prices::Prices;
+use crate::team::TeamInfo;
 
 mod timeline;
 
 const PAGE: &str = include_str!("page.html");
 
-/// The pages, over the ledger the proxy writes.
+/// The pages, over the ledger the proxy writes (or, in team mode, the team's).
 pub struct Dashboard {
     ledger: Option<PathBuf>,
     prices: Prices,
     upstreams: Upstreams,
+    team: Option<Team>,
 }
 
 /// Where the proxy sends each provider's traffic, as `/pith/health` tells it (`pith run` runs
@@ -33,6 +37,17 @@ pub struct Upstreams {
     pub openai: String,
 }
 
+/// Team mode: the pages read the replica, synced at most every [`TEAM_SYNC_EVERY`].
+struct Team {
+    url: StoreUrl,
+    replica: PathBuf,
+    last: Mutex<Option<(Instant, TeamInfo)>>,
+}
+
+/// How stale the team view may get: the page polls every few seconds, and several viewers
+/// share one sync.
+const TEAM_SYNC_EVERY: Duration = Duration::from_secs(2);
+
 impl Dashboard {
     /// Pages over the ledger at `ledger` (`None`: the proxy keeps none).
     pub fn new(ledger: Option<PathBuf>, prices: Prices, upstreams: Upstreams) -> Dashboard {
@@ -40,7 +55,37 @@ impl Dashboard {
             ledger,
             prices,
             upstreams,
+            team: None,
         }
+    }
+
+    /// Show the team ledger at `url` instead, through the replica at `replica`.
+    pub fn with_team(mut self, url: StoreUrl, replica: PathBuf) -> Dashboard {
+        self.team = Some(Team {
+            url,
+            replica,
+            last: Mutex::new(None),
+        });
+        self
+    }
+
+    /// The ledger the pages read, and the team's state in team mode.
+    fn source(&self) -> (Option<PathBuf>, Option<TeamInfo>) {
+        let Some(team) = &self.team else {
+            return (self.ledger.clone(), None);
+        };
+        let mut last = team.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = last
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < TEAM_SYNC_EVERY);
+        if !fresh {
+            let info = crate::team::sync(&team.url, &team.replica, self.ledger.as_deref());
+            *last = Some((Instant::now(), info));
+        }
+        (
+            Some(team.replica.clone()),
+            last.as_ref().map(|(_, info)| info.clone()),
+        )
     }
 }
 
@@ -144,7 +189,8 @@ impl OwnPages for Dashboard {
                 }),
             ));
         }
-        let Some(ledger) = self.ledger.as_deref().filter(|p| p.exists()) else {
+        let (source, team) = self.source();
+        let Some(ledger) = source.as_deref().filter(|p| p.exists()) else {
             return Some(error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "pith keeps no ledger yet (started with --no-ledger, or no request has \
@@ -158,7 +204,10 @@ impl OwnPages for Dashboard {
                     Ok(f) => f,
                     Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
                 };
-                match stats::report(ledger, &filter, &self.prices) {
+                match stats::report(ledger, &filter, &self.prices).map(|mut r| {
+                    r.team = team;
+                    r
+                }) {
                     Ok(report) if path == "/metrics" => OwnPage {
                         status: StatusCode::OK,
                         content_type: "text/plain; version=0.0.4; charset=utf-8",

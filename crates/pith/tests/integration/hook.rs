@@ -69,7 +69,7 @@ pub fn seeded() -> Seeded {
 }
 
 /// Claude Code's payload `i` of the capture, moved into `root` and into `session`.
-fn claude_payload(i: usize, root: &Path, session: &str) -> String {
+pub fn claude_payload(i: usize, root: &Path, session: &str) -> String {
     retarget(&claude_code_hook_payloads().unwrap()[i], root, session)
 }
 
@@ -82,7 +82,7 @@ fn retarget(payload: &str, root: &Path, session: &str) -> String {
 }
 
 /// `pith hook` with `input` on stdin, in a clean environment of its own.
-fn hook(input: &[u8], env: &[(&str, &str)]) -> (Output, Duration) {
+pub fn hook(input: &[u8], env: &[(&str, &str)]) -> (Output, Duration) {
     let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(pith_bin());
     cmd.arg("hook")
@@ -110,7 +110,7 @@ fn hook(input: &[u8], env: &[(&str, &str)]) -> (Output, Duration) {
 
 /// The note `pith hook` printed for `payload`, after checking it exited 0 with nothing on
 /// stderr and printed either nothing or one line of the host's JSON.
-fn note(out: &Output, payload: &str) -> Option<String> {
+pub fn note(out: &Output, payload: &str) -> Option<String> {
     assert_eq!(out.status.code(), Some(0), "exit 0 always");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),

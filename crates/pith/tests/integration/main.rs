@@ -26,4 +26,5 @@ mod service;
 mod setup;
 mod stats;
 mod support;
+mod team;
 mod websocket;

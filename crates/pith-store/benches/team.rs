@@ -1,0 +1,180 @@
+//! Team mode's two throughput figures, on a real PostgreSQL the test kit starts (loopback, a
+//! temporary directory):
+//! - ledger shipping: a local ledger holding N rows (the proxy's writer put them there), shipped
+//!   by the real `Shipper` thread; rows per second from its start until the backlog is 0. The
+//!   goal is 2,000 requests/s; the local SQLite insert of the same rows is the baseline, timed
+//!   in the same run.
+//! - brain sync: M memories pushed by one clone, then pulled into an empty brain (a fresh
+//!   clone's replica); the goal is 10,000 in under 2 s.
+//!
+//! Run: `cargo bench -p pith-store --bench team` (env: TEAM_BENCH_ROWS, default 20,000;
+//! TEAM_BENCH_MEMORIES, default 10,000; TEAM_BENCH_RUNS, default 3).
+#![expect(
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "a bench stops loudly on a broken setup and reports by printing"
+)]
+
+use std::time::{Duration, Instant};
+
+use pith_brain::{Evidence, Kind, LineRange, Memory};
+use pith_store::brain::SqliteBrain;
+use pith_store::ledger::{Fact, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult};
+use pith_store::postgres::StoreUrl;
+use pith_store::postgres::brain::TeamBrain;
+use pith_store::postgres::ship::{self, Shipper};
+use pith_testkit::postgres::PgServer;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A row like the proxy writes for a deferred Claude Code request.
+fn row(i: usize) -> Row {
+    Row {
+        ts_ms: 1_700_000_000_000 + i as i64,
+        client: "claude-code".into(),
+        session: Some(format!("session-{}", i % 50)),
+        wire: Some("anthropic".into()),
+        provider: "anthropic".into(),
+        model: Some("claude-sonnet-4-5".into()),
+        method: "POST".into(),
+        path: "/v1/messages".into(),
+        status: Some(200),
+        outcome: RequestOutcome::Ok,
+        bytes_client: 54_672,
+        bytes_upstream: 21_000,
+        bytes_response: 3_000,
+        tools_bytes: 40_000,
+        system_bytes: 10_000,
+        messages_bytes: 4_000,
+        other_bytes: 672,
+        usage: Some(RowUsage {
+            input: 10,
+            output: 200,
+            cache_write: 1_000,
+            cache_write_1h: 0,
+            cache_read: 20_000,
+        }),
+        ttfb_ms: Some(400.0),
+        total_ms: 2_000.0,
+        transforms: vec![Transform {
+            stage: "defer".into(),
+            result: TransformResult::Applied(vec![
+                Fact {
+                    name: "tools".into(),
+                    kind: "count".into(),
+                    value: 40,
+                },
+                Fact {
+                    name: "chars".into(),
+                    kind: "chars_kept_out".into(),
+                    value: 30_000,
+                },
+            ]),
+        }],
+        fingerprint: Some(vec![7; 120]),
+        ..Row::default()
+    }
+}
+
+fn memory(i: usize) -> Memory {
+    Memory {
+        id: format!("m-{i:08x}"),
+        kind: Kind::Fix,
+        title: format!("retry the ledger write {i} on SQLITE_BUSY"),
+        body: "The writer thread saw SQLITE_BUSY under load; a busy timeout fixes it. ".repeat(4),
+        tags: vec!["sqlite".into(), "ledger".into()],
+        headline: Some(format!(
+            "FAILED tests/ledger.rs::busy_{i} - database is locked"
+        )),
+        evidence: vec![Evidence {
+            path: format!("src/module_{}.rs", i % 200),
+            lines: Some(LineRange { start: 10, end: 40 }),
+            hash: Some("ab".repeat(32)),
+            size: Some(4_000),
+            mtime_ns: Some(1),
+        }],
+        created_at: 1_700_000_000 + i as i64,
+        updated_at: 1_700_000_000 + i as i64,
+        hits: 0,
+        last_hit_at: None,
+        last_check: None,
+        trashed_at: None,
+    }
+}
+
+fn ship_once(pg: &PgServer, rows: usize) -> (f64, f64) {
+    let url = pg.database().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut ledger = Ledger::open(&path).unwrap();
+    let batch: Vec<Row> = (0..rows).map(row).collect();
+    let start = Instant::now();
+    for chunk in batch.chunks(64) {
+        ledger.insert(chunk).unwrap();
+    }
+    let local = rows as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
+    let reader = Ledger::open_read_only(&path).unwrap();
+    while ship::backlog(&reader).unwrap() > 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let shipped = rows as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(shipper.stop().shipped, rows as u64);
+    (local, shipped)
+}
+
+fn sync_once(pg: &PgServer, memories: usize) -> (Duration, Duration) {
+    let url = StoreUrl::new(pg.database().unwrap());
+    let team = TeamBrain::open(&url).unwrap();
+    let mut origin = SqliteBrain::in_memory().unwrap();
+    for i in 0..memories {
+        origin.insert(&memory(i)).unwrap();
+    }
+    let start = Instant::now();
+    let pushed = team.sync("git:bench", &mut origin).unwrap();
+    let push = start.elapsed();
+    assert_eq!(pushed.accepted, memories as u64);
+    let dir = tempfile::tempdir().unwrap();
+    let mut replica = SqliteBrain::open(&dir.path().join("brain.db")).unwrap();
+    let start = Instant::now();
+    let pulled = team.sync("git:bench", &mut replica).unwrap();
+    let pull = start.elapsed();
+    assert_eq!(pulled.new, memories as u64);
+    assert_eq!(replica.count().unwrap(), memories as u64);
+    (push, pull)
+}
+
+fn main() {
+    let rows = env_usize("TEAM_BENCH_ROWS", 20_000);
+    let memories = env_usize("TEAM_BENCH_MEMORIES", 10_000);
+    let runs = env_usize("TEAM_BENCH_RUNS", 3);
+    let pg = PgServer::start().unwrap();
+    println!("ledger shipping, {rows} rows per run (rows/s):");
+    println!("| run | local SQLite insert (baseline) | shipped to PostgreSQL | shipped / local |");
+    println!("|---|---|---|---|");
+    for run in 1..=runs {
+        let (local, shipped) = ship_once(&pg, rows);
+        println!(
+            "| {run} | {local:.0} | {shipped:.0} | {:.2} |",
+            shipped / local
+        );
+    }
+    println!();
+    println!("brain sync, {memories} memories per run:");
+    println!("| run | push from one clone | pull into an empty brain |");
+    println!("|---|---|---|");
+    for run in 1..=runs {
+        let (push, pull) = sync_once(&pg, memories);
+        println!(
+            "| {run} | {:.0} ms | {:.0} ms |",
+            push.as_secs_f64() * 1e3,
+            pull.as_secs_f64() * 1e3
+        );
+    }
+}

@@ -1,0 +1,551 @@
+//! The team ledger in PostgreSQL: every proxy's ledger rows in one table.
+//!
+//! The logical schema is the SQLite ledger's (`crate::ledger`): the same request columns, the
+//! same transform entries and prompt fingerprints. Two things differ, both for the way rows
+//! get here:
+//! - A row is identified by `(instance, local_id)`: the proxy's ledger (a random id kept in it)
+//!   and the row's id there. Pushing the same row again is a no-op, so a shipper that crashed
+//!   after a commit but before recording it sends again without doubling anything.
+//! - `seq` orders rows by commit: every push takes one transaction-scoped advisory lock before
+//!   it draws from the sequence, so a reader that has seen `seq = n` has seen every row below
+//!   `n` too, and "pull since a cursor" misses nothing.
+//!
+//! Transform entries and savings are one `jsonb` array each per request (stage, result,
+//! detail, facts, in pipeline order; stage, band, tokens) instead of child tables: a push is
+//! then one `INSERT ... SELECT unnest` per batch.
+//!
+//! Aggregates (`pith stats`, the dashboard) are not computed here: readers pull new rows into a
+//! local SQLite replica ([`TeamLedger::sync_replica`]), which keeps the same totals and answers
+//! the same queries as a single proxy's ledger.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Pg, PgError, StoreUrl};
+use crate::ledger::{
+    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
+};
+
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE requests (
+    seq                 BIGSERIAL PRIMARY KEY,
+    instance            BIGINT NOT NULL,
+    local_id            BIGINT NOT NULL,
+    ts_ms               BIGINT NOT NULL,
+    client              TEXT NOT NULL,
+    session             TEXT,
+    wire                TEXT,
+    provider            TEXT NOT NULL,
+    model               TEXT,
+    method              TEXT NOT NULL,
+    path                TEXT NOT NULL,
+    status              INTEGER,
+    outcome             TEXT NOT NULL,
+    error               TEXT,
+    bytes_client        BIGINT NOT NULL,
+    bytes_upstream      BIGINT NOT NULL,
+    bytes_response      BIGINT NOT NULL,
+    tools_bytes         BIGINT NOT NULL,
+    system_bytes        BIGINT NOT NULL,
+    messages_bytes      BIGINT NOT NULL,
+    other_bytes         BIGINT NOT NULL,
+    input_tokens        BIGINT,
+    output_tokens       BIGINT,
+    cache_write_tokens  BIGINT,
+    cache_write_1h_tokens BIGINT,
+    cache_read_tokens   BIGINT,
+    ttfb_ms             DOUBLE PRECISION,
+    total_ms            DOUBLE PRECISION NOT NULL,
+    transforms          JSONB NOT NULL,
+    savings             JSONB NOT NULL,
+    fingerprint         BYTEA,
+    client_fingerprint  BYTEA,
+    UNIQUE (instance, local_id)
+);
+CREATE INDEX requests_ts ON requests (ts_ms);
+CREATE INDEX requests_session ON requests (session, ts_ms);
+-- One row per proxy ledger that ever pushed: what it last said about itself.
+CREATE TABLE instances (
+    instance     BIGINT PRIMARY KEY,
+    account      TEXT NOT NULL,
+    host         TEXT NOT NULL,
+    last_push_ms BIGINT NOT NULL,
+    shipped_id   BIGINT NOT NULL,
+    backlog      BIGINT NOT NULL,
+    dropped_rows BIGINT NOT NULL
+);
+"];
+
+/// Rows pulled into a replica per transaction.
+const PULL_BATCH: usize = 5_000;
+/// The replica's counter of how far it has read the team ledger (a `seq`).
+pub const PULLED_THROUGH: &str = "team_pulled_through";
+
+/// One proxy ledger's state as the team ledger last heard it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Instance {
+    /// Its random id.
+    pub instance: i64,
+    /// The account its requests belong to.
+    pub account: String,
+    /// The host it runs on.
+    pub host: String,
+    /// When it last pushed (ms since the Unix epoch).
+    pub last_push_ms: i64,
+    /// The newest local row id it has pushed.
+    pub shipped_id: i64,
+    /// Rows it held back, not yet pushed, when it last pushed.
+    pub backlog: i64,
+    /// Rows its queue dropped (its `dropped_rows` counter).
+    pub dropped_rows: i64,
+}
+
+/// What a proxy says about itself with each push.
+#[derive(Debug, Clone, Default)]
+pub struct PushState {
+    /// The account its requests belong to (`local` for a single install).
+    pub account: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Rows still waiting after this push.
+    pub backlog: u64,
+    /// Its `dropped_rows` counter.
+    pub dropped_rows: u64,
+}
+
+/// The team ledger.
+pub struct TeamLedger {
+    pg: Pg,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredTransform {
+    stage: String,
+    result: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    detail: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    facts: Vec<StoredFact>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredFact {
+    name: String,
+    kind: String,
+    value: u64,
+}
+
+fn transforms_json(transforms: &[Transform]) -> String {
+    let stored: Vec<StoredTransform> = transforms
+        .iter()
+        .map(|t| {
+            let (result, detail, facts) = match &t.result {
+                TransformResult::Applied(facts) => (
+                    "applied",
+                    None,
+                    facts
+                        .iter()
+                        .map(|f| StoredFact {
+                            name: f.name.clone(),
+                            kind: f.kind.clone(),
+                            value: f.value,
+                        })
+                        .collect(),
+                ),
+                TransformResult::Unchanged(d) => ("unchanged", Some(d.clone()), Vec::new()),
+                TransformResult::Failed(d) => ("failed", Some(d.clone()), Vec::new()),
+            };
+            StoredTransform {
+                stage: t.stage.clone(),
+                result: result.to_owned(),
+                detail,
+                facts,
+            }
+        })
+        .collect();
+    // Serializing plain strings and numbers cannot fail; an empty list stands in if it did.
+    serde_json::to_string(&stored).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn transforms_from_json(text: &str) -> Result<Vec<Transform>, PgError> {
+    let stored: Vec<StoredTransform> =
+        serde_json::from_str(text).map_err(|e| PgError::Corrupt(e.to_string()))?;
+    Ok(stored
+        .into_iter()
+        .map(|t| Transform {
+            stage: t.stage,
+            result: match t.result.as_str() {
+                "applied" => TransformResult::Applied(
+                    t.facts
+                        .into_iter()
+                        .map(|f| Fact {
+                            name: f.name,
+                            kind: f.kind,
+                            value: f.value,
+                        })
+                        .collect(),
+                ),
+                "unchanged" => TransformResult::Unchanged(t.detail.unwrap_or_default()),
+                _ => TransformResult::Failed(t.detail.unwrap_or_default()),
+            },
+        })
+        .collect())
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSaving {
+    stage: String,
+    band: String,
+    tokens: i64,
+}
+
+fn savings_json(savings: &[Saving]) -> String {
+    let stored: Vec<StoredSaving> = savings
+        .iter()
+        .map(|s| StoredSaving {
+            stage: s.stage.clone(),
+            band: s.band.clone(),
+            tokens: s.tokens,
+        })
+        .collect();
+    serde_json::to_string(&stored).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn savings_from_json(text: &str) -> Result<Vec<Saving>, PgError> {
+    let stored: Vec<StoredSaving> =
+        serde_json::from_str(text).map_err(|e| PgError::Corrupt(e.to_string()))?;
+    Ok(stored
+        .into_iter()
+        .map(|s| Saving {
+            stage: s.stage,
+            band: s.band,
+            tokens: s.tokens,
+        })
+        .collect())
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// The advisory lock every push holds while it draws `seq` values (see the module doc).
+const PUSH_LOCK: i64 = 7_369_746_801;
+
+impl TeamLedger {
+    /// Connect to the team ledger at `url` and bring its schema up to date.
+    pub fn open(url: &StoreUrl) -> Result<TeamLedger, PgError> {
+        let pg = Pg::new(url)?;
+        pg.migrate("ledger", MIGRATIONS)?;
+        Ok(TeamLedger { pg })
+    }
+
+    /// The URL (shown redacted).
+    pub fn url(&self) -> &StoreUrl {
+        self.pg.url()
+    }
+
+    /// Push rows of proxy ledger `instance` (each with its local id) in one transaction, with
+    /// what the proxy says about itself. Rows already there are skipped: pushing twice is
+    /// pushing once. Returns how many rows were new.
+    pub fn push(
+        &self,
+        instance: i64,
+        rows: &[(i64, Row)],
+        state: &PushState,
+    ) -> Result<u64, PgError> {
+        let mut cols = Columns::default();
+        for (id, r) in rows {
+            cols.add(*id, r);
+        }
+        let shipped = rows.last().map_or(0, |(id, _)| *id);
+        let now = now_ms();
+        self.pg.with(async |client| {
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PUSH_LOCK])
+                .await?;
+            let inserted = tx
+                .execute(
+                    "INSERT INTO requests (instance, local_id, ts_ms, client, session, wire,
+                        provider, model, method, path, status, outcome, error, bytes_client,
+                        bytes_upstream, bytes_response, tools_bytes, system_bytes,
+                        messages_bytes, other_bytes, input_tokens, output_tokens,
+                        cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
+                        fingerprint, client_fingerprint, cache_write_1h_tokens, savings)
+                     SELECT $1, l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
+                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb
+                     FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[],
+                        $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+                        $11::integer[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
+                        $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
+                        $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[],
+                        $24::bigint[], $25::float8[], $26::float8[], $27::text[], $28::bytea[],
+                        $29::bytea[], $30::bigint[], $31::text[])
+                        AS u (l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
+                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv)
+                     ORDER BY l
+                     ON CONFLICT (instance, local_id) DO NOTHING",
+                    &[
+                        &instance,
+                        &cols.local_id,
+                        &cols.ts_ms,
+                        &cols.client,
+                        &cols.session,
+                        &cols.wire,
+                        &cols.provider,
+                        &cols.model,
+                        &cols.method,
+                        &cols.path,
+                        &cols.status,
+                        &cols.outcome,
+                        &cols.error,
+                        &cols.bytes_client,
+                        &cols.bytes_upstream,
+                        &cols.bytes_response,
+                        &cols.tools_bytes,
+                        &cols.system_bytes,
+                        &cols.messages_bytes,
+                        &cols.other_bytes,
+                        &cols.input,
+                        &cols.output,
+                        &cols.cache_write,
+                        &cols.cache_read,
+                        &cols.ttfb_ms,
+                        &cols.total_ms,
+                        &cols.transforms,
+                        &cols.fingerprint,
+                        &cols.client_fingerprint,
+                        &cols.cache_write_1h,
+                        &cols.savings,
+                    ],
+                )
+                .await?;
+            tx.execute(
+                "INSERT INTO instances (instance, host, last_push_ms, shipped_id, backlog,
+                    dropped_rows, account)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (instance) DO UPDATE SET host = excluded.host,
+                    account = excluded.account,
+                    last_push_ms = excluded.last_push_ms,
+                    shipped_id = greatest(instances.shipped_id, excluded.shipped_id),
+                    backlog = excluded.backlog, dropped_rows = excluded.dropped_rows",
+                &[
+                    &instance,
+                    &state.host,
+                    &now,
+                    &shipped,
+                    &to_i64(state.backlog),
+                    &to_i64(state.dropped_rows),
+                    &state.account,
+                ],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(inserted)
+        })
+    }
+
+    /// At most `limit` rows after `seq` (in commit order), each with its `seq`.
+    pub fn pull(&self, after_seq: i64, limit: usize) -> Result<Vec<(i64, Row)>, PgError> {
+        let limit = to_i64(limit as u64);
+        let rows = self.pg.with(async |client| {
+            Ok(client
+                .query(
+                    "SELECT seq, ts_ms, client, session, wire, provider, model, method, path,
+                        status, outcome, error, bytes_client, bytes_upstream, bytes_response,
+                        tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
+                        output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                        transforms::text, fingerprint, client_fingerprint, cache_write_1h_tokens,
+                        savings::text
+                     FROM requests WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    &[&after_seq, &limit],
+                )
+                .await?)
+        })?;
+        rows.iter().map(row_of).collect()
+    }
+
+    /// Every proxy ledger that has pushed, by id.
+    pub fn instances(&self) -> Result<Vec<Instance>, PgError> {
+        let rows = self.pg.with(async |client| {
+            Ok(client
+                .query(
+                    "SELECT instance, host, last_push_ms, shipped_id, backlog, dropped_rows,
+                        account
+                     FROM instances ORDER BY instance",
+                    &[],
+                )
+                .await?)
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| Instance {
+                instance: r.get(0),
+                host: r.get(1),
+                last_push_ms: r.get(2),
+                shipped_id: r.get(3),
+                backlog: r.get(4),
+                dropped_rows: r.get(5),
+                account: r.get(6),
+            })
+            .collect())
+    }
+
+    /// Bring `replica` up to date with the team ledger: pull every row it has not seen, in
+    /// commit order, each batch written with the cursor in one transaction (a crash never
+    /// reads a row twice). Its `dropped_rows` counter becomes the team's sum. Returns how many
+    /// rows were new.
+    pub fn sync_replica(&self, replica: &mut Ledger) -> Result<u64, PgError> {
+        let mut pulled = 0;
+        loop {
+            let cursor = to_i64(replica.counter(PULLED_THROUGH)?);
+            let batch = self.pull(cursor, PULL_BATCH)?;
+            let Some(&(last, _)) = batch.last() else {
+                break;
+            };
+            let rows: Vec<Row> = batch.into_iter().map(|(_, r)| r).collect();
+            replica.insert_and_set_counter(&rows, PULLED_THROUGH, to_u64(last))?;
+            pulled += rows.len() as u64;
+            if rows.len() < PULL_BATCH {
+                break;
+            }
+        }
+        let dropped: i64 = self.instances()?.iter().map(|i| i.dropped_rows).sum();
+        replica.set_counter(DROPPED_ROWS, to_u64(dropped))?;
+        Ok(pulled)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
+    let n = |i: usize| -> Result<u64, PgError> { Ok(to_u64(r.try_get::<_, i64>(i)?)) };
+    let opt = |i: usize| -> Result<Option<u64>, PgError> {
+        Ok(r.try_get::<_, Option<i64>>(i)?.map(to_u64))
+    };
+    let status: Option<i32> = r.try_get(9)?;
+    let status = status
+        .map(|s| u16::try_from(s).map_err(|_| PgError::Corrupt(format!("status {s}"))))
+        .transpose()?;
+    let usage = match opt(19)? {
+        Some(input) => Some(RowUsage {
+            input,
+            output: opt(20)?.unwrap_or(0),
+            cache_write: opt(21)?.unwrap_or(0),
+            cache_write_1h: opt(28)?.unwrap_or(0),
+            cache_read: opt(22)?.unwrap_or(0),
+        }),
+        None => None,
+    };
+    let outcome: String = r.try_get(10)?;
+    let transforms: String = r.try_get(25)?;
+    let savings: String = r.try_get(29)?;
+    Ok((
+        r.try_get(0)?,
+        Row {
+            ts_ms: r.try_get(1)?,
+            client: r.try_get(2)?,
+            session: r.try_get(3)?,
+            wire: r.try_get(4)?,
+            provider: r.try_get(5)?,
+            model: r.try_get(6)?,
+            method: r.try_get(7)?,
+            path: r.try_get(8)?,
+            status,
+            outcome: RequestOutcome::parse(&outcome),
+            error: r.try_get(11)?,
+            bytes_client: n(12)?,
+            bytes_upstream: n(13)?,
+            bytes_response: n(14)?,
+            tools_bytes: n(15)?,
+            system_bytes: n(16)?,
+            messages_bytes: n(17)?,
+            other_bytes: n(18)?,
+            usage,
+            ttfb_ms: r.try_get(23)?,
+            total_ms: r.try_get(24)?,
+            transforms: transforms_from_json(&transforms)?,
+            fingerprint: r.try_get(26)?,
+            client_fingerprint: r.try_get(27)?,
+            savings: savings_from_json(&savings)?,
+        },
+    ))
+}
+
+/// A batch of rows as one array per column, for `unnest`.
+#[derive(Default)]
+struct Columns {
+    local_id: Vec<i64>,
+    ts_ms: Vec<i64>,
+    client: Vec<String>,
+    session: Vec<Option<String>>,
+    wire: Vec<Option<String>>,
+    provider: Vec<String>,
+    model: Vec<Option<String>>,
+    method: Vec<String>,
+    path: Vec<String>,
+    status: Vec<Option<i32>>,
+    outcome: Vec<&'static str>,
+    error: Vec<Option<String>>,
+    bytes_client: Vec<i64>,
+    bytes_upstream: Vec<i64>,
+    bytes_response: Vec<i64>,
+    tools_bytes: Vec<i64>,
+    system_bytes: Vec<i64>,
+    messages_bytes: Vec<i64>,
+    other_bytes: Vec<i64>,
+    input: Vec<Option<i64>>,
+    output: Vec<Option<i64>>,
+    cache_write: Vec<Option<i64>>,
+    cache_write_1h: Vec<Option<i64>>,
+    cache_read: Vec<Option<i64>>,
+    ttfb_ms: Vec<Option<f64>>,
+    total_ms: Vec<f64>,
+    transforms: Vec<String>,
+    fingerprint: Vec<Option<Vec<u8>>>,
+    client_fingerprint: Vec<Option<Vec<u8>>>,
+    savings: Vec<String>,
+}
+
+impl Columns {
+    fn add(&mut self, id: i64, r: &Row) {
+        let u = r.usage;
+        self.local_id.push(id);
+        self.ts_ms.push(r.ts_ms);
+        self.client.push(r.client.clone());
+        self.session.push(r.session.clone());
+        self.wire.push(r.wire.clone());
+        self.provider.push(r.provider.clone());
+        self.model.push(r.model.clone());
+        self.method.push(r.method.clone());
+        self.path.push(r.path.clone());
+        self.status.push(r.status.map(i32::from));
+        self.outcome.push(r.outcome.as_str());
+        self.error.push(r.error.clone());
+        self.bytes_client.push(to_i64(r.bytes_client));
+        self.bytes_upstream.push(to_i64(r.bytes_upstream));
+        self.bytes_response.push(to_i64(r.bytes_response));
+        self.tools_bytes.push(to_i64(r.tools_bytes));
+        self.system_bytes.push(to_i64(r.system_bytes));
+        self.messages_bytes.push(to_i64(r.messages_bytes));
+        self.other_bytes.push(to_i64(r.other_bytes));
+        self.input.push(u.map(|u| to_i64(u.input)));
+        self.output.push(u.map(|u| to_i64(u.output)));
+        self.cache_write.push(u.map(|u| to_i64(u.cache_write)));
+        self.cache_write_1h
+            .push(u.map(|u| to_i64(u.cache_write_1h)));
+        self.cache_read.push(u.map(|u| to_i64(u.cache_read)));
+        self.ttfb_ms.push(r.ttfb_ms);
+        self.total_ms.push(r.total_ms);
+        self.transforms.push(transforms_json(&r.transforms));
+        self.fingerprint.push(r.fingerprint.clone());
+        self.client_fingerprint.push(r.client_fingerprint.clone());
+        self.savings.push(savings_json(&r.savings));
+    }
+}

@@ -1,0 +1,117 @@
+//! The team brain: memories shared between clones through one PostgreSQL, by the stated rule
+//! (the newest change wins; a tie keeps the copy there; a different memory under the same id is
+//! left apart).
+
+use pith_brain::{Evidence, Kind, LineRange, Memory};
+use pith_store::brain::SqliteBrain;
+use pith_store::postgres::StoreUrl;
+use pith_store::postgres::brain::TeamBrain;
+use pith_testkit::postgres::PgServer;
+
+fn memory(id: &str, title: &str, created_at: i64) -> Memory {
+    Memory {
+        id: id.to_owned(),
+        kind: Kind::Fix,
+        title: title.to_owned(),
+        body: "the body".to_owned(),
+        tags: vec!["sqlite".to_owned()],
+        headline: Some("FAILED test_x - assert 1 == 2".to_owned()),
+        evidence: vec![Evidence {
+            path: "src/lib.rs".to_owned(),
+            lines: Some(LineRange { start: 3, end: 9 }),
+            hash: Some("ab".repeat(32)),
+            size: Some(120),
+            mtime_ns: Some(1),
+        }],
+        created_at,
+        updated_at: created_at,
+        hits: 0,
+        last_hit_at: None,
+        last_check: None,
+        trashed_at: None,
+    }
+}
+
+fn team() -> TeamBrain {
+    TeamBrain::open(&StoreUrl::new(PgServer::shared().database().unwrap())).unwrap()
+}
+
+const REPO: &str = "git:0123abcd";
+
+#[test]
+fn a_memory_saved_in_one_clone_reaches_the_other_and_changes_travel_back() {
+    let team = team();
+    let (mut a, mut b) = (
+        SqliteBrain::in_memory().unwrap(),
+        SqliteBrain::in_memory().unwrap(),
+    );
+    a.insert(&memory("m-0001", "retry on SQLITE_BUSY", 100))
+        .unwrap();
+    a.credit(&["m-0001"], 500).unwrap();
+    let first = team.sync(REPO, &mut a).unwrap();
+    assert_eq!((first.pushed, first.accepted), (1, 1));
+    let got = team.sync(REPO, &mut b).unwrap();
+    assert_eq!((got.new, got.pushed), (1, 0));
+    let there = b.get("m-0001").unwrap().unwrap();
+    assert_eq!(there.title, "retry on SQLITE_BUSY");
+    assert_eq!(
+        there.headline.as_deref(),
+        Some("FAILED test_x - assert 1 == 2")
+    );
+    // Hits are each machine's own; evidence comes without the saving machine's file times.
+    assert_eq!(there.hits, 0);
+    assert_eq!(there.evidence[0].hash, Some("ab".repeat(32)));
+    assert_eq!(there.evidence[0].mtime_ns, None);
+    // A second sync with nothing new does nothing.
+    let idle = team.sync(REPO, &mut b).unwrap();
+    assert_eq!((idle.pushed, idle.new, idle.updated), (0, 0, 0));
+
+    // Trashed in b: the trash reaches a.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert!(b.set_trashed("m-0001", Some(900)).unwrap());
+    let back = team.sync(REPO, &mut b).unwrap();
+    assert_eq!((back.pushed, back.accepted), (1, 1));
+    let mine = team.sync(REPO, &mut a).unwrap();
+    assert_eq!(mine.updated, 1);
+    assert_eq!(a.get("m-0001").unwrap().unwrap().trashed_at, Some(900));
+    assert_eq!(
+        a.get("m-0001").unwrap().unwrap().hits,
+        1,
+        "a's own hits stay"
+    );
+    // Another repository shares nothing with this one.
+    let mut c = SqliteBrain::in_memory().unwrap();
+    assert_eq!(team.sync("git:other", &mut c).unwrap().new, 0);
+}
+
+#[test]
+fn the_newest_change_wins_and_a_different_memory_under_the_same_id_is_left_apart() {
+    let team = team();
+    let (mut a, mut b) = (
+        SqliteBrain::in_memory().unwrap(),
+        SqliteBrain::in_memory().unwrap(),
+    );
+    a.insert(&memory("m-0002", "shared", 100)).unwrap();
+    team.sync(REPO, &mut a).unwrap();
+    team.sync(REPO, &mut b).unwrap();
+    // Both change it; b's change is the later one.
+    assert!(a.set_trashed("m-0002", Some(1)).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(b.set_trashed("m-0002", Some(2)).unwrap());
+    team.sync(REPO, &mut a).unwrap();
+    let b_sync = team.sync(REPO, &mut b).unwrap();
+    assert_eq!(b_sync.accepted, 1, "b's newer change replaces a's");
+    team.sync(REPO, &mut a).unwrap();
+    for brain in [&mut a, &mut b] {
+        assert_eq!(brain.get("m-0002").unwrap().unwrap().trashed_at, Some(2));
+    }
+
+    // Two different memories drew one id: each clone keeps its own, and says so.
+    let mut c = SqliteBrain::in_memory().unwrap();
+    c.insert(&memory("m-0002", "another memory", 777)).unwrap();
+    let clash = team.sync(REPO, &mut c).unwrap();
+    assert!(clash.collisions >= 1, "{clash:?}");
+    assert_eq!(c.get("m-0002").unwrap().unwrap().title, "another memory");
+    team.sync(REPO, &mut a).unwrap();
+    assert_eq!(a.get("m-0002").unwrap().unwrap().title, "shared");
+}

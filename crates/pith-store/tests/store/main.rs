@@ -1,0 +1,13 @@
+//! pith-store's behaviour over its real backends: the ledger's tests run once per backend
+//! (embedded SQLite, and the team ledger in a real PostgreSQL that the test kit starts); the
+//! team ledger's shipping and the team brain's sync against that PostgreSQL.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed step fails the test"
+)]
+
+mod backend;
+mod brain_sync;
+mod ledger;
+mod team;

@@ -1,0 +1,181 @@
+//! The team ledger: several proxies, one database; shipping from the local ledger that survives
+//! the database going away; schema versions; credentials.
+
+use std::time::{Duration, Instant};
+
+use pith_store::ledger::{Filter, Ledger, Row};
+use pith_store::postgres::StoreUrl;
+use pith_store::postgres::ledger::{PushState, TeamLedger};
+use pith_store::postgres::ship::{self, Shipper};
+use pith_testkit::postgres::PgServer;
+
+fn request(i: u64) -> Row {
+    Row {
+        ts_ms: 1_000 + i as i64,
+        client: "claude-code".into(),
+        session: Some(format!("s{}", i % 3)),
+        provider: "anthropic".into(),
+        model: Some("claude-x".into()),
+        method: "POST".into(),
+        path: "/v1/messages".into(),
+        status: Some(200),
+        total_ms: 2.0,
+        ..Row::default()
+    }
+}
+
+fn database_of(url: &str) -> &str {
+    url.rsplit('/').next().unwrap()
+}
+
+fn count(pg: &PgServer, db: &str, sql: &str) -> u64 {
+    pg.psql(db, sql).unwrap().trim().parse().unwrap()
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn pushing_a_batch_again_adds_nothing_and_two_instances_aggregate() {
+    let pg = PgServer::shared();
+    let url = pg.database().unwrap();
+    let team = TeamLedger::open(&StoreUrl::new(&url)).unwrap();
+    let rows: Vec<(i64, Row)> = (1..=10).map(|i| (i as i64, request(i))).collect();
+    let state = PushState::default();
+    assert_eq!(team.push(1, &rows, &state).unwrap(), 10);
+    // The same rows again (a shipper that crashed before recording its push): nothing new.
+    assert_eq!(team.push(1, &rows, &state).unwrap(), 0);
+    assert_eq!(team.push(1, &rows[3..7], &state).unwrap(), 0);
+    // Another proxy's rows with the same local ids are other rows.
+    assert_eq!(team.push(2, &rows[..4], &state).unwrap(), 4);
+
+    let mut replica = Ledger::open_in_memory().unwrap();
+    assert_eq!(team.sync_replica(&mut replica).unwrap(), 14);
+    assert_eq!(team.sync_replica(&mut replica).unwrap(), 0, "pulled once");
+    let groups = replica.groups(&Filter::default()).unwrap();
+    assert_eq!(groups.iter().map(|g| g.requests).sum::<u64>(), 14);
+    assert_eq!(
+        count(pg, database_of(&url), "SELECT count(*) FROM requests"),
+        14
+    );
+}
+
+#[test]
+fn a_newer_schema_is_refused_naming_both_versions_and_never_the_password() {
+    let pg = PgServer::shared();
+    let url = pg.database().unwrap();
+    drop(TeamLedger::open(&StoreUrl::new(&url)).unwrap());
+    pg.psql(
+        database_of(&url),
+        "UPDATE pith_schema SET version = 9 WHERE component = 'ledger'",
+    )
+    .unwrap();
+    // Trust authentication takes any password: the point is where it shows.
+    let with_password = url.replacen("pith@", "pith:hunter2@", 1);
+    let err = TeamLedger::open(&StoreUrl::new(&with_password))
+        .err()
+        .unwrap();
+    let text = pith_testkit::errors::chain(&err);
+    assert!(
+        text.contains("ledger schema") && text.contains("version 9") && text.contains("(1)"),
+        "{text}"
+    );
+    assert!(text.contains("pith:***@127.0.0.1"), "{text}");
+    assert!(!text.contains("hunter2") && !format!("{err:?}").contains("hunter2"));
+}
+
+#[test]
+fn an_unreachable_database_is_named_without_its_password() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = StoreUrl::new(format!("postgres://team:hunter2@127.0.0.1:{port}/pith"));
+    let err = TeamLedger::open(&url).err().unwrap();
+    let text = pith_testkit::errors::chain(&err);
+    assert!(
+        text.contains(&format!(
+            "cannot connect to postgres://team:***@127.0.0.1:{port}/pith"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2") && !format!("{err:?}").contains("hunter2"));
+}
+
+/// The proxy's ledger writer keeps writing while PostgreSQL is killed and started again: every
+/// row reaches the team ledger exactly once, and the backlog shows while it is down.
+#[test]
+fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
+    // A server of its own: the shared one serves other tests meanwhile.
+    let pg = PgServer::start().unwrap();
+    let url = pg.database().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut writer = Ledger::open(&path).unwrap();
+    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
+
+    let mut written = 0u64;
+    let mut write = |n: u64, writer: &mut Ledger| {
+        for _ in 0..n {
+            let batch: Vec<Row> = (0..20).map(|k| request(written + k)).collect();
+            writer.insert(&batch).unwrap();
+            written += 20;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    write(20, &mut writer);
+    pg.kill().unwrap();
+    let down = Instant::now();
+    write(40, &mut writer);
+    // While it is down, the rows wait locally and say so.
+    wait_until(
+        "a backlog while PostgreSQL is down",
+        Duration::from_secs(10),
+        || shipper.stats().backlog > 0,
+    );
+    let reader = Ledger::open_read_only(&path).unwrap();
+    assert!(ship::backlog(&reader).unwrap() > 0);
+    assert!(shipper.stats().failures > 0);
+    assert!(
+        down.elapsed() < Duration::from_secs(5),
+        "the writer never waited on PostgreSQL"
+    );
+    pg.start_again().unwrap();
+    write(20, &mut writer);
+    let total = written;
+    wait_until("every row shipped", Duration::from_secs(30), || {
+        ship::backlog(&reader).unwrap() == 0
+    });
+    let stats = shipper.stop();
+    assert_eq!(stats.backlog, 0);
+    let db = database_of(&url);
+    assert_eq!(count(&pg, db, "SELECT count(*) FROM requests"), total);
+    assert_eq!(
+        count(
+            &pg,
+            db,
+            "SELECT count(DISTINCT (instance, local_id)) FROM requests"
+        ),
+        total
+    );
+    assert_eq!(
+        count(&pg, db, "SELECT count(DISTINCT instance) FROM requests"),
+        1
+    );
+    // And shipping again from the start (a lost cursor) adds nothing.
+    let mut again = Ledger::open(&path).unwrap();
+    again.set_counter(ship::SHIPPED_THROUGH, 0).unwrap();
+    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
+    wait_until("the second pass", Duration::from_secs(30), || {
+        ship::backlog(&reader).unwrap() == 0
+    });
+    assert_eq!(shipper.stop().shipped, 0);
+    assert_eq!(count(&pg, db, "SELECT count(*) FROM requests"), total);
+}

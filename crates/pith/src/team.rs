@@ -1,0 +1,123 @@
+//! Team mode in the binary: the team ledger as readers see it (`pith stats`, the dashboard:
+//! pulled into a local replica, with what each proxy last said about itself; a team database
+//! that cannot be reached is not an error, the replica as last synced is shown, with the
+//! reason), and the team brain's sync of one workspace (`pith memory sync`, and `pith mcp` in
+//! the background).
+
+use std::path::{Path, PathBuf};
+
+use pith_store::ledger::Ledger;
+use pith_store::postgres::StoreUrl;
+use pith_store::postgres::brain::{SyncReport, TeamBrain, repository_of};
+use pith_store::postgres::ledger::{Instance, TeamLedger};
+use pith_store::postgres::ship;
+use serde::Serialize;
+
+/// The team part of a report.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TeamInfo {
+    /// The team database, password hidden.
+    pub store: String,
+    /// The local replica the report was computed from.
+    pub replica: PathBuf,
+    /// Rows this sync pulled.
+    pub pulled: u64,
+    /// Why the sync failed, when it did (the report is then the replica as last synced).
+    pub sync_error: Option<String>,
+    /// Every proxy ledger that has shipped rows, as it last reported itself.
+    pub instances: Vec<Instance>,
+    /// Rows this machine's ledger still has to ship (`None` without a local ledger).
+    pub local_backlog: Option<u64>,
+}
+
+/// Bring the replica at `replica` up to date from `url`, and say how that went; `local` is
+/// this machine's own ledger, whose backlog is reported.
+pub(crate) fn sync(url: &StoreUrl, replica: &Path, local: Option<&Path>) -> TeamInfo {
+    let local_backlog = local
+        .filter(|p| p.exists())
+        .and_then(|p| Ledger::open_read_only(p).ok())
+        .and_then(|l| ship::backlog(&l).ok());
+    let mut info = TeamInfo {
+        store: url.to_string(),
+        replica: replica.to_owned(),
+        pulled: 0,
+        sync_error: None,
+        instances: Vec::new(),
+        local_backlog,
+    };
+    let synced = Ledger::open(replica)
+        .map_err(pith_store::postgres::PgError::from)
+        .and_then(|mut ledger| {
+            let team = TeamLedger::open(url)?;
+            let pulled = team.sync_replica(&mut ledger)?;
+            Ok((pulled, team.instances()?))
+        });
+    match synced {
+        Ok((pulled, instances)) => {
+            info.pulled = pulled;
+            info.instances = instances;
+        }
+        Err(e) => info.sync_error = Some(format!("{:#}", anyhow::Error::new(e))),
+    }
+    info
+}
+
+/// Sync the workspace's brain with the team brain at `url`; `None` when the workspace is not a
+/// git repository with a commit (there is nothing to match its clones by).
+pub(crate) fn sync_brain(
+    url: &StoreUrl,
+    ws: pith_brain::Workspace,
+) -> anyhow::Result<Option<SyncReport>> {
+    let Some(repo) = repository_of(ws.root()) else {
+        return Ok(None);
+    };
+    let mut local = pith_store::brain::open_workspace_sqlite(ws)?;
+    let team = TeamBrain::open(url)?;
+    Ok(Some(team.sync(&repo, &mut local)?))
+}
+
+/// How often `pith mcp` syncs its workspace's brain in team mode: a fix saved on one machine
+/// reaches the other's hook within this (plus the other's own interval).
+pub(crate) const BRAIN_SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `pith mcp`'s background sync: a thread that syncs the workspace's brain every
+/// [`BRAIN_SYNC_EVERY`] for as long as the server runs. A failure is logged once per outage
+/// (the URL shown without its password) and retried at the next tick.
+pub(crate) fn spawn_brain_sync(url: StoreUrl, root: PathBuf) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("pith-brain-sync".into())
+        .spawn(move || {
+            let mut failing = false;
+            loop {
+                let result = pith_brain::Workspace::new(&root)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|ws| sync_brain(&url, ws));
+                match result {
+                    Ok(Some(report)) => {
+                        if failing {
+                            tracing::info!("team brain {url} reachable again");
+                        }
+                        failing = false;
+                        tracing::debug!(?report, "team brain synced");
+                    }
+                    Ok(None) => {
+                        tracing::info!(
+                            "{} is not a git repository with a commit: its memories are not shared",
+                            root.display()
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(
+                                "cannot sync the project memory with the team brain: {e:#}"
+                            );
+                        }
+                        failing = true;
+                    }
+                }
+                std::thread::sleep(BRAIN_SYNC_EVERY);
+            }
+        })?;
+    Ok(())
+}

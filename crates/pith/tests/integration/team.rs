@@ -1,0 +1,475 @@
+//! Team mode: proxies on several machines (here: several PITH_HOMEs) ship their ledgers to one
+//! real PostgreSQL; `pith stats` and the dashboard report the team; the database going away
+//! never slows a request, and every row arrives once when it is back.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pith_testkit::fixtures::{self, Usage};
+use pith_testkit::postgres::PgServer;
+use pith_testkit::{MockUpstream, Reply};
+use serde_json::Value;
+
+use crate::support::*;
+
+const USAGE: Usage = Usage {
+    input: 100,
+    output: 20,
+    cache_write: 0,
+    cache_write_1h: 0,
+    cache_read: 400,
+};
+
+/// `n` JSON requests of session `session` through `pith`, each answered by the mock; the
+/// slowest one's time.
+fn send_requests(mock: &MockUpstream, pith: &PithProxy, session: &str, n: usize) -> Duration {
+    let rt = runtime();
+    let client = client();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..n {
+        mock.push(Reply::json(fixtures::anthropic::message("ok", USAGE)));
+        let start = Instant::now();
+        let (status, _, _) = rt.block_on(async {
+            read_all(
+                send(
+                    &client,
+                    request(
+                        "POST",
+                        &format!("{}/v1/messages", pith.url()),
+                        &headers(&[("x-session-id", session)]),
+                        r#"{"model":"claude-haiku-4-5","messages":[]}"#,
+                    ),
+                )
+                .await,
+            )
+            .await
+        });
+        slowest = slowest.max(start.elapsed());
+        assert_eq!(status, 200);
+    }
+    slowest
+}
+
+/// `pith stats --json ARGS` with `home` as PITH_HOME and `url` as the team store.
+fn team_stats(home: &std::path::Path, url: &str, args: &[&str]) -> Value {
+    let out = Command::new(pith_bin())
+        .args(["stats", "--json"])
+        .args(args)
+        .env("PITH_HOME", home)
+        .env("PITH_STORE_URL", url)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `pith doctor --json`'s checks by name: (status, detail).
+fn doctor(
+    home: &std::path::Path,
+    url: &str,
+) -> std::collections::HashMap<String, (String, String)> {
+    let out = Command::new(pith_bin())
+        .args(["doctor", "--json"])
+        .env("PITH_HOME", home)
+        .env("PITH_STORE_URL", url)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                (
+                    c["status"].as_str().unwrap().to_owned(),
+                    c["detail"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn requests_in(report: &Value) -> u64 {
+    report["total"]["requests"].as_u64().unwrap()
+}
+
+#[test]
+fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both() {
+    let pg = PgServer::shared();
+    // Trust authentication on loopback takes any password: it is here to be hidden.
+    let url = pg
+        .database()
+        .unwrap()
+        .replacen("pith@", "pith:s3cret-pw@", 1);
+    let mock = MockUpstream::start().unwrap();
+    let a = PithProxy::start(
+        &mock.url(),
+        &[("PITH_STORE_URL", &url), ("PITH_ACCOUNT", "alice")],
+    );
+    let b = PithProxy::start(
+        &mock.url(),
+        &[("PITH_STORE_URL", &url), ("PITH_ACCOUNT", "bob")],
+    );
+    send_requests(&mock, &a, "ses_a", 3);
+    send_requests(&mock, &b, "ses_b", 2);
+
+    let mut report = Value::Null;
+    wait_for(
+        "both proxies' rows in the team report",
+        Duration::from_secs(30),
+        || {
+            report = team_stats(a.home.path(), &url, &[]);
+            // The shipper moves its cursor just after the commit that made the rows visible.
+            requests_in(&report) == 5 && report["team"]["local_backlog"].as_u64() == Some(0)
+        },
+    );
+    let sessions: Vec<&str> = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert!(sessions.contains(&"ses_a") && sessions.contains(&"ses_b"));
+    assert_eq!(report["total"]["cache_read_tokens"].as_u64(), Some(2000));
+    let team = &report["team"];
+    let mut accounts: Vec<&str> = team["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["account"].as_str().unwrap())
+        .collect();
+    accounts.sort_unstable();
+    assert_eq!(
+        accounts,
+        ["alice", "bob"],
+        "each proxy's requests are its account's"
+    );
+    assert_eq!(team["local_backlog"].as_u64(), Some(0));
+    assert_eq!(team["sync_error"], Value::Null);
+    assert!(
+        team["store"]
+            .as_str()
+            .unwrap()
+            .starts_with("postgres://pith:***@127.0.0.1:"),
+        "{team}"
+    );
+    // --local is this machine's ledger only.
+    assert_eq!(
+        requests_in(&team_stats(a.home.path(), &url, &["--local"])),
+        3
+    );
+    // The human report says the same.
+    let text = Command::new(pith_bin())
+        .arg("stats")
+        .env("PITH_HOME", b.home.path())
+        .env("PITH_STORE_URL", &url)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("team ledger: postgres://pith:***@"), "{text}");
+    assert!(text.contains("(2 proxies ship to it"), "{text}");
+    assert!(!text.contains("s3cret-pw"));
+
+    // The dashboard's API on either proxy reports the team.
+    let rt = runtime();
+    let (status, _, body) = rt.block_on(async {
+        read_all(
+            send(
+                &client(),
+                request("GET", &format!("{}/pith/api/stats", b.url()), &[], ""),
+            )
+            .await,
+        )
+        .await
+    });
+    assert_eq!(status, 200);
+    let api: Value = serde_json::from_slice(&concat(&body)).unwrap();
+    assert_eq!(requests_in(&api), 5);
+
+    for p in [&a, &b] {
+        let log = p.stderr();
+        assert!(
+            log.contains("team      -> postgres://pith:***@127.0.0.1"),
+            "{log}"
+        );
+        assert!(!log.contains("s3cret-pw"), "{log}");
+    }
+}
+
+#[test]
+fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() {
+    // A server of its own, since it is killed.
+    let pg = PgServer::start().unwrap();
+    let url = pg
+        .database()
+        .unwrap()
+        .replacen("pith@", "pith:s3cret-pw@", 1);
+    let mock = MockUpstream::start().unwrap();
+    let mut pith = PithProxy::start(&mock.url(), &[("PITH_STORE_URL", &url)]);
+    send_requests(&mock, &pith, "ses_k", 5);
+    wait_for("the first rows shipped", Duration::from_secs(30), || {
+        requests_in(&team_stats(pith.home.path(), &url, &[])) == 5
+    });
+
+    pg.kill().unwrap();
+    let slowest = send_requests(&mock, &pith, "ses_k", 30);
+    // The shipper's connection attempts and backoff are on its own thread: no request waits
+    // for them (the connect timeout alone is 5 s).
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a request took {slowest:?}"
+    );
+    pith.wait_rows(35);
+    let mut down = Value::Null;
+    wait_for(
+        "the backlog in stats while PostgreSQL is down",
+        Duration::from_secs(30),
+        || {
+            down = team_stats(pith.home.path(), &url, &[]);
+            down["team"]["local_backlog"].as_u64() == Some(30)
+        },
+    );
+    let error = down["team"]["sync_error"].as_str().unwrap();
+    assert!(
+        error.contains("cannot connect to postgres://pith:***@"),
+        "{error}"
+    );
+    // The replica as last synced.
+    assert_eq!(requests_in(&down), 5);
+    // pith doctor says the same, changing nothing.
+    let checks = doctor(pith.home.path(), &url);
+    assert_eq!(checks["team"].0, "warn", "{checks:?}");
+    assert!(
+        checks["team"]
+            .1
+            .contains("cannot reach postgres://pith:***@"),
+        "{checks:?}"
+    );
+    assert_eq!(
+        checks["team backlog"],
+        ("warn".to_owned(), "30 ledger rows wait to ship".to_owned())
+    );
+    assert!(!format!("{checks:?}").contains("s3cret-pw"));
+
+    pg.start_again().unwrap();
+    send_requests(&mock, &pith, "ses_k", 5);
+    wait_for(
+        "every row in the team report",
+        Duration::from_secs(60),
+        || {
+            let r = team_stats(pith.home.path(), &url, &[]);
+            requests_in(&r) == 40 && r["team"]["local_backlog"].as_u64() == Some(0)
+        },
+    );
+    let checks = doctor(pith.home.path(), &url);
+    assert_eq!(checks["team"].0, "ok", "{checks:?}");
+    assert!(
+        checks["team"].1.contains("schema versions: ledger 1"),
+        "{checks:?}"
+    );
+    assert_eq!(checks["team backlog"].0, "ok", "{checks:?}");
+    let db = url.rsplit('/').next().unwrap();
+    let count = |sql: &str| -> u64 { pg.psql(db, sql).unwrap().trim().parse().unwrap() };
+    assert_eq!(count("SELECT count(*) FROM requests"), 40);
+    assert_eq!(
+        count("SELECT count(DISTINCT (instance, local_id)) FROM requests"),
+        40
+    );
+    pith.stop();
+    let log = pith.stderr();
+    assert!(
+        log.contains("cannot ship ledger rows to the team ledger"),
+        "{log}"
+    );
+    assert!(log.contains("reachable again"), "{log}");
+    assert!(!log.contains("s3cret-pw"), "{log}");
+}
+
+#[test]
+fn a_store_url_that_is_not_postgres_is_refused_saying_what_is_accepted() {
+    let err = proxy_start_error(None, &[("PITH_STORE_URL", "mysql://team:pw@db/pith")]);
+    assert!(
+        err.contains("PITH_STORE_URL = mysql://team:***@db/pith is not a PostgreSQL URL"),
+        "{err}"
+    );
+    assert!(
+        err.contains("postgres://user:password@host:port/database"),
+        "{err}"
+    );
+    assert!(!err.contains(":pw@"), "{err}");
+    let err = proxy_start_error(Some("[store]\nurl = \"sqlite:x\"\nurls = 1\n"), &[]);
+    assert!(err.contains("urls"), "{err}");
+    let err = proxy_start_error(
+        None,
+        &[
+            ("PITH_STORE_URL", "postgres://127.0.0.1:1/pith"),
+            ("PITH_ACCOUNT", "alice smith"),
+        ],
+    );
+    assert!(
+        err.contains("PITH_ACCOUNT = \"alice smith\" is not an account id: use letters"),
+        "{err}"
+    );
+}
+
+/// `pith memory sync --json` in `root` with `url` as the team store.
+fn memory_sync(root: &std::path::Path, url: &str) -> Value {
+    let out = Command::new(pith_bin())
+        .args(["memory", "sync", "--json", "--workspace"])
+        .arg(root)
+        .env("PITH_STORE_URL", url)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A clone of `origin` at another path.
+fn clone_of(origin: &std::path::Path) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap().join("elsewhere");
+    let ok = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(origin)
+        .arg(&root)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    (dir, root)
+}
+
+fn evidence_state(root: &std::path::Path, id: &str) -> String {
+    let out = Command::new(pith_bin())
+        .args(["memory", "show", id, "--json", "--workspace"])
+        .arg(root)
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_STORE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    shown["status"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_fix_saved_in_one_clone_is_noted_by_the_other_clones_hook_after_a_sync() {
+    use crate::hook::{claude_payload, hook, note, seeded};
+    let url = PgServer::shared().database().unwrap();
+    // Clone one: a brain with a fix for the failing test, a failed attempt and a note.
+    let a = seeded();
+    let (_b_dir, b) = clone_of(&a.root);
+    let failure = claude_payload(1, &b, "session-b");
+    assert_eq!(
+        note(&hook(failure.as_bytes(), &[]).0, &failure),
+        None,
+        "nothing known yet"
+    );
+
+    let sent = memory_sync(&a.root, &url);
+    assert_eq!(
+        (sent["pushed"].as_u64(), sent["accepted"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let got = memory_sync(&b, &url);
+    assert_eq!(got["new"].as_u64(), Some(3), "{got}");
+    // The hook reads the local brain only (it is given the store URL and still needs none).
+    let (out, _) = hook(failure.as_bytes(), &[("PITH_STORE_URL", &url)]);
+    let said = note(&out, &failure).expect("the other clone's fix is noted");
+    assert!(said.contains(&a.fix) && said.contains("[fresh]"), "{said}");
+
+    // Evidence is checked against each checkout: changed here, stale here and fresh there.
+    std::fs::write(b.join("calc.py"), "def add(a, b):\n    return a + b\n").unwrap();
+    assert_eq!(evidence_state(&b, &a.fix), "stale");
+    assert_eq!(evidence_state(&a.root, &a.fix), "fresh");
+}
+
+#[test]
+fn pith_mcp_keeps_its_workspaces_brain_synced_in_the_background() {
+    use crate::hook::{claude_payload, hook, note, seeded};
+    let url = PgServer::shared().database().unwrap();
+    let a = seeded();
+    let (_b_dir, b) = clone_of(&a.root);
+    memory_sync(&a.root, &url);
+    // The MCP server of clone b, waiting for its client on stdin: its sync runs meanwhile.
+    let mut mcp = Command::new(pith_bin())
+        .args(["mcp", "--workspace"])
+        .arg(&b)
+        .env("PITH_STORE_URL", &url)
+        .env_remove("PITH_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let failure = claude_payload(1, &b, "session-mcp");
+    let mut said = None;
+    wait_for(
+        "the fix in clone b's brain",
+        Duration::from_secs(20),
+        || {
+            said = note(&hook(failure.as_bytes(), &[]).0, &failure);
+            said.is_some()
+        },
+    );
+    let _ = mcp.kill();
+    let _ = mcp.wait();
+    assert!(said.unwrap().contains(&a.fix));
+}
+
+#[test]
+fn memory_sync_without_team_mode_or_outside_git_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(pith_bin())
+        .args(["memory", "sync", "--workspace"])
+        .arg(dir.path())
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_STORE_URL")
+        .env("PITH_HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("team mode is off: set [store] url"), "{err}");
+    let url = PgServer::shared().database().unwrap();
+    let out = Command::new(pith_bin())
+        .args(["memory", "sync", "--workspace"])
+        .arg(dir.path())
+        .env_remove("PITH_CONFIG")
+        .env("PITH_STORE_URL", &url)
+        .env("PITH_HOME", dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is not a git repository with a commit"),
+        "{err}"
+    );
+}

@@ -39,14 +39,15 @@ CREATE TABLE messages (
     UNIQUE (conversation_id, position)
 );
 -- A term's count in each conversation of an account. Scoped and ordered by (account, term),
--- so a query term's postings are one range of the primary key.
+-- so a query term's postings are one range of the primary key, their counts in it (without a
+-- rowid the table is that key's b-tree: a search reads no second b-tree per posting).
 CREATE TABLE postings (
     account          TEXT NOT NULL,
     term             TEXT NOT NULL,
     conversation_seq INTEGER NOT NULL REFERENCES conversations (seq),
     tf               INTEGER NOT NULL,
     PRIMARY KEY (account, term, conversation_seq)
-);
+) WITHOUT ROWID;
 CREATE INDEX postings_conversation ON postings (conversation_seq);
 -- Per account: conversations indexed and their total length (BM25's N and average length),
 -- kept as messages are added and purged so a search never sums the whole table.

@@ -4,8 +4,6 @@
 //! message, which keeps a search over 10,000 conversations to a few index ranges. The snippet
 //! is cut from the first message holding the conversation's most selective matching term.
 
-use std::collections::HashMap;
-
 use pith_history::terms;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -73,35 +71,51 @@ pub(super) fn search(
         return Ok(Vec::new());
     }
     let average_length = (total_length / documents).max(1.0);
-    // The account's searchable conversations (not in the trash) and their lengths.
-    let mut lengths: HashMap<i64, f64> = HashMap::new();
+    // The account's searchable conversations (not in the trash) and their lengths, by document
+    // number: `seq` is the table's rowid, dense from 1, so arrays indexed by it replace maps
+    // (a common term touches every conversation; hashing each posting cost more than reading it).
+    let max_seq: i64 =
+        conn.query_row("SELECT coalesce(max(seq), 0) FROM conversations", [], |r| {
+            r.get(0)
+        })?;
+    let slots = usize::try_from(max_seq).unwrap_or(0).saturating_add(1);
+    // 0.0: not searchable (another account's, trashed, or empty).
+    let mut lengths: Vec<f64> = vec![0.0; slots];
     let mut documents_stmt = conn.prepare_cached(
         "SELECT seq, length FROM conversations
          WHERE account = ?1 AND trashed_ms IS NULL AND length > 0",
     )?;
     let mut rows = documents_stmt.query(params![account])?;
     while let Some(row) = rows.next()? {
-        lengths.insert(row.get(0)?, row.get::<_, i64>(1)? as f64);
+        if let Some(slot) = usize::try_from(row.get::<_, i64>(0)?)
+            .ok()
+            .and_then(|i| lengths.get_mut(i))
+        {
+            *slot = row.get::<_, i64>(1)? as f64;
+        }
     }
-    let mut scores: HashMap<i64, Scored> = HashMap::new();
+    let mut scores: Vec<Option<Scored>> = Vec::new();
+    scores.resize_with(slots, || None);
     let mut postings = conn.prepare_cached(
         "SELECT conversation_seq, tf FROM postings WHERE account = ?1 AND term = ?2",
     )?;
+    let mut matched: Vec<(usize, f64)> = Vec::new();
     for (t, term) in query_terms.iter().enumerate() {
-        let mut matched: Vec<(i64, f64)> = Vec::new();
+        matched.clear();
         let mut rows = postings.query(params![account, term])?;
         while let Some(row) = rows.next()? {
-            matched.push((row.get(0)?, f64::from(row.get::<_, u32>(1)?)));
+            let seq = usize::try_from(row.get::<_, i64>(0)?).unwrap_or(usize::MAX);
+            matched.push((seq, f64::from(row.get::<_, u32>(1)?)));
         }
         let df = matched.len() as f64;
         let idf = (1.0 + (documents - df + 0.5).max(0.0) / (df + 0.5)).ln();
-        for (seq, tf) in matched {
-            let Some(length) = lengths.get(&seq) else {
+        for &(seq, tf) in &matched {
+            let Some(&length) = lengths.get(seq).filter(|l| **l > 0.0) else {
                 continue;
             };
             let norm = K1 * (1.0 - B + B * length / average_length);
             let part = idf * tf * (K1 + 1.0) / (tf + norm);
-            let entry = scores.entry(seq).or_insert(Scored {
+            let entry = scores[seq].get_or_insert(Scored {
                 score: 0.0,
                 best_term: t,
                 best_idf: f64::MIN,
@@ -116,9 +130,20 @@ pub(super) fn search(
             }
         }
     }
-    let mut ranked: Vec<(i64, Scored)> = scores.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then_with(|| a.0.cmp(&b.0)));
-    ranked.truncate(limit);
+    let mut ranked: Vec<(i64, Scored)> = scores
+        .into_iter()
+        .enumerate()
+        .filter_map(|(seq, s)| Some((i64::try_from(seq).ok()?, s?)))
+        .collect();
+    let order = |a: &(i64, Scored), b: &(i64, Scored)| {
+        b.1.score.total_cmp(&a.1.score).then_with(|| a.0.cmp(&b.0))
+    };
+    // The best `limit` first, then only those sorted.
+    if ranked.len() > limit {
+        ranked.select_nth_unstable_by(limit, order);
+        ranked.truncate(limit);
+    }
+    ranked.sort_by(order);
     let mut detail = conn.prepare_cached(
         "SELECT id, session_id, client, started_ms FROM conversations WHERE seq = ?1",
     )?;

@@ -245,14 +245,21 @@ fn headless(url: &str, args: &[&str]) -> (String, String) {
     )
 }
 
-#[test]
-fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
+/// A proxy whose ledger holds the replayed captures, with `pith stats --json` over it (the
+/// mock is returned to keep it serving).
+fn replayed_with_stats() -> (MockUpstream, PithProxy, usize, Value) {
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[]);
     let sent = replay(&pith);
     pith.wait_rows(sent);
     let out = pith_stats(&pith, &["--json"]);
     let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (mock, pith, sent, stats)
+}
+
+#[test]
+fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
+    let (_mock, pith, sent, stats) = replayed_with_stats();
 
     // `?poll`: the page polls instead of holding an event stream open, which would keep the
     // headless browser's virtual clock from running out (the stream has its own test).
@@ -422,12 +429,7 @@ fn statusline(pith: &PithProxy, payload: &str) -> (bool, String) {
 
 #[test]
 fn the_status_line_sums_the_session_from_the_ledger() {
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[]);
-    let sent = replay(&pith);
-    pith.wait_rows(sent);
-    let out = pith_stats(&pith, &["--json"]);
-    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_mock, pith, _, stats) = replayed_with_stats();
     let session = stats["sessions"]
         .as_array()
         .unwrap()

@@ -174,6 +174,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let history = HistorySettings::resolve(&config.history)?;
     // Conversations are recorded on the ledger's writer threads, from the records it gets.
     let history_path = (history.record && ledger_path.is_some()).then(|| history.path.clone());
+    // Why the history is not recorded after all, for the startup lines.
+    let mut history_error: Option<String> = None;
     let ledger = match &ledger_path {
         Some(path) => {
             let ledger = Ledger::open(path)?;
@@ -190,6 +192,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
                         "cannot open the history {}; conversations are not recorded",
                         path.display()
                     );
+                    history_error = Some(e.to_string());
                     None
                 }
                 None => None,
@@ -289,9 +292,12 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             Some(p) => eprintln!("  ledger    -> {}", p.display()),
             None => eprintln!("  ledger    -> off"),
         }
-        match &history_path {
-            Some(p) => eprintln!("  history   -> {}", p.display()),
-            None => eprintln!("  history   -> off"),
+        match (&history_path, &history_error) {
+            (Some(p), Some(e)) => {
+                eprintln!("  history   -> off (cannot open {}: {e})", p.display())
+            }
+            (Some(p), None) => eprintln!("  history   -> {}", p.display()),
+            (None, _) => eprintln!("  history   -> off"),
         }
         match (&store_url, &shipper) {
             (Some(url), Some(_)) => {

@@ -426,6 +426,38 @@ fn recording_is_off_with_one_config_key() {
     assert!(!pith.home.path().join("history.db").exists());
 }
 
+/// A history file pith cannot open leaves the proxy serving, without recording, and its
+/// startup lines say so and why.
+#[test]
+fn a_history_that_cannot_be_opened_is_named_and_the_proxy_serves_anyway() {
+    let mock = MockUpstream::start().unwrap();
+    mock.set_default(Reply::sse(anthropic::stream(
+        &["ok"],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("history.db");
+    std::fs::write(&broken, "not a database, just some words\n").unwrap();
+    let pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_HISTORY_PATH", broken.to_str().unwrap())],
+    );
+    send_message(&pith, "s-broken", &[]);
+    assert_eq!(pith.wait_rows(1).len(), 1);
+    let stderr = pith.stderr();
+    assert!(
+        stderr.contains(&format!(
+            "history   -> off (cannot open {}",
+            broken.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&broken).unwrap(),
+        b"not a database, just some words\n"
+    );
+}
+
 #[test]
 fn delete_needs_the_token_and_purge_is_the_only_hard_delete() {
     let home = tempfile::tempdir().unwrap();

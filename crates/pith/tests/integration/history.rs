@@ -325,6 +325,16 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// A mock that answers every request with a short Anthropic stream.
+fn streaming_mock() -> MockUpstream {
+    let mock = MockUpstream::start().unwrap();
+    mock.set_default(Reply::sse(anthropic::stream(
+        &["ok"],
+        fixtures::DEFAULT_USAGE,
+    )));
+    mock
+}
+
 /// An Anthropic request of one user message, with `extra` headers.
 fn send_message(pith: &PithProxy, session: &str, extra: &[(&str, &str)]) {
     let body = serde_json::json!({
@@ -349,11 +359,7 @@ fn send_message(pith: &PithProxy, session: &str, extra: &[(&str, &str)]) {
 
 #[test]
 fn the_agent_type_header_labels_the_conversation_and_never_reaches_the_provider() {
-    let mock = MockUpstream::start().unwrap();
-    mock.set_default(Reply::sse(anthropic::stream(
-        &["ok"],
-        fixtures::DEFAULT_USAGE,
-    )));
+    let mock = streaming_mock();
     let pith = PithProxy::start(&mock.url(), &[]);
     send_message(&pith, "s-admin", &[("pith-agent-type", "admin")]);
     send_message(&pith, "s-plain", &[]);
@@ -380,11 +386,7 @@ fn the_agent_type_header_labels_the_conversation_and_never_reaches_the_provider(
 
 #[test]
 fn the_agent_type_of_a_client_is_set_in_config_and_a_header_overrides_it() {
-    let mock = MockUpstream::start().unwrap();
-    mock.set_default(Reply::sse(anthropic::stream(
-        &["ok"],
-        fixtures::DEFAULT_USAGE,
-    )));
+    let mock = streaming_mock();
     let config = tempfile::tempdir().unwrap();
     let file = config.path().join("config.toml");
     std::fs::write(
@@ -407,11 +409,7 @@ fn the_agent_type_of_a_client_is_set_in_config_and_a_header_overrides_it() {
 
 #[test]
 fn recording_is_off_with_one_config_key() {
-    let mock = MockUpstream::start().unwrap();
-    mock.set_default(Reply::sse(anthropic::stream(
-        &["ok"],
-        fixtures::DEFAULT_USAGE,
-    )));
+    let mock = streaming_mock();
     let config = tempfile::tempdir().unwrap();
     let file = config.path().join("config.toml");
     std::fs::write(&file, "[history]\nrecord = false\n").unwrap();
@@ -430,11 +428,7 @@ fn recording_is_off_with_one_config_key() {
 /// startup lines say so and why.
 #[test]
 fn a_history_that_cannot_be_opened_is_named_and_the_proxy_serves_anyway() {
-    let mock = MockUpstream::start().unwrap();
-    mock.set_default(Reply::sse(anthropic::stream(
-        &["ok"],
-        fixtures::DEFAULT_USAGE,
-    )));
+    let mock = streaming_mock();
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("history.db");
     std::fs::write(&broken, "not a database, just some words\n").unwrap();

@@ -783,17 +783,7 @@ fn plan_json_hooks(
     let file = path.display().to_string();
     let old = old.filter(|t| !t.trim().is_empty());
     let text = old.as_deref().unwrap_or("");
-    let invalid = |e: jsonc_parser::errors::ParseError| {
-        anyhow!("{file} is not valid JSON ({e}); fix that, then run `{rerun}` again")
-    };
-    let root = CstRootNode::parse(text, &JSONC).map_err(invalid)?;
-    let parsed: Value = match root.value() {
-        Some(_) => jsonc_parser::parse_to_serde_value(text, &JSONC).map_err(invalid)?,
-        None => json!({}),
-    };
-    let Some(top) = parsed.as_object() else {
-        bail!("{file} is not a JSON object; fix it by hand");
-    };
+    let (root, top) = parse_settings(path, text, rerun)?;
     let hooks = top.get("hooks");
     if hooks.is_some_and(|h| !h.is_object()) {
         bail!("\"hooks\" in {file} is not an object; fix it by hand");
@@ -818,7 +808,7 @@ fn plan_json_hooks(
         }
     };
     hooks_node.ensure_multiline();
-    let mut expected = parsed.clone();
+    let mut expected = Value::Object(top.clone());
     for entry in &missing {
         let group = hook_group(entry.matcher, command);
         let value = to_value(&group);
@@ -1030,6 +1020,34 @@ fn keeps_text(old: &str, new: &str) -> bool {
         .all(|b| rest.any(|n| n == b))
 }
 
+/// A settings file's text (JSON, or JSONC by its extension) as its syntax tree, to edit keeping
+/// comments, and its top-level object, to read. A file of only comments holds no value yet: it
+/// reads as an empty object and gets one after them.
+fn parse_settings(
+    path: &Path,
+    text: &str,
+    rerun: &str,
+) -> anyhow::Result<(CstRootNode, serde_json::Map<String, Value>)> {
+    let file = path.display();
+    let format = if path.extension().is_some_and(|e| e == "jsonc") {
+        "JSONC"
+    } else {
+        "JSON"
+    };
+    let invalid = |e: jsonc_parser::errors::ParseError| {
+        anyhow!("{file} is not valid {format} ({e}); fix that, then run `{rerun}` again")
+    };
+    let root = CstRootNode::parse(text, &JSONC).map_err(invalid)?;
+    let parsed: Value = match root.value() {
+        Some(_) => jsonc_parser::parse_to_serde_value(text, &JSONC).map_err(invalid)?,
+        None => json!({}),
+    };
+    let Value::Object(top) = parsed else {
+        bail!("{file} is not a JSON object; fix it by hand");
+    };
+    Ok((root, top))
+}
+
 fn plan_json(
     path: &Path,
     rerun: &str,
@@ -1042,23 +1060,7 @@ fn plan_json(
     // A blank file is as good as none: it gets a fresh one.
     let old = old.filter(|t| !t.trim().is_empty());
     let text = old.as_deref().unwrap_or("");
-    let format = if path.extension().is_some_and(|e| e == "jsonc") {
-        "JSONC"
-    } else {
-        "JSON"
-    };
-    let invalid = |e: jsonc_parser::errors::ParseError| {
-        anyhow!("{file} is not valid {format} ({e}); fix that, then run `{rerun}` again")
-    };
-    let root = CstRootNode::parse(text, &JSONC).map_err(invalid)?;
-    // A file of only comments holds no value yet; it gets an object after them.
-    let parsed: Value = match root.value() {
-        Some(_) => jsonc_parser::parse_to_serde_value(text, &JSONC).map_err(invalid)?,
-        None => json!({}),
-    };
-    let Some(top) = parsed.as_object() else {
-        bail!("{file} is not a JSON object; fix it by hand");
-    };
+    let (root, top) = parse_settings(path, text, rerun)?;
     let existing = match top.get(section) {
         None => None,
         Some(Value::Object(servers)) => servers.get("pith"),
@@ -1091,7 +1093,7 @@ fn plan_json(
     let new = root.to_string();
 
     // The edit must add exactly the entry and change nothing else.
-    let mut expected = parsed;
+    let mut expected = Value::Object(top);
     expected[section]["pith"] = value;
     let got: Value = jsonc_parser::parse_to_serde_value(&new, &JSONC)
         .context("internal error: the edit broke the JSON")?;

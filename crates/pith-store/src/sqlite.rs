@@ -99,6 +99,9 @@ pub enum StoreError {
     /// Any other SQLite failure, such as a query on an open database.
     #[error(transparent)]
     Sql(#[from] rusqlite::Error),
+    /// The team database (PostgreSQL) failed.
+    #[error(transparent)]
+    Team(Box<crate::postgres::PgError>),
     /// A database file's mode could not be set to 0600.
     #[error("cannot restrict the mode of {path} to 0600")]
     Io {

@@ -6,20 +6,23 @@
 //! module runs the queries. Every query is scoped by account: an account never sees or selects
 //! another's conversations.
 
+pub(crate) mod db;
 mod schema;
 mod search;
+pub mod ship;
 
 use std::path::Path;
 
 use pith_history::import::Imported;
 use pith_history::token::{Claims, TokenError, TokenKey, VERSION};
 use pith_history::{AgentType, Filter, NewMessage, preview, terms};
-use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 pub use search::Hit;
 
+use crate::postgres::{Pg, PgError, StoreUrl};
 use crate::sqlite::{self, StoreError};
+use db::{Db, PgSession, Row, values};
 
 /// Bytes of a message's text kept and indexed (a huge tool output is kept by its start).
 pub const MAX_BODY: usize = 16 << 10;
@@ -39,12 +42,6 @@ pub enum HistoryError {
     Token(#[from] TokenError),
 }
 
-impl From<rusqlite::Error> for HistoryError {
-    fn from(e: rusqlite::Error) -> Self {
-        HistoryError::Store(StoreError::Sql(e))
-    }
-}
-
 /// Where a conversation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -59,6 +56,14 @@ impl Source {
         match self {
             Source::Proxy => "proxy",
             Source::Import => "import",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Source> {
+        match s {
+            "proxy" => Some(Source::Proxy),
+            "import" => Some(Source::Import),
+            _ => None,
         }
     }
 }
@@ -205,9 +210,11 @@ pub struct ImportOutcome {
     pub added: usize,
 }
 
-/// The history database.
+/// The history database: this machine's SQLite file, or (team mode) the team's PostgreSQL,
+/// where every machine's recorded conversations are shipped ([`ship`]). The same queries run on
+/// both.
 pub struct History {
-    conn: Connection,
+    db: Db,
 }
 
 /// The SQL of each filter's predicate over a conversation `c`: the canonical query, run when
@@ -233,25 +240,26 @@ const CONVERSATION_COLUMNS: &str = "c.id, c.account, c.agent_type, c.source, c.c
     (SELECT m.preview FROM messages m WHERE m.conversation_id = c.id AND m.real_user = 1
      ORDER BY m.position LIMIT 1)";
 
-fn conversation_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Conversation> {
+fn conversation_row(row: &dyn Row) -> Result<Conversation, StoreError> {
     Ok(Conversation {
-        id: row.get(0)?,
-        account: row.get(1)?,
-        agent_type: row.get(2)?,
-        source: row.get(3)?,
-        client: row.get(4)?,
-        session_id: row.get(5)?,
-        started_ms: row.get(6)?,
-        trashed_ms: row.get(7)?,
-        messages: count(row, 8)?,
-        assistant_messages: count(row, 9)?,
-        real_user_messages: count(row, 10)?,
-        first_user_preview: row.get(11)?,
+        id: row.text(0)?,
+        account: row.text(1)?,
+        agent_type: row.text(2)?,
+        source: row.text(3)?,
+        client: row.text(4)?,
+        session_id: row.text(5)?,
+        started_ms: row.int(6)?,
+        trashed_ms: row.opt_int(7)?,
+        messages: row.count(8)?,
+        assistant_messages: row.count(9)?,
+        real_user_messages: row.count(10)?,
+        first_user_preview: row.opt_text(11)?,
     })
 }
 
 /// A conversation's id: the same session of the same client and source in the same account
-/// always gets the same id, so recording and importing are idempotent.
+/// always gets the same id, so recording and importing are idempotent, and every machine of a
+/// team gives a session the same id.
 fn conversation_id(account: &str, source: Source, client: &str, session_id: &str) -> String {
     let mut hash = Sha256::new();
     for part in [account, source.as_str(), client, session_id] {
@@ -284,30 +292,80 @@ fn bounded(text: &str) -> &str {
     &text[..end]
 }
 
+/// Text as both databases store it: PostgreSQL's text holds no NUL character (a tool's
+/// output may), so it becomes U+FFFD everywhere.
+fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{fffd}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// What a conversation is, apart from its messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConversationKey {
+    pub(crate) account: String,
+    pub(crate) source: Source,
+    pub(crate) client: String,
+    pub(crate) session_id: String,
+    pub(crate) agent_type: AgentType,
+    pub(crate) started_ms: i64,
+}
+
+/// One stored message, as it is shipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredMessage {
+    pub(crate) position: i64,
+    pub(crate) role: String,
+    pub(crate) real_user: bool,
+    pub(crate) preview: String,
+    pub(crate) body: String,
+    pub(crate) ts_ms: i64,
+}
+
 impl History {
     /// Open (creating if needed, 0600 in a 0700 directory) the history at `path`.
     pub fn open(path: &Path) -> Result<History, StoreError> {
         Ok(History {
-            conn: sqlite::open(path, schema::MIGRATIONS)?,
+            db: Db::Sqlite(sqlite::open(path, schema::MIGRATIONS)?),
         })
     }
 
     /// Open the history at `path` to read it, changing nothing.
     pub fn open_read_only(path: &Path) -> Result<History, StoreError> {
         Ok(History {
-            conn: sqlite::open_read_only(
+            db: Db::Sqlite(sqlite::open_read_only(
                 path,
                 schema::MIGRATIONS,
                 "run any `pith history` command that writes (import) to upgrade it",
-            )?,
+            )?),
         })
     }
 
     /// A new, empty history in memory (tests, benchmarks).
     pub fn open_in_memory() -> Result<History, StoreError> {
         Ok(History {
-            conn: sqlite::open_in_memory(schema::MIGRATIONS)?,
+            db: Db::Sqlite(sqlite::open_in_memory(schema::MIGRATIONS)?),
         })
+    }
+
+    /// The team's history in the PostgreSQL database at `url`, migrated to this pith's schema
+    /// (a database a newer pith migrated is refused, naming both versions).
+    pub fn open_team(url: &StoreUrl) -> Result<History, PgError> {
+        let pg = Pg::new(url)?;
+        pg.migrate("history", schema::POSTGRES_MIGRATIONS)?;
+        Ok(History {
+            db: Db::Postgres(Box::new(PgSession::new(pg))),
+        })
+    }
+
+    /// Where the team history is (`None`: a local file).
+    pub fn team_url(&self) -> Option<&StoreUrl> {
+        match &self.db {
+            Db::Postgres(session) => Some(session.pg().url()),
+            Db::Sqlite(_) => None,
+        }
     }
 
     /// Record proxied exchanges in one transaction. A turn appends the request's messages the
@@ -315,54 +373,61 @@ impl History {
     /// than the conversation holds (a retry, a rewind) or starts with another first message
     /// (a side call in the same session) adds nothing. Returns the messages added.
     pub fn record(&mut self, turns: &[Turn]) -> Result<usize, StoreError> {
-        let tx = self.conn.transaction()?;
-        let mut added = 0;
-        for turn in turns {
-            let id = ensure_conversation(
-                &tx,
-                &turn.account,
-                Source::Proxy,
-                &turn.client,
-                &turn.session_id,
-                turn.agent_type,
-                turn.ts_ms,
-            )?;
-            let (held, first_hash): (u64, Option<String>) = tx.query_row(
-                "SELECT (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
-                        c.first_hash
-                 FROM conversations c WHERE c.id = ?1",
-                params![id],
-                |r| Ok((count(r, 0)?, r.get(1)?)),
-            )?;
-            if let (Some(first), Some(held_first)) = (turn.messages.first(), &first_hash)
-                && message_hash(first) != *held_first
-            {
-                continue;
-            }
-            let held = usize::try_from(held).unwrap_or(usize::MAX);
-            if turn.messages.len() < held {
-                continue;
-            }
-            let new = turn.messages[held..].iter().chain(turn.reply.iter());
-            for (position, message) in (held..).zip(new) {
-                insert_message(&tx, &turn.account, &id, position, message)?;
-                added += 1;
-            }
-            if first_hash.is_none()
-                && let Some(first) = turn.messages.first().or(turn.reply.as_ref())
-            {
-                tx.execute(
-                    "UPDATE conversations SET first_hash = ?2 WHERE id = ?1",
-                    params![id, message_hash(first)],
+        self.db.transaction(|db| {
+            let mut added = 0;
+            for turn in turns {
+                let key = ConversationKey {
+                    account: turn.account.clone(),
+                    source: Source::Proxy,
+                    client: turn.client.clone(),
+                    session_id: turn.session_id.clone(),
+                    agent_type: turn.agent_type,
+                    started_ms: turn.ts_ms,
+                };
+                let (id, _) = ensure_conversation(db, &key)?;
+                let (held, first_hash) = db
+                    .row(
+                        "SELECT (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
+                            c.first_hash
+                         FROM conversations c WHERE c.id = ?1",
+                        values![&id],
+                        |r| Ok((r.count(0)?, r.opt_text(1)?)),
+                    )?
+                    .unwrap_or((0, None));
+                if let (Some(first), Some(held_first)) = (turn.messages.first(), &first_hash)
+                    && message_hash(first) != *held_first
+                {
+                    continue;
+                }
+                let held = usize::try_from(held).unwrap_or(usize::MAX);
+                if turn.messages.len() < held {
+                    continue;
+                }
+                let new = turn.messages[held..].iter().chain(turn.reply.iter());
+                for (position, message) in (held..).zip(new) {
+                    add_message(
+                        db,
+                        &turn.account,
+                        &id,
+                        &StoredMessage::of(position, message),
+                    )?;
+                    added += 1;
+                }
+                if first_hash.is_none()
+                    && let Some(first) = turn.messages.first().or(turn.reply.as_ref())
+                {
+                    db.execute(
+                        "UPDATE conversations SET first_hash = ?2 WHERE id = ?1",
+                        values![&id, &message_hash(first)],
+                    )?;
+                }
+                db.execute(
+                    "UPDATE conversations SET updated_ms = ?2 WHERE id = ?1",
+                    values![&id, turn.ts_ms],
                 )?;
             }
-            tx.execute(
-                "UPDATE conversations SET updated_ms = ?2 WHERE id = ?1",
-                params![id, turn.ts_ms],
-            )?;
-        }
-        tx.commit()?;
-        Ok(added)
+            Ok(added)
+        })
     }
 
     /// Import one session file's conversation: created on first import (even with no
@@ -374,45 +439,30 @@ impl History {
         agent_type: AgentType,
         imported: &Imported,
     ) -> Result<ImportOutcome, StoreError> {
-        let tx = self.conn.transaction()?;
-        let id = conversation_id(
-            account,
-            Source::Import,
-            imported.client,
-            &imported.session_id,
-        );
-        let existed: bool = tx
-            .query_row(
-                "SELECT 1 FROM conversations WHERE id = ?1",
-                params![id],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some();
-        ensure_conversation(
-            &tx,
-            account,
-            Source::Import,
-            imported.client,
-            &imported.session_id,
-            agent_type,
-            imported.started_ms,
-        )?;
-        let held: u64 = tx.query_row(
-            "SELECT COUNT(*) FROM messages WHERE conversation_id = ?1",
-            params![id],
-            |r| count(r, 0),
-        )?;
-        let held = usize::try_from(held).unwrap_or(usize::MAX);
-        let mut added = 0;
-        for (position, message) in imported.messages.iter().enumerate().skip(held) {
-            insert_message(&tx, account, &id, position, message)?;
-            added += 1;
-        }
-        tx.commit()?;
-        Ok(ImportOutcome {
-            created: !existed,
-            added,
+        self.db.transaction(|db| {
+            let key = ConversationKey {
+                account: account.to_owned(),
+                source: Source::Import,
+                client: imported.client.to_owned(),
+                session_id: imported.session_id.clone(),
+                agent_type,
+                started_ms: imported.started_ms,
+            };
+            let (id, created) = ensure_conversation(db, &key)?;
+            let held = db
+                .row(
+                    "SELECT COUNT(*) FROM messages WHERE conversation_id = ?1",
+                    values![&id],
+                    |r| r.count(0),
+                )?
+                .unwrap_or(0);
+            let held = usize::try_from(held).unwrap_or(usize::MAX);
+            let mut added = 0;
+            for (position, message) in imported.messages.iter().enumerate().skip(held) {
+                add_message(db, account, &id, &StoredMessage::of(position, message))?;
+                added += 1;
+            }
+            Ok(ImportOutcome { created, added })
         })
     }
 
@@ -426,15 +476,14 @@ impl History {
     ) -> Result<Vec<Conversation>, StoreError> {
         let sql = format!(
             "SELECT {CONVERSATION_COLUMNS} FROM conversations c
-             WHERE c.account = ?1 AND (c.trashed_ms IS NOT NULL) = ?2
+             WHERE c.account = ?1 AND (CASE WHEN c.trashed_ms IS NULL THEN 0 ELSE 1 END) = ?2
              ORDER BY c.started_ms DESC, c.id LIMIT ?3"
         );
-        let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(
-            params![account, trashed, limit_sql(limit)],
+        self.db.rows(
+            &sql,
+            values![account, trashed, limit_sql(limit)],
             conversation_row,
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        )
     }
 
     /// One of the account's conversations and its messages (`None`: no such id here).
@@ -446,28 +495,23 @@ impl History {
         let sql = format!(
             "SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE c.account = ?1 AND c.id = ?2"
         );
-        let Some(conversation) = self
-            .conn
-            .query_row(&sql, params![account, id], conversation_row)
-            .optional()?
-        else {
+        let Some(conversation) = self.db.row(&sql, values![account, id], conversation_row)? else {
             return Ok(None);
         };
-        let mut stmt = self.conn.prepare_cached(
+        let messages = self.db.rows(
             "SELECT position, role, real_user, preview, ts_ms FROM messages
              WHERE conversation_id = ?1 ORDER BY position",
-        )?;
-        let messages = stmt
-            .query_map(params![id], |r| {
+            values![id],
+            |r| {
                 Ok(Message {
-                    position: count(r, 0)?,
-                    role: r.get(1)?,
-                    real_user: r.get(2)?,
-                    preview: r.get(3)?,
-                    ts_ms: r.get(4)?,
+                    position: r.count(0)?,
+                    role: r.text(1)?,
+                    real_user: r.int(2)? != 0,
+                    preview: r.text(3)?,
+                    ts_ms: r.int(4)?,
                 })
-            })?
-            .collect::<Result<_, _>>()?;
+            },
+        )?;
         Ok(Some((conversation, messages)))
     }
 
@@ -492,33 +536,40 @@ impl History {
         let limit = limit.clamp(1, MAX_CANDIDATES);
         let agent = agent_type.map(AgentType::as_str);
         let scope = format!(
-            "c.account = ?1 AND c.trashed_ms IS NULL AND (?2 IS NULL OR c.agent_type = ?2)
+            "c.account = ?1 AND c.trashed_ms IS NULL
+             AND (CAST(?2 AS TEXT) IS NULL OR c.agent_type = ?2)
              AND {}",
             predicate(filter)
         );
-        let matched: u64 = self.conn.query_row(
-            &format!("SELECT COUNT(*) FROM conversations c WHERE {scope}"),
-            params![account, agent],
-            |r| count(r, 0),
-        )?;
+        let matched = self
+            .db
+            .row(
+                &format!("SELECT COUNT(*) FROM conversations c WHERE {scope}"),
+                values![account, agent],
+                |r| r.count(0),
+            )?
+            .unwrap_or(0);
         let sql = format!(
             "SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE {scope}
              ORDER BY c.started_ms, c.id LIMIT ?3"
         );
-        let mut stmt = self.conn.prepare_cached(&sql)?;
-        let items: Vec<Candidate> = stmt
-            .query_map(params![account, agent, limit_sql(limit)], conversation_row)?
-            .map(|r| {
-                r.map(|c| Candidate {
-                    id: c.id,
-                    session_id: c.session_id,
-                    assistant_msg_count: c.assistant_messages,
-                    real_user_msg_count: c.real_user_messages,
-                    first_user_msg_preview: c.first_user_preview,
-                    trashed_at: c.trashed_ms,
-                })
+        let items: Vec<Candidate> = self
+            .db
+            .rows(
+                &sql,
+                values![account, agent, limit_sql(limit)],
+                conversation_row,
+            )?
+            .into_iter()
+            .map(|c| Candidate {
+                id: c.id,
+                session_id: c.session_id,
+                assistant_msg_count: c.assistant_messages,
+                real_user_msg_count: c.real_user_messages,
+                first_user_msg_preview: c.first_user_preview,
+                trashed_at: c.trashed_ms,
             })
-            .collect::<Result<_, _>>()?;
+            .collect();
         let claims = Claims {
             v: VERSION,
             account: account.to_owned(),
@@ -574,29 +625,37 @@ impl History {
             }
         };
         let agent = claims.agent_type.map(AgentType::as_str);
-        let tx = self.conn.transaction()?;
-        {
-            let check = format!(
-                "SELECT c.trashed_ms, c.agent_type,
-                        (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
-                        {} AS matches
-                 FROM conversations c WHERE c.id = ?1 AND c.account = ?2",
-                predicate_value(claims.filter)
-            );
-            let mut check = tx.prepare(&check)?;
-            let mut trash = tx.prepare(&format!(
-                "UPDATE conversations SET trashed_ms = ?3
-                 WHERE id = ?1 AND account = ?2 AND trashed_ms IS NULL
-                   AND (?4 IS NULL OR agent_type = ?4)
-                   AND id IN (SELECT c.id FROM conversations c WHERE c.id = ?1 AND {})",
-                predicate(claims.filter)
-            ))?;
+        let check = format!(
+            "SELECT c.trashed_ms, c.agent_type,
+                    (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
+                    {} AS matches
+             FROM conversations c WHERE c.id = ?1 AND c.account = ?2",
+            predicate_value(claims.filter)
+        );
+        let trash = format!(
+            "UPDATE conversations SET trashed_ms = ?3
+             WHERE id = ?1 AND account = ?2 AND trashed_ms IS NULL
+               AND (CAST(?4 AS TEXT) IS NULL OR agent_type = ?4)
+               AND id IN (SELECT c.id FROM conversations c WHERE c.id = ?1 AND {})",
+            predicate(claims.filter)
+        );
+        self.db.transaction(|db| {
+            if db.is_postgres() {
+                // Row locks first, in id order, so a concurrent recorder cannot add a message
+                // between the check and the trash (SQLite's write lock is the whole file).
+                let mut sorted = chosen.clone();
+                sorted.sort();
+                for id in &sorted {
+                    db.execute(
+                        "SELECT 1 FROM conversations WHERE id = ?1 AND account = ?2 FOR UPDATE",
+                        values![id, account],
+                    )?;
+                }
+            }
             for id in chosen {
-                let state: Option<(Option<i64>, String, u64, bool)> = check
-                    .query_row(params![id, account], |r| {
-                        Ok((r.get(0)?, r.get(1)?, count(r, 2)?, r.get(3)?))
-                    })
-                    .optional()?;
+                let state = db.row(&check, values![&id, account], |r| {
+                    Ok((r.opt_int(0)?, r.text(1)?, r.count(2)?, r.int(3)? != 0))
+                })?;
                 let reason = match state {
                     None => Some("no such conversation in this account".to_owned()),
                     Some((Some(_), ..)) => Some("already in the trash".to_owned()),
@@ -613,7 +672,7 @@ impl History {
                     outcome.skipped.push(Skipped { id, reason });
                     continue;
                 }
-                if trash.execute(params![id, account, now_ms, agent])? == 1 {
+                if db.execute(&trash, values![&id, account, now_ms, agent])? == 1 {
                     outcome.changed.push(id);
                 } else {
                     outcome.skipped.push(Skipped {
@@ -622,42 +681,41 @@ impl History {
                     });
                 }
             }
-        }
-        tx.commit()?;
+            Ok::<_, HistoryError>(())
+        })?;
         Ok(outcome)
     }
 
     /// Take the account's conversations `ids` out of the trash.
     pub fn restore(&mut self, account: &str, ids: &[String]) -> Result<Changed, StoreError> {
-        let tx = self.conn.transaction()?;
-        let mut outcome = Changed::default();
-        for id in ids {
-            let trashed: Option<Option<i64>> = tx
-                .query_row(
+        self.db.transaction(|db| {
+            let mut outcome = Changed::default();
+            for id in ids {
+                let trashed = db.row(
                     "SELECT trashed_ms FROM conversations WHERE id = ?1 AND account = ?2",
-                    params![id, account],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let reason = match trashed {
-                None => "no such conversation in this account",
-                Some(None) => "not in the trash",
-                Some(Some(_)) => {
-                    tx.execute(
-                        "UPDATE conversations SET trashed_ms = NULL WHERE id = ?1 AND account = ?2",
-                        params![id, account],
-                    )?;
-                    outcome.changed.push(id.clone());
-                    continue;
-                }
-            };
-            outcome.skipped.push(Skipped {
-                id: id.clone(),
-                reason: reason.into(),
-            });
-        }
-        tx.commit()?;
-        Ok(outcome)
+                    values![id, account],
+                    |r| r.opt_int(0),
+                )?;
+                let reason = match trashed {
+                    None => "no such conversation in this account",
+                    Some(None) => "not in the trash",
+                    Some(Some(_)) => {
+                        db.execute(
+                            "UPDATE conversations SET trashed_ms = NULL
+                             WHERE id = ?1 AND account = ?2",
+                            values![id, account],
+                        )?;
+                        outcome.changed.push(id.clone());
+                        continue;
+                    }
+                };
+                outcome.skipped.push(Skipped {
+                    id: id.clone(),
+                    reason: reason.into(),
+                });
+            }
+            Ok(outcome)
+        })
     }
 
     /// The account's conversations trashed before `cutoff_ms`: what a purge would delete.
@@ -671,64 +729,130 @@ impl History {
              WHERE c.account = ?1 AND c.trashed_ms IS NOT NULL AND c.trashed_ms < ?2
              ORDER BY c.trashed_ms, c.id"
         );
-        let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map(params![account, cutoff_ms], conversation_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db
+            .rows(&sql, values![account, cutoff_ms], conversation_row)
     }
 
     /// Delete for good the account's conversations trashed before `cutoff_ms`, with their
     /// messages and their search index rows, in one transaction. The only hard delete.
     pub fn purge(&mut self, account: &str, cutoff_ms: i64) -> Result<Purged, StoreError> {
-        let tx = self.conn.transaction()?;
-        let doomed = "SELECT id FROM conversations
-                      WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2";
-        let (documents, length): (i64, i64) = tx.query_row(
-            "SELECT COUNT(*), COALESCE(SUM(length), 0) FROM conversations
-             WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2",
-            params![account, cutoff_ms],
-            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-        )?;
-        let index_rows = tx.execute(
-            "DELETE FROM postings WHERE conversation_seq IN
-             (SELECT seq FROM conversations
-              WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2)",
-            params![account, cutoff_ms],
-        )?;
-        let messages = tx.execute(
-            &format!("DELETE FROM messages WHERE conversation_id IN ({doomed})"),
-            params![account, cutoff_ms],
-        )?;
-        let conversations = tx.execute(
-            "DELETE FROM conversations
-             WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2",
-            params![account, cutoff_ms],
-        )?;
-        tx.execute(
-            "UPDATE index_totals SET documents = documents - ?2, total_length = total_length - ?3
-             WHERE account = ?1",
-            params![account, documents, length],
-        )?;
-        tx.commit()?;
-        Ok(Purged {
-            conversations: conversations as u64,
-            messages: messages as u64,
-            index_rows: index_rows as u64,
+        self.db.transaction(|db| {
+            let doomed = "SELECT id FROM conversations
+                          WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2";
+            let (documents, length) = db
+                .row(
+                    "SELECT COUNT(*), CAST(COALESCE(SUM(length), 0) AS BIGINT) FROM conversations
+                     WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2",
+                    values![account, cutoff_ms],
+                    |r| Ok((r.int(0)?, r.int(1)?)),
+                )?
+                .unwrap_or((0, 0));
+            let index_rows = db.execute(
+                "DELETE FROM postings WHERE conversation_seq IN
+                 (SELECT seq FROM conversations
+                  WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2)",
+                values![account, cutoff_ms],
+            )?;
+            let messages = db.execute(
+                &format!("DELETE FROM messages WHERE conversation_id IN ({doomed})"),
+                values![account, cutoff_ms],
+            )?;
+            let conversations = db.execute(
+                "DELETE FROM conversations
+                 WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2",
+                values![account, cutoff_ms],
+            )?;
+            db.execute(
+                "UPDATE index_totals
+                 SET documents = documents - ?2, total_length = total_length - ?3
+                 WHERE account = ?1",
+                values![account, documents, length],
+            )?;
+            Ok(Purged {
+                conversations,
+                messages,
+                index_rows,
+            })
         })
     }
 
     /// Search the account's conversations not in the trash: BM25 over message text, the best
     /// `limit` conversations, each with a snippet of its best message.
     pub fn search(&self, account: &str, query: &str, limit: usize) -> Result<Vec<Hit>, StoreError> {
-        search::search(&self.conn, account, query, limit)
+        search::search(&self.db, account, query, limit)
     }
 
     /// Search index rows holding `term` (tests: a purge leaves none behind).
     pub fn index_rows_for(&self, term: &str) -> Result<u64, StoreError> {
-        Ok(self.conn.query_row(
-            "SELECT COUNT(*) FROM postings WHERE term = ?1",
-            params![term.to_lowercase()],
-            |r| count(r, 0),
-        )?)
+        Ok(self
+            .db
+            .row(
+                "SELECT COUNT(*) FROM postings WHERE term = ?1",
+                values![&term.to_lowercase()],
+                |r| r.count(0),
+            )?
+            .unwrap_or(0))
+    }
+
+    /// Every message of every conversation, with the conversation's id, in (id, position)
+    /// order; and the index's totals per account (tests: what a team database holds equals what
+    /// was recorded, once).
+    pub fn contents(&self) -> Result<Contents, StoreError> {
+        let messages = self.db.rows(
+            "SELECT conversation_id, position, role, body FROM messages
+             ORDER BY conversation_id, position",
+            &[],
+            |r| Ok((r.text(0)?, r.count(1)?, r.text(2)?, r.text(3)?)),
+        )?;
+        let conversations = self.db.rows(
+            "SELECT id, length FROM conversations ORDER BY id",
+            &[],
+            |r| Ok((r.text(0)?, r.int(1)?)),
+        )?;
+        let postings = self.db.rows(
+            "SELECT c.id, p.term, p.tf FROM postings p
+             JOIN conversations c ON c.seq = p.conversation_seq
+             ORDER BY c.id, p.term",
+            &[],
+            |r| Ok((r.text(0)?, r.text(1)?, r.int(2)?)),
+        )?;
+        let totals = self.db.rows(
+            "SELECT account, documents, total_length FROM index_totals ORDER BY account",
+            &[],
+            |r| Ok((r.text(0)?, r.int(1)?, r.int(2)?)),
+        )?;
+        Ok(Contents {
+            messages,
+            conversations,
+            postings,
+            totals,
+        })
+    }
+}
+
+/// Everything a history holds, in a fixed order (see [`History::contents`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contents {
+    /// (conversation, position, role, body) of every message.
+    pub messages: Vec<(String, u64, String, String)>,
+    /// (conversation, its indexed length).
+    pub conversations: Vec<(String, i64)>,
+    /// (conversation, term, count) of every index row.
+    pub postings: Vec<(String, String, i64)>,
+    /// (account, documents, total length) of the index's totals.
+    pub totals: Vec<(String, i64, i64)>,
+}
+
+impl StoredMessage {
+    fn of(position: usize, message: &NewMessage) -> StoredMessage {
+        StoredMessage {
+            position: i64::try_from(position).unwrap_or(i64::MAX),
+            role: message.role.clone(),
+            real_user: message.real_user,
+            preview: storable(&preview(bounded(message.gist()))).into_owned(),
+            body: storable(bounded(&message.text)).into_owned(),
+            ts_ms: message.ts_ms,
+        }
     }
 }
 
@@ -737,91 +861,101 @@ fn predicate_value(filter: Filter) -> String {
     format!("CASE WHEN {} THEN 1 ELSE 0 END", predicate(filter))
 }
 
-/// A count column (never negative) as a `u64`.
-fn count(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<u64> {
-    Ok(u64::try_from(row.get::<_, i64>(index)?).unwrap_or(0))
-}
-
 fn limit_sql(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-/// The conversation's id, creating it when new.
-fn ensure_conversation(
-    tx: &rusqlite::Transaction<'_>,
-    account: &str,
-    source: Source,
-    client: &str,
-    session_id: &str,
-    agent_type: AgentType,
-    started_ms: i64,
-) -> Result<String, StoreError> {
-    let id = conversation_id(account, source, client, session_id);
-    let created = tx.execute(
+/// The conversation's id, creating it when new (and whether it was). Looked up first: an
+/// insert that conflicts would still use up a document number on PostgreSQL, and search
+/// sizes its arrays by the largest.
+fn ensure_conversation(db: &Db, key: &ConversationKey) -> Result<(String, bool), StoreError> {
+    let id = conversation_id(&key.account, key.source, &key.client, &key.session_id);
+    let exists = db
+        .row(
+            "SELECT 1 FROM conversations WHERE id = ?1",
+            values![&id],
+            |_| Ok(()),
+        )?
+        .is_some();
+    if exists {
+        return Ok((id, false));
+    }
+    let created = db.execute(
         "INSERT INTO conversations
             (id, account, agent_type, source, client, session_id, started_ms, updated_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
          ON CONFLICT (id) DO NOTHING",
-        params![
-            id,
-            account,
-            agent_type.as_str(),
-            source.as_str(),
-            client,
-            session_id,
-            started_ms
+        values![
+            &id,
+            &key.account,
+            key.agent_type.as_str(),
+            key.source.as_str(),
+            &key.client,
+            &key.session_id,
+            key.started_ms
         ],
     )?;
     if created == 1 {
-        tx.execute(
+        db.execute(
             "INSERT INTO index_totals (account, documents, total_length) VALUES (?1, 1, 0)
              ON CONFLICT (account) DO UPDATE SET documents = index_totals.documents + 1",
-            params![account],
+            values![&key.account],
         )?;
     }
-    Ok(id)
+    Ok((id, created == 1))
 }
 
-fn insert_message(
-    tx: &rusqlite::Transaction<'_>,
+/// Store `message` at its position in conversation `conversation` and index it, unless the
+/// conversation already holds a message there (a batch shipped again): whether it was added.
+fn add_message(
+    db: &Db,
     account: &str,
     conversation: &str,
-    position: usize,
-    message: &NewMessage,
-) -> Result<(), StoreError> {
-    let body = bounded(&message.text);
-    let (counts, length) = terms::count(body);
-    tx.prepare_cached(
+    message: &StoredMessage,
+) -> Result<bool, StoreError> {
+    let inserted = db.execute(
         "INSERT INTO messages
             (conversation_id, position, role, real_user, preview, body, ts_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
-        conversation,
-        i64::try_from(position).unwrap_or(i64::MAX),
-        message.role,
-        message.real_user,
-        preview(bounded(message.gist())),
-        body,
-        message.ts_ms
-    ])?;
-    let seq: i64 = tx
-        .prepare_cached(
-            "UPDATE conversations SET length = length + ?2 WHERE id = ?1 RETURNING seq",
-        )?
-        .query_row(params![conversation, length], |r| r.get(0))?;
-    let mut posting = tx.prepare_cached(
-        "INSERT INTO postings (account, term, conversation_seq, tf) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (account, term, conversation_seq) DO UPDATE SET tf = postings.tf + ?4",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (conversation_id, position) DO NOTHING",
+        values![
+            conversation,
+            message.position,
+            &message.role,
+            message.real_user,
+            &message.preview,
+            &message.body,
+            message.ts_ms
+        ],
     )?;
-    for (term, tf) in &counts {
-        posting.execute(params![account, term, seq, tf])?;
+    if inserted == 0 {
+        return Ok(false);
     }
-    tx.prepare_cached(
+    let (counts, length) = terms::count(&message.body);
+    let length = i64::from(length);
+    let seq = db
+        .row(
+            "UPDATE conversations SET length = length + ?2 WHERE id = ?1 RETURNING seq",
+            values![conversation, length],
+            |r| r.int(0),
+        )?
+        .ok_or_else(|| {
+            StoreError::Team(Box::new(PgError::Corrupt(format!(
+                "conversation {conversation} vanished while a message was added"
+            ))))
+        })?;
+    for (term, tf) in &counts {
+        db.execute(
+            "INSERT INTO postings (account, term, conversation_seq, tf) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (account, term, conversation_seq) DO UPDATE SET tf = postings.tf + ?4",
+            values![account, term.as_str(), seq, i64::from(*tf)],
+        )?;
+    }
+    db.execute(
         "UPDATE index_totals SET total_length = total_length + ?2 WHERE account = ?1",
-    )?
-    .execute(params![account, length])?;
-    Ok(())
+        values![account, length],
+    )?;
+    Ok(true)
 }
 
 #[cfg(test)]

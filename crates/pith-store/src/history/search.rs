@@ -5,8 +5,8 @@
 //! is cut from the first message holding the conversation's most selective matching term.
 
 use pith_history::terms;
-use rusqlite::{Connection, OptionalExtension, params};
 
+use super::db::{Db, values};
 use crate::sqlite::StoreError;
 
 /// BM25's term-frequency saturation.
@@ -50,20 +50,18 @@ struct Scored {
 }
 
 pub(super) fn search(
-    conn: &Connection,
+    db: &Db,
     account: &str,
     query: &str,
     limit: usize,
 ) -> Result<Vec<Hit>, StoreError> {
     let mut query_terms = terms::query(query);
     query_terms.truncate(MAX_QUERY_TERMS);
-    let totals: Option<(f64, f64)> = conn
-        .query_row(
-            "SELECT documents, total_length FROM index_totals WHERE account = ?1",
-            params![account],
-            |r| Ok((r.get::<_, i64>(0)? as f64, r.get::<_, i64>(1)? as f64)),
-        )
-        .optional()?;
+    let totals = db.row(
+        "SELECT documents, total_length FROM index_totals WHERE account = ?1",
+        values![account],
+        |r| Ok((r.int(0)? as f64, r.int(1)? as f64)),
+    )?;
     let Some((documents, total_length)) = totals.filter(|(n, _)| *n > 0.0) else {
         return Ok(Vec::new());
     };
@@ -72,41 +70,47 @@ pub(super) fn search(
     }
     let average_length = (total_length / documents).max(1.0);
     // The account's searchable conversations (not in the trash) and their lengths, by document
-    // number: `seq` is the table's rowid, dense from 1, so arrays indexed by it replace maps
-    // (a common term touches every conversation; hashing each posting cost more than reading it).
-    let max_seq: i64 =
-        conn.query_row("SELECT coalesce(max(seq), 0) FROM conversations", [], |r| {
-            r.get(0)
-        })?;
+    // number: `seq` is dense from 1 (SQLite's rowid; on PostgreSQL an identity a conversation
+    // takes only when it is created), so arrays indexed by it replace maps (a common term
+    // touches every conversation; hashing each posting cost more than reading it).
+    let max_seq = db
+        .row(
+            "SELECT coalesce(max(seq), 0) FROM conversations",
+            &[],
+            |r| r.int(0),
+        )?
+        .unwrap_or(0);
     let slots = usize::try_from(max_seq).unwrap_or(0).saturating_add(1);
     // 0.0: not searchable (another account's, trashed, or empty).
     let mut lengths: Vec<f64> = vec![0.0; slots];
-    let mut documents_stmt = conn.prepare_cached(
+    db.each(
         "SELECT seq, length FROM conversations
          WHERE account = ?1 AND trashed_ms IS NULL AND length > 0",
+        values![account],
+        |row| {
+            if let Some(slot) = usize::try_from(row.int(0)?)
+                .ok()
+                .and_then(|i| lengths.get_mut(i))
+            {
+                *slot = row.int(1)? as f64;
+            }
+            Ok(())
+        },
     )?;
-    let mut rows = documents_stmt.query(params![account])?;
-    while let Some(row) = rows.next()? {
-        if let Some(slot) = usize::try_from(row.get::<_, i64>(0)?)
-            .ok()
-            .and_then(|i| lengths.get_mut(i))
-        {
-            *slot = row.get::<_, i64>(1)? as f64;
-        }
-    }
     let mut scores: Vec<Option<Scored>> = Vec::new();
     scores.resize_with(slots, || None);
-    let mut postings = conn.prepare_cached(
-        "SELECT conversation_seq, tf FROM postings WHERE account = ?1 AND term = ?2",
-    )?;
     let mut matched: Vec<(usize, f64)> = Vec::new();
     for (t, term) in query_terms.iter().enumerate() {
         matched.clear();
-        let mut rows = postings.query(params![account, term])?;
-        while let Some(row) = rows.next()? {
-            let seq = usize::try_from(row.get::<_, i64>(0)?).unwrap_or(usize::MAX);
-            matched.push((seq, f64::from(row.get::<_, u32>(1)?)));
-        }
+        db.each(
+            "SELECT conversation_seq, tf FROM postings WHERE account = ?1 AND term = ?2",
+            values![account, term.as_str()],
+            |row| {
+                let seq = usize::try_from(row.int(0)?).unwrap_or(usize::MAX);
+                matched.push((seq, row.int(1)? as f64));
+                Ok(())
+            },
+        )?;
         let df = matched.len() as f64;
         let idf = (1.0 + (documents - df + 0.5).max(0.0) / (df + 0.5)).ln();
         for &(seq, tf) in &matched {
@@ -144,26 +148,25 @@ pub(super) fn search(
         ranked.truncate(limit);
     }
     ranked.sort_by(order);
-    let mut detail = conn.prepare_cached(
-        "SELECT id, session_id, client, started_ms FROM conversations WHERE seq = ?1",
-    )?;
-    let mut holding = conn.prepare_cached(
-        "SELECT position, role, body FROM messages
-         WHERE conversation_id = ?1 AND LOWER(body) LIKE ?2 ORDER BY position LIMIT 1",
-    )?;
     let mut hits = Vec::with_capacity(ranked.len());
     for (seq, scored) in ranked {
-        let (id, session_id, client, started_ms): (String, String, String, i64) = detail
-            .query_row(params![seq], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?;
+        let Some((id, session_id, client, started_ms)) = db.row(
+            "SELECT id, session_id, client, started_ms FROM conversations WHERE seq = ?1",
+            values![seq],
+            |r| Ok((r.text(0)?, r.text(1)?, r.text(2)?, r.int(3)?)),
+        )?
+        else {
+            continue;
+        };
         // Terms are letters and digits only, so the pattern holds no wildcard of its own.
         let pattern = format!("%{}%", query_terms[scored.best_term]);
-        let (position, role, body): (u64, String, String) = holding
-            .query_row(params![id, pattern], |r| {
-                Ok((super::count(r, 0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()?
+        let (position, role, body) = db
+            .row(
+                "SELECT position, role, body FROM messages
+                 WHERE conversation_id = ?1 AND LOWER(body) LIKE ?2 ORDER BY position LIMIT 1",
+                values![&id, &pattern],
+                |r| Ok((r.count(0)?, r.text(1)?, r.text(2)?)),
+            )?
             .unwrap_or_default();
         hits.push(Hit {
             id,

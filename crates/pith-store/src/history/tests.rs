@@ -3,7 +3,35 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pith_history::token::DEFAULT_TTL_MS;
 use proptest::prelude::*;
 
+use pith_testkit::postgres::PgServer;
+
+use super::ship::{Backlog, ShipReport};
 use super::*;
+
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A new, empty history: in memory, or in a fresh database of the test PostgreSQL.
+fn fresh(backend: Backend) -> History {
+    match backend {
+        Backend::Sqlite => History::open_in_memory().unwrap(),
+        Backend::Postgres => {
+            let url = StoreUrl::new(PgServer::shared().database().unwrap());
+            History::open_team(&url).unwrap()
+        }
+    }
+}
+
+/// Run `test` on a fresh history of each backend, saying which one a failure was on.
+fn each_backend(test: impl Fn(History)) {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        eprintln!("backend: {backend:?}");
+        test(fresh(backend));
+    }
+}
 
 const NOW: i64 = 1_800_000_000_000;
 
@@ -74,270 +102,276 @@ fn find(history: &History, account: &str, filter: Filter, dry_run: bool) -> Cand
 
 #[test]
 fn candidates_are_the_filters_matches_and_delete_trashes_exactly_them() {
-    let mut h = History::open_in_memory().unwrap();
-    let empty = conversation(&mut h, "local", "s-empty", &[]);
-    let single = conversation(&mut h, "local", "s-single", &["assistant"]);
-    conversation(&mut h, "local", "s-user", &["user"]);
-    conversation(&mut h, "local", "s-real", &["user", "assistant"]);
-    conversation(&mut h, "team-b", "s-other-empty", &[]);
+    each_backend(|mut h| {
+        let empty = conversation(&mut h, "local", "s-empty", &[]);
+        let single = conversation(&mut h, "local", "s-single", &["assistant"]);
+        conversation(&mut h, "local", "s-user", &["user"]);
+        conversation(&mut h, "local", "s-real", &["user", "assistant"]);
+        conversation(&mut h, "team-b", "s-other-empty", &[]);
 
-    let found = find(&h, "local", Filter::Empty, false);
-    assert_eq!((found.matched, found.sampled), (1, 1));
-    assert_eq!(found.items[0].id, empty);
-    let found_single = find(&h, "local", Filter::SingleAssistant, false);
-    assert_eq!(found_single.items.len(), 1);
-    assert_eq!(found_single.items[0].id, single);
-    assert_eq!(found_single.items[0].assistant_msg_count, 1);
+        let found = find(&h, "local", Filter::Empty, false);
+        assert_eq!((found.matched, found.sampled), (1, 1));
+        assert_eq!(found.items[0].id, empty);
+        let found_single = find(&h, "local", Filter::SingleAssistant, false);
+        assert_eq!(found_single.items.len(), 1);
+        assert_eq!(found_single.items[0].id, single);
+        assert_eq!(found_single.items[0].assistant_msg_count, 1);
 
-    let done = h
-        .delete(&key(), "local", &found.filter_token, None, NOW + 1)
-        .unwrap();
-    assert_eq!(done.changed, std::slice::from_ref(&empty));
-    assert_eq!(trashed(&h, "local"), std::slice::from_ref(&empty));
-    assert!(trashed(&h, "team-b").is_empty());
+        let done = h
+            .delete(&key(), "local", &found.filter_token, None, NOW + 1)
+            .unwrap();
+        assert_eq!(done.changed, std::slice::from_ref(&empty));
+        assert_eq!(trashed(&h, "local"), std::slice::from_ref(&empty));
+        assert!(trashed(&h, "team-b").is_empty());
 
-    // The same token again: nothing left to trash, and it says so.
-    let again = h
-        .delete(&key(), "local", &found.filter_token, None, NOW + 2)
-        .unwrap();
-    assert!(again.changed.is_empty());
-    assert_eq!(again.skipped[0].reason, "already in the trash");
+        // The same token again: nothing left to trash, and it says so.
+        let again = h
+            .delete(&key(), "local", &found.filter_token, None, NOW + 2)
+            .unwrap();
+        assert!(again.changed.is_empty());
+        assert_eq!(again.skipped[0].reason, "already in the trash");
 
-    let restored = h.restore("local", std::slice::from_ref(&empty)).unwrap();
-    assert_eq!(restored.changed, [empty]);
-    assert!(trashed(&h, "local").is_empty());
+        let restored = h.restore("local", std::slice::from_ref(&empty)).unwrap();
+        assert_eq!(restored.changed, [empty]);
+        assert!(trashed(&h, "local").is_empty());
+    });
 }
 
 #[test]
 fn refused_tokens_change_nothing() {
-    let mut h = History::open_in_memory().unwrap();
-    conversation(&mut h, "local", "e1", &[]);
-    conversation(&mut h, "local", "e2", &[]);
-    let real = find(&h, "local", Filter::Empty, false);
-    let token = real.filter_token.clone();
+    each_backend(|mut h| {
+        conversation(&mut h, "local", "e1", &[]);
+        conversation(&mut h, "local", "e2", &[]);
+        let real = find(&h, "local", Filter::Empty, false);
+        let token = real.filter_token.clone();
 
-    let mut refused = Vec::new();
-    // Every byte changed, one at a time.
-    for i in 0..token.len() {
-        let mut bytes = token.clone().into_bytes();
-        bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
-        refused.push(String::from_utf8(bytes).unwrap());
-    }
-    // The claims rewritten for another filter (or more ids) without the key.
-    let (payload, signature) = token.split_once('.').unwrap();
-    let claims = URL_SAFE_NO_PAD.decode(payload).unwrap();
-    let other_filter = String::from_utf8(claims)
-        .unwrap()
-        .replace("\"empty\"", "\"single-assistant\"");
-    refused.push(format!(
-        "{}.{signature}",
-        URL_SAFE_NO_PAD.encode(other_filter.as_bytes())
-    ));
-    for bad in &refused {
-        let err = h.delete(&key(), "local", bad, None, NOW + 1).unwrap_err();
-        assert!(matches!(err, HistoryError::Token(_)), "{bad}: {err}");
-    }
-    // Expired, another account's, a dry run's.
-    let expired = h.delete(&key(), "local", &token, None, NOW + DEFAULT_TTL_MS);
-    assert!(matches!(
-        expired,
-        Err(HistoryError::Token(TokenError::Expired { .. }))
-    ));
-    let other_account = h.delete(&key(), "team-b", &token, None, NOW + 1);
-    assert!(matches!(
-        other_account,
-        Err(HistoryError::Token(TokenError::WrongAccount))
-    ));
-    let dry = find(&h, "local", Filter::Empty, true);
-    let dry_run = h.delete(&key(), "local", &dry.filter_token, None, NOW + 1);
-    assert!(matches!(
-        dry_run,
-        Err(HistoryError::Token(TokenError::DryRun))
-    ));
-    // Another key's token.
-    let other_key = TokenKey::from_hex(&"a5".repeat(32)).unwrap();
-    let foreign = h
-        .find_candidates(
-            &other_key,
-            "local",
-            Filter::Empty,
-            None,
-            50,
-            false,
-            NOW,
-            DEFAULT_TTL_MS,
-        )
-        .unwrap();
-    let foreign = h.delete(&key(), "local", &foreign.filter_token, None, NOW + 1);
-    assert!(matches!(
-        foreign,
-        Err(HistoryError::Token(TokenError::BadSignature))
-    ));
+        let mut refused = Vec::new();
+        // Every byte changed, one at a time.
+        for i in 0..token.len() {
+            let mut bytes = token.clone().into_bytes();
+            bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+            refused.push(String::from_utf8(bytes).unwrap());
+        }
+        // The claims rewritten for another filter (or more ids) without the key.
+        let (payload, signature) = token.split_once('.').unwrap();
+        let claims = URL_SAFE_NO_PAD.decode(payload).unwrap();
+        let other_filter = String::from_utf8(claims)
+            .unwrap()
+            .replace("\"empty\"", "\"single-assistant\"");
+        refused.push(format!(
+            "{}.{signature}",
+            URL_SAFE_NO_PAD.encode(other_filter.as_bytes())
+        ));
+        for bad in &refused {
+            let err = h.delete(&key(), "local", bad, None, NOW + 1).unwrap_err();
+            assert!(matches!(err, HistoryError::Token(_)), "{bad}: {err}");
+        }
+        // Expired, another account's, a dry run's.
+        let expired = h.delete(&key(), "local", &token, None, NOW + DEFAULT_TTL_MS);
+        assert!(matches!(
+            expired,
+            Err(HistoryError::Token(TokenError::Expired { .. }))
+        ));
+        let other_account = h.delete(&key(), "team-b", &token, None, NOW + 1);
+        assert!(matches!(
+            other_account,
+            Err(HistoryError::Token(TokenError::WrongAccount))
+        ));
+        let dry = find(&h, "local", Filter::Empty, true);
+        let dry_run = h.delete(&key(), "local", &dry.filter_token, None, NOW + 1);
+        assert!(matches!(
+            dry_run,
+            Err(HistoryError::Token(TokenError::DryRun))
+        ));
+        // Another key's token.
+        let other_key = TokenKey::from_hex(&"a5".repeat(32)).unwrap();
+        let foreign = h
+            .find_candidates(
+                &other_key,
+                "local",
+                Filter::Empty,
+                None,
+                50,
+                false,
+                NOW,
+                DEFAULT_TTL_MS,
+            )
+            .unwrap();
+        let foreign = h.delete(&key(), "local", &foreign.filter_token, None, NOW + 1);
+        assert!(matches!(
+            foreign,
+            Err(HistoryError::Token(TokenError::BadSignature))
+        ));
 
-    assert!(trashed(&h, "local").is_empty(), "nothing was trashed");
+        assert!(trashed(&h, "local").is_empty(), "nothing was trashed");
+    });
 }
 
 #[test]
 fn a_token_for_another_filter_trashes_nothing_its_filter_does_not_match() {
-    let mut h = History::open_in_memory().unwrap();
-    let empty = conversation(&mut h, "local", "e", &[]);
-    // A genuine token for single-assistant that names the empty conversation.
-    let claims = Claims {
-        v: VERSION,
-        account: "local".into(),
-        filter: Filter::SingleAssistant,
-        agent_type: None,
-        ids: vec![empty.clone()],
-        iat: NOW,
-        exp: NOW + DEFAULT_TTL_MS,
-        dry_run: false,
-    };
-    let token = key().sign(&claims);
-    let done = h.delete(&key(), "local", &token, None, NOW + 1).unwrap();
-    assert!(done.changed.is_empty());
-    assert_eq!(
-        done.skipped[0].reason,
-        "no longer matches filter single-assistant (it has 0 messages now)"
-    );
-    assert!(trashed(&h, "local").is_empty());
+    each_backend(|mut h| {
+        let empty = conversation(&mut h, "local", "e", &[]);
+        // A genuine token for single-assistant that names the empty conversation.
+        let claims = Claims {
+            v: VERSION,
+            account: "local".into(),
+            filter: Filter::SingleAssistant,
+            agent_type: None,
+            ids: vec![empty.clone()],
+            iat: NOW,
+            exp: NOW + DEFAULT_TTL_MS,
+            dry_run: false,
+        };
+        let token = key().sign(&claims);
+        let done = h.delete(&key(), "local", &token, None, NOW + 1).unwrap();
+        assert!(done.changed.is_empty());
+        assert_eq!(
+            done.skipped[0].reason,
+            "no longer matches filter single-assistant (it has 0 messages now)"
+        );
+        assert!(trashed(&h, "local").is_empty());
+    });
 }
 
 #[test]
 fn a_conversation_that_gained_a_message_is_skipped_with_a_reason() {
-    let mut h = History::open_in_memory().unwrap();
-    let growing = conversation(&mut h, "local", "grows", &[]);
-    let stays = conversation(&mut h, "local", "stays", &[]);
-    let found = find(&h, "local", Filter::Empty, false);
-    assert_eq!(found.sampled, 2);
-    conversation(&mut h, "local", "grows", &["user"]);
-    let done = h
-        .delete(&key(), "local", &found.filter_token, None, NOW + 1)
-        .unwrap();
-    assert_eq!(done.changed, [stays]);
-    assert_eq!(done.skipped.len(), 1);
-    assert_eq!(done.skipped[0].id, growing);
-    assert_eq!(
-        done.skipped[0].reason,
-        "no longer matches filter empty (it has 1 messages now)"
-    );
+    each_backend(|mut h| {
+        let growing = conversation(&mut h, "local", "grows", &[]);
+        let stays = conversation(&mut h, "local", "stays", &[]);
+        let found = find(&h, "local", Filter::Empty, false);
+        assert_eq!(found.sampled, 2);
+        conversation(&mut h, "local", "grows", &["user"]);
+        let done = h
+            .delete(&key(), "local", &found.filter_token, None, NOW + 1)
+            .unwrap();
+        assert_eq!(done.changed, [stays]);
+        assert_eq!(done.skipped.len(), 1);
+        assert_eq!(done.skipped[0].id, growing);
+        assert_eq!(
+            done.skipped[0].reason,
+            "no longer matches filter empty (it has 1 messages now)"
+        );
+    });
 }
 
 #[test]
 fn ids_narrow_the_token_and_never_extend_it() {
-    let mut h = History::open_in_memory().unwrap();
-    let a = conversation(&mut h, "local", "a", &[]);
-    let b = conversation(&mut h, "local", "b", &[]);
-    let found = find(&h, "local", Filter::Empty, false);
-    let late = conversation(&mut h, "local", "late", &[]);
-    let ids = vec![b.clone(), late.clone()];
-    let done = h
-        .delete(&key(), "local", &found.filter_token, Some(&ids), NOW + 1)
-        .unwrap();
-    assert_eq!(done.changed, std::slice::from_ref(&b));
-    assert_eq!(done.skipped[0].id, late);
-    assert_eq!(trashed(&h, "local"), [b]);
-    assert!(!trashed(&h, "local").contains(&a));
+    each_backend(|mut h| {
+        let a = conversation(&mut h, "local", "a", &[]);
+        let b = conversation(&mut h, "local", "b", &[]);
+        let found = find(&h, "local", Filter::Empty, false);
+        let late = conversation(&mut h, "local", "late", &[]);
+        let ids = vec![b.clone(), late.clone()];
+        let done = h
+            .delete(&key(), "local", &found.filter_token, Some(&ids), NOW + 1)
+            .unwrap();
+        assert_eq!(done.changed, std::slice::from_ref(&b));
+        assert_eq!(done.skipped[0].id, late);
+        assert_eq!(trashed(&h, "local"), [b]);
+        assert!(!trashed(&h, "local").contains(&a));
+    });
 }
 
 #[test]
 fn search_ranks_by_bm25_within_the_account_and_leaves_the_trash_out() {
-    let mut h = History::open_in_memory().unwrap();
-    let mut add = |account: &str, session: &str, text: &str| {
-        let imported = Imported {
-            session_id: session.into(),
-            client: "codex",
-            started_ms: NOW,
-            messages: vec![message("user", text), message("assistant", "ok, done")],
+    each_backend(|mut h| {
+        let mut add = |account: &str, session: &str, text: &str| {
+            let imported = Imported {
+                session_id: session.into(),
+                client: "codex",
+                started_ms: NOW,
+                messages: vec![message("user", text), message("assistant", "ok, done")],
+            };
+            h.import(account, AgentType::Public, &imported).unwrap();
+            conversation_id(account, Source::Import, "codex", session)
         };
-        h.import(account, AgentType::Public, &imported).unwrap();
-        conversation_id(account, Source::Import, "codex", session)
-    };
-    let twice = add(
-        "local",
-        "twice",
-        "the calc test fails: calc adds wrong, fix calc",
-    );
-    let once = add(
-        "local",
-        "once",
-        "a long message about many things and calc once among them all",
-    );
-    add("local", "none", "nothing relevant here");
-    add("team-b", "theirs", "calc calc calc calc");
-    let hits = h.search("local", "calc", 10).unwrap();
-    let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
-    assert_eq!(ids, [twice.as_str(), once.as_str()]);
-    assert!(hits[0].snippet.contains("calc"));
-    // Trash one (40 days ago): it is no longer found; purge it: its text leaves the index.
-    h.conn
-        .execute(
+        let twice = add(
+            "local",
+            "twice",
+            "the calc test fails: calc adds wrong, fix calc",
+        );
+        let once = add(
+            "local",
+            "once",
+            "a long message about many things and calc once among them all",
+        );
+        add("local", "none", "nothing relevant here");
+        add("team-b", "theirs", "calc calc calc calc");
+        let hits = h.search("local", "calc", 10).unwrap();
+        let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(ids, [twice.as_str(), once.as_str()]);
+        assert!(hits[0].snippet.contains("calc"));
+        // Trash one (40 days ago): it is no longer found; purge it: its text leaves the index.
+        h.db.execute(
             "UPDATE conversations SET trashed_ms = ?2 WHERE id = ?1",
-            params![twice, NOW - 40 * 86_400_000],
+            values![&twice, NOW - 40 * 86_400_000],
         )
         .unwrap();
-    let ids: Vec<String> = h
-        .search("local", "calc", 10)
-        .unwrap()
-        .into_iter()
-        .map(|h| h.id)
-        .collect();
-    assert_eq!(ids, std::slice::from_ref(&once));
-    let before = h.index_rows_for("fails").unwrap();
-    assert_eq!(before, 1);
-    let purged = h.purge("local", NOW - 30 * 86_400_000).unwrap();
-    assert_eq!(
-        purged,
-        Purged {
-            conversations: 1,
-            messages: 2,
-            index_rows: purged.index_rows
-        }
-    );
-    assert!(purged.index_rows >= 8);
-    assert_eq!(h.index_rows_for("fails").unwrap(), 0);
-    assert!(h.show("local", &twice).unwrap().is_none());
-    // The other account's conversation is untouched and unseen.
-    assert_eq!(h.search("team-b", "calc", 10).unwrap().len(), 1);
+        let ids: Vec<String> = h
+            .search("local", "calc", 10)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(ids, std::slice::from_ref(&once));
+        let before = h.index_rows_for("fails").unwrap();
+        assert_eq!(before, 1);
+        let purged = h.purge("local", NOW - 30 * 86_400_000).unwrap();
+        assert_eq!(
+            purged,
+            Purged {
+                conversations: 1,
+                messages: 2,
+                index_rows: purged.index_rows
+            }
+        );
+        assert!(purged.index_rows >= 8);
+        assert_eq!(h.index_rows_for("fails").unwrap(), 0);
+        assert!(h.show("local", &twice).unwrap().is_none());
+        // The other account's conversation is untouched and unseen.
+        assert_eq!(h.search("team-b", "calc", 10).unwrap().len(), 1);
+    });
 }
 
 #[test]
 fn recording_appends_new_messages_and_ignores_retries_and_side_calls() {
-    let mut h = History::open_in_memory().unwrap();
-    let turn = |messages: Vec<NewMessage>, reply: Option<&str>| Turn {
-        account: "local".into(),
-        client: "claude-code".into(),
-        session_id: "s".into(),
-        agent_type: AgentType::Public,
-        ts_ms: NOW,
-        messages,
-        reply: reply.map(|r| message("assistant", r)),
-    };
-    let first = message("user", "fix calc");
-    assert_eq!(
-        h.record(&[turn(vec![first.clone()], Some("looking"))])
-            .unwrap(),
-        2
-    );
-    // A retry of the same request adds nothing.
-    assert_eq!(
-        h.record(&[turn(vec![first.clone()], Some("looking"))])
-            .unwrap(),
-        0
-    );
-    // A side call in the same session (another first message) adds nothing.
-    let side = turn(vec![message("user", "write a title")], Some("Calc fix"));
-    assert_eq!(h.record(&[side]).unwrap(), 0);
-    let next = vec![
-        first,
-        message("assistant", "looking"),
-        message("user", "tool output"),
-    ];
-    assert_eq!(h.record(&[turn(next, Some("fixed"))]).unwrap(), 2);
-    let id = conversation_id("local", Source::Proxy, "claude-code", "s");
-    let (conversation, messages) = h.show("local", &id).unwrap().unwrap();
-    let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
-    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
-    assert_eq!(conversation.messages, 4);
+    each_backend(|mut h| {
+        let turn = |messages: Vec<NewMessage>, reply: Option<&str>| Turn {
+            account: "local".into(),
+            client: "claude-code".into(),
+            session_id: "s".into(),
+            agent_type: AgentType::Public,
+            ts_ms: NOW,
+            messages,
+            reply: reply.map(|r| message("assistant", r)),
+        };
+        let first = message("user", "fix calc");
+        assert_eq!(
+            h.record(&[turn(vec![first.clone()], Some("looking"))])
+                .unwrap(),
+            2
+        );
+        // A retry of the same request adds nothing.
+        assert_eq!(
+            h.record(&[turn(vec![first.clone()], Some("looking"))])
+                .unwrap(),
+            0
+        );
+        // A side call in the same session (another first message) adds nothing.
+        let side = turn(vec![message("user", "write a title")], Some("Calc fix"));
+        assert_eq!(h.record(&[side]).unwrap(), 0);
+        let next = vec![
+            first,
+            message("assistant", "looking"),
+            message("user", "tool output"),
+        ];
+        assert_eq!(h.record(&[turn(next, Some("fixed"))]).unwrap(), 2);
+        let id = conversation_id("local", Source::Proxy, "claude-code", "s");
+        let (conversation, messages) = h.show("local", &id).unwrap().unwrap();
+        let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+        assert_eq!(conversation.messages, 4);
+    });
 }
 
 #[derive(Debug, Clone)]
@@ -365,6 +399,7 @@ fn spec() -> impl Strategy<Value = Spec> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+    // About a quarter of the cases run on PostgreSQL (each makes a database).
 
     /// Whatever the store holds and however it changes between find and delete, a delete
     /// trashes only conversations of its account, in the token's set, that match the
@@ -377,10 +412,11 @@ proptest! {
         grow in prop::collection::vec(any::<bool>(), 12),
         late in prop::collection::vec(spec(), 0..4),
         narrow in prop::option::of(prop::collection::vec(any::<bool>(), 16)),
+        on_postgres in prop::bool::weighted(0.25),
     ) {
         let filter = if single { Filter::SingleAssistant } else { Filter::Empty };
         let agent_type = narrow_admin.map(|a| if a { AgentType::Admin } else { AgentType::Public });
-        let mut h = History::open_in_memory().unwrap();
+        let mut h = fresh(if on_postgres { Backend::Postgres } else { Backend::Sqlite });
         let account = |s: &Spec| if s.account { "local" } else { "team-b" };
         let agent = |s: &Spec| if s.admin { AgentType::Admin } else { AgentType::Public };
         let mut all = Vec::new();
@@ -388,7 +424,7 @@ proptest! {
             let roles: Vec<&str> = s.roles.iter().map(|a| if *a { "assistant" } else { "user" }).collect();
             let id = conversation_of(&mut h, account(s), agent(s), &format!("s{i}"), &roles);
             if s.trashed {
-                h.conn.execute("UPDATE conversations SET trashed_ms = 1 WHERE id = ?1", params![id]).unwrap();
+                h.db.execute("UPDATE conversations SET trashed_ms = 1 WHERE id = ?1", values![&id]).unwrap();
             }
             all.push((id, account(s), s.clone()));
         }
@@ -433,4 +469,121 @@ proptest! {
         }
         prop_assert_eq!(after.len() - before.len(), done.changed.len());
     }
+}
+
+fn proxy_turn(account: &str, session: &str, messages: Vec<NewMessage>, reply: &str) -> Turn {
+    Turn {
+        account: account.into(),
+        client: "claude-code".into(),
+        session_id: session.into(),
+        agent_type: AgentType::Public,
+        ts_ms: NOW,
+        messages,
+        reply: Some(message("assistant", reply)),
+    }
+}
+
+#[test]
+fn shipping_sends_each_message_once_and_the_team_history_equals_the_local() {
+    let mut local = History::open_in_memory().unwrap();
+    let mut team = fresh(Backend::Postgres);
+    let first = message("user", "fix calc: the \0 test fails");
+    local
+        .record(&[proxy_turn(
+            "alice",
+            "s1",
+            vec![first.clone()],
+            "looking at calc",
+        )])
+        .unwrap();
+    local
+        .record(&[proxy_turn(
+            "alice",
+            "s1",
+            vec![
+                first,
+                message("assistant", "looking at calc"),
+                message("user", "ok"),
+            ],
+            "fixed calc",
+        )])
+        .unwrap();
+    conversation(&mut local, "alice", "empty-session", &[]);
+    conversation(&mut local, "bob", "bobs", &["user", "assistant"]);
+    assert_eq!(
+        local.backlog().unwrap(),
+        Backlog {
+            conversations: 3,
+            messages: 6
+        }
+    );
+
+    let report = local.ship_all(&mut team).unwrap();
+    assert_eq!(report, ShipReport { sent: 6, added: 6 });
+    assert_eq!(local.backlog().unwrap(), Backlog::default());
+    assert_eq!(team.contents().unwrap(), local.contents().unwrap());
+    assert_eq!(
+        team.search("alice", "calc", 10).unwrap(),
+        local.search("alice", "calc", 10).unwrap()
+    );
+    // The empty conversation went too: it is what the `empty` filter finds.
+    assert_eq!(find(&team, "alice", Filter::Empty, true).matched, 1);
+
+    // A crash between the push and the cursor's move sends the batch again: nothing is added,
+    // and the index counts each message once.
+    local.db.execute("DELETE FROM counters", &[]).unwrap();
+    let again = local.ship_all(&mut team).unwrap();
+    assert_eq!(again, ShipReport { sent: 6, added: 0 });
+    assert_eq!(team.contents().unwrap(), local.contents().unwrap());
+
+    // Later turns ship alone.
+    local
+        .record(&[proxy_turn(
+            "bob",
+            "b2",
+            vec![message("user", "hello")],
+            "hi",
+        )])
+        .unwrap();
+    assert_eq!(
+        local.ship_all(&mut team).unwrap(),
+        ShipReport { sent: 2, added: 2 }
+    );
+    assert_eq!(team.contents().unwrap(), local.contents().unwrap());
+}
+
+#[test]
+fn two_machines_recording_one_session_ship_one_conversation() {
+    // A shared gateway behind a load balancer: one instance saw the first turn, the other the
+    // second (which carries the first again).
+    let mut team = fresh(Backend::Postgres);
+    let mut one = History::open_in_memory().unwrap();
+    let mut two = History::open_in_memory().unwrap();
+    let first = message("user", "fix calc");
+    one.record(&[proxy_turn("alice", "s", vec![first.clone()], "looking")])
+        .unwrap();
+    two.record(&[proxy_turn(
+        "alice",
+        "s",
+        vec![
+            first,
+            message("assistant", "looking"),
+            message("user", "go on"),
+        ],
+        "fixed",
+    )])
+    .unwrap();
+    assert_eq!(
+        one.ship_all(&mut team).unwrap(),
+        ShipReport { sent: 2, added: 2 }
+    );
+    assert_eq!(
+        two.ship_all(&mut team).unwrap(),
+        ShipReport { sent: 4, added: 2 }
+    );
+    // The second instance holds the whole conversation: the team's equals it.
+    assert_eq!(team.contents().unwrap(), two.contents().unwrap());
+    let id = conversation_id("alice", Source::Proxy, "claude-code", "s");
+    let (conversation, _) = team.show("alice", &id).unwrap().unwrap();
+    assert_eq!(conversation.messages, 4);
 }

@@ -215,6 +215,19 @@ impl Pg {
         &self.url
     }
 
+    /// Block on `work` with this pool's runtime.
+    pub(crate) fn block_on<T>(&self, work: impl Future<Output = T>) -> T {
+        self.runtime.block_on(work)
+    }
+
+    /// A connection from the pool, to hold across statements (a transaction).
+    pub(crate) async fn lease(&self) -> Result<deadpool_postgres::Object, PgError> {
+        self.pool.get().await.map_err(|source| PgError::Connect {
+            url: self.url.clone(),
+            source,
+        })
+    }
+
     /// Run `work` with a pooled connection, blocking until it is done.
     pub(crate) fn with<T>(
         &self,

@@ -1,6 +1,7 @@
 //! The history tools' work: search, find candidates, delete with a token, restore. Each opens
-//! the history file (never creating it: only the proxy and imports do), runs on the blocking
-//! pool, and answers JSON the agent reads; refusals say what to do next.
+//! the history file (never creating it: only the proxy and imports do), or in team mode the
+//! team's database, runs on the blocking pool, and answers JSON the agent reads; refusals say
+//! what to do next.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -16,6 +17,8 @@ use serde::Deserialize;
 pub struct HistoryOptions {
     /// The history database.
     pub path: PathBuf,
+    /// Team mode: the team's database, which the tools read and delete in instead.
+    pub team: Option<pith_store::postgres::StoreUrl>,
     /// The account this server acts for (a local install: `local`).
     pub account: String,
     /// A key from config (a team's); else `key_path` is used, made on first use.
@@ -35,8 +38,17 @@ impl HistoryOptions {
         }
     }
 
-    /// The history, or `None` when nothing was ever recorded or imported.
+    /// The history (the team's in team mode), or `None` when nothing was ever recorded or
+    /// imported here.
     fn open(&self) -> Result<Option<History>, String> {
+        if let Some(url) = &self.team {
+            return History::open_team(url).map(Some).map_err(|e| {
+                format!(
+                    "{}; the team history is unreachable: try again later, or ask the user to check `pith doctor`",
+                    pith_brain::render::error_chain(&e)
+                )
+            });
+        }
         if !self.path.exists() {
             return Ok(None);
         }

@@ -119,7 +119,7 @@ fn ship_once(pg: &PgServer, rows: usize) -> (f64, f64) {
     }
     let local = rows as f64 / start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
+    let shipper = Shipper::start(path.clone(), None, StoreUrl::new(&url), "local".into()).unwrap();
     let reader = Ledger::open_read_only(&path).unwrap();
     while ship::backlog(&reader).unwrap() > 0 {
         std::thread::sleep(Duration::from_millis(5));

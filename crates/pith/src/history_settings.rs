@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use pith_history::AgentType;
 use pith_history::token::{DEFAULT_TTL_MS, TokenKey};
-use pith_history::{AgentType, LOCAL_ACCOUNT};
+use pith_store::postgres::StoreUrl;
 
-use crate::config::{HistoryConfig, env_flag, pith_home};
+use crate::config::{Config, env_flag, pith_home};
 
 /// Everything history needs to know from config and the environment.
 pub struct HistorySettings {
@@ -16,8 +17,11 @@ pub struct HistorySettings {
     pub record: bool,
     /// The database.
     pub path: PathBuf,
-    /// The account (a local install has one: `local`).
+    /// The account (a local install has one: `local`; `[account] id` / `PITH_ACCOUNT`).
     pub account: String,
+    /// Team mode: the team's database, where search, listing and deletion run (the local file
+    /// is then the outbox the proxy records into and the shipper sends on).
+    pub team: Option<StoreUrl>,
     /// A key from config or env; `None`: the key file.
     pub key: Option<TokenKey>,
     /// The key file made on first use.
@@ -29,7 +33,8 @@ pub struct HistorySettings {
 }
 
 impl HistorySettings {
-    pub fn resolve(config: &HistoryConfig) -> anyhow::Result<HistorySettings> {
+    pub fn resolve(full: &Config) -> anyhow::Result<HistorySettings> {
+        let config = &full.history;
         let home = pith_home()?;
         let record = env_flag("PITH_HISTORY")?.or(config.record).unwrap_or(true);
         let path = std::env::var_os("PITH_HISTORY_PATH")
@@ -73,7 +78,8 @@ impl HistorySettings {
         Ok(HistorySettings {
             record,
             path,
-            account: LOCAL_ACCOUNT.to_owned(),
+            account: full.account_id()?,
+            team: full.store_url()?,
             key,
             key_path: home.join("history.key"),
             token_ttl_ms,
@@ -99,6 +105,7 @@ impl HistorySettings {
     pub fn mcp_options(&self) -> pith_mcp::history::HistoryOptions {
         pith_mcp::history::HistoryOptions {
             path: self.path.clone(),
+            team: self.team.clone(),
             account: self.account.clone(),
             key: self.key.clone(),
             key_path: self.key_path.clone(),

@@ -28,11 +28,30 @@ pub(crate) struct TeamInfo {
     pub instances: Vec<Instance>,
     /// Rows this machine's ledger still has to ship (`None` without a local ledger).
     pub local_backlog: Option<u64>,
+    /// History messages this machine still has to ship (`None` without a local history).
+    pub local_history_backlog: Option<u64>,
+}
+
+/// History messages the file at `path` has not shipped yet (`None`: no history there, or one
+/// it cannot read).
+pub(crate) fn history_backlog(path: &Path) -> Option<u64> {
+    if !path.exists() {
+        return None;
+    }
+    pith_store::history::History::open_read_only(path)
+        .and_then(|h| h.backlog())
+        .ok()
+        .map(|b| b.messages)
 }
 
 /// Bring the replica at `replica` up to date from `url`, and say how that went; `local` is
-/// this machine's own ledger, whose backlog is reported.
-pub(crate) fn sync(url: &StoreUrl, replica: &Path, local: Option<&Path>) -> TeamInfo {
+/// this machine's own ledger, and `history` its history, whose backlogs are reported.
+pub(crate) fn sync(
+    url: &StoreUrl,
+    replica: &Path,
+    local: Option<&Path>,
+    history: Option<&Path>,
+) -> TeamInfo {
     let local_backlog = local
         .filter(|p| p.exists())
         .and_then(|p| Ledger::open_read_only(p).ok())
@@ -44,6 +63,7 @@ pub(crate) fn sync(url: &StoreUrl, replica: &Path, local: Option<&Path>) -> Team
         sync_error: None,
         instances: Vec::new(),
         local_backlog,
+        local_history_backlog: history.and_then(history_backlog),
     };
     let synced = Ledger::open(replica)
         .map_err(pith_store::postgres::PgError::from)

@@ -232,6 +232,13 @@ impl History {
         })
     }
 
+    /// Forget what was shipped (the cursors back to the start): everything is sent again and
+    /// the team history, holding it, adds nothing. For a team database that was replaced.
+    pub fn forget_shipped(&mut self) -> Result<(), StoreError> {
+        self.db.execute("DELETE FROM counters", &[])?;
+        Ok(())
+    }
+
     /// Send one batch from this (local) history to `team`; `None` when nothing was waiting.
     pub fn ship_batch(&mut self, team: &mut History) -> Result<Option<ShipReport>, StoreError> {
         let outbox = self.outbox()?;

@@ -7,6 +7,10 @@
 //! again, which the team ledger ignores (rows are keyed by this ledger's [`INSTANCE`] id and the
 //! local row id): nothing is lost, nothing arrives twice. While the database is unreachable the
 //! backlog grows on disk and is retried with backoff; `pith stats` shows it.
+//!
+//! The same thread ships the local conversation history (when the proxy records one) by the
+//! history's own outbox ([`crate::history::ship`]): its cursors live in the history file, and
+//! the team history meets a resent batch's rows, so that too arrives once.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::ledger::{PushState, TeamLedger};
 use super::{PgError, StoreUrl};
+use crate::history::History;
 use crate::ledger::{DROPPED_ROWS, Ledger};
 
 /// The local ledger's counter holding its random id in the team ledger.
@@ -50,6 +55,10 @@ pub struct ShipStats {
     pub backlog: u64,
     /// Pushes (or connections) that failed.
     pub failures: u64,
+    /// History messages pushed (new to the team history).
+    pub history_shipped: u64,
+    /// History messages waiting, as of the last look.
+    pub history_backlog: u64,
 }
 
 #[derive(Default)]
@@ -59,6 +68,8 @@ struct Shared {
     shipped: AtomicU64,
     backlog: AtomicU64,
     failures: AtomicU64,
+    history_shipped: AtomicU64,
+    history_backlog: AtomicU64,
 }
 
 /// The running shipper; [`Shipper::stop`] ends it after a last flush.
@@ -69,14 +80,23 @@ pub struct Shipper {
 
 impl Shipper {
     /// Start shipping the ledger at `ledger_path` (which must exist: the proxy's) to `url`, its
-    /// requests belonging to `account`.
-    pub fn start(ledger_path: PathBuf, url: StoreUrl, account: String) -> std::io::Result<Shipper> {
+    /// requests belonging to `account`, and the history at `history_path` when there is one
+    /// (it may not exist yet: it is shipped once the proxy has recorded into it).
+    pub fn start(
+        ledger_path: PathBuf,
+        history_path: Option<PathBuf>,
+        url: StoreUrl,
+        account: String,
+    ) -> std::io::Result<Shipper> {
         let shared = Arc::new(Shared::default());
         let thread = std::thread::Builder::new()
             .name("pith-ship".into())
             .spawn({
                 let shared = shared.clone();
-                move || run(&ledger_path, &url, &account, &shared)
+                move || {
+                    let paths = (ledger_path.as_path(), history_path.as_deref());
+                    run(paths, &url, &account, &shared);
+                }
             })?;
         Ok(Shipper {
             shared,
@@ -90,6 +110,8 @@ impl Shipper {
             shipped: self.shared.shipped.load(Ordering::Relaxed),
             backlog: self.shared.backlog.load(Ordering::Relaxed),
             failures: self.shared.failures.load(Ordering::Relaxed),
+            history_shipped: self.shared.history_shipped.load(Ordering::Relaxed),
+            history_backlog: self.shared.history_backlog.load(Ordering::Relaxed),
         }
     }
 
@@ -139,11 +161,17 @@ fn stopping(shared: &Shared) -> bool {
     *shared.stop.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn run(ledger_path: &std::path::Path, url: &StoreUrl, account: &str, shared: &Shared) {
+fn run(
+    (ledger_path, history_path): (&std::path::Path, Option<&std::path::Path>),
+    url: &StoreUrl,
+    account: &str,
+    shared: &Shared,
+) {
     // Shipping is never urgent: the rows wait on disk. Measured in BENCHMARKS.md.
     crate::priority::run_on_idle_cpu("team ledger shipper");
     let mut team: Option<TeamLedger> = None;
     let mut local: Option<(Ledger, i64)> = None;
+    let mut histories = Histories::default();
     let mut retry = RETRY_FIRST;
     let mut down_since: Option<Instant> = None;
     let mut stop_deadline: Option<Instant> = None;
@@ -155,14 +183,29 @@ fn run(ledger_path: &std::path::Path, url: &StoreUrl, account: &str, shared: &Sh
         if stop_deadline.is_some_and(|d| Instant::now() >= d) {
             return;
         }
-        match step(
+        let ledger = step(
             ledger_path,
             url,
             (account, &host),
             shared,
             &mut team,
             &mut local,
-        ) {
+        );
+        if ledger.is_err() {
+            // A connection-level failure may have left the pool holding broken
+            // connections; a fresh one is cheap.
+            team = None;
+        }
+        let history = match history_path {
+            Some(path) => histories.step(path, url, shared),
+            None => Ok(Step::Idle),
+        };
+        let outcome = match (ledger, history) {
+            (Err(e), _) | (_, Err(e)) => Err(e),
+            (Ok(Step::Shipped), _) | (_, Ok(Step::Shipped)) => Ok(Step::Shipped),
+            _ => Ok(Step::Idle),
+        };
+        match outcome {
             Ok(Step::Shipped) => {
                 if let Some(since) = down_since.take() {
                     tracing::info!(
@@ -187,13 +230,8 @@ fn run(ledger_path: &std::path::Path, url: &StoreUrl, account: &str, shared: &Sh
                     down_since = Some(Instant::now());
                     tracing::warn!(
                         error = &e as &dyn std::error::Error,
-                        "cannot ship ledger rows to the team ledger; they wait in the local ledger and go out when it is back"
+                        "cannot ship to the team database; ledger rows and history wait in the local files and go out when it is back"
                     );
-                }
-                // A connection-level failure may have left the pool holding broken
-                // connections; a fresh one is cheap.
-                if matches!(e, PgError::Connect { .. } | PgError::Query(_)) {
-                    team = None;
                 }
                 if stop_deadline.is_some() {
                     return;
@@ -210,6 +248,69 @@ fn run(ledger_path: &std::path::Path, url: &StoreUrl, account: &str, shared: &Sh
 enum Step {
     Shipped,
     Idle,
+}
+
+/// The shipper's two ends of the history: this machine's file and the team's database, each
+/// opened when first needed and the team's dropped after a failure.
+#[derive(Default)]
+struct Histories {
+    local: Option<History>,
+    team: Option<History>,
+}
+
+impl Histories {
+    /// Send one batch of the history at `path` (nothing yet when the proxy never recorded).
+    fn step(
+        &mut self,
+        path: &std::path::Path,
+        url: &StoreUrl,
+        shared: &Shared,
+    ) -> Result<Step, PgError> {
+        let outcome = self.try_step(path, url, shared);
+        if outcome.is_err() {
+            self.team = None;
+        }
+        outcome
+    }
+
+    fn try_step(
+        &mut self,
+        path: &std::path::Path,
+        url: &StoreUrl,
+        shared: &Shared,
+    ) -> Result<Step, PgError> {
+        if self.local.is_none() {
+            if !path.exists() {
+                return Ok(Step::Idle);
+            }
+            self.local = Some(History::open(path)?);
+        }
+        let Some(local) = self.local.as_mut() else {
+            return Ok(Step::Idle);
+        };
+        let waiting = local.backlog()?.messages;
+        shared.history_backlog.store(waiting, Ordering::Relaxed);
+        let outbox = local.outbox()?;
+        if outbox.is_empty() {
+            return Ok(Step::Idle);
+        }
+        if self.team.is_none() {
+            self.team = Some(History::open_team(url)?);
+        }
+        let Some(team) = self.team.as_mut() else {
+            return Ok(Step::Idle);
+        };
+        let report = team.push(&outbox)?;
+        local.mark_shipped(&outbox)?;
+        shared
+            .history_shipped
+            .fetch_add(report.added, Ordering::Relaxed);
+        shared.history_backlog.store(
+            waiting.saturating_sub(outbox.messages() as u64),
+            Ordering::Relaxed,
+        );
+        Ok(Step::Shipped)
+    }
 }
 
 fn step(

@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use pith_history::{AgentType, NewMessage};
+use pith_store::history::{History, Turn};
 use pith_store::ledger::{Filter, Ledger, Row};
 use pith_store::postgres::StoreUrl;
 use pith_store::postgres::ledger::{PushState, TeamLedger};
@@ -21,6 +23,42 @@ fn request(i: u64) -> Row {
         status: Some(200),
         total_ms: 2.0,
         ..Row::default()
+    }
+}
+
+/// The `i`th turn of one of three sessions: the session so far and a reply, as the proxy's
+/// history recorder hands it over.
+fn turn(i: u64) -> Turn {
+    let session = i % 3;
+    let round = i / 3;
+    let message = |role: &str, text: String| NewMessage {
+        role: role.into(),
+        real_user: role == "user",
+        text,
+        typed: String::new(),
+        ts_ms: 1_000 + i as i64,
+    };
+    let mut messages = Vec::new();
+    for r in 0..=round {
+        messages.push(message(
+            "user",
+            format!("step {r} of session {session}: fix calc"),
+        ));
+        if r < round {
+            messages.push(message("assistant", format!("done step {r} of {session}")));
+        }
+    }
+    Turn {
+        account: "local".into(),
+        client: "claude-code".into(),
+        session_id: format!("s{session}"),
+        agent_type: AgentType::Public,
+        ts_ms: 1_000 + i as i64,
+        messages,
+        reply: Some(message(
+            "assistant",
+            format!("done step {round} of {session}"),
+        )),
     }
 }
 
@@ -109,8 +147,10 @@ fn an_unreachable_database_is_named_without_its_password() {
     assert!(!text.contains("hunter2") && !format!("{err:?}").contains("hunter2"));
 }
 
-/// The proxy's ledger writer keeps writing while PostgreSQL is killed and started again: every
-/// row reaches the team ledger exactly once, and the backlog shows while it is down.
+/// The proxy's ledger writer (and its history recorder) keep writing while PostgreSQL is
+/// killed and started again: every row reaches the team ledger exactly once, every history
+/// message the team history exactly once (its index counting each once), and the backlogs
+/// show while it is down.
 #[test]
 fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
     // A server of its own: the shared one serves other tests meanwhile.
@@ -118,28 +158,40 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
     let url = pg.database().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
+    let history_path = dir.path().join("history.db");
     let mut writer = Ledger::open(&path).unwrap();
-    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
+    let mut recorder = History::open(&history_path).unwrap();
+    let shipper = Shipper::start(
+        path.clone(),
+        Some(history_path.clone()),
+        StoreUrl::new(&url),
+        "local".into(),
+    )
+    .unwrap();
 
     let mut written = 0u64;
-    let mut write = |n: u64, writer: &mut Ledger| {
+    let mut turns = 0u64;
+    let mut write = |n: u64, writer: &mut Ledger, recorder: &mut History| {
         for _ in 0..n {
             let batch: Vec<Row> = (0..20).map(|k| request(written + k)).collect();
             writer.insert(&batch).unwrap();
             written += 20;
+            recorder.record(&[turn(turns)]).unwrap();
+            turns += 1;
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    write(20, &mut writer);
+    write(20, &mut writer, &mut recorder);
     pg.kill().unwrap();
     let down = Instant::now();
-    write(40, &mut writer);
+    write(40, &mut writer, &mut recorder);
     // While it is down, the rows wait locally and say so.
     wait_until(
         "a backlog while PostgreSQL is down",
         Duration::from_secs(10),
-        || shipper.stats().backlog > 0,
+        || shipper.stats().backlog > 0 && shipper.stats().history_backlog > 0,
     );
+    assert!(recorder.backlog().unwrap().messages > 0);
     let reader = Ledger::open_read_only(&path).unwrap();
     assert!(ship::backlog(&reader).unwrap() > 0);
     assert!(shipper.stats().failures > 0);
@@ -148,13 +200,23 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
         "the writer never waited on PostgreSQL"
     );
     pg.start_again().unwrap();
-    write(20, &mut writer);
+    write(20, &mut writer, &mut recorder);
     let total = written;
     wait_until("every row shipped", Duration::from_secs(30), || {
-        ship::backlog(&reader).unwrap() == 0
+        ship::backlog(&reader).unwrap() == 0 && recorder.backlog().unwrap().messages == 0
     });
     let stats = shipper.stop();
-    assert_eq!(stats.backlog, 0);
+    assert_eq!((stats.backlog, stats.history_backlog), (0, 0));
+    // The history: 80 turns of three sessions, every message once, the index counting once.
+    let team = History::open_team(&StoreUrl::new(&url)).unwrap();
+    let local = recorder.contents().unwrap();
+    assert_eq!(
+        local.messages.len(),
+        160,
+        "80 turns: a user message and a reply each"
+    );
+    assert_eq!(team.contents().unwrap(), local);
+    assert_eq!(stats.history_shipped, 160);
     let db = database_of(&url);
     assert_eq!(count(&pg, db, "SELECT count(*) FROM requests"), total);
     assert_eq!(
@@ -172,10 +234,20 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
     // And shipping again from the start (a lost cursor) adds nothing.
     let mut again = Ledger::open(&path).unwrap();
     again.set_counter(ship::SHIPPED_THROUGH, 0).unwrap();
-    let shipper = Shipper::start(path.clone(), StoreUrl::new(&url), "local".into()).unwrap();
+    recorder.forget_shipped().unwrap();
+    assert_eq!(recorder.backlog().unwrap().messages, 160);
+    let shipper = Shipper::start(
+        path.clone(),
+        Some(history_path.clone()),
+        StoreUrl::new(&url),
+        "local".into(),
+    )
+    .unwrap();
     wait_until("the second pass", Duration::from_secs(30), || {
-        ship::backlog(&reader).unwrap() == 0
+        ship::backlog(&reader).unwrap() == 0 && recorder.backlog().unwrap().messages == 0
     });
-    assert_eq!(shipper.stop().shipped, 0);
+    let stats = shipper.stop();
+    assert_eq!((stats.shipped, stats.history_shipped), (0, 0));
     assert_eq!(count(&pg, db, "SELECT count(*) FROM requests"), total);
+    assert_eq!(team.contents().unwrap(), local);
 }

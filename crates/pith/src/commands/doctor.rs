@@ -110,6 +110,7 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
     check_codex(&mut report, exe.as_deref(), proxy);
     check_ledger(&mut report, &config);
     check_team(&mut report, &config);
+    check_history_backlog(&mut report, &config);
     check_brain(&mut report, workspace);
     check_prefilter(&mut report, &config);
 
@@ -559,6 +560,41 @@ fn check_ledger(report: &mut Report, config: &Config) {
                 "give your user write access to it",
             ),
         },
+    }
+}
+
+/// Team mode: how many of this machine's history messages wait to ship.
+fn check_history_backlog(report: &mut Report, config: &Config) {
+    if !matches!(config.store_url(), Ok(Some(_))) {
+        return;
+    }
+    let Ok(settings) = crate::history_settings::HistorySettings::resolve(config) else {
+        return;
+    };
+    if !settings.path.exists() {
+        return;
+    }
+    match pith_store::history::History::open_read_only(&settings.path).and_then(|h| h.backlog()) {
+        Ok(b) if b.messages == 0 && b.conversations == 0 => {
+            report.ok("history backlog", "every history message has shipped")
+        }
+        Ok(b) => report.warn(
+            "history backlog",
+            format!(
+                "{} history messages ({} conversations) wait to ship",
+                b.messages, b.conversations
+            ),
+            "they go out while `pith proxy` runs and the team database answers (or with `pith history import`)",
+        ),
+        Err(e) => report.warn(
+            "history backlog",
+            format!(
+                "cannot read the history {}: {}",
+                settings.path.display(),
+                pith_brain::render::error_chain(&e)
+            ),
+            "run `pith history --local list` to see what is wrong with it",
+        ),
     }
 }
 

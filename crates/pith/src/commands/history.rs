@@ -23,8 +23,16 @@ person typed it, the time, and its text up to 16 KiB (tool calls and results inc
 for search. Nothing leaves the machine.
 
 Deleting is by filter only: `candidates` runs a fixed filter and prints a signed token; `delete`
-trashes those of its conversations that still match; `trash purge` deletes for good.")]
+trashes those of its conversations that still match; `trash purge` deletes for good.
+
+Team mode ([store] url / PITH_STORE_URL): the proxy still records here, and ships each message to
+the team's PostgreSQL in the background; search, list, show, candidates, delete and the trash run
+there, on your account's conversations ([account] id / PITH_ACCOUNT) from every machine. `import`
+reads into this machine's file and sends it on at once. --local works on this machine's file.")]
 pub struct Args {
+    /// In team mode, work on this machine's history file instead of the team's database.
+    #[arg(long, global = true)]
+    local: bool,
     #[command(subcommand)]
     command: HistoryCommand,
 }
@@ -169,7 +177,10 @@ fn parse_agent_type(s: &str) -> Result<AgentType, String> {
 }
 
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
-    let settings = HistorySettings::resolve(&config.history)?;
+    let mut settings = HistorySettings::resolve(config)?;
+    if args.local {
+        settings.team = None;
+    }
     match args.command {
         HistoryCommand::Import(a) => import_sessions(&settings, a),
         HistoryCommand::Search(a) => search(&settings, a),
@@ -192,14 +203,33 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The history for a command that writes (creating it, 0600).
+/// The history for a command that writes: the team's in team mode, else the local file
+/// (creating it, 0600).
 fn open(settings: &HistorySettings) -> anyhow::Result<History> {
+    match &settings.team {
+        Some(url) => open_team(url),
+        None => open_local(settings),
+    }
+}
+
+fn open_local(settings: &HistorySettings) -> anyhow::Result<History> {
     History::open(&settings.path)
         .with_context(|| format!("cannot open the history {}", settings.path.display()))
 }
 
+fn open_team(url: &pith_store::postgres::StoreUrl) -> anyhow::Result<History> {
+    History::open_team(url).with_context(|| {
+        format!(
+            "cannot reach the team history at {url}; `pith history --local ...` works on this machine's file"
+        )
+    })
+}
+
 /// The history for a command that only reads; `None` when nothing was recorded yet.
 fn open_to_read(settings: &HistorySettings) -> anyhow::Result<Option<History>> {
+    if let Some(url) = &settings.team {
+        return open_team(url).map(Some);
+    }
     if !settings.path.exists() {
         eprintln!(
             "pith: no history at {} yet: conversations are recorded as they pass through \
@@ -227,7 +257,8 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
         .or_else(|| std::env::var_os("CODEX_HOME").map(PathBuf::from))
         .or_else(|| home_dir().map(|h| h.join(".codex")));
     let files = import::session_files(claude.as_deref(), codex.as_deref());
-    let mut history = open(settings)?;
+    // Into this machine's file always: in team mode it is the outbox, sent on below.
+    let mut history = open_local(settings)?;
     let (mut created, mut added, mut failed) = (0usize, 0usize, 0usize);
     let total = files.len();
     for (i, (source, path)) in files.iter().enumerate() {
@@ -249,18 +280,25 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
         }
     }
     let by_source = |s: Source| files.iter().filter(|(x, _)| *x == s).count();
+    let shipped = settings
+        .team
+        .as_ref()
+        .map(|url| ship_now(&mut history, url));
     if a.json {
-        println!(
-            "{}",
-            json!({
-                "files": total,
-                "claudeCodeFiles": by_source(Source::ClaudeCode),
-                "codexFiles": by_source(Source::Codex),
-                "conversationsCreated": created,
-                "messagesAdded": added,
-                "unreadable": failed,
-            })
-        );
+        let mut out = json!({
+            "files": total,
+            "claudeCodeFiles": by_source(Source::ClaudeCode),
+            "codexFiles": by_source(Source::Codex),
+            "conversationsCreated": created,
+            "messagesAdded": added,
+            "unreadable": failed,
+        });
+        match shipped {
+            Some(Ok(report)) => out["teamShipped"] = json!(report),
+            Some(Err(e)) => out["teamShipError"] = json!(format!("{e:#}")),
+            None => {}
+        }
+        println!("{out}");
     } else {
         println!(
             "read {total} session files ({} Claude Code, {} Codex): {created} new conversations, {added} new messages{}",
@@ -272,8 +310,30 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
                 String::new()
             }
         );
+        match (shipped, &settings.team) {
+            (Some(Ok(report)), Some(url)) => println!(
+                "sent {} messages to the team history at {url} ({} new to it)",
+                report.sent, report.added
+            ),
+            (Some(Err(e)), _) => eprintln!(
+                "pith: {e:#}; the messages wait in {} and go out with the next import or with `pith proxy` running",
+                settings.path.display()
+            ),
+            _ => {}
+        }
     }
     Ok(())
+}
+
+/// Send everything this machine's history has not shipped to the team's.
+fn ship_now(
+    local: &mut History,
+    url: &pith_store::postgres::StoreUrl,
+) -> anyhow::Result<pith_store::history::ship::ShipReport> {
+    let mut team = open_team(url)?;
+    local
+        .ship_all(&mut team)
+        .with_context(|| format!("cannot send the history to {url}"))
 }
 
 fn search(settings: &HistorySettings, a: SearchArgs) -> anyhow::Result<()> {

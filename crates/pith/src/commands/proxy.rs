@@ -171,7 +171,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             None => pith_home()?.join("ledger.db"),
         })
     };
-    let history = HistorySettings::resolve(&config.history)?;
+    let history = HistorySettings::resolve(config)?;
     // Conversations are recorded on the ledger's writer threads, from the records it gets.
     let history_path = (history.record && ledger_path.is_some()).then(|| history.path.clone());
     // Why the history is not recorded after all, for the startup lines.
@@ -211,9 +211,19 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // The account this proxy's requests belong to (checked even outside team mode, so a typo
     // shows before it matters).
     let account = config.account_id()?;
+    // The history ships with it when it is being recorded.
+    let shipped_history = history_error
+        .is_none()
+        .then(|| history_path.clone())
+        .flatten();
+    let shipping = if shipped_history.is_some() {
+        "ledger rows and conversation history"
+    } else {
+        "ledger rows"
+    };
     let shipper = match (&store_url, &ledger_path) {
         (Some(url), Some(path)) => Some(
-            Shipper::start(path.clone(), url.clone(), account.clone())
+            Shipper::start(path.clone(), shipped_history, url.clone(), account.clone())
                 .context("cannot start the team ledger's shipper thread")?,
         ),
         _ => None,
@@ -301,7 +311,9 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         }
         match (&store_url, &shipper) {
             (Some(url), Some(_)) => {
-                eprintln!("  team      -> {url} (ledger rows shipped in the background, account {account})")
+                eprintln!(
+                    "  team      -> {url} ({shipping} shipped in the background, account {account})"
+                )
             }
             (Some(url), None) => {
                 eprintln!("  team      -> {url} (nothing shipped: the ledger is off)")

@@ -242,7 +242,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let team = match config.store_url()? {
         Some(url) if !args.local => {
             let replica = config.team_replica()?;
-            let info = crate::team::sync(&url, &replica, Some(&path));
+            let history = crate::history_settings::HistorySettings::resolve(config)?.path;
+            let info = crate::team::sync(&url, &replica, Some(&path), Some(&history));
             if let (Some(e), false) = (&info.sync_error, replica.exists()) {
                 anyhow::bail!(
                     "cannot read the team ledger ({e}), and there is no replica of it yet; \
@@ -596,6 +597,16 @@ fn render_team(out: &mut String, team: &crate::team::TeamInfo) {
             "this machine: {n} ledger rows waiting to ship{}\n",
             if n > 0 {
                 " (they go out when the team database is reachable)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if let Some(n) = team.local_history_backlog {
+        out.push_str(&format!(
+            "this machine: {n} history messages waiting to ship{}\n",
+            if n > 0 {
+                " (they go out while `pith proxy` runs and the team database is reachable)"
             } else {
                 ""
             }

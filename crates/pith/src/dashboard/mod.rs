@@ -79,7 +79,7 @@ impl Dashboard {
             .as_ref()
             .is_some_and(|(at, _)| at.elapsed() < TEAM_SYNC_EVERY);
         if !fresh {
-            let info = crate::team::sync(&team.url, &team.replica, self.ledger.as_deref());
+            let info = crate::team::sync(&team.url, &team.replica, self.ledger.as_deref(), None);
             *last = Some((Instant::now(), info));
         }
         (

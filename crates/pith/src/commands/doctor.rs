@@ -581,8 +581,12 @@ fn check_history_backlog(report: &mut Report, config: &Config) {
         Ok(b) => report.warn(
             "history backlog",
             format!(
-                "{} history messages ({} conversations) wait to ship",
-                b.messages, b.conversations
+                "{} history messages wait to ship{}",
+                b.messages,
+                match b.conversations {
+                    0 => String::new(),
+                    n => format!(" (with {n} conversations new to the team)"),
+                }
             ),
             "they go out while `pith proxy` runs and the team database answers (or with `pith history import`)",
         ),

@@ -1,6 +1,7 @@
-//! Team mode: proxies on several machines (here: several PITH_HOMEs) ship their ledgers to one
-//! real PostgreSQL; `pith stats` and the dashboard report the team; the database going away
-//! never slows a request, and every row arrives once when it is back.
+//! Team mode: proxies on several machines (here: several PITH_HOMEs) ship their ledgers and
+//! conversation histories to one real PostgreSQL; `pith stats` and the dashboard report the
+//! team; history and its deletion stay in each account; the database going away never slows a
+//! request, and every row and message arrives once when it is back.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -48,6 +49,111 @@ fn send_requests(mock: &MockUpstream, pith: &PithProxy, session: &str, n: usize)
         assert_eq!(status, 200);
     }
     slowest
+}
+
+/// `turns` turns of one conversation (session `session`) through `pith`: turn k carries the
+/// k user messages so far with the mock's replies between them, so each adds two messages to
+/// the history (the new user message and the reply).
+fn send_conversation(
+    mock: &MockUpstream,
+    pith: &PithProxy,
+    session: &str,
+    turns: std::ops::Range<usize>,
+) -> Duration {
+    let rt = runtime();
+    let client = client();
+    let mut slowest = Duration::ZERO;
+    for k in turns {
+        let mut messages = Vec::new();
+        for j in 0..=k {
+            messages.push(
+                serde_json::json!({"role": "user", "content": format!("step {j}: fix calc")}),
+            );
+            if j < k {
+                messages.push(serde_json::json!({"role": "assistant", "content": "ok"}));
+            }
+        }
+        let body = serde_json::json!({"model": "claude-haiku-4-5", "max_tokens": 64, "messages": messages});
+        mock.push(Reply::json(fixtures::anthropic::message("ok", USAGE)));
+        let start = Instant::now();
+        let (status, _, _) = rt.block_on(async {
+            read_all(
+                send(
+                    &client,
+                    request(
+                        "POST",
+                        &format!("{}/v1/messages", pith.url()),
+                        &headers(&[("x-session-id", session)]),
+                        body.to_string(),
+                    ),
+                )
+                .await,
+            )
+            .await
+        });
+        slowest = slowest.max(start.elapsed());
+        assert_eq!(status, 200);
+    }
+    slowest
+}
+
+/// `pith history ARGS` with `home` as PITH_HOME, `url` as the team store and `account` as the
+/// account: (success, stdout, stderr).
+fn history(
+    home: &std::path::Path,
+    url: &str,
+    account: &str,
+    args: &[&str],
+) -> (bool, String, String) {
+    let out = Command::new(pith_bin())
+        .arg("history")
+        .args(args)
+        .env("PITH_HOME", home)
+        .env("PITH_STORE_URL", url)
+        .env("PITH_ACCOUNT", account)
+        .env("PITH_HISTORY_TOKEN_KEY", TEAM_KEY)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The team's token key: every machine signs and verifies deletion tokens with it.
+const TEAM_KEY: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+/// `pith history list --json` (the trash with `trash`): conversation ids and message counts.
+fn conversations(
+    home: &std::path::Path,
+    url: &str,
+    account: &str,
+    trash: bool,
+) -> Vec<(String, u64)> {
+    let args: &[&str] = if trash {
+        &["trash", "list", "--json"]
+    } else {
+        &["list", "--json"]
+    };
+    let (ok, out, err) = history(home, url, account, args);
+    assert!(ok, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let mut found: Vec<(String, u64)> = listed["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["account"], account, "{c}");
+            (
+                c["id"].as_str().unwrap().to_owned(),
+                c["messages"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// `pith stats --json ARGS` with `home` as PITH_HOME and `url` as the team store.
@@ -215,6 +321,112 @@ fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both()
 }
 
 #[test]
+fn history_and_its_deletion_stay_in_each_account_across_machines() {
+    let url = PgServer::shared().database().unwrap();
+    let mock = MockUpstream::start().unwrap();
+    let proxy = |account: &str| {
+        PithProxy::start(
+            &mock.url(),
+            &[
+                ("PITH_STORE_URL", &url),
+                ("PITH_ACCOUNT", account),
+                ("PITH_HISTORY_TOKEN_KEY", TEAM_KEY),
+            ],
+        )
+    };
+    let a = proxy("alice");
+    let b = proxy("bob");
+    // Each: a real conversation of two turns, and one whose only message is the assistant's
+    // (a request with no messages): what the `single-assistant` filter selects.
+    send_conversation(&mock, &a, "a-real", 0..2);
+    send_requests(&mock, &a, "a-single", 1);
+    send_conversation(&mock, &b, "b-real", 0..2);
+    send_requests(&mock, &b, "b-single", 1);
+
+    // Another machine of alice's (a home of its own, no proxy) sees what her proxy recorded.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut alices = Vec::new();
+    wait_for("alice's history shipped", Duration::from_secs(30), || {
+        alices = conversations(elsewhere.path(), &url, "alice", false);
+        alices.len() == 2
+    });
+    let mut bobs = Vec::new();
+    wait_for("bob's history shipped", Duration::from_secs(30), || {
+        bobs = conversations(b.home.path(), &url, "bob", false);
+        bobs.len() == 2
+    });
+    let counts: Vec<u64> = alices.iter().map(|(_, n)| *n).collect();
+    assert!(counts.contains(&4) && counts.contains(&1), "{alices:?}");
+    assert!(alices.iter().all(|a| !bobs.contains(a)));
+    // Search is the account's too.
+    let (ok, out, err) = history(
+        elsewhere.path(),
+        &url,
+        "alice",
+        &["search", "--json", "calc"],
+    );
+    assert!(ok, "{err}");
+    let hits: Value = serde_json::from_str(&out).unwrap();
+    let hit_ids: Vec<&str> = hits["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(hit_ids.len(), 1, "{hits}");
+    assert!(alices.iter().any(|(id, _)| id == hit_ids[0]));
+
+    // Alice selects her single-assistant conversation (bob's is not among the candidates).
+    let (ok, out, err) = history(
+        a.home.path(),
+        &url,
+        "alice",
+        &["candidates", "--filter", "single-assistant", "--json"],
+    );
+    assert!(ok, "{err}");
+    let found: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(found["matched"], 1, "{found}");
+    let token = found["filterToken"].as_str().unwrap().to_owned();
+    let target = found["items"][0]["id"].as_str().unwrap().to_owned();
+    assert!(alices.iter().any(|(id, _)| *id == target));
+
+    // Bob, on his machine, with the same team key, cannot use alice's token.
+    let (ok, _, err) = history(b.home.path(), &url, "bob", &["delete", "--token", &token]);
+    assert!(!ok, "bob used alice's token");
+    assert!(
+        err.contains("nothing was deleted") && err.contains("account"),
+        "{err}"
+    );
+    assert!(conversations(b.home.path(), &url, "bob", true).is_empty());
+    assert!(conversations(a.home.path(), &url, "alice", true).is_empty());
+
+    // Alice, on another machine, can: one conversation trashed, and only hers.
+    let (ok, out, err) = history(
+        elsewhere.path(),
+        &url,
+        "alice",
+        &["delete", "--token", &token, "--json"],
+    );
+    assert!(ok, "{err}");
+    let done: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(done["trashed"], serde_json::json!([target]), "{done}");
+    assert_eq!(
+        conversations(a.home.path(), &url, "alice", true)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect::<Vec<_>>(),
+        [target]
+    );
+    assert_eq!(conversations(b.home.path(), &url, "bob", false), bobs);
+    assert!(conversations(b.home.path(), &url, "bob", true).is_empty());
+    // This machine's own file (the outbox) still has what it recorded.
+    let (ok, out, err) = history(a.home.path(), &url, "alice", &["--local", "list", "--json"]);
+    assert!(ok, "{err}");
+    let local: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(local["conversations"].as_array().unwrap().len(), 2);
+}
+
+#[test]
 fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() {
     // A server of its own, since it is killed.
     let pg = PgServer::start().unwrap();
@@ -224,13 +436,17 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
         .replacen("pith@", "pith:s3cret-pw@", 1);
     let mock = MockUpstream::start().unwrap();
     let mut pith = PithProxy::start(&mock.url(), &[("PITH_STORE_URL", &url)]);
-    send_requests(&mock, &pith, "ses_k", 5);
+    send_conversation(&mock, &pith, "ses_k", 0..5);
     wait_for("the first rows shipped", Duration::from_secs(30), || {
+        // The team history holding the five turns' ten messages (written after their rows).
         requests_in(&team_stats(pith.home.path(), &url, &[])) == 5
+            && conversations(pith.home.path(), &url, "local", false)
+                .first()
+                .is_some_and(|(_, n)| *n == 10)
     });
 
     pg.kill().unwrap();
-    let slowest = send_requests(&mock, &pith, "ses_k", 30);
+    let slowest = send_conversation(&mock, &pith, "ses_k", 5..35);
     // The shipper's connection attempts and backoff are on its own thread: no request waits
     // for them (the connect timeout alone is 5 s).
     assert!(
@@ -267,22 +483,33 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
         checks["team backlog"],
         ("warn".to_owned(), "30 ledger rows wait to ship".to_owned())
     );
+    // The history recorded meanwhile waits too: 30 turns, two messages each.
+    assert_eq!(
+        checks["history backlog"],
+        (
+            "warn".to_owned(),
+            "60 history messages wait to ship".to_owned()
+        )
+    );
+    assert_eq!(down["team"]["local_history_backlog"].as_u64(), Some(60));
     assert!(!format!("{checks:?}").contains("s3cret-pw"));
 
     pg.start_again().unwrap();
-    send_requests(&mock, &pith, "ses_k", 5);
+    send_conversation(&mock, &pith, "ses_k", 35..40);
     wait_for(
         "every row in the team report",
         Duration::from_secs(60),
         || {
             let r = team_stats(pith.home.path(), &url, &[]);
-            requests_in(&r) == 40 && r["team"]["local_backlog"].as_u64() == Some(0)
+            requests_in(&r) == 40
+                && r["team"]["local_backlog"].as_u64() == Some(0)
+                && r["team"]["local_history_backlog"].as_u64() == Some(0)
         },
     );
     let checks = doctor(pith.home.path(), &url);
     assert_eq!(checks["team"].0, "ok", "{checks:?}");
     assert!(
-        checks["team"].1.contains("schema versions: ledger 1"),
+        checks["team"].1.contains("schema versions: history 1, ledger 1"),
         "{checks:?}"
     );
     assert_eq!(checks["team backlog"].0, "ok", "{checks:?}");
@@ -293,12 +520,29 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
         count("SELECT count(DISTINCT (instance, local_id)) FROM requests"),
         40
     );
+    // Every history message once: 40 turns of one conversation, a user message and a reply
+    // each, at positions 0..80, and the search index counting each message once.
+    assert_eq!(count("SELECT count(*) FROM messages"), 80);
+    assert_eq!(
+        count("SELECT count(DISTINCT (conversation_id, position)) FROM messages"),
+        80
+    );
+    assert_eq!(count("SELECT max(position) + 1 FROM messages"), 80);
+    assert_eq!(
+        count("SELECT tf FROM postings WHERE term = 'calc'"),
+        40,
+        "each user message says calc once"
+    );
+    assert_eq!(
+        conversations(pith.home.path(), &url, "local", false)
+            .iter()
+            .map(|(_, n)| *n)
+            .collect::<Vec<_>>(),
+        [80]
+    );
     pith.stop();
     let log = pith.stderr();
-    assert!(
-        log.contains("cannot ship ledger rows to the team ledger"),
-        "{log}"
-    );
+    assert!(log.contains("cannot ship to the team database"), "{log}");
     assert!(log.contains("reachable again"), "{log}");
     assert!(!log.contains("s3cret-pw"), "{log}");
 }

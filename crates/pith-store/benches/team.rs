@@ -6,9 +6,14 @@
 //!   in the same run.
 //! - brain sync: M memories pushed by one clone, then pulled into an empty brain (a fresh
 //!   clone's replica); the goal is 10,000 in under 2 s.
+//! - history shipping: T proxied turns recorded into a local history (as the proxy's writer
+//!   does: the baseline, messages per second), then shipped by the real `Shipper` thread
+//!   (messages per second until the history's backlog is 0). No goal in the issue: it must keep
+//!   up with recording.
 //!
 //! Run: `cargo bench -p pith-store --bench team` (env: TEAM_BENCH_ROWS, default 20,000;
-//! TEAM_BENCH_MEMORIES, default 10,000; TEAM_BENCH_RUNS, default 3).
+//! TEAM_BENCH_MEMORIES, default 10,000; TEAM_BENCH_TURNS, default 2,000; TEAM_BENCH_RUNS,
+//! default 3).
 #![expect(
     clippy::unwrap_used,
     clippy::print_stdout,
@@ -18,7 +23,9 @@
 use std::time::{Duration, Instant};
 
 use pith_brain::{Evidence, Kind, LineRange, Memory};
+use pith_history::{AgentType, NewMessage};
 use pith_store::brain::SqliteBrain;
+use pith_store::history::{History, Turn};
 use pith_store::ledger::{Fact, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult};
 use pith_store::postgres::StoreUrl;
 use pith_store::postgres::brain::TeamBrain;
@@ -150,6 +157,81 @@ fn sync_once(pg: &PgServer, memories: usize) -> (Duration, Duration) {
     (push, pull)
 }
 
+/// The `i`th turn of one of 50 sessions: a user message of about 60 words and a reply of about
+/// 120 (tool-output-like text, as real turns carry).
+fn turn(i: usize, held: &mut [Vec<NewMessage>]) -> Turn {
+    let session = i % held.len();
+    let words = |n: usize, seed: usize| -> String {
+        (0..n)
+            .map(|k| format!("w{}", (seed * 31 + k * 17) % 5_000))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let message = |role: &str, text: String| NewMessage {
+        role: role.into(),
+        real_user: role == "user",
+        text,
+        typed: String::new(),
+        ts_ms: 1_700_000_000_000 + i as i64,
+    };
+    let so_far = &mut held[session];
+    so_far.push(message("user", words(60, i)));
+    let reply = message("assistant", words(120, i + 7));
+    let turn = Turn {
+        account: "local".into(),
+        client: "claude-code".into(),
+        session_id: format!("session-{session}"),
+        agent_type: AgentType::Public,
+        ts_ms: 1_700_000_000_000 + i as i64,
+        messages: so_far.clone(),
+        reply: Some(reply.clone()),
+    };
+    so_far.push(reply);
+    turn
+}
+
+/// (recorded, shipped by the idle-priority shipper thread, pushed directly at normal
+/// priority), in messages per second.
+fn ship_history_once(pg: &PgServer, turns: usize) -> (f64, f64, f64) {
+    let url = pg.database().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger.db");
+    Ledger::open(&ledger_path).unwrap();
+    let path = dir.path().join("history.db");
+    let mut history = History::open(&path).unwrap();
+    let mut held = vec![Vec::new(); 50];
+    let all: Vec<Turn> = (0..turns).map(|i| turn(i, &mut held)).collect();
+    let start = Instant::now();
+    for chunk in all.chunks(16) {
+        history.record(chunk).unwrap();
+    }
+    let messages = history.backlog().unwrap().messages;
+    assert_eq!(messages, 2 * turns as u64);
+    let local = messages as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let shipper = Shipper::start(
+        ledger_path,
+        Some(path.clone()),
+        StoreUrl::new(&url),
+        "local".into(),
+    )
+    .unwrap();
+    while history.backlog().unwrap().messages > 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let shipped = messages as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(shipper.stop().history_shipped, messages);
+    // The same batches again into a fresh database, on this thread at normal priority: what a
+    // push costs when the scheduler does not make the shipper wait for idle CPU.
+    history.forget_shipped().unwrap();
+    let mut team = History::open_team(&StoreUrl::new(pg.database().unwrap())).unwrap();
+    let start = Instant::now();
+    let report = history.ship_all(&mut team).unwrap();
+    let direct = messages as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(report.added, messages);
+    (local, shipped, direct)
+}
+
 fn main() {
     let rows = env_usize("TEAM_BENCH_ROWS", 20_000);
     let memories = env_usize("TEAM_BENCH_MEMORIES", 10_000);
@@ -175,6 +257,23 @@ fn main() {
             "| {run} | {:.0} ms | {:.0} ms |",
             push.as_secs_f64() * 1e3,
             pull.as_secs_f64() * 1e3
+        );
+    }
+    let turns = env_usize("TEAM_BENCH_TURNS", 2_000);
+    println!();
+    println!(
+        "history shipping, {turns} turns per run ({} messages; messages/s):",
+        2 * turns
+    );
+    println!(
+        "| run | recorded into the local history (baseline) | shipped by the shipper thread (idle priority) | pushed at normal priority | pushed / recorded |"
+    );
+    println!("|---|---|---|---|---|");
+    for run in 1..=runs {
+        let (local, shipped, direct) = ship_history_once(&pg, turns);
+        println!(
+            "| {run} | {local:.0} | {shipped:.0} | {direct:.0} | {:.2} |",
+            direct / local
         );
     }
 }

@@ -25,6 +25,22 @@ pub(crate) enum Value<'a> {
     Null,
     Int(i64),
     Text(&'a str),
+    /// A PostgreSQL array (`unnest` of a batch); SQLite takes no arrays.
+    Texts(&'a [String]),
+    /// A PostgreSQL array (`unnest` of a batch); SQLite takes no arrays.
+    Ints(&'a [i64]),
+}
+
+impl<'a> From<&'a [String]> for Value<'a> {
+    fn from(v: &'a [String]) -> Self {
+        Value::Texts(v)
+    }
+}
+
+impl<'a> From<&'a [i64]> for Value<'a> {
+    fn from(v: &'a [i64]) -> Self {
+        Value::Ints(v)
+    }
 }
 
 impl From<i64> for Value<'_> {
@@ -72,6 +88,11 @@ impl rusqlite::ToSql for Value<'_> {
             Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
             Value::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
             Value::Text(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
+            Value::Texts(_) | Value::Ints(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    "an array parameter is PostgreSQL's only".into(),
+                ));
+            }
         })
     }
 }
@@ -92,6 +113,8 @@ impl ToSql for Value<'_> {
                 _ => v.to_sql(ty, out),
             },
             Value::Text(s) => s.to_sql(ty, out),
+            Value::Texts(v) => v.to_sql(ty, out),
+            Value::Ints(v) => v.to_sql(ty, out),
         }
     }
 

@@ -100,9 +100,11 @@ CREATE TABLE messages (
     ts_ms           BIGINT NOT NULL,
     UNIQUE (conversation_id, position)
 );
+-- Byte order for the index's text keys: terms are matched exactly, and the database's own
+-- collation (often a locale's) would make every comparison of the upserts slower.
 CREATE TABLE postings (
-    account          TEXT NOT NULL,
-    term             TEXT NOT NULL,
+    account          TEXT COLLATE \"C\" NOT NULL,
+    term             TEXT COLLATE \"C\" NOT NULL,
     conversation_seq BIGINT NOT NULL REFERENCES conversations (seq),
     tf               BIGINT NOT NULL,
     PRIMARY KEY (account, term, conversation_seq)

@@ -19,6 +19,7 @@
 pub mod brain;
 pub mod ledger;
 pub mod ship;
+mod tls;
 
 use std::str::FromStr as _;
 use std::time::Duration;
@@ -44,6 +45,24 @@ pub enum PgError {
         url: StoreUrl,
         /// The driver's reason.
         source: tokio_postgres::Error,
+    },
+    /// The URL's TLS settings cannot be used.
+    #[error("store url {url}: {reason}")]
+    BadTls {
+        /// The URL, password hidden.
+        url: StoreUrl,
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// The CA file the URL names (`sslrootcert`) cannot be used.
+    #[error("store url {url}: cannot use sslrootcert {}: {reason}", path.display())]
+    RootCert {
+        /// The URL, password hidden.
+        url: StoreUrl,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
     },
     /// No connection to the server.
     #[error("cannot connect to {url}")]
@@ -113,7 +132,7 @@ impl StoreUrl {
     }
 
     /// The URL with its credentials in place, for the driver only.
-    fn secret(&self) -> &str {
+    pub(crate) fn secret(&self) -> &str {
         &self.0
     }
 
@@ -175,10 +194,12 @@ pub struct Pg {
 }
 
 impl Pg {
-    /// Set up the pool for `url`; connects lazily (the first query connects).
+    /// Set up the pool for `url` (TLS as its `sslmode` and `sslrootcert` say: `tls.rs`);
+    /// connects lazily (the first query connects).
     pub fn new(url: &StoreUrl) -> Result<Pg, PgError> {
+        let (driver_url, tls) = tls::split(url)?;
         let mut config =
-            tokio_postgres::Config::from_str(url.secret()).map_err(|source| PgError::BadUrl {
+            tokio_postgres::Config::from_str(&driver_url).map_err(|source| PgError::BadUrl {
                 url: url.clone(),
                 source,
             })?;
@@ -186,13 +207,17 @@ impl Pg {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         config.application_name("pith");
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let recycling = || ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &tls {
+            tls::Tls::Off => Manager::from_config(config, NoTls, recycling()),
+            tls::Tls::Verified { root_cert, .. } => Manager::from_config(
+                config,
+                tls::connector(url, root_cert.as_ref())?,
+                recycling(),
+            ),
+        };
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)

@@ -88,13 +88,19 @@ pub struct StoreConfig {
 
 /// Who this install's requests belong to. A single install is one account, `local`; in team
 /// mode each developer sets their own, and the team ledger says which account each proxy's
-/// requests belong to.
+/// requests belong to. A gateway shared by several developers maps each request to an account
+/// by its key instead (`keys`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AccountConfig {
     /// The account id (env `PITH_ACCOUNT`; default `local`): letters, digits and `.`, `_`, `-`,
-    /// `@`, at most 64.
+    /// `@`, at most 64. On a gateway with `keys`, the gateway's own account.
     pub id: Option<String>,
+    /// A gateway's account keys, by account: `alice = "<key>"` (at least 16 characters) or
+    /// `alice = "sha256:<64 hex digits>"` (the key's SHA-256, so the config holds no secret).
+    /// With keys, every request must name one in its `pith-account-key` header and belongs to
+    /// its account. Env `PITH_ACCOUNT_KEYS`: a file holding the same lines, used instead.
+    pub keys: BTreeMap<String, String>,
 }
 
 /// The account of a single install.
@@ -110,17 +116,49 @@ impl Config {
                 None => return Ok(LOCAL_ACCOUNT.to_owned()),
             },
         };
-        let valid = !id.is_empty()
-            && id.len() <= 64
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
         anyhow::ensure!(
-            valid,
-            "{source} = {id:?} is not an account id: use letters, digits and . _ - @ (at most 64), \
-             e.g. your login name"
+            is_account_id(&id),
+            "{source} = {id:?} is not an account id: {ACCOUNT_ID_RULE}, e.g. your login name"
         );
         Ok(id)
+    }
+
+    /// The gateway's account keys: the file `PITH_ACCOUNT_KEYS` names over `[account.keys]`;
+    /// empty when neither has any. Each account id and key is checked, and a key given to two
+    /// accounts is refused; an error names the account, never the key.
+    pub fn account_keys(&self) -> anyhow::Result<pith_proxy::AccountKeys> {
+        let from_file;
+        let (table, source) = match std::env::var_os("PITH_ACCOUNT_KEYS").filter(|v| !v.is_empty())
+        {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                let text = std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "cannot read the account keys file {} (named by PITH_ACCOUNT_KEYS)",
+                        path.display()
+                    )
+                })?;
+                from_file = toml::from_str::<BTreeMap<String, String>>(&text).with_context(|| {
+                    format!(
+                        "invalid account keys file {} (named by PITH_ACCOUNT_KEYS): write one \
+                         `account = \"key\"` line per account",
+                        path.display()
+                    )
+                })?;
+                (&from_file, format!("{} (PITH_ACCOUNT_KEYS)", path.display()))
+            }
+            None => (&self.account.keys, "account.keys".to_owned()),
+        };
+        let mut keys = pith_proxy::AccountKeys::new();
+        for (account, key) in table {
+            anyhow::ensure!(
+                is_account_id(account),
+                "{source}: {account:?} is not an account id: {ACCOUNT_ID_RULE}"
+            );
+            keys.add(account, key)
+                .with_context(|| format!("{source}: the key of account {account}"))?;
+        }
+        Ok(keys)
     }
 
     /// The team store, if one is configured: `PITH_STORE_URL` over `[store] url`. Anything but
@@ -274,6 +312,18 @@ impl Config {
         config.source = Some(path);
         Ok(config)
     }
+}
+
+/// What an account id may hold, as errors say it.
+const ACCOUNT_ID_RULE: &str = "use letters, digits and . _ - @ (at most 64)";
+
+/// Whether `id` is an account id: letters, digits and `. _ - @`, at most 64.
+fn is_account_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }
 
 /// pith's own data directory: `$PITH_HOME`, else the platform data dir + `pith`.

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use pith_history::token::{DEFAULT_TTL_MS, TokenKey};
-use pith_history::{AgentType, LOCAL_ACCOUNT};
+use pith_history::AgentType;
 
-use crate::config::{HistoryConfig, env_flag, pith_home};
+use crate::config::{Config, env_flag, pith_home};
 
 /// Everything history needs to know from config and the environment.
 pub struct HistorySettings {
@@ -16,7 +16,8 @@ pub struct HistorySettings {
     pub record: bool,
     /// The database.
     pub path: PathBuf,
-    /// The account (a local install has one: `local`).
+    /// The account the reading commands (`history`, `mcp`) are scoped to: `PITH_ACCOUNT` over
+    /// `[account] id`, else `local`. The proxy records each turn under its request's account.
     pub account: String,
     /// A key from config or env; `None`: the key file.
     pub key: Option<TokenKey>,
@@ -29,7 +30,8 @@ pub struct HistorySettings {
 }
 
 impl HistorySettings {
-    pub fn resolve(config: &HistoryConfig) -> anyhow::Result<HistorySettings> {
+    pub fn resolve(whole: &Config) -> anyhow::Result<HistorySettings> {
+        let config = &whole.history;
         let home = pith_home()?;
         let record = env_flag("PITH_HISTORY")?.or(config.record).unwrap_or(true);
         let path = std::env::var_os("PITH_HISTORY_PATH")
@@ -73,7 +75,7 @@ impl HistorySettings {
         Ok(HistorySettings {
             record,
             path,
-            account: LOCAL_ACCOUNT.to_owned(),
+            account: whole.account_id()?,
             key,
             key_path: home.join("history.key"),
             token_ttl_ms,

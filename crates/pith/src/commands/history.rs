@@ -169,7 +169,7 @@ fn parse_agent_type(s: &str) -> Result<AgentType, String> {
 }
 
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
-    let settings = HistorySettings::resolve(&config.history)?;
+    let settings = HistorySettings::resolve(config)?;
     match args.command {
         HistoryCommand::Import(a) => import_sessions(&settings, a),
         HistoryCommand::Search(a) => search(&settings, a),

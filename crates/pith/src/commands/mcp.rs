@@ -31,7 +31,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let options = pith_mcp::ServerOptions {
         workspace,
         prefilter: prefilter_config(&config.mcp)?,
-        history: crate::history_settings::HistorySettings::resolve(&config.history)?.mcp_options(),
+        history: crate::history_settings::HistorySettings::resolve(config)?.mcp_options(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -171,7 +171,11 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             None => pith_home()?.join("ledger.db"),
         })
     };
-    let history = HistorySettings::resolve(&config.history)?;
+    let history = HistorySettings::resolve(config)?;
+    // The account this proxy's requests belong to (checked even outside team mode, so a typo
+    // shows before it matters), and a gateway's account keys.
+    let account = config.account_id()?;
+    let keys = config.account_keys()?;
     // Conversations are recorded on the ledger's writer threads, from the records it gets.
     let history_path = (history.record && ledger_path.is_some()).then(|| history.path.clone());
     // Why the history is not recorded after all, for the startup lines.
@@ -181,11 +185,9 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             let ledger = Ledger::open(path)?;
             // Fail open: a history that cannot be opened leaves the proxy running without it.
             let sink = match history_path.as_ref().map(|p| (p, History::open(p))) {
-                Some((_, Ok(store))) => Some(HistorySink::new(
-                    store,
-                    history.account.clone(),
-                    history.agent_types.clone(),
-                )),
+                Some((_, Ok(store))) => {
+                    Some(HistorySink::new(store, history.agent_types.clone()))
+                }
                 Some((path, Err(e))) => {
                     tracing::warn!(
                         error = &e as &dyn std::error::Error,
@@ -208,9 +210,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // Team mode: the local ledger is the queue; a thread of its own sends its rows on, so the
     // database being down or slow never reaches a request.
     let store_url = config.store_url()?;
-    // The account this proxy's requests belong to (checked even outside team mode, so a typo
-    // shows before it matters).
-    let account = config.account_id()?;
     let shipper = match (&store_url, &ledger_path) {
         (Some(url), Some(path)) => Some(
             Shipper::start(path.clone(), url.clone(), account.clone())
@@ -260,7 +259,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             anthropic: anthropic.to_string(),
             openai: openai.to_string(),
         },
-    );
+    )
+    .with_own_account(account.clone());
     if let Some(url) = &store_url {
         dashboard = dashboard.with_team(url.clone(), config.team_replica()?);
     }
@@ -281,6 +281,10 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             max_body: pith_proxy::DEFAULT_MAX_BODY,
             timeouts,
             token: token.clone(),
+            accounts: pith_proxy::Accounts {
+                own: account.clone(),
+                keys: keys.clone(),
+            },
         })
         .await?;
         let addr = proxy.local_addr()?;
@@ -310,6 +314,13 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         }
         if searches.is_some() {
             eprintln!("  searches  -> {}", searches_path.display());
+        }
+        if !keys.is_empty() {
+            eprintln!(
+                "  accounts  -> {} keys; clients must send theirs in the {} header (refused without)",
+                keys.len(),
+                pith_proxy::ACCOUNT_KEY_HEADER
+            );
         }
         if token.is_some() {
             eprintln!(

@@ -149,16 +149,7 @@ impl Config {
             }
             None => (&self.account.keys, "account.keys".to_owned()),
         };
-        let mut keys = pith_proxy::AccountKeys::new();
-        for (account, key) in table {
-            anyhow::ensure!(
-                is_account_id(account),
-                "{source}: {account:?} is not an account id: {ACCOUNT_ID_RULE}"
-            );
-            keys.add(account, key)
-                .with_context(|| format!("{source}: the key of account {account}"))?;
-        }
-        Ok(keys)
+        keys_from(table, &source)
     }
 
     /// The team store, if one is configured: `PITH_STORE_URL` over `[store] url`. Anything but
@@ -314,6 +305,23 @@ impl Config {
     }
 }
 
+/// The keys of `table` (account to key), checked; `source` names where they came from.
+fn keys_from(
+    table: &BTreeMap<String, String>,
+    source: &str,
+) -> anyhow::Result<pith_proxy::AccountKeys> {
+    let mut keys = pith_proxy::AccountKeys::new();
+    for (account, key) in table {
+        anyhow::ensure!(
+            is_account_id(account),
+            "{source}: {account:?} is not an account id: {ACCOUNT_ID_RULE}"
+        );
+        keys.add(account, key)
+            .with_context(|| format!("{source}: the key of account {account}"))?;
+    }
+    Ok(keys)
+}
+
 /// What an account id may hold, as errors say it.
 const ACCOUNT_ID_RULE: &str = "use letters, digits and . _ - @ (at most 64)";
 
@@ -397,6 +405,52 @@ mod tests {
             c.mcp.prefilter_url.as_deref(),
             Some("http://127.0.0.1:8080/v1")
         );
+    }
+
+    #[test]
+    fn account_keys_are_checked_and_errors_name_the_account_never_the_key() {
+        let c: Config = toml::from_str(
+            r#"
+            [account]
+            id = "gateway"
+            [account.keys]
+            alice = "alice-0123456789abcdef"
+            "bob@example.com" = "sha256:d0d6d50b078333857133399f9ce499a2b9f941c6d9bb36ef786163af574450d7"
+            "#,
+        )
+        .unwrap();
+        let keys = keys_from(&c.account.keys, "account.keys").unwrap();
+        assert_eq!(keys.account_for(b"alice-0123456789abcdef"), Some("alice"));
+        assert_eq!(keys.account_for(b"bob-secret-key-0123456789"), Some("bob@example.com"));
+        // Only strings are keys.
+        let err = toml::from_str::<Config>("[account.keys]\nalice = 7\n").unwrap_err();
+        assert!(err.to_string().contains("string"), "{err}");
+
+        let refused = |toml_text: &str| -> String {
+            let c: Config = toml::from_str(toml_text).unwrap();
+            format!("{:#}", keys_from(&c.account.keys, "account.keys").unwrap_err())
+        };
+        let short = refused("[account.keys]\nalice = \"short-secret\"\n");
+        assert!(
+            short.starts_with("account.keys: the key of account alice: the key is 12 characters")
+                && !short.contains("short-secret"),
+            "{short}"
+        );
+        let twice = refused(
+            "[account.keys]\nalice = \"same-key-0123456789\"\nbob = \"same-key-0123456789\"\n",
+        );
+        assert!(
+            twice.contains("the key of account bob: the key is also account \"alice\"'s")
+                && !twice.contains("same-key"),
+            "{twice}"
+        );
+        let bad_id = refused("[account.keys]\n\"al ice\" = \"alice-0123456789abcdef\"\n");
+        assert!(
+            bad_id.contains("\"al ice\" is not an account id") && !bad_id.contains("0123"),
+            "{bad_id}"
+        );
+        let digest = refused("[account.keys]\nalice = \"sha256:abcd\"\n");
+        assert!(digest.contains("64 hex digits"), "{digest}");
     }
 
     #[test]

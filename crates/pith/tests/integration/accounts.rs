@@ -1,8 +1,10 @@
 //! A shared gateway: one `pith proxy` in front of several developers, on a real PostgreSQL,
-//! mapping each request to an account by the key in its `pith-account-key` header. The real
-//! Claude Code sends alice's key (`ANTHROPIC_CUSTOM_HEADERS`), the official Anthropic SDK bob's
-//! (`default_headers`; his key is configured by its SHA-256 only); a missing and an unknown key
-//! are refused in each wire's error shape, as the SDKs parse it.
+//! mapping each request to an account by the key in its `pith-account-key` header. Each
+//! client sends it the way the README says: the real Claude Code alice's
+//! (`ANTHROPIC_CUSTOM_HEADERS`), the real OpenCode carol's (the provider's `options.headers`),
+//! the real Codex dave's (`model_providers.<id>.env_http_headers`), the official Anthropic SDK
+//! bob's (`default_headers`; his key is configured by its SHA-256 only). A missing and an
+//! unknown key are refused in each wire's error shape, as the SDKs parse it.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -12,11 +14,16 @@ use pith_testkit::postgres::PgServer;
 use pith_testkit::{MockUpstream, Reply};
 use serde_json::Value;
 
-use crate::clients::{LIMIT, claude_code_with, has, project};
+use crate::clients::{
+    LIMIT, Launch, claude_code_with, codex_with, has, opencode_with_options, project,
+    write_codex_config,
+};
 use crate::support::*;
 
 const ALICE_KEY: &str = "alice-7f3c9e2b41d8a6f0";
 const BOB_KEY: &str = "bob-0c81d5e9a2f47b36";
+const CAROL_KEY: &str = "carol-93be07c4d1a5f268";
+const DAVE_KEY: &str = "dave-4a6f1c0e8b2d9735";
 /// A key of the right shape that the gateway does not know.
 const STRANGER_KEY: &str = "mallory-5d2e8f1a9c3b7604";
 
@@ -100,6 +107,7 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         &config,
         format!(
             "[account]\nid = \"gateway\"\n[account.keys]\nalice = \"{ALICE_KEY}\"\nbob = \"sha256:{}\"\n\
+             carol = \"{CAROL_KEY}\"\ndave = \"{DAVE_KEY}\"\n\
              [prices.\"claude-opus-5-5\"]\ninput = 5.0\noutput = 25.0\n",
             sha256_hex(BOB_KEY)
         ),
@@ -112,7 +120,7 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     );
     wait_for("the startup line about keys", Duration::from_secs(5), || {
         gateway.stderr().contains(
-            "accounts  -> 2 keys; clients must send theirs in the pith-account-key header",
+            "accounts  -> 4 keys; clients must send theirs in the pith-account-key header",
         )
     });
 
@@ -140,6 +148,53 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     mock.push(Reply::json(fixtures::anthropic::message("Hi bob.", BOB_USAGE)));
     let bob = sdk_request(&gateway.url(), "anthropic", Some(BOB_KEY));
     assert_eq!(bob, serde_json::json!({"text": "Hi bob."}));
+
+    // Carol: the real OpenCode, the key in its Anthropic provider's options.headers (its main
+    // loop and its title call both carry it).
+    const CAROL_PROMPT: &str = "say hi to carol";
+    mock.push_when(
+        |body| has(body, CAROL_PROMPT) && has(body, "\"tools\":["),
+        Reply::sse(fixtures::anthropic::stream(&["Hi", " carol."], ALICE_USAGE)),
+    );
+    let (work, home) = project();
+    let run = opencode_with_options(
+        Launch::Direct,
+        work.path(),
+        home.path(),
+        &format!("{}/v1", gateway.url()),
+        &serde_json::json!({"headers": {"pith-account-key": CAROL_KEY}}),
+        &[],
+        CAROL_PROMPT,
+        LIMIT,
+    );
+    run.assert_ok(&format!("pith:
+{}", gateway.stderr()));
+    assert!(run.stdout.contains("Hi carol."), "{}", run.stdout);
+
+    // Dave: the real Codex, the key from an environment variable its provider's
+    // env_http_headers names.
+    const DAVE_PROMPT: &str = "say hi to dave";
+    mock.push_when(
+        |body| has(body, DAVE_PROMPT),
+        Reply::sse(fixtures::responses::stream(&["Hi", " dave."], ALICE_USAGE)),
+    );
+    let (work, home) = project();
+    let codex_home = write_codex_config(home.path(), &format!("{}/v1", gateway.url()));
+    let codex_config = codex_home.join("config.toml");
+    let mut text = std::fs::read_to_string(&codex_config).unwrap();
+    text.push_str("env_http_headers = { \"pith-account-key\" = \"DAVE_PITH_KEY\" }\n");
+    std::fs::write(&codex_config, text).unwrap();
+    let run = codex_with(
+        work.path(),
+        home.path(),
+        &[],
+        DAVE_PROMPT,
+        LIMIT,
+        &[("DAVE_PITH_KEY", std::ffi::OsStr::new(DAVE_KEY))],
+    );
+    run.assert_ok(&format!("pith:
+{}", gateway.stderr()));
+    assert_eq!(run.stdout, "Hi dave.\n", "{}", run.stderr);
 
     // No key: refused in the Messages API's error shape, saying what to send and where keys
     // are configured.
@@ -207,20 +262,23 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
 
     // The upstream got the two answered requests, and never the header.
     let received = mock.received();
-    assert_eq!(received.len(), 2, "refused requests never go upstream");
+    // Claude Code 1, the SDK 1, OpenCode 2 (its title call), Codex 1.
+    assert_eq!(received.len(), 5, "refused requests never go upstream");
     for r in &received {
         assert_eq!(r.header("pith-account-key"), None, "{:?}", r.headers);
         for (name, value) in &r.headers {
             let value = value.to_str().unwrap_or("");
             assert!(
-                !value.contains(ALICE_KEY) && !value.contains(BOB_KEY),
+                [ALICE_KEY, BOB_KEY, CAROL_KEY, DAVE_KEY]
+                    .iter()
+                    .all(|key| !value.contains(key)),
                 "{name}: a key reached the upstream"
             );
         }
     }
 
     // Each ledger row is its key's account; the refusals are the gateway's own.
-    let rows = gateway.wait_rows(4);
+    let rows = gateway.wait_rows(7);
     let mut accounts: Vec<(String, Option<u16>)> = rows
         .iter()
         .map(|r| (r.account.clone().unwrap_or_default(), r.status))
@@ -231,6 +289,9 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         [
             ("alice".to_owned(), Some(200)),
             ("bob".to_owned(), Some(200)),
+            ("carol".to_owned(), Some(200)),
+            ("carol".to_owned(), Some(200)),
+            ("dave".to_owned(), Some(200)),
             ("gateway".to_owned(), Some(401)),
             ("gateway".to_owned(), Some(401)),
         ],
@@ -246,32 +307,33 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
             &["stats", "--json"],
             &[("PITH_STORE_URL", &url)],
         );
-        report["total"]["requests"] == 4 && report["team"]["local_backlog"] == 0
+        report["total"]["requests"] == 7 && report["team"]["local_backlog"] == 0
     });
-    let by_account: Vec<(&str, u64, u64, u64, u64)> = report["by_account"]
+    let by_account: Vec<(&str, u64, u64)> = report["by_account"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| {
             let n = |k: &str| a[k].as_u64().unwrap();
-            (
-                a["account"].as_str().unwrap(),
-                n("requests"),
-                n("errors"),
-                n("input_tokens"),
-                n("cache_read_tokens"),
-            )
+            (a["account"].as_str().unwrap(), n("requests"), n("errors"))
         })
         .collect();
     assert_eq!(
         by_account,
         [
-            ("alice", 1, 0, 120, 0),
-            ("bob", 1, 0, 40, 300),
-            ("gateway", 2, 2, 0, 0)
+            ("alice", 1, 0),
+            ("bob", 1, 0),
+            ("carol", 2, 0),
+            ("dave", 1, 0),
+            ("gateway", 2, 2)
         ],
         "{report}"
     );
+    let tokens = |i: usize| {
+        let a = &report["by_account"][i];
+        (a["input_tokens"].as_u64(), a["cache_read_tokens"].as_u64())
+    };
+    assert_eq!((tokens(0), tokens(1)), ((Some(120), Some(0)), (Some(40), Some(300))));
     // Priced per model: alice's Claude Code turn at the config's price, bob's at the list's.
     let cost = |i: usize| report["by_account"][i]["cost_usd"].as_f64().unwrap();
     assert!((cost(0) - (120.0 * 5.0 + 6.0 * 25.0) / 1e6).abs() < 1e-12, "{report}");
@@ -290,7 +352,10 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     let mut alice = conversations("alice");
     wait_for("both turns in the history", Duration::from_secs(10), || {
         alice = conversations("alice");
-        !alice.is_empty() && !conversations("bob").is_empty()
+        !alice.is_empty()
+            && !conversations("bob").is_empty()
+            && !conversations("carol").is_empty()
+            && !conversations("dave").is_empty()
     });
     assert_eq!(alice.len(), 1, "{alice:?}");
     assert_eq!(alice[0]["account"], "alice");
@@ -299,11 +364,18 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     assert_eq!(bob.len(), 1, "{bob:?}");
     assert_eq!(bob[0]["account"], "bob");
     assert_ne!(bob[0]["client"], "claude-code");
+    for (account, client) in [("carol", "opencode"), ("dave", "codex")] {
+        let listed = conversations(account);
+        assert!(
+            !listed.is_empty() && listed.iter().all(|c| c["account"] == account && c["client"] == client),
+            "{account}: {listed:?}"
+        );
+    }
     assert_eq!(conversations("gateway"), Vec::<Value>::new());
 
     // No key is written anywhere pith keeps things, nor logged.
     let log = gateway.stderr();
-    for key in [ALICE_KEY, BOB_KEY, STRANGER_KEY] {
+    for key in [ALICE_KEY, BOB_KEY, CAROL_KEY, DAVE_KEY, STRANGER_KEY] {
         assert!(!log.contains(key), "a key in pith's log:\n{log}");
         for file in ["ledger.db", "history.db", "team-ledger.db"] {
             let path = gateway.home.path().join(file);

@@ -705,6 +705,24 @@ pub(crate) fn metrics(r: &Report) -> String {
         "Cost of the priced requests at list prices, USD.",
         vec![(String::new(), t.cost_usd.unwrap_or(0.0))],
     );
+    let per_account = |value: fn(&Totals) -> f64| -> Vec<(String, f64)> {
+        r.by_account
+            .iter()
+            .map(|a| (format!("{{account=\"{}\"}}", label(&a.account)), value(&a.totals)))
+            .collect()
+    };
+    family(
+        "pith_account_requests_total",
+        "counter",
+        "Requests pith recorded, by account (a gateway maps each to its key's).",
+        per_account(|t| t.requests as f64),
+    );
+    family(
+        "pith_account_cost_usd_total",
+        "counter",
+        "Cost of each account's priced requests at list prices, USD.",
+        per_account(|t| t.cost_usd.unwrap_or(0.0)),
+    );
     let mut stages = Vec::new();
     for (stage, tt) in &r.transforms {
         stages.push((

@@ -339,6 +339,32 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     assert!((cost(0) - (120.0 * 5.0 + 6.0 * 25.0) / 1e6).abs() < 1e-12, "{report}");
     assert!((cost(1) - (40.0 * 3.0 + 9.0 * 15.0 + 300.0 * 0.3) / 1e6).abs() < 1e-12, "{report}");
 
+    // The gateway's dashboard API and /metrics say the same per account.
+    let get = |path: &str| -> String {
+        let (status, _, body) = rt.block_on(async {
+            read_all(
+                send(
+                    &client(),
+                    request("GET", &format!("{}{path}", gateway.url()), &[], ""),
+                )
+                .await,
+            )
+            .await
+        });
+        assert_eq!(status, 200, "{path}");
+        String::from_utf8(concat(&body)).unwrap()
+    };
+    wait_for("the dashboard's replica", Duration::from_secs(30), || {
+        let api: Value = serde_json::from_str(&get("/pith/api/stats")).unwrap();
+        api["by_account"] == report["by_account"]
+    });
+    let metrics = get("/metrics");
+    assert!(
+        metrics.contains("pith_account_requests_total{account=\"carol\"} 2")
+            && metrics.contains("pith_account_requests_total{account=\"gateway\"} 2"),
+        "{metrics}"
+    );
+
     // History: each developer sees their own conversations only; a refusal records none.
     let conversations = |account: &str| -> Vec<Value> {
         let listed = pith_cmd(
@@ -433,6 +459,26 @@ fn bad_account_keys_are_refused_at_start_naming_the_account_and_never_the_key() 
         bad_id.contains(&format!("{file_text} (PITH_ACCOUNT_KEYS): \"not an id\" is not an account id"))
             && !bad_id.contains(ALICE_KEY),
         "{bad_id}"
+    );
+    // pith doctor says the same, as a failed check.
+    let doctor = Command::new(pith_bin())
+        .args(["doctor", "--json"])
+        .env("PITH_HOME", dir.path())
+        .env("PITH_ACCOUNT_KEYS", file_text)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    let checks: Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let check = checks["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "account keys")
+        .unwrap_or_else(|| panic!("no account keys check: {checks}"));
+    assert_eq!(check["status"], "fail", "{check}");
+    assert!(
+        check["detail"].as_str().unwrap().contains("\"not an id\" is not an account id"),
+        "{check}"
     );
     let missing = proxy_start_error(None, &[("PITH_ACCOUNT_KEYS", "/nonexistent/keys.toml")]);
     assert!(

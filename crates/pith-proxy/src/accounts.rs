@@ -202,7 +202,11 @@ mod tests {
         let short = keys.add("alice", "tooshort-key").unwrap_err();
         assert_eq!(short, KeyError::TooShort { chars: 12 });
         assert!(!short.to_string().contains("tooshort"), "{short}");
-        for bad in ["sha256:", "sha256:abc", &format!("sha256:{}", "g".repeat(64))] {
+        for bad in [
+            "sha256:",
+            "sha256:abc",
+            &format!("sha256:{}", "g".repeat(64)),
+        ] {
             assert_eq!(keys.add("alice", bad), Err(KeyError::BadDigest), "{bad}");
         }
         keys.add("alice", ALICE).unwrap();

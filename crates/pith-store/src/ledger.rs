@@ -999,8 +999,7 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         )
     };
     let mut saving_total = tx.prepare_cached(&saving_total_sql("saving_totals"))?;
-    let mut account_saving_total =
-        tx.prepare_cached(&saving_total_sql("account_saving_totals"))?;
+    let mut account_saving_total = tx.prepare_cached(&saving_total_sql("account_saving_totals"))?;
     let mut latency = tx.prepare_cached(
         "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
                  ON CONFLICT (metric, bucket) DO UPDATE SET
@@ -1109,33 +1108,32 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         let key = totals_key('s', r.session.as_deref(), r.model.as_deref());
         let account_key = totals_key('a', r.account.as_deref(), r.model.as_deref());
         let cause = bust.map(|b| b.2);
-        let add_to = |totals: &mut rusqlite::CachedStatement<'_>,
-                      key: &str,
-                      first: &Option<String>| {
-            totals.execute(params![
-            key,
-            first,
-            r.model,
-            r.client,
-            i64::from(u.is_some()),
-            u.map_or(0, |u| to_i64(u.input)),
-            u.map_or(0, |u| to_i64(u.output)),
-            u.map_or(0, |u| to_i64(u.cache_write)),
-            u.map_or(0, |u| to_i64(u.cache_read)),
-            i64::from(!matches!(
-                r.outcome,
-                RequestOutcome::Ok | RequestOutcome::Local
-            )),
-            i64::from(r.outcome == RequestOutcome::Local),
-            i64::from(applied),
-            failures as i64,
-            r.ts_ms,
-            checked,
-            i64::from(cause == Some("pith")),
-            i64::from(cause == Some("client")),
-            u.map_or(0, |u| to_i64(u.cache_write_1h)),
-        ])
-        };
+        let add_to =
+            |totals: &mut rusqlite::CachedStatement<'_>, key: &str, first: &Option<String>| {
+                totals.execute(params![
+                    key,
+                    first,
+                    r.model,
+                    r.client,
+                    i64::from(u.is_some()),
+                    u.map_or(0, |u| to_i64(u.input)),
+                    u.map_or(0, |u| to_i64(u.output)),
+                    u.map_or(0, |u| to_i64(u.cache_write)),
+                    u.map_or(0, |u| to_i64(u.cache_read)),
+                    i64::from(!matches!(
+                        r.outcome,
+                        RequestOutcome::Ok | RequestOutcome::Local
+                    )),
+                    i64::from(r.outcome == RequestOutcome::Local),
+                    i64::from(applied),
+                    failures as i64,
+                    r.ts_ms,
+                    checked,
+                    i64::from(cause == Some("pith")),
+                    i64::from(cause == Some("client")),
+                    u.map_or(0, |u| to_i64(u.cache_write_1h)),
+                ])
+            };
         add_to(&mut group, &key, &r.session)?;
         add_to(&mut account_group, &account_key, &r.account)?;
         latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
@@ -1937,7 +1935,11 @@ mod tests {
         let groups = l.account_groups(&Filter::default()).unwrap();
         assert_eq!(groups.len(), 1);
         assert_eq!(
-            (groups[0].account.as_deref(), groups[0].totals.requests, groups[0].totals.input),
+            (
+                groups[0].account.as_deref(),
+                groups[0].totals.requests,
+                groups[0].totals.input
+            ),
             (None, 2, 30)
         );
         l.insert(&[Row {

@@ -128,27 +128,30 @@ impl Config {
     /// accounts is refused; an error names the account, never the key.
     pub fn account_keys(&self) -> anyhow::Result<pith_proxy::AccountKeys> {
         let from_file;
-        let (table, source) = match std::env::var_os("PITH_ACCOUNT_KEYS").filter(|v| !v.is_empty())
-        {
-            Some(path) => {
-                let path = PathBuf::from(path);
-                let text = std::fs::read_to_string(&path).with_context(|| {
-                    format!(
-                        "cannot read the account keys file {} (named by PITH_ACCOUNT_KEYS)",
-                        path.display()
-                    )
-                })?;
-                from_file = toml::from_str::<BTreeMap<String, String>>(&text).with_context(|| {
+        let (table, source) =
+            match std::env::var_os("PITH_ACCOUNT_KEYS").filter(|v| !v.is_empty()) {
+                Some(path) => {
+                    let path = PathBuf::from(path);
+                    let text = std::fs::read_to_string(&path).with_context(|| {
+                        format!(
+                            "cannot read the account keys file {} (named by PITH_ACCOUNT_KEYS)",
+                            path.display()
+                        )
+                    })?;
+                    from_file = toml::from_str::<BTreeMap<String, String>>(&text).with_context(|| {
                     format!(
                         "invalid account keys file {} (named by PITH_ACCOUNT_KEYS): write one \
                          `account = \"key\"` line per account",
                         path.display()
                     )
                 })?;
-                (&from_file, format!("{} (PITH_ACCOUNT_KEYS)", path.display()))
-            }
-            None => (&self.account.keys, "account.keys".to_owned()),
-        };
+                    (
+                        &from_file,
+                        format!("{} (PITH_ACCOUNT_KEYS)", path.display()),
+                    )
+                }
+                None => (&self.account.keys, "account.keys".to_owned()),
+            };
         keys_from(table, &source)
     }
 
@@ -421,14 +424,20 @@ mod tests {
         .unwrap();
         let keys = keys_from(&c.account.keys, "account.keys").unwrap();
         assert_eq!(keys.account_for(b"alice-0123456789abcdef"), Some("alice"));
-        assert_eq!(keys.account_for(b"bob-secret-key-0123456789"), Some("bob@example.com"));
+        assert_eq!(
+            keys.account_for(b"bob-secret-key-0123456789"),
+            Some("bob@example.com")
+        );
         // Only strings are keys.
         let err = toml::from_str::<Config>("[account.keys]\nalice = 7\n").unwrap_err();
         assert!(err.to_string().contains("string"), "{err}");
 
         let refused = |toml_text: &str| -> String {
             let c: Config = toml::from_str(toml_text).unwrap();
-            format!("{:#}", keys_from(&c.account.keys, "account.keys").unwrap_err())
+            format!(
+                "{:#}",
+                keys_from(&c.account.keys, "account.keys").unwrap_err()
+            )
         };
         let short = refused("[account.keys]\nalice = \"short-secret\"\n");
         assert!(

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use pith_history::token::{DEFAULT_TTL_MS, TokenKey};
 use pith_history::AgentType;
+use pith_history::token::{DEFAULT_TTL_MS, TokenKey};
 
 use crate::config::{Config, env_flag, pith_home};
 

@@ -25,7 +25,8 @@ use crate::ledger::{
     DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
 };
 
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE requests (
     seq                 BIGSERIAL PRIMARY KEY,
     instance            BIGINT NOT NULL,
@@ -73,14 +74,16 @@ CREATE TABLE instances (
     backlog      BIGINT NOT NULL,
     dropped_rows BIGINT NOT NULL
 );
-", "
+",
+    "
 -- Schema 2: the account of each request (a shared gateway maps each request to one by its
 -- key). The rows before it belong to the account their proxy shipped as.
 ALTER TABLE requests ADD COLUMN account TEXT;
 UPDATE requests SET account = instances.account
 FROM instances WHERE instances.instance = requests.instance;
 ALTER TABLE requests ALTER COLUMN account SET NOT NULL;
-"];
+",
+];
 
 /// Rows pulled into a replica per transaction.
 const PULL_BATCH: usize = 5_000;
@@ -612,7 +615,13 @@ mod tests {
         let some = |a: &str| Some(a.to_owned());
         assert_eq!(
             accounts,
-            [some("alice"), some("alice"), some("bob"), some("carol"), some("dave")]
+            [
+                some("alice"),
+                some("alice"),
+                some("bob"),
+                some("carol"),
+                some("dave")
+            ]
         );
     }
 }

@@ -3,7 +3,8 @@
 //! results sum per stage.
 
 use pith_store::ledger::{
-    Fact, Filter, Group, RequestOutcome, Row, RowUsage, Saving, StageTotals, Transform, TransformResult,
+    Fact, Filter, Group, RequestOutcome, Row, RowUsage, Saving, StageTotals, Transform,
+    TransformResult,
 };
 
 use crate::backend::{BACKENDS, Backend, Subject};
@@ -399,7 +400,12 @@ fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on(backend
             (None, Backend::Postgres) => Some(format!("proxy-{}", [11, 22][i / 30])),
         })
         .collect();
-    let got: Vec<Option<String>> = read.rows().unwrap().into_iter().map(|r| r.account).collect();
+    let got: Vec<Option<String>> = read
+        .rows()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.account)
+        .collect();
     assert_eq!(got, expected);
 
     let all = Filter::default();
@@ -409,14 +415,20 @@ fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on(backend
     };
     let kept = read.account_groups(&all).unwrap();
     assert_eq!(kept, read.account_groups(&scanned).unwrap());
-    let alice: Vec<_> = kept.iter().filter(|g| g.account.as_deref() == Some("alice")).collect();
+    let alice: Vec<_> = kept
+        .iter()
+        .filter(|g| g.account.as_deref() == Some("alice"))
+        .collect();
     assert_eq!(alice.iter().map(|g| g.totals.requests).sum::<u64>(), 20);
     let alice_input: u64 = rows
         .iter()
         .filter(|r| r.account.as_deref() == Some("alice"))
         .filter_map(|r| r.usage.map(|u| u.input))
         .sum();
-    assert_eq!(alice.iter().map(|g| g.totals.input).sum::<u64>(), alice_input);
+    assert_eq!(
+        alice.iter().map(|g| g.totals.input).sum::<u64>(),
+        alice_input
+    );
     // Every row is in exactly one account's totals, and they add up to the sessions' totals.
     let sessions = read.groups(&all).unwrap();
     let fields: [fn(&Group) -> u64; 3] = [|g| g.requests, |g| g.input, |g| g.errors];
@@ -430,7 +442,10 @@ fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on(backend
     assert_eq!(saved, read.account_savings(&scanned).unwrap());
     assert_eq!(
         saved.iter().map(|s| s.tokens).sum::<i64>(),
-        rows.iter().flat_map(|r| &r.savings).map(|s| s.tokens).sum::<i64>()
+        rows.iter()
+            .flat_map(|r| &r.savings)
+            .map(|s| s.tokens)
+            .sum::<i64>()
     );
     // A session filter is answered from the rows of that session only.
     let s1 = Filter {

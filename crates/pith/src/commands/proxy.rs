@@ -185,9 +185,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             let ledger = Ledger::open(path)?;
             // Fail open: a history that cannot be opened leaves the proxy running without it.
             let sink = match history_path.as_ref().map(|p| (p, History::open(p))) {
-                Some((_, Ok(store))) => {
-                    Some(HistorySink::new(store, history.agent_types.clone()))
-                }
+                Some((_, Ok(store))) => Some(HistorySink::new(store, history.agent_types.clone())),
                 Some((path, Err(e))) => {
                     tracing::warn!(
                         error = &e as &dyn std::error::Error,

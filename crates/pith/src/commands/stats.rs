@@ -708,7 +708,12 @@ pub(crate) fn metrics(r: &Report) -> String {
     let per_account = |value: fn(&Totals) -> f64| -> Vec<(String, f64)> {
         r.by_account
             .iter()
-            .map(|a| (format!("{{account=\"{}\"}}", label(&a.account)), value(&a.totals)))
+            .map(|a| {
+                (
+                    format!("{{account=\"{}\"}}", label(&a.account)),
+                    value(&a.totals),
+                )
+            })
             .collect()
     };
     family(

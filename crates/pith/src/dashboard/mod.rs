@@ -213,10 +213,12 @@ impl OwnPages for Dashboard {
                     Ok(f) => f,
                     Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
                 };
-                match stats::report(ledger, &filter, &self.prices, &self.own_account).map(|mut r| {
-                    r.team = team;
-                    r
-                }) {
+                match stats::report(ledger, &filter, &self.prices, &self.own_account).map(
+                    |mut r| {
+                        r.team = team;
+                        r
+                    },
+                ) {
                     Ok(report) if path == "/metrics" => OwnPage {
                         status: StatusCode::OK,
                         content_type: "text/plain; version=0.0.4; charset=utf-8",

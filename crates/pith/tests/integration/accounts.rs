@@ -69,7 +69,12 @@ fn sdk_request(base: &str, sdk: &str, key: Option<&str>) -> Value {
 }
 
 /// `pith ARGS` with the gateway's home and config and `env`.
-fn pith_cmd(home: &std::path::Path, config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Value {
+fn pith_cmd(
+    home: &std::path::Path,
+    config: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Value {
     let mut cmd = Command::new(pith_bin());
     cmd.args(args)
         .env("PITH_HOME", home)
@@ -118,11 +123,15 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         &mock.url(),
         &[("PITH_STORE_URL", &url), ("PITH_CONFIG", config_text)],
     );
-    wait_for("the startup line about keys", Duration::from_secs(5), || {
-        gateway.stderr().contains(
-            "accounts  -> 4 keys; clients must send theirs in the pith-account-key header",
-        )
-    });
+    wait_for(
+        "the startup line about keys",
+        Duration::from_secs(5),
+        || {
+            gateway.stderr().contains(
+                "accounts  -> 4 keys; clients must send theirs in the pith-account-key header",
+            )
+        },
+    );
 
     // Alice: the real Claude Code, the key in ANTHROPIC_CUSTOM_HEADERS ("Name: value" lines).
     const PROMPT: &str = "say hi to alice";
@@ -145,7 +154,9 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     assert_eq!(run.stdout, "Hi alice.\n", "{}", run.stderr);
 
     // Bob: the official Anthropic SDK with his key in its default headers.
-    mock.push(Reply::json(fixtures::anthropic::message("Hi bob.", BOB_USAGE)));
+    mock.push(Reply::json(fixtures::anthropic::message(
+        "Hi bob.", BOB_USAGE,
+    )));
     let bob = sdk_request(&gateway.url(), "anthropic", Some(BOB_KEY));
     assert_eq!(bob, serde_json::json!({"text": "Hi bob."}));
 
@@ -167,8 +178,11 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         CAROL_PROMPT,
         LIMIT,
     );
-    run.assert_ok(&format!("pith:
-{}", gateway.stderr()));
+    run.assert_ok(&format!(
+        "pith:
+{}",
+        gateway.stderr()
+    ));
     assert!(run.stdout.contains("Hi carol."), "{}", run.stdout);
 
     // Dave: the real Codex, the key from an environment variable its provider's
@@ -192,8 +206,11 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         LIMIT,
         &[("DAVE_PITH_KEY", std::ffi::OsStr::new(DAVE_KEY))],
     );
-    run.assert_ok(&format!("pith:
-{}", gateway.stderr()));
+    run.assert_ok(&format!(
+        "pith:
+{}",
+        gateway.stderr()
+    ));
     assert_eq!(run.stdout, "Hi dave.\n", "{}", run.stderr);
 
     // No key: refused in the Messages API's error shape, saying what to send and where keys
@@ -300,15 +317,19 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
 
     // The team's stats attribute each request to its account.
     let mut report = Value::Null;
-    wait_for("the gateway's rows in the team ledger", Duration::from_secs(30), || {
-        report = pith_cmd(
-            gateway.home.path(),
-            &config,
-            &["stats", "--json"],
-            &[("PITH_STORE_URL", &url)],
-        );
-        report["total"]["requests"] == 7 && report["team"]["local_backlog"] == 0
-    });
+    wait_for(
+        "the gateway's rows in the team ledger",
+        Duration::from_secs(30),
+        || {
+            report = pith_cmd(
+                gateway.home.path(),
+                &config,
+                &["stats", "--json"],
+                &[("PITH_STORE_URL", &url)],
+            );
+            report["total"]["requests"] == 7 && report["team"]["local_backlog"] == 0
+        },
+    );
     let by_account: Vec<(&str, u64, u64)> = report["by_account"]
         .as_array()
         .unwrap()
@@ -333,11 +354,20 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         let a = &report["by_account"][i];
         (a["input_tokens"].as_u64(), a["cache_read_tokens"].as_u64())
     };
-    assert_eq!((tokens(0), tokens(1)), ((Some(120), Some(0)), (Some(40), Some(300))));
+    assert_eq!(
+        (tokens(0), tokens(1)),
+        ((Some(120), Some(0)), (Some(40), Some(300)))
+    );
     // Priced per model: alice's Claude Code turn at the config's price, bob's at the list's.
     let cost = |i: usize| report["by_account"][i]["cost_usd"].as_f64().unwrap();
-    assert!((cost(0) - (120.0 * 5.0 + 6.0 * 25.0) / 1e6).abs() < 1e-12, "{report}");
-    assert!((cost(1) - (40.0 * 3.0 + 9.0 * 15.0 + 300.0 * 0.3) / 1e6).abs() < 1e-12, "{report}");
+    assert!(
+        (cost(0) - (120.0 * 5.0 + 6.0 * 25.0) / 1e6).abs() < 1e-12,
+        "{report}"
+    );
+    assert!(
+        (cost(1) - (40.0 * 3.0 + 9.0 * 15.0 + 300.0 * 0.3) / 1e6).abs() < 1e-12,
+        "{report}"
+    );
 
     // The gateway's dashboard API and /metrics say the same per account.
     let get = |path: &str| -> String {
@@ -393,7 +423,10 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     for (account, client) in [("carol", "opencode"), ("dave", "codex")] {
         let listed = conversations(account);
         assert!(
-            !listed.is_empty() && listed.iter().all(|c| c["account"] == account && c["client"] == client),
+            !listed.is_empty()
+                && listed
+                    .iter()
+                    .all(|c| c["account"] == account && c["client"] == client),
             "{account}: {listed:?}"
         );
     }
@@ -456,8 +489,9 @@ fn bad_account_keys_are_refused_at_start_naming_the_account_and_never_the_key() 
         &[("PITH_ACCOUNT_KEYS", file_text)],
     );
     assert!(
-        bad_id.contains(&format!("{file_text} (PITH_ACCOUNT_KEYS): \"not an id\" is not an account id"))
-            && !bad_id.contains(ALICE_KEY),
+        bad_id.contains(&format!(
+            "{file_text} (PITH_ACCOUNT_KEYS): \"not an id\" is not an account id"
+        )) && !bad_id.contains(ALICE_KEY),
         "{bad_id}"
     );
     // pith doctor says the same, as a failed check.
@@ -477,12 +511,17 @@ fn bad_account_keys_are_refused_at_start_naming_the_account_and_never_the_key() 
         .unwrap_or_else(|| panic!("no account keys check: {checks}"));
     assert_eq!(check["status"], "fail", "{check}");
     assert!(
-        check["detail"].as_str().unwrap().contains("\"not an id\" is not an account id"),
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("\"not an id\" is not an account id"),
         "{check}"
     );
     let missing = proxy_start_error(None, &[("PITH_ACCOUNT_KEYS", "/nonexistent/keys.toml")]);
     assert!(
-        missing.contains("cannot read the account keys file /nonexistent/keys.toml (named by PITH_ACCOUNT_KEYS)"),
+        missing.contains(
+            "cannot read the account keys file /nonexistent/keys.toml (named by PITH_ACCOUNT_KEYS)"
+        ),
         "{missing}"
     );
 }

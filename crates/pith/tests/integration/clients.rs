@@ -561,7 +561,16 @@ pub fn opencode_via(
     prompt: &str,
     limit: Duration,
 ) -> Run {
-    opencode_with_options(launch, dir, home, base_url, &Value::Null, args, prompt, limit)
+    opencode_with_options(
+        launch,
+        dir,
+        home,
+        base_url,
+        &Value::Null,
+        args,
+        prompt,
+        limit,
+    )
 }
 
 /// [`opencode_via`] with more keys in the Anthropic provider's `options` (e.g. `headers`).

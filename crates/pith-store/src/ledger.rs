@@ -940,6 +940,31 @@ impl Ledger {
         set_counter(&self.conn, name, value)
     }
 
+    /// Rows that name no account: written before ledger schema 6.
+    pub fn rows_without_account(&self) -> Result<u64, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM requests WHERE account IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(to_u64(n))
+    }
+
+    /// Empty the ledger: every row, total and counter, in one transaction. For a replica only
+    /// (it is pulled again from its source); a proxy's own ledger is never emptied.
+    pub fn clear_replica(&mut self) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute_batch(
+            "DELETE FROM transform_facts; DELETE FROM transform_results; DELETE FROM prompts;
+             DELETE FROM savings; DELETE FROM requests; DELETE FROM group_totals;
+             DELETE FROM stage_result_totals; DELETE FROM stage_fact_totals;
+             DELETE FROM saving_totals; DELETE FROM latency_totals; DELETE FROM account_totals;
+             DELETE FROM account_saving_totals; DELETE FROM counters;",
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The id of the newest row; 0 for an empty ledger. Ids only grow (rows are never deleted).
     pub fn last_id(&self) -> Result<i64, StoreError> {
         Ok(self

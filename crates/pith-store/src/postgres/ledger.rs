@@ -410,6 +410,11 @@ impl TeamLedger {
     /// reads a row twice). Its `dropped_rows` counter becomes the team's sum. Returns how many
     /// rows were new.
     pub fn sync_replica(&self, replica: &mut Ledger) -> Result<u64, PgError> {
+        // A replica pulled before the ledger kept accounts has rows that name none: it cannot
+        // say whose they are, so it is pulled again whole.
+        if replica.rows_without_account()? > 0 {
+            replica.clear_replica()?;
+        }
         let mut pulled = 0;
         loop {
             let cursor = to_i64(replica.counter(PULLED_THROUGH)?);
@@ -571,6 +576,55 @@ impl Columns {
 mod tests {
     use super::*;
     use pith_testkit::postgres::PgServer;
+
+    /// A replica pulled before accounts were kept (its rows name none) is pulled again whole,
+    /// so each row has its account and the totals stay those of the team ledger.
+    #[test]
+    fn a_replica_without_accounts_is_pulled_again() {
+        let url = PgServer::shared().database().unwrap();
+        let team = TeamLedger::open(&StoreUrl::new(&url)).unwrap();
+        let state = PushState {
+            account: "alice".into(),
+            ..PushState::default()
+        };
+        let rows: Vec<(i64, Row)> = (1..=3)
+            .map(|i| {
+                (
+                    i,
+                    Row {
+                        ts_ms: i,
+                        ..Row::default()
+                    },
+                )
+            })
+            .collect();
+        team.push(5, &rows, &state).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("team-ledger.db");
+        let mut replica = Ledger::open(&path).unwrap();
+        assert_eq!(team.sync_replica(&mut replica).unwrap(), 3);
+        drop(replica);
+        // As a schema-5 replica migrated to 6 has them.
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute("UPDATE requests SET account = NULL", [])
+            .unwrap();
+        let mut replica = Ledger::open(&path).unwrap();
+        assert_eq!(team.sync_replica(&mut replica).unwrap(), 3, "pulled again");
+        let accounts: Vec<Option<String>> = replica
+            .rows()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.account)
+            .collect();
+        assert_eq!(accounts, vec![Some("alice".to_owned()); 3]);
+        let groups = replica
+            .account_groups(&crate::ledger::Filter::default())
+            .unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].totals.requests, 3);
+        assert_eq!(team.sync_replica(&mut replica).unwrap(), 0);
+    }
 
     /// Rows shipped before the team ledger kept accounts belong to the account their proxy
     /// shipped as; a row shipped since with none named is its proxy's too.

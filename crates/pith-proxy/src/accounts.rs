@@ -67,8 +67,10 @@ impl AccountKeys {
     }
 
     /// Add `account`'s key: a plain key of at least [`MIN_KEY_CHARS`] characters, or
-    /// `sha256:` and the 64 hex digits of its SHA-256.
+    /// `sha256:` and the 64 hex digits of its SHA-256. Surrounding blanks are not part of a
+    /// key (nor of a presented one).
     pub fn add(&mut self, account: &str, key: &str) -> Result<(), KeyError> {
+        let key = key.trim_ascii();
         let digest = match key.strip_prefix(DIGEST_PREFIX) {
             Some(hex) => parse_digest(hex).ok_or(KeyError::BadDigest)?,
             None => {
@@ -172,7 +174,7 @@ mod tests {
     #[test]
     fn a_key_maps_to_its_account_plain_or_by_digest() {
         let mut keys = AccountKeys::new();
-        keys.add("alice", ALICE).unwrap();
+        keys.add("alice", &format!(" {ALICE}\n")).unwrap();
         keys.add("bob", &format!("sha256:{}", sha256_hex(BOB).to_uppercase()))
             .unwrap();
         assert_eq!(keys.account_for(ALICE.as_bytes()), Some("alice"));
@@ -225,8 +227,8 @@ mod tests {
     }
 
     #[test]
-    fn digests_compare_in_constant_time_over_every_byte() {
-        // The comparison reads both inputs whole: equal only when every byte is.
+    fn every_byte_of_a_digest_takes_part_in_the_comparison() {
+        // Equal only when every byte is (the comparison reads both whole, with no early exit).
         let a = digest(ALICE.as_bytes());
         for i in 0..32 {
             let mut b = a;

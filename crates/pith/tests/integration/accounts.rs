@@ -369,6 +369,38 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         "{report}"
     );
 
+    // The human report has a table per account.
+    let text = Command::new(pith_bin())
+        .arg("stats")
+        .env("PITH_HOME", gateway.home.path())
+        .env("PITH_CONFIG", &config)
+        .env("PITH_STORE_URL", &url)
+        .env_remove("PITH_ACCOUNT")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let table: Vec<(&str, &str)> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("ACCOUNT "))
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            let mut cells = l.split_whitespace();
+            Some((cells.next()?, cells.next()?))
+        })
+        .collect();
+    assert_eq!(
+        table,
+        [
+            ("ACCOUNT", "REQS"),
+            ("alice", "1"),
+            ("bob", "1"),
+            ("carol", "2"),
+            ("dave", "1"),
+            ("gateway", "2")
+        ],
+        "{text}"
+    );
+
     // The gateway's dashboard API and /metrics say the same per account.
     let get = |path: &str| -> String {
         let (status, _, body) = rt.block_on(async {

@@ -427,6 +427,26 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         "{metrics}"
     );
 
+    // The dashboard's page, in a real browser, lists the accounts.
+    let (dom, log) = crate::dashboard::headless(
+        &format!("{}/?poll", gateway.url()),
+        &["--virtual-time-budget=8000", "--dump-dom"],
+    );
+    assert!(!log.contains("Uncaught"), "a script error:\n{log}");
+    assert!(dom.contains(r#"<section id="accounts-section">"#), "{dom}");
+    for (account, requests) in [
+        ("alice", 1),
+        ("bob", 1),
+        ("carol", 2),
+        ("dave", 1),
+        ("gateway", 2),
+    ] {
+        assert!(
+            dom.contains(&format!("<td>{account}</td><td>{requests}</td>")),
+            "{account} missing:\n{dom}"
+        );
+    }
+
     // History: each developer sees their own conversations only; a refusal records none.
     let conversations = |account: &str| -> Vec<Value> {
         let listed = pith_cmd(

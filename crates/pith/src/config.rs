@@ -127,32 +127,14 @@ impl Config {
     /// empty when neither has any. Each account id and key is checked, and a key given to two
     /// accounts is refused; an error names the account, never the key.
     pub fn account_keys(&self) -> anyhow::Result<pith_proxy::AccountKeys> {
-        let from_file;
-        let (table, source) =
-            match std::env::var_os("PITH_ACCOUNT_KEYS").filter(|v| !v.is_empty()) {
-                Some(path) => {
-                    let path = PathBuf::from(path);
-                    let text = std::fs::read_to_string(&path).with_context(|| {
-                        format!(
-                            "cannot read the account keys file {} (named by PITH_ACCOUNT_KEYS)",
-                            path.display()
-                        )
-                    })?;
-                    from_file = toml::from_str::<BTreeMap<String, String>>(&text).with_context(|| {
-                    format!(
-                        "invalid account keys file {} (named by PITH_ACCOUNT_KEYS): write one \
-                         `account = \"key\"` line per account",
-                        path.display()
-                    )
-                })?;
-                    (
-                        &from_file,
-                        format!("{} (PITH_ACCOUNT_KEYS)", path.display()),
-                    )
-                }
-                None => (&self.account.keys, "account.keys".to_owned()),
-            };
-        keys_from(table, &source)
+        match std::env::var_os("PITH_ACCOUNT_KEYS").filter(|v| !v.is_empty()) {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                let table = read_keys_file(&path)?;
+                keys_from(&table, &format!("{} (PITH_ACCOUNT_KEYS)", path.display()))
+            }
+            None => keys_from(&self.account.keys, "account.keys"),
+        }
     }
 
     /// The team store, if one is configured: `PITH_STORE_URL` over `[store] url`. Anything but
@@ -306,6 +288,23 @@ impl Config {
         config.source = Some(path);
         Ok(config)
     }
+}
+
+/// The file `PITH_ACCOUNT_KEYS` names: `account = "key"` lines, as `[account.keys]` holds them.
+fn read_keys_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let named = "named by PITH_ACCOUNT_KEYS";
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read the account keys file {} ({named})",
+            path.display()
+        )
+    })?;
+    toml::from_str(&text).with_context(|| {
+        format!(
+            "invalid account keys file {} ({named}): write one `account = \"key\"` line per account",
+            path.display()
+        )
+    })
 }
 
 /// The keys of `table` (account to key), checked; `source` names where they came from.

@@ -1,7 +1,7 @@
 //! One request, from the socket to the ledger row, in named phases run top to bottom by
 //! [`serve`]: route → admit → (pith's own pages) → attribute → read body → answer locally →
-//! transform request → forward → respond; the record is finished when the answer's last byte has gone out
-//! (`tee::Pending::finish`), or when the request is cut short (`Context`'s drop).
+//! transform request → forward → respond; the record is finished when the answer's last byte
+//! has gone out (`tee::Pending::finish`), or when the request is cut short (`Context`'s drop).
 //!
 //! Each phase is a function with one job that reads and fills the request's [`Context`]. A
 //! phase that cannot go on returns a [`Fault`] (tagged by who caused it, answered in the

@@ -136,7 +136,6 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The proxy on `proxy.listen`; returns its address when pith answers there.
 /// A gateway's account keys: how many, or why `pith proxy` would refuse to start with them.
 /// Nothing is said on an install without keys.
 fn check_account_keys(report: &mut Report, config: &Config) {
@@ -158,6 +157,7 @@ fn check_account_keys(report: &mut Report, config: &Config) {
     }
 }
 
+/// The proxy on `proxy.listen`; returns its address when pith answers there.
 fn check_proxy(report: &mut Report, config: &Config) -> Option<SocketAddr> {
     let listen = match super::proxy::listen_addr(None, config) {
         Ok(a) => a,

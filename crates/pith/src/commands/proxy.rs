@@ -51,7 +51,14 @@ upstream_idle_timeout = \"5m\"):
 A timed-out request ends with an error in the provider's own shape naming the limit.
 
 Listening beyond loopback needs an access token ([proxy] token or PITH_PROXY_TOKEN); clients
-send it in the x-pith-token header (Claude Code: ANTHROPIC_CUSTOM_HEADERS=\"x-pith-token: ...\").")]
+send it in the x-pith-token header (Claude Code: ANTHROPIC_CUSTOM_HEADERS=\"x-pith-token: ...\").
+
+A gateway shared by a team maps each request to an account by its key: list them by account in
+[account.keys] (alice = \"<key of 16+ characters>\" or \"sha256:<hex>\"), or in a file named by
+PITH_ACCOUNT_KEYS; each client then sends its key in the pith-account-key header (Claude Code:
+ANTHROPIC_CUSTOM_HEADERS=\"pith-account-key: ...\"; Codex: model_providers.<id>.http_headers;
+OpenCode: provider.<id>.options.headers). A request without a known key is refused (401); its
+account goes on its ledger row and history turn, and `pith stats` totals each account.")]
 pub struct Args {
     /// Address to listen on [default: 127.0.0.1:8787; config: proxy.listen].
     #[arg(long, env = "PITH_LISTEN", value_name = "ADDR")]

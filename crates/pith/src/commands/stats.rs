@@ -31,6 +31,10 @@ team database: its rows are pulled into a local replica ([store] replica, defaul
 $PITH_HOME/team-ledger.db) first, and each proxy's backlog (rows not yet shipped) is shown. If
 the database cannot be reached, the replica as last synced is shown, with the reason.
 
+Requests are also totalled per account (`by_account`; the ACCOUNT table when there are
+several): the account of the key a request sent a shared gateway, else its proxy's
+[account] id (PITH_ACCOUNT).
+
 Examples:
   pith stats --since 1d
   pith stats --session 39dd4aa9-e8f6-4b73-8e36-c3a73b8de0ec --json"

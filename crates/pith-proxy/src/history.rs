@@ -21,27 +21,20 @@ pub struct HistorySink {
     labels: Labels,
 }
 
-/// How turns are labelled: the account, and the agent type of each client.
+/// How turns are labelled: the agent type of each client (the account is each record's).
 pub(crate) struct Labels {
-    account: String,
     /// Agent type per client name (config); unnamed clients are `public`.
     agent_types: HashMap<String, AgentType>,
 }
 
 impl HistorySink {
-    /// Record into `store` under `account`, with the agent type of each client named in
-    /// `agent_types` (others are `public`, unless a request names its own).
-    pub fn new(
-        store: History,
-        account: impl Into<String>,
-        agent_types: HashMap<String, AgentType>,
-    ) -> HistorySink {
+    /// Record into `store`, each turn under its request's account, with the agent type of
+    /// each client named in `agent_types` (others are `public`, unless a request names its
+    /// own).
+    pub fn new(store: History, agent_types: HashMap<String, AgentType>) -> HistorySink {
         HistorySink {
             store,
-            labels: Labels {
-                account: account.into(),
-                agent_types,
-            },
+            labels: Labels { agent_types },
         }
     }
 
@@ -78,7 +71,7 @@ impl Labels {
             .or_else(|| self.agent_types.get(&record.client).copied())
             .unwrap_or_default();
         Some(Turn {
-            account: self.account.clone(),
+            account: record.account.clone(),
             client: record.client.clone(),
             session_id: session.to_owned(),
             agent_type,

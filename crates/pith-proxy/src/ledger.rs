@@ -38,6 +38,8 @@ pub(crate) struct Record {
     pub header_session: Option<String>,
     /// The `pith-agent-type` header's value, for history.
     pub agent_type: Option<String>,
+    /// The account the request belongs to: its key's, else the proxy's own.
+    pub account: String,
     pub wire: Option<Wire>,
     pub provider: Option<Provider>,
     pub method: String,
@@ -516,6 +518,7 @@ fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>) {
         fingerprint,
         client_fingerprint,
         savings,
+        account: Some(r.account),
     };
     (row, turn)
 }

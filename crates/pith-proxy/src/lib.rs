@@ -8,8 +8,10 @@
 //!   as it arrives; accounting keeps cheap reference-counted copies and parses them later, on the
 //!   ledger thread.
 //! - Ledger writes never block a request: a bounded queue, drops counted.
-//! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged.
+//! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged; pith's
+//!   own (the access token, an account key) are neither forwarded, stored nor logged.
 
+pub mod accounts;
 mod fault;
 pub mod history;
 pub mod ledger;
@@ -22,6 +24,7 @@ mod tee;
 pub mod upstream;
 mod websocket;
 
+pub use accounts::{ACCOUNT_KEY_HEADER, AccountKeys, Accounts, KeyError};
 pub use history::{AGENT_TYPE_HEADER, HistorySink};
 pub use ledger::{LedgerSink, LedgerStats};
 pub use request::TRANSFORMS_HEADER;

@@ -110,6 +110,9 @@ pub struct ProxyConfig {
     /// When set, every request must carry it in the [`TOKEN_HEADER`] header (the header is
     /// not forwarded). Required to listen on anything but loopback.
     pub token: Option<String>,
+    /// Who each request belongs to: the proxy's own account, or, with keys (a gateway), the
+    /// account of the key in its [`crate::ACCOUNT_KEY_HEADER`] header (required then).
+    pub accounts: crate::Accounts,
 }
 
 /// The request header that carries the proxy's access token.

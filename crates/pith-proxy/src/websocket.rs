@@ -70,10 +70,16 @@ fn is_hop_header(name: &str) -> bool {
             | "te"
             | "trailer"
     ) || name == TOKEN_HEADER
+        || name == crate::accounts::ACCOUNT_KEY_HEADER
 }
 
-/// Relay one WebSocket session: the upstream's handshake first, then the client's.
-pub(crate) async fn relay(state: Arc<State>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+/// Relay one WebSocket session: the upstream's handshake first, then the client's. Its
+/// requests belong to `account`.
+pub(crate) async fn relay(
+    state: Arc<State>,
+    mut req: Request<Incoming>,
+    account: String,
+) -> Response<ProxyBody> {
     let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
         return fault(&Fault::client(
             StatusCode::BAD_REQUEST,
@@ -191,7 +197,7 @@ pub(crate) async fn relay(state: Arc<State>, mut req: Request<Incoming>) -> Resp
             WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, None).await;
         let upstream =
             WebSocketStream::from_raw_socket(TokioIo::new(upstream), Role::Client, None).await;
-        pump(client, upstream, Turns::new(sink, client_headers)).await;
+        pump(client, upstream, Turns::new(sink, client_headers, account)).await;
         activity.relay_ended();
     });
     let mut res = Response::new(ProxyBody::full(Bytes::new()));
@@ -275,6 +281,8 @@ where
 struct Turns {
     sink: Option<crate::ledger::LedgerSink>,
     headers: HeaderMap,
+    /// The account the socket's requests belong to.
+    account: String,
     open: Option<Turn>,
 }
 
@@ -312,10 +320,11 @@ fn event_type(text: &str) -> Option<String> {
 }
 
 impl Turns {
-    fn new(sink: Option<crate::ledger::LedgerSink>, headers: HeaderMap) -> Turns {
+    fn new(sink: Option<crate::ledger::LedgerSink>, headers: HeaderMap, account: String) -> Turns {
         Turns {
             sink,
             headers,
+            account,
             open: None,
         }
     }
@@ -385,6 +394,7 @@ impl Turns {
             response_is_sse: true,
             ttfb_ms: turn.ttfb_ms,
             total_ms: turn.started.elapsed().as_secs_f64() * 1000.0,
+            account: self.account.clone(),
             ..Record::default()
         });
     }

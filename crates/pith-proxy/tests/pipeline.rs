@@ -108,6 +108,7 @@ async fn start_with(
         max_body: pith_proxy::DEFAULT_MAX_BODY,
         timeouts: pith_proxy::Timeouts::default(),
         token: None,
+        accounts: pith_proxy::Accounts::default(),
     })
     .await
     .unwrap();

@@ -84,6 +84,8 @@ fn row(i: usize) -> Row {
             ]),
         }],
         fingerprint: Some(vec![7; 120]),
+        // As a gateway writes them: each request its developer's account.
+        account: Some(format!("developer-{}", i % 8)),
         ..Row::default()
     }
 }

@@ -269,6 +269,62 @@ FROM requests GROUP BY 2;
 INSERT INTO latency_totals
 SELECT 'ttfb_ms', CASE WHEN ttfb_ms <= 50 THEN 0 WHEN ttfb_ms <= 100 THEN 1 WHEN ttfb_ms <= 250 THEN 2 WHEN ttfb_ms <= 500 THEN 3 WHEN ttfb_ms <= 1000 THEN 4 WHEN ttfb_ms <= 2500 THEN 5 WHEN ttfb_ms <= 5000 THEN 6 WHEN ttfb_ms <= 10000 THEN 7 WHEN ttfb_ms <= 30000 THEN 8 WHEN ttfb_ms <= 120000 THEN 9 ELSE 10 END, count(*), sum(ttfb_ms)
 FROM requests WHERE ttfb_ms IS NOT NULL GROUP BY 2;
+", "
+-- Schema 6: the account each request belongs to (a shared gateway maps each request to one by
+-- the key it sent). NULL for the rows written before: they belong to the ledger's own account
+-- (the proxy's `[account] id`), which readers and the team ledger's shipper fill in. Totals per
+-- (account, model) kept on write like group_totals (same columns, `account` for `session`), and
+-- the savings per (account, model, stage, band) like saving_totals.
+ALTER TABLE requests ADD COLUMN account TEXT;
+CREATE TABLE account_totals (
+    k           TEXT PRIMARY KEY,
+    account     TEXT,
+    model       TEXT,
+    client      TEXT NOT NULL,
+    requests    INTEGER NOT NULL,
+    with_usage  INTEGER NOT NULL,
+    input       INTEGER NOT NULL,
+    output      INTEGER NOT NULL,
+    cache_write INTEGER NOT NULL,
+    cache_read  INTEGER NOT NULL,
+    errors      INTEGER NOT NULL,
+    local       INTEGER NOT NULL,
+    transformed INTEGER NOT NULL,
+    failures    INTEGER NOT NULL,
+    first_ms    INTEGER NOT NULL,
+    last_ms     INTEGER NOT NULL,
+    bust_pairs  INTEGER NOT NULL,
+    busts_pith  INTEGER NOT NULL,
+    busts_client INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE account_saving_totals (
+    k       TEXT NOT NULL,     -- account_totals' key
+    account TEXT,
+    model   TEXT,
+    stage   TEXT NOT NULL,
+    band    TEXT NOT NULL,
+    tokens  INTEGER NOT NULL,
+    PRIMARY KEY (k, stage, band)
+) WITHOUT ROWID;
+INSERT INTO account_totals
+SELECT '-' || char(31) || coalesce('m' || model, '-'), NULL, model,
+       min(client), count(*), count(input_tokens), coalesce(sum(input_tokens), 0),
+       coalesce(sum(output_tokens), 0), coalesce(sum(cache_write_tokens), 0),
+       coalesce(sum(cache_read_tokens), 0), sum(outcome NOT IN ('ok', 'local')),
+       sum(outcome = 'local'),
+       sum(EXISTS (SELECT 1 FROM transform_results t
+                   WHERE t.request_id = requests.id AND t.result = 'applied')),
+       sum((SELECT count(*) FROM transform_results t
+            WHERE t.request_id = requests.id AND t.result = 'failed')),
+       min(ts_ms), max(ts_ms), sum(bust_checked), coalesce(sum(bust_cause = 'pith'), 0),
+       coalesce(sum(bust_cause = 'client'), 0), coalesce(sum(cache_write_1h_tokens), 0)
+FROM requests GROUP BY model;
+INSERT INTO account_saving_totals
+SELECT '-' || char(31) || coalesce('m' || r.model, '-'), NULL, r.model, s.stage, s.band,
+       sum(s.tokens)
+FROM savings s JOIN requests r ON r.id = s.request_id
+GROUP BY r.model, s.stage, s.band;
 "];
 
 /// Name of the counter of ledger rows dropped because the write queue was full.
@@ -486,6 +542,10 @@ pub struct Row {
     /// What the stages' edits are estimated to have saved, per (stage, rate); empty without
     /// usage (nothing to price by).
     pub savings: Vec<Saving>,
+    /// The account the request belongs to (a gateway's key maps each request to one); `None`
+    /// for rows written before ledger schema 6, which belong to the ledger's own account (the
+    /// proxy's `[account] id`).
+    pub account: Option<String>,
 }
 
 impl Row {
@@ -589,6 +649,31 @@ pub struct Group {
     pub first_ms: i64,
     /// Arrival of the group's last request, ms since the Unix epoch.
     pub last_ms: i64,
+}
+
+/// Totals of the rows sharing one (account, model) pair: a [`Group`] whose `session` is
+/// `None` and whose `client` is the first by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccountGroup {
+    /// The account; `None` for rows written before accounts were kept (the ledger's own).
+    pub account: Option<String>,
+    /// The totals.
+    pub totals: Group,
+}
+
+/// A [`Saving`] summed over the rows of one (account, model) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountSaving {
+    /// The account; `None` for rows written before accounts were kept (the ledger's own).
+    pub account: Option<String>,
+    /// The model (what prices the tokens); `None` for rows without one.
+    pub model: Option<String>,
+    /// The stage.
+    pub stage: String,
+    /// The rate (`pith_wire::usage::Band::as_str`).
+    pub band: String,
+    /// The tokens, summed (signed).
+    pub tokens: i64,
 }
 
 /// What one stage did over the rows a filter covers.
@@ -855,6 +940,31 @@ impl Ledger {
         set_counter(&self.conn, name, value)
     }
 
+    /// Rows that name no account: written before ledger schema 6.
+    pub fn rows_without_account(&self) -> Result<u64, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM requests WHERE account IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(to_u64(n))
+    }
+
+    /// Empty the ledger: every row, total and counter, in one transaction. For a replica only
+    /// (it is pulled again from its source); a proxy's own ledger is never emptied.
+    pub fn clear_replica(&mut self) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute_batch(
+            "DELETE FROM transform_facts; DELETE FROM transform_results; DELETE FROM prompts;
+             DELETE FROM savings; DELETE FROM requests; DELETE FROM group_totals;
+             DELETE FROM stage_result_totals; DELETE FROM stage_fact_totals;
+             DELETE FROM saving_totals; DELETE FROM latency_totals; DELETE FROM account_totals;
+             DELETE FROM account_saving_totals; DELETE FROM counters;",
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The id of the newest row; 0 for an empty ledger. Ids only grow (rows are never deleted).
     pub fn last_id(&self) -> Result<i64, StoreError> {
         Ok(self
@@ -881,9 +991,10 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                     status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens)
+                    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
+                    account)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
     )?;
     let mut result = tx.prepare_cached(
         "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -906,17 +1017,23 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                  ON CONFLICT (request_id, stage, band) DO UPDATE SET
                     tokens = tokens + excluded.tokens",
     )?;
-    let mut saving_total = tx.prepare_cached(
-        "INSERT INTO saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens",
-    )?;
+    let saving_total_sql = |table: &str| {
+        format!(
+            "INSERT INTO {table} VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens"
+        )
+    };
+    let mut saving_total = tx.prepare_cached(&saving_total_sql("saving_totals"))?;
+    let mut account_saving_total = tx.prepare_cached(&saving_total_sql("account_saving_totals"))?;
     let mut latency = tx.prepare_cached(
         "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
                  ON CONFLICT (metric, bucket) DO UPDATE SET
                     n = n + 1, sum_ms = sum_ms + excluded.sum_ms",
     )?;
-    let mut group = tx.prepare_cached(
-        "INSERT INTO group_totals VALUES
+    // group_totals and account_totals have the same columns (account in session's place).
+    let group_sql = |table: &str| {
+        format!(
+            "INSERT INTO {table} VALUES
                     (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
                      ?17, ?18)
                  ON CONFLICT (k) DO UPDATE SET
@@ -936,8 +1053,11 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                     bust_pairs = bust_pairs + excluded.bust_pairs,
                     busts_pith = busts_pith + excluded.busts_pith,
                     busts_client = busts_client + excluded.busts_client,
-                    cache_write_1h = cache_write_1h + excluded.cache_write_1h",
-    )?;
+                    cache_write_1h = cache_write_1h + excluded.cache_write_1h"
+        )
+    };
+    let mut group = tx.prepare_cached(&group_sql("group_totals"))?;
+    let mut account_group = tx.prepare_cached(&group_sql("account_totals"))?;
     let mut result_total = tx.prepare_cached(
         "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
                  ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
@@ -996,6 +1116,7 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             bust.map(|b| to_i64(b.1 as u64)),
             bust.map(|b| b.2),
             u.map(|u| to_i64(u.cache_write_1h)),
+            r.account,
         ])?;
         if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
             prompt.execute(params![id, session, r.model, fp, r.client_fingerprint])?;
@@ -1009,39 +1130,37 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             .iter()
             .filter(|t| matches!(t.result, TransformResult::Failed(_)))
             .count();
-        let key = format!(
-            "{}\u{1f}{}",
-            r.session
-                .as_deref()
-                .map_or("-".to_owned(), |s| format!("s{s}")),
-            r.model
-                .as_deref()
-                .map_or("-".to_owned(), |m| format!("m{m}"))
-        );
+        let key = totals_key('s', r.session.as_deref(), r.model.as_deref());
+        let account_key = totals_key('a', r.account.as_deref(), r.model.as_deref());
         let cause = bust.map(|b| b.2);
-        group.execute(params![
-            key,
-            r.session,
-            r.model,
-            r.client,
-            i64::from(u.is_some()),
-            u.map_or(0, |u| to_i64(u.input)),
-            u.map_or(0, |u| to_i64(u.output)),
-            u.map_or(0, |u| to_i64(u.cache_write)),
-            u.map_or(0, |u| to_i64(u.cache_read)),
-            i64::from(!matches!(
-                r.outcome,
-                RequestOutcome::Ok | RequestOutcome::Local
-            )),
-            i64::from(r.outcome == RequestOutcome::Local),
-            i64::from(applied),
-            failures as i64,
-            r.ts_ms,
-            checked,
-            i64::from(cause == Some("pith")),
-            i64::from(cause == Some("client")),
-            u.map_or(0, |u| to_i64(u.cache_write_1h)),
-        ])?;
+        let add_to =
+            |totals: &mut rusqlite::CachedStatement<'_>, key: &str, first: &Option<String>| {
+                totals.execute(params![
+                    key,
+                    first,
+                    r.model,
+                    r.client,
+                    i64::from(u.is_some()),
+                    u.map_or(0, |u| to_i64(u.input)),
+                    u.map_or(0, |u| to_i64(u.output)),
+                    u.map_or(0, |u| to_i64(u.cache_write)),
+                    u.map_or(0, |u| to_i64(u.cache_read)),
+                    i64::from(!matches!(
+                        r.outcome,
+                        RequestOutcome::Ok | RequestOutcome::Local
+                    )),
+                    i64::from(r.outcome == RequestOutcome::Local),
+                    i64::from(applied),
+                    failures as i64,
+                    r.ts_ms,
+                    checked,
+                    i64::from(cause == Some("pith")),
+                    i64::from(cause == Some("client")),
+                    u.map_or(0, |u| to_i64(u.cache_write_1h)),
+                ])
+            };
+        add_to(&mut group, &key, &r.session)?;
+        add_to(&mut account_group, &account_key, &r.account)?;
         latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
         if let Some(ttfb) = r.ttfb_ms {
             latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
@@ -1050,6 +1169,14 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
             saving_total.execute(params![
                 key, r.session, r.model, sv.stage, sv.band, sv.tokens
+            ])?;
+            account_saving_total.execute(params![
+                account_key,
+                r.account,
+                r.model,
+                sv.stage,
+                sv.band,
+                sv.tokens
             ])?;
         }
         for t in &r.transforms {
@@ -1093,6 +1220,16 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The key of a row of `group_totals` (`s`: by session) or `account_totals` (`a`: by
+/// account): the two columns with `NULL` marked, as the migrations that fill them write it.
+fn totals_key(tag: char, first: Option<&str>, model: Option<&str>) -> String {
+    format!(
+        "{}\u{1f}{}",
+        first.map_or("-".to_owned(), |s| format!("{tag}{s}")),
+        model.map_or("-".to_owned(), |m| format!("m{m}"))
+    )
+}
+
 impl Ledger {
     /// Add `delta` to the named counter.
     pub fn add_counter(&mut self, name: &str, delta: u64) -> Result<(), StoreError> {
@@ -1123,24 +1260,52 @@ impl Ledger {
     /// Totals per (session, model), oldest session first.
     pub fn groups(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
         if filter.since_ms.is_some() {
-            return self.groups_scanned(filter);
+            return self.groups_scanned("session", filter);
         }
-        // The totals kept as rows were written: one row per group, not a scan.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT session, client, model, requests, with_usage, input, output, cache_write,
+        self.groups_kept("group_totals", "session", filter.session.as_deref())
+    }
+
+    /// Totals per (account, model), oldest account first; rows from before accounts were
+    /// kept are the group with no account (the ledger's own).
+    pub fn account_groups(&self, filter: &Filter) -> Result<Vec<AccountGroup>, StoreError> {
+        let groups = if filter.since_ms.is_some() || filter.session.is_some() {
+            self.groups_scanned("account", filter)?
+        } else {
+            self.groups_kept("account_totals", "account", None)?
+        };
+        Ok(groups
+            .into_iter()
+            .map(|mut totals| AccountGroup {
+                account: totals.session.take(),
+                totals,
+            })
+            .collect())
+    }
+
+    /// The totals kept as rows were written in `table`, grouped by `by` and model (`by` read
+    /// into `Group::session`), only `by = only` when given: one row per group, not a scan.
+    fn groups_kept(
+        &self,
+        table: &str,
+        by: &str,
+        only: Option<&str>,
+    ) -> Result<Vec<Group>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {by}, client, model, requests, with_usage, input, output, cache_write,
                     cache_read, errors, local, transformed, failures, first_ms, last_ms,
                     cache_write_1h, bust_pairs, busts_pith, busts_client
-             FROM group_totals WHERE (?1 IS NULL OR session = ?1)
-             ORDER BY first_ms, session, model",
-        )?;
-        let rows = stmt.query_map(params![filter.session], group_of)?;
+             FROM {table} WHERE (?1 IS NULL OR {by} = ?1)
+             ORDER BY first_ms, {by}, model",
+        ))?;
+        let rows = stmt.query_map(params![only], group_of)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// [`Ledger::groups`] computed from the requests themselves (any filter).
-    fn groups_scanned(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
+    /// [`Ledger::groups`] (or by `account`) computed from the requests themselves (any
+    /// filter); `by` is read into `Group::session`.
+    fn groups_scanned(&self, by: &str, filter: &Filter) -> Result<Vec<Group>, StoreError> {
         let sql = format!(
-            "SELECT session, min(client), model, count(*),
+            "SELECT {by}, min(client), model, count(*),
                     count(input_tokens),
                     coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
                     coalesce(sum(cache_write_tokens), 0), coalesce(sum(cache_read_tokens), 0),
@@ -1154,8 +1319,8 @@ impl Ledger {
                     coalesce(sum(bust_cause = 'client'), 0)
              FROM requests
              WHERE {FILTERED}
-             GROUP BY session, model
-             ORDER BY min(ts_ms), session, model"
+             GROUP BY {by}, model
+             ORDER BY min(ts_ms), {by}, model"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params![filter.since_ms, filter.session], group_of)?;
@@ -1449,7 +1614,7 @@ impl Ledger {
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                     requests.id,
-                    prompts.sent, prompts.as_client, cache_write_1h_tokens
+                    prompts.sent, prompts.as_client, cache_write_1h_tokens, account
              FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
              WHERE requests.id > ?1 AND requests.id <= ?2
              ORDER BY requests.id",
@@ -1495,6 +1660,7 @@ impl Ledger {
                     fingerprint: r.get(25)?,
                     client_fingerprint: r.get(26)?,
                     savings: savings.remove(&id).unwrap_or_default(),
+                    account: r.get(28)?,
                 },
             ))
         })?;
@@ -1545,6 +1711,34 @@ impl Ledger {
         let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
             Ok(SavingTotal {
                 session: r.get(0)?,
+                model: r.get(1)?,
+                stage: r.get(2)?,
+                band: r.get(3)?,
+                tokens: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// What the stages saved over the rows `filter` covers, per (account, model, stage,
+    /// rate), ordered by those.
+    pub fn account_savings(&self, filter: &Filter) -> Result<Vec<AccountSaving>, StoreError> {
+        let sql = if filter.since_ms.is_none() && filter.session.is_none() {
+            // The totals kept as rows were written.
+            "SELECT account, model, stage, band, tokens FROM account_saving_totals
+             WHERE ?1 IS NULL AND ?2 IS NULL ORDER BY account, model, stage, band"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT requests.account, requests.model, s.stage, s.band, sum(s.tokens)
+                 FROM savings s JOIN requests ON requests.id = s.request_id
+                 WHERE {FILTERED} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+            )
+        };
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
+            Ok(AccountSaving {
+                account: r.get(0)?,
                 model: r.get(1)?,
                 stage: r.get(2)?,
                 band: r.get(3)?,
@@ -1731,6 +1925,82 @@ mod tests {
         );
         assert_eq!(kept, scan);
         assert_eq!(kept.total_ms.count, 4);
+    }
+
+    /// Rows from before schema 6 name no account (they are the ledger's own); the totals per
+    /// account the migration made are theirs, and rows written since add to them as a scan
+    /// sees it.
+    #[test]
+    fn schema_five_rows_are_the_ledgers_own_accounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let at_five = Ledger {
+            conn: sqlite::open(&path, &MIGRATIONS[..5]).unwrap(),
+        };
+        // Written as schema 5 wrote rows: the insert then had no account column.
+        at_five
+            .conn
+            .execute_batch(
+                "INSERT INTO requests (id, ts_ms, client, session, provider, model, method, path,
+                    outcome, bytes_client, bytes_upstream, bytes_response, tools_bytes,
+                    system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
+                    total_ms)
+                 VALUES (1, 1, 'c', 's', 'anthropic', 'm', 'POST', '/', 'ok', 0, 0, 0, 0, 0, 0, 0,
+                    10, 1, 1.0),
+                        (2, 2, 'c', 's', 'anthropic', 'm', 'POST', '/', 'ok', 0, 0, 0, 0, 0, 0, 0,
+                    20, 2, 1.0);
+                 INSERT INTO savings VALUES (1, 'defer', 'input', 5);",
+            )
+            .unwrap();
+        drop(at_five);
+        let mut l = Ledger::open(&path).unwrap();
+        let accounts: Vec<Option<String>> =
+            l.rows().unwrap().into_iter().map(|r| r.account).collect();
+        assert_eq!(accounts, [None, None]);
+        let groups = l.account_groups(&Filter::default()).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(
+            (
+                groups[0].account.as_deref(),
+                groups[0].totals.requests,
+                groups[0].totals.input
+            ),
+            (None, 2, 30)
+        );
+        l.insert(&[Row {
+            ts_ms: 3,
+            model: Some("m".into()),
+            account: Some("alice".into()),
+            usage: Some(RowUsage {
+                input: 7,
+                ..RowUsage::default()
+            }),
+            savings: vec![Saving {
+                stage: "defer".into(),
+                band: "input".into(),
+                tokens: 3,
+            }],
+            ..Row::default()
+        }])
+        .unwrap();
+        let scanned = Filter {
+            since_ms: Some(0),
+            ..Filter::default()
+        };
+        let kept = l.account_groups(&Filter::default()).unwrap();
+        assert_eq!(kept, l.account_groups(&scanned).unwrap());
+        let by: Vec<(Option<&str>, u64)> = kept
+            .iter()
+            .map(|g| (g.account.as_deref(), g.totals.input))
+            .collect();
+        assert_eq!(by, [(None, 30), (Some("alice"), 7)]);
+        let saved = l.account_savings(&Filter::default()).unwrap();
+        assert_eq!(saved, l.account_savings(&scanned).unwrap());
+        let saved: Vec<(Option<&str>, i64)> = saved
+            .iter()
+            .map(|s| (s.account.as_deref(), s.tokens))
+            .collect();
+        assert_eq!(saved, [(None, 5), (Some("alice"), 3)]);
     }
 
     /// A ledger written by schema 1 (transforms as header text) reads back as structured data.

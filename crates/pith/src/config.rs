@@ -88,13 +88,19 @@ pub struct StoreConfig {
 
 /// Who this install's requests belong to. A single install is one account, `local`; in team
 /// mode each developer sets their own, and the team ledger says which account each proxy's
-/// requests belong to.
+/// requests belong to. A gateway shared by several developers maps each request to an account
+/// by its key instead (`keys`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AccountConfig {
     /// The account id (env `PITH_ACCOUNT`; default `local`): letters, digits and `.`, `_`, `-`,
-    /// `@`, at most 64.
+    /// `@`, at most 64. On a gateway with `keys`, the gateway's own account.
     pub id: Option<String>,
+    /// A gateway's account keys, by account: `alice = "<key>"` (at least 16 characters) or
+    /// `alice = "sha256:<64 hex digits>"` (the key's SHA-256, so the config holds no secret).
+    /// With keys, every request must name one in its `pith-account-key` header and belongs to
+    /// its account. Env `PITH_ACCOUNT_KEYS`: a file holding the same lines, used instead.
+    pub keys: BTreeMap<String, String>,
 }
 
 /// The account of a single install.
@@ -110,17 +116,25 @@ impl Config {
                 None => return Ok(LOCAL_ACCOUNT.to_owned()),
             },
         };
-        let valid = !id.is_empty()
-            && id.len() <= 64
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
         anyhow::ensure!(
-            valid,
-            "{source} = {id:?} is not an account id: use letters, digits and . _ - @ (at most 64), \
-             e.g. your login name"
+            is_account_id(&id),
+            "{source} = {id:?} is not an account id: {ACCOUNT_ID_RULE}, e.g. your login name"
         );
         Ok(id)
+    }
+
+    /// The gateway's account keys: the file `PITH_ACCOUNT_KEYS` names over `[account.keys]`;
+    /// empty when neither has any. Each account id and key is checked, and a key given to two
+    /// accounts is refused; an error names the account, never the key.
+    pub fn account_keys(&self) -> anyhow::Result<pith_proxy::AccountKeys> {
+        match std::env::var_os("PITH_ACCOUNT_KEYS").filter(|v| !v.is_empty()) {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                let table = read_keys_file(&path)?;
+                keys_from(&table, &format!("{} (PITH_ACCOUNT_KEYS)", path.display()))
+            }
+            None => keys_from(&self.account.keys, "account.keys"),
+        }
     }
 
     /// The team store, if one is configured: `PITH_STORE_URL` over `[store] url`. Anything but
@@ -276,6 +290,52 @@ impl Config {
     }
 }
 
+/// The file `PITH_ACCOUNT_KEYS` names: `account = "key"` lines, as `[account.keys]` holds them.
+fn read_keys_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let named = "named by PITH_ACCOUNT_KEYS";
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read the account keys file {} ({named})",
+            path.display()
+        )
+    })?;
+    toml::from_str(&text).with_context(|| {
+        format!(
+            "invalid account keys file {} ({named}): write one `account = \"key\"` line per account",
+            path.display()
+        )
+    })
+}
+
+/// The keys of `table` (account to key), checked; `source` names where they came from.
+fn keys_from(
+    table: &BTreeMap<String, String>,
+    source: &str,
+) -> anyhow::Result<pith_proxy::AccountKeys> {
+    let mut keys = pith_proxy::AccountKeys::new();
+    for (account, key) in table {
+        anyhow::ensure!(
+            is_account_id(account),
+            "{source}: {account:?} is not an account id: {ACCOUNT_ID_RULE}"
+        );
+        keys.add(account, key)
+            .with_context(|| format!("{source}: the key of account {account}"))?;
+    }
+    Ok(keys)
+}
+
+/// What an account id may hold, as errors say it.
+const ACCOUNT_ID_RULE: &str = "use letters, digits and . _ - @ (at most 64)";
+
+/// Whether `id` is an account id: letters, digits and `. _ - @`, at most 64.
+fn is_account_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+}
+
 /// pith's own data directory: `$PITH_HOME`, else the platform data dir + `pith`.
 pub fn pith_home() -> anyhow::Result<PathBuf> {
     if let Some(home) = std::env::var_os("PITH_HOME").filter(|v| !v.is_empty()) {
@@ -347,6 +407,58 @@ mod tests {
             c.mcp.prefilter_url.as_deref(),
             Some("http://127.0.0.1:8080/v1")
         );
+    }
+
+    #[test]
+    fn account_keys_are_checked_and_errors_name_the_account_never_the_key() {
+        let c: Config = toml::from_str(
+            r#"
+            [account]
+            id = "gateway"
+            [account.keys]
+            alice = "alice-0123456789abcdef"
+            "bob@example.com" = "sha256:d0d6d50b078333857133399f9ce499a2b9f941c6d9bb36ef786163af574450d7"
+            "#,
+        )
+        .unwrap();
+        let keys = keys_from(&c.account.keys, "account.keys").unwrap();
+        assert_eq!(keys.account_for(b"alice-0123456789abcdef"), Some("alice"));
+        assert_eq!(
+            keys.account_for(b"bob-secret-key-0123456789"),
+            Some("bob@example.com")
+        );
+        // Only strings are keys.
+        let err = toml::from_str::<Config>("[account.keys]\nalice = 7\n").unwrap_err();
+        assert!(err.to_string().contains("string"), "{err}");
+
+        let refused = |toml_text: &str| -> String {
+            let c: Config = toml::from_str(toml_text).unwrap();
+            format!(
+                "{:#}",
+                keys_from(&c.account.keys, "account.keys").unwrap_err()
+            )
+        };
+        let short = refused("[account.keys]\nalice = \"short-secret\"\n");
+        assert!(
+            short.starts_with("account.keys: the key of account alice: the key is 12 characters")
+                && !short.contains("short-secret"),
+            "{short}"
+        );
+        let twice = refused(
+            "[account.keys]\nalice = \"same-key-0123456789\"\nbob = \"same-key-0123456789\"\n",
+        );
+        assert!(
+            twice.contains("the key of account bob: the key is also account \"alice\"'s")
+                && !twice.contains("same-key"),
+            "{twice}"
+        );
+        let bad_id = refused("[account.keys]\n\"al ice\" = \"alice-0123456789abcdef\"\n");
+        assert!(
+            bad_id.contains("\"al ice\" is not an account id") && !bad_id.contains("0123"),
+            "{bad_id}"
+        );
+        let digest = refused("[account.keys]\nalice = \"sha256:abcd\"\n");
+        assert!(digest.contains("64 hex digits"), "{digest}");
     }
 
     #[test]

@@ -17,7 +17,8 @@ pub struct HistorySettings {
     pub record: bool,
     /// The database.
     pub path: PathBuf,
-    /// The account (a local install has one: `local`; `[account] id` / `PITH_ACCOUNT`).
+    /// The account the reading commands (`history`, `mcp`) are scoped to: `PITH_ACCOUNT` over
+    /// `[account] id`, else `local`. The proxy records each turn under its request's account.
     pub account: String,
     /// Team mode: the team's database, where search, listing and deletion run (the local file
     /// is then the outbox the proxy records into and the shipper sends on).

@@ -65,6 +65,8 @@ pub(crate) struct Context {
     pub status: Option<StatusCode>,
     pub response_is_sse: bool,
     pub content_encoding: Option<String>,
+    /// The account the request belongs to: the proxy's own until its key names another.
+    pub account: String,
     /// Where the record goes; `None` once it was built (or when no ledger is kept).
     recorder: Option<Recorder>,
 }
@@ -75,6 +77,7 @@ impl Context {
         path: String,
         path_and_query: String,
         headers: HeaderMap,
+        account: String,
         recorder: Option<Recorder>,
     ) -> Self {
         Context {
@@ -94,6 +97,7 @@ impl Context {
             status: None,
             response_is_sse: false,
             content_encoding: None,
+            account,
             recorder,
         }
     }
@@ -129,6 +133,7 @@ impl Context {
             response_is_sse: self.response_is_sse,
             content_encoding: self.content_encoding.take(),
             transforms: std::mem::take(&mut self.transforms),
+            account: std::mem::take(&mut self.account),
             ..Record::default()
         };
         Some(Pending {

@@ -5,7 +5,7 @@ use http::header::{self, HeaderMap, HeaderName};
 
 /// Headers that describe one hop, not the request (RFC 9110 7.6.1), plus those pith recomputes
 /// and pith's own headers (the access token, the agent type: meant for pith, never for the
-/// provider).
+/// provider; nor the account key).
 fn is_hop_header(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -21,6 +21,7 @@ fn is_hop_header(name: &HeaderName) -> bool {
             | "content-length"
             | crate::server::TOKEN_HEADER
             | crate::history::AGENT_TYPE_HEADER
+            | crate::accounts::ACCOUNT_KEY_HEADER
     )
 }
 

@@ -1,7 +1,7 @@
 //! One request, from the socket to the ledger row, in named phases run top to bottom by
-//! [`serve`]: route → admit → read body → answer locally → transform request → forward →
-//! respond; the record is finished when the answer's last byte has gone out
-//! (`tee::Pending::finish`), or when the request is cut short (`Context`'s drop).
+//! [`serve`]: route → admit → (pith's own pages) → attribute → read body → answer locally →
+//! transform request → forward → respond; the record is finished when the answer's last byte
+//! has gone out (`tee::Pending::finish`), or when the request is cut short (`Context`'s drop).
 //!
 //! Each phase is a function with one job that reads and fills the request's [`Context`]. A
 //! phase that cannot go on returns a [`Fault`] (tagged by who caused it, answered in the
@@ -11,6 +11,8 @@
 mod context;
 mod headers;
 mod token;
+
+pub(crate) use token::constant_time_eq;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use pith_store::ledger::RequestOutcome;
 use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply, session};
 
+use crate::accounts::ACCOUNT_KEY_HEADER;
 use crate::fault::Fault;
 use crate::own_pages;
 use crate::rewrite::ResponseInfo;
@@ -51,7 +54,11 @@ pub(crate) async fn serve(
             )
             .response(Provider::OpenAi));
         }
-        return Ok(crate::websocket::relay(state, req).await);
+        let account = match account_of(&state, req.headers()) {
+            Ok(account) => account,
+            Err(fault) => return Ok(fault.response(Provider::OpenAi)),
+        };
+        return Ok(crate::websocket::relay(state, req, account).await);
     }
     let (parts, body) = req.into_parts();
     let mut ctx = route(&state, parts);
@@ -62,6 +69,10 @@ pub(crate) async fn serve(
         // pith's own pages are not traffic: no ledger row (a dashboard polls).
         ctx.forget();
         return Ok(page);
+    }
+    match account_of(&state, &ctx.headers) {
+        Ok(account) => ctx.account = account,
+        Err(fault) => return Ok(answer_fault(ctx, &fault)),
     }
     ctx.body = match read_body(&state, body).await {
         Ok(body) => body,
@@ -90,7 +101,14 @@ fn route(state: &State, parts: http::request::Parts) -> Context {
         sink: sink.clone(),
         shutting_down: Arc::clone(&state.shutting_down),
     });
-    let mut ctx = Context::new(parts.method, path, path_and_query, parts.headers, recorder);
+    let mut ctx = Context::new(
+        parts.method,
+        path,
+        path_and_query,
+        parts.headers,
+        state.config.accounts.own.clone(),
+        recorder,
+    );
     ctx.wire = (ctx.method == Method::POST)
         .then(|| Wire::from_path(&ctx.path))
         .flatten();
@@ -132,6 +150,42 @@ fn admit(state: &State, ctx: &Context) -> Result<(), Fault> {
             ),
         )),
         _ => Ok(()),
+    }
+}
+
+/// Attribute: the account a forwarded request belongs to. Without keys, the proxy's own (an
+/// account key sent anyway is ignored, and stripped like every pith header); with keys, the
+/// account of the key in [`ACCOUNT_KEY_HEADER`], and a request without a known key is refused
+/// (401 in the provider's shape, saying which header to send and where keys come from).
+/// pith's own pages are not traffic and need no key. Neither the key nor its absence is
+/// logged; the refusal's ledger row is the proxy's own account's.
+fn account_of(state: &State, headers: &HeaderMap) -> Result<String, Fault> {
+    let accounts = &state.config.accounts;
+    if accounts.keys.is_empty() {
+        return Ok(accounts.own.clone());
+    }
+    let Some(presented) = headers.get(ACCOUNT_KEY_HEADER) else {
+        return Err(Fault::client(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            format!(
+                "pith: this gateway maps each request to an account by its key: send yours in the \
+                 {ACCOUNT_KEY_HEADER} header (the gateway's operator hands out the keys of \
+                 [account.keys] in its config, or of the file PITH_ACCOUNT_KEYS names)"
+            ),
+        ));
+    };
+    match accounts.keys.account_for(presented.as_bytes()) {
+        Some(account) => Ok(account.to_owned()),
+        None => Err(Fault::client(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            format!(
+                "pith: the key in the {ACCOUNT_KEY_HEADER} header is not one of this gateway's \
+                 account keys ([account.keys] in its config, or the file PITH_ACCOUNT_KEYS \
+                 names): ask its operator for yours"
+            ),
+        )),
     }
 }
 

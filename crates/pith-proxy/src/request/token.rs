@@ -14,7 +14,7 @@ pub(crate) fn matches(headers: &HeaderMap, expected: &str) -> bool {
 
 /// `a == b`, reading every byte of both whatever they hold (only the lengths can differ in
 /// time, and the token's length is not the secret).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = u8::from(a.len() != b.len());
     for i in 0..a.len().max(b.len()) {
         let x = a.get(i).copied().unwrap_or(0);

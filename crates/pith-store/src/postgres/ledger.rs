@@ -25,7 +25,8 @@ use crate::ledger::{
     DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
 };
 
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE requests (
     seq                 BIGSERIAL PRIMARY KEY,
     instance            BIGINT NOT NULL,
@@ -73,7 +74,16 @@ CREATE TABLE instances (
     backlog      BIGINT NOT NULL,
     dropped_rows BIGINT NOT NULL
 );
-"];
+",
+    "
+-- Schema 2: the account of each request (a shared gateway maps each request to one by its
+-- key). The rows before it belong to the account their proxy shipped as.
+ALTER TABLE requests ADD COLUMN account TEXT;
+UPDATE requests SET account = instances.account
+FROM instances WHERE instances.instance = requests.instance;
+ALTER TABLE requests ALTER COLUMN account SET NOT NULL;
+",
+];
 
 /// Rows pulled into a replica per transaction.
 const PULL_BATCH: usize = 5_000;
@@ -102,7 +112,8 @@ pub struct Instance {
 /// What a proxy says about itself with each push.
 #[derive(Debug, Clone, Default)]
 pub struct PushState {
-    /// The account its requests belong to (`local` for a single install).
+    /// The proxy's own account (`local` for a single install): the account of its rows that
+    /// name none (written before the local ledger kept accounts).
     pub account: String,
     /// The host it runs on.
     pub host: String,
@@ -258,7 +269,7 @@ impl TeamLedger {
     ) -> Result<u64, PgError> {
         let mut cols = Columns::default();
         for (id, r) in rows {
-            cols.add(*id, r);
+            cols.add(*id, r, &state.account);
         }
         let shipped = rows.last().map_or(0, |(id, _)| *id);
         let now = now_ms();
@@ -273,18 +284,18 @@ impl TeamLedger {
                         bytes_upstream, bytes_response, tools_bytes, system_bytes,
                         messages_bytes, other_bytes, input_tokens, output_tokens,
                         cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
-                        fingerprint, client_fingerprint, cache_write_1h_tokens, savings)
+                        fingerprint, client_fingerprint, cache_write_1h_tokens, savings, account)
                      SELECT $1, l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb
+                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb, ac
                      FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[],
                         $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
                         $11::integer[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
                         $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
                         $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[],
                         $24::bigint[], $25::float8[], $26::float8[], $27::text[], $28::bytea[],
-                        $29::bytea[], $30::bigint[], $31::text[])
+                        $29::bytea[], $30::bigint[], $31::text[], $32::text[])
                         AS u (l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv)
+                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv, ac)
                      ORDER BY l
                      ON CONFLICT (instance, local_id) DO NOTHING",
                     &[
@@ -319,6 +330,7 @@ impl TeamLedger {
                         &cols.client_fingerprint,
                         &cols.cache_write_1h,
                         &cols.savings,
+                        &cols.account,
                     ],
                 )
                 .await?;
@@ -358,7 +370,7 @@ impl TeamLedger {
                         tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                         output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                         transforms::text, fingerprint, client_fingerprint, cache_write_1h_tokens,
-                        savings::text
+                        savings::text, account
                      FROM requests WHERE seq > $1 ORDER BY seq LIMIT $2",
                     &[&after_seq, &limit],
                 )
@@ -398,6 +410,11 @@ impl TeamLedger {
     /// reads a row twice). Its `dropped_rows` counter becomes the team's sum. Returns how many
     /// rows were new.
     pub fn sync_replica(&self, replica: &mut Ledger) -> Result<u64, PgError> {
+        // A replica pulled before the ledger kept accounts has rows that name none: it cannot
+        // say whose they are, so it is pulled again whole.
+        if replica.rows_without_account()? > 0 {
+            replica.clear_replica()?;
+        }
         let mut pulled = 0;
         loop {
             let cursor = to_i64(replica.counter(PULLED_THROUGH)?);
@@ -474,6 +491,7 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
             fingerprint: r.try_get(26)?,
             client_fingerprint: r.try_get(27)?,
             savings: savings_from_json(&savings)?,
+            account: Some(r.try_get(30)?),
         },
     ))
 }
@@ -511,10 +529,12 @@ struct Columns {
     fingerprint: Vec<Option<Vec<u8>>>,
     client_fingerprint: Vec<Option<Vec<u8>>>,
     savings: Vec<String>,
+    account: Vec<String>,
 }
 
 impl Columns {
-    fn add(&mut self, id: i64, r: &Row) {
+    /// Add row `id`; a row that names no account is `own_account`'s.
+    fn add(&mut self, id: i64, r: &Row, own_account: &str) {
         let u = r.usage;
         self.local_id.push(id);
         self.ts_ms.push(r.ts_ms);
@@ -547,5 +567,115 @@ impl Columns {
         self.fingerprint.push(r.fingerprint.clone());
         self.client_fingerprint.push(r.client_fingerprint.clone());
         self.savings.push(savings_json(&r.savings));
+        self.account
+            .push(r.account.clone().unwrap_or_else(|| own_account.to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pith_testkit::postgres::PgServer;
+
+    /// A replica pulled before accounts were kept (its rows name none) is pulled again whole,
+    /// so each row has its account and the totals stay those of the team ledger.
+    #[test]
+    fn a_replica_without_accounts_is_pulled_again() {
+        let url = PgServer::shared().database().unwrap();
+        let team = TeamLedger::open(&StoreUrl::new(&url)).unwrap();
+        let state = PushState {
+            account: "alice".into(),
+            ..PushState::default()
+        };
+        let rows: Vec<(i64, Row)> = (1..=3)
+            .map(|i| {
+                (
+                    i,
+                    Row {
+                        ts_ms: i,
+                        ..Row::default()
+                    },
+                )
+            })
+            .collect();
+        team.push(5, &rows, &state).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("team-ledger.db");
+        let mut replica = Ledger::open(&path).unwrap();
+        assert_eq!(team.sync_replica(&mut replica).unwrap(), 3);
+        drop(replica);
+        // As a schema-5 replica migrated to 6 has them.
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute("UPDATE requests SET account = NULL", [])
+            .unwrap();
+        let mut replica = Ledger::open(&path).unwrap();
+        assert_eq!(team.sync_replica(&mut replica).unwrap(), 3, "pulled again");
+        let accounts: Vec<Option<String>> = replica
+            .rows()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.account)
+            .collect();
+        assert_eq!(accounts, vec![Some("alice".to_owned()); 3]);
+        let groups = replica
+            .account_groups(&crate::ledger::Filter::default())
+            .unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].totals.requests, 3);
+        assert_eq!(team.sync_replica(&mut replica).unwrap(), 0);
+    }
+
+    /// Rows shipped before the team ledger kept accounts belong to the account their proxy
+    /// shipped as; a row shipped since with none named is its proxy's too.
+    #[test]
+    fn schema_one_rows_get_their_instances_account() {
+        let server = PgServer::shared();
+        let url = server.database().unwrap();
+        let db = url.rsplit('/').next().unwrap().to_owned();
+        Pg::new(&StoreUrl::new(&url))
+            .unwrap()
+            .migrate("ledger", &MIGRATIONS[..1])
+            .unwrap();
+        server
+            .psql(
+                &db,
+                "INSERT INTO instances VALUES (7, 'alice', 'h', 0, 2, 0, 0), (8, 'bob', 'h', 0, 1, 0, 0);
+                 INSERT INTO requests (instance, local_id, ts_ms, client, provider, method, path,
+                    outcome, bytes_client, bytes_upstream, bytes_response, tools_bytes,
+                    system_bytes, messages_bytes, other_bytes, total_ms, transforms, savings)
+                 SELECT i, l, l, 'c', 'anthropic', 'POST', '/v1/messages', 'ok', 0, 0, 0, 0, 0, 0,
+                    0, 1.0, '[]', '[]'
+                 FROM (VALUES (7, 1), (7, 2), (8, 1)) AS v (i, l);",
+            )
+            .unwrap();
+        let team = TeamLedger::open(&StoreUrl::new(&url)).unwrap();
+        let state = PushState {
+            account: "carol".into(),
+            ..PushState::default()
+        };
+        let named = Row {
+            account: Some("dave".into()),
+            ..Row::default()
+        };
+        team.push(9, &[(1, Row::default()), (2, named)], &state)
+            .unwrap();
+        let accounts: Vec<Option<String>> = team
+            .pull(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| r.account)
+            .collect();
+        let some = |a: &str| Some(a.to_owned());
+        assert_eq!(
+            accounts,
+            [
+                some("alice"),
+                some("alice"),
+                some("bob"),
+                some("carol"),
+                some("dave")
+            ]
+        );
     }
 }

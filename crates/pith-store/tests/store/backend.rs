@@ -56,12 +56,29 @@ impl Subject {
                     })
                     .collect();
                 let new = team
-                    .push(instance, &numbered, &PushState::default())
+                    .push(instance, &numbered, &Self::state_of(instance))
                     .unwrap();
                 assert_eq!(new, rows.len() as u64);
             }
         }
         self.batches += 1;
+    }
+
+    /// What proxy `instance` says about itself: its own account is `proxy-<instance>` (the
+    /// account of its rows that name none).
+    pub fn state_of(instance: i64) -> PushState {
+        PushState {
+            account: format!("proxy-{instance}"),
+            ..PushState::default()
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        match self.team {
+            None => Backend::Sqlite,
+            Some(_) => Backend::Postgres,
+        }
     }
 
     /// The ledger to read, up to date with everything written.

@@ -3,7 +3,8 @@
 //! results sum per stage.
 
 use pith_store::ledger::{
-    Fact, Filter, RequestOutcome, Row, RowUsage, Saving, StageTotals, Transform, TransformResult,
+    Fact, Filter, Group, RequestOutcome, Row, RowUsage, Saving, StageTotals, Transform,
+    TransformResult,
 };
 
 use crate::backend::{BACKENDS, Backend, Subject};
@@ -354,8 +355,116 @@ fn transform_entries_round_trip_in_pipeline_order_and_sum_per_stage_on(backend: 
     );
     assert_eq!((groups[1].local, groups[1].errors), (1, 0));
 }
+#[test]
+fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan() {
+    each_backend(each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on);
+}
+
+fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on(backend: Backend) {
+    let mut ledger = Subject::new(backend);
+    let accounts = [Some("alice"), Some("bob"), None];
+    let rows: Vec<Row> = (0..60u64)
+        .map(|i| Row {
+            account: accounts[(i % 3) as usize].map(str::to_owned),
+            ts_ms: i as i64,
+            session: Some(format!("s{}", i % 4)),
+            model: Some(format!("m{}", i % 2)),
+            outcome: [RequestOutcome::Ok, RequestOutcome::UpstreamError][(i % 5 == 0) as usize],
+            usage: (i % 7 != 0).then_some(RowUsage {
+                input: i,
+                output: 1,
+                cache_write: i % 3,
+                cache_write_1h: i % 2,
+                cache_read: 10,
+            }),
+            savings: vec![Saving {
+                stage: "defer".into(),
+                band: "input".into(),
+                tokens: i as i64 - 20,
+            }],
+            total_ms: 1.0,
+            ..row("s", "m", i as i64, None)
+        })
+        .collect();
+    // Two batches: on PostgreSQL from two proxies, whose own accounts fill the rows naming none.
+    ledger.insert(&rows[..30]);
+    ledger.insert(&rows[30..]);
+    let backend = ledger.backend();
+    let read = ledger.read();
+    let expected: Vec<Option<String>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| match (&r.account, backend) {
+            (Some(a), _) => Some(a.clone()),
+            (None, Backend::Sqlite) => None,
+            (None, Backend::Postgres) => Some(format!("proxy-{}", [11, 22][i / 30])),
+        })
+        .collect();
+    let got: Vec<Option<String>> = read
+        .rows()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.account)
+        .collect();
+    assert_eq!(got, expected);
+
+    let all = Filter::default();
+    let scanned = Filter {
+        since_ms: Some(0),
+        ..Filter::default()
+    };
+    let kept = read.account_groups(&all).unwrap();
+    assert_eq!(kept, read.account_groups(&scanned).unwrap());
+    let alice: Vec<_> = kept
+        .iter()
+        .filter(|g| g.account.as_deref() == Some("alice"))
+        .collect();
+    assert_eq!(alice.iter().map(|g| g.totals.requests).sum::<u64>(), 20);
+    let alice_input: u64 = rows
+        .iter()
+        .filter(|r| r.account.as_deref() == Some("alice"))
+        .filter_map(|r| r.usage.map(|u| u.input))
+        .sum();
+    assert_eq!(
+        alice.iter().map(|g| g.totals.input).sum::<u64>(),
+        alice_input
+    );
+    // Every row is in exactly one account's totals, and they add up to the sessions' totals.
+    let sessions = read.groups(&all).unwrap();
+    let fields: [fn(&Group) -> u64; 3] = [|g| g.requests, |g| g.input, |g| g.errors];
+    for field in fields {
+        assert_eq!(
+            kept.iter().map(|g| field(&g.totals)).sum::<u64>(),
+            sessions.iter().map(field).sum::<u64>()
+        );
+    }
+    let saved = read.account_savings(&all).unwrap();
+    assert_eq!(saved, read.account_savings(&scanned).unwrap());
+    assert_eq!(
+        saved.iter().map(|s| s.tokens).sum::<i64>(),
+        rows.iter()
+            .flat_map(|r| &r.savings)
+            .map(|s| s.tokens)
+            .sum::<i64>()
+    );
+    // A session filter is answered from the rows of that session only.
+    let s1 = Filter {
+        session: Some("s1".into()),
+        ..Filter::default()
+    };
+    assert_eq!(
+        read.account_groups(&s1)
+            .unwrap()
+            .iter()
+            .map(|g| g.totals.requests)
+            .sum::<u64>(),
+        15
+    );
+}
+
 fn row(session: &str, model: &str, ts: i64, usage: Option<RowUsage>) -> Row {
     Row {
+        account: Some("alice".into()),
         ts_ms: ts,
         client: "claude-code".into(),
         session: Some(session.into()),

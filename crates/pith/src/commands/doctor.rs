@@ -102,6 +102,7 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe()
         .ok()
         .map(|e| e.canonicalize().unwrap_or(e));
+    check_account_keys(&mut report, &config);
     let proxy = check_proxy(&mut report, &config);
     let workspace = crate::workspace::workspace_from(args.workspace.as_deref()).ok();
     let root = workspace.as_ref().map(|w| w.root().to_path_buf());
@@ -134,6 +135,27 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A gateway's account keys: how many, or why `pith proxy` would refuse to start with them.
+/// Nothing is said on an install without keys.
+fn check_account_keys(report: &mut Report, config: &Config) {
+    match config.account_keys() {
+        Ok(keys) if keys.is_empty() => {}
+        Ok(keys) => report.ok(
+            "account keys",
+            format!(
+                "{} keys; a request without one of them in the {} header is refused",
+                keys.len(),
+                pith_proxy::ACCOUNT_KEY_HEADER
+            ),
+        ),
+        Err(e) => report.fail(
+            "account keys",
+            format!("{e:#}"),
+            "fix [account.keys] in the config, or the file PITH_ACCOUNT_KEYS names",
+        ),
+    }
 }
 
 /// The proxy on `proxy.listen`; returns its address when pith answers there.

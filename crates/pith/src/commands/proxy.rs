@@ -51,7 +51,14 @@ upstream_idle_timeout = \"5m\"):
 A timed-out request ends with an error in the provider's own shape naming the limit.
 
 Listening beyond loopback needs an access token ([proxy] token or PITH_PROXY_TOKEN); clients
-send it in the x-pith-token header (Claude Code: ANTHROPIC_CUSTOM_HEADERS=\"x-pith-token: ...\").")]
+send it in the x-pith-token header (Claude Code: ANTHROPIC_CUSTOM_HEADERS=\"x-pith-token: ...\").
+
+A gateway shared by a team maps each request to an account by its key: list them by account in
+[account.keys] (alice = \"<key of 16+ characters>\" or \"sha256:<hex>\"), or in a file named by
+PITH_ACCOUNT_KEYS; each client then sends its key in the pith-account-key header (Claude Code:
+ANTHROPIC_CUSTOM_HEADERS=\"pith-account-key: ...\"; Codex: model_providers.<id>.http_headers;
+OpenCode: provider.<id>.options.headers). A request without a known key is refused (401); its
+account goes on its ledger row and history turn, and `pith stats` totals each account.")]
 pub struct Args {
     /// Address to listen on [default: 127.0.0.1:8787; config: proxy.listen].
     #[arg(long, env = "PITH_LISTEN", value_name = "ADDR")]
@@ -172,6 +179,10 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         })
     };
     let history = HistorySettings::resolve(config)?;
+    // The account this proxy's requests belong to (checked even outside team mode, so a typo
+    // shows before it matters), and a gateway's account keys.
+    let account = config.account_id()?;
+    let keys = config.account_keys()?;
     // Conversations are recorded on the ledger's writer threads, from the records it gets.
     let history_path = (history.record && ledger_path.is_some()).then(|| history.path.clone());
     // Why the history is not recorded after all, for the startup lines.
@@ -181,11 +192,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             let ledger = Ledger::open(path)?;
             // Fail open: a history that cannot be opened leaves the proxy running without it.
             let sink = match history_path.as_ref().map(|p| (p, History::open(p))) {
-                Some((_, Ok(store))) => Some(HistorySink::new(
-                    store,
-                    history.account.clone(),
-                    history.agent_types.clone(),
-                )),
+                Some((_, Ok(store))) => Some(HistorySink::new(store, history.agent_types.clone())),
                 Some((path, Err(e))) => {
                     tracing::warn!(
                         error = &e as &dyn std::error::Error,
@@ -208,9 +215,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     // Team mode: the local ledger is the queue; a thread of its own sends its rows on, so the
     // database being down or slow never reaches a request.
     let store_url = config.store_url()?;
-    // The account this proxy's requests belong to (checked even outside team mode, so a typo
-    // shows before it matters).
-    let account = config.account_id()?;
     // The history ships with it when it is being recorded.
     let shipped_history = history_error
         .is_none()
@@ -270,7 +274,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             anthropic: anthropic.to_string(),
             openai: openai.to_string(),
         },
-    );
+    )
+    .with_own_account(account.clone());
     if let Some(url) = &store_url {
         dashboard = dashboard.with_team(url.clone(), config.team_replica()?);
     }
@@ -291,6 +296,10 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             max_body: pith_proxy::DEFAULT_MAX_BODY,
             timeouts,
             token: token.clone(),
+            accounts: pith_proxy::Accounts {
+                own: account.clone(),
+                keys: keys.clone(),
+            },
         })
         .await?;
         let addr = proxy.local_addr()?;
@@ -322,6 +331,13 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         }
         if searches.is_some() {
             eprintln!("  searches  -> {}", searches_path.display());
+        }
+        if !keys.is_empty() {
+            eprintln!(
+                "  accounts  -> {} keys; clients must send theirs in the {} header (refused without)",
+                keys.len(),
+                pith_proxy::ACCOUNT_KEY_HEADER
+            );
         }
         if token.is_some() {
             eprintln!(

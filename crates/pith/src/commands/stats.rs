@@ -31,6 +31,10 @@ team database: its rows are pulled into a local replica ([store] replica, defaul
 $PITH_HOME/team-ledger.db) first, and each proxy's backlog (rows not yet shipped) is shown. If
 the database cannot be reached, the replica as last synced is shown, with the reason.
 
+Requests are also totalled per account (`by_account`; the ACCOUNT table when there are
+several): the account of the key a request sent a shared gateway, else its proxy's
+[account] id (PITH_ACCOUNT).
+
 Examples:
   pith stats --since 1d
   pith stats --session 39dd4aa9-e8f6-4b73-8e36-c3a73b8de0ec --json"
@@ -162,6 +166,14 @@ struct StageSaving {
     usd: Option<f64>,
 }
 
+/// One account's requests: a developer's, on a gateway that maps requests to accounts by key.
+#[derive(Debug, Serialize)]
+struct AccountTotals {
+    account: String,
+    #[serde(flatten)]
+    totals: Totals,
+}
+
 #[derive(Debug, Serialize)]
 struct ModelTotals {
     model: Option<String>,
@@ -218,6 +230,8 @@ pub(crate) struct Report {
     session: Option<String>,
     sessions: Vec<SessionTotals>,
     models: Vec<ModelTotals>,
+    /// Per account (rows from before accounts were kept are the proxy's own account's).
+    by_account: Vec<AccountTotals>,
     total: Totals,
     transforms: BTreeMap<String, TransformTotals>,
     transform_failures: u64,
@@ -273,7 +287,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             .map(|age| now_ms.saturating_sub(i64::try_from(age).unwrap_or(i64::MAX))),
         session: args.session.clone(),
     };
-    let mut report = report(&path, &filter, &Prices::new(&config.prices))?;
+    let own_account = config.account_id()?;
+    let mut report = report(&path, &filter, &Prices::new(&config.prices), &own_account)?;
     report.team = team;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -284,16 +299,58 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
 }
 
 /// The report over the ledger at `path`: what `pith stats --json` prints and the dashboard's
-/// API serves, so the two agree on every number.
+/// API serves, so the two agree on every number. Rows that name no account (written before
+/// accounts were kept) are `own_account`'s.
 pub(crate) fn report(
     path: &std::path::Path,
     filter: &Filter,
     prices: &Prices,
+    own_account: &str,
 ) -> anyhow::Result<Report> {
     // Read-only: stats never changes the ledger's mode or schema, nor makes a file a ledger.
     let ledger = Ledger::open_read_only(path).context("cannot read the ledger")?;
     let groups = ledger.groups(filter)?;
-    build_report(path, filter, &groups, &ledger, prices)
+    let mut report = build_report(path, filter, &groups, &ledger, prices)?;
+    report.by_account = by_account(&ledger, filter, prices, own_account)?;
+    Ok(report)
+}
+
+/// The totals per account, accounts by name, with what the transforms saved on each.
+fn by_account(
+    ledger: &Ledger,
+    filter: &Filter,
+    prices: &Prices,
+    own_account: &str,
+) -> anyhow::Result<Vec<AccountTotals>> {
+    let mut accounts: BTreeMap<String, Totals> = BTreeMap::new();
+    let name = |a: Option<String>| a.unwrap_or_else(|| own_account.to_owned());
+    for g in ledger.account_groups(filter)? {
+        accounts
+            .entry(name(g.account))
+            .or_default()
+            .add(&g.totals, prices);
+    }
+    for saving in ledger.account_savings(filter)? {
+        let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
+        if let Some(totals) = accounts.get_mut(&name(saving.account)) {
+            totals.estimated_saved_tokens += saving.tokens;
+            if let Some(usd) = usd {
+                *totals.estimated_saved_usd.get_or_insert(0.0) += usd;
+            }
+        }
+    }
+    Ok(accounts
+        .into_iter()
+        .map(|(account, totals)| AccountTotals { account, totals })
+        .collect())
+}
+
+/// `tokens` saved at `band` on `model`, in USD at its price; `None` when it has none.
+fn saving_usd(prices: &Prices, model: Option<&str>, band: &str, tokens: i64) -> Option<f64> {
+    model
+        .and_then(|m| prices.lookup(m))
+        .zip(Band::parse(band))
+        .map(|(p, band)| tokens as f64 * p.rate(band) / 1_000_000.0)
 }
 
 fn build_report(
@@ -352,12 +409,7 @@ fn build_report(
         });
     }
     for saving in ledger.savings(filter)? {
-        let usd = saving
-            .model
-            .as_deref()
-            .and_then(|m| prices.lookup(m))
-            .zip(Band::parse(&saving.band))
-            .map(|(p, band)| saving.tokens as f64 * p.rate(band) / 1_000_000.0);
+        let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
         let t = transforms.entry(saving.stage.clone()).or_default();
         *t.estimated_saved_tokens
             .entry(saving.band.clone())
@@ -397,6 +449,7 @@ fn build_report(
             .into_iter()
             .map(|(model, totals)| ModelTotals { model, totals })
             .collect(),
+        by_account: Vec::new(),
         transform_failures: groups.iter().map(|g| g.transform_failures).sum(),
         total,
         transforms,
@@ -496,6 +549,16 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         .collect();
     table(&mut out, "MODEL", &model_rows);
     out.push('\n');
+    // One account is every install's case: the table says something only with several.
+    if r.by_account.len() > 1 {
+        let account_rows: Vec<Vec<String>> = r
+            .by_account
+            .iter()
+            .map(|a| row(&a.account, &a.totals))
+            .collect();
+        table(&mut out, "ACCOUNT", &account_rows);
+        out.push('\n');
+    }
     table(&mut out, "TOTAL", &[row("all", &r.total)]);
     let t = &r.total;
     if t.requests_with_usage < t.requests {
@@ -656,6 +719,29 @@ pub(crate) fn metrics(r: &Report) -> String {
         "counter",
         "Cost of the priced requests at list prices, USD.",
         vec![(String::new(), t.cost_usd.unwrap_or(0.0))],
+    );
+    let per_account = |value: fn(&Totals) -> f64| -> Vec<(String, f64)> {
+        r.by_account
+            .iter()
+            .map(|a| {
+                (
+                    format!("{{account=\"{}\"}}", label(&a.account)),
+                    value(&a.totals),
+                )
+            })
+            .collect()
+    };
+    family(
+        "pith_account_requests_total",
+        "counter",
+        "Requests pith recorded, by account (a gateway maps each to its key's).",
+        per_account(|t| t.requests as f64),
+    );
+    family(
+        "pith_account_cost_usd_total",
+        "counter",
+        "Cost of each account's priced requests at list prices, USD.",
+        per_account(|t| t.cost_usd.unwrap_or(0.0)),
     );
     let mut stages = Vec::new();
     for (stage, tt) in &r.transforms {

@@ -27,6 +27,8 @@ pub struct Dashboard {
     prices: Prices,
     upstreams: Upstreams,
     team: Option<Team>,
+    /// The proxy's own account: the account of rows written before accounts were kept.
+    own_account: String,
 }
 
 /// Where the proxy sends each provider's traffic, as `/pith/health` tells it (`pith run` runs
@@ -56,7 +58,14 @@ impl Dashboard {
             prices,
             upstreams,
             team: None,
+            own_account: pith_history::LOCAL_ACCOUNT.to_owned(),
         }
+    }
+
+    /// Rows that name no account (written before accounts were kept) are `account`'s.
+    pub fn with_own_account(mut self, account: String) -> Dashboard {
+        self.own_account = account;
+        self
     }
 
     /// Show the team ledger at `url` instead, through the replica at `replica`.
@@ -204,10 +213,12 @@ impl OwnPages for Dashboard {
                     Ok(f) => f,
                     Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
                 };
-                match stats::report(ledger, &filter, &self.prices).map(|mut r| {
-                    r.team = team;
-                    r
-                }) {
+                match stats::report(ledger, &filter, &self.prices, &self.own_account).map(
+                    |mut r| {
+                        r.team = team;
+                        r
+                    },
+                ) {
                     Ok(report) if path == "/metrics" => OwnPage {
                         status: StatusCode::OK,
                         content_type: "text/plain; version=0.0.4; charset=utf-8",

@@ -31,6 +31,8 @@ fn subcommand_help_teaches_setup_and_pricing() {
         "wire_api",
         "PITH_DEFER_TOOLS",
         "--listen",
+        "[account.keys]",
+        "pith-account-key",
     ] {
         assert!(
             proxy.contains(needle),
@@ -38,7 +40,7 @@ fn subcommand_help_teaches_setup_and_pricing() {
         );
     }
     let stats = help("stats");
-    for needle in ["unknown price", "--since", "--json"] {
+    for needle in ["unknown price", "--since", "--json", "by_account"] {
         assert!(
             stats.contains(needle),
             "stats --help lacks {needle}:\n{stats}"

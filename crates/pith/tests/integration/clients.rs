@@ -561,9 +561,37 @@ pub fn opencode_via(
     prompt: &str,
     limit: Duration,
 ) -> Run {
+    opencode_with_options(
+        launch,
+        dir,
+        home,
+        base_url,
+        &Value::Null,
+        args,
+        prompt,
+        limit,
+    )
+}
+
+/// [`opencode_via`] with more keys in the Anthropic provider's `options` (e.g. `headers`).
+#[expect(clippy::too_many_arguments, reason = "a test helper's knobs")]
+pub fn opencode_with_options(
+    launch: Launch,
+    dir: &Path,
+    home: &Path,
+    base_url: &str,
+    more_options: &Value,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+) -> Run {
+    let mut options = serde_json::json!({"baseURL": base_url, "apiKey": FAKE_KEY});
+    if let (Some(options), Some(more)) = (options.as_object_mut(), more_options.as_object()) {
+        options.extend(more.clone());
+    }
     let config = serde_json::json!({
         "model": "anthropic/claude-sonnet-4-5",
-        "provider": {"anthropic": {"options": {"baseURL": base_url, "apiKey": FAKE_KEY}}},
+        "provider": {"anthropic": {"options": options}},
     });
     let config_path = home.join("opencode.json");
     std::fs::write(&config_path, config.to_string()).unwrap();

@@ -213,7 +213,7 @@ fn chromium() -> std::path::PathBuf {
 }
 
 /// Headless Chromium on `url`, every network switch off, with `args`: (stdout, stderr).
-fn headless(url: &str, args: &[&str]) -> (String, String) {
+pub(crate) fn headless(url: &str, args: &[&str]) -> (String, String) {
     let profile = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(chromium())
         .args([

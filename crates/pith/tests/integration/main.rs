@@ -5,6 +5,7 @@
     reason = "test harness: a panic is the failure report"
 )]
 
+mod accounts;
 mod cli;
 mod clients;
 mod dashboard;

@@ -216,7 +216,9 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
         "80 turns: a user message and a reply each"
     );
     assert_eq!(team.contents().unwrap(), local);
-    assert_eq!(stats.history_shipped, 160);
+    // A push PostgreSQL committed as it was killed is sent again and found there (added 0):
+    // the count of messages new to it can fall short of 160, never exceed it.
+    assert!(stats.history_shipped <= 160, "{stats:?}");
     let db = database_of(&url);
     assert_eq!(count(&pg, db, "SELECT count(*) FROM requests"), total);
     assert_eq!(

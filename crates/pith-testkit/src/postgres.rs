@@ -281,6 +281,126 @@ impl PgServer {
         }
     }
 
+    /// Turn TLS on (a new CA and a server certificate for 127.0.0.1 and localhost, made with
+    /// the `openssl` command; `ssl = on` and a configuration reload): the CA's PEM file, for a
+    /// client's `sslrootcert`. Plain connections are still accepted.
+    pub fn enable_tls(&self) -> Result<PathBuf, PgError> {
+        let dir = self.root.join("tls");
+        std::fs::create_dir_all(&dir).map_err(io("creating the TLS directory"))?;
+        let path = |name: &str| dir.join(name);
+        let extensions = path("server.ext");
+        std::fs::write(
+            &extensions,
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+        )
+        .map_err(io("writing the certificate extensions"))?;
+        let openssl = |args: &[&std::ffi::OsStr]| -> Result<String, PgError> {
+            run_tool(Command::new("openssl").args(args), "openssl")
+        };
+        let os = |s: &'static str| std::ffi::OsStr::new(s);
+        let p = |name: &str| path(name).into_os_string();
+        let (ca_key, ca, key, csr, crt) = (
+            p("ca.key"),
+            p("ca.pem"),
+            p("server.key"),
+            p("server.csr"),
+            p("server.crt"),
+        );
+        let ec = [
+            os("-newkey"),
+            os("ec"),
+            os("-pkeyopt"),
+            os("ec_paramgen_curve:prime256v1"),
+        ];
+        openssl(
+            &[
+                &[os("req"), os("-x509"), os("-nodes"), os("-days"), os("2")][..],
+                &ec,
+                &[
+                    os("-subj"),
+                    os("/CN=pith test CA"),
+                    os("-keyout"),
+                    &ca_key,
+                    os("-out"),
+                    &ca,
+                ],
+                &[
+                    os("-addext"),
+                    os("basicConstraints=critical,CA:TRUE"),
+                    os("-addext"),
+                    os("keyUsage=critical,keyCertSign,cRLSign"),
+                ],
+            ]
+            .concat(),
+        )?;
+        openssl(
+            &[
+                &[os("req"), os("-nodes")][..],
+                &ec,
+                &[
+                    os("-subj"),
+                    os("/CN=127.0.0.1"),
+                    os("-keyout"),
+                    &key,
+                    os("-out"),
+                    &csr,
+                ],
+            ]
+            .concat(),
+        )?;
+        let ext = extensions.into_os_string();
+        openssl(&[
+            os("x509"),
+            os("-req"),
+            os("-in"),
+            &csr,
+            os("-CA"),
+            &ca,
+            os("-CAkey"),
+            &ca_key,
+            os("-CAcreateserial"),
+            os("-days"),
+            os("2"),
+            os("-extfile"),
+            &ext,
+            os("-out"),
+            &crt,
+        ])?;
+        // The server reads its key only if only it can.
+        std::fs::set_permissions(path("server.key"), std::fs::Permissions::from_mode(0o600))
+            .map_err(io("chmod of the server key"))?;
+        if let Some((uid, gid)) = self.run_as {
+            for name in ["server.key", "server.crt"] {
+                std::os::unix::fs::chown(path(name), Some(uid), Some(gid))
+                    .map_err(io(format!("chown of {name}")))?;
+            }
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(io("chmod of the TLS directory"))?;
+        let quoted = |name: &str| format!("'{}'", path(name).display());
+        for sql in [
+            format!("ALTER SYSTEM SET ssl_cert_file = {}", quoted("server.crt")),
+            format!("ALTER SYSTEM SET ssl_key_file = {}", quoted("server.key")),
+            "ALTER SYSTEM SET ssl = on".to_owned(),
+            "SELECT pg_reload_conf()".to_owned(),
+        ] {
+            self.psql("postgres", &sql)?;
+        }
+        // The reload is asynchronous: wait until new connections see it.
+        let deadline = Instant::now() + READY_WITHIN;
+        while self.psql("postgres", "SHOW ssl")?.trim() != "on" {
+            if Instant::now() > deadline {
+                return Err(PgError::Tool {
+                    tool: "postgres".into(),
+                    stderr: format!("TLS did not come on:\n{}", self.log()),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(path("ca.pem"))
+    }
+
     /// The server's own log (startup, crash recovery, errors).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.root.join("server.log")).unwrap_or_default()

@@ -253,3 +253,57 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
     assert_eq!(count(&pg, db, "SELECT count(*) FROM requests"), total);
     assert_eq!(team.contents().unwrap(), local);
 }
+
+/// With `sslmode` and `sslrootcert` the team database is reached over TLS with its certificate
+/// verified: against the CA the URL names it works (and the server sees an encrypted
+/// connection); without that CA it is refused, saying why; without `sslmode` it stays plain.
+#[test]
+fn tls_verifies_the_server_against_the_ca_the_url_names() {
+    let pg = PgServer::start().unwrap();
+    let ca = pg.enable_tls().unwrap();
+    let url = pg.database().unwrap();
+    let db = database_of(&url).to_owned();
+    let encrypted = |pg: &PgServer| {
+        count(
+            pg,
+            &db,
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+             WHERE a.application_name = 'pith' AND s.ssl",
+        )
+    };
+
+    let verified = StoreUrl::new(format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        ca.display()
+    ));
+    let team = TeamLedger::open(&verified).unwrap();
+    let pushed = team
+        .push(7, &[(1, request(1))], &PushState::default())
+        .unwrap();
+    assert_eq!(pushed, 1);
+    assert!(encrypted(&pg) >= 1, "the pool's connection is encrypted");
+    // The history goes the same way.
+    let mut history = History::open_team(&verified).unwrap();
+    history.record(&[turn(0)]).unwrap();
+    assert_eq!(history.contents().unwrap().messages.len(), 2);
+
+    // A certificate no trusted root signed: refused, and the reason is in the error.
+    let untrusted = StoreUrl::new(format!("{url}?sslmode=require"));
+    let err = TeamLedger::open(&untrusted).err().unwrap();
+    let text = pith_testkit::errors::chain(&err);
+    assert!(text.contains("certificate"), "{text}");
+    // A CA file that is not there: named.
+    let missing = StoreUrl::new(format!(
+        "{url}?sslmode=require&sslrootcert=/nonexistent/ca.pem"
+    ));
+    let err = TeamLedger::open(&missing).err().unwrap();
+    assert!(
+        pith_testkit::errors::chain(&err).contains("/nonexistent/ca.pem"),
+        "{err}"
+    );
+    // No sslmode: plain, as before TLS was supported.
+    drop(team);
+    drop(history);
+    let plain = TeamLedger::open(&StoreUrl::new(&url)).unwrap();
+    assert_eq!(plain.pull(0, 10).unwrap().len(), 1);
+}

@@ -319,7 +319,7 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
     let mut report = Value::Null;
     wait_for(
         "the gateway's rows in the team ledger",
-        Duration::from_secs(30),
+        SHIPPED_WITHIN,
         || {
             report = pith_cmd(
                 gateway.home.path(),
@@ -416,7 +416,7 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         assert_eq!(status, 200, "{path}");
         String::from_utf8(concat(&body)).unwrap()
     };
-    wait_for("the dashboard's replica", Duration::from_secs(30), || {
+    wait_for("the dashboard's replica", SHIPPED_WITHIN, || {
         let api: Value = serde_json::from_str(&get("/pith/api/stats")).unwrap();
         api["by_account"] == report["by_account"]
     });

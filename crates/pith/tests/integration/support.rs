@@ -309,3 +309,8 @@ pub fn capture_headers(cap: &pith_testkit::fixtures::Capture) -> Vec<(String, St
         .cloned()
         .collect()
 }
+
+/// How long a test waits for a proxy's shipper to bring rows to the team database: it runs on
+/// idle CPU time (`SCHED_IDLE`), so under the whole suite's load on two cores it can wait a
+/// long time for a turn; quiet, it takes well under a second.
+pub const SHIPPED_WITHIN: Duration = Duration::from_secs(120);

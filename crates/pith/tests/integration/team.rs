@@ -238,7 +238,7 @@ fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both()
     let mut report = Value::Null;
     wait_for(
         "both proxies' rows in the team report",
-        Duration::from_secs(30),
+        SHIPPED_WITHIN,
         || {
             report = team_stats(a.home.path(), &url, &[]);
             // The shipper moves its cursor just after the commit that made the rows visible.
@@ -346,12 +346,12 @@ fn history_and_its_deletion_stay_in_each_account_across_machines() {
     // Another machine of alice's (a home of its own, no proxy) sees what her proxy recorded.
     let elsewhere = tempfile::tempdir().unwrap();
     let mut alices = Vec::new();
-    wait_for("alice's history shipped", Duration::from_secs(30), || {
+    wait_for("alice's history shipped", SHIPPED_WITHIN, || {
         alices = conversations(elsewhere.path(), &url, "alice", false);
         alices.len() == 2
     });
     let mut bobs = Vec::new();
-    wait_for("bob's history shipped", Duration::from_secs(30), || {
+    wait_for("bob's history shipped", SHIPPED_WITHIN, || {
         bobs = conversations(b.home.path(), &url, "bob", false);
         bobs.len() == 2
     });
@@ -437,7 +437,7 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
     let mock = MockUpstream::start().unwrap();
     let mut pith = PithProxy::start(&mock.url(), &[("PITH_STORE_URL", &url)]);
     send_conversation(&mock, &pith, "ses_k", 0..5);
-    wait_for("the first rows shipped", Duration::from_secs(30), || {
+    wait_for("the first rows shipped", SHIPPED_WITHIN, || {
         // The team history holding the five turns' ten messages (written after their rows).
         requests_in(&team_stats(pith.home.path(), &url, &[])) == 5
             && conversations(pith.home.path(), &url, "local", false)
@@ -457,7 +457,7 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
     let mut down = Value::Null;
     wait_for(
         "the backlog in stats while PostgreSQL is down",
-        Duration::from_secs(30),
+        SHIPPED_WITHIN,
         || {
             down = team_stats(pith.home.path(), &url, &[]);
             down["team"]["local_backlog"].as_u64() == Some(30)
@@ -496,16 +496,12 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
 
     pg.start_again().unwrap();
     send_conversation(&mock, &pith, "ses_k", 35..40);
-    wait_for(
-        "every row in the team report",
-        Duration::from_secs(60),
-        || {
-            let r = team_stats(pith.home.path(), &url, &[]);
-            requests_in(&r) == 40
-                && r["team"]["local_backlog"].as_u64() == Some(0)
-                && r["team"]["local_history_backlog"].as_u64() == Some(0)
-        },
-    );
+    wait_for("every row in the team report", SHIPPED_WITHIN, || {
+        let r = team_stats(pith.home.path(), &url, &[]);
+        requests_in(&r) == 40
+            && r["team"]["local_backlog"].as_u64() == Some(0)
+            && r["team"]["local_history_backlog"].as_u64() == Some(0)
+    });
     let checks = doctor(pith.home.path(), &url);
     assert_eq!(checks["team"].0, "ok", "{checks:?}");
     assert!(

@@ -164,7 +164,7 @@ fn mcp_stdout_is_protocol_only() {
 }
 
 /// A bare JSON-RPC client over a `pith mcp` child's stdio, for checks the SDK would hide.
-struct RawClient {
+pub(crate) struct RawClient {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
     lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
@@ -172,7 +172,8 @@ struct RawClient {
 }
 
 impl RawClient {
-    fn start(ws: &Path, env: &[(&str, &str)]) -> RawClient {
+    /// `pith mcp` on workspace `ws`, with `ws/.pith-home` as PITH_HOME and `env` set.
+    pub(crate) fn start(ws: &Path, env: &[(&str, &str)]) -> RawClient {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pith"));
         cmd.args(["mcp", "--workspace"])
             .arg(ws)
@@ -231,7 +232,7 @@ impl RawClient {
     }
 
     /// A tool call's text, and whether it was a tool error.
-    fn call(&mut self, name: &str, args: serde_json::Value) -> (String, bool) {
+    pub(crate) fn call(&mut self, name: &str, args: serde_json::Value) -> (String, bool) {
         let reply = self.request(
             "tools/call",
             serde_json::json!({"name": name, "arguments": args}),

@@ -424,6 +424,59 @@ fn history_and_its_deletion_stay_in_each_account_across_machines() {
     assert!(ok, "{err}");
     let local: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(local["conversations"].as_array().unwrap().len(), 2);
+
+    // An agent's MCP tools on a third machine, which never recorded anything itself, work on
+    // bob's conversations in the team database, and refuse alice's token.
+    let ws = tempfile::tempdir().unwrap();
+    let mut mcp = crate::mcp::RawClient::start(
+        ws.path(),
+        &[
+            ("PITH_STORE_URL", &url),
+            ("PITH_ACCOUNT", "bob"),
+            ("PITH_HISTORY_TOKEN_KEY", TEAM_KEY),
+        ],
+    );
+    let (text, is_error) = mcp.call("search_history", serde_json::json!({"query": "calc"}));
+    assert!(!is_error, "{text}");
+    let hits: Value = serde_json::from_str(&text).unwrap();
+    let hit_ids: Vec<&str> = hits["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(hit_ids.len(), 1, "{text}");
+    assert!(bobs.iter().any(|(id, _)| id == hit_ids[0]), "{text}");
+    let (text, is_error) = mcp.call("memory_delete", serde_json::json!({"filterToken": token}));
+    assert!(is_error && text.contains("account"), "{text}");
+    let (text, is_error) = mcp.call(
+        "memory_find_candidates",
+        serde_json::json!({"accountId": "bob", "filter": "single-assistant"}),
+    );
+    assert!(!is_error, "{text}");
+    let found: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(found["matched"], 1, "{text}");
+    let bobs_single = found["items"][0]["id"].as_str().unwrap().to_owned();
+    let (text, is_error) = mcp.call(
+        "memory_delete",
+        serde_json::json!({"filterToken": found["filterToken"]}),
+    );
+    assert!(!is_error, "{text}");
+    let done: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(done["trashed"], serde_json::json!([bobs_single]), "{text}");
+    assert_eq!(
+        conversations(b.home.path(), &url, "bob", true)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect::<Vec<_>>(),
+        [bobs_single]
+    );
+    // Alice's trash still holds only her own.
+    assert_eq!(conversations(a.home.path(), &url, "alice", true).len(), 1);
+    assert!(
+        !ws.path().join(".pith-home/history.db").exists(),
+        "the MCP server made a local file"
+    );
 }
 
 #[test]

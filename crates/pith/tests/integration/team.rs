@@ -21,13 +21,18 @@ const USAGE: Usage = Usage {
     cache_read: 400,
 };
 
-/// `n` JSON requests of session `session` through `pith`, each answered by the mock; the
-/// slowest one's time.
-fn send_requests(mock: &MockUpstream, pith: &PithProxy, session: &str, n: usize) -> Duration {
+/// Each of `bodies` as a JSON request of session `session` through `pith`, each answered by
+/// the mock; the slowest one's time.
+fn send_bodies(
+    mock: &MockUpstream,
+    pith: &PithProxy,
+    session: &str,
+    bodies: impl IntoIterator<Item = String>,
+) -> Duration {
     let rt = runtime();
     let client = client();
     let mut slowest = Duration::ZERO;
-    for _ in 0..n {
+    for body in bodies {
         mock.push(Reply::json(fixtures::anthropic::message("ok", USAGE)));
         let start = Instant::now();
         let (status, _, _) = rt.block_on(async {
@@ -38,7 +43,7 @@ fn send_requests(mock: &MockUpstream, pith: &PithProxy, session: &str, n: usize)
                         "POST",
                         &format!("{}/v1/messages", pith.url()),
                         &headers(&[("x-session-id", session)]),
-                        r#"{"model":"claude-haiku-4-5","messages":[]}"#,
+                        body,
                     ),
                 )
                 .await,
@@ -51,6 +56,12 @@ fn send_requests(mock: &MockUpstream, pith: &PithProxy, session: &str, n: usize)
     slowest
 }
 
+/// `n` JSON requests with no messages, of session `session`, through `pith`.
+fn send_requests(mock: &MockUpstream, pith: &PithProxy, session: &str, n: usize) -> Duration {
+    let body = r#"{"model":"claude-haiku-4-5","messages":[]}"#;
+    send_bodies(mock, pith, session, (0..n).map(|_| body.to_owned()))
+}
+
 /// `turns` turns of one conversation (session `session`) through `pith`: turn k carries the
 /// k user messages so far with the mock's replies between them, so each adds two messages to
 /// the history (the new user message and the reply).
@@ -60,10 +71,7 @@ fn send_conversation(
     session: &str,
     turns: std::ops::Range<usize>,
 ) -> Duration {
-    let rt = runtime();
-    let client = client();
-    let mut slowest = Duration::ZERO;
-    for k in turns {
+    let bodies = turns.map(|k| {
         let mut messages = Vec::new();
         for j in 0..=k {
             messages.push(
@@ -73,28 +81,10 @@ fn send_conversation(
                 messages.push(serde_json::json!({"role": "assistant", "content": "ok"}));
             }
         }
-        let body = serde_json::json!({"model": "claude-haiku-4-5", "max_tokens": 64, "messages": messages});
-        mock.push(Reply::json(fixtures::anthropic::message("ok", USAGE)));
-        let start = Instant::now();
-        let (status, _, _) = rt.block_on(async {
-            read_all(
-                send(
-                    &client,
-                    request(
-                        "POST",
-                        &format!("{}/v1/messages", pith.url()),
-                        &headers(&[("x-session-id", session)]),
-                        body.to_string(),
-                    ),
-                )
-                .await,
-            )
-            .await
-        });
-        slowest = slowest.max(start.elapsed());
-        assert_eq!(status, 200);
-    }
-    slowest
+        serde_json::json!({"model": "claude-haiku-4-5", "max_tokens": 64, "messages": messages})
+            .to_string()
+    });
+    send_bodies(mock, pith, session, bodies)
 }
 
 /// `pith history ARGS` with `home` as PITH_HOME, `url` as the team store and `account` as the

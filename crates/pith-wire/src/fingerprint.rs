@@ -5,9 +5,18 @@
 //! breakpoints were. Each segment is hashed as parsed JSON with its `cache_control` member
 //! left out: the provider renders the prompt from the parsed request, so whitespace and key
 //! order do not change it, and breakpoints move from turn to turn without changing the prompt.
+//!
+//! The hash is taken as the segment is parsed ([`Structure`]: each value reduced to 64 bits,
+//! an object's members in key order), never building a `serde_json::Value` or writing one back
+//! to text: the ledger's writers compute two fingerprints of every edited request, and that
+//! round trip cost 2.5 full parses of a 54 KB body (BENCHMARKS.md). The stored form says which
+//! hashing it holds; a fingerprint of an older one reads as none, so no bust is counted
+//! between hashes of two kinds.
+
+use std::fmt;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::Wire;
@@ -136,31 +145,39 @@ impl Fingerprint {
 
     /// One segment: its hash, and a breakpoint when it carries `cache_control`.
     fn push(&mut self, raw: &str) -> Option<()> {
-        let mut value: Value = serde_json::from_str(raw).ok()?;
-        let marked = strip_marker(&mut value);
+        let (hash, marked) = segment(raw)?;
+        self.record(hash, marked)
+    }
+
+    fn record(&mut self, hash: u64, marked: bool) -> Option<()> {
         if marked {
             self.breakpoints
                 .push(u32::try_from(self.segments.len()).ok()?);
         }
-        self.segments.push(fnv(value.to_string().as_bytes()));
+        self.segments.push(hash);
         Some(())
     }
 
     /// A content value (string or block list) as one segment per block, each tagged with the
     /// message's role so a block moving between roles counts as a change.
     fn push_content(&mut self, raw: &str, role: &str) -> Option<()> {
+        let tagged = |block: &str| -> Option<(u64, bool)> {
+            let (hash, marked) = segment(block)?;
+            let mut h = Fnv::new(b'r');
+            h.write_str(role);
+            h.write_u64(hash);
+            Some((h.finish(), marked))
+        };
         if raw.starts_with('[') {
             let blocks: Vec<&RawValue> = serde_json::from_str(raw).ok()?;
             for block in blocks {
-                self.push(&format!(
-                    "[{},{}]",
-                    serde_json::to_string(role).ok()?,
-                    block.get()
-                ))?;
+                let (hash, marked) = tagged(block.get())?;
+                self.record(hash, marked)?;
             }
             Some(())
         } else {
-            self.push(&format!("[{},{raw}]", serde_json::to_string(role).ok()?))
+            let (hash, marked) = tagged(raw)?;
+            self.record(hash, marked)
         }
     }
 
@@ -203,7 +220,7 @@ impl Fingerprint {
         for b in &self.breakpoints {
             out.extend_from_slice(&b.to_le_bytes());
         }
-        out.push(u8::from(self.automatic));
+        out.push(u8::from(self.automatic) | FORMAT_STRUCTURE);
         out
     }
 
@@ -230,34 +247,190 @@ impl Fingerprint {
             let b: [u8; 4] = bytes.get(base + i * 4..base + 4 + i * 4)?.try_into().ok()?;
             fp.breakpoints.push(u32::from_le_bytes(b));
         }
-        fp.automatic = *bytes.last()? == 1;
+        let flags = *bytes.last()?;
+        if flags & FORMAT_STRUCTURE == 0 {
+            // Hashed the way before `Structure`: not comparable with today's.
+            return None;
+        }
+        fp.automatic = flags & 1 == 1;
         Some(fp)
     }
 }
 
-/// Removes `cache_control` from an object (the segment itself); whether it was there.
-fn strip_marker(value: &mut Value) -> bool {
-    match value {
-        Value::Object(map) => map.remove("cache_control").is_some_and(|v| !v.is_null()),
-        // A tagged content block: `[role, block]`.
-        Value::Array(items) => items.iter_mut().skip(1).any(strip_marker),
-        _ => false,
-    }
+/// The stored flag byte's bit saying the segments were hashed by [`Structure`] (bit 0 is
+/// `automatic`). Fingerprints stored without it hashed each segment's re-serialised `Value`.
+const FORMAT_STRUCTURE: u8 = 2;
+
+/// A segment's hash with its own `cache_control` member left out, and whether it had a non-null
+/// one (a breakpoint); `None` when it is not JSON.
+fn segment(raw: &str) -> Option<(u64, bool)> {
+    let mut de = serde_json::Deserializer::from_str(raw);
+    let (hash, marked) = Structure { strip_marker: true }.deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some((hash, marked))
 }
 
 /// FNV-1a, 64 bits: stable across builds and machines, so stored fingerprints compare.
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in bytes {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+struct Fnv(u64);
+
+impl Fnv {
+    /// A hash of one kind of value (`tag` keeps a string from colliding with a number, etc.).
+    fn new(tag: u8) -> Fnv {
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        h.write(&[tag]);
+        h
     }
-    h
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.write(&v.to_le_bytes());
+    }
+
+    /// Length first, so `["ab","c"]` and `["a","bc"]` differ.
+    fn write_str(&mut self, s: &str) {
+        self.write_u64(s.len() as u64);
+        self.write(s.as_bytes());
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A JSON value hashed as it is parsed: scalars by kind and value, arrays in order, objects by
+/// their members sorted by key (so member order and whitespace do not count); with
+/// `strip_marker`, the value's own `cache_control` member (not a nested one) is left out and
+/// reported.
+#[derive(Clone, Copy)]
+struct Structure {
+    strip_marker: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Structure {
+    type Value = (u64, bool);
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// A nested value: hashed, never stripped.
+struct Nested(u64);
+
+impl<'de> Deserialize<'de> for Nested {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Structure {
+            strip_marker: false,
+        }
+        .deserialize(d)
+        .map(|(hash, _)| Nested(hash))
+    }
+}
+
+/// An object key, borrowed from the body when it has no escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+fn scalar(tag: u8, bytes: &[u8]) -> (u64, bool) {
+    let mut h = Fnv::new(tag);
+    h.write(bytes);
+    (h.finish(), false)
+}
+
+impl<'de> Visitor<'de> for Structure {
+    type Value = (u64, bool);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(scalar(b'n', &[]))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(scalar(b'b', &[u8::from(v)]))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(scalar(b'i', &v.to_le_bytes()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(scalar(b'u', &v.to_le_bytes()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(scalar(b'f', &v.to_bits().to_le_bytes()))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        let mut h = Fnv::new(b's');
+        h.write_str(v);
+        Ok((h.finish(), false))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut h = Fnv::new(b'a');
+        let mut n = 0u64;
+        while let Some(Nested(item)) = seq.next_element()? {
+            h.write_u64(item);
+            n += 1;
+        }
+        h.write_u64(n);
+        Ok((h.finish(), false))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members: Vec<(Key<'de>, u64)> = Vec::new();
+        let mut marked = false;
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            if self.strip_marker && key.0 == "cache_control" {
+                marked = map.next_value::<Option<IgnoredAny>>()?.is_some();
+                continue;
+            }
+            let Nested(value) = map.next_value()?;
+            members.push((key, value));
+        }
+        members.sort_unstable_by(|a, b| a.0.0.cmp(&b.0.0));
+        let mut h = Fnv::new(b'o');
+        for (key, value) in &members {
+            h.write_str(&key.0);
+            h.write_u64(*value);
+        }
+        h.write_u64(members.len() as u64);
+        Ok((h.finish(), marked))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn fp(v: &Value) -> Fingerprint {
         Fingerprint::of(Wire::AnthropicMessages, v.to_string().as_bytes()).unwrap()
@@ -365,6 +538,13 @@ mod tests {
         assert_eq!(Fingerprint::from_bytes(&f.to_bytes()), Some(f.clone()));
         assert_eq!(Fingerprint::from_bytes(&f.to_bytes()[1..]), None);
         assert_eq!(Fingerprint::from_bytes(b""), None);
+        // One stored before `Structure` (its flag byte without the format bit) reads as none,
+        // so no bust is counted between hashes of the two kinds.
+        let mut older = f.to_bytes();
+        if let Some(flags) = older.last_mut() {
+            *flags &= !FORMAT_STRUCTURE;
+        }
+        assert_eq!(Fingerprint::from_bytes(&older), None);
         assert_eq!(Fingerprint::of(Wire::AnthropicMessages, b"not json"), None);
     }
 }

@@ -905,11 +905,10 @@ fn ensure_conversation(db: &Db, key: &ConversationKey) -> Result<(String, bool),
     Ok((id, created == 1))
 }
 
-/// Store `message` at its position in conversation `conversation` and index it, unless the
-/// conversation already holds a message there (a batch shipped again): whether it was added.
-fn add_message(
+/// Store `message` at its position in conversation `conversation` (not indexed), unless the
+/// conversation already holds a message there: whether it was added.
+pub(crate) fn insert_message(
     db: &Db,
-    account: &str,
     conversation: &str,
     message: &StoredMessage,
 ) -> Result<bool, StoreError> {
@@ -928,7 +927,18 @@ fn add_message(
             message.ts_ms
         ],
     )?;
-    if inserted == 0 {
+    Ok(inserted == 1)
+}
+
+/// Store `message` at its position in conversation `conversation` and index it, unless the
+/// conversation already holds a message there (a batch shipped again): whether it was added.
+fn add_message(
+    db: &Db,
+    account: &str,
+    conversation: &str,
+    message: &StoredMessage,
+) -> Result<bool, StoreError> {
+    if !insert_message(db, conversation, message)? {
         return Ok(false);
     }
     let (counts, length) = terms::count(&message.body);

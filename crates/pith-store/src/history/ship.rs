@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use pith_history::terms;
 
 use super::db::{Db, values};
-use super::{ConversationKey, History, Source, StoredMessage, ensure_conversation};
+use super::{ConversationKey, History, Source, StoredMessage, ensure_conversation, insert_message};
 use crate::postgres::PgError;
 use crate::sqlite::StoreError;
 
@@ -310,22 +310,7 @@ fn insert_messages(
     if !db.is_postgres() {
         let mut added = Vec::new();
         for (i, (_, conversation, m, _)) in messages.iter().enumerate() {
-            let inserted = db.execute(
-                "INSERT INTO messages
-                    (conversation_id, position, role, real_user, preview, body, ts_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (conversation_id, position) DO NOTHING",
-                values![
-                    conversation,
-                    m.position,
-                    &m.role,
-                    m.real_user,
-                    &m.preview,
-                    &m.body,
-                    m.ts_ms
-                ],
-            )?;
-            if inserted == 1 {
+            if insert_message(db, conversation, m)? {
                 added.push(i);
             }
         }

@@ -26,7 +26,10 @@ mod websocket;
 
 pub use accounts::{ACCOUNT_KEY_HEADER, AccountKeys, Accounts, KeyError};
 pub use history::{AGENT_TYPE_HEADER, HistorySink};
-pub use ledger::{LedgerSink, LedgerStats};
+pub use ledger::{
+    DEFAULT_SPOOL_LIMIT, LedgerSink, LedgerStats, SpoolConfig, SpoolError, StartError,
+    spool_backlog,
+};
 pub use request::TRANSFORMS_HEADER;
 pub use server::{
     Activity, DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts,

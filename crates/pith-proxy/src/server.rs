@@ -195,6 +195,24 @@ impl Activity {
     }
 }
 
+/// Connections the kernel may hold for pith before it accepts them. A burst of agents (or
+/// a gateway's clients) opening 2,000 connections at once must all reach pith: tokio's default
+/// of 1,024 let the kernel reset the rest. 4,096 is Linux's default `net.core.somaxconn`
+/// since 5.4, which clamps whatever is asked.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Bind `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as tokio's `bind` sets it, so a
+/// restarted proxy can take its port back at once).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 impl Proxy {
     /// Bind the listen address and set up the upstream client; [`Proxy::serve`] starts serving.
     pub async fn bind(config: ProxyConfig) -> Result<Proxy, ProxyError> {
@@ -203,13 +221,10 @@ impl Proxy {
                 addr: config.listen,
             });
         }
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| ProxyError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
+        let listener = listen(config.listen).map_err(|source| ProxyError::Bind {
+            addr: config.listen,
+            source,
+        })?;
         let state = Arc::new(State {
             client: upstream::client(config.timeouts.pool_idle)?,
             ws_client: upstream::http1_client(config.timeouts.pool_idle)?,

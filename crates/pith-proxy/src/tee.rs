@@ -307,7 +307,9 @@ impl<B: Body> Tee<B> {
         if let Some(mut p) = self.pending.take() {
             // What a response rewriter did joins the request's transforms.
             if let Some(report) = self.rewriting.as_mut().and_then(Rewriting::report) {
-                p.record.transforms.push(report);
+                p.record
+                    .transforms
+                    .push(crate::ledger::Report::from(&report));
             }
             p.finish(end, error);
         }

@@ -289,6 +289,7 @@ struct Turns {
 struct Turn {
     started: Instant,
     ts_ms: i64,
+    arrival_us: i64,
     request: Bytes,
     chunks: Vec<Bytes>,
     bytes: u64,
@@ -338,6 +339,7 @@ impl Turns {
         self.open = Some(Turn {
             started: Instant::now(),
             ts_ms: now_ms(),
+            arrival_us: crate::ledger::arrival_now(),
             request: Bytes::copy_from_slice(text.as_bytes()),
             chunks: Vec::new(),
             bytes: 0,
@@ -375,6 +377,7 @@ impl Turns {
         let Some(sink) = &self.sink else { return };
         sink.submit(Record {
             ts_ms: turn.ts_ms,
+            arrival_us: turn.arrival_us,
             client: session::client_from_user_agent(&self.headers),
             header_session: session::session_from_headers(&self.headers),
             wire: Some(Wire::Responses),

@@ -95,7 +95,11 @@ async fn start_with(
     ledger: &std::path::Path,
 ) -> (SocketAddr, LedgerSink) {
     let upstream = UpstreamUrl::parse(&mock.url()).unwrap();
-    let sink = LedgerSink::start(Ledger::open(ledger).unwrap(), 64).unwrap();
+    let spool = pith_proxy::SpoolConfig {
+        dir: ledger.with_extension("db-spool"),
+        limit: pith_proxy::DEFAULT_SPOOL_LIMIT,
+    };
+    let sink = LedgerSink::start(Ledger::open(ledger).unwrap(), &spool).unwrap();
     let proxy = Proxy::bind(ProxyConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         anthropic: upstream.clone(),

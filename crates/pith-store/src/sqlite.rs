@@ -10,7 +10,6 @@
 //! so there is nothing to restrict afterwards (and no window in which they come and go).
 
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -112,6 +111,29 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// The database takes no write now, whatever is written: another process holds its lock,
+    /// the disk is full, the file is read-only or failing. A writer keeps what it was writing
+    /// and tries again later.
+    pub fn refuses_every_write(&self) -> bool {
+        use rusqlite::ErrorCode;
+        let StoreError::Sql(e) = self else {
+            return false;
+        };
+        matches!(
+            e.sqlite_error_code(),
+            Some(
+                ErrorCode::DatabaseBusy
+                    | ErrorCode::DatabaseLocked
+                    | ErrorCode::DiskFull
+                    | ErrorCode::ReadOnly
+                    | ErrorCode::SystemIoFailure
+                    | ErrorCode::CannotOpen
+            )
+        )
+    }
+}
+
 /// How long a writer waits for another process's lock before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -194,36 +216,52 @@ pub fn open_read_only_waiting(
     upgrade: &'static str,
     busy: Duration,
 ) -> Result<Connection, StoreError> {
+    open_read_only_telling(path, migrations, upgrade, busy).map(|(conn, _)| conn)
+}
+
+/// [`open_read_only_waiting`], and whether the connection was opened immutable (no writer had
+/// the file open): such a connection never sees later commits, so it must not be kept.
+pub(crate) fn open_read_only_telling(
+    path: &Path,
+    migrations: &[&str],
+    upgrade: &'static str,
+    busy: Duration,
+) -> Result<(Connection, bool), StoreError> {
     let not_a_database = |reason| StoreError::NotADatabase {
         path: path.to_owned(),
         reason,
     };
-    let mut header = Vec::with_capacity(16);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(16).read_to_end(&mut header))
+    // Only `stat` here, never a descriptor of our own: closing any descriptor of a file drops
+    // every POSIX lock this process holds on it, and a reader inside the proxy would so take
+    // the writer's locks away (another process could then delete the `-wal` under it).
+    // SQLite's own connections share one descriptor table per file and defer such closes.
+    let size = std::fs::metadata(path)
         .map_err(|source| StoreError::Read {
             path: path.to_owned(),
             source,
-        })?;
-    if header.is_empty() {
+        })?
+        .len();
+    if size == 0 {
         return Err(not_a_database("it is empty"));
-    }
-    if header != b"SQLite format 3\0" {
-        return Err(not_a_database("it is not an SQLite database"));
     }
     let open_error = |source| StoreError::Open {
         path: path.to_owned(),
         source,
     };
-    let conn = match connect_read_only(path, !side_file(path, "-wal").exists(), busy) {
+    let mut immutable = !side_file(path, "-wal").exists();
+    let conn = match connect_read_only(path, immutable, busy) {
         // The writer closed (taking its `-wal` with it) in between, and SQLite could not make
         // the files it then wants: read the file as it is.
         Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen) => {
+            immutable = true;
             connect_read_only(path, true, busy)
         }
         other => other,
     }
-    .map_err(open_error)?;
+    .map_err(|e| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => not_a_database("it is not an SQLite database"),
+        _ => open_error(e),
+    })?;
     let found: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .map_err(open_error)?;
@@ -247,7 +285,7 @@ pub fn open_read_only_waiting(
             upgrade,
         });
     }
-    Ok(conn)
+    Ok((conn, immutable))
 }
 
 /// A read-only connection; `immutable`: without locks or side files (the file must not change

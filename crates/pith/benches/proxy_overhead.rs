@@ -7,7 +7,12 @@
 //! PITH_BENCH_CONCURRENCY=1,16 to measure a subset, e.g. while profiling; PITH_BENCH_BIN to
 //! measure another `pith` binary with this harness, PITH_BENCH_BURST=N for the size of the
 //! closing burst of concurrent connections, 0 to skip it; PITH_BENCH_TEAM=1 to run pith in team
-//! mode, shipping its ledger to a PostgreSQL the test kit starts, and to count what arrived).
+//! mode, shipping its ledger to a PostgreSQL the test kit starts, and to count what arrived;
+//! PITH_BENCH_SUSTAINED_S=60 for a sustained phase after the burst, at
+//! PITH_BENCH_SUSTAINED_CONC connections (default 16), unstreamed).
+//! At the end it counts the requests sent through pith against the ledger's rows, the ones it
+//! lost and the ones left in its spool, the spool's peak size, and how long the writers took to
+//! empty the spool after the load.
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `pith-testkit/fixtures/captures`.
 #![expect(
     clippy::unwrap_used,
@@ -20,6 +25,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -191,6 +197,45 @@ fn stats(samples: &[Sample]) -> Stats {
     }
 }
 
+/// Bytes in the spool directory beside the ledger now.
+fn spool_bytes(home: &std::path::Path) -> u64 {
+    std::fs::read_dir(home.join("ledger.db-spool"))
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// `pith stats --json` over `home`.
+fn report(home: &std::path::Path) -> serde_json::Value {
+    let stats = Command::new(pith_bin())
+        .args(["stats", "--json"])
+        .env("PITH_HOME", home)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&stats.stdout).unwrap_or_default()
+}
+
+/// Wait until no request waits in the spool; how long that took.
+fn drained(home: &std::path::Path) -> Duration {
+    let start = Instant::now();
+    while report(home)["ledger_backlog"]["requests"]
+        .as_u64()
+        .unwrap_or(0)
+        > 0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "the spool never emptied"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    start.elapsed()
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing: run a smoke pass.
     let smoke = !std::env::args().any(|a| a == "--bench");
@@ -232,6 +277,27 @@ fn main() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let (idle_rss, _) = memory_kib(pid);
+    // Requests sent through pith (each must become one ledger row), and the spool's peak.
+    let sent = Arc::new(AtomicU64::new(0));
+    let via_pith = |client: &HttpClient, url: &str, body: &Bytes, conc: usize, per: usize| {
+        sent.fetch_add((conc * per) as u64, Ordering::Relaxed);
+        rt.block_on(round(client, url, body, conc, per))
+    };
+    let spool_peak = Arc::new(AtomicU64::new(0));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, on, home) = (
+            Arc::clone(&spool_peak),
+            Arc::clone(&sampling),
+            home.path().to_owned(),
+        );
+        std::thread::spawn(move || {
+            while on.load(Ordering::Relaxed) {
+                peak.fetch_max(spool_bytes(&home), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
 
     println!(
         "body: {} bytes; {rounds} rounds x {per_round} requests per configuration, direct and via pith interleaved",
@@ -270,13 +336,7 @@ fn main() {
                 concurrency,
                 per_worker,
             ));
-            rt.block_on(round(
-                &pith_client,
-                &pith_url,
-                body,
-                concurrency,
-                per_worker,
-            ));
+            via_pith(&pith_client, &pith_url, body, concurrency, per_worker);
             let mut direct = Vec::new();
             let mut via = Vec::new();
             for _ in 0..rounds {
@@ -287,13 +347,13 @@ fn main() {
                     concurrency,
                     per_worker,
                 )));
-                via.extend(rt.block_on(round(
+                via.extend(via_pith(
                     &pith_client,
                     &pith_url,
                     body,
                     concurrency,
                     per_worker,
-                )));
+                ));
             }
             let d = stats(&direct);
             let p = stats(&via);
@@ -312,7 +372,7 @@ fn main() {
     }
     // Memory under concurrency 64 (streamed, the heavier case).
     let per_worker = if smoke { 2 } else { 20 };
-    rt.block_on(round(&client(64), &pith_url, &streamed, 64, per_worker));
+    via_pith(&client(64), &pith_url, &streamed, 64, per_worker);
     let (after_rss, peak) = memory_kib(pid);
     println!();
     println!("(all times in ms; added = pith minus direct at the same percentile)");
@@ -331,7 +391,7 @@ fn main() {
     };
     if burst > 0 {
         let (before, _) = memory_kib(pid);
-        rt.block_on(round(&client(burst), &pith_url, &unstreamed, burst, 1));
+        via_pith(&client(burst), &pith_url, &unstreamed, burst, 1);
         let (right_after, peak) = memory_kib(pid);
         std::thread::sleep(Duration::from_secs(if smoke { 0 } else { 10 }));
         let (later, _) = memory_kib(pid);
@@ -343,23 +403,63 @@ fn main() {
             later as f64 / 1024.0
         );
     }
-    // SIGTERM: pith drains its ledger queue before it exits; then count what the ledger kept.
+    let ledger_on = !std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0");
+    if ledger_on && burst > 0 {
+        let took = drained(home.path());
+        println!(
+            "the writers emptied the spool {:.1} s after the burst",
+            took.as_secs_f64()
+        );
+    }
+    // Sustained: as fast as this machine lets the clients send, for a while.
+    let sustained = if smoke {
+        0
+    } else {
+        env_usize("PITH_BENCH_SUSTAINED_S", 0)
+    };
+    if sustained > 0 {
+        let conc = env_usize("PITH_BENCH_SUSTAINED_CONC", 16);
+        let c = client(conc);
+        let start = Instant::now();
+        let before = sent.load(Ordering::Relaxed);
+        while start.elapsed() < Duration::from_secs(sustained as u64) {
+            via_pith(&c, &pith_url, &unstreamed, conc, 10);
+        }
+        let n = sent.load(Ordering::Relaxed) - before;
+        let secs = start.elapsed().as_secs_f64();
+        let (rss, peak) = memory_kib(pid);
+        println!(
+            "sustained: {n} requests in {secs:.1} s ({:.0}/s) at concurrency {conc}; RSS {:.1} MiB, peak {:.1} MiB",
+            n as f64 / secs,
+            rss as f64 / 1024.0,
+            peak as f64 / 1024.0
+        );
+        if ledger_on {
+            let took = drained(home.path());
+            println!(
+                "the writers emptied the spool {:.1} s after the sustained load",
+                took.as_secs_f64()
+            );
+        }
+    }
+    sampling.store(false, Ordering::Relaxed);
+    let _ = sampler.join();
+    // SIGTERM, then count what the ledger kept.
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
     let _ = child.wait();
-    if std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0") {
+    if !ledger_on {
         return;
     }
-    let stats = Command::new(pith_bin())
-        .args(["stats", "--json"])
-        .env("PITH_HOME", home.path())
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap_or_default();
+    let report = report(home.path());
     println!(
-        "ledger: {} rows written, {} dropped (queue full)",
-        report["total"]["requests"], report["dropped_rows"]
+        "ledger: {} requests sent through pith, {} rows written, {} lost, {} left in the spool; spool peak {:.1} MiB",
+        sent.load(Ordering::Relaxed),
+        report["total"]["requests"],
+        report["dropped_rows"],
+        report["ledger_backlog"]["requests"],
+        spool_peak.load(Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
     );
     if let Some(url) = &team_url {
         let team = Command::new(pith_bin())

@@ -69,8 +69,11 @@ pub struct UpstreamsConfig {
 pub struct LedgerConfig {
     /// Ledger database file (default `$PITH_HOME/ledger.db`).
     pub path: Option<PathBuf>,
-    /// Rows the write queue holds before it drops (default 4096).
+    /// No longer used (records wait in the spool); accepted so older configs still load.
     pub queue: Option<usize>,
+    /// MiB of requests the spool may hold while the writers catch up (default 1024); past it
+    /// requests are still served, and counted as lost to the ledger.
+    pub spool_limit_mb: Option<u64>,
 }
 
 /// Team mode: one PostgreSQL database shared by the team's proxies. Unset, everything stays in

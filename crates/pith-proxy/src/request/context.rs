@@ -10,7 +10,7 @@ use pith_store::ledger::RequestOutcome;
 use pith_transform::StageReport;
 use pith_wire::{Provider, Wire, session};
 
-use crate::ledger::{LedgerSink, Record};
+use crate::ledger::{LedgerSink, Record, Report, arrival_now};
 use crate::tee::{End, Pending};
 
 /// Where a request's record goes, and whether the proxy is cutting requests at shutdown.
@@ -41,6 +41,8 @@ pub(crate) struct Context {
     pub started: Instant,
     /// Wall-clock time the request arrived, for the ledger.
     pub ts_ms: i64,
+    /// When it arrived, unique within the process: the order its session's rows are paired in.
+    pub arrival_us: i64,
     pub method: Method,
     /// Path without the query, e.g. `/v1/messages`: what routing matches on.
     pub path: String,
@@ -83,6 +85,7 @@ impl Context {
         Context {
             started: Instant::now(),
             ts_ms: now_ms(),
+            arrival_us: arrival_now(),
             method,
             path,
             path_and_query,
@@ -114,6 +117,7 @@ impl Context {
         let recorder = self.recorder.take()?;
         let record = Record {
             ts_ms: self.ts_ms,
+            arrival_us: self.arrival_us,
             client: session::client_from_user_agent(&self.headers),
             header_session: session::session_from_headers(&self.headers),
             agent_type: self
@@ -132,7 +136,7 @@ impl Context {
             upstream_body: self.upstream_body.take(),
             response_is_sse: self.response_is_sse,
             content_encoding: self.content_encoding.take(),
-            transforms: std::mem::take(&mut self.transforms),
+            transforms: self.transforms.iter().map(Report::from).collect(),
             account: std::mem::take(&mut self.account),
             ..Record::default()
         };

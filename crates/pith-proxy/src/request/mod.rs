@@ -540,6 +540,10 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
     let sse_wire = ctx.wire.filter(|_| ctx.response_is_sse);
     let idle = Idle::new(state.config.timeouts.upstream_idle, ctx.provider, sse_wire);
     let pending = ctx.take_pending(RequestOutcome::Ok).map(Box::new);
+    if let Some(p) = &pending {
+        // The client gets the headers now: the ledger hears of the request before its end.
+        p.recorder.sink.opened(&p.record);
+    }
     let tee = Tee::new(incoming, pending, rewriter, idle);
     Response::from_parts(parts, ProxyBody::Tee(Box::new(tee)))
 }

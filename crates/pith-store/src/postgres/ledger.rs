@@ -492,6 +492,8 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
             client_fingerprint: r.try_get(27)?,
             savings: savings_from_json(&savings)?,
             account: Some(r.try_get(30)?),
+            // Not shipped: a replica pairs the team's rows in `ts_ms` order.
+            arrival_us: None,
         },
     ))
 }

@@ -179,13 +179,15 @@ fn totals_kept_on_write_equal_a_scan_of_the_rows_on(backend: Backend) {
             })
             .unwrap()
     );
-    // And each row's usage and savings read back as written.
+    // And each row's usage and savings read back as written, in arrival order (these rows
+    // say none: they arrived at their ts_ms).
     let read: Vec<_> = ledger
         .rows()
         .unwrap()
         .into_iter()
         .map(|r| (r.usage, r.savings))
         .collect();
+    rows.sort_by_key(|r| r.ts_ms);
     let written: Vec<_> = rows.into_iter().map(|r| (r.usage, r.savings)).collect();
     assert_eq!(read, written);
 }

@@ -10,7 +10,10 @@ use pith_prefilter::{Api, DEFAULT_EMBED_TIMEOUT, EmbedConfig, EmbedRanker};
 use pith_proxy::own_pages::OwnPages;
 use pith_proxy::rewrite::ResponseRewrites;
 use pith_proxy::search_trip::{SearchTrip, StoredSearches};
-use pith_proxy::{HistorySink, LedgerSink, Proxy, ProxyConfig, Timeouts, UpstreamUrl};
+use pith_proxy::{
+    DEFAULT_SPOOL_LIMIT, HistorySink, LedgerSink, Proxy, ProxyConfig, SpoolConfig, Timeouts,
+    UpstreamUrl,
+};
 use pith_store::history::History;
 use pith_store::ledger::Ledger;
 use pith_store::postgres::ship::Shipper;
@@ -25,7 +28,6 @@ use crate::history_settings::HistorySettings;
 use crate::prices::Prices;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
-const DEFAULT_QUEUE: usize = 4096;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Point your agent at the proxy:
@@ -204,9 +206,15 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
                 }
                 None => None,
             };
+            if config.ledger.queue.is_some() {
+                tracing::warn!(
+                    "[ledger] queue is no longer used: records wait in the spool beside the \
+                     ledger ([ledger] spool_limit_mb bounds it)"
+                );
+            }
             Some(LedgerSink::start_with_history(
                 ledger,
-                config.ledger.queue.unwrap_or(DEFAULT_QUEUE),
+                &spool_config(path, config),
                 sink,
             )?)
         }
@@ -307,9 +315,15 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         eprintln!("  dashboard -> http://{addr}/");
         eprintln!("  anthropic -> {anthropic}");
         eprintln!("  openai    -> {openai}");
-        match &ledger_path {
-            Some(p) => eprintln!("  ledger    -> {}", p.display()),
-            None => eprintln!("  ledger    -> off"),
+        match (&ledger_path, &ledger) {
+            (Some(p), Some(sink)) => {
+                let waiting = match sink.stats().backlog {
+                    0 => String::new(),
+                    n => format!(" ({n} requests left in the spool are being written)"),
+                };
+                eprintln!("  ledger    -> {}{waiting}", p.display())
+            }
+            _ => eprintln!("  ledger    -> off"),
         }
         match (&history_path, &history_error) {
             (Some(p), Some(e)) => {
@@ -478,10 +492,33 @@ fn timeouts(proxy: &crate::config::ProxyConfig) -> anyhow::Result<Timeouts> {
 
 fn ledger_stats_line(sink: &LedgerSink) -> String {
     let s = sink.stats();
+    let waiting = match s.backlog {
+        0 => String::new(),
+        n => format!(", {n} left in the spool for the next start"),
+    };
     format!(
-        "ledger: {} rows written, {} dropped, {} write errors; history: {} write errors",
-        s.written, s.dropped, s.write_errors, s.history_errors
+        "ledger: {} rows written, {} lost, {} write errors{waiting}; history: {} write errors",
+        s.written, s.lost, s.write_errors, s.history_errors
     )
+}
+
+/// Where records wait for the ledger's writers: a directory beside the ledger, named after it
+/// (`ledger.db-spool`, as SQLite names its `-wal`), bounded by `[ledger] spool_limit_mb`.
+pub(crate) fn spool_config(ledger: &std::path::Path, config: &Config) -> SpoolConfig {
+    SpoolConfig {
+        dir: spool_dir(ledger),
+        limit: config
+            .ledger
+            .spool_limit_mb
+            .map_or(DEFAULT_SPOOL_LIMIT, |mb| mb.saturating_mul(1 << 20)),
+    }
+}
+
+/// The spool directory of the ledger at `ledger`.
+pub(crate) fn spool_dir(ledger: &std::path::Path) -> std::path::PathBuf {
+    let mut name = ledger.as_os_str().to_owned();
+    name.push("-spool");
+    std::path::PathBuf::from(name)
 }
 
 fn upstream(

@@ -235,8 +235,11 @@ pub(crate) struct Report {
     total: Totals,
     transforms: BTreeMap<String, TransformTotals>,
     transform_failures: u64,
-    /// Ledger rows lost because the write queue was full.
+    /// Requests the proxy served but could not keep for the ledger (its spool at its limit or
+    /// its disk refusing the write; before the spool, a full write queue).
     dropped_rows: u64,
+    /// Requests waiting in the proxy's spool to be written as rows (a burst being caught up).
+    ledger_backlog: LedgerBacklog,
     /// Prompt-cache busts between consecutive requests of a session (same model).
     cache_busts: pith_store::ledger::CacheBusts,
     /// Latency histograms (bucket bounds: `pith_store::ledger::LATENCY_BUCKETS_MS`).
@@ -309,9 +312,21 @@ pub(crate) fn report(
 ) -> anyhow::Result<Report> {
     // Read-only: stats never changes the ledger's mode or schema, nor makes a file a ledger.
     let ledger = Ledger::open_read_only(path).context("cannot read the ledger")?;
+    report_over(&ledger, path, filter, prices, own_account)
+}
+
+/// [`report`] over a connection the caller holds (the dashboard's shared readers); `path` is
+/// the file it reads, as the report names it.
+pub(crate) fn report_over(
+    ledger: &Ledger,
+    path: &std::path::Path,
+    filter: &Filter,
+    prices: &Prices,
+    own_account: &str,
+) -> anyhow::Result<Report> {
     let groups = ledger.groups(filter)?;
-    let mut report = build_report(path, filter, &groups, &ledger, prices)?;
-    report.by_account = by_account(&ledger, filter, prices, own_account)?;
+    let mut report = build_report(path, filter, &groups, ledger, prices)?;
+    report.by_account = by_account(ledger, filter, prices, own_account)?;
     Ok(report)
 }
 
@@ -454,11 +469,32 @@ fn build_report(
         total,
         transforms,
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
+        ledger_backlog: ledger_backlog(path, ledger),
         cache_busts: ledger.cache_busts(filter)?,
         latency: ledger.latency(filter)?,
         savings_method: SAVINGS_METHOD,
         team: None,
     })
+}
+
+/// Requests waiting in a proxy's spool for the ledger's writers.
+#[derive(Debug, Default, Serialize)]
+struct LedgerBacklog {
+    requests: u64,
+    bytes: u64,
+}
+
+/// The spool beside the ledger at `path` (none beside a team replica): read-only, and a
+/// spool that cannot be read counts as empty rather than failing the report.
+fn ledger_backlog(path: &std::path::Path, ledger: &Ledger) -> LedgerBacklog {
+    let dir = crate::commands::proxy::spool_dir(path);
+    match pith_proxy::spool_backlog(&dir, ledger) {
+        Ok((requests, bytes)) => LedgerBacklog { requests, bytes },
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the ledger spool");
+            LedgerBacklog::default()
+        }
+    }
 }
 
 fn tokens(n: u64) -> String {
@@ -632,9 +668,16 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         ));
     }
     out.push_str(&format!(
-        "transform failures: {}   dropped ledger rows: {}\n",
+        "transform failures: {}   requests lost to the ledger: {}\n",
         r.transform_failures, r.dropped_rows
     ));
+    if r.ledger_backlog.requests > 0 {
+        out.push_str(&format!(
+            "ledger backlog: {} requests ({:.1} MB) wait in the spool to be written\n",
+            r.ledger_backlog.requests,
+            r.ledger_backlog.bytes as f64 / 1e6
+        ));
+    }
     out
 }
 
@@ -778,8 +821,14 @@ pub(crate) fn metrics(r: &Report) -> String {
     family(
         "pith_ledger_dropped_rows_total",
         "counter",
-        "Ledger rows lost because the write queue was full.",
+        "Requests served but not kept for the ledger (spool at its limit, or disk refused).",
         vec![(String::new(), r.dropped_rows as f64)],
+    );
+    family(
+        "pith_ledger_backlog_requests",
+        "gauge",
+        "Requests waiting in the spool to be written to the ledger.",
+        vec![(String::new(), r.ledger_backlog.requests as f64)],
     );
     for (name, help, h) in [
         (

@@ -3,13 +3,13 @@
 //! numbers come from the same report as `pith stats --json`, so they agree.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::StatusCode;
 use pith_proxy::own_pages::{OwnBody, OwnPage, OwnPages};
-use pith_store::ledger::{Filter, Ledger};
+use pith_store::ledger::{Filter, Readers};
 use pith_store::postgres::StoreUrl;
 use serde_json::json;
 
@@ -29,6 +29,9 @@ pub struct Dashboard {
     team: Option<Team>,
     /// The proxy's own account: the account of rows written before accounts were kept.
     own_account: String,
+    /// Read connections opened once and kept for the proxy's life: a page view never opens
+    /// and closes the ledger file inside the process that writes it (see `Readers`).
+    readers: Arc<Readers>,
 }
 
 /// Where the proxy sends each provider's traffic, as `/pith/health` tells it (`pith run` runs
@@ -59,6 +62,7 @@ impl Dashboard {
             upstreams,
             team: None,
             own_account: pith_history::LOCAL_ACCOUNT.to_owned(),
+            readers: Arc::new(Readers::new()),
         }
     }
 
@@ -213,12 +217,22 @@ impl OwnPages for Dashboard {
                     Ok(f) => f,
                     Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
                 };
-                match stats::report(ledger, &filter, &self.prices, &self.own_account).map(
-                    |mut r| {
+                let report = self.readers.with(ledger, |l| {
+                    Ok(stats::report_over(
+                        l,
+                        ledger,
+                        &filter,
+                        &self.prices,
+                        &self.own_account,
+                    ))
+                });
+                match report
+                    .map_err(|e| anyhow::Error::new(e).context("cannot read the ledger"))
+                    .and_then(|r| r)
+                    .map(|mut r| {
                         r.team = team;
                         r
-                    },
-                ) {
+                    }) {
                     Ok(report) if path == "/metrics" => OwnPage {
                         status: StatusCode::OK,
                         content_type: "text/plain; version=0.0.4; charset=utf-8",
@@ -231,7 +245,7 @@ impl OwnPages for Dashboard {
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
                 }
             }
-            "/pith/api/events" => events(ledger.to_owned(), query),
+            "/pith/api/events" => events(Arc::clone(&self.readers), ledger.to_owned(), query),
             "/pith/api/timeline" => {
                 let filter = match filter_of(query) {
                     Ok(f) => f,
@@ -257,8 +271,9 @@ impl OwnPages for Dashboard {
                         }
                     },
                 };
-                let read = Ledger::open_read_only(ledger)
-                    .and_then(|l| timeline::timeline(&l, &filter, width, &self.prices));
+                let read = self.readers.with(ledger, |l| {
+                    timeline::timeline(l, &filter, width, &self.prices)
+                });
                 match read.map(|t| serde_json::to_value(&t)) {
                     Ok(Ok(v)) => json_page(StatusCode::OK, &v),
                     Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -271,7 +286,7 @@ impl OwnPages for Dashboard {
                     .unwrap_or(100)
                     .min(1000);
                 let after = query_value(query, "after").and_then(|a| a.parse::<i64>().ok());
-                match Ledger::open_read_only(ledger).and_then(|l| l.recent(limit, after)) {
+                match self.readers.with(ledger, |l| l.recent(limit, after)) {
                     Ok(rows) => json_page(StatusCode::OK, &json!({"requests": rows})),
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
                 }
@@ -295,23 +310,21 @@ const KEEPALIVE_EVERY: u32 = 30;
 
 /// `/pith/api/events`: each new request as a server-sent event (`event: request`, the row as
 /// `/pith/api/requests` gives it), from `?after=ID` (default: from now). A thread per viewer
-/// reads the ledger every half second; it ends when the viewer goes away.
-fn events(ledger: PathBuf, query: &str) -> OwnPage {
+/// reads the ledger every half second through the shared connections; it ends when the viewer
+/// goes away.
+fn events(readers: Arc<Readers>, ledger: PathBuf, query: &str) -> OwnPage {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let start = query_value(query, "after").and_then(|a| a.parse::<i64>().ok());
     let spawned = std::thread::Builder::new()
         .name("pith-dashboard-events".into())
         .spawn(move || {
-            let Ok(reader) = Ledger::open_read_only(&ledger) else {
-                return;
-            };
+            let recent = |limit, after| readers.with(&ledger, |l| l.recent(limit, after));
             let mut last = match start {
                 Some(id) => id,
-                None => reader
-                    .recent(1, None)
-                    .ok()
-                    .and_then(|r| r.first().map(|r| r.id))
-                    .unwrap_or(0),
+                None => match recent(1, None) {
+                    Ok(rows) => rows.first().map_or(0, |r| r.id),
+                    Err(_) => return,
+                },
             };
             if tx
                 .blocking_send(Bytes::from_static(b": pith live requests\n\n"))
@@ -322,7 +335,7 @@ fn events(ledger: PathBuf, query: &str) -> OwnPage {
             let mut quiet = 0;
             loop {
                 std::thread::sleep(EVENTS_EVERY);
-                let Ok(mut rows) = reader.recent(500, Some(last)) else {
+                let Ok(mut rows) = recent(500, Some(last)) else {
                     return;
                 };
                 rows.reverse();

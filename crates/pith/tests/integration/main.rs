@@ -14,6 +14,7 @@ mod doctor;
 mod faults;
 mod history;
 mod hook;
+mod ledger;
 mod mcp;
 mod memory;
 #[cfg(unix)]

@@ -515,7 +515,7 @@ fn sigterm_flushes_the_ledger_and_exits_cleanly() {
     let status = pith.stop();
     assert!(status.success(), "{status:?}");
     assert!(
-        pith.stderr().contains("5 rows written, 0 dropped"),
+        pith.stderr().contains("5 rows written, 0 lost"),
         "{}",
         pith.stderr()
     );

@@ -137,6 +137,26 @@ impl PithProxy {
     }
 }
 
+impl PithProxy {
+    /// `kill -9`, and wait until the process is gone (its files closed).
+    pub fn kill_9(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// A new proxy on this one's PITH_HOME (after [`PithProxy::kill_9`] or
+    /// [`PithProxy::stop`]).
+    pub fn restart(mut self, anthropic: &str, openai: &str, env: &[(&str, &str)]) -> PithProxy {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let home = std::mem::replace(&mut self.home, tempfile::tempdir().unwrap());
+        PithProxy::start_in(home, anthropic, openai, env)
+    }
+}
+
 impl Drop for PithProxy {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {

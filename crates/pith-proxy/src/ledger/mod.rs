@@ -1,0 +1,631 @@
+//! The ledger writers: every finished request's [`Record`] goes to the spool on disk, and two
+//! threads turn the spool into rows, in order, each batch committed with the spool position
+//! it reached.
+//!
+//! The request path only appends a record to the spool (`spool.rs`: a `write` into the page
+//! cache under a short lock, no parsing) and, while traffic flows, wakes no thread: the
+//! idle-priority writer reads the spool on its own clock. Only a backlog (the spool holding
+//! [`RESCUE_BACKLOG_BYTES`], or an entry waiting [`MAX_WAIT`]) or the first record after a
+//! pause makes a request wake a writer. Everything costly (JSON and SSE parsing,
+//! decompression, fingerprints, SQLite) runs on the writer threads (`row.rs`). Nothing is
+//! dropped for being late: the backlog waits on disk, memory stays bounded, and a record that
+//! cannot be kept at all (the spool's limit, a full disk) is counted as lost, persisted in the
+//! ledger's counters and logged, so `pith stats` and `/metrics` show it.
+
+mod record;
+mod row;
+mod spool;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pith_store::history::{History, Turn};
+use pith_store::ledger::{DROPPED_ROWS, Ledger, RequestOutcome, Row, WriteBatch};
+
+use crate::history::{HistorySink, Labels};
+pub(crate) use record::{Record, Report, arrival_now};
+pub use spool::{DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError};
+use spool::{NotKept, Position, SPOOL_GENERATION, SPOOL_OFFSET, Spool};
+
+/// Rows written per transaction at most.
+const BATCH: usize = 256;
+/// Spool bytes read per transaction at most (about: one entry may be larger).
+const BATCH_BYTES: u64 = 16 << 20;
+
+/// How long a record may wait for the idle writer before the rescue writer takes it: rows reach
+/// the ledger within about this long (plus one rescue check) even on a saturated machine.
+const MAX_WAIT: Duration = Duration::from_secs(2);
+/// How often the rescue writer looks at the age of the backlog while records are arriving.
+const RESCUE_CHECK: Duration = Duration::from_secs(1);
+/// A backlog this large means the idle-priority writer is not keeping up (the machine is
+/// saturated): the rescue writer takes over at once.
+const RESCUE_BACKLOG_BYTES: u64 = 8 << 20;
+/// How long a writer waits before trying a ledger that refused a write again.
+const RETRY_AFTER: Duration = Duration::from_millis(250);
+/// Lost records are logged at most this often (each with the count so far).
+const LOST_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The ledger, what the writers have read of the spool, and how many lost records it has been
+/// told about; and the history, when conversations are recorded.
+struct Store {
+    ledger: Ledger,
+    /// Where the next read of the spool starts: committed with the rows read before it.
+    position: Position,
+    /// The first segment this process appends to: once the writers read there, every record a
+    /// previous process left is written, and its requests still open were cut by its end.
+    own_generation: u64,
+    /// Those requests have been written as interrupted.
+    recovered: bool,
+    /// Requests that arrived before this are a previous process's.
+    started_arrival: i64,
+    lost_persisted: u64,
+    history: Option<History>,
+}
+
+/// The spool, and what the writers and the request path tell each other.
+struct Shared {
+    spool: Spool,
+    store: Mutex<Store>,
+    /// How recorded conversations are labelled (`None`: history is not recorded).
+    history: Option<Labels>,
+    /// Set by the writer before it parks; the request path that finds it set wakes the writer.
+    parked: AtomicBool,
+    /// Set by the rescue writer before it parks; a request that finds a backlog wakes it.
+    rescue_parked: AtomicBool,
+    stop: AtomicBool,
+    /// Stop without writing what waits (tests: a process killed with records in the spool).
+    #[cfg(test)]
+    abandoned: AtomicBool,
+    written: AtomicU64,
+    /// Records lost since start (the ledger's `dropped_rows` counter keeps the total).
+    lost: AtomicU64,
+    write_errors: AtomicU64,
+    history_errors: AtomicU64,
+    /// When a lost record was last logged.
+    lost_logged: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn store(&self) -> MutexGuard<'_, Store> {
+        // A panic inside an insert leaves SQLite's transaction to roll back; the store is usable.
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The idle writer is not keeping up: a large backlog, or an entry waiting too long.
+    fn needs_rescue(&self) -> bool {
+        let (_, bytes) = self.spool.backlog();
+        bytes >= RESCUE_BACKLOG_BYTES || self.spool.oldest_wait().is_some_and(|w| w >= MAX_WAIT)
+    }
+
+    fn idle(&self) -> bool {
+        self.spool.backlog().0 == 0
+    }
+}
+
+/// Counters of what the writers did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LedgerStats {
+    /// Rows written to the ledger.
+    pub written: u64,
+    /// Records that could not be kept (the spool's limit reached, or the disk refused them).
+    pub lost: u64,
+    /// Rows the ledger refused alone (their records are skipped and counted as lost).
+    pub write_errors: u64,
+    /// History write transactions that failed; their turns are lost.
+    pub history_errors: u64,
+    /// Records waiting in the spool now.
+    pub backlog: u64,
+    /// Their bytes.
+    pub backlog_bytes: u64,
+}
+
+/// The request path's handle on the ledger writers. Cloning shares the same writers.
+///
+/// Two threads write: `pith-ledger` at idle CPU priority does all the work while the machine
+/// has idle time, and `pith-ledger-rescue`, at normal priority, writes when the idle one
+/// starves (a backlog of [`RESCUE_BACKLOG_BYTES`], or a record waiting [`MAX_WAIT`]) and at
+/// shutdown. They never write at the same time, so rows are written in spool order.
+#[derive(Clone)]
+pub struct LedgerSink {
+    shared: Arc<Shared>,
+    writer: std::thread::Thread,
+    rescue: std::thread::Thread,
+    handles: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+/// How often the writer drains the spool while requests keep coming. Requests then never pay
+/// for waking it (a futex call and, on a busy machine, a context switch on their core); rows
+/// reach SQLite at most this much later.
+const TICK: Duration = Duration::from_millis(10);
+/// Empty ticks after which the writer parks until the next record wakes it (an idle proxy
+/// does not keep a timer running).
+const IDLE_TICKS: u32 = 50;
+
+/// Why the writers could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The spool directory or its files.
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    /// The ledger's counters could not be read.
+    #[error("cannot read the ledger's spool position")]
+    Ledger(#[from] pith_store::StoreError),
+    /// A writer thread could not be started.
+    #[error("cannot start the ledger writer threads")]
+    Thread(#[from] std::io::Error),
+}
+
+impl LedgerSink {
+    /// Start the writer threads over `ledger`, with records waiting in the spool `spool`.
+    /// Records a previous process left in the spool are written first.
+    pub fn start(ledger: Ledger, spool: &SpoolConfig) -> Result<LedgerSink, StartError> {
+        Self::start_writers(ledger, spool, None, true)
+    }
+
+    /// [`LedgerSink::start`], and record each request's conversation in `history` on the
+    /// same threads, after its ledger row.
+    pub fn start_with_history(
+        ledger: Ledger,
+        spool: &SpoolConfig,
+        history: Option<HistorySink>,
+    ) -> Result<LedgerSink, StartError> {
+        Self::start_writers(ledger, spool, history, true)
+    }
+
+    /// `idle_writer_runs: false` stands in for a machine so busy that the idle-priority
+    /// writer never gets the CPU (tests of the rescue writer).
+    fn start_writers(
+        ledger: Ledger,
+        spool: &SpoolConfig,
+        history: Option<HistorySink>,
+        idle_writer_runs: bool,
+    ) -> Result<LedgerSink, StartError> {
+        let resume = Position {
+            generation: ledger.counter(SPOOL_GENERATION)?,
+            offset: ledger.counter(SPOOL_OFFSET)?,
+        };
+        let started_arrival = arrival_now();
+        let (spool, position) = Spool::open(spool, resume)?;
+        let own_generation = spool.generation();
+        let (store, history) = match history.map(HistorySink::into_parts) {
+            Some((store, labels)) => (Some(store), Some(labels)),
+            None => (None, None),
+        };
+        let shared = Arc::new(Shared {
+            spool,
+            store: Mutex::new(Store {
+                ledger,
+                position,
+                own_generation,
+                recovered: false,
+                started_arrival,
+                lost_persisted: 0,
+                history: store,
+            }),
+            history,
+            parked: AtomicBool::new(false),
+            rescue_parked: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            #[cfg(test)]
+            abandoned: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            history_errors: AtomicU64::new(0),
+            lost_logged: Mutex::new(None),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name("pith-ledger".into())
+            .spawn(move || {
+                if idle_writer_runs {
+                    writer(&thread_shared);
+                } else {
+                    while !thread_shared.stop.load(Ordering::SeqCst) {
+                        std::thread::park();
+                    }
+                }
+            })?;
+        let rescue_shared = Arc::clone(&shared);
+        let rescue_handle = std::thread::Builder::new()
+            .name("pith-ledger-rescue".into())
+            .spawn(move || rescue(&rescue_shared))?;
+        let sink = LedgerSink {
+            shared,
+            writer: handle.thread().clone(),
+            rescue: rescue_handle.thread().clone(),
+            handles: Arc::new(Mutex::new(vec![handle, rescue_handle])),
+        };
+        if !sink.shared.idle() {
+            // What a previous process left waits no longer than a tick.
+            sink.writer.unpark();
+            sink.rescue.unpark();
+        }
+        Ok(sink)
+    }
+
+    /// The answer to `record`'s request has started (its response headers are going to the
+    /// client): announce it in the spool, so that if this process dies before the answer ends
+    /// the next start still writes its row (`interrupted`). A failure here is not a loss: the
+    /// finished record follows.
+    pub(crate) fn opened(&self, record: &Record) {
+        let _ = self.shared.spool.append_opened(record);
+    }
+
+    /// Keep a record without waiting for the writers: append it to the spool. One that cannot
+    /// be kept is counted and logged.
+    pub(crate) fn submit(&self, record: Record) {
+        if let Err(why) = self.shared.spool.append(&record) {
+            self.lose(&why);
+            return;
+        }
+        if self.shared.needs_rescue() && self.shared.rescue_parked.swap(false, Ordering::SeqCst) {
+            self.rescue.unpark();
+        }
+        if self.shared.parked.swap(false, Ordering::SeqCst) {
+            // Traffic resumes after a pause: both writers leave their untimed sleep.
+            self.writer.unpark();
+            self.rescue.unpark();
+        }
+    }
+
+    fn lose(&self, why: &NotKept) {
+        let lost = self.shared.lost.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut logged = self
+            .shared
+            .lost_logged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if logged.is_some_and(|at| at.elapsed() < LOST_LOG_EVERY) {
+            return;
+        }
+        *logged = Some(Instant::now());
+        match why {
+            NotKept::Full => tracing::warn!(
+                lost,
+                "the ledger spool is at its limit: requests are served but not recorded \
+                 (raise [ledger] spool_limit, or find why the ledger is not being written)"
+            ),
+            NotKept::Io(e) => tracing::warn!(
+                lost,
+                error = e as &dyn std::error::Error,
+                "cannot write the ledger spool: requests are served but not recorded"
+            ),
+        }
+    }
+
+    /// What the writers have done since start, and what waits.
+    pub fn stats(&self) -> LedgerStats {
+        let (backlog, backlog_bytes) = self.shared.spool.backlog();
+        LedgerStats {
+            written: self.shared.written.load(Ordering::Relaxed),
+            lost: self.shared.lost.load(Ordering::Relaxed),
+            write_errors: self.shared.write_errors.load(Ordering::Relaxed),
+            history_errors: self.shared.history_errors.load(Ordering::Relaxed),
+            backlog,
+            backlog_bytes,
+        }
+    }
+
+    /// Write what waits, stop the writers, and wait up to `timeout` for them. What is not
+    /// written by then stays in the spool for the next start.
+    pub fn shutdown(&self, timeout: Duration) {
+        let handles =
+            std::mem::take(&mut *self.handles.lock().unwrap_or_else(PoisonError::into_inner));
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.writer.unpark();
+        self.rescue.unpark();
+        let deadline = Instant::now() + timeout;
+        for handle in handles {
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl LedgerSink {
+    /// Stop the writers leaving the spool as it is, as a killed process would.
+    fn abandon(&self) {
+        self.shared.abandoned.store(true, Ordering::SeqCst);
+        self.shutdown(Duration::from_secs(10));
+    }
+}
+
+/// Ask the OS to run the writer only on otherwise idle CPU time (Linux `SCHED_IDLE`): on a
+/// small machine its parsing and SQLite work then never delays the proxy's own thread or the
+/// agent. Under full load rows are late, never lost: the backlog waits in the spool.
+fn lower_priority() {
+    pith_store::priority::run_on_idle_cpu("ledger writer");
+}
+
+fn writer(shared: &Shared) {
+    lower_priority();
+    let mut idle_ticks = 0u32;
+    loop {
+        let stopping = shared.stop.load(Ordering::SeqCst);
+        match drain(shared) {
+            Drained::Some => {
+                idle_ticks = 0;
+                if !stopping {
+                    std::thread::sleep(TICK);
+                }
+                continue;
+            }
+            Drained::Refused => {
+                if stopping {
+                    break;
+                }
+                std::thread::sleep(RETRY_AFTER);
+                continue;
+            }
+            Drained::Nothing => {}
+        }
+        if stopping {
+            break;
+        }
+        idle_ticks += 1;
+        if idle_ticks < IDLE_TICKS {
+            std::thread::sleep(TICK);
+            continue;
+        }
+        // Announce the park before looking at the spool once more, so a record appended in
+        // between either is seen here or finds `parked` set and wakes us.
+        shared.parked.store(true, Ordering::SeqCst);
+        if shared.idle() && !shared.stop.load(Ordering::SeqCst) {
+            std::thread::park();
+        }
+        shared.parked.store(false, Ordering::SeqCst);
+        idle_ticks = 0;
+    }
+    persist_lost(&mut shared.store(), shared);
+}
+
+/// The normal-priority writer. While records arrive it looks every second for a backlog that
+/// is large or has waited [`MAX_WAIT`] (a request that finds a large one wakes it at once), and
+/// writes the rows the starved idle writer could not. While the proxy is idle (the idle writer
+/// parked, nothing waiting) it sleeps until traffic resumes.
+fn rescue(shared: &Shared) {
+    loop {
+        shared.rescue_parked.store(true, Ordering::SeqCst);
+        let needed = shared.needs_rescue();
+        if !needed && !shared.stop.load(Ordering::SeqCst) {
+            if shared.idle() && shared.parked.load(Ordering::SeqCst) {
+                std::thread::park();
+            } else {
+                std::thread::park_timeout(RESCUE_CHECK);
+            }
+        }
+        shared.rescue_parked.store(false, Ordering::SeqCst);
+        if shared.stop.load(Ordering::SeqCst) {
+            // Shutting down: write what waits at normal priority, so a busy machine does not
+            // leave it to the idle writer until the shutdown timeout cuts it off.
+            while drain(shared) == Drained::Some {}
+            persist_lost(&mut shared.store(), shared);
+            return;
+        }
+        while shared.needs_rescue() {
+            match drain(shared) {
+                Drained::Some => {}
+                Drained::Refused => {
+                    std::thread::sleep(RETRY_AFTER);
+                    break;
+                }
+                Drained::Nothing => break,
+            }
+        }
+    }
+}
+
+/// What one [`drain`] did.
+#[derive(Debug, PartialEq, Eq)]
+enum Drained {
+    /// Rows were written (or unreadable entries skipped).
+    Some,
+    /// Nothing waited.
+    Nothing,
+    /// The ledger refused the write: the records stay in the spool for the next try.
+    Refused,
+}
+
+/// Read the next batch from the spool, parse it and write its rows with the position reached,
+/// then the history's turns. One writer at a time (the store's lock), so rows are written in
+/// spool order.
+fn drain(shared: &Shared) -> Drained {
+    let mut store = shared.store();
+    #[cfg(test)]
+    if shared.abandoned.load(Ordering::SeqCst) {
+        return Drained::Nothing;
+    }
+    if !store.recovered && store.position.generation >= store.own_generation {
+        match write_interrupted(&mut store, shared) {
+            Ok(()) => store.recovered = true,
+            Err(e) if e.refuses_every_write() => return Drained::Refused,
+            Err(e) => {
+                store.recovered = true;
+                tracing::warn!(error = %e, "cannot write the requests a previous pith left open");
+            }
+        }
+    }
+    let mut batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
+    if batch.end == store.position {
+        return Drained::Nothing;
+    }
+    let mut encoded = Vec::new();
+    let opened: Vec<(i64, Vec<u8>)> = batch
+        .opened
+        .iter()
+        .map(|r| {
+            encoded.clear();
+            spool::encode(r, spool::OPENED, &mut encoded);
+            (r.arrival_us, encoded.clone())
+        })
+        .collect();
+    let closed: Vec<i64> = batch.records.iter().map(|r| r.arrival_us).collect();
+    if batch.skipped > 0 {
+        shared.lost.fetch_add(batch.skipped, Ordering::Relaxed);
+        tracing::warn!(
+            skipped = batch.skipped,
+            "unreadable entries in the ledger spool (a torn write when pith was killed?) \
+             were skipped"
+        );
+    }
+    let (rows, turns): (Vec<Row>, Vec<Option<Turn>>) = std::mem::take(&mut batch.records)
+        .into_iter()
+        .map(|r| row::to_row(r, shared.history.as_ref()))
+        .unzip();
+    let end = batch.end;
+    let whole = WriteBatch {
+        rows: &rows,
+        opened: &opened,
+        closed: &closed,
+        counters: &position_counters(end),
+    };
+    let written = match store.ledger.write_batch(&whole) {
+        Ok(()) => rows.len() as u64,
+        Err(e) if e.refuses_every_write() => {
+            // Locked by another process, full or read-only: the records wait in the spool.
+            tracing::warn!(error = %e, rows = rows.len(), "ledger write refused; will retry");
+            return Drained::Refused;
+        }
+        Err(e) => {
+            // One row may be what the ledger refuses: write them one at a time, and skip (and
+            // count) only a row refused alone while the ledger takes a write.
+            tracing::warn!(error = %e, rows = rows.len(), "ledger write failed; retrying row by row");
+            let mut written = 0;
+            // The announcements first, alone (they are what a row written later may need).
+            let announced = WriteBatch {
+                opened: &opened,
+                ..WriteBatch::default()
+            };
+            if store.ledger.write_batch(&announced).is_err() {
+                return Drained::Refused;
+            }
+            for ((row, at), arrival) in rows.iter().zip(&batch.ends).zip(&closed) {
+                let one = WriteBatch {
+                    rows: std::slice::from_ref(row),
+                    closed: std::slice::from_ref(arrival),
+                    counters: &position_counters(*at),
+                    ..WriteBatch::default()
+                };
+                if store.ledger.write_batch(&one).is_ok() {
+                    written += 1;
+                    continue;
+                }
+                let skip = WriteBatch {
+                    closed: std::slice::from_ref(arrival),
+                    counters: &position_counters(*at),
+                    ..WriteBatch::default()
+                };
+                if store.ledger.write_batch(&skip).is_err() {
+                    // The ledger takes no write at all (disk full, locked): try again later
+                    // from the last position committed.
+                    store.position = last_committed(&store.ledger).unwrap_or(store.position);
+                    shared.written.fetch_add(written, Ordering::Relaxed);
+                    return Drained::Refused;
+                }
+                shared.write_errors.fetch_add(1, Ordering::Relaxed);
+                shared.lost.fetch_add(1, Ordering::Relaxed);
+            }
+            written
+        }
+    };
+    store.position = end;
+    shared.spool.consumed(&batch);
+    shared.written.fetch_add(written, Ordering::Relaxed);
+    persist_lost(&mut store, shared);
+    let turns: Vec<Turn> = turns.into_iter().flatten().collect();
+    if let Some(history) = store.history.as_mut()
+        && !turns.is_empty()
+        && let Err(e) = history.record(&turns)
+    {
+        shared.history_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            error = &e as &dyn std::error::Error,
+            turns = turns.len(),
+            "history write failed"
+        );
+    }
+    Drained::Some
+}
+
+/// Requests waiting in the spool at `dir` to be written to `ledger`, and their bytes (for
+/// `pith stats`, from any process: reads only).
+pub fn spool_backlog(dir: &std::path::Path, ledger: &Ledger) -> std::io::Result<(u64, u64)> {
+    let from = last_committed(ledger).map_err(std::io::Error::other)?;
+    spool::backlog(dir, from)
+}
+
+/// The counters that say the spool was read up to `at`.
+fn position_counters(at: Position) -> [(&'static str, u64); 2] {
+    [(SPOOL_GENERATION, at.generation), (SPOOL_OFFSET, at.offset)]
+}
+
+/// The requests a previous process announced and never finished (it was killed or crashed
+/// mid-answer): each written now as `interrupted`, from what it recorded when the answer
+/// began, once all that process's finished records are written (none of these can still end).
+fn write_interrupted(store: &mut Store, shared: &Shared) -> Result<(), pith_store::StoreError> {
+    let open = store.ledger.open_requests()?;
+    let (mut rows, mut closed) = (Vec::new(), Vec::new());
+    for (arrival, encoded) in open {
+        if arrival >= store.started_arrival {
+            continue;
+        }
+        closed.push(arrival);
+        let Some((_, mut record)) = spool::decode(&encoded) else {
+            continue;
+        };
+        record.outcome = RequestOutcome::Interrupted;
+        record.error = Some(
+            "pith stopped (killed or crashed) while the answer streamed; the client had the \
+             response headers"
+                .to_owned(),
+        );
+        rows.push(row::to_row(record, None).0);
+    }
+    if closed.is_empty() {
+        return Ok(());
+    }
+    store.ledger.write_batch(&WriteBatch {
+        rows: &rows,
+        closed: &closed,
+        ..WriteBatch::default()
+    })?;
+    shared
+        .written
+        .fetch_add(rows.len() as u64, Ordering::Relaxed);
+    tracing::warn!(
+        requests = rows.len(),
+        "requests a previous pith left mid-answer are in the ledger as interrupted"
+    );
+    Ok(())
+}
+
+fn last_committed(ledger: &Ledger) -> Result<Position, pith_store::StoreError> {
+    Ok(Position {
+        generation: ledger.counter(SPOOL_GENERATION)?,
+        offset: ledger.counter(SPOOL_OFFSET)?,
+    })
+}
+
+fn persist_lost(store: &mut Store, shared: &Shared) {
+    let lost = shared.lost.load(Ordering::Relaxed);
+    if lost > store.lost_persisted {
+        match store
+            .ledger
+            .add_counter(DROPPED_ROWS, lost - store.lost_persisted)
+        {
+            Ok(()) => store.lost_persisted = lost,
+            Err(e) => tracing::warn!(error = %e, "cannot record lost ledger rows"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

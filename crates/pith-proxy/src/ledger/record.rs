@@ -1,0 +1,141 @@
+//! What the request path hands the ledger: one [`Record`] per request, unparsed, every field
+//! owned, so a record can wait in the spool file and come back the same.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use pith_store::ledger::RequestOutcome;
+use pith_transform::{FactKind, Site, StageReport, StageResult};
+use pith_wire::{Provider, Wire};
+
+/// Everything the request path knows about one request, unparsed. Built in one place
+/// (`request::Context::take_pending`) and finished in one place (`tee::Pending::finish`).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Record {
+    pub ts_ms: i64,
+    /// When the request arrived, in microseconds since the epoch, unique and increasing within
+    /// the process ([`arrival_now`]): a session's requests are paired for cache busts in this
+    /// order, whatever order their rows are written in.
+    pub arrival_us: i64,
+    pub client: String,
+    pub header_session: Option<String>,
+    /// The `pith-agent-type` header's value, for history.
+    pub agent_type: Option<String>,
+    /// The account the request belongs to: its key's, else the proxy's own.
+    pub account: String,
+    pub wire: Option<Wire>,
+    pub provider: Option<Provider>,
+    pub method: String,
+    pub path: String,
+    pub status: Option<u16>,
+    /// `Ok` while the provider's answer streams; what pith answered with otherwise.
+    pub outcome: RequestOutcome,
+    pub error: Option<String>,
+    /// The client's original body (shared with the forwarding path, not copied).
+    pub request_body: Bytes,
+    /// The body sent upstream when a stage changed it (shared, not copied).
+    pub upstream_body: Option<Bytes>,
+    pub bytes_upstream: u64,
+    pub response_chunks: Vec<Bytes>,
+    pub response_bytes: u64,
+    /// Chunks were dropped from `response_chunks` because the response was too large to keep.
+    pub response_truncated: bool,
+    pub response_is_sse: bool,
+    pub content_encoding: Option<String>,
+    pub ttfb_ms: Option<f64>,
+    pub total_ms: f64,
+    /// What each transform stage did, in pipeline order.
+    pub transforms: Vec<Report>,
+}
+
+impl Record {
+    /// The provider answered with a 4xx or 5xx.
+    pub fn upstream_status_failed(&self) -> bool {
+        self.status.is_some_and(|s| !(200..300).contains(&s))
+    }
+}
+
+/// A stage's report as the ledger keeps it: [`StageReport`] with owned names, so it can be
+/// written to the spool and read back.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Report {
+    pub stage: String,
+    pub result: ReportResult,
+}
+
+/// [`StageResult`], owned.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ReportResult {
+    Applied(Vec<ReportFact>),
+    Unchanged(String),
+    Failed(String),
+}
+
+/// [`pith_transform::Fact`], owned.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ReportFact {
+    pub name: String,
+    pub value: u64,
+    pub kind: FactKind,
+    pub site: Option<Site>,
+}
+
+impl From<&StageReport> for Report {
+    fn from(report: &StageReport) -> Report {
+        let result = match &report.result {
+            StageResult::Applied(facts) => ReportResult::Applied(
+                facts
+                    .iter()
+                    .map(|f| ReportFact {
+                        name: f.name.to_owned(),
+                        value: f.value,
+                        kind: f.kind,
+                        site: f.site,
+                    })
+                    .collect(),
+            ),
+            StageResult::Unchanged(reason) => ReportResult::Unchanged((*reason).to_owned()),
+            StageResult::Failed(error) => ReportResult::Failed(error.clone()),
+        };
+        Report {
+            stage: report.stage.to_owned(),
+            result,
+        }
+    }
+}
+
+/// The last arrival handed out, so two requests in one microsecond still get two.
+static LAST_ARRIVAL: AtomicI64 = AtomicI64::new(0);
+
+/// Now in microseconds since the epoch, strictly greater than any arrival handed out before
+/// in this process.
+pub(crate) fn arrival_now() -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let mut last = LAST_ARRIVAL.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last.saturating_add(1));
+        match LAST_ARRIVAL.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_only_grow() {
+        let mut last = arrival_now();
+        for _ in 0..10_000 {
+            let next = arrival_now();
+            assert!(next > last, "{next} after {last}");
+            last = next;
+        }
+    }
+}

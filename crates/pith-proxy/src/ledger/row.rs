@@ -1,0 +1,401 @@
+//! A record parsed into its ledger row (and its history turn): everything costly the ledger
+//! does, on a writer thread, never on the request path.
+
+use pith_store::history::Turn;
+use pith_store::ledger::{
+    self as store, RequestOutcome, Row, RowUsage, Transform, TransformResult,
+};
+use pith_wire::fingerprint::Fingerprint;
+use pith_wire::{Wire, encoding, request, usage};
+
+use super::record::{Record, Report, ReportResult};
+use crate::history::Labels;
+
+/// Largest decoded response body parsed for usage.
+const MAX_DECODED: u64 = 64 << 20;
+
+/// Parse a record into a ledger row, and the conversation turn it holds when history is
+/// recorded. Runs on a writer thread.
+pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>) {
+    let session_need = match r.header_session {
+        Some(_) => request::SessionNeed::Known,
+        None => request::SessionNeed::FromBody,
+    };
+    let facts = r
+        .wire
+        .map(|w| request::request_facts(w, &r.request_body, session_need))
+        .unwrap_or_default();
+    let mut anatomy = facts.anatomy;
+    if r.wire.is_none() {
+        anatomy.other = r.request_body.len() as u64;
+    }
+    let body = response_body(&r);
+    let response = response_facts(&r, body.as_deref());
+    let session = r
+        .header_session
+        .clone()
+        .or(facts.metadata_session)
+        .or(facts.first_user_hash);
+    let turn = history.and_then(|h| h.turn(&r, session.as_deref(), body.as_deref()));
+    let (fingerprint, client_fingerprint) = fingerprints(&r);
+    let savings = match (r.wire, response.usage) {
+        (Some(wire), Some(usage)) => savings(wire, &anatomy, &usage, &r.transforms),
+        _ => Vec::new(),
+    };
+    let mut outcome = r.outcome;
+    let mut error = r.error;
+    if let Some(e) = &response.stream_error {
+        outcome = RequestOutcome::StreamError;
+        error = Some(e.clone());
+    }
+    let row = Row {
+        ts_ms: r.ts_ms,
+        client: r.client,
+        session,
+        wire: r.wire.map(|w| w.as_str().to_owned()),
+        provider: r
+            .provider
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_default(),
+        model: facts.model.or(response.model),
+        method: r.method,
+        path: r.path,
+        status: r.status,
+        outcome,
+        error,
+        bytes_client: r.request_body.len() as u64,
+        bytes_upstream: r.bytes_upstream,
+        bytes_response: r.response_bytes,
+        tools_bytes: anatomy.tools,
+        system_bytes: anatomy.system,
+        messages_bytes: anatomy.messages,
+        other_bytes: anatomy.other,
+        usage: response.usage.map(|u| RowUsage {
+            input: u.input,
+            output: u.output,
+            cache_write: u.cache_write,
+            cache_write_1h: u.cache_write_1h,
+            cache_read: u.cache_read,
+        }),
+        ttfb_ms: r.ttfb_ms,
+        total_ms: r.total_ms,
+        transforms: r.transforms.into_iter().map(transform_entry).collect(),
+        fingerprint,
+        client_fingerprint,
+        savings,
+        account: Some(r.account),
+        arrival_us: Some(r.arrival_us),
+    };
+    (row, turn)
+}
+
+/// What each stage's edits are estimated to have saved on this request, by the rate the
+/// characters they kept out (less those they added) would have been billed at: the rate the
+/// real request paid at the place in the prompt where they sit (a prefix read from the cache
+/// is priced as a read, one written as a write). Places come from the client body's anatomy
+/// in the provider's prompt order, less what the stages kept out and plus what they added (so
+/// the bytes stand for what was billed), scaled to the billed prompt; tokens are
+/// [`pith_transform::estimated_tokens`]. Negative when a stage added more than it kept out.
+fn savings(
+    wire: Wire,
+    anatomy: &request::Anatomy,
+    usage: &usage::Usage,
+    reports: &[Report],
+) -> Vec<store::Saving> {
+    use pith_transform::{FactKind, Site};
+    let (mut kept, mut added) = (0u64, 0u64);
+    for report in reports {
+        if let ReportResult::Applied(facts) = &report.result {
+            for f in facts {
+                match f.kind {
+                    FactKind::CharsKeptOut => kept += f.value,
+                    FactKind::CharsAdded => added += f.value,
+                    _ => {}
+                }
+            }
+        }
+    }
+    // Defer keeps its characters out of the tools, which come before the system prompt only on
+    // Responses' instructions-first order; elsewhere they are at the start and need no fixing.
+    let tools_billed = match wire {
+        Wire::Responses => anatomy.tools.saturating_sub(kept).saturating_add(added),
+        _ => anatomy.tools,
+    };
+    let prompt_bytes = (anatomy.tools + anatomy.system + anatomy.messages)
+        .saturating_sub(kept)
+        .saturating_add(added)
+        .max(anatomy.system + tools_billed.min(anatomy.tools));
+    let before = |site: Site| -> u64 {
+        match (wire, site) {
+            (_, Site::Tail) => prompt_bytes,
+            (Wire::Responses, Site::System) => 0,
+            (Wire::Responses, Site::Tools) => anatomy.system,
+            (_, Site::Tools) => 0,
+            (_, Site::System) => anatomy.tools,
+        }
+    };
+    let position = |site: Site| -> u64 {
+        let total = u128::from(usage.prompt_total());
+        match prompt_bytes {
+            0 => 0,
+            b => u64::try_from(total * u128::from(before(site).min(b)) / u128::from(b))
+                .unwrap_or(u64::MAX),
+        }
+    };
+    let mut out: Vec<store::Saving> = Vec::new();
+    for report in reports {
+        let ReportResult::Applied(facts) = &report.result else {
+            continue;
+        };
+        for f in facts {
+            let sign = match f.kind {
+                FactKind::CharsKeptOut => 1,
+                FactKind::CharsAdded => -1,
+                _ => continue,
+            };
+            let Some(site) = f.site else { continue };
+            let chars = usize::try_from(f.value).unwrap_or(usize::MAX);
+            let tokens =
+                sign * i64::try_from(pith_transform::estimated_tokens(chars)).unwrap_or(i64::MAX);
+            let band = usage.band_at(position(site)).as_str();
+            match out
+                .iter_mut()
+                .find(|s| s.stage == report.stage && s.band == band)
+            {
+                Some(s) => s.tokens += tokens,
+                None => out.push(store::Saving {
+                    stage: report.stage.to_owned(),
+                    band: band.to_owned(),
+                    tokens,
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// The prompt fingerprints of a request on one of the three wires (`count_tokens` and bodies
+/// that are not JSON have none): as sent, and as the client sent it when a stage changed it.
+fn fingerprints(r: &Record) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let Some(wire) = r.wire.filter(|_| !r.path.ends_with("/count_tokens")) else {
+        return (None, None);
+    };
+    let of = |body: &[u8]| Fingerprint::of(wire, body).map(|f| f.to_bytes());
+    match &r.upstream_body {
+        Some(sent) => (of(sent), of(&r.request_body)),
+        None => (of(&r.request_body), None),
+    }
+}
+
+/// A stage's report in the ledger's words.
+fn transform_entry(report: Report) -> Transform {
+    let result = match report.result {
+        ReportResult::Applied(facts) => TransformResult::Applied(
+            facts
+                .into_iter()
+                .map(|f| store::Fact {
+                    name: f.name,
+                    kind: f.kind.as_str().to_owned(),
+                    value: f.value,
+                })
+                .collect(),
+        ),
+        ReportResult::Unchanged(reason) => TransformResult::Unchanged(reason),
+        ReportResult::Failed(error) => TransformResult::Failed(error),
+    };
+    Transform {
+        stage: report.stage,
+        result,
+    }
+}
+
+/// The response body the tee kept, decoded: for a successful answer on one of the wires that
+/// was kept whole.
+fn response_body(r: &Record) -> Option<Vec<u8>> {
+    r.wire?;
+    let ok = r.status.is_some_and(|s| (200..300).contains(&s));
+    if !ok || r.response_truncated || r.response_chunks.is_empty() {
+        return None;
+    }
+    let mut body = Vec::with_capacity(usize::try_from(r.response_bytes).unwrap_or(0));
+    for c in &r.response_chunks {
+        body.extend_from_slice(c);
+    }
+    if let Some(enc) = &r.content_encoding {
+        body = match encoding::decode(enc, body, MAX_DECODED) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot decode response for usage");
+                return None;
+            }
+        };
+    }
+    Some(body)
+}
+
+fn response_facts(r: &Record, body: Option<&[u8]>) -> usage::ResponseFacts {
+    // count_tokens answers are free estimates, not billed usage.
+    let billed = !r.path.ends_with("/count_tokens");
+    let (Some(wire), Some(body)) = (r.wire, body.filter(|_| billed)) else {
+        return usage::ResponseFacts::default();
+    };
+    if r.response_is_sse {
+        usage::from_sse(wire, body)
+    } else {
+        usage::from_json(wire, body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pith_transform::{Fact, Site, StageReport, StageResult};
+
+    fn applied(stage: &'static str, facts: Vec<Fact>) -> Report {
+        Report::from(&StageReport {
+            stage,
+            result: StageResult::Applied(facts),
+        })
+    }
+
+    fn usage(input: u64, cache_write: u64, cache_write_1h: u64, cache_read: u64) -> usage::Usage {
+        usage::Usage {
+            input,
+            output: 1,
+            cache_write,
+            cache_write_1h,
+            cache_read,
+        }
+    }
+
+    fn bands(s: &[store::Saving]) -> Vec<(&str, &str, i64)> {
+        s.iter()
+            .map(|s| (s.stage.as_str(), s.band.as_str(), s.tokens))
+            .collect()
+    }
+
+    /// Defer's tools sit at the start of an Anthropic prompt: a warm cache prices them as reads,
+    /// a cold one as writes of the lifetime the request wrote, none as input; the search tool it
+    /// adds is set against them.
+    #[test]
+    fn kept_out_tools_are_priced_at_the_cache_state_of_the_prompt_start() {
+        let anatomy = request::Anatomy {
+            tools: 40_000,
+            system: 10_000,
+            messages: 50_000,
+            other: 100,
+        };
+        let defer = [applied(
+            "defer",
+            vec![
+                Fact::chars_kept_out("chars", 36_000, Site::Tools),
+                Fact::chars_added("added", 80, Site::Tools),
+            ],
+        )];
+        let net = 9_000 - 20;
+        let warm = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(10, 500, 0, 15_000),
+            &defer,
+        );
+        assert_eq!(bands(&warm), [("defer", "cache_read", net)]);
+        let cold = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(10, 15_000, 0, 0),
+            &defer,
+        );
+        assert_eq!(bands(&cold), [("defer", "cache_write_5m", net)]);
+        let hour = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(10, 15_000, 15_000, 0),
+            &defer,
+        );
+        assert_eq!(bands(&hour), [("defer", "cache_write_1h", net)]);
+        let none = savings(
+            Wire::ChatCompletions,
+            &anatomy,
+            &usage(15_000, 0, 0, 0),
+            &defer,
+        );
+        assert_eq!(bands(&none), [("defer", "input", net)]);
+    }
+
+    /// On Responses the tools come after the instructions: with a cache that covers less than
+    /// the instructions, the tools were not cached. The billed bytes leave out what was kept out.
+    #[test]
+    fn responses_tools_sit_after_the_instructions() {
+        let anatomy = request::Anatomy {
+            tools: 40_000,
+            system: 20_000,
+            messages: 4_000,
+            other: 0,
+        };
+        let defer = [applied(
+            "defer",
+            vec![Fact::chars_kept_out("chars", 36_000, Site::Tools)],
+        )];
+        // Billed: 20,000 + 4,000 + 4,000 bytes as 7,000 tokens; the tools start at 5,000.
+        let cached_through_instructions = savings(
+            Wire::Responses,
+            &anatomy,
+            &usage(1_000, 0, 0, 6_000),
+            &defer,
+        );
+        assert_eq!(
+            bands(&cached_through_instructions),
+            [("defer", "cache_read", 9_000)]
+        );
+        let short_cache = savings(
+            Wire::Responses,
+            &anatomy,
+            &usage(3_000, 0, 0, 4_000),
+            &defer,
+        );
+        assert_eq!(bands(&short_cache), [("defer", "input", 9_000)]);
+    }
+
+    /// Pins' block lands at the tail: a stage that adds more than it keeps out saves a negative
+    /// amount there, summed with nothing else; requests of stages that report no characters,
+    /// and stages that left the request alone, save nothing.
+    #[test]
+    fn an_edit_that_adds_saves_a_negative_amount_at_the_tail() {
+        let anatomy = request::Anatomy {
+            tools: 1_000,
+            system: 1_000,
+            messages: 8_000,
+            other: 0,
+        };
+        let reports = [
+            applied(
+                "pins",
+                vec![
+                    Fact::level("pins", 2),
+                    Fact::chars_added("chars_in", 400, Site::Tail),
+                ],
+            ),
+            applied("search_restore", vec![Fact::count("searches", 1)]),
+            Report::from(&StageReport {
+                stage: "defer",
+                result: StageResult::Unchanged("too_little_to_defer"),
+            }),
+        ];
+        // The tail of a prompt cached through its last message was written.
+        let got = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(0, 300, 0, 2_000),
+            &reports,
+        );
+        assert_eq!(bands(&got), [("pins", "cache_write_5m", -100)]);
+        let got = savings(
+            Wire::AnthropicMessages,
+            &anatomy,
+            &usage(30, 0, 0, 2_000),
+            &reports,
+        );
+        assert_eq!(bands(&got), [("pins", "input", -100)]);
+    }
+}

@@ -1,0 +1,1039 @@
+//! The spool: where every record waits, on disk, until a writer has turned it into a row.
+//!
+//! The request path appends each finished [`Record`] to the current segment file
+//! (`$PITH_HOME/ledger-spool/<generation>.spool`) and returns: a `write` into the page cache,
+//! no parsing, no `fsync`. The writers read the segments in order, and commit each batch of
+//! rows with the spool position they reached (ledger counters `spool_generation` and
+//! `spool_offset`) in the same transaction, so after a crash or a `kill -9` the next proxy
+//! carries on from exactly there: every record is written once, none twice, in the order the
+//! request path appended them. Memory stays bounded however far the writers fall behind; the
+//! disk holds the backlog, up to [`SpoolConfig::limit`]. A record that does not fit (the
+//! limit reached, the file system full or failing) is counted as lost, logged, and shown by
+//! `pith stats` and `/metrics`: never dropped silently.
+//!
+//! An entry is `magic, payload length, CRC-32 of the payload, payload` (little-endian u32s).
+//! A segment is never appended to by a later process: each start opens a new generation, so
+//! a torn last entry (the process killed mid-write) can only be at the end of a segment that
+//! is already complete, where the reader skips it and counts it.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use bytes::Bytes;
+use pith_store::ledger::RequestOutcome;
+use pith_transform::{FactKind, Site};
+use pith_wire::{Provider, Wire};
+
+use super::record::{Record, Report, ReportFact, ReportResult};
+
+/// Ledger counter: the generation of the segment the writers have read into.
+pub const SPOOL_GENERATION: &str = "spool_generation";
+/// Ledger counter: how far into that segment, in bytes.
+pub const SPOOL_OFFSET: &str = "spool_offset";
+
+const MAGIC: u32 = 0x5053_5031; // "PSP1"
+const HEADER: usize = 12;
+/// The payload's first byte: a finished request's whole record (this format's version 1).
+const FINISHED: u8 = 1;
+/// ... or the announcement that a request's answer has started: its record without bodies,
+/// appended when the response headers go to the client, so a request cut by `kill -9`
+/// mid-answer still gets its row.
+pub(super) const OPENED: u8 = 2;
+/// A segment this large is closed and the next one started, so space is given back as the
+/// writers finish each one.
+const SEGMENT_BYTES: u64 = 8 << 20;
+/// A segment the writers have read to its end is given back at once once it holds this much.
+const RECLAIM_BYTES: u64 = 1 << 20;
+
+/// Where the spool lives and how much it may hold.
+#[derive(Debug, Clone)]
+pub struct SpoolConfig {
+    /// The directory of the segment files (made 0700).
+    pub dir: PathBuf,
+    /// Bytes of records not yet written as rows the spool may hold; a record past it is lost
+    /// (counted and logged).
+    pub limit: u64,
+}
+
+/// The default [`SpoolConfig::limit`]: 1 GiB, about 18,000 requests of a 56 KB Claude Code
+/// body waiting at once.
+pub const DEFAULT_LIMIT: u64 = 1 << 30;
+
+/// A position in the spool: a segment and a byte offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Position {
+    pub generation: u64,
+    pub offset: u64,
+}
+
+/// Why the spool could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// Its directory or files.
+    #[error("cannot open the ledger spool in {dir}")]
+    Io {
+        /// The spool's directory.
+        dir: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Another process holds it.
+    #[error(
+        "another pith proxy is writing the ledger through {dir}: give each proxy its own \
+         PITH_HOME (or [ledger] path), or start this one with --no-ledger"
+    )]
+    Busy {
+        /// The spool's directory.
+        dir: PathBuf,
+    },
+}
+
+/// Why a record was not kept.
+#[derive(Debug)]
+pub(crate) enum NotKept {
+    /// The spool holds [`SpoolConfig::limit`] bytes already.
+    Full,
+    /// The file system refused the write (full, read-only, failing).
+    Io(std::io::Error),
+}
+
+/// The appending end, behind the request path's lock.
+struct Appender {
+    file: File,
+    generation: u64,
+    len: u64,
+    buf: Vec<u8>,
+}
+
+/// The spool, shared by the request path (appending) and the writers (reading).
+pub(crate) struct Spool {
+    /// Held (an exclusive lock) for the process's life.
+    _lock: File,
+    dir: PathBuf,
+    limit: u64,
+    appender: Mutex<Appender>,
+    /// Bytes appended and not yet read into committed rows.
+    backlog: AtomicU64,
+    /// Entries appended and not yet read into committed rows.
+    pending: AtomicU64,
+    /// When the oldest entry the writers have not taken yet was appended.
+    oldest: Mutex<Option<Instant>>,
+}
+
+fn segment_name(generation: u64) -> String {
+    format!("{generation:016}.spool")
+}
+
+/// The segments in `dir`, oldest first.
+fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(generation) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".spool"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        found.push((generation, entry.path()));
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn create_segment(dir: &Path, generation: u64) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.append(true).create_new(true);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(dir.join(segment_name(generation)))
+}
+
+/// What the spool holds beyond `from`: entries and bytes, counted by walking the entries'
+/// headers (for `pith stats`, from another process; nothing is changed).
+pub fn backlog(dir: &Path, from: Position) -> std::io::Result<(u64, u64)> {
+    let mut entries = 0;
+    let mut bytes = 0;
+    let list = match segments(dir) {
+        Ok(list) => list,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
+        Err(e) => return Err(e),
+    };
+    for (generation, path) in list {
+        if generation < from.generation {
+            continue;
+        }
+        let start = if generation == from.generation {
+            from.offset
+        } else {
+            0
+        };
+        let (n, size) = backlog_of(&path, start)?;
+        entries += n;
+        bytes += size;
+    }
+    Ok((entries, bytes))
+}
+
+/// The size of the whole entry at `at`, if a complete header with the magic is there.
+fn entry_size(file: &File, at: u64, len: u64) -> Option<u64> {
+    let mut header = [0u8; HEADER];
+    if at + HEADER as u64 > len || file.read_exact_at(&mut header, at).is_err() {
+        return None;
+    }
+    let (magic, size) = (le32(&header[0..4]), le32(&header[4..8]));
+    let total = HEADER as u64 + u64::from(size);
+    (magic == MAGIC && at + total <= len).then_some(total)
+}
+
+fn le32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl Spool {
+    /// Open the spool in `config.dir` for a new process: the writers resume at `resume` (the
+    /// position the ledger's counters hold), segments before it are removed, and appending
+    /// starts a new segment after every one there.
+    pub fn open(config: &SpoolConfig, resume: Position) -> Result<(Spool, Position), SpoolError> {
+        let error = |source| SpoolError::Io {
+            dir: config.dir.clone(),
+            source,
+        };
+        pith_store::sqlite::create_private_dir(&config.dir).map_err(error)?;
+        // One process per spool: its writers own every segment in it.
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(config.dir.join("lock"))
+            .map_err(error)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(SpoolError::Busy {
+                    dir: config.dir.clone(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(error(e)),
+        }
+        let mut backlog = 0;
+        let mut pending = 0;
+        let mut newest = resume.generation;
+        let mut start = None;
+        for (generation, path) in segments(&config.dir).map_err(error)? {
+            newest = newest.max(generation);
+            if generation < resume.generation {
+                std::fs::remove_file(&path).map_err(error)?;
+                continue;
+            }
+            start.get_or_insert(generation);
+            let from = if generation == resume.generation {
+                resume.offset
+            } else {
+                0
+            };
+            let (n, bytes) = backlog_of(&path, from).map_err(error)?;
+            pending += n;
+            backlog += bytes;
+        }
+        let generation = newest + 1;
+        let file = create_segment(&config.dir, generation).map_err(error)?;
+        // The writers start where the ledger says, or at the first segment after it.
+        let read_from = match start {
+            Some(g) if g == resume.generation => resume,
+            Some(g) => Position {
+                generation: g,
+                offset: 0,
+            },
+            None => Position {
+                generation,
+                offset: 0,
+            },
+        };
+        let spool = Spool {
+            _lock: lock,
+            dir: config.dir.clone(),
+            limit: config.limit,
+            appender: Mutex::new(Appender {
+                file,
+                generation,
+                len: 0,
+                buf: Vec::new(),
+            }),
+            backlog: AtomicU64::new(backlog),
+            pending: AtomicU64::new(pending),
+            oldest: Mutex::new((pending > 0).then(Instant::now)),
+        };
+        Ok((spool, read_from))
+    }
+
+    /// The segment appended to now.
+    pub fn generation(&self) -> u64 {
+        self.appender().generation
+    }
+
+    fn appender(&self) -> MutexGuard<'_, Appender> {
+        // An append either wrote its entry or not; the lengths are set only after a write.
+        self.appender.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Append a finished request's `record`.
+    pub fn append(&self, record: &Record) -> Result<(), NotKept> {
+        self.append_entry(record, FINISHED)
+    }
+
+    /// Append the announcement that `record`'s answer has started (no bodies).
+    pub fn append_opened(&self, record: &Record) -> Result<(), NotKept> {
+        self.append_entry(record, OPENED)
+    }
+
+    fn append_entry(&self, record: &Record, kind: u8) -> Result<(), NotKept> {
+        let mut a = self.appender();
+        let a = &mut *a;
+        a.buf.clear();
+        a.buf.extend_from_slice(&[0; HEADER]);
+        encode(record, kind, &mut a.buf);
+        let payload = a.buf.len() - HEADER;
+        let size = u32::try_from(payload).map_err(|_| NotKept::Full)?;
+        let crc = crc32fast::hash(&a.buf[HEADER..]);
+        a.buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        a.buf[4..8].copy_from_slice(&size.to_le_bytes());
+        a.buf[8..12].copy_from_slice(&crc.to_le_bytes());
+        let total = a.buf.len() as u64;
+        if self.backlog.load(Ordering::SeqCst).saturating_add(total) > self.limit {
+            return Err(NotKept::Full);
+        }
+        if a.len >= SEGMENT_BYTES {
+            self.rotate(a).map_err(NotKept::Io)?;
+        }
+        if let Err(e) = a.file.write_all(&a.buf) {
+            // A short write leaves part of an entry: cut it off so the segment stays readable,
+            // and start a new segment if even that fails.
+            if a.file.set_len(a.len).is_err() {
+                let _ = self.rotate(a);
+            }
+            return Err(NotKept::Io(e));
+        }
+        a.len += total;
+        // Big buffers are not kept between appends.
+        if a.buf.capacity() > 1 << 20 {
+            a.buf = Vec::new();
+        }
+        self.backlog.fetch_add(total, Ordering::SeqCst);
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.oldest_lock().get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Close the current segment and append to a new one from now on.
+    fn rotate(&self, a: &mut Appender) -> std::io::Result<()> {
+        let file = create_segment(&self.dir, a.generation + 1)?;
+        a.file = file;
+        a.generation += 1;
+        a.len = 0;
+        Ok(())
+    }
+
+    fn oldest_lock(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.oldest.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Entries waiting to be written, and their bytes.
+    pub fn backlog(&self) -> (u64, u64) {
+        (
+            self.pending.load(Ordering::SeqCst),
+            self.backlog.load(Ordering::SeqCst),
+        )
+    }
+
+    /// How long the oldest entry not yet taken by a writer has waited.
+    pub fn oldest_wait(&self) -> Option<std::time::Duration> {
+        self.oldest_lock().map(|t| t.elapsed())
+    }
+
+    /// Read the entries from `from`, up to `max_entries` and about `max_bytes`: the records,
+    /// where reading stopped, and entries found unreadable and skipped (a torn or damaged
+    /// tail of a finished segment). Reading changes nothing; [`Spool::consumed`] does, once
+    /// the rows are committed.
+    pub fn read(&self, from: Position, max_entries: usize, max_bytes: u64) -> ReadBatch {
+        let mut batch = ReadBatch {
+            records: Vec::new(),
+            opened: Vec::new(),
+            ends: Vec::new(),
+            end: from,
+            skipped: 0,
+            bytes: 0,
+            entries: 0,
+        };
+        {
+            // Entries appended from here on are newer than anything this batch takes.
+            let mut oldest = self.oldest_lock();
+            *oldest = None;
+        }
+        let (current, current_len) = {
+            let a = self.appender();
+            (a.generation, a.len)
+        };
+        let mut at = from;
+        while batch.records.len() < max_entries && batch.bytes < max_bytes {
+            if at.generation > current {
+                break;
+            }
+            let path = self.dir.join(segment_name(at.generation));
+            let file = match File::open(&path) {
+                Ok(f) => f,
+                Err(_) if at.generation < current => {
+                    at = Position {
+                        generation: at.generation + 1,
+                        offset: 0,
+                    };
+                    continue;
+                }
+                Err(_) => break,
+            };
+            // The current segment is read only up to what was appended when this read began.
+            let len = if at.generation == current {
+                current_len
+            } else {
+                file.metadata().map(|m| m.len()).unwrap_or(0)
+            };
+            let mut advanced = false;
+            while batch.records.len() < max_entries && batch.bytes < max_bytes {
+                match read_entry(&file, at.offset, len) {
+                    Entry::Opened(record, size) => {
+                        batch.opened.push(*record);
+                        at.offset += size;
+                        batch.bytes += size;
+                        batch.entries += 1;
+                        advanced = true;
+                    }
+                    Entry::Record(record, size) => {
+                        batch.records.push(*record);
+                        at.offset += size;
+                        batch.ends.push(at);
+                        batch.bytes += size;
+                        batch.entries += 1;
+                        advanced = true;
+                    }
+                    Entry::Damaged(size) => {
+                        // A readable frame whose payload does not decode: skip just it.
+                        at.offset += size;
+                        batch.bytes += size;
+                        batch.entries += 1;
+                        batch.skipped += 1;
+                        advanced = true;
+                    }
+                    Entry::End => break,
+                    Entry::Torn => {
+                        // Nothing after a torn entry can be trusted; only a finished segment
+                        // can end so (each process starts a segment of its own).
+                        if at.generation < current {
+                            batch.skipped += 1;
+                            at.offset = len;
+                        }
+                        break;
+                    }
+                }
+            }
+            if at.generation < current && at.offset >= len {
+                at = Position {
+                    generation: at.generation + 1,
+                    offset: 0,
+                };
+                continue;
+            }
+            if !advanced {
+                break;
+            }
+        }
+        batch.end = at;
+        batch
+    }
+
+    /// The rows of `batch` are committed: forget what it held, remove the segments before its
+    /// end, and start a new segment when the writers have caught up with a large one (so the
+    /// disk is given back).
+    pub fn consumed(&self, batch: &ReadBatch) {
+        let through = batch.end;
+        self.backlog.fetch_sub(
+            batch.bytes.min(self.backlog.load(Ordering::SeqCst)),
+            Ordering::SeqCst,
+        );
+        self.pending.fetch_sub(
+            batch.entries.min(self.pending.load(Ordering::SeqCst)),
+            Ordering::SeqCst,
+        );
+        if let Ok(list) = segments(&self.dir) {
+            for (generation, path) in list {
+                if generation < through.generation {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        if self.pending.load(Ordering::SeqCst) > 0 {
+            // Entries this batch left for the next: waiting since at least now.
+            self.oldest_lock().get_or_insert_with(Instant::now);
+        }
+        let mut a = self.appender();
+        let caught_up = a.generation == through.generation && a.len == through.offset;
+        if caught_up && a.len >= RECLAIM_BYTES {
+            // The next consumed batch (in the new segment) removes this one. A failure here
+            // only keeps appending to the old segment.
+            let _ = self.rotate(&mut a);
+        }
+    }
+}
+
+fn backlog_of(path: &Path, from: u64) -> std::io::Result<(u64, u64)> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let (mut entries, mut bytes, mut at) = (0, 0, from);
+    while let Some(size) = entry_size(&file, at, len) {
+        entries += 1;
+        bytes += size;
+        at += size;
+    }
+    Ok((entries, bytes))
+}
+
+/// What [`Spool::read`] found.
+pub(crate) struct ReadBatch {
+    pub records: Vec<Record>,
+    /// Requests whose answer started (their records without bodies), in spool order.
+    pub opened: Vec<Record>,
+    /// Where each record's entry ends (a position to commit with its row alone).
+    pub ends: Vec<Position>,
+    /// Where the next read starts.
+    pub end: Position,
+    /// Entries that could not be read back, skipped.
+    pub skipped: u64,
+    bytes: u64,
+    entries: u64,
+}
+
+enum Entry {
+    Record(Box<Record>, u64),
+    Opened(Box<Record>, u64),
+    /// A whole frame whose payload does not decode (or fails its checksum).
+    Damaged(u64),
+    /// Nothing more yet.
+    End,
+    /// A partial or damaged frame header.
+    Torn,
+}
+
+fn read_entry(file: &File, at: u64, len: u64) -> Entry {
+    if at >= len {
+        return Entry::End;
+    }
+    let mut header = [0u8; HEADER];
+    if at + HEADER as u64 > len || file.read_exact_at(&mut header, at).is_err() {
+        return Entry::Torn;
+    }
+    let (magic, size, crc) = (
+        le32(&header[0..4]),
+        le32(&header[4..8]),
+        le32(&header[8..12]),
+    );
+    let total = HEADER as u64 + u64::from(size);
+    if magic != MAGIC || at + total > len {
+        return Entry::Torn;
+    }
+    let mut payload = vec![0u8; size as usize];
+    if file
+        .read_exact_at(&mut payload, at + HEADER as u64)
+        .is_err()
+    {
+        return Entry::Torn;
+    }
+    if crc32fast::hash(&payload) != crc {
+        return Entry::Damaged(total);
+    }
+    match decode(&payload) {
+        Some((FINISHED, record)) => Entry::Record(Box::new(record), total),
+        Some((_, record)) => Entry::Opened(Box::new(record), total),
+        None => Entry::Damaged(total),
+    }
+}
+
+// The payload: fields in a fixed order, integers little-endian, strings and bodies with a
+// u64 length, options with a presence byte.
+
+fn put_u8(b: &mut Vec<u8>, v: u8) {
+    b.push(v);
+}
+fn put_u64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_i64(b: &mut Vec<u8>, v: i64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_f64(b: &mut Vec<u8>, v: f64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_bytes(b: &mut Vec<u8>, v: &[u8]) {
+    put_u64(b, v.len() as u64);
+    b.extend_from_slice(v);
+}
+fn put_opt<T>(b: &mut Vec<u8>, v: Option<T>, put: impl FnOnce(&mut Vec<u8>, T)) {
+    match v {
+        Some(v) => {
+            put_u8(b, 1);
+            put(b, v);
+        }
+        None => put_u8(b, 0),
+    }
+}
+
+fn wire_code(w: Wire) -> u8 {
+    match w {
+        Wire::AnthropicMessages => 0,
+        Wire::ChatCompletions => 1,
+        Wire::Responses => 2,
+    }
+}
+fn wire_of(c: u8) -> Option<Wire> {
+    Some(match c {
+        0 => Wire::AnthropicMessages,
+        1 => Wire::ChatCompletions,
+        2 => Wire::Responses,
+        _ => return None,
+    })
+}
+fn provider_code(p: Provider) -> u8 {
+    match p {
+        Provider::Anthropic => 0,
+        Provider::OpenAi => 1,
+    }
+}
+fn provider_of(c: u8) -> Option<Provider> {
+    Some(match c {
+        0 => Provider::Anthropic,
+        1 => Provider::OpenAi,
+        _ => return None,
+    })
+}
+fn kind_code(k: FactKind) -> u8 {
+    match k {
+        FactKind::Count => 0,
+        FactKind::CharsKeptOut => 1,
+        FactKind::Level => 2,
+        FactKind::CharsAdded => 3,
+    }
+}
+fn kind_of(c: u8) -> Option<FactKind> {
+    Some(match c {
+        0 => FactKind::Count,
+        1 => FactKind::CharsKeptOut,
+        2 => FactKind::Level,
+        3 => FactKind::CharsAdded,
+        _ => return None,
+    })
+}
+fn site_code(s: Site) -> u8 {
+    match s {
+        Site::Tools => 0,
+        Site::System => 1,
+        Site::Tail => 2,
+    }
+}
+fn site_of(c: u8) -> Option<Site> {
+    Some(match c {
+        0 => Site::Tools,
+        1 => Site::System,
+        2 => Site::Tail,
+        _ => return None,
+    })
+}
+
+/// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.
+pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
+    let bodies = kind == FINISHED;
+    put_u8(b, kind);
+    put_i64(b, r.ts_ms);
+    put_i64(b, r.arrival_us);
+    put_bytes(b, r.client.as_bytes());
+    put_opt(b, r.header_session.as_deref(), |b, v| {
+        put_bytes(b, v.as_bytes())
+    });
+    put_opt(b, r.agent_type.as_deref(), |b, v| {
+        put_bytes(b, v.as_bytes())
+    });
+    put_bytes(b, r.account.as_bytes());
+    put_opt(b, r.wire, |b, w| put_u8(b, wire_code(w)));
+    put_opt(b, r.provider, |b, p| put_u8(b, provider_code(p)));
+    put_bytes(b, r.method.as_bytes());
+    put_bytes(b, r.path.as_bytes());
+    put_opt(b, r.status, |b, s| b.extend_from_slice(&s.to_le_bytes()));
+    put_bytes(b, r.outcome.as_str().as_bytes());
+    put_opt(b, r.error.as_deref(), |b, v| put_bytes(b, v.as_bytes()));
+    put_bytes(b, if bodies { &r.request_body } else { &[] });
+    put_opt(b, r.upstream_body.as_deref().filter(|_| bodies), put_bytes);
+    put_u64(b, r.bytes_upstream);
+    let chunks = if bodies { &r.response_chunks[..] } else { &[] };
+    let kept: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+    put_u64(b, kept);
+    for c in chunks {
+        b.extend_from_slice(c);
+    }
+    put_u64(b, r.response_bytes);
+    put_u8(b, u8::from(r.response_truncated));
+    put_u8(b, u8::from(r.response_is_sse));
+    put_opt(b, r.content_encoding.as_deref(), |b, v| {
+        put_bytes(b, v.as_bytes())
+    });
+    put_opt(b, r.ttfb_ms, put_f64);
+    put_f64(b, r.total_ms);
+    put_u64(b, r.transforms.len() as u64);
+    for t in &r.transforms {
+        put_bytes(b, t.stage.as_bytes());
+        match &t.result {
+            ReportResult::Applied(facts) => {
+                put_u8(b, 0);
+                put_u64(b, facts.len() as u64);
+                for f in facts {
+                    put_bytes(b, f.name.as_bytes());
+                    put_u64(b, f.value);
+                    put_u8(b, kind_code(f.kind));
+                    put_opt(b, f.site, |b, s| put_u8(b, site_code(s)));
+                }
+            }
+            ReportResult::Unchanged(reason) => {
+                put_u8(b, 1);
+                put_bytes(b, reason.as_bytes());
+            }
+            ReportResult::Failed(error) => {
+                put_u8(b, 2);
+                put_bytes(b, error.as_bytes());
+            }
+        }
+    }
+}
+
+/// Reads a payload front to back; every read checks the length left.
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.rest.len() < n {
+            return None;
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Some(head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let b = self.take(8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        let b = self.take(8)?;
+        Some(i64::from_le_bytes(b.try_into().ok()?))
+    }
+    fn f64(&mut self) -> Option<f64> {
+        let b = self.take(8)?;
+        Some(f64::from_le_bytes(b.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        self.take(n)
+    }
+    fn string(&mut self) -> Option<String> {
+        Some(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+    fn opt<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        match self.u8()? {
+            0 => Some(None),
+            1 => read(self).map(Some),
+            _ => None,
+        }
+    }
+}
+
+/// An entry's kind and record.
+pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
+    let mut r = Reader { rest: payload };
+    let kind = r.u8()?;
+    if kind != FINISHED && kind != OPENED {
+        return None;
+    }
+    let ts_ms = r.i64()?;
+    let arrival_us = r.i64()?;
+    let client = r.string()?;
+    let header_session = r.opt(Reader::string)?;
+    let agent_type = r.opt(Reader::string)?;
+    let account = r.string()?;
+    let wire = r.opt(|r| wire_of(r.u8()?))?;
+    let provider = r.opt(|r| provider_of(r.u8()?))?;
+    let method = r.string()?;
+    let path = r.string()?;
+    let status = r.opt(|r| {
+        let b = r.take(2)?;
+        Some(u16::from_le_bytes([b[0], b[1]]))
+    })?;
+    let outcome = RequestOutcome::parse(&r.string()?);
+    let error = r.opt(Reader::string)?;
+    let request_body = Bytes::copy_from_slice(r.bytes()?);
+    let upstream_body = r.opt(|r| r.bytes().map(Bytes::copy_from_slice))?;
+    let bytes_upstream = r.u64()?;
+    let response = r.bytes()?;
+    let response_chunks = if response.is_empty() {
+        Vec::new()
+    } else {
+        vec![Bytes::copy_from_slice(response)]
+    };
+    let response_bytes = r.u64()?;
+    let response_truncated = r.u8()? != 0;
+    let response_is_sse = r.u8()? != 0;
+    let content_encoding = r.opt(Reader::string)?;
+    let ttfb_ms = r.opt(Reader::f64)?;
+    let total_ms = r.f64()?;
+    let n = r.u64()?;
+    let mut transforms = Vec::new();
+    for _ in 0..n {
+        let stage = r.string()?;
+        let result = match r.u8()? {
+            0 => {
+                let facts = r.u64()?;
+                let mut out = Vec::new();
+                for _ in 0..facts {
+                    out.push(ReportFact {
+                        name: r.string()?,
+                        value: r.u64()?,
+                        kind: kind_of(r.u8()?)?,
+                        site: r.opt(|r| site_of(r.u8()?))?,
+                    });
+                }
+                ReportResult::Applied(out)
+            }
+            1 => ReportResult::Unchanged(r.string()?),
+            2 => ReportResult::Failed(r.string()?),
+            _ => return None,
+        };
+        transforms.push(Report { stage, result });
+    }
+    if !r.rest.is_empty() {
+        return None;
+    }
+    Some((
+        kind,
+        Record {
+            ts_ms,
+            arrival_us,
+            client,
+            header_session,
+            agent_type,
+            account,
+            wire,
+            provider,
+            method,
+            path,
+            status,
+            outcome,
+            error,
+            request_body,
+            upstream_body,
+            bytes_upstream,
+            response_chunks,
+            response_bytes,
+            response_truncated,
+            response_is_sse,
+            content_encoding,
+            ttfb_ms,
+            total_ms,
+            transforms,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full_record(i: i64) -> Record {
+        Record {
+            ts_ms: 1_700_000_000_000 + i,
+            arrival_us: 1_700_000_000_000_000 + i,
+            client: "claude-code".into(),
+            header_session: Some(format!("ses-{i}")),
+            agent_type: Some("admin".into()),
+            account: "alice".into(),
+            wire: Some(Wire::Responses),
+            provider: Some(Provider::OpenAi),
+            method: "POST".into(),
+            path: "/v1/responses".into(),
+            status: Some(429),
+            outcome: RequestOutcome::UpstreamBroken,
+            error: Some("reset \u{1b}[31m".into()),
+            request_body: Bytes::from(vec![b'{'; 1000 + i as usize]),
+            upstream_body: Some(Bytes::from_static(b"{\"x\":1}")),
+            bytes_upstream: 7,
+            response_chunks: vec![Bytes::from_static(b"data: a\n\n"), Bytes::from_static(b"b")],
+            response_bytes: 10,
+            response_truncated: true,
+            response_is_sse: true,
+            content_encoding: Some("gzip".into()),
+            ttfb_ms: Some(1.5),
+            total_ms: 20.25,
+            transforms: vec![
+                Report {
+                    stage: "defer".into(),
+                    result: ReportResult::Applied(vec![ReportFact {
+                        name: "chars".into(),
+                        value: 42,
+                        kind: FactKind::CharsKeptOut,
+                        site: Some(Site::Tools),
+                    }]),
+                },
+                Report {
+                    stage: "pins".into(),
+                    result: ReportResult::Unchanged("no_pin_commands".into()),
+                },
+                Report {
+                    stage: "x".into(),
+                    result: ReportResult::Failed("boom".into()),
+                },
+            ],
+        }
+    }
+
+    /// A record read back equals the one appended, field for field (the response's chunks
+    /// come back as one).
+    #[test]
+    fn a_record_round_trips() {
+        let record = full_record(3);
+        let mut buf = Vec::new();
+        encode(&record, FINISHED, &mut buf);
+        let (kind, back) = decode(&buf).unwrap();
+        assert_eq!(kind, FINISHED);
+        let mut expected = record.clone();
+        expected.response_chunks = vec![Bytes::from_static(b"data: a\n\nb")];
+        assert_eq!(back, expected);
+        // Every cut of the payload is refused, never misread.
+        for cut in 0..buf.len() {
+            assert!(decode(&buf[..cut]).is_none(), "cut at {cut}");
+        }
+        let minimal = Record::default();
+        buf.clear();
+        encode(&minimal, FINISHED, &mut buf);
+        assert_eq!(decode(&buf).unwrap(), (FINISHED, minimal));
+        // An announcement carries everything but the bodies.
+        buf.clear();
+        encode(&record, OPENED, &mut buf);
+        let (kind, opened) = decode(&buf).unwrap();
+        assert_eq!(kind, OPENED);
+        let mut expected = record.clone();
+        expected.request_body = Bytes::new();
+        expected.upstream_body = None;
+        expected.response_chunks = Vec::new();
+        assert_eq!(opened, expected);
+    }
+
+    fn config(dir: &Path, limit: u64) -> SpoolConfig {
+        SpoolConfig {
+            dir: dir.to_owned(),
+            limit,
+        }
+    }
+
+    /// Entries come back in the order they went in, across segments and a reopen that resumes
+    /// from the committed position; nothing twice.
+    #[test]
+    fn entries_are_read_in_order_and_resumed_where_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        let (spool, start) =
+            Spool::open(&config(&spool_dir, 1 << 30), Position::default()).unwrap();
+        for i in 0..10 {
+            spool.append(&full_record(i)).unwrap();
+        }
+        assert_eq!(spool.backlog().0, 10);
+        let batch = spool.read(start, 4, u64::MAX);
+        let got: Vec<i64> = batch.records.iter().map(|r| r.ts_ms % 1000).collect();
+        assert_eq!(got, [0, 1, 2, 3]);
+        spool.consumed(&batch);
+        assert_eq!(spool.backlog().0, 6);
+        let committed = batch.end;
+        drop(spool);
+        // A new process: resumes at the committed position, appends to a segment of its own.
+        let (spool, start) = Spool::open(&config(&spool_dir, 1 << 30), committed).unwrap();
+        assert_eq!(start, committed);
+        // A second process on the same spool is refused while this one holds it.
+        let second = Spool::open(&config(&spool_dir, 1 << 30), committed);
+        assert!(matches!(second, Err(SpoolError::Busy { .. })));
+        assert_eq!(spool.backlog().0, 6);
+        spool.append(&full_record(10)).unwrap();
+        let batch = spool.read(start, 100, u64::MAX);
+        let got: Vec<i64> = batch.records.iter().map(|r| r.ts_ms % 1000).collect();
+        assert_eq!(got, [4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(batch.skipped, 0);
+        spool.consumed(&batch);
+        assert_eq!(spool.backlog(), (0, 0));
+        // The finished segment is gone.
+        assert_eq!(segments(&spool_dir).unwrap().len(), 1);
+    }
+
+    /// A torn last entry (the process killed mid-write) is skipped and counted; the entries
+    /// before it and the next process's come back.
+    #[test]
+    fn a_torn_tail_is_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        let (spool, start) =
+            Spool::open(&config(&spool_dir, 1 << 30), Position::default()).unwrap();
+        spool.append(&full_record(1)).unwrap();
+        spool.append(&full_record(2)).unwrap();
+        drop(spool);
+        let (_, path) = segments(&spool_dir).unwrap().pop().unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 5)
+            .unwrap();
+        let (spool, from) = Spool::open(&config(&spool_dir, 1 << 30), start).unwrap();
+        spool.append(&full_record(3)).unwrap();
+        let batch = spool.read(from, 100, u64::MAX);
+        let got: Vec<i64> = batch.records.iter().map(|r| r.ts_ms % 1000).collect();
+        assert_eq!(got, [1, 3]);
+        assert_eq!(batch.skipped, 1);
+    }
+
+    /// Past its limit the spool refuses a record instead of growing.
+    #[test]
+    fn the_limit_refuses_without_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, start) =
+            Spool::open(&config(&dir.path().join("s"), 5_000), Position::default()).unwrap();
+        let mut kept = 0u64;
+        let mut refused = 0;
+        for i in 0..10 {
+            match spool.append(&full_record(i)) {
+                Ok(()) => kept += 1,
+                Err(NotKept::Full) => refused += 1,
+                Err(NotKept::Io(e)) => panic!("{e}"),
+            }
+        }
+        assert!(kept > 0 && refused > 0, "{kept} kept, {refused} refused");
+        let (entries, bytes) = spool.backlog();
+        assert_eq!(entries, kept);
+        assert!(bytes <= 5_000, "{bytes}");
+        // The next record is one more than the limit allows; once written out, it fits again.
+        let batch = spool.read(start, 100, u64::MAX);
+        assert_eq!(batch.records.len() as u64, kept);
+        spool.consumed(&batch);
+        spool.append(&full_record(0)).unwrap();
+    }
+}

@@ -1,0 +1,507 @@
+//! What a ledger row is, and the summaries read from the ledger.
+
+/// Name of the counter of ledger rows dropped because the write queue was full.
+pub const DROPPED_ROWS: &str = "dropped_rows";
+
+/// Who caused a request to end the way it did, when it did not end well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Party {
+    /// The client: a request pith could not forward, or it went away before the answer ended.
+    Client,
+    /// The provider: unreachable, an error status, or a stream that broke off or reported an error.
+    Upstream,
+    /// pith itself.
+    Pith,
+}
+
+/// How a request ended. Stored by [`RequestOutcome::as_str`]; each failure names who caused it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum RequestOutcome {
+    /// The provider answered and the answer reached the client.
+    #[default]
+    Ok,
+    /// pith answered without contacting the provider (its own reply, marked as such).
+    Local,
+    /// The client went away before the answer was complete (the upstream request was cancelled).
+    ClientClosed,
+    /// The client's request could not be forwarded: unreadable or too large a body, a target
+    /// that makes no upstream URL, a method pith does not proxy, a missing access token. pith
+    /// answered in the provider's error shape.
+    ClientError,
+    /// The client stopped sending its request body for longer than the proxy waits.
+    ClientTimeout,
+    /// No connection to the provider. pith answered with a 502 in the provider's error shape.
+    UpstreamUnreachable,
+    /// The provider answered with a 4xx or 5xx status (forwarded unchanged).
+    UpstreamError,
+    /// The provider's answer broke off mid-body (connection reset, protocol error).
+    UpstreamBroken,
+    /// The provider reported an error event inside a successful stream.
+    StreamError,
+    /// The provider sent no response headers, or went silent mid-body, for longer than the
+    /// proxy waits; pith ended the request with an error naming the limit.
+    UpstreamTimeout,
+    /// The proxy shut down with the request still open (after its grace period).
+    Shutdown,
+    /// The proxy stopped without shutting down (killed, crashed) while the answer streamed:
+    /// the client had the response headers, perhaps not the whole body. Written by the next
+    /// start from what the proxy recorded when the answer began.
+    Interrupted,
+    /// pith itself failed to handle the request.
+    PithError,
+}
+
+impl RequestOutcome {
+    pub(super) const ALL: [RequestOutcome; 13] = [
+        RequestOutcome::Ok,
+        RequestOutcome::Local,
+        RequestOutcome::ClientClosed,
+        RequestOutcome::ClientError,
+        RequestOutcome::ClientTimeout,
+        RequestOutcome::UpstreamUnreachable,
+        RequestOutcome::UpstreamError,
+        RequestOutcome::UpstreamBroken,
+        RequestOutcome::StreamError,
+        RequestOutcome::UpstreamTimeout,
+        RequestOutcome::Shutdown,
+        RequestOutcome::Interrupted,
+        RequestOutcome::PithError,
+    ];
+
+    /// The stable name stored in the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestOutcome::Ok => "ok",
+            RequestOutcome::Local => "local",
+            RequestOutcome::ClientClosed => "client_closed",
+            RequestOutcome::ClientError => "client_error",
+            RequestOutcome::ClientTimeout => "client_timeout",
+            RequestOutcome::UpstreamUnreachable => "upstream_unreachable",
+            RequestOutcome::UpstreamError => "upstream_error",
+            RequestOutcome::UpstreamBroken => "upstream_broken",
+            RequestOutcome::StreamError => "stream_error",
+            RequestOutcome::UpstreamTimeout => "upstream_timeout",
+            RequestOutcome::Shutdown => "shutdown",
+            RequestOutcome::Interrupted => "interrupted",
+            RequestOutcome::PithError => "pith_error",
+        }
+    }
+
+    /// The outcome stored as `name`; an unknown name (a newer pith wrote it) reads as a pith
+    /// error rather than as success.
+    pub fn parse(name: &str) -> RequestOutcome {
+        RequestOutcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == name)
+            .unwrap_or(RequestOutcome::PithError)
+    }
+
+    /// Who caused it, when the request did not end well.
+    pub fn caused_by(self) -> Option<Party> {
+        match self {
+            RequestOutcome::Ok | RequestOutcome::Local => None,
+            RequestOutcome::ClientClosed
+            | RequestOutcome::ClientError
+            | RequestOutcome::ClientTimeout => Some(Party::Client),
+            RequestOutcome::UpstreamUnreachable
+            | RequestOutcome::UpstreamError
+            | RequestOutcome::UpstreamBroken
+            | RequestOutcome::StreamError
+            | RequestOutcome::UpstreamTimeout => Some(Party::Upstream),
+            RequestOutcome::Shutdown | RequestOutcome::Interrupted | RequestOutcome::PithError => {
+                Some(Party::Pith)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for RequestOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One number a transform reported, e.g. `tools = 48` of kind `count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fact {
+    /// Short stable name, e.g. `tools`.
+    pub name: String,
+    /// What the number measures (`pith_transform::FactKind::as_str`), e.g. `chars_kept_out`.
+    pub kind: String,
+    /// The number, in what `kind` says it measures.
+    pub value: u64,
+}
+
+/// What one transform stage did to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransformResult {
+    /// It changed the request; its facts in the order the `pith-transforms` header lists them.
+    Applied(Vec<Fact>),
+    /// It left the request unchanged, for this named reason (e.g. `already_deferring`).
+    Unchanged(String),
+    /// It failed and its edit was dropped (the request went on without it); the error.
+    Failed(String),
+}
+
+impl TransformResult {
+    pub(super) fn as_str(&self) -> &'static str {
+        match self {
+            TransformResult::Applied(_) => "applied",
+            TransformResult::Unchanged(_) => "unchanged",
+            TransformResult::Failed(_) => "failed",
+        }
+    }
+}
+
+/// One stage's entry for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transform {
+    /// The stage's name (`Stage::name`), e.g. `defer`.
+    pub stage: String,
+    /// What the stage did.
+    pub result: TransformResult,
+}
+
+/// One request as the ledger records it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    /// When the request arrived, in milliseconds since the Unix epoch.
+    pub ts_ms: i64,
+    /// Short client name from the user-agent, e.g. `claude-code`; `unknown` when it has none.
+    pub client: String,
+    /// Session id: from a session header, else `metadata.user_id`, else `h-` and a hash of the
+    /// first user message; `None` when none of them is there.
+    pub session: Option<String>,
+    /// `anthropic`, `chat`, `responses`; `None` for pass-through paths.
+    pub wire: Option<String>,
+    /// The upstream the request went to: `anthropic` or `openai`.
+    pub provider: String,
+    /// The model the request asked for, else the one the response named; `None` when neither did.
+    pub model: Option<String>,
+    /// HTTP method, e.g. `POST`.
+    pub method: String,
+    /// Request path without the query, e.g. `/v1/messages`.
+    pub path: String,
+    /// HTTP status returned to the client; `None` if it went away first.
+    pub status: Option<u16>,
+    /// How the request ended.
+    pub outcome: RequestOutcome,
+    /// What went wrong, in words: pith's own fault message, a broken stream, or the error a stream
+    /// reported; `None` otherwise (an upstream error status is in `status`).
+    pub error: Option<String>,
+    /// Length of the request body the client sent.
+    pub bytes_client: u64,
+    /// Length of the request body sent upstream (differs from `bytes_client` when a stage changed
+    /// it; 0 when the request never got that far).
+    pub bytes_upstream: u64,
+    /// Bytes of response body the provider sent, as encoded on the wire; 0 when pith answered.
+    pub bytes_response: u64,
+    /// Bytes of the client's body in `tools`.
+    pub tools_bytes: u64,
+    /// Bytes of the client's body in the system prompt (Anthropic `system`, Responses
+    /// `instructions`).
+    pub system_bytes: u64,
+    /// Bytes of the client's body in the history (`messages`, Responses `input`).
+    pub messages_bytes: u64,
+    /// Every other byte of the client's body (all of it on pass-through paths).
+    pub other_bytes: u64,
+    /// Billed tokens the response reported; `None` when it reported none or was not read (an
+    /// error status, `count_tokens`, a pass-through path, a body too large to keep).
+    pub usage: Option<RowUsage>,
+    /// Milliseconds from arrival to the provider's first body chunk; `None` if none came.
+    pub ttfb_ms: Option<f64>,
+    /// Milliseconds from arrival until the exchange ended (last byte out, a failure, or the client
+    /// going away).
+    pub total_ms: f64,
+    /// What each stage of the pipeline did, in pipeline order.
+    pub transforms: Vec<Transform>,
+    /// The prompt as sent upstream, fingerprinted (`pith_wire::fingerprint::Fingerprint`
+    /// bytes); `None` off the three wires or for a body that is not JSON.
+    pub fingerprint: Option<Vec<u8>>,
+    /// The prompt as the client sent it, when a stage changed it (else `None`: the same).
+    pub client_fingerprint: Option<Vec<u8>>,
+    /// What the stages' edits are estimated to have saved, per (stage, rate); empty without
+    /// usage (nothing to price by).
+    pub savings: Vec<Saving>,
+    /// The account the request belongs to (a gateway's key maps each request to one); `None`
+    /// for rows written before ledger schema 6, which belong to the ledger's own account (the
+    /// proxy's `[account] id`).
+    pub account: Option<String>,
+    /// When the request arrived, in microseconds since the epoch (unique within the proxy
+    /// that wrote it): the order a session's requests are paired in for cache busts. `None`
+    /// for a row that does not know (pulled from the team ledger): it arrived at `ts_ms`.
+    pub arrival_us: Option<i64>,
+}
+
+impl Row {
+    /// What `stage` did to this request, if it looked at it.
+    pub fn transform(&self, stage: &str) -> Option<&TransformResult> {
+        self.transforms
+            .iter()
+            .find(|t| t.stage == stage)
+            .map(|t| &t.result)
+    }
+}
+
+/// Disjoint token counters (see `pith_wire::usage::Usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowUsage {
+    /// Uncached prompt tokens.
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Prompt tokens written to the cache.
+    pub cache_write: u64,
+    /// The part of `cache_write` written with the one-hour lifetime.
+    pub cache_write_1h: u64,
+    /// Prompt tokens read from the cache.
+    pub cache_read: u64,
+}
+
+/// What one stage's edits of one request are estimated to have saved at one rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saving {
+    /// The stage's name.
+    pub stage: String,
+    /// The rate the tokens would have been billed at (`pith_wire::usage::Band::as_str`).
+    pub band: String,
+    /// Estimated prompt tokens kept out, less those added; negative when it added more.
+    pub tokens: i64,
+}
+
+/// A [`Saving`] summed over the rows of one (session, model) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavingTotal {
+    /// The session; `None` for rows without one.
+    pub session: Option<String>,
+    /// The model (what prices the tokens); `None` for rows without one.
+    pub model: Option<String>,
+    /// The stage.
+    pub stage: String,
+    /// The rate (`pith_wire::usage::Band::as_str`).
+    pub band: String,
+    /// The tokens, summed (signed).
+    pub tokens: i64,
+}
+
+/// Which rows a summary covers.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only rows that arrived at or after this time (ms since the Unix epoch); `None` for all.
+    pub since_ms: Option<i64>,
+    /// Only the rows of this session; `None` for every session.
+    pub session: Option<String>,
+}
+
+/// Totals of the rows sharing one (session, model) pair.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Group {
+    /// The session; `None` for rows without one.
+    pub session: Option<String>,
+    /// The client of the group's rows (the first by name, should they differ).
+    pub client: String,
+    /// The model; `None` for rows without one.
+    pub model: Option<String>,
+    /// Rows in the group.
+    pub requests: u64,
+    /// Requests whose response carried usage.
+    pub with_usage: u64,
+    /// Uncached prompt tokens, summed.
+    pub input: u64,
+    /// Output tokens, summed.
+    pub output: u64,
+    /// Prompt tokens written to the cache, summed.
+    pub cache_write: u64,
+    /// The one-hour part of `cache_write`, summed.
+    pub cache_write_1h: u64,
+    /// Prompt tokens read from the cache, summed.
+    pub cache_read: u64,
+    /// Requests compared with the previous one of the group for a cache bust.
+    pub bust_pairs: u64,
+    /// Busts only in what pith sent.
+    pub busts_pith: u64,
+    /// Busts the client's own prompts show too.
+    pub busts_client: u64,
+    /// Requests that did not end `ok` or `local`.
+    pub errors: u64,
+    /// Requests pith answered itself (outcome `local`).
+    pub local: u64,
+    /// Requests some stage changed.
+    pub transformed: u64,
+    /// Stage failures, summed (one request may count several).
+    pub transform_failures: u64,
+    /// Arrival of the group's first request, ms since the Unix epoch.
+    pub first_ms: i64,
+    /// Arrival of the group's last request, ms since the Unix epoch.
+    pub last_ms: i64,
+}
+
+/// Totals of the rows sharing one (account, model) pair: a [`Group`] whose `session` is
+/// `None` and whose `client` is the first by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccountGroup {
+    /// The account; `None` for rows written before accounts were kept (the ledger's own).
+    pub account: Option<String>,
+    /// The totals.
+    pub totals: Group,
+}
+
+/// A [`Saving`] summed over the rows of one (account, model) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountSaving {
+    /// The account; `None` for rows written before accounts were kept (the ledger's own).
+    pub account: Option<String>,
+    /// The model (what prices the tokens); `None` for rows without one.
+    pub model: Option<String>,
+    /// The stage.
+    pub stage: String,
+    /// The rate (`pith_wire::usage::Band::as_str`).
+    pub band: String,
+    /// The tokens, summed (signed).
+    pub tokens: i64,
+}
+
+/// What one stage did over the rows a filter covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageTotals {
+    /// The stage's name.
+    pub stage: String,
+    /// Requests it changed.
+    pub applied: u64,
+    /// Requests on which it failed.
+    pub failed: u64,
+    /// Requests it left unchanged, by reason, reasons sorted.
+    pub unchanged: Vec<(String, u64)>,
+    /// Its facts summed over the requests it changed: (name, kind, sum), sorted by name.
+    pub facts: Vec<(String, String, u64)>,
+}
+
+/// Upper bounds (ms) of the latency histograms' buckets.
+pub const LATENCY_BUCKETS_MS: [u64; 10] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 120_000,
+];
+
+/// The bucket of `ms` in `latency_totals`: the index of the first bound at or above it.
+pub(super) fn latency_bucket(ms: f64) -> i64 {
+    LATENCY_BUCKETS_MS
+        .iter()
+        .position(|b| ms <= *b as f64)
+        .unwrap_or(LATENCY_BUCKETS_MS.len()) as i64
+}
+
+/// Latency histograms over the filtered requests.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Latency {
+    /// The whole exchange, arrival to the last byte out.
+    pub total_ms: Histogram,
+    /// Arrival to the provider's first body byte.
+    pub ttfb_ms: Histogram,
+}
+
+/// One histogram: cumulative counts at each of [`LATENCY_BUCKETS_MS`], the count and the sum.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Histogram {
+    /// Requests at or under each bound, in bound order.
+    pub cumulative: Vec<u64>,
+    /// Requests counted.
+    pub count: u64,
+    /// Their sum, ms.
+    pub sum_ms: f64,
+}
+
+/// One request as a live view shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Recent {
+    /// The row's id: increasing, so a view asks for what came after the last one it has.
+    pub id: i64,
+    /// When it arrived (ms since the Unix epoch).
+    pub ts_ms: i64,
+    /// Short client name.
+    pub client: String,
+    /// Its session.
+    pub session: Option<String>,
+    /// `anthropic`, `chat`, `responses`.
+    pub wire: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The request path.
+    pub path: String,
+    /// The status the client got.
+    pub status: Option<u16>,
+    /// How it ended (`RequestOutcome` name).
+    pub outcome: String,
+    /// Uncached prompt tokens (0 without usage).
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens written to the cache.
+    pub cache_write_tokens: u64,
+    /// Prompt tokens read from the cache.
+    pub cache_read_tokens: u64,
+    /// Milliseconds to the provider's first byte.
+    pub ttfb_ms: Option<f64>,
+    /// Milliseconds until the exchange ended.
+    pub total_ms: f64,
+    /// The client body's anatomy: bytes of tools, system prompt, history, the rest.
+    pub tools_bytes: u64,
+    /// See `tools_bytes`.
+    pub system_bytes: u64,
+    /// See `tools_bytes`.
+    pub messages_bytes: u64,
+    /// See `tools_bytes`.
+    pub other_bytes: u64,
+    /// The stages that changed it, in order.
+    pub transforms: Vec<String>,
+}
+
+/// The requests of one time bucket and one model (a chart over time prices each model apart).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimeBucket {
+    /// The bucket's start, ms since the Unix epoch (a multiple of the bucket's width).
+    pub start_ms: i64,
+    /// The model; `None` for rows without one.
+    pub model: Option<String>,
+    /// Requests that arrived in it.
+    pub requests: u64,
+    /// Uncached prompt tokens, summed.
+    pub input: u64,
+    /// Output tokens, summed.
+    pub output: u64,
+    /// Cache writes, summed (one-hour ones included).
+    pub cache_write: u64,
+    /// The one-hour part of `cache_write`.
+    pub cache_write_1h: u64,
+    /// Cache reads, summed.
+    pub cache_read: u64,
+}
+
+/// Prompt-cache busts: a request whose prompt differs from the previous request of its
+/// session and model at or before the segment that one was cached through.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheBusts {
+    /// Requests compared with a previous one.
+    pub pairs: u64,
+    /// Busts only in what pith sent (the client's own prompts kept their prefix).
+    pub by_pith: u64,
+    /// Busts the client's own prompts show too.
+    pub by_client: u64,
+    /// The newest busts, newest first (at most 100).
+    pub busts: Vec<Bust>,
+}
+
+/// One bust.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Bust {
+    /// Its session.
+    pub session: String,
+    /// Its model.
+    pub model: Option<String>,
+    /// When the busting request arrived.
+    pub ts_ms: i64,
+    /// The first prompt segment that differs (0 is the model, then tools, system, messages).
+    pub segment: u64,
+    /// The last segment the previous request was cached through.
+    pub cached_through: u64,
+    /// `pith` or `client`.
+    pub cause: String,
+}

@@ -1,0 +1,652 @@
+//! Reading the ledger: totals kept on write, busts, timelines, recent rows.
+
+use super::*;
+
+fn time_bucket(r: &rusqlite::Row<'_>) -> rusqlite::Result<TimeBucket> {
+    Ok(TimeBucket {
+        start_ms: r.get(0)?,
+        model: r.get(1)?,
+        requests: to_u64(r.get(2)?),
+        input: to_u64(r.get(3)?),
+        output: to_u64(r.get(4)?),
+        cache_write: to_u64(r.get(5)?),
+        cache_write_1h: to_u64(r.get(6)?),
+        cache_read: to_u64(r.get(7)?),
+    })
+}
+
+fn group_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Group> {
+    Ok(Group {
+        session: r.get(0)?,
+        client: r.get(1)?,
+        model: r.get(2)?,
+        requests: to_u64(r.get(3)?),
+        with_usage: to_u64(r.get(4)?),
+        input: to_u64(r.get(5)?),
+        output: to_u64(r.get(6)?),
+        cache_write: to_u64(r.get(7)?),
+        cache_read: to_u64(r.get(8)?),
+        errors: to_u64(r.get(9)?),
+        local: to_u64(r.get(10)?),
+        transformed: to_u64(r.get(11)?),
+        transform_failures: to_u64(r.get(12)?),
+        first_ms: r.get(13)?,
+        last_ms: r.get(14)?,
+        cache_write_1h: to_u64(r.get(15)?),
+        bust_pairs: to_u64(r.get(16)?),
+        busts_pith: to_u64(r.get(17)?),
+        busts_client: to_u64(r.get(18)?),
+    })
+}
+
+impl Ledger {
+    /// Add `delta` to the named counter.
+    pub fn add_counter(&mut self, name: &str, delta: u64) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO counters (name, value) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+            params![name, to_i64(delta)],
+        )?;
+        Ok(())
+    }
+
+    /// The named counter's value; 0 if nothing was ever added to it.
+    pub fn counter(&self, name: &str) -> Result<u64, StoreError> {
+        let v: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT value FROM counters WHERE name = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        Ok(v.map(to_u64).unwrap_or(0))
+    }
+
+    /// Totals per (session, model), oldest session first.
+    pub fn groups(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
+        if filter.since_ms.is_some() {
+            return self.groups_scanned("session", filter);
+        }
+        self.groups_kept("group_totals", "session", filter.session.as_deref())
+    }
+
+    /// Totals per (account, model), oldest account first; rows from before accounts were
+    /// kept are the group with no account (the ledger's own).
+    pub fn account_groups(&self, filter: &Filter) -> Result<Vec<AccountGroup>, StoreError> {
+        let groups = if filter.since_ms.is_some() || filter.session.is_some() {
+            self.groups_scanned("account", filter)?
+        } else {
+            self.groups_kept("account_totals", "account", None)?
+        };
+        Ok(groups
+            .into_iter()
+            .map(|mut totals| AccountGroup {
+                account: totals.session.take(),
+                totals,
+            })
+            .collect())
+    }
+
+    /// The totals kept as rows were written in `table`, grouped by `by` and model (`by` read
+    /// into `Group::session`), only `by = only` when given: one row per group, not a scan.
+    fn groups_kept(
+        &self,
+        table: &str,
+        by: &str,
+        only: Option<&str>,
+    ) -> Result<Vec<Group>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {by}, client, model, requests, with_usage, input, output, cache_write,
+                    cache_read, errors, local, transformed, failures, first_ms, last_ms,
+                    cache_write_1h, bust_pairs, busts_pith, busts_client
+             FROM {table} WHERE (?1 IS NULL OR {by} = ?1)
+             ORDER BY first_ms, {by}, model",
+        ))?;
+        let rows = stmt.query_map(params![only], group_of)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// [`Ledger::groups`] (or by `account`) computed from the requests themselves (any
+    /// filter); `by` is read into `Group::session`.
+    fn groups_scanned(&self, by: &str, filter: &Filter) -> Result<Vec<Group>, StoreError> {
+        let sql = format!(
+            "SELECT {by}, min(client), model, count(*),
+                    count(input_tokens),
+                    coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
+                    coalesce(sum(cache_write_tokens), 0), coalesce(sum(cache_read_tokens), 0),
+                    sum(outcome NOT IN ('ok', 'local')), sum(outcome = 'local'),
+                    sum(EXISTS (SELECT 1 FROM transform_results t
+                                WHERE t.request_id = requests.id AND t.result = 'applied')),
+                    sum((SELECT count(*) FROM transform_results t
+                         WHERE t.request_id = requests.id AND t.result = 'failed')),
+                    min(ts_ms), max(ts_ms), coalesce(sum(cache_write_1h_tokens), 0),
+                    sum(bust_checked), coalesce(sum(bust_cause = 'pith'), 0),
+                    coalesce(sum(bust_cause = 'client'), 0)
+             FROM requests
+             WHERE {FILTERED}
+             GROUP BY {by}, model
+             ORDER BY min(ts_ms), {by}, model"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], group_of)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// What each transform stage did over the rows `filter` covers, stages sorted by name.
+    pub fn stage_totals(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
+        if filter.since_ms.is_none() && filter.session.is_none() {
+            // The totals kept as rows were written.
+            return self.stage_totals_from(
+                "SELECT stage, result, CASE WHEN result = 'unchanged' THEN detail END, n
+                 FROM stage_result_totals WHERE ?1 IS NULL AND ?2 IS NULL ORDER BY 1, 2, 3"
+                    .to_owned(),
+                "SELECT stage, name, kind, total FROM stage_fact_totals
+                 WHERE ?1 IS NULL AND ?2 IS NULL ORDER BY 1, 2, 3"
+                    .to_owned(),
+                filter,
+            );
+        }
+        self.stage_totals_scanned(filter)
+    }
+
+    /// [`Ledger::stage_totals`] computed from the requests themselves (any filter).
+    fn stage_totals_scanned(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
+        // Both queries give (stage, text, text, count) per group: results first, then facts.
+        let results = format!(
+            "SELECT t.stage, t.result, CASE WHEN t.result = 'unchanged' THEN t.detail END, count(*)
+             FROM transform_results t JOIN requests ON requests.id = t.request_id
+             WHERE {FILTERED} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+        );
+        let facts = format!(
+            "SELECT f.stage, f.name, f.kind, sum(f.value)
+             FROM transform_facts f JOIN requests ON requests.id = f.request_id
+             WHERE {FILTERED} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+        );
+        self.stage_totals_from(results, facts, filter)
+    }
+
+    fn stage_totals_from(
+        &self,
+        results: String,
+        facts: String,
+        filter: &Filter,
+    ) -> Result<Vec<StageTotals>, StoreError> {
+        let mut stages: BTreeMap<String, StageTotals> = BTreeMap::new();
+        for (is_fact, sql) in [(false, results), (true, facts)] {
+            let mut stmt = self.conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![filter.since_ms, filter.session])?;
+            while let Some(r) = rows.next()? {
+                let stage: String = r.get(0)?;
+                let (a, b, n): (String, Option<String>, i64) = (r.get(1)?, r.get(2)?, r.get(3)?);
+                let (b, n) = (b.unwrap_or_default(), to_u64(n));
+                let s = stages.entry(stage.clone()).or_insert_with(|| StageTotals {
+                    stage,
+                    ..StageTotals::default()
+                });
+                match (is_fact, a.as_str()) {
+                    (true, _) => s.facts.push((a, b, n)),
+                    (false, "applied") => s.applied += n,
+                    (false, "failed") => s.failed += n,
+                    (false, _) => s.unchanged.push((b, n)),
+                }
+            }
+        }
+        Ok(stages.into_values().collect())
+    }
+
+    /// Prompt-cache busts over the filtered rows: the pairs checked, busts by cause, and the
+    /// newest busts (at most 100). Each row's bust was decided when it was written.
+    pub fn cache_busts(&self, filter: &Filter) -> Result<CacheBusts, StoreError> {
+        let totals = if filter.since_ms.is_none() {
+            "SELECT coalesce(sum(bust_pairs), 0), coalesce(sum(busts_pith), 0),
+                    coalesce(sum(busts_client), 0)
+             FROM group_totals WHERE ?1 IS NULL AND (?2 IS NULL OR session = ?2)"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT coalesce(sum(bust_checked), 0), coalesce(sum(bust_cause = 'pith'), 0),
+                    coalesce(sum(bust_cause = 'client'), 0)
+             FROM requests WHERE {FILTERED}"
+            )
+        };
+        let (pairs, by_pith, by_client): (i64, i64, i64) =
+            self.conn
+                .query_row(&totals, params![filter.since_ms, filter.session], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+        let list = format!(
+            "SELECT session, model, ts_ms, bust_at, bust_cached_through, bust_cause FROM requests
+             WHERE bust_cause IS NOT NULL AND {FILTERED} ORDER BY id DESC LIMIT 100"
+        );
+        let mut stmt = self.conn.prepare_cached(&list)?;
+        let busts = stmt
+            .query_map(params![filter.since_ms, filter.session], |r| {
+                Ok(Bust {
+                    session: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                    model: r.get(1)?,
+                    ts_ms: r.get(2)?,
+                    segment: to_u64(r.get(3)?),
+                    cached_through: to_u64(r.get(4)?),
+                    cause: r.get(5)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CacheBusts {
+            pairs: to_u64(pairs),
+            by_pith: to_u64(by_pith),
+            by_client: to_u64(by_client),
+            busts,
+        })
+    }
+
+    /// The filtered requests in buckets of `width_ms` by arrival, per model, oldest first.
+    pub fn timeline(&self, filter: &Filter, width_ms: i64) -> Result<Vec<TimeBucket>, StoreError> {
+        let width = width_ms.max(1);
+        if filter.session.is_some() || width % HOUR_MS != 0 {
+            return self.timeline_scan(filter, width, None);
+        }
+        // Whole hours from the totals kept on write; a partial first hour (a `since` inside
+        // it) from the requests themselves.
+        let first_hour = filter
+            .since_ms
+            .map(|s| s.div_euclid(HOUR_MS) * HOUR_MS + if s % HOUR_MS == 0 { 0 } else { HOUR_MS });
+        let mut buckets: BTreeMap<(i64, Option<String>), TimeBucket> = BTreeMap::new();
+        let mut add = |b: TimeBucket| {
+            let into = buckets
+                .entry((b.start_ms, b.model.clone()))
+                .or_insert_with(|| TimeBucket {
+                    start_ms: b.start_ms,
+                    model: b.model.clone(),
+                    ..TimeBucket::default()
+                });
+            into.requests += b.requests;
+            into.input += b.input;
+            into.output += b.output;
+            into.cache_write += b.cache_write;
+            into.cache_write_1h += b.cache_write_1h;
+            into.cache_read += b.cache_read;
+        };
+        if let Some(until) = first_hour.filter(|h| filter.since_ms != Some(*h)) {
+            for b in self.timeline_scan(filter, width, Some(until))? {
+                add(b);
+            }
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT (hour_ms / ?2) * ?2, model, sum(requests), sum(input), sum(output),
+                    sum(cache_write), sum(cache_write_1h), sum(cache_read)
+             FROM hour_totals WHERE ?1 IS NULL OR hour_ms >= ?1
+             GROUP BY 1, k",
+        )?;
+        let rows = stmt.query_map(params![first_hour, width], time_bucket)?;
+        for b in rows {
+            add(b?);
+        }
+        Ok(buckets.into_values().collect())
+    }
+
+    /// [`Ledger::timeline`] by scanning the requests (before `until`, when given).
+    pub(super) fn timeline_scan(
+        &self,
+        filter: &Filter,
+        width: i64,
+        until: Option<i64>,
+    ) -> Result<Vec<TimeBucket>, StoreError> {
+        let sql = format!(
+            "SELECT (ts_ms / ?3) * ?3, model, count(*), coalesce(sum(input_tokens), 0),
+                    coalesce(sum(output_tokens), 0), coalesce(sum(cache_write_tokens), 0),
+                    coalesce(sum(cache_write_1h_tokens), 0), coalesce(sum(cache_read_tokens), 0)
+             FROM requests WHERE {FILTERED} AND (?4 IS NULL OR ts_ms < ?4)
+             GROUP BY 1, 2 ORDER BY 1, 2"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(
+            params![filter.since_ms, filter.session, width, until],
+            time_bucket,
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The arrival times of the oldest and newest filtered request; `None` when there is none.
+    pub fn span(&self, filter: &Filter) -> Result<Option<(i64, i64)>, StoreError> {
+        let sql = format!("SELECT min(ts_ms), max(ts_ms) FROM requests WHERE {FILTERED}");
+        let (first, last): (Option<i64>, Option<i64>) =
+            self.conn
+                .query_row(&sql, params![filter.since_ms, filter.session], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+        Ok(first.zip(last))
+    }
+
+    /// How long requests took: a histogram of `total_ms` (the whole exchange) and of `ttfb_ms`
+    /// (to the provider's first byte, where there was one), over the filtered rows, with the
+    /// bucket bounds in [`LATENCY_BUCKETS_MS`].
+    pub fn latency(&self, filter: &Filter) -> Result<Latency, StoreError> {
+        if filter.since_ms.is_none() && filter.session.is_none() {
+            return self.latency_kept();
+        }
+        self.latency_scanned(filter)
+    }
+
+    /// [`Ledger::latency`] over the whole ledger, from the totals kept as rows were written.
+    fn latency_kept(&self) -> Result<Latency, StoreError> {
+        let mut out = Latency::default();
+        for (metric, hist) in [
+            ("total_ms", &mut out.total_ms),
+            ("ttfb_ms", &mut out.ttfb_ms),
+        ] {
+            let mut per_bucket = [0u64; LATENCY_BUCKETS_MS.len() + 1];
+            let mut stmt = self
+                .conn
+                .prepare_cached("SELECT bucket, n, sum_ms FROM latency_totals WHERE metric = ?1")?;
+            let mut rows = stmt.query(params![metric])?;
+            while let Some(r) = rows.next()? {
+                let bucket = usize::try_from(r.get::<_, i64>(0)?).unwrap_or(usize::MAX);
+                let n = to_u64(r.get(1)?);
+                if let Some(slot) = per_bucket.get_mut(bucket) {
+                    *slot += n;
+                }
+                hist.count += n;
+                hist.sum_ms += r.get::<_, f64>(2)?;
+            }
+            let mut running = 0;
+            for n in &per_bucket[..LATENCY_BUCKETS_MS.len()] {
+                running += n;
+                hist.cumulative.push(running);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Ledger::latency`] computed from the requests themselves (any filter).
+    fn latency_scanned(&self, filter: &Filter) -> Result<Latency, StoreError> {
+        let buckets: Vec<String> = LATENCY_BUCKETS_MS
+            .iter()
+            .map(|b| format!("coalesce(sum(COL <= {b}), 0)"))
+            .collect();
+        let mut out = Latency::default();
+        for (column, hist) in [
+            ("total_ms", &mut out.total_ms),
+            ("ttfb_ms", &mut out.ttfb_ms),
+        ] {
+            let sql = format!(
+                "SELECT count({column}), coalesce(sum({column}), 0), {}
+                 FROM requests WHERE {column} IS NOT NULL AND {FILTERED}",
+                buckets.join(", ").replace("COL", column)
+            );
+            self.conn
+                .query_row(&sql, params![filter.since_ms, filter.session], |r| {
+                    hist.count = to_u64(r.get(0)?);
+                    hist.sum_ms = r.get(1)?;
+                    for i in 0..LATENCY_BUCKETS_MS.len() {
+                        hist.cumulative.push(to_u64(r.get(2 + i)?));
+                    }
+                    Ok(())
+                })?;
+        }
+        Ok(out)
+    }
+
+    /// The newest requests, newest first, at most `limit`, only those after `after_id` when
+    /// given (a live view polls with the last id it has).
+    pub fn recent(&self, limit: usize, after_id: Option<i64>) -> Result<Vec<Recent>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT r.id, r.ts_ms, r.client, r.session, r.wire, r.model, r.path, r.status,
+                    r.outcome, r.input_tokens, r.output_tokens, r.cache_write_tokens,
+                    r.cache_read_tokens, r.ttfb_ms, r.total_ms, r.tools_bytes, r.system_bytes,
+                    r.messages_bytes, r.other_bytes,
+                    (SELECT group_concat(t.stage, ',') FROM transform_results t
+                     WHERE t.request_id = r.id AND t.result = 'applied')
+             FROM requests r WHERE (?1 IS NULL OR r.id > ?1) ORDER BY r.id DESC LIMIT ?2",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![after_id, limit], |r| {
+            let n = |i: usize| -> rusqlite::Result<u64> {
+                Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
+            };
+            let transforms: Option<String> = r.get(19)?;
+            Ok(Recent {
+                id: r.get(0)?,
+                ts_ms: r.get(1)?,
+                client: r.get(2)?,
+                session: r.get(3)?,
+                wire: r.get(4)?,
+                model: r.get(5)?,
+                path: r.get(6)?,
+                status: r.get(7)?,
+                outcome: r.get(8)?,
+                input_tokens: n(9)?,
+                output_tokens: n(10)?,
+                cache_write_tokens: n(11)?,
+                cache_read_tokens: n(12)?,
+                ttfb_ms: r.get(13)?,
+                total_ms: r.get(14)?,
+                tools_bytes: n(15)?,
+                system_bytes: n(16)?,
+                messages_bytes: n(17)?,
+                other_bytes: n(18)?,
+                transforms: transforms
+                    .map(|t| t.split(',').map(str::to_owned).collect())
+                    .unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every row in arrival order (rows that arrived together, as written), with its transform
+    /// entries (tests and export).
+    pub fn rows(&self) -> Result<Vec<Row>, StoreError> {
+        let mut rows: Vec<Row> = self
+            .rows_after(0, usize::MAX)?
+            .into_iter()
+            .map(|(_, row)| row)
+            .collect();
+        // Stable: rows that arrived together stay in the order they were written.
+        rows.sort_by_key(|r| r.arrival_us.unwrap_or(r.ts_ms.saturating_mul(1000)));
+        Ok(rows)
+    }
+
+    /// At most `limit` rows with an id above `after_id`, oldest first, each with its id: how
+    /// the team ledger's shipper reads what it has not sent yet.
+    pub fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<(i64, Row)>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let last: Option<i64> = self.conn.query_row(
+            "SELECT max(id) FROM (SELECT id FROM requests WHERE id > ?1 ORDER BY id LIMIT ?2)",
+            params![after_id, limit],
+            |r| r.get(0),
+        )?;
+        let Some(last) = last else {
+            return Ok(Vec::new());
+        };
+        let mut transforms = self.transforms_by_request(after_id, last)?;
+        let mut savings = self.savings_by_request(after_id, last)?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT ts_ms, client, requests.session, wire, provider, requests.model, method, path,
+                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
+                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                    requests.id,
+                    prompts.sent, prompts.as_client, cache_write_1h_tokens, account,
+                    requests.arrival_us
+             FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
+             WHERE requests.id > ?1 AND requests.id <= ?2
+             ORDER BY requests.id",
+        )?;
+        let rows = stmt.query_map(params![after_id, last], |r| {
+            let input: Option<i64> = r.get(18)?;
+            let usage = match input {
+                Some(input) => Some(RowUsage {
+                    input: to_u64(input),
+                    output: to_u64(r.get::<_, Option<i64>>(19)?.unwrap_or(0)),
+                    cache_write: to_u64(r.get::<_, Option<i64>>(20)?.unwrap_or(0)),
+                    cache_write_1h: to_u64(r.get::<_, Option<i64>>(27)?.unwrap_or(0)),
+                    cache_read: to_u64(r.get::<_, Option<i64>>(21)?.unwrap_or(0)),
+                }),
+                None => None,
+            };
+            let id: i64 = r.get(24)?;
+            Ok((
+                id,
+                Row {
+                    ts_ms: r.get(0)?,
+                    client: r.get(1)?,
+                    session: r.get(2)?,
+                    wire: r.get(3)?,
+                    provider: r.get(4)?,
+                    model: r.get(5)?,
+                    method: r.get(6)?,
+                    path: r.get(7)?,
+                    status: r.get(8)?,
+                    outcome: RequestOutcome::parse(&r.get::<_, String>(9)?),
+                    error: r.get(10)?,
+                    bytes_client: to_u64(r.get(11)?),
+                    bytes_upstream: to_u64(r.get(12)?),
+                    bytes_response: to_u64(r.get(13)?),
+                    tools_bytes: to_u64(r.get(14)?),
+                    system_bytes: to_u64(r.get(15)?),
+                    messages_bytes: to_u64(r.get(16)?),
+                    other_bytes: to_u64(r.get(17)?),
+                    usage,
+                    ttfb_ms: r.get(22)?,
+                    total_ms: r.get(23)?,
+                    transforms: transforms.remove(&id).unwrap_or_default(),
+                    fingerprint: r.get(25)?,
+                    client_fingerprint: r.get(26)?,
+                    savings: savings.remove(&id).unwrap_or_default(),
+                    account: r.get(28)?,
+                    arrival_us: r.get(29)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The savings of the requests with ids in `(after, last]`, in stage and rate order.
+    fn savings_by_request(
+        &self,
+        after: i64,
+        last: i64,
+    ) -> Result<HashMap<i64, Vec<Saving>>, StoreError> {
+        let mut out: HashMap<i64, Vec<Saving>> = HashMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.request_id, s.stage, s.band, s.tokens FROM savings s
+             LEFT JOIN transform_results t ON t.request_id = s.request_id AND t.stage = s.stage
+             WHERE s.request_id > ?1 AND s.request_id <= ?2
+             ORDER BY s.request_id, t.position, s.stage, s.band",
+        )?;
+        let mut rows = stmt.query(params![after, last])?;
+        while let Some(r) = rows.next()? {
+            out.entry(r.get(0)?).or_default().push(Saving {
+                stage: r.get(1)?,
+                band: r.get(2)?,
+                tokens: r.get(3)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// What the stages saved over the rows `filter` covers, per (session, model, stage, rate),
+    /// ordered by those.
+    pub fn savings(&self, filter: &Filter) -> Result<Vec<SavingTotal>, StoreError> {
+        let sql = if filter.since_ms.is_none() {
+            // The totals kept as rows were written.
+            "SELECT session, model, stage, band, tokens FROM saving_totals
+             WHERE ?1 IS NULL AND (?2 IS NULL OR session = ?2)
+             ORDER BY session, model, stage, band"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT requests.session, requests.model, s.stage, s.band, sum(s.tokens)
+                 FROM savings s JOIN requests ON requests.id = s.request_id
+                 WHERE {FILTERED} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+            )
+        };
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
+            Ok(SavingTotal {
+                session: r.get(0)?,
+                model: r.get(1)?,
+                stage: r.get(2)?,
+                band: r.get(3)?,
+                tokens: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// What the stages saved over the rows `filter` covers, per (account, model, stage,
+    /// rate), ordered by those.
+    pub fn account_savings(&self, filter: &Filter) -> Result<Vec<AccountSaving>, StoreError> {
+        let sql = if filter.since_ms.is_none() && filter.session.is_none() {
+            // The totals kept as rows were written.
+            "SELECT account, model, stage, band, tokens FROM account_saving_totals
+             WHERE ?1 IS NULL AND ?2 IS NULL ORDER BY account, model, stage, band"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT requests.account, requests.model, s.stage, s.band, sum(s.tokens)
+                 FROM savings s JOIN requests ON requests.id = s.request_id
+                 WHERE {FILTERED} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+            )
+        };
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
+            Ok(AccountSaving {
+                account: r.get(0)?,
+                model: r.get(1)?,
+                stage: r.get(2)?,
+                band: r.get(3)?,
+                tokens: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The transform entries of the requests with ids in `(after, last]`, stages in the order
+    /// they were written.
+    fn transforms_by_request(
+        &self,
+        after: i64,
+        last: i64,
+    ) -> Result<HashMap<i64, Vec<Transform>>, StoreError> {
+        let mut facts: HashMap<(i64, String), Vec<Fact>> = HashMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT request_id, stage, name, kind, value FROM transform_facts
+             WHERE request_id > ?1 AND request_id <= ?2
+             ORDER BY request_id, stage, position",
+        )?;
+        let mut rows = stmt.query(params![after, last])?;
+        while let Some(r) = rows.next()? {
+            facts.entry((r.get(0)?, r.get(1)?)).or_default().push(Fact {
+                name: r.get(2)?,
+                kind: r.get(3)?,
+                value: to_u64(r.get(4)?),
+            });
+        }
+        let mut out: HashMap<i64, Vec<Transform>> = HashMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT request_id, stage, result, detail FROM transform_results
+             WHERE request_id > ?1 AND request_id <= ?2
+             ORDER BY request_id, position",
+        )?;
+        let mut rows = stmt.query(params![after, last])?;
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(0)?;
+            let stage: String = r.get(1)?;
+            let result: String = r.get(2)?;
+            let detail: Option<String> = r.get(3)?;
+            let result = match result.as_str() {
+                "applied" => {
+                    TransformResult::Applied(facts.remove(&(id, stage.clone())).unwrap_or_default())
+                }
+                "unchanged" => TransformResult::Unchanged(detail.unwrap_or_default()),
+                _ => TransformResult::Failed(detail.unwrap_or_default()),
+            };
+            out.entry(id).or_default().push(Transform { stage, result });
+        }
+        Ok(out)
+    }
+}

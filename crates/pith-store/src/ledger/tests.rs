@@ -1,0 +1,370 @@
+//! The ledger's unit tests: migrations, writes and the totals kept on write.
+
+use super::*;
+
+fn applied(stage: &str, facts: &[(&str, &str, u64)]) -> Transform {
+    Transform {
+        stage: stage.into(),
+        result: TransformResult::Applied(
+            facts
+                .iter()
+                .map(|(name, kind, value)| Fact {
+                    name: (*name).into(),
+                    kind: (*kind).into(),
+                    value: *value,
+                })
+                .collect(),
+        ),
+    }
+}
+
+#[test]
+fn counters_accumulate() {
+    let mut l = Ledger::open_in_memory().unwrap();
+    assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 0);
+    l.add_counter(DROPPED_ROWS, 3).unwrap();
+    l.add_counter(DROPPED_ROWS, 4).unwrap();
+    assert_eq!(l.counter(DROPPED_ROWS).unwrap(), 7);
+}
+
+#[test]
+fn outcomes_round_trip_by_name_and_name_who_caused_them() {
+    for o in RequestOutcome::ALL {
+        assert_eq!(RequestOutcome::parse(o.as_str()), o);
+    }
+    assert_eq!(
+        RequestOutcome::parse("from_a_newer_pith"),
+        RequestOutcome::PithError
+    );
+    assert_eq!(
+        RequestOutcome::UpstreamBroken.caused_by(),
+        Some(Party::Upstream)
+    );
+    assert_eq!(RequestOutcome::ClientError.caused_by(), Some(Party::Client));
+    assert_eq!(RequestOutcome::Local.caused_by(), None);
+}
+
+/// Defer's rows from before schema 4 get savings priced at the cache state of the tools'
+/// place in their prompt; the one-hour split they never had reads as none.
+#[test]
+fn schema_three_defer_rows_get_their_savings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let old = sqlite::open(&path, &MIGRATIONS[..3]).unwrap();
+    let insert = "INSERT INTO requests (id, ts_ms, client, session, wire, provider, model,
+            method, path, outcome, bytes_client, bytes_upstream, bytes_response, tools_bytes,
+            system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
+            cache_write_tokens, cache_read_tokens, total_ms)
+        VALUES (?1, ?1, 'c', 's', ?2, 'p', 'm', 'POST', '/', 'ok', 0, 0, 0, ?3, ?4, ?5, 0, ?6, 1,
+            ?7, ?8, 1.0)";
+    let fact =
+        "INSERT INTO transform_facts VALUES (?1, 'defer', 1, 'chars', 'chars_kept_out', 4000)";
+    let result = "INSERT INTO transform_results VALUES (?1, 'defer', 0, 'applied', NULL)";
+    // (wire, tools, system, messages bytes; input, cache write, cache read tokens)
+    let requests = [
+        ("anthropic", 100, 100, 800, 10, 0, 5000), // a warm cache: the tools were read
+        ("anthropic", 100, 100, 800, 10, 700, 0),  // a cold one: they were written
+        ("responses", 100, 800, 100, 900, 0, 100), // after long instructions, uncached
+    ];
+    for (i, (wire, t, sy, m, input, w, r)) in requests.into_iter().enumerate() {
+        let id = i as i64 + 1;
+        old.execute(insert, params![id, wire, t, sy, m, input, w, r])
+            .unwrap();
+        old.execute(fact, params![id]).unwrap();
+        old.execute(result, params![id]).unwrap();
+    }
+    drop(old);
+    let l = Ledger::open(&path).unwrap();
+    let bands: Vec<(String, i64)> = l
+        .rows()
+        .unwrap()
+        .into_iter()
+        .flat_map(|r| r.savings)
+        .map(|s| (s.band, s.tokens))
+        .collect();
+    assert_eq!(
+        bands,
+        [
+            ("cache_read".to_owned(), 1000),
+            ("cache_write_5m".to_owned(), 1000),
+            ("input".to_owned(), 1000)
+        ]
+    );
+    let totals = l.savings(&Filter::default()).unwrap();
+    assert_eq!(totals.iter().map(|t| t.tokens).sum::<i64>(), 3000);
+    // A row written after the upgrade adds to the same (session, model) totals the
+    // migration made, as a scan sees it.
+    let mut l = l;
+    l.insert(&[Row {
+        ts_ms: 10,
+        session: Some("s".into()),
+        model: Some("m".into()),
+        usage: Some(RowUsage {
+            input: 1,
+            cache_write: 50,
+            cache_write_1h: 20,
+            ..RowUsage::default()
+        }),
+        savings: vec![Saving {
+            stage: "defer".into(),
+            band: "cache_read".into(),
+            tokens: 7,
+        }],
+        ..Row::default()
+    }])
+    .unwrap();
+    let scanned = Filter {
+        since_ms: Some(0),
+        ..Filter::default()
+    };
+    let kept = l.savings(&Filter::default()).unwrap();
+    assert_eq!(kept, l.savings(&scanned).unwrap());
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    assert_eq!(kept[0].tokens, 1007, "{kept:?}");
+    assert_eq!(l.groups(&scanned).unwrap()[0].cache_write_1h, 20);
+    // The latency histograms the migration made from the old rows, plus the new row.
+    let (kept, scan) = (
+        l.latency(&Filter::default()).unwrap(),
+        l.latency(&scanned).unwrap(),
+    );
+    assert_eq!(kept, scan);
+    assert_eq!(kept.total_ms.count, 4);
+}
+
+/// Rows from before schema 6 name no account (they are the ledger's own); the totals per
+/// account the migration made are theirs, and rows written since add to them as a scan
+/// sees it.
+#[test]
+fn schema_five_rows_are_the_ledgers_own_accounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let at_five = Ledger {
+        conn: sqlite::open(&path, &MIGRATIONS[..5]).unwrap(),
+    };
+    // Written as schema 5 wrote rows: the insert then had no account column.
+    at_five
+        .conn
+        .execute_batch(
+            "INSERT INTO requests (id, ts_ms, client, session, provider, model, method, path,
+                outcome, bytes_client, bytes_upstream, bytes_response, tools_bytes,
+                system_bytes, messages_bytes, other_bytes, input_tokens, output_tokens,
+                total_ms)
+             VALUES (1, 1, 'c', 's', 'anthropic', 'm', 'POST', '/', 'ok', 0, 0, 0, 0, 0, 0, 0,
+                10, 1, 1.0),
+                    (2, 2, 'c', 's', 'anthropic', 'm', 'POST', '/', 'ok', 0, 0, 0, 0, 0, 0, 0,
+                20, 2, 1.0);
+             INSERT INTO savings VALUES (1, 'defer', 'input', 5);",
+        )
+        .unwrap();
+    drop(at_five);
+    let mut l = Ledger::open(&path).unwrap();
+    let accounts: Vec<Option<String>> = l.rows().unwrap().into_iter().map(|r| r.account).collect();
+    assert_eq!(accounts, [None, None]);
+    let groups = l.account_groups(&Filter::default()).unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(
+        (
+            groups[0].account.as_deref(),
+            groups[0].totals.requests,
+            groups[0].totals.input
+        ),
+        (None, 2, 30)
+    );
+    l.insert(&[Row {
+        ts_ms: 3,
+        model: Some("m".into()),
+        account: Some("alice".into()),
+        usage: Some(RowUsage {
+            input: 7,
+            ..RowUsage::default()
+        }),
+        savings: vec![Saving {
+            stage: "defer".into(),
+            band: "input".into(),
+            tokens: 3,
+        }],
+        ..Row::default()
+    }])
+    .unwrap();
+    let scanned = Filter {
+        since_ms: Some(0),
+        ..Filter::default()
+    };
+    let kept = l.account_groups(&Filter::default()).unwrap();
+    assert_eq!(kept, l.account_groups(&scanned).unwrap());
+    let by: Vec<(Option<&str>, u64)> = kept
+        .iter()
+        .map(|g| (g.account.as_deref(), g.totals.input))
+        .collect();
+    assert_eq!(by, [(None, 30), (Some("alice"), 7)]);
+    let saved = l.account_savings(&Filter::default()).unwrap();
+    assert_eq!(saved, l.account_savings(&scanned).unwrap());
+    let saved: Vec<(Option<&str>, i64)> = saved
+        .iter()
+        .map(|s| (s.account.as_deref(), s.tokens))
+        .collect();
+    assert_eq!(saved, [(None, 5), (Some("alice"), 3)]);
+}
+
+/// A ledger written by schema 1 (transforms as header text) reads back as structured data.
+#[test]
+fn schema_one_rows_are_carried_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let old = sqlite::open(&path, &MIGRATIONS[..1]).unwrap();
+    let insert = "INSERT INTO requests (ts_ms, client, provider, method, path, outcome,
+            bytes_client, bytes_upstream, bytes_response, tools_bytes, system_bytes,
+            messages_bytes, other_bytes, total_ms, transforms, transform_skips,
+            transform_failures, local)
+        VALUES (?1, 'c', 'anthropic', 'POST', '/v1/messages', 'ok', 0, 0, 0, 0, 0, 0, 0, 1.0,
+            ?2, ?3, ?4, 0)";
+    old.execute(
+        insert,
+        params![1, "defer;tools=48;chars=41707", None::<String>, 0],
+    )
+    .unwrap();
+    old.execute(
+        insert,
+        params![2, None::<String>, "defer:already_deferring", 1],
+    )
+    .unwrap();
+    old.execute(insert, params![3, None::<String>, None::<String>, 0])
+        .unwrap();
+    drop(old);
+
+    // A reader does not upgrade it; it says what does.
+    let err = Ledger::open_read_only(&path).err().unwrap().to_string();
+    assert!(
+        err.contains("written by an older pith")
+            && err.ends_with("run `pith proxy` once to upgrade it"),
+        "{err}"
+    );
+    let l = Ledger::open(&path).unwrap();
+    let rows = l.rows().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(Ledger::open_read_only(&path).unwrap().rows().unwrap(), rows);
+    assert_eq!(
+        rows[0].transforms,
+        vec![applied(
+            "defer",
+            &[("tools", "count", 48), ("chars", "chars_kept_out", 41707)]
+        )]
+    );
+    assert_eq!(
+        rows[1].transform("defer"),
+        Some(&TransformResult::Unchanged("already_deferring".into()))
+    );
+    assert!(matches!(
+        rows[1].transform("unknown"),
+        Some(TransformResult::Failed(_))
+    ));
+    assert!(rows[2].transforms.is_empty());
+    let groups = l.groups(&Filter::default()).unwrap();
+    assert_eq!(
+        (groups[0].transformed, groups[0].transform_failures),
+        (1, 1)
+    );
+}
+
+/// A session's requests are paired for busts in arrival order: a row written after one that
+/// arrived later (two writers, a long stream) is paired with what came before it, and the
+/// later one is paired again with it; totals kept on write still equal a scan.
+#[test]
+fn busts_pair_in_arrival_order_whatever_the_write_order() {
+    use pith_wire::fingerprint::Fingerprint;
+    let fp = |segments: &[u64]| {
+        Fingerprint {
+            segments: segments.to_vec(),
+            breakpoints: vec![(segments.len() - 1) as u32],
+            automatic: false,
+        }
+        .to_bytes()
+    };
+    let row = |arrival: i64, segments: &[u64]| Row {
+        ts_ms: arrival / 1000,
+        arrival_us: Some(arrival),
+        session: Some("s".into()),
+        model: Some("m".into()),
+        path: "/v1/messages".into(),
+        fingerprint: Some(fp(segments)),
+        ..Row::default()
+    };
+    // Arrival order: a, then b appends to it (no bust), then c changes segment 1 (a bust).
+    let (a, b, c) = (
+        row(1_000, &[1, 2, 3]),
+        row(2_000, &[1, 2, 3, 4]),
+        row(3_000, &[1, 9, 7]),
+    );
+    let mut in_order = Ledger::open_in_memory().unwrap();
+    in_order.insert(&[a.clone(), b.clone(), c.clone()]).unwrap();
+    let mut out_of_order = Ledger::open_in_memory().unwrap();
+    out_of_order.insert(std::slice::from_ref(&a)).unwrap();
+    out_of_order.insert(std::slice::from_ref(&c)).unwrap();
+    out_of_order.insert(std::slice::from_ref(&b)).unwrap();
+    let all = Filter::default();
+    let scanned = Filter {
+        since_ms: Some(0),
+        ..Filter::default()
+    };
+    let expected = in_order.cache_busts(&all).unwrap();
+    assert_eq!((expected.pairs, expected.by_client), (2, 1));
+    assert_eq!(out_of_order.cache_busts(&all).unwrap(), expected);
+    assert_eq!(
+        out_of_order.groups(&all).unwrap(),
+        out_of_order.groups(&scanned).unwrap()
+    );
+    assert_eq!(
+        out_of_order.groups(&all).unwrap(),
+        in_order.groups(&all).unwrap()
+    );
+    // Rows read back in arrival order, not write order.
+    let order: Vec<i64> = out_of_order
+        .rows()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.arrival_us)
+        .collect();
+    assert_eq!(order, [1_000, 2_000, 3_000]);
+}
+
+/// The chart's buckets of whole hours come from the totals kept on write and equal a scan of
+/// the rows, with and without a `since` inside an hour, and for buckets of several hours.
+#[test]
+fn timeline_from_hourly_totals_equals_a_scan() {
+    let mut ledger = Ledger::open_in_memory().unwrap();
+    let mut rows = Vec::new();
+    for i in 0..500i64 {
+        rows.push(Row {
+            ts_ms: 1_700_000_000_000 + i * 97_000,
+            model: (i % 3 != 0).then(|| format!("m{}", i % 2)),
+            session: Some(format!("s{}", i % 7)),
+            path: "/v1/messages".into(),
+            usage: (i % 5 != 0).then_some(RowUsage {
+                input: i as u64,
+                output: 2,
+                cache_write: 3 * i as u64,
+                cache_write_1h: i as u64,
+                cache_read: 7,
+            }),
+            ..Row::default()
+        });
+    }
+    ledger.insert(&rows).unwrap();
+    let hour = 3_600_000;
+    for since in [
+        None,
+        Some(1_700_000_000_000 + 5_000_000),
+        Some(1_700_002_800_000),
+    ] {
+        for width in [hour, 3 * hour, 24 * hour] {
+            let filter = Filter {
+                since_ms: since,
+                ..Filter::default()
+            };
+            let kept = ledger.timeline(&filter, width).unwrap();
+            let scanned = ledger.timeline_scan(&filter, width, None).unwrap();
+            assert_eq!(kept, scanned, "since {since:?}, width {width}");
+            assert!(!kept.is_empty());
+        }
+    }
+}

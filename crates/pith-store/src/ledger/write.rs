@@ -1,0 +1,520 @@
+//! Writing rows: each row with its transform entries, prompt fingerprints, bust and the
+//! totals it moves, in the caller's transaction.
+
+use super::*;
+
+/// The bust between two requests' stored fingerprints (as sent, as the client sent it when
+/// different): `(first difference, cached through, cause)`, or `None`.
+fn bust_between(
+    previous: (&[u8], Option<&[u8]>),
+    next: (&[u8], Option<&[u8]>),
+) -> Option<(usize, usize, &'static str)> {
+    use pith_wire::fingerprint::{Cause, Fingerprint, attribute};
+    let read = |b: &[u8]| Fingerprint::from_bytes(b);
+    let (prev_sent, next_sent) = (read(previous.0)?, read(next.0)?);
+    let prev_client = previous.1.and_then(read);
+    let next_client = next.1.and_then(read);
+    let (bust, cause) = attribute(
+        (&prev_sent, prev_client.as_ref()),
+        (&next_sent, next_client.as_ref()),
+    )?;
+    Some((
+        bust.at,
+        bust.cached_through,
+        match cause {
+            Cause::Pith => "pith",
+            Cause::Client => "client",
+        },
+    ))
+}
+
+impl Ledger {
+    /// Insert rows, with their transform entries, in one transaction.
+    pub fn insert(&mut self, rows: &[Row]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        insert_rows(&tx, rows)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Insert rows and set the counter `name` to `value` in the same transaction: a replica
+    /// records how far it has read its source together with what it read, so a crash between
+    /// the two cannot make it read a row twice.
+    pub fn insert_and_set_counter(
+        &mut self,
+        rows: &[Row],
+        name: &str,
+        value: u64,
+    ) -> Result<(), StoreError> {
+        self.insert_and_set_counters(rows, &[(name, value)])
+    }
+
+    /// Insert rows and set each named counter in the same transaction.
+    pub fn insert_and_set_counters(
+        &mut self,
+        rows: &[Row],
+        counters: &[(&str, u64)],
+    ) -> Result<(), StoreError> {
+        self.write_batch(&WriteBatch {
+            rows,
+            counters,
+            ..WriteBatch::default()
+        })
+    }
+
+    /// Write one batch of the proxy's writers in one transaction: its rows, the requests it
+    /// saw start and end, and the spool position it reached.
+    pub fn write_batch(&mut self, batch: &WriteBatch<'_>) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut open = tx.prepare_cached(
+                "INSERT OR REPLACE INTO open_requests (arrival_us, record) VALUES (?1, ?2)",
+            )?;
+            for (arrival, record) in batch.opened {
+                open.execute(params![arrival, record])?;
+            }
+            let mut close = tx.prepare_cached("DELETE FROM open_requests WHERE arrival_us = ?1")?;
+            for arrival in batch.closed {
+                close.execute(params![arrival])?;
+            }
+        }
+        insert_rows(&tx, batch.rows)?;
+        for (name, value) in batch.counters {
+            set_counter(&tx, name, *value)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The requests whose answer started and whose row was never written, oldest first: what
+    /// the proxy recorded of each when it started.
+    pub fn open_requests(&self) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT arrival_us, record FROM open_requests ORDER BY arrival_us")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Set the named counter to `value`.
+    pub fn set_counter(&mut self, name: &str, value: u64) -> Result<(), StoreError> {
+        set_counter(&self.conn, name, value)
+    }
+
+    /// Rows that name no account: written before ledger schema 6.
+    pub fn rows_without_account(&self) -> Result<u64, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM requests WHERE account IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(to_u64(n))
+    }
+
+    /// Empty the ledger: every row, total and counter, in one transaction. For a replica only
+    /// (it is pulled again from its source); a proxy's own ledger is never emptied.
+    pub fn clear_replica(&mut self) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute_batch(
+            "DELETE FROM transform_facts; DELETE FROM transform_results; DELETE FROM prompts;
+             DELETE FROM savings; DELETE FROM requests; DELETE FROM group_totals;
+             DELETE FROM stage_result_totals; DELETE FROM stage_fact_totals;
+             DELETE FROM saving_totals; DELETE FROM latency_totals; DELETE FROM account_totals;
+             DELETE FROM account_saving_totals; DELETE FROM hour_totals;
+             DELETE FROM open_requests; DELETE FROM counters;",
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The id of the newest row; 0 for an empty ledger. Ids only grow (rows are never deleted).
+    pub fn last_id(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT coalesce(max(id), 0) FROM requests", [], |r| {
+                r.get(0)
+            })?)
+    }
+}
+
+fn set_counter(conn: &Connection, name: &str, value: u64) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO counters (name, value) VALUES (?1, ?2)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        params![name, to_i64(value)],
+    )?;
+    Ok(())
+}
+
+/// Insert rows, with their transform entries and the totals they move, inside `tx`.
+fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
+    let mut request = tx.prepare_cached(
+        "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
+                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
+                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
+                    account, arrival_us)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+    )?;
+    let mut result = tx.prepare_cached(
+        "INSERT INTO transform_results (request_id, stage, position, result, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    let mut fact = tx.prepare_cached(
+        "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    // A session's requests are paired in arrival order: the previous one arrived before this
+    // one (written before or after it), the next one after it and may be written already.
+    let mut previous = tx.prepare_cached(
+        "SELECT sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
+                    AND arrival_us <= ?3
+                 ORDER BY arrival_us DESC, request_id DESC LIMIT 1",
+    )?;
+    let mut next = tx.prepare_cached(
+        "SELECT request_id, sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
+                    AND arrival_us > ?3
+                 ORDER BY arrival_us, request_id LIMIT 1",
+    )?;
+    let mut prompt = tx.prepare_cached(
+        "INSERT INTO prompts (request_id, session, model, sent, as_client, arrival_us)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut saving = tx.prepare_cached(
+        "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (request_id, stage, band) DO UPDATE SET
+                    tokens = tokens + excluded.tokens",
+    )?;
+    let saving_total_sql = |table: &str| {
+        format!(
+            "INSERT INTO {table} VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens"
+        )
+    };
+    let mut saving_total = tx.prepare_cached(&saving_total_sql("saving_totals"))?;
+    let mut account_saving_total = tx.prepare_cached(&saving_total_sql("account_saving_totals"))?;
+    let mut hour = tx.prepare_cached(
+        "INSERT INTO hour_totals VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (hour_ms, k) DO UPDATE SET
+                    requests = requests + 1, input = input + excluded.input,
+                    output = output + excluded.output,
+                    cache_write = cache_write + excluded.cache_write,
+                    cache_write_1h = cache_write_1h + excluded.cache_write_1h,
+                    cache_read = cache_read + excluded.cache_read",
+    )?;
+    let mut latency = tx.prepare_cached(
+        "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
+                 ON CONFLICT (metric, bucket) DO UPDATE SET
+                    n = n + 1, sum_ms = sum_ms + excluded.sum_ms",
+    )?;
+    // group_totals and account_totals have the same columns (account in session's place).
+    let group_sql = |table: &str| {
+        format!(
+            "INSERT INTO {table} VALUES
+                    (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
+                     ?17, ?18)
+                 ON CONFLICT (k) DO UPDATE SET
+                    client = min(client, excluded.client),
+                    requests = requests + 1,
+                    with_usage = with_usage + excluded.with_usage,
+                    input = input + excluded.input,
+                    output = output + excluded.output,
+                    cache_write = cache_write + excluded.cache_write,
+                    cache_read = cache_read + excluded.cache_read,
+                    errors = errors + excluded.errors,
+                    local = local + excluded.local,
+                    transformed = transformed + excluded.transformed,
+                    failures = failures + excluded.failures,
+                    first_ms = min(first_ms, excluded.first_ms),
+                    last_ms = max(last_ms, excluded.last_ms),
+                    bust_pairs = bust_pairs + excluded.bust_pairs,
+                    busts_pith = busts_pith + excluded.busts_pith,
+                    busts_client = busts_client + excluded.busts_client,
+                    cache_write_1h = cache_write_1h + excluded.cache_write_1h"
+        )
+    };
+    let mut group = tx.prepare_cached(&group_sql("group_totals"))?;
+    let mut account_group = tx.prepare_cached(&group_sql("account_totals"))?;
+    let mut result_total = tx.prepare_cached(
+        "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
+                 ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
+    )?;
+    let mut fact_total = tx.prepare_cached(
+        "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total",
+    )?;
+    for r in rows {
+        let u = r.usage;
+        let arrival = r.arrival_us.unwrap_or(r.ts_ms.saturating_mul(1000));
+        let bust = match (&r.session, &r.fingerprint) {
+            (Some(session), Some(fp)) => {
+                let before: Option<(Vec<u8>, Option<Vec<u8>>)> = previous
+                    .query_row(params![session, r.model, arrival], |p| {
+                        Ok((p.get(0)?, p.get(1)?))
+                    })
+                    .optional()?;
+                before.map(|(sent, client)| {
+                    bust_between(
+                        (&sent, client.as_deref()),
+                        (fp, r.client_fingerprint.as_deref()),
+                    )
+                })
+            }
+            _ => None,
+        };
+        let (checked, bust) = match bust {
+            Some(b) => (1i64, b),
+            None => (0, None),
+        };
+        let id = request.insert(params![
+            r.ts_ms,
+            r.client,
+            r.session,
+            r.wire,
+            r.provider,
+            r.model,
+            r.method,
+            r.path,
+            r.status,
+            r.outcome.as_str(),
+            r.error,
+            to_i64(r.bytes_client),
+            to_i64(r.bytes_upstream),
+            to_i64(r.bytes_response),
+            to_i64(r.tools_bytes),
+            to_i64(r.system_bytes),
+            to_i64(r.messages_bytes),
+            to_i64(r.other_bytes),
+            u.map(|u| to_i64(u.input)),
+            u.map(|u| to_i64(u.output)),
+            u.map(|u| to_i64(u.cache_write)),
+            u.map(|u| to_i64(u.cache_read)),
+            r.ttfb_ms,
+            r.total_ms,
+            checked,
+            bust.map(|b| to_i64(b.0 as u64)),
+            bust.map(|b| to_i64(b.1 as u64)),
+            bust.map(|b| b.2),
+            u.map(|u| to_i64(u.cache_write_1h)),
+            r.account,
+            r.arrival_us,
+        ])?;
+        if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
+            let after: Option<(i64, Vec<u8>, Option<Vec<u8>>)> = next
+                .query_row(params![session, r.model, arrival], |p| {
+                    Ok((p.get(0)?, p.get(1)?, p.get(2)?))
+                })
+                .optional()?;
+            if let Some((next_id, sent, client)) = after {
+                // The next request was written first and paired with an older one: pair it
+                // with this one instead.
+                let bust = bust_between(
+                    (fp, r.client_fingerprint.as_deref()),
+                    (&sent, client.as_deref()),
+                );
+                repair_bust(tx, next_id, bust)?;
+            }
+            prompt.execute(params![
+                id,
+                session,
+                r.model,
+                fp,
+                r.client_fingerprint,
+                arrival
+            ])?;
+        }
+        let applied = r
+            .transforms
+            .iter()
+            .any(|t| matches!(t.result, TransformResult::Applied(_)));
+        let failures = r
+            .transforms
+            .iter()
+            .filter(|t| matches!(t.result, TransformResult::Failed(_)))
+            .count();
+        let key = totals_key('s', r.session.as_deref(), r.model.as_deref());
+        let account_key = totals_key('a', r.account.as_deref(), r.model.as_deref());
+        let cause = bust.map(|b| b.2);
+        let add_to =
+            |totals: &mut rusqlite::CachedStatement<'_>, key: &str, first: &Option<String>| {
+                totals.execute(params![
+                    key,
+                    first,
+                    r.model,
+                    r.client,
+                    i64::from(u.is_some()),
+                    u.map_or(0, |u| to_i64(u.input)),
+                    u.map_or(0, |u| to_i64(u.output)),
+                    u.map_or(0, |u| to_i64(u.cache_write)),
+                    u.map_or(0, |u| to_i64(u.cache_read)),
+                    i64::from(!matches!(
+                        r.outcome,
+                        RequestOutcome::Ok | RequestOutcome::Local
+                    )),
+                    i64::from(r.outcome == RequestOutcome::Local),
+                    i64::from(applied),
+                    failures as i64,
+                    r.ts_ms,
+                    checked,
+                    i64::from(cause == Some("pith")),
+                    i64::from(cause == Some("client")),
+                    u.map_or(0, |u| to_i64(u.cache_write_1h)),
+                ])
+            };
+        add_to(&mut group, &key, &r.session)?;
+        add_to(&mut account_group, &account_key, &r.account)?;
+        hour.execute(params![
+            (r.ts_ms / HOUR_MS) * HOUR_MS,
+            r.model
+                .as_deref()
+                .map_or("-".to_owned(), |m| format!("m{m}")),
+            r.model,
+            u.map_or(0, |u| to_i64(u.input)),
+            u.map_or(0, |u| to_i64(u.output)),
+            u.map_or(0, |u| to_i64(u.cache_write)),
+            u.map_or(0, |u| to_i64(u.cache_write_1h)),
+            u.map_or(0, |u| to_i64(u.cache_read)),
+        ])?;
+        latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
+        if let Some(ttfb) = r.ttfb_ms {
+            latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
+        }
+        for sv in &r.savings {
+            saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
+            saving_total.execute(params![
+                key, r.session, r.model, sv.stage, sv.band, sv.tokens
+            ])?;
+            account_saving_total.execute(params![
+                account_key,
+                r.account,
+                r.model,
+                sv.stage,
+                sv.band,
+                sv.tokens
+            ])?;
+        }
+        for t in &r.transforms {
+            let detail = match &t.result {
+                TransformResult::Unchanged(d) => d.as_str(),
+                _ => "",
+            };
+            result_total.execute(params![t.stage, t.result.as_str(), detail])?;
+            if let TransformResult::Applied(facts) = &t.result {
+                for f in facts {
+                    fact_total.execute(params![t.stage, f.name, f.kind, to_i64(f.value)])?;
+                }
+            }
+        }
+        for (position, t) in r.transforms.iter().enumerate() {
+            let detail = match &t.result {
+                TransformResult::Applied(facts) => {
+                    for (n, f) in facts.iter().enumerate() {
+                        fact.execute(params![
+                            id,
+                            t.stage,
+                            n as i64,
+                            f.name,
+                            f.kind,
+                            to_i64(f.value)
+                        ])?;
+                    }
+                    None
+                }
+                TransformResult::Unchanged(d) | TransformResult::Failed(d) => Some(d),
+            };
+            result.execute(params![
+                id,
+                t.stage,
+                position as i64,
+                t.result.as_str(),
+                detail
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// What one commit of the proxy's writers holds ([`Ledger::write_batch`]).
+#[derive(Debug, Default)]
+pub struct WriteBatch<'a> {
+    /// Rows to insert.
+    pub rows: &'a [Row],
+    /// Requests whose answer started, by arrival, with what the writer needs to write their
+    /// row should they never end.
+    pub opened: &'a [(i64, Vec<u8>)],
+    /// Requests (by arrival) whose row this batch writes: no longer open.
+    pub closed: &'a [i64],
+    /// Counters to set (the spool position reached).
+    pub counters: &'a [(&'a str, u64)],
+}
+
+/// Set the bust of the row `id`, paired anew with a request that arrived before it but was
+/// written after it, and move the totals its old pairing had counted.
+fn repair_bust(
+    tx: &Connection,
+    id: i64,
+    bust: Option<(usize, usize, &'static str)>,
+) -> Result<(), StoreError> {
+    let (old_checked, old_cause, session, model, account): (
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ) = tx.query_row(
+        "SELECT bust_checked, bust_cause, session, model, account FROM requests WHERE id = ?1",
+        params![id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )?;
+    tx.execute(
+        "UPDATE requests SET bust_checked = 1, bust_at = ?2, bust_cached_through = ?3,
+                bust_cause = ?4
+         WHERE id = ?1",
+        params![
+            id,
+            bust.map(|b| to_i64(b.0 as u64)),
+            bust.map(|b| to_i64(b.1 as u64)),
+            bust.map(|b| b.2)
+        ],
+    )?;
+    let count = |cause: Option<&str>, of: &str| i64::from(cause == Some(of));
+    let new_cause = bust.map(|b| b.2);
+    let pairs = 1 - old_checked;
+    let pith = count(new_cause, "pith") - count(old_cause.as_deref(), "pith");
+    let client = count(new_cause, "client") - count(old_cause.as_deref(), "client");
+    if (pairs, pith, client) == (0, 0, 0) {
+        return Ok(());
+    }
+    for (table, key) in [
+        (
+            "group_totals",
+            totals_key('s', session.as_deref(), model.as_deref()),
+        ),
+        (
+            "account_totals",
+            totals_key('a', account.as_deref(), model.as_deref()),
+        ),
+    ] {
+        tx.execute(
+            &format!(
+                "UPDATE {table} SET bust_pairs = bust_pairs + ?2, busts_pith = busts_pith + ?3,
+                        busts_client = busts_client + ?4
+                 WHERE k = ?1"
+            ),
+            params![key, pairs, pith, client],
+        )?;
+    }
+    Ok(())
+}
+
+/// The key of a row of `group_totals` (`s`: by session) or `account_totals` (`a`: by
+/// account): the two columns with `NULL` marked, as the migrations that fill them write it.
+fn totals_key(tag: char, first: Option<&str>, model: Option<&str>) -> String {
+    format!(
+        "{}\u{1f}{}",
+        first.map_or("-".to_owned(), |s| format!("{tag}{s}")),
+        model.map_or("-".to_owned(), |m| format!("m{m}"))
+    )
+}

@@ -9,7 +9,8 @@
 //! closing burst of concurrent connections, 0 to skip it; PITH_BENCH_TEAM=1 to run pith in team
 //! mode, shipping its ledger to a PostgreSQL the test kit starts, and to count what arrived;
 //! PITH_BENCH_SUSTAINED_S=60 for a sustained phase after the burst, at
-//! PITH_BENCH_SUSTAINED_CONC connections (default 16), unstreamed).
+//! PITH_BENCH_SUSTAINED_CONC connections (default 16), unstreamed, paced at
+//! PITH_BENCH_SUSTAINED_RATE requests/s when set).
 //! At the end it counts the requests sent through pith against the ledger's rows, the ones it
 //! lost and the ones left in its spool, the spool's peak size, and how long the writers took to
 //! empty the spool after the load.
@@ -422,8 +423,16 @@ fn main() {
         let c = client(conc);
         let start = Instant::now();
         let before = sent.load(Ordering::Relaxed);
+        // PITH_BENCH_SUSTAINED_RATE=N paces the load at N requests/s (0: as fast as it goes).
+        let rate = env_usize("PITH_BENCH_SUSTAINED_RATE", 0);
         while start.elapsed() < Duration::from_secs(sustained as u64) {
             via_pith(&c, &pith_url, &unstreamed, conc, 10);
+            if rate > 0 {
+                let due = Duration::from_secs_f64(
+                    (sent.load(Ordering::Relaxed) - before) as f64 / rate as f64,
+                );
+                std::thread::sleep(due.saturating_sub(start.elapsed()));
+            }
         }
         let n = sent.load(Ordering::Relaxed) - before;
         let secs = start.elapsed().as_secs_f64();

@@ -44,11 +44,12 @@ const FINISHED: u8 = 1;
 /// appended when the response headers go to the client, so a request cut by `kill -9`
 /// mid-answer still gets its row.
 pub(super) const OPENED: u8 = 2;
-/// A segment this large is closed and the next one started, so space is given back as the
-/// writers finish each one.
+/// A segment this large is closed and the next one started (by the request path, about once
+/// per 140 Claude Code requests), so space is given back as the writers finish each one; at
+/// most this much that the writers have read stays on disk.
 const SEGMENT_BYTES: u64 = 8 << 20;
-/// A segment the writers have read to its end is given back at once once it holds this much.
-const RECLAIM_BYTES: u64 = 1 << 20;
+/// [`Spool::published`] packs a generation above this many bits of length.
+const LEN_BITS: u32 = 40;
 
 /// Where the spool lives and how much it may hold.
 #[derive(Debug, Clone)]
@@ -121,8 +122,20 @@ pub(crate) struct Spool {
     backlog: AtomicU64,
     /// Entries appended and not yet read into committed rows.
     pending: AtomicU64,
-    /// When the oldest entry the writers have not taken yet was appended.
-    oldest: Mutex<Option<Instant>>,
+    /// The segment appended to and how much of it is written, packed (generation above
+    /// [`LEN_BITS`]): what a writer may read, without taking the request path's lock (a writer
+    /// at idle priority preempted while holding it would stall the request path).
+    published: AtomicU64,
+    /// When the oldest entry the writers have not taken yet was appended: milliseconds since
+    /// `epoch`, plus one; 0 when there is none.
+    oldest: AtomicU64,
+    epoch: Instant,
+    /// Segments below this generation have been removed.
+    removed_below: AtomicU64,
+}
+
+fn pack(generation: u64, len: u64) -> u64 {
+    (generation << LEN_BITS) | (len & ((1 << LEN_BITS) - 1))
 }
 
 fn segment_name(generation: u64) -> String {
@@ -268,14 +281,31 @@ impl Spool {
             }),
             backlog: AtomicU64::new(backlog),
             pending: AtomicU64::new(pending),
-            oldest: Mutex::new((pending > 0).then(Instant::now)),
+            published: AtomicU64::new(pack(generation, 0)),
+            oldest: AtomicU64::new(u64::from(pending > 0)),
+            epoch: Instant::now(),
+            removed_below: AtomicU64::new(resume.generation),
         };
         Ok((spool, read_from))
     }
 
+    /// The segment appended to now, and how far it is written.
+    fn published(&self) -> (u64, u64) {
+        let p = self.published.load(Ordering::SeqCst);
+        (p >> LEN_BITS, p & ((1 << LEN_BITS) - 1))
+    }
+
     /// The segment appended to now.
     pub fn generation(&self) -> u64 {
-        self.appender().generation
+        self.published().0
+    }
+
+    /// Note that an entry waits, unless an older one does already.
+    fn mark_waiting(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        let _ = self
+            .oldest
+            .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     fn appender(&self) -> MutexGuard<'_, Appender> {
@@ -327,7 +357,9 @@ impl Spool {
         }
         self.backlog.fetch_add(total, Ordering::SeqCst);
         self.pending.fetch_add(1, Ordering::SeqCst);
-        self.oldest_lock().get_or_insert_with(Instant::now);
+        self.published
+            .store(pack(a.generation, a.len), Ordering::SeqCst);
+        self.mark_waiting();
         Ok(())
     }
 
@@ -337,11 +369,9 @@ impl Spool {
         a.file = file;
         a.generation += 1;
         a.len = 0;
+        self.published
+            .store(pack(a.generation, 0), Ordering::SeqCst);
         Ok(())
-    }
-
-    fn oldest_lock(&self) -> MutexGuard<'_, Option<Instant>> {
-        self.oldest.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Entries waiting to be written, and their bytes.
@@ -354,7 +384,14 @@ impl Spool {
 
     /// How long the oldest entry not yet taken by a writer has waited.
     pub fn oldest_wait(&self) -> Option<std::time::Duration> {
-        self.oldest_lock().map(|t| t.elapsed())
+        match self.oldest.load(Ordering::SeqCst) {
+            0 => None,
+            at => Some(
+                self.epoch
+                    .elapsed()
+                    .saturating_sub(std::time::Duration::from_millis(at - 1)),
+            ),
+        }
     }
 
     /// Read the entries from `from`, up to `max_entries` and about `max_bytes`: the records,
@@ -371,15 +408,9 @@ impl Spool {
             bytes: 0,
             entries: 0,
         };
-        {
-            // Entries appended from here on are newer than anything this batch takes.
-            let mut oldest = self.oldest_lock();
-            *oldest = None;
-        }
-        let (current, current_len) = {
-            let a = self.appender();
-            (a.generation, a.len)
-        };
+        // Entries appended from here on are newer than anything this batch takes.
+        self.oldest.store(0, Ordering::SeqCst);
+        let (current, current_len) = self.published();
         let mut at = from;
         while batch.records.len() < max_entries && batch.bytes < max_bytes {
             if at.generation > current {
@@ -456,9 +487,8 @@ impl Spool {
         batch
     }
 
-    /// The rows of `batch` are committed: forget what it held, remove the segments before its
-    /// end, and start a new segment when the writers have caught up with a large one (so the
-    /// disk is given back).
+    /// The rows of `batch` are committed: forget what it held, and remove the segments before
+    /// its end.
     pub fn consumed(&self, batch: &ReadBatch) {
         let through = batch.end;
         self.backlog.fetch_sub(
@@ -469,7 +499,10 @@ impl Spool {
             batch.entries.min(self.pending.load(Ordering::SeqCst)),
             Ordering::SeqCst,
         );
-        if let Ok(list) = segments(&self.dir) {
+        // Only when reading has moved past a segment: listing the directory costs syscalls.
+        if self.removed_below.fetch_max(through.generation, Ordering::SeqCst) < through.generation
+            && let Ok(list) = segments(&self.dir)
+        {
             for (generation, path) in list {
                 if generation < through.generation {
                     let _ = std::fs::remove_file(path);
@@ -478,14 +511,7 @@ impl Spool {
         }
         if self.pending.load(Ordering::SeqCst) > 0 {
             // Entries this batch left for the next: waiting since at least now.
-            self.oldest_lock().get_or_insert_with(Instant::now);
-        }
-        let mut a = self.appender();
-        let caught_up = a.generation == through.generation && a.len == through.offset;
-        if caught_up && a.len >= RECLAIM_BYTES {
-            // The next consumed batch (in the new segment) removes this one. A failure here
-            // only keeps appending to the old segment.
-            let _ = self.rotate(&mut a);
+            self.mark_waiting();
         }
     }
 }

@@ -500,7 +500,10 @@ impl Spool {
             Ordering::SeqCst,
         );
         // Only when reading has moved past a segment: listing the directory costs syscalls.
-        if self.removed_below.fetch_max(through.generation, Ordering::SeqCst) < through.generation
+        if self
+            .removed_below
+            .fetch_max(through.generation, Ordering::SeqCst)
+            < through.generation
             && let Ok(list) = segments(&self.dir)
         {
             for (generation, path) in list {

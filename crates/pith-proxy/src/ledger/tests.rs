@@ -21,16 +21,23 @@ fn spool_in(dir: &std::path::Path, limit: u64) -> SpoolConfig {
     }
 }
 
+/// A new ledger in `dir` and a connection holding its write lock (as another process would),
+/// until `COMMIT` is run on it.
+fn blocked_ledger(dir: &std::path::Path) -> (std::path::PathBuf, rusqlite::Connection) {
+    let path = dir.join("ledger.db");
+    drop(Ledger::open(&path).unwrap());
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    (path, blocker)
+}
+
 /// Another process holds the ledger's write lock: every record submitted meanwhile waits in
 /// the spool (none dropped, submitting never waits), and all are written, in order, once
 /// the lock is gone.
 #[test]
 fn a_blocked_ledger_loses_nothing_and_keeps_the_order() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ledger.db");
-    drop(Ledger::open(&path).unwrap());
-    let blocker = rusqlite::Connection::open(&path).unwrap();
-    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let (path, blocker) = blocked_ledger(dir.path());
     let sink =
         LedgerSink::start(Ledger::open(&path).unwrap(), &spool_in(dir.path(), 1 << 30)).unwrap();
     let submitted = 1000;
@@ -56,10 +63,7 @@ fn a_blocked_ledger_loses_nothing_and_keeps_the_order() {
 #[test]
 fn past_the_spool_limit_records_are_counted_as_lost() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ledger.db");
-    drop(Ledger::open(&path).unwrap());
-    let blocker = rusqlite::Connection::open(&path).unwrap();
-    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let (path, blocker) = blocked_ledger(dir.path());
     // Room for three bodies of 1 MiB.
     let sink = LedgerSink::start(
         Ledger::open(&path).unwrap(),

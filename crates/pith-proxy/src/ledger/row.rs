@@ -10,6 +10,7 @@ use pith_wire::{Wire, encoding, request, usage};
 
 use super::record::{Record, Report, ReportResult};
 use crate::history::Labels;
+use crate::request::ANSWERED_FACT;
 
 /// Largest decoded response body parsed for usage.
 const MAX_DECODED: u64 = 64 << 20;
@@ -40,6 +41,9 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
     let (fingerprint, client_fingerprint) = fingerprints(&r);
     let savings = match (r.wire, response.usage) {
         (Some(wire), Some(usage)) => savings(wire, &anatomy, &usage, &r.transforms),
+        (Some(_), None) if r.outcome == RequestOutcome::Local => {
+            answered_locally(&anatomy, &r.transforms)
+        }
         _ => Vec::new(),
     };
     let mut outcome = r.outcome;
@@ -174,6 +178,29 @@ fn savings(
     out
 }
 
+/// A request pith answered itself (a turn of only pin commands) saved the whole request the
+/// client would have sent: priced at the lowest rate that request could have paid, its whole
+/// prompt read from the cache. The output the model would have written, and a tail that was
+/// not cached, are left out, so the estimate does not overstate.
+fn answered_locally(anatomy: &request::Anatomy, reports: &[Report]) -> Vec<store::Saving> {
+    let stage = reports.iter().find_map(|r| match &r.result {
+        ReportResult::Applied(facts) if facts.iter().any(|f| f.name == ANSWERED_FACT) => {
+            Some(r.stage.clone())
+        }
+        _ => None,
+    });
+    let Some(stage) = stage else {
+        return Vec::new();
+    };
+    let chars = anatomy.tools + anatomy.system + anatomy.messages;
+    let tokens = pith_transform::estimated_tokens(usize::try_from(chars).unwrap_or(usize::MAX));
+    vec![store::Saving {
+        stage,
+        band: usage::Band::CacheRead.as_str().to_owned(),
+        tokens: i64::try_from(tokens).unwrap_or(i64::MAX),
+    }]
+}
+
 /// The prompt fingerprints of a request on one of the three wires (`count_tokens` and bodies
 /// that are not JSON have none): as sent, and as the client sent it when a stage changed it.
 fn fingerprints(r: &Record) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
@@ -250,6 +277,28 @@ fn response_facts(r: &Record, body: Option<&[u8]>) -> usage::ResponseFacts {
 mod tests {
     use super::*;
     use pith_transform::{Fact, Site, StageReport, StageResult};
+
+    /// A turn pith answered itself saved its whole prompt, priced as read from the cache; a
+    /// local answer no stage claims saves nothing.
+    #[test]
+    fn a_local_answer_saves_its_prompt_at_the_cache_read_rate() {
+        let anatomy = request::Anatomy {
+            tools: 40_000,
+            system: 10_000,
+            messages: 50_000,
+            other: 100,
+        };
+        let pins = [applied(
+            "pins",
+            vec![Fact::count("answered", 1), Fact::level("pins", 2)],
+        )];
+        assert_eq!(
+            bands(&answered_locally(&anatomy, &pins)),
+            [("pins", "cache_read", 25_000)]
+        );
+        let other = [applied("pins", vec![Fact::level("pins", 2)])];
+        assert!(answered_locally(&anatomy, &other).is_empty());
+    }
 
     fn applied(stage: &'static str, facts: Vec<Fact>) -> Report {
         Report::from(&StageReport {

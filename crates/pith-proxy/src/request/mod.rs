@@ -274,6 +274,10 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
     })
 }
 
+/// The fact of a stage that answered the request itself: the ledger prices such a request as
+/// the request it saved.
+pub(crate) const ANSWERED_FACT: &str = "answered";
+
 /// Answer locally: a turn of nothing but pin commands is answered by pith, in the wire and
 /// mode the client asked for, without a call upstream. A body the pins stage cannot read is
 /// forwarded, never answered.
@@ -310,7 +314,7 @@ fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody
         },
     );
     let facts = vec![
-        Fact::count("answered", 1),
+        Fact::count(ANSWERED_FACT, 1),
         Fact::level("pins", answer.pins.len()),
     ];
     let report = StageReport {

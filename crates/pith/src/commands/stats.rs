@@ -220,8 +220,10 @@ edits is taken as the newest message (a turn it drops may sit earlier, in the ca
 request whose cache pith itself busted the tokens are priced at the write rate that request \
 paid, and the bust's own cost is not subtracted (busts by pith are counted apart); defer's rows \
 recorded before ledger schema 4 count the tools it kept out without subtracting the search tool \
-it added (a few dozen characters). The provider's own cache discount is reported apart \
-(cache_discount_usd), and so are requests pith answered itself.";
+it added (a few dozen characters). A turn pith answered itself (only pin commands) is priced \
+as the request it saved: its whole prompt at the cache-read rate, the lowest that request could \
+have paid (the output the model would have written is not counted). The provider's own cache \
+discount is reported apart (cache_discount_usd).";
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {

@@ -3,6 +3,7 @@
 //! numbers come from the same report as `pith stats --json`, so they agree.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,7 +33,13 @@ pub struct Dashboard {
     /// Read connections opened once and kept for the proxy's life: a page view never opens
     /// and closes the ledger file inside the process that writes it (see `Readers`).
     readers: Arc<Readers>,
+    /// Live streams open now (`/pith/api/events`), each a thread: at most [`MAX_VIEWERS`].
+    viewers: Arc<AtomicUsize>,
 }
+
+/// Live streams open at once. Each holds a thread; past this a new one is refused with a 503
+/// saying so, so that viewers left open cannot starve the proxy of threads or descriptors.
+pub const MAX_VIEWERS: usize = 16;
 
 /// Where the proxy sends each provider's traffic, as `/pith/health` tells it (`pith run` runs
 /// a client through a proxy only when it goes where the client would have gone).
@@ -63,6 +70,7 @@ impl Dashboard {
             team: None,
             own_account: pith_history::LOCAL_ACCOUNT.to_owned(),
             readers: Arc::new(Readers::new()),
+            viewers: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -245,7 +253,16 @@ impl OwnPages for Dashboard {
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
                 }
             }
-            "/pith/api/events" => events(Arc::clone(&self.readers), ledger.to_owned(), query),
+            "/pith/api/events" => match Viewer::admit(&self.viewers) {
+                Some(viewer) => events(viewer, Arc::clone(&self.readers), ledger.to_owned(), query),
+                None => error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "{MAX_VIEWERS} live views of this proxy are open already: close one \
+                         (each dashboard tab keeps one), or read /pith/api/requests?after=ID"
+                    ),
+                ),
+            },
             "/pith/api/timeline" => {
                 let filter = match filter_of(query) {
                     Ok(f) => f,
@@ -312,12 +329,35 @@ const KEEPALIVE_EVERY: u32 = 30;
 /// `/pith/api/requests` gives it), from `?after=ID` (default: from now). A thread per viewer
 /// reads the ledger every half second through the shared connections; it ends when the viewer
 /// goes away.
-fn events(readers: Arc<Readers>, ledger: PathBuf, query: &str) -> OwnPage {
+/// One open live stream, counted while it lives.
+struct Viewer(Arc<AtomicUsize>);
+
+impl Viewer {
+    /// A place among the [`MAX_VIEWERS`], if one is free.
+    fn admit(viewers: &Arc<AtomicUsize>) -> Option<Viewer> {
+        viewers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_VIEWERS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Viewer(Arc::clone(viewers)))
+    }
+}
+
+impl Drop for Viewer {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn events(viewer: Viewer, readers: Arc<Readers>, ledger: PathBuf, query: &str) -> OwnPage {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let start = query_value(query, "after").and_then(|a| a.parse::<i64>().ok());
     let spawned = std::thread::Builder::new()
         .name("pith-dashboard-events".into())
         .spawn(move || {
+            // Counted until this thread ends (the viewer went away).
+            let _viewer = viewer;
             let recent = |limit, after| readers.with(&ledger, |l| l.recent(limit, after));
             let mut last = match start {
                 Some(id) => id,
@@ -335,6 +375,11 @@ fn events(readers: Arc<Readers>, ledger: PathBuf, query: &str) -> OwnPage {
             let mut quiet = 0;
             loop {
                 std::thread::sleep(EVENTS_EVERY);
+                // The viewer went away (hyper dropped the body): free its place now, not at
+                // the next keep-alive.
+                if tx.is_closed() {
+                    return;
+                }
                 let Ok(mut rows) = recent(500, Some(last)) else {
                     return;
                 };

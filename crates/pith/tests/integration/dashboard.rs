@@ -473,3 +473,68 @@ fn the_status_line_sums_the_session_from_the_ledger() {
         "{line}"
     );
 }
+
+/// Live views are capped: past `MAX_VIEWERS` (16) a new one is a 503 that says why, while the
+/// proxy's own pages and its traffic go on; a view that closes frees its place.
+#[test]
+fn live_views_are_capped_and_a_closed_one_frees_its_place() {
+    use std::io::{BufRead, BufReader, Write};
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    let open = |pith: &PithProxy| {
+        let mut stream = std::net::TcpStream::connect(pith.addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            stream,
+            "GET /pith/api/events HTTP/1.1\r\nhost: pith\r\naccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut head = String::new();
+        reader.read_line(&mut head).unwrap();
+        (head, reader)
+    };
+    let mut views = Vec::new();
+    for _ in 0..16 {
+        let (head, reader) = open(&pith);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        views.push(reader);
+    }
+    let (head, mut refused) = open(&pith);
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut refused, &mut rest);
+    assert!(
+        rest.contains("live views of this proxy are open already"),
+        "{rest}"
+    );
+    let rt = runtime();
+    let health = rt.block_on(async {
+        let resp = send(
+            &client(),
+            request("GET", &format!("{}/pith/health", pith.url()), &[], ""),
+        )
+        .await;
+        read_all(resp).await.0
+    });
+    assert_eq!(health, 200);
+    // One view closes: its place is free within a poll of its thread.
+    drop(views.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (head, reader) = open(&pith);
+        if head.starts_with("HTTP/1.1 200") {
+            views.push(reader);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no place freed: {head}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

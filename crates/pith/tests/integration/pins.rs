@@ -66,7 +66,10 @@ fn a_pin_only_turn_is_answered_by_pith_on_every_wire_and_mode_and_the_sdks_parse
         let prompt = row.tools_bytes + row.system_bytes + row.messages_bytes;
         assert_eq!(row.savings.len(), 1, "{row:?}");
         let saving = &row.savings[0];
-        assert_eq!((saving.stage.as_str(), saving.band.as_str()), ("pins", "cache_read"));
+        assert_eq!(
+            (saving.stage.as_str(), saving.band.as_str()),
+            ("pins", "cache_read")
+        );
         assert_eq!(saving.tokens, prompt.div_ceil(4) as i64, "{row:?}");
     }
     // Stats add up what adds up: answers, not the pins in force on each request.

@@ -68,12 +68,28 @@ fn text_part(kind: PartKind, text: &str) -> Part {
 }
 
 /// The messages of a request body (`None` when it is not JSON of that wire).
+///
+/// Only the messages member is parsed (found by a skim of the top-level object, the last one
+/// when a key repeats, as a full parse would keep): the tool definitions and the system prompt,
+/// half of a Claude Code body, are never built into a `Value` (this is the ledger writers'
+/// second-largest cost per request).
 pub fn request_messages(wire: Wire, body: &[u8]) -> Option<Vec<Message>> {
-    let value: Value = serde_json::from_slice(body).ok()?;
+    let key: &[u8] = match wire {
+        Wire::Responses => b"input",
+        _ => b"messages",
+    };
+    let members = crate::skim::object_members(body)?;
+    let member = members.iter().rev().find(|m| &body[m.key.clone()] == key)?;
+    let value: Value = serde_json::from_slice(&body[member.value.clone()]).ok()?;
+    messages_of(wire, &value)
+}
+
+/// The messages in a request's `messages` (or Responses' `input`) value.
+fn messages_of(wire: Wire, value: &Value) -> Option<Vec<Message>> {
     match wire {
-        Wire::AnthropicMessages => Some(anthropic_messages(value.get("messages")?.as_array()?)),
-        Wire::ChatCompletions => Some(chat_messages(value.get("messages")?.as_array()?)),
-        Wire::Responses => match value.get("input")? {
+        Wire::AnthropicMessages => Some(anthropic_messages(value.as_array()?)),
+        Wire::ChatCompletions => Some(chat_messages(value.as_array()?)),
+        Wire::Responses => match value {
             Value::String(s) => Some(vec![Message {
                 role: "user".into(),
                 parts: vec![text_part(PartKind::Text, s)],
@@ -460,6 +476,42 @@ impl ReplyStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parsing only the messages member gives what a parse of the whole body gives, on every
+    /// real capture of the three clients, and a repeated key is read as a full parse reads it
+    /// (the last one wins).
+    #[test]
+    fn the_messages_alone_read_as_the_whole_body_does() {
+        let whole = |wire: Wire, body: &[u8]| -> Option<Vec<Message>> {
+            let value: Value = serde_json::from_slice(body).ok()?;
+            let key = if wire == Wire::Responses {
+                "input"
+            } else {
+                "messages"
+            };
+            messages_of(wire, value.get(key)?)
+        };
+        let mut compared = 0;
+        for capture in pith_testkit::fixtures::captures().unwrap() {
+            let path = capture
+                .path
+                .split('?')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let Some(wire) = Wire::from_path(&path) else {
+                continue;
+            };
+            let got = request_messages(wire, &capture.body);
+            assert_eq!(got, whole(wire, &capture.body), "{}", capture.id());
+            compared += usize::from(got.is_some_and(|m| !m.is_empty()));
+        }
+        assert!(compared >= 10, "only {compared} captures had messages");
+        let twice = br#"{"messages":[{"role":"user","content":"first"}],"tools":[],
+            "messages":[{"role":"user","content":"second"}]}"#;
+        let read = request_messages(Wire::AnthropicMessages, twice).unwrap();
+        assert_eq!(read[0].parts[0].text, "second");
+    }
 
     #[test]
     fn a_streamed_anthropic_reply_is_the_json_reply() {

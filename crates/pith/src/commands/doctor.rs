@@ -571,17 +571,50 @@ fn check_ledger(report: &mut Report, config: &Config) {
             ),
             "move it away; the proxy starts a new one",
         ),
-        Ok(_) => match std::fs::OpenOptions::new().write(true).open(&path) {
-            Ok(_) => report.ok(
-                "ledger",
-                format!("{} opens and is writable", path.display()),
+        Ok(ledger) => {
+            match std::fs::OpenOptions::new().write(true).open(&path) {
+                Ok(_) => report.ok(
+                    "ledger",
+                    format!("{} opens and is writable", path.display()),
+                ),
+                Err(e) => report.fail(
+                    "ledger",
+                    format!("{} is not writable ({e})", path.display()),
+                    "give your user write access to it",
+                ),
+            }
+            check_spool(report, &path, &ledger);
+        }
+    }
+}
+
+/// What waits in the ledger's spool, and whether requests were served but not kept.
+fn check_spool(report: &mut Report, path: &std::path::Path, ledger: &pith_store::ledger::Ledger) {
+    let dir = crate::commands::proxy::spool_dir(path);
+    match pith_proxy::spool_backlog(&dir, ledger) {
+        Ok((0, _)) => report.ok("ledger spool", "no request waits to be written"),
+        Ok((n, bytes)) => report.ok(
+            "ledger spool",
+            format!(
+                "{n} requests ({:.1} MB) wait to be written; the proxy writes them (the next \
+                 one to start, if none runs)",
+                bytes as f64 / 1e6
             ),
-            Err(e) => report.fail(
-                "ledger",
-                format!("{} is not writable ({e})", path.display()),
-                "give your user write access to it",
-            ),
-        },
+        ),
+        Err(e) => report.warn(
+            "ledger spool",
+            format!("{} cannot be read ({e})", dir.display()),
+            "give your user access to it; requests waiting there are written once it can be read",
+        ),
+    }
+    match ledger.counter(pith_store::ledger::DROPPED_ROWS) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => report.warn(
+            "ledger losses",
+            format!("{n} requests were served but not kept for the ledger"),
+            "the spool was at its limit or the disk refused it: see [ledger] spool_limit_mb and \
+             the free space beside the ledger",
+        ),
     }
 }
 

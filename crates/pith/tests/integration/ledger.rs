@@ -352,6 +352,33 @@ fn a_full_disk_under_the_spool_keeps_serving_and_counts_what_it_lost() {
         text.contains(&format!("requests lost to the ledger: {lost}")),
         "{text}"
     );
+    // And `pith doctor` says so, with what to look at.
+    let out = Command::new(pith_bin())
+        .args(["doctor", "--json"])
+        .env("PITH_HOME", pith.home.path())
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    let doctor: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = |name: &str| {
+        doctor["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let losses = check("ledger losses");
+    assert_eq!(losses["status"], "warn", "{doctor}");
+    assert!(
+        losses["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{lost} requests were served but not kept")),
+        "{losses}"
+    );
+    assert_eq!(check("ledger spool")["status"], "ok", "{doctor}");
 }
 
 /// `kill -9` while answers stream: each request whose response headers the client had is in

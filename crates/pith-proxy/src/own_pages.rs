@@ -38,14 +38,88 @@ pub trait OwnPages: Send + Sync {
     /// The answer for a GET of `path` with `query` (without the `?`); `None` hands the request
     /// on to the provider as any other.
     fn get(&self, path: &str, query: &str) -> Option<OwnPage>;
+
+    /// The `Content-Security-Policy` of the HTML pages (the page knows its own scripts).
+    fn content_security_policy(&self) -> Option<&str> {
+        None
+    }
 }
 
-/// Whether a request is for one of pith's own paths: no provider API lives at `/`, under
-/// `/pith/`, at `/metrics` or at `/favicon.ico` (which a browser asks for with the page).
-pub fn is_own_path(method: &Method, path: &str) -> bool {
+/// Whether a path is one of pith's own: no provider API lives at `/`, under `/pith/`, at
+/// `/metrics` or at `/favicon.ico` (which a browser asks for with the page). Any method on
+/// them is pith's to answer (only GET is served), never the provider's.
+pub fn is_own_path(path: &str) -> bool {
+    path == "/" || path == "/metrics" || path == "/favicon.ico" || path.starts_with("/pith/")
+}
+
+/// Whether the request names a loopback host (`localhost`, `*.localhost`, `127.0.0.0/8`,
+/// `[::1]`, with or without a port). A page on another site that resolves its own name to
+/// 127.0.0.1 (DNS rebinding) sends its own name: a proxy without an access token serves its
+/// pages only to loopback names.
+pub fn host_is_loopback(headers: &http::HeaderMap) -> bool {
+    let Some(host) = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether `method` is served on pith's own paths.
+pub fn is_served(method: &Method) -> bool {
     method == Method::GET
-        && (path == "/"
-            || path == "/metrics"
-            || path == "/favicon.ico"
-            || path.starts_with("/pith/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_and_others() {
+        let host = |h: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::HOST, h.parse().unwrap());
+            host_is_loopback(&headers)
+        };
+        for ok in [
+            "127.0.0.1:8787",
+            "127.1.2.3",
+            "localhost",
+            "LOCALHOST:1",
+            "pith.localhost:80",
+            "[::1]:8787",
+            "[::1]",
+            "localhost.",
+        ] {
+            assert!(host(ok), "{ok}");
+        }
+        for no in [
+            "attacker.example",
+            "attacker.example:8787",
+            "localhost.attacker.example",
+            "10.0.0.1:8787",
+            "[::2]:1",
+            "127.0.0.1.nip.io",
+            "",
+        ] {
+            assert!(!host(no), "{no}");
+        }
+        assert!(!host_is_loopback(&http::HeaderMap::new()));
+    }
 }

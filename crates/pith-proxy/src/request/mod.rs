@@ -193,9 +193,29 @@ fn account_of(state: &State, headers: &HeaderMap) -> Result<String, Fault> {
 /// pool: they read the ledger).
 async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBody>> {
     let pages = state.config.own_pages.as_ref()?;
-    if !own_pages::is_own_path(&ctx.method, &ctx.path) {
+    if !own_pages::is_own_path(&ctx.path) {
         return None;
     }
+    if !own_pages::is_served(&ctx.method) {
+        let mut response = own_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("pith serves {} with GET only", ctx.path),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        return Some(response);
+    }
+    if state.config.token.is_none() && !own_pages::host_is_loopback(&ctx.headers) {
+        return Some(own_error(
+            StatusCode::FORBIDDEN,
+            "pith serves its pages to loopback host names only (localhost, 127.0.0.1, [::1]) \
+             while it has no access token: set [proxy] token (or PITH_PROXY_TOKEN) to reach \
+             them under another name"
+                .to_owned(),
+        ));
+    }
+    let csp = pages.content_security_policy().map(str::to_owned);
     let pages = Arc::clone(pages);
     let path = ctx.path.clone();
     let query = ctx
@@ -216,10 +236,43 @@ async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBod
         header::CONTENT_TYPE,
         HeaderValue::from_static(page.content_type),
     );
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    own_headers(response.headers_mut());
+    if page.content_type.starts_with("text/html")
+        && let Some(csp) = csp.and_then(|c| HeaderValue::from_str(&c).ok())
+    {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
     Some(response)
+}
+
+/// The headers every answer on pith's own paths carries: never cached, never sniffed as
+/// another type, never framed by another page.
+fn own_headers(headers: &mut http::HeaderMap) {
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+}
+
+/// pith's own refusal on its own paths, as JSON.
+fn own_error(status: StatusCode, message: String) -> Response<ProxyBody> {
+    let body = serde_json::json!({ "error": message }).to_string();
+    let mut response = Response::new(ProxyBody::full(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    own_headers(response.headers_mut());
+    response
 }
 
 /// Read body: the whole client body, up to the proxy's limit, each chunk within the client

@@ -336,7 +336,7 @@ fn the_live_stream_sends_each_new_request_as_an_event() {
         .unwrap();
     write!(
         stream,
-        "GET /pith/api/events HTTP/1.1\r\nhost: pith\r\naccept: text/event-stream\r\n\r\n"
+        "GET /pith/api/events HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n"
     )
     .unwrap();
     let mut reader = BufReader::new(stream);
@@ -490,7 +490,7 @@ fn live_views_are_capped_and_a_closed_one_frees_its_place() {
             .unwrap();
         write!(
             stream,
-            "GET /pith/api/events HTTP/1.1\r\nhost: pith\r\naccept: text/event-stream\r\n\r\n"
+            "GET /pith/api/events HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n"
         )
         .unwrap();
         let mut reader = BufReader::new(stream);
@@ -537,4 +537,62 @@ fn live_views_are_capped_and_a_closed_one_frees_its_place() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// pith's own paths answer GET only and, without an access token, only to loopback host names
+/// (a page on another site that resolves its name to 127.0.0.1 sends that name): any other
+/// method or name is refused by pith, never forwarded, never recorded. Every answer carries
+/// `nosniff` and no-framing headers; the page its script-hash policy.
+#[test]
+fn own_paths_answer_only_get_and_only_to_loopback_names() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let rt = runtime();
+    let c = client();
+    let call = |method: &str, path: &str, host: Option<&str>| {
+        let headers: Vec<(String, String)> = host
+            .map(|h| vec![("host".to_owned(), h.to_owned())])
+            .unwrap_or_default();
+        rt.block_on(async {
+            let resp = send(
+                &c,
+                request(method, &format!("{}{path}", pith.url()), &headers, ""),
+            )
+            .await;
+            read_all(resp).await
+        })
+    };
+    for method in ["POST", "HEAD", "OPTIONS", "PUT", "DELETE"] {
+        for path in ["/pith/api/stats", "/", "/metrics", "/pith/health"] {
+            let (status, headers, _) = call(method, path, None);
+            assert_eq!(status, 405, "{method} {path}");
+            assert_eq!(headers["allow"], "GET", "{method} {path}");
+        }
+    }
+    let (status, _, body) = call("GET", "/pith/api/stats", Some("attacker.example"));
+    assert_eq!(status, 403);
+    assert!(
+        String::from_utf8_lossy(&concat(&body)).contains("loopback host names only"),
+        "{:?}",
+        concat(&body)
+    );
+    let (status, _, _) = call(
+        "GET",
+        "/",
+        Some(&format!("attacker.example:{}", pith.addr.port())),
+    );
+    assert_eq!(status, 403);
+    let (status, headers, _) = call("GET", "/pith/health", Some("localhost"));
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["x-frame-options"], "DENY");
+    let (status, headers, _) = call("GET", "/", None);
+    assert_eq!(status, 200);
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'sha256-") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(mock.request_count(), 0, "nothing reached the provider");
+    assert!(!pith.ledger_path().exists() || wait_rows(&pith.ledger_path(), 0).is_empty());
 }

@@ -57,8 +57,12 @@ fn free_port() -> SocketAddr {
 fn health(addr: SocketAddr) -> Option<Value> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /pith/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .ok()?;
+    // The proxy serves its pages to loopback host names only (it has no token here).
+    s.write_all(
+        format!("GET /pith/health HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .ok()?;
     let mut reply = String::new();
     s.read_to_string(&mut reply).ok()?;
     let (_, body) = reply.split_once("\r\n\r\n")?;

@@ -322,14 +322,10 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
     );
 }
 
-#[test]
-fn the_live_stream_sends_each_new_request_as_an_event() {
-    use std::io::{BufRead, BufReader, Write};
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[]);
-    let sent = replay(&pith);
-    pith.wait_rows(sent);
-    // A plain HTTP/1.1 client reading the stream as it comes.
+/// A plain HTTP/1.1 client's `GET /pith/api/events`: the status line it got, and the rest of
+/// the answer to read as it comes.
+fn open_events(pith: &PithProxy) -> (String, std::io::BufReader<std::net::TcpStream>) {
+    use std::io::{BufRead, Write};
     let mut stream = std::net::TcpStream::connect(pith.addr).unwrap();
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(20)))
@@ -339,9 +335,21 @@ fn the_live_stream_sends_each_new_request_as_an_event() {
         "GET /pith/api/events HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n"
     )
     .unwrap();
-    let mut reader = BufReader::new(stream);
+    let mut reader = std::io::BufReader::new(stream);
     let mut head = String::new();
     reader.read_line(&mut head).unwrap();
+    (head, reader)
+}
+
+#[test]
+fn the_live_stream_sends_each_new_request_as_an_event() {
+    use std::io::BufRead;
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let sent = replay(&pith);
+    pith.wait_rows(sent);
+    // A plain HTTP/1.1 client reading the stream as it comes.
+    let (head, mut reader) = open_events(&pith);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut headers = String::new();
     loop {
@@ -478,26 +486,11 @@ fn the_status_line_sums_the_session_from_the_ledger() {
 /// proxy's own pages and its traffic go on; a view that closes frees its place.
 #[test]
 fn live_views_are_capped_and_a_closed_one_frees_its_place() {
-    use std::io::{BufRead, BufReader, Write};
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[]);
     let sent = replay(&pith);
     pith.wait_rows(sent);
-    let open = |pith: &PithProxy| {
-        let mut stream = std::net::TcpStream::connect(pith.addr).unwrap();
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(20)))
-            .unwrap();
-        write!(
-            stream,
-            "GET /pith/api/events HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n"
-        )
-        .unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut head = String::new();
-        reader.read_line(&mut head).unwrap();
-        (head, reader)
-    };
+    let open = open_events;
     let mut views = Vec::new();
     for _ in 0..16 {
         let (head, reader) = open(&pith);

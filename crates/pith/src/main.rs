@@ -66,7 +66,28 @@ enum Command {
     Statusline(commands::statusline::Args),
 }
 
+/// `pith stats --json | head`: when the reader of stdout goes away, a command ends quietly
+/// (status 0, nothing on stderr), as other command-line tools do, instead of panicking with
+/// "failed printing to stdout: Broken pipe" and a backtrace. Every other panic is reported as
+/// before.
+fn quiet_on_closed_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let parsed = Cli::try_parse();
     // The hook is answered apart from the other commands: it never exits non-zero and never
     // prints an error (a bad flag, a broken config file) or a stack trace.

@@ -54,14 +54,14 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
     }
     let row = Row {
         ts_ms: r.ts_ms,
-        client: r.client,
-        session,
+        client: capped(r.client),
+        session: session.map(capped),
         wire: r.wire.map(|w| w.as_str().to_owned()),
         provider: r
             .provider
             .map(|p| p.as_str().to_owned())
             .unwrap_or_default(),
-        model: facts.model.or(response.model),
+        model: facts.model.or(response.model).map(capped),
         method: r.method,
         path: r.path,
         status: r.status,
@@ -178,6 +178,23 @@ fn savings(
     out
 }
 
+/// The longest client, session or model name kept, in bytes: what a person reads in a table.
+/// A client or provider can send anything there (a 20,000-character model name was stored and
+/// shown whole); longer ones are cut at a character boundary and marked with `…`.
+const MAX_NAME: usize = 200;
+
+fn capped(mut name: String) -> String {
+    if name.len() > MAX_NAME {
+        let mut end = MAX_NAME;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        name.push('…');
+    }
+    name
+}
+
 /// A request pith answered itself (a turn of only pin commands) saved the whole request the
 /// client would have sent: priced at the lowest rate that request could have paid, its whole
 /// prompt read from the cache. The output the model would have written, and a tail that was
@@ -277,6 +294,31 @@ fn response_facts(r: &Record, body: Option<&[u8]>) -> usage::ResponseFacts {
 mod tests {
     use super::*;
     use pith_transform::{Fact, Site, StageReport, StageResult};
+
+    /// Names from outside are kept at most `MAX_NAME` bytes, cut on a character boundary.
+    #[test]
+    fn long_names_are_cut_where_a_character_ends() {
+        assert_eq!(capped("claude-opus".into()), "claude-opus");
+        let long = "é".repeat(15_000);
+        let cut = capped(long);
+        assert!(cut.len() <= MAX_NAME + '…'.len_utf8(), "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        let record = Record {
+            wire: Some(Wire::AnthropicMessages),
+            client: "x".repeat(9_000),
+            header_session: Some("s".repeat(5_000)),
+            request_body: bytes::Bytes::from(format!(
+                r#"{{"model":"{}","messages":[]}}"#,
+                "m".repeat(20_000)
+            )),
+            ..Record::default()
+        };
+        let (row, _) = to_row(record, None);
+        for name in [Some(row.client), row.session, row.model] {
+            let name = name.unwrap();
+            assert!(name.len() <= MAX_NAME + 3, "{}", name.len());
+        }
+    }
 
     /// A turn pith answered itself saved its whole prompt, priced as read from the cache; a
     /// local answer no stage claims saves nothing.

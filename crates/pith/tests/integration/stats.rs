@@ -228,3 +228,49 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     let err = refused(&new);
     assert!(err.contains("newer than this pith"), "{err}");
 }
+
+/// `pith stats --json | head`: a reader that goes away ends the command quietly (status 0,
+/// no panic or backtrace on stderr), and a name from outside is stored cut to a table's width.
+#[test]
+fn a_closed_pipe_ends_stats_quietly_and_long_names_are_cut() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let rt = runtime();
+    let long_model = "m".repeat(20_000);
+    rt.block_on(async {
+        read_all(
+            send(
+                &client(),
+                request(
+                    "POST",
+                    &format!("{}/v1/messages", pith.url()),
+                    &headers(&[("user-agent", &"u".repeat(9_000))]),
+                    format!(r#"{{"model":"{long_model}","messages":[]}}"#),
+                ),
+            )
+            .await,
+        )
+        .await
+    });
+    let rows = pith.wait_rows(1);
+    assert!(
+        rows[0].model.as_ref().unwrap().len() <= 203,
+        "the model name is kept whole"
+    );
+    assert!(rows[0].client.len() <= 203, "the client name is kept whole");
+    let mut child = Command::new(pith_bin())
+        .args(["stats", "--json"])
+        .env("PITH_HOME", pith.home.path())
+        .env_remove("PITH_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before pith writes a byte.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}

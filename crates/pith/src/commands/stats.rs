@@ -554,6 +554,16 @@ fn table(out: &mut String, head: &str, rows: &[Vec<String>]) {
     }
 }
 
+/// The most characters of a name a table shows.
+const NAME_CHARS: usize = 60;
+
+/// A name that came from a client, a provider or a file, as a terminal shows it: at most
+/// `max` characters, its control and bidirectional characters escaped (they could otherwise
+/// rewrite the terminal or reorder what it shows).
+fn shown(name: &str, max: usize) -> String {
+    pith_brain::render::one_line(name, max)
+}
+
 fn render(r: &Report, filtered_by_time: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("ledger: {}\n", r.ledger.display()));
@@ -574,8 +584,10 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         .iter()
         .map(|s| {
             let id = s.session.as_deref().unwrap_or("(none)");
-            let short: String = id.chars().take(24).collect();
-            row(&format!("{short} {}", s.client), &s.totals)
+            row(
+                &format!("{} {}", shown(id, 24), shown(&s.client, NAME_CHARS)),
+                &s.totals,
+            )
         })
         .collect();
     table(&mut out, "SESSION CLIENT", &session_rows);
@@ -583,7 +595,12 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
     let model_rows: Vec<Vec<String>> = r
         .models
         .iter()
-        .map(|m| row(m.model.as_deref().unwrap_or("(none)"), &m.totals))
+        .map(|m| {
+            row(
+                &shown(m.model.as_deref().unwrap_or("(none)"), NAME_CHARS),
+                &m.totals,
+            )
+        })
         .collect();
     table(&mut out, "MODEL", &model_rows);
     out.push('\n');
@@ -592,7 +609,7 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         let account_rows: Vec<Vec<String>> = r
             .by_account
             .iter()
-            .map(|a| row(&a.account, &a.totals))
+            .map(|a| row(&shown(&a.account, NAME_CHARS), &a.totals))
             .collect();
         table(&mut out, "ACCOUNT", &account_rows);
         out.push('\n');
@@ -609,7 +626,11 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
     if !t.unpriced_models.is_empty() {
         out.push_str(&format!(
             "unknown price for {}: add [prices.\"<model>\"] input/output (USD per million tokens) to config\n",
-            t.unpriced_models.join(", ")
+            t.unpriced_models
+                .iter()
+                .map(|m| shown(m, NAME_CHARS))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     for (stage, tt) in &r.transforms {
@@ -666,7 +687,9 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
     for bust in b.busts.iter().filter(|b| b.cause == "pith") {
         out.push_str(&format!(
             "  by pith: session {} at prompt segment {} (cached through {})\n",
-            bust.session, bust.segment, bust.cached_through
+            shown(&bust.session, NAME_CHARS),
+            bust.segment,
+            bust.cached_through
         ));
     }
     out.push_str(&format!(

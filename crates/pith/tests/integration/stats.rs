@@ -258,6 +258,29 @@ fn a_closed_pipe_ends_stats_quietly_and_long_names_are_cut() {
         "the model name is kept whole"
     );
     assert!(rows[0].client.len() <= 203, "the client name is kept whole");
+    // A model name with terminal escapes and a right-to-left override is shown escaped.
+    rt.block_on(async {
+        read_all(
+            send(
+                &client(),
+                request(
+                    "POST",
+                    &format!("{}/v1/messages", pith.url()),
+                    &[],
+                    r#"{"model":"\u001b[31mevil\u0007\u202etxt","messages":[]}"#,
+                ),
+            )
+            .await,
+        )
+        .await
+    });
+    pith.wait_rows(2);
+    let text = String::from_utf8(pith_stats(&pith, &[]).stdout).unwrap();
+    assert!(
+        !text.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+        "raw control characters printed:\n{text:?}"
+    );
+    assert!(text.contains("\\u{1b}[31mevil\\u{7}\\u{202e}txt"), "{text}");
     let mut child = Command::new(pith_bin())
         .args(["stats", "--json"])
         .env("PITH_HOME", pith.home.path())

@@ -87,6 +87,8 @@ struct Shared {
     history_errors: AtomicU64,
     /// When a lost record was last logged.
     lost_logged: Mutex<Option<Instant>>,
+    /// Signalled after every commit that wrote rows: what a caller waiting for rows waits on.
+    commits: (Mutex<()>, std::sync::Condvar),
 }
 
 impl Shared {
@@ -103,6 +105,17 @@ impl Shared {
 
     fn idle(&self) -> bool {
         self.spool.backlog().0 == 0
+    }
+
+    /// Count `n` rows written and wake whoever waits for rows.
+    fn wrote(&self, n: u64) {
+        self.written.fetch_add(n, Ordering::Relaxed);
+        let _guard = self
+            .commits
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.commits.1.notify_all();
     }
 }
 
@@ -217,6 +230,7 @@ impl LedgerSink {
             write_errors: AtomicU64::new(0),
             history_errors: AtomicU64::new(0),
             lost_logged: Mutex::new(None),
+            commits: (Mutex::new(()), std::sync::Condvar::new()),
         });
         let thread_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
@@ -333,6 +347,24 @@ impl LedgerSink {
 
 #[cfg(test)]
 impl LedgerSink {
+    /// Wait until at least `n` rows are written, or `timeout` passes: the count then.
+    fn wait_written(&self, n: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        let (lock, commits) = &self.shared.commits;
+        let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let written = self.shared.written.load(Ordering::Relaxed);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if written >= n || left.is_zero() {
+                return written;
+            }
+            guard = commits
+                .wait_timeout(guard, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
     /// Stop the writers leaving the spool as it is, as a killed process would.
     fn abandon(&self) {
         self.shared.abandoned.store(true, Ordering::SeqCst);
@@ -529,7 +561,7 @@ fn drain(shared: &Shared) -> Drained {
                     // The ledger takes no write at all (disk full, locked): try again later
                     // from the last position committed.
                     store.position = last_committed(&store.ledger).unwrap_or(store.position);
-                    shared.written.fetch_add(written, Ordering::Relaxed);
+                    shared.wrote(written);
                     return Drained::Refused;
                 }
                 shared.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -540,7 +572,7 @@ fn drain(shared: &Shared) -> Drained {
     };
     store.position = end;
     shared.spool.consumed(&batch);
-    shared.written.fetch_add(written, Ordering::Relaxed);
+    shared.wrote(written);
     persist_lost(&mut store, shared);
     let turns: Vec<Turn> = turns.into_iter().flatten().collect();
     if let Some(history) = store.history.as_mut()
@@ -599,9 +631,7 @@ fn write_interrupted(store: &mut Store, shared: &Shared) -> Result<(), pith_stor
         closed: &closed,
         ..WriteBatch::default()
     })?;
-    shared
-        .written
-        .fetch_add(rows.len() as u64, Ordering::Relaxed);
+    shared.wrote(rows.len() as u64);
     tracing::warn!(
         requests = rows.len(),
         "requests a previous pith left mid-answer are in the ledger as interrupted"

@@ -154,9 +154,7 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
     let started = Instant::now();
     // A small backlog: only the record's age can bring the rescue writer in.
     sink.submit(record(1));
-    while sink.stats().written == 0 && started.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sink.wait_written(1, Duration::from_secs(10));
     let waited = started.elapsed();
     assert_eq!(sink.stats().written, 1, "not written after {waited:?}");
     // Written once the record was MAX_WAIT old, at the next rescue check.
@@ -175,9 +173,7 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
     let mut r = record(2);
     r.request_body = bytes::Bytes::from(vec![b'x'; RESCUE_BACKLOG_BYTES as usize]);
     sink.submit(r);
-    while sink.stats().written < 1 && started.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    sink.wait_written(1, Duration::from_secs(10));
     assert_eq!(sink.stats().written, 1);
     assert!(started.elapsed() < MAX_WAIT, "{:?}", started.elapsed());
     sink.shutdown(Duration::from_secs(5));

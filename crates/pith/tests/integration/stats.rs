@@ -236,22 +236,28 @@ fn a_closed_pipe_ends_stats_quietly_and_long_names_are_cut() {
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[]);
     let rt = runtime();
-    let long_model = "m".repeat(20_000);
-    rt.block_on(async {
-        read_all(
-            send(
-                &client(),
-                request(
-                    "POST",
-                    &format!("{}/v1/messages", pith.url()),
-                    &headers(&[("user-agent", &"u".repeat(9_000))]),
-                    format!(r#"{{"model":"{long_model}","messages":[]}}"#),
-                ),
+    let post = |headers: &[(String, String)], body: String| {
+        rt.block_on(async {
+            read_all(
+                send(
+                    &client(),
+                    request(
+                        "POST",
+                        &format!("{}/v1/messages", pith.url()),
+                        headers,
+                        body,
+                    ),
+                )
+                .await,
             )
-            .await,
-        )
-        .await
-    });
+            .await
+        })
+    };
+    let long_model = "m".repeat(20_000);
+    post(
+        &headers(&[("user-agent", &"u".repeat(9_000))]),
+        format!(r#"{{"model":"{long_model}","messages":[]}}"#),
+    );
     let rows = pith.wait_rows(1);
     assert!(
         rows[0].model.as_ref().unwrap().len() <= 203,
@@ -259,21 +265,10 @@ fn a_closed_pipe_ends_stats_quietly_and_long_names_are_cut() {
     );
     assert!(rows[0].client.len() <= 203, "the client name is kept whole");
     // A model name with terminal escapes and a right-to-left override is shown escaped.
-    rt.block_on(async {
-        read_all(
-            send(
-                &client(),
-                request(
-                    "POST",
-                    &format!("{}/v1/messages", pith.url()),
-                    &[],
-                    r#"{"model":"\u001b[31mevil\u0007\u202etxt","messages":[]}"#,
-                ),
-            )
-            .await,
-        )
-        .await
-    });
+    post(
+        &[],
+        r#"{"model":"\u001b[31mevil\u0007\u202etxt","messages":[]}"#.to_owned(),
+    );
     pith.wait_rows(2);
     let text = String::from_utf8(pith_stats(&pith, &[]).stdout).unwrap();
     assert!(

@@ -10,26 +10,9 @@ use std::path::{Path, PathBuf};
 use pith_wire::conversation::{self, Message};
 use serde_json::Value;
 
+use pith_clients::Client;
+
 use crate::NewMessage;
-
-/// Which client wrote a session file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// Claude Code's `projects/*/*.jsonl`.
-    ClaudeCode,
-    /// Codex's `sessions/**/rollout-*.jsonl`.
-    Codex,
-}
-
-impl Source {
-    /// The client name history stores (the proxy's names for the same clients).
-    pub fn client(self) -> &'static str {
-        match self {
-            Source::ClaudeCode => "claude-code",
-            Source::Codex => "codex",
-        }
-    }
-}
 
 /// One session file read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,38 +36,42 @@ pub struct ImportError {
     source: std::io::Error,
 }
 
-/// Every session file under Claude Code's config dir (`projects/*/*.jsonl`) and Codex's home
-/// (`sessions/**/*.jsonl`), each with its source, sorted by path.
-pub fn session_files(
-    claude_dir: Option<&Path>,
-    codex_home: Option<&Path>,
-) -> Vec<(Source, PathBuf)> {
+/// Every session file in the clients' session directories ([`Client::session_files_dir`]:
+/// Claude Code's `projects/*/*.jsonl`, Codex's `sessions/**/*.jsonl`), each with its client,
+/// sorted by path within each client.
+pub fn session_files(dirs: &[(Client, PathBuf)]) -> Vec<(Client, PathBuf)> {
     let mut files = Vec::new();
-    if let Some(dir) = claude_dir {
-        for project in read_dir_sorted(&dir.join("projects")) {
-            if project.is_dir() {
-                for file in read_dir_sorted(&project) {
-                    if is_jsonl(&file) {
-                        files.push((Source::ClaudeCode, file));
+    for (client, dir) in dirs {
+        match client {
+            Client::ClaudeCode => {
+                for project in read_dir_sorted(dir) {
+                    if project.is_dir() {
+                        for file in read_dir_sorted(&project) {
+                            if is_jsonl(&file) {
+                                files.push((*client, file));
+                            }
+                        }
                     }
                 }
             }
-        }
-    }
-    if let Some(home) = codex_home {
-        let mut stack = vec![home.join("sessions")];
-        let mut found = Vec::new();
-        while let Some(dir) = stack.pop() {
-            for entry in read_dir_sorted(&dir) {
-                if entry.is_dir() {
-                    stack.push(entry);
-                } else if is_jsonl(&entry) {
-                    found.push(entry);
+            Client::Codex => {
+                let mut stack = vec![dir.clone()];
+                let mut found = Vec::new();
+                while let Some(dir) = stack.pop() {
+                    for entry in read_dir_sorted(&dir) {
+                        if entry.is_dir() {
+                            stack.push(entry);
+                        } else if is_jsonl(&entry) {
+                            found.push(entry);
+                        }
+                    }
                 }
+                found.sort();
+                files.extend(found.into_iter().map(|f| (*client, f)));
             }
+            // OpenCode keeps its sessions in a database, not files pith reads.
+            Client::Opencode => {}
         }
-        found.sort();
-        files.extend(found.into_iter().map(|f| (Source::Codex, f)));
     }
     files
 }
@@ -102,7 +89,7 @@ fn read_dir_sorted(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Read one session file.
-pub fn read(source: Source, path: &Path) -> Result<Imported, ImportError> {
+pub fn read(source: Client, path: &Path) -> Result<Imported, ImportError> {
     let text = std::fs::read_to_string(path).map_err(|source| ImportError {
         path: path.display().to_string(),
         source,
@@ -116,8 +103,9 @@ pub fn read(source: Source, path: &Path) -> Result<Imported, ImportError> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     Ok(match source {
-        Source::ClaudeCode => claude_code(&lines, fallback_id),
-        Source::Codex => codex(&lines, fallback_id),
+        Client::Codex => codex(&lines, fallback_id),
+        // Claude Code's shape (OpenCode has no session files to read).
+        Client::ClaudeCode | Client::Opencode => claude_code(&lines, fallback_id),
     })
 }
 
@@ -221,7 +209,7 @@ fn claude_code(lines: &[Value], fallback_id: String) -> Imported {
     }
     Imported {
         session_id: session_id.unwrap_or(fallback_id),
-        client: Source::ClaudeCode.client(),
+        client: Client::ClaudeCode.name(),
         started_ms: started_ms.unwrap_or(0),
         messages: messages
             .iter()
@@ -259,7 +247,7 @@ fn codex(lines: &[Value], fallback_id: String) -> Imported {
         .collect();
     Imported {
         session_id: session_id.unwrap_or(fallback_id),
-        client: Source::Codex.client(),
+        client: Client::Codex.name(),
         started_ms: started_ms.unwrap_or(0),
         messages: stamped,
     }

@@ -2,12 +2,9 @@
 
 use http::HeaderMap;
 
-/// Session headers in priority order: Claude Code, OpenCode, Codex.
-const SESSION_HEADERS: [&str; 3] = ["x-claude-code-session-id", "x-session-id", "session-id"];
-
 /// The session id a client put in its headers, if any.
 pub fn session_from_headers(headers: &HeaderMap) -> Option<String> {
-    SESSION_HEADERS.iter().find_map(|name| {
+    pith_clients::session_headers().iter().find_map(|name| {
         headers
             .get(*name)
             .and_then(|v| v.to_str().ok())
@@ -24,12 +21,11 @@ pub fn client_from_user_agent(headers: &HeaderMap) -> String {
         .get(http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    if let Some(client) = pith_clients::Client::from_user_agent(ua) {
+        return client.name().to_owned();
+    }
     let first = ua.split_whitespace().next().unwrap_or("");
-    let product = first.split('/').next().unwrap_or("");
-    match product {
-        "claude-cli" => "claude-code".to_owned(),
-        "opencode" => "opencode".to_owned(),
-        p if p.starts_with("codex") => "codex".to_owned(),
+    match first.split('/').next().unwrap_or("") {
         "" => "unknown".to_owned(),
         p => p.to_ascii_lowercase(),
     }

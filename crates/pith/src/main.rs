@@ -6,7 +6,7 @@
 )]
 
 mod background;
-mod codex;
+mod client_files;
 mod commands;
 mod config;
 mod dashboard;

@@ -18,6 +18,7 @@
 
 use std::path::PathBuf;
 
+use pith_clients::HookTool;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -151,21 +152,22 @@ pub fn parse(input: &[u8]) -> Option<Event> {
     let session = raw.session_id.filter(|s| !s.trim().is_empty())?;
     let cwd = PathBuf::from(raw.cwd.filter(|c| !c.is_empty())?);
     let input = raw.tool_input?;
-    let tool = match raw.tool_name?.as_str() {
+    // Which tools are hooked, and what each one's payload holds, is each client's fact.
+    let tool = match pith_clients::hook_tool(raw.tool_name?.as_str())? {
         _ if failure && raw.is_interrupt == Some(true) => return None,
-        "Read" if !failure => Tool::Read {
+        HookTool::Read if !failure => Tool::Read {
             path: input.file_path?,
         },
-        "Edit" | "Write" | "MultiEdit" if !failure => Tool::Edit {
+        HookTool::Edit if !failure => Tool::Edit {
             paths: vec![input.file_path?],
         },
-        "NotebookEdit" if !failure => Tool::Edit {
+        HookTool::NotebookEdit if !failure => Tool::Edit {
             paths: vec![input.notebook_path?],
         },
-        "apply_patch" if !failure => Tool::Edit {
+        HookTool::Patch if !failure => Tool::Edit {
             paths: patch_paths(&input.command?),
         },
-        "Bash" => {
+        HookTool::Shell => {
             if input.run_in_background == Some(true) {
                 return None;
             }

@@ -207,7 +207,10 @@ pub(super) fn real_prompt(text: &str) -> Option<String> {
     let text = strip_system_reminders(text);
     let text = strip_pin_commands(&text);
     let text = text.trim();
-    if text.is_empty() || text.starts_with("# AGENTS.md instructions for") || is_one_wrapper(text) {
+    if text.is_empty()
+        || text.starts_with(pith_clients::codex::AGENTS_MD_PREFIX)
+        || is_one_wrapper(text)
+    {
         return None;
     }
     let text = text
@@ -231,8 +234,8 @@ fn strip_pin_commands(text: &str) -> Cow<'_, str> {
 }
 
 fn strip_system_reminders(text: &str) -> Cow<'_, str> {
-    const OPEN: &str = "<system-reminder>";
-    const CLOSE: &str = "</system-reminder>";
+    const OPEN: &str = pith_clients::SYSTEM_REMINDER_OPEN;
+    const CLOSE: &str = pith_clients::SYSTEM_REMINDER_CLOSE;
     if !text.contains(OPEN) {
         return Cow::Borrowed(text);
     }

@@ -304,24 +304,9 @@ fn is_blank(literal: &str) -> bool {
     serde_json::from_str::<String>(literal).is_ok_and(|t| t.trim().is_empty())
 }
 
-/// The file an envelope line names: Claude Code's `Contents of /p/CLAUDE.md (...):`,
-/// OpenCode's `Instructions from: /p/AGENTS.md`, Codex's `# AGENTS.md instructions for /p`.
+/// The file an envelope line names (each client's envelope is in its file in `pith-clients`).
 fn envelope_path(line: &str) -> Option<String> {
-    if let Some(rest) = line.strip_prefix("Contents of ") {
-        let path = match rest.find(" (") {
-            Some(at) => &rest[..at],
-            None => rest.strip_suffix(':').unwrap_or(rest),
-        };
-        return Some(path.trim().to_owned()).filter(|p| !p.is_empty());
-    }
-    if let Some(rest) = line.strip_prefix("Instructions from: ") {
-        return Some(rest.trim().to_owned()).filter(|p| !p.is_empty());
-    }
-    if let Some(dir) = line.strip_prefix("# AGENTS.md instructions for ") {
-        let dir = dir.trim().trim_end_matches('/');
-        return Some(format!("{dir}/AGENTS.md")).filter(|_| !dir.is_empty());
-    }
-    None
+    pith_clients::rules_file_named(line)
 }
 
 fn add_file_pin(pins: &mut Vec<Pin>, text: &str, path: Option<String>) {

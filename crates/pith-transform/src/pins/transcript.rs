@@ -285,7 +285,7 @@ fn role(wire: Wire, raw: &RawMessage<'_>) -> Role {
 fn user_source(literal: &str, wire: Wire, leading: bool) -> Source {
     let text: Cow<'_, str> = serde_json::from_str(literal).unwrap_or(Cow::Borrowed(""));
     let text = text.trim_start();
-    if text.starts_with("<system-reminder>") {
+    if text.starts_with(pith_clients::SYSTEM_REMINDER_OPEN) {
         // In the leading run, only a reminder that inlines a file is one (its envelope names
         // it); the others there (git status, attribution) are the harness's.
         return match (leading, text.contains("Contents of ")) {
@@ -294,7 +294,7 @@ fn user_source(literal: &str, wire: Wire, leading: bool) -> Source {
             (false, _) => Source::Reminder,
         };
     }
-    if wire == Wire::Responses && text.starts_with("# AGENTS.md instructions for ") {
+    if wire == Wire::Responses && text.starts_with(pith_clients::codex::AGENTS_MD_PREFIX) {
         return Source::RulesFile;
     }
     if crate::defer::history::is_one_wrapper(text.trim_end()) {

@@ -17,7 +17,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+use pith_clients::{Client, Files, Places, Registration};
+
 use crate::background::{self, Probe};
+use crate::client_files::Disk;
 use crate::config::{Config, pith_home};
 
 #[derive(Debug, clap::Args)]
@@ -105,10 +108,12 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
     check_account_keys(&mut report, &config);
     let proxy = check_proxy(&mut report, &config);
     let workspace = crate::workspace::workspace_from(args.workspace.as_deref()).ok();
-    let root = workspace.as_ref().map(|w| w.root().to_path_buf());
-    check_claude(&mut report, root.as_deref(), exe.as_deref(), proxy);
-    check_opencode(&mut report, root.as_deref(), exe.as_deref(), proxy);
-    check_codex(&mut report, exe.as_deref(), proxy);
+    let places = crate::client_files::places(args.workspace.as_deref())
+        .unwrap_or_else(|_| crate::client_files::places_without_project());
+    check_path(&mut report, exe.as_deref());
+    for client in Client::ALL {
+        check_client(&mut report, client, &places, exe.as_deref(), proxy);
+    }
     check_ledger(&mut report, &config);
     check_team(&mut report, &config);
     check_history_backlog(&mut report, &config);
@@ -223,20 +228,40 @@ fn check_proxy(report: &mut Report, config: &Config) -> Option<SocketAddr> {
     }
 }
 
-/// What a configured command runs: `Some(true)` when it is this binary.
-fn is_this_binary(command: &str, exe: Option<&Path>) -> Option<bool> {
-    let exe = exe?;
-    let program = Path::new(command.trim_matches('\''));
-    let resolved = if program.components().count() > 1 {
+/// Where a configured program resolves: a path as it is, a bare name on PATH.
+fn resolve(program: &str) -> Option<PathBuf> {
+    let program = Path::new(program.trim_matches('\''));
+    if program.components().count() > 1 {
         Some(program.to_path_buf())
     } else {
-        std::env::var_os("PATH").and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(program))
-                .find(|p| p.is_file())
-        })
-    };
-    Some(resolved.and_then(|p| p.canonicalize().ok()).as_deref() == Some(exe))
+        crate::client_files::on_path(&program.to_string_lossy())
+    }
+}
+
+/// The `pith` on PATH: the one the clients' settings run when they name `pith`.
+fn check_path(report: &mut Report, exe: Option<&Path>) {
+    let found = crate::client_files::on_path("pith");
+    let resolved = found
+        .as_ref()
+        .map(|p| p.canonicalize().unwrap_or(p.clone()));
+    match (found, resolved, exe) {
+        (None, ..) => report.ok(
+            "pith on PATH",
+            "none: client settings name this binary by its full path (from a clone, \
+             `cargo install --locked --path crates/pith` puts pith on PATH)",
+        ),
+        (Some(p), Some(r), Some(exe)) if r != exe => report.warn(
+            "pith on PATH",
+            format!(
+                "{} is another build than this one ({})",
+                p.display(),
+                exe.display()
+            ),
+            "settings that run `pith` run that build: install this one (`cargo install --locked \
+             --path crates/pith` from its clone), or run the doctor of that one",
+        ),
+        (Some(p), ..) => report.ok("pith on PATH", format!("{} is this binary", p.display())),
+    }
 }
 
 /// One wiring line: `command` (as configured) must be present and run this binary.
@@ -248,33 +273,37 @@ fn wiring(
     exe: Option<&Path>,
     setup: &str,
 ) {
-    match command {
-        None => report.warn(
+    let Some(cmd) = command else {
+        report.warn(
             check,
             format!("not registered in {}", file.display()),
             format!("run `{setup}`"),
+        );
+        return;
+    };
+    let program = cmd.split_whitespace().next().unwrap_or(cmd);
+    let resolved = resolve(program).and_then(|p| p.canonicalize().ok());
+    match (resolved, exe) {
+        (None, _) => report.warn(
+            check,
+            format!(
+                "{} runs `{cmd}`, and `{program}` is not found",
+                file.display()
+            ),
+            format!("remove that entry and run `{setup}`"),
         ),
-        Some(cmd) => {
-            let program = cmd.split_whitespace().next().unwrap_or(cmd);
-            match is_this_binary(program, exe) {
-                Some(false) => report.warn(
-                    check,
-                    format!(
-                        "{} runs `{cmd}`, which is not this binary ({})",
-                        file.display(),
-                        exe.map(|e| e.display().to_string()).unwrap_or_default()
-                    ),
-                    format!("remove that entry and run `{setup}`"),
-                ),
-                _ => report.ok(check, format!("{} runs `{cmd}`", file.display())),
-            }
-        }
+        (Some(r), Some(exe)) if r != exe => report.warn(
+            check,
+            format!(
+                "{} runs `{cmd}`, which is {}, not this binary ({})",
+                file.display(),
+                r.display(),
+                exe.display()
+            ),
+            format!("remove that entry and run `{setup}`, or put this build on PATH"),
+        ),
+        _ => report.ok(check, format!("{} runs `{cmd}`", file.display())),
     }
-}
-
-fn read_jsonc(path: &Path) -> Option<Value> {
-    let text = std::fs::read_to_string(path).ok()?;
-    jsonc_parser::parse_to_serde_value(&text, &super::setup::JSONC).ok()
 }
 
 /// The first command of a hooks object (Claude Code's and Codex's shape) that runs `pith hook`.
@@ -284,7 +313,7 @@ fn pith_hook_command(hooks: &Value) -> Option<String> {
             g["hooks"].as_array()?.iter().find_map(|h| {
                 h["command"]
                     .as_str()
-                    .filter(|c| super::setup::is_pith_hook(c))
+                    .filter(|c| pith_clients::runs_pith(c, "hook"))
                     .map(str::to_owned)
             })
         })
@@ -327,213 +356,116 @@ fn loopback_addr(url: &str) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-fn check_claude(
+/// One client's wiring, read back from the declarations `pith setup` writes by: a client that
+/// is not installed is one line; else its MCP entry, hooks and status line in the first scope
+/// that registers pith (the default scope when none does), and every base URL its settings set.
+fn check_client(
     report: &mut Report,
-    root: Option<&Path>,
+    client: Client,
+    places: &Places,
     exe: Option<&Path>,
     proxy: Option<SocketAddr>,
 ) {
-    let Some(root) = root else {
+    let profile = client.profile();
+    let name = client.name();
+    let on_path = crate::client_files::on_path(client.program()).is_some();
+    if !client.installed(places, &Disk, on_path) {
+        report.ok(
+            name,
+            format!(
+                "{} is not installed here (no `{}` on PATH, no settings)",
+                profile.display_name,
+                client.program()
+            ),
+        );
+        return;
+    }
+    let registrations: Vec<Registration> = profile
+        .scopes
+        .iter()
+        .filter_map(|scope| client.registration(*scope, places, &Disk, "pith").ok())
+        .collect();
+    let mcp_of = |r: &Registration| {
+        Disk.read(&r.mcp.file)
+            .and_then(|doc| pith_clients::lookup(&doc, &r.mcp.key()).cloned())
+            .and_then(|entry| client.mcp_argv(&entry))
+            .map(|argv| argv.join(" "))
+    };
+    let Some((registration, mcp)) = registrations
+        .iter()
+        .map(|r| (r, mcp_of(r)))
+        .find(|(_, mcp)| mcp.is_some())
+        .or_else(|| registrations.first().map(|r| (r, None)))
+    else {
         report.warn(
-            "claude-code",
-            "no project here",
+            name,
+            "none of its scopes can be found from here",
             "run pith doctor in a project, or give --workspace",
         );
         return;
     };
-    let mcp = root.join(".mcp.json");
-    let command = read_jsonc(&mcp).and_then(|v| {
-        v["mcpServers"]["pith"]["command"]
-            .as_str()
-            .map(str::to_owned)
-    });
+    let setup = match registration.scope {
+        s if s == profile.default_scope => format!("pith setup {name}"),
+        s => format!("pith setup {name} --scope {}", s.name()),
+    };
+    let check = |what: &str| format!("{name} {what}");
     wiring(
         report,
-        "claude-code mcp",
-        &mcp,
-        command.as_deref(),
+        &check("mcp"),
+        &registration.mcp.file,
+        mcp.as_deref(),
         exe,
-        "pith setup claude-code",
+        &setup,
     );
-    let settings = root.join(".claude").join("settings.json");
-    let parsed = read_jsonc(&settings);
-    let hook = parsed.as_ref().and_then(|v| pith_hook_command(&v["hooks"]));
-    wiring(
-        report,
-        "claude-code hooks",
-        &settings,
-        hook.as_deref(),
-        exe,
-        "pith setup claude-code",
-    );
-    let line = parsed
-        .as_ref()
-        .and_then(|v| v["statusLine"]["command"].as_str().map(str::to_owned));
-    match line {
-        Some(l) if l.split_whitespace().nth(1) == Some("statusline") => {
-            wiring(
-                report,
-                "claude-code status line",
-                &settings,
-                Some(&l),
-                exe,
-                "pith setup claude-code",
-            );
-        }
-        Some(l) => report.ok(
-            "claude-code status line",
-            format!("{} shows its own status line (`{l}`)", settings.display()),
-        ),
-        None => report.warn(
-            "claude-code status line",
-            format!("not registered in {}", settings.display()),
-            "run `pith setup claude-code`",
-        ),
-    }
-    // Settings env wins over the process environment in Claude Code.
-    let user = std::env::var_os("CLAUDE_CONFIG_DIR")
-        .map(PathBuf::from)
-        .or_else(|| dirs::home_dir().map(|h| h.join(".claude")))
-        .map(|d| d.join("settings.json"));
-    for file in [Some(settings.clone()), user].into_iter().flatten() {
-        if let Some(url) = read_jsonc(&file)
-            .and_then(|v| v["env"]["ANTHROPIC_BASE_URL"].as_str().map(str::to_owned))
-        {
-            base_url(
-                report,
-                "claude-code base URL",
-                &format!("env.ANTHROPIC_BASE_URL in {}", file.display()),
-                &url,
-                proxy,
-            );
-        }
-    }
-    if let Ok(url) = std::env::var("ANTHROPIC_BASE_URL") {
-        base_url(
+    if let Some(hooks) = &registration.hooks {
+        let command = Disk
+            .read(&hooks.file)
+            .and_then(|v| pith_hook_command(&v["hooks"]).or_else(|| pith_hook_command(&v)));
+        wiring(
             report,
-            "claude-code base URL",
-            "ANTHROPIC_BASE_URL",
-            &url,
-            proxy,
+            &check("hooks"),
+            &hooks.file,
+            command.as_deref(),
+            exe,
+            &setup,
         );
     }
-}
-
-fn check_opencode(
-    report: &mut Report,
-    root: Option<&Path>,
-    exe: Option<&Path>,
-    proxy: Option<SocketAddr>,
-) {
-    let Some(root) = root else { return };
-    let jsonc = root.join("opencode.jsonc");
-    let file = if jsonc.exists() {
-        jsonc
-    } else {
-        root.join("opencode.json")
-    };
-    let parsed = read_jsonc(&file);
-    let command = parsed.as_ref().and_then(|v| {
-        let words: Vec<&str> = v["mcp"]["pith"]["command"]
-            .as_array()?
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
-        (!words.is_empty()).then(|| words.join(" "))
-    });
-    wiring(
-        report,
-        "opencode mcp",
-        &file,
-        command.as_deref(),
-        exe,
-        "pith setup opencode",
-    );
-    if let Some(providers) = parsed.as_ref().and_then(|v| v["provider"].as_object()) {
-        for (id, p) in providers {
-            if let Some(url) = p["options"]["baseURL"].as_str() {
-                base_url(
+    if let Some(line) = &registration.status_line {
+        let shown = Disk.read(&line.file).and_then(|v| {
+            pith_clients::lookup(&v, &line.key)?["command"]
+                .as_str()
+                .map(str::to_owned)
+        });
+        match shown {
+            Some(l) if pith_clients::runs_pith(&l, "statusline") => {
+                wiring(
                     report,
-                    "opencode base URL",
-                    &format!("provider.{id}.options.baseURL in {}", file.display()),
-                    url,
-                    proxy,
+                    &check("status line"),
+                    &line.file,
+                    Some(&l),
+                    exe,
+                    &setup,
                 );
             }
+            Some(l) => report.ok(
+                &check("status line"),
+                format!("{} shows its own status line (`{l}`)", line.file.display()),
+            ),
+            None => report.warn(
+                &check("status line"),
+                format!("not registered in {}", line.file.display()),
+                format!("run `{setup}`"),
+            ),
         }
     }
-}
-
-fn check_codex(report: &mut Report, exe: Option<&Path>, proxy: Option<SocketAddr>) {
-    let home = match crate::codex::home() {
-        Ok(h) => h,
-        Err(e) => {
-            report.warn("codex", format!("{e:#}"), "set CODEX_HOME");
-            return;
-        }
-    };
-    let file = home.join("config.toml");
-    let config: Option<toml::Table> = std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|t| toml::from_str(&t).ok());
-    let as_json = config.as_ref().and_then(|c| serde_json::to_value(c).ok());
-    let command = as_json.as_ref().and_then(|v| {
-        v["mcp_servers"]["pith"]["command"]
-            .as_str()
-            .map(str::to_owned)
-    });
-    wiring(
-        report,
-        "codex mcp",
-        &file,
-        command.as_deref(),
-        exe,
-        "pith setup codex",
-    );
-    let hooks_json = home.join("hooks.json");
-    let (hook_file, hook) = match read_jsonc(&hooks_json) {
-        Some(v) => (
-            hooks_json,
-            pith_hook_command(&v["hooks"]).or_else(|| pith_hook_command(&v)),
-        ),
-        None => (
-            file.clone(),
-            as_json
-                .as_ref()
-                .and_then(|v| pith_hook_command(&v["hooks"])),
-        ),
-    };
-    wiring(
-        report,
-        "codex hooks",
-        &hook_file,
-        hook.as_deref(),
-        exe,
-        "pith setup codex",
-    );
-    if let Some(v) = &as_json {
-        if let Some(url) = v["openai_base_url"].as_str() {
-            base_url(
-                report,
-                "codex base URL",
-                &format!("openai_base_url in {}", file.display()),
-                url,
-                proxy,
-            );
-        }
-        if let Some(providers) = v["model_providers"].as_object() {
-            for (id, p) in providers {
-                if let Some(url) = p["base_url"].as_str() {
-                    base_url(
-                        report,
-                        "codex base URL",
-                        &format!("model_providers.{id}.base_url in {}", file.display()),
-                        url,
-                        proxy,
-                    );
-                }
-            }
-        }
+    for (source, url) in client.base_urls(places, &Disk) {
+        base_url(report, &check("base URL"), &source, &url, proxy);
+    }
+    if let Some(var) = profile.base_url_env
+        && let Ok(url) = std::env::var(var)
+        && !url.is_empty()
+    {
+        base_url(report, &check("base URL"), var, &url, proxy);
     }
 }
 

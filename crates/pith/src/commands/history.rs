@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use pith_history::import::{self, Source};
+use pith_clients::Client;
+use pith_history::import;
 use pith_history::{AgentType, Filter};
 use pith_store::history::{Changed, Conversation, History};
 use serde_json::json;
@@ -243,20 +244,19 @@ fn open_to_read(settings: &HistorySettings) -> anyhow::Result<Option<History>> {
         .with_context(|| format!("cannot read the history {}", settings.path.display()))
 }
 
-fn home_dir() -> Option<PathBuf> {
-    dirs::home_dir()
-}
-
 fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<()> {
-    let claude = a
-        .claude_dir
-        .or_else(|| std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from))
-        .or_else(|| home_dir().map(|h| h.join(".claude")));
-    let codex = a
-        .codex_home
-        .or_else(|| std::env::var_os("CODEX_HOME").map(PathBuf::from))
-        .or_else(|| home_dir().map(|h| h.join(".codex")));
-    let files = import::session_files(claude.as_deref(), codex.as_deref());
+    let mut places = crate::client_files::places_without_project();
+    if let Some(dir) = a.claude_dir {
+        places.claude_config_dir = Some(dir);
+    }
+    if let Some(dir) = a.codex_home {
+        places.codex_home = Some(dir);
+    }
+    let dirs: Vec<(Client, PathBuf)> = Client::ALL
+        .into_iter()
+        .filter_map(|c| c.session_files_dir(&places).map(|d| (c, d)))
+        .collect();
+    let files = import::session_files(&dirs);
     // Into this machine's file always: in team mode it is the outbox, sent on below.
     let mut history = open_local(settings)?;
     let (mut created, mut added, mut failed) = (0usize, 0usize, 0usize);
@@ -279,7 +279,7 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
             eprintln!("pith: imported {} of {total} session files", i + 1);
         }
     }
-    let by_source = |s: Source| files.iter().filter(|(x, _)| *x == s).count();
+    let by_source = |s: Client| files.iter().filter(|(x, _)| *x == s).count();
     let shipped = settings
         .team
         .as_ref()
@@ -287,8 +287,8 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
     if a.json {
         let mut out = json!({
             "files": total,
-            "claudeCodeFiles": by_source(Source::ClaudeCode),
-            "codexFiles": by_source(Source::Codex),
+            "claudeCodeFiles": by_source(Client::ClaudeCode),
+            "codexFiles": by_source(Client::Codex),
             "conversationsCreated": created,
             "messagesAdded": added,
             "unreadable": failed,
@@ -302,8 +302,8 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
     } else {
         println!(
             "read {total} session files ({} Claude Code, {} Codex): {created} new conversations, {added} new messages{}",
-            by_source(Source::ClaudeCode),
-            by_source(Source::Codex),
+            by_source(Client::ClaudeCode),
+            by_source(Client::Codex),
             if failed > 0 {
                 format!(", {failed} unreadable")
             } else {

@@ -25,7 +25,9 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde_json::{Value, json};
+use pith_clients::{Client, RunContext, Wiring};
+
+use crate::client_files::Disk;
 
 use crate::background::{self, Health, Probe};
 use crate::config::{Config, pith_home};
@@ -66,52 +68,10 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
-/// The clients `pith run` knows how to wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Agent {
-    /// Claude Code (`claude`).
-    Claude,
-    /// OpenCode (`opencode`).
-    Opencode,
-    /// Codex (`codex`).
-    Codex,
-}
-
-impl Agent {
-    /// The client a `pith run` names.
-    pub fn named(name: &str) -> anyhow::Result<Agent> {
-        Ok(match name {
-            "claude" | "claude-code" => Agent::Claude,
-            "opencode" => Agent::Opencode,
-            "codex" => Agent::Codex,
-            other => anyhow::bail!(
-                "pith run does not know a client {other:?}: name claude, opencode or codex \
-                 (e.g. `pith run claude`)"
-            ),
-        })
-    }
-
-    /// The client's executable, looked up on PATH.
-    pub fn program(self) -> &'static str {
-        match self {
-            Agent::Claude => "claude",
-            Agent::Opencode => "opencode",
-            Agent::Codex => "codex",
-        }
-    }
-}
-
-/// What the client gets for one run: environment variables and leading arguments.
-#[derive(Debug, Default, PartialEq)]
-struct Wiring {
-    env: Vec<(&'static str, String)>,
-    args: Vec<OsString>,
-}
-
 pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + START_WAIT;
     let (client, client_args) = match args.command.split_first() {
-        Some((name, rest)) => (Agent::named(&name.to_string_lossy())?, rest.to_vec()),
+        Some((name, rest)) => (named(&name.to_string_lossy())?, rest.to_vec()),
         None => anyhow::bail!("name the client to run: claude, opencode or codex"),
     };
     let listen = super::proxy::listen_addr(None, config)?;
@@ -303,150 +263,45 @@ fn start_detached(listen: SocketAddr, config: &Config, idle: &str) -> anyhow::Re
     Ok(())
 }
 
-/// `url` without trailing slashes, to compare base URLs.
-fn trimmed(url: &str) -> &str {
-    url.trim_end_matches('/')
+/// The client a `pith run` names.
+fn named(name: &str) -> anyhow::Result<Client> {
+    Client::named(name).ok_or_else(|| {
+        anyhow::anyhow!(
+            "pith run does not know a client {name:?}: name claude, opencode or codex \
+             (e.g. `pith run claude`)"
+        )
+    })
 }
 
-/// The wiring of `agent` to the proxy at `addr`, or why it would send the client elsewhere
+/// The wiring of `client` to the proxy at `addr`, or why it would send the client elsewhere
 /// than the client goes on its own.
 fn wire(
-    agent: Agent,
+    client: Client,
     client_args: &[OsString],
     addr: SocketAddr,
     health: &Health,
     token: Option<&str>,
 ) -> Result<Wiring, String> {
-    let origin = format!("http://{addr}");
-    let v1 = format!("{origin}/v1");
-    let mismatch = |what: &str, client: &str, proxy: &str| {
-        format!("{what} goes to {client}, the proxy on {addr} to {proxy}")
-    };
-    match agent {
-        Agent::Claude => {
-            let client = std::env::var("ANTHROPIC_BASE_URL")
-                .ok()
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| pith_proxy::upstream::ANTHROPIC_DEFAULT.to_owned());
-            if let Some(upstream) = &health.anthropic
-                && trimmed(&client) != trimmed(upstream)
-                && trimmed(&client) != origin
-            {
-                return Err(mismatch("ANTHROPIC_BASE_URL", &client, upstream));
-            }
-            let mut env = vec![("ANTHROPIC_BASE_URL", origin)];
-            if let Some(token) = token {
-                let mut headers = std::env::var("ANTHROPIC_CUSTOM_HEADERS").unwrap_or_default();
-                if !headers.is_empty() {
-                    headers.push('\n');
-                }
-                headers.push_str(&format!("{}: {token}", pith_proxy::TOKEN_HEADER));
-                env.push(("ANTHROPIC_CUSTOM_HEADERS", headers));
-            }
-            Ok(Wiring { env, args: vec![] })
-        }
-        Agent::Codex => {
-            let home = crate::codex::home().map_err(|e| format!("{e:#}"))?;
-            let provider = crate::codex::provider(client_args, &home)?;
-            if let Some(upstream) = &health.openai {
-                let expected = format!("{}/v1", trimmed(upstream));
-                if trimmed(&provider.base_url) != expected && trimmed(&provider.base_url) != v1 {
-                    return Err(mismatch(
-                        &format!("codex's model provider `{}`", provider.id),
-                        &provider.base_url,
-                        upstream,
-                    ));
-                }
-            }
-            let key = if provider.id == "openai" {
-                "openai_base_url".to_owned()
-            } else {
-                format!("model_providers.{}.base_url", provider.id)
-            };
-            let mut args: Vec<OsString> = vec!["-c".into(), format!("{key}={}", json!(v1)).into()];
-            if let Some(token) = token {
-                args.push("-c".into());
-                args.push(
-                    format!(
-                        "model_providers.{}.http_headers.{}={}",
-                        provider.id,
-                        pith_proxy::TOKEN_HEADER,
-                        json!(token)
-                    )
-                    .into(),
-                );
-            }
-            Ok(Wiring { env: vec![], args })
-        }
-        Agent::Opencode => {
-            let mut content = match std::env::var("OPENCODE_CONFIG_CONTENT") {
-                Ok(text) if !text.trim().is_empty() => match serde_json::from_str::<Value>(&text) {
-                    Ok(v @ Value::Object(_)) => v,
-                    _ => {
-                        return Err(
-                            "OPENCODE_CONFIG_CONTENT is set but is not a JSON object pith can add \
-                             its base URL to"
-                                .to_owned(),
-                        );
-                    }
-                },
-                _ => json!({}),
-            };
-            for provider in ["anthropic", "openai"] {
-                let options = &mut content["provider"][provider]["options"];
-                options["baseURL"] = json!(v1);
-                if let Some(token) = token {
-                    options["headers"][pith_proxy::TOKEN_HEADER] = json!(token);
-                }
-            }
-            Ok(Wiring {
-                env: vec![("OPENCODE_CONFIG_CONTENT", content.to_string())],
-                args: vec![],
-            })
-        }
-    }
+    let places = crate::client_files::places(None)
+        .unwrap_or_else(|_| crate::client_files::places_without_project());
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    client.wire(&RunContext {
+        args: client_args,
+        origin: format!("http://{addr}"),
+        token: token.map(|t| (pith_proxy::TOKEN_HEADER, t)),
+        upstream_anthropic: health.anthropic.as_deref(),
+        upstream_openai: health.openai.as_deref(),
+        default_anthropic: pith_proxy::upstream::ANTHROPIC_DEFAULT,
+        default_openai: pith_proxy::upstream::OPENAI_DEFAULT,
+        env: &env,
+        places: &places,
+        files: &Disk,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn health(anthropic: &str, openai: &str) -> Health {
-        Health {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            pid: Some(1),
-            anthropic: Some(anthropic.to_owned()),
-            openai: Some(openai.to_owned()),
-        }
-    }
-
-    #[test]
-    fn each_client_is_wired_for_one_process_or_told_why_not() {
-        let addr: SocketAddr = "127.0.0.1:9999".parse().unwrap();
-        let h = health("https://api.anthropic.com", "https://api.openai.com");
-        // OpenCode: both providers' base URL, added to what the variable holds.
-        let w = wire(Agent::Opencode, &[], addr, &h, None).unwrap();
-        let (name, content) = &w.env[0];
-        assert_eq!(*name, "OPENCODE_CONFIG_CONTENT");
-        let content: Value = serde_json::from_str(content).unwrap();
-        assert_eq!(
-            content["provider"]["anthropic"]["options"]["baseURL"],
-            "http://127.0.0.1:9999/v1"
-        );
-        assert_eq!(
-            content["provider"]["openai"]["options"]["baseURL"],
-            "http://127.0.0.1:9999/v1"
-        );
-        // Codex: a provider going elsewhere than the proxy's upstream is left alone.
-        let home = tempfile::tempdir().unwrap();
-        std::fs::write(
-            home.path().join("config.toml"),
-            "model_provider = \"router\"\n[model_providers.router]\nbase_url = \"https://router.example/api/v1\"\n",
-        )
-        .unwrap();
-        let p = crate::codex::provider(&[], home.path()).unwrap();
-        assert_eq!(p.base_url, "https://router.example/api/v1");
-    }
 
     #[test]
     fn an_unspecified_listen_address_is_reached_on_loopback() {

@@ -624,6 +624,62 @@ pub fn opencode_with_options(
     run("opencode", cmd, trap, limit)
 }
 
+/// One of a client's own subcommands (`mcp list`) in `dir`, with the private home and the
+/// network switches the prompt runs above use; killed at `limit`.
+pub fn client_subcommand(
+    client: &'static str,
+    dir: &Path,
+    home: &Path,
+    args: &[&str],
+    limit: Duration,
+) -> Run {
+    let (var, what) = match client {
+        "claude" => ("PITH_TEST_CLAUDE", "Claude Code"),
+        "opencode" => ("PITH_TEST_OPENCODE", "OpenCode"),
+        _ => ("PITH_TEST_CODEX", "Codex"),
+    };
+    let trap = EgressTrap::start();
+    let mut cmd = command(
+        Launch::Direct,
+        &installed(var, what),
+        client,
+        dir,
+        home,
+        &trap,
+    );
+    cmd.args(args);
+    match client {
+        "claude" => {
+            // `mcp list` also asks for the account's claude.ai connectors unless told not to.
+            cmd.env("CLAUDE_CONFIG_DIR", home.join(".claude"))
+                .env("ANTHROPIC_API_KEY", FAKE_KEY)
+                .env("ANTHROPIC_BASE_URL", closed_port_url().unwrap())
+                .env("ENABLE_CLAUDEAI_MCP_SERVERS", "false")
+                .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+                .env("DISABLE_AUTOUPDATER", "1")
+                .env("DISABLE_TELEMETRY", "1")
+                .env("DISABLE_ERROR_REPORTING", "1");
+        }
+        "opencode" => {
+            let closed = closed_port_url().unwrap();
+            cmd.env("PWD", dir)
+                .env("NPM_CONFIG_REGISTRY", &closed)
+                .env("BUN_CONFIG_REGISTRY", &closed)
+                .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+                .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                .env("OPENCODE_DISABLE_SHARE", "1")
+                .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+                .env("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1")
+                .env("OPENCODE_DISABLE_CLAUDE_CODE", "1");
+        }
+        _ => {
+            cmd.env("CODEX_HOME", home.join(".codex"))
+                .env(CODEX_KEY_VAR, FAKE_KEY);
+        }
+    }
+    run(client, cmd, trap, limit)
+}
+
 /// `PATH` with a directory holding only `rg` in front: the ripgrep wheel scripts/test puts in
 /// .venv beside the SDKs. OpenCode's grep and glob tools run `rg`, and download it from GitHub
 /// into their data directory when `PATH` has none.

@@ -38,6 +38,9 @@ impl Env {
             .env("CODEX_HOME", self.homes.path().join("codex"))
             .env("PITH_HOME", self.homes.path().join("pith"))
             .env("CLAUDE_CONFIG_DIR", self.homes.path().join("claude"))
+            .env("HOME", self.homes.path().join("home"))
+            .env("XDG_CONFIG_HOME", self.homes.path().join("home/.config"))
+            .env("PATH", "/usr/bin:/bin")
             .env("PITH_LISTEN", self.listen.to_string())
             .env_remove("PITH_CONFIG")
             .env_remove("ANTHROPIC_BASE_URL")
@@ -98,6 +101,24 @@ fn doctor_reports_the_wiring_before_and_after_setup_and_after_undo() {
         "codex hooks",
         "opencode mcp",
     ];
+    // No client installed: one line each, saying so.
+    let (ok, none) = env.doctor();
+    assert!(ok, "{none:#?}");
+    for client in ["claude-code", "codex", "opencode"] {
+        assert_eq!(status(&none, client), ["ok"], "{none:#?}");
+        assert!(
+            detail(&none, client).contains("is not installed here"),
+            "{none:#?}"
+        );
+    }
+    assert!(
+        wired.iter().all(|name| status(&none, name).is_empty()),
+        "{none:#?}"
+    );
+    // Each client's own settings directory: installed, and not wired yet.
+    for dir in ["claude", "codex", "home/.config/opencode"] {
+        std::fs::create_dir_all(env.homes.path().join(dir)).unwrap();
+    }
     let (ok, before) = env.doctor();
     assert!(ok, "warnings only: {before:#?}");
     for name in wired {

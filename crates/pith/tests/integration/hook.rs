@@ -415,10 +415,14 @@ fn path_with(bin: &Path) -> std::ffi::OsString {
     std::env::join_paths(dirs).unwrap()
 }
 
-fn pith_setup(dir: &Path, codex_home: &Path, client: &str) {
+/// `pith setup <client>` in its default scope, for a client whose home is `home`.
+fn pith_setup(dir: &Path, home: &Path, codex_home: &Path, client: &str) {
     let out = Command::new(pith_bin())
         .args(["setup", client, "--command", &pith_bin()])
         .current_dir(dir)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
         .env("CODEX_HOME", codex_home)
         .env("PITH_HOME", codex_home.join("pith-home"))
         .env_remove("PITH_CONFIG")
@@ -475,7 +479,12 @@ fn claude_code_hears_each_note_through_pith_setup_and_shows_no_hook_error() {
 
     let s = seeded();
     let home = tempfile::tempdir().unwrap();
-    pith_setup(&s.root, home.path(), "claude-code");
+    pith_setup(
+        &s.root,
+        home.path(),
+        &home.path().join(".codex"),
+        "claude-code",
+    );
     let bin = fake_pytest(s.dir.path());
     let calc = s.root.join("calc.py");
     let calc = calc.to_str().unwrap();
@@ -591,7 +600,7 @@ fn codex_hears_each_note_through_pith_setup_and_its_payloads_have_the_recorded_s
     let home = tempfile::tempdir().unwrap();
     let mock = MockUpstream::start().unwrap();
     let codex_home = crate::clients::write_codex_config(home.path(), &format!("{}/v1", mock.url()));
-    pith_setup(&s.root, &codex_home, "codex");
+    pith_setup(&s.root, home.path(), &codex_home, "codex");
     // A second hook beside pith's records what Codex sends, to compare with the fixtures.
     let recorded = s.dir.path().join("payloads.jsonl");
     let mut config = std::fs::read_to_string(codex_home.join("config.toml")).unwrap();

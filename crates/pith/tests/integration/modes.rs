@@ -130,9 +130,15 @@ fn setup_writes_a_private_new_config_whatever_the_umask() {
     std::fs::create_dir(project.path().join(".git")).unwrap();
     let codex = tempfile::tempdir().unwrap();
     let codex_home = codex.path().join("codex");
-    for client in ["claude-code", "codex"] {
-        let out = under_umask_000(&["setup", client, "--command", "pith"])
+    for args in [
+        &["claude-code", "--scope", "project"][..],
+        &["claude-code"],
+        &["codex"],
+    ] {
+        let out = under_umask_000(&[&["setup", "--command", "pith"][..], args].concat())
             .current_dir(project.path())
+            .env("HOME", codex.path().join("home"))
+            .env_remove("CLAUDE_CONFIG_DIR")
             .env("CODEX_HOME", &codex_home)
             .env("PITH_HOME", codex.path().join("pith-home"))
             .env("PATH", "/usr/bin:/bin")
@@ -145,6 +151,11 @@ fn setup_writes_a_private_new_config_whatever_the_umask() {
         );
     }
     assert_eq!(mode(&project.path().join(".mcp.json")), 0o600);
+    assert_eq!(mode(&codex.path().join("home/.claude.json")), 0o600);
+    assert_eq!(
+        mode(&project.path().join(".claude/settings.local.json")),
+        0o600
+    );
     assert_eq!(mode(&codex_home), 0o700);
     assert_eq!(mode(&codex_home.join("config.toml")), 0o600);
     // The record `pith setup --undo` reads is private too.

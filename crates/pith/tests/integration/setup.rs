@@ -10,7 +10,10 @@ fn setup(dir: &Path, codex_home: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .env("CODEX_HOME", codex_home)
         .env("PITH_HOME", codex_home.join("pith-home"))
+        .env("HOME", codex_home.join("home"))
+        .env("XDG_CONFIG_HOME", codex_home.join("home/.config"))
         .env("PATH", "/usr/bin:/bin")
+        .env_remove("CLAUDE_CONFIG_DIR")
         .env_remove("PITH_CONFIG")
         .output()
         .unwrap()
@@ -35,6 +38,12 @@ fn fails(dir: &Path, codex_home: &Path, args: &[&str]) -> String {
 /// What `pith setup codex` adds to `config.toml` for the hook.
 const CODEX_HOOKS: &str = "\n[[hooks.PostToolUse]]\nmatcher = \"Bash|apply_patch\"\n\n[[hooks.PostToolUse.hooks]]\ntype = \"command\"\ncommand = \"pith hook\"\ntimeout = 10\n";
 
+/// The scope whose files the byte-for-byte tests below edit: the project's for the clients that
+/// have one, the user's for Codex.
+fn scope_of(client: &str) -> &'static str {
+    if client == "codex" { "user" } else { "project" }
+}
+
 fn project() -> (tempfile::TempDir, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join(".git")).unwrap();
@@ -45,7 +54,11 @@ fn project() -> (tempfile::TempDir, tempfile::TempDir) {
 fn setup_claude_code_creates_then_is_idempotent() {
     let (dir, codex) = project();
     let (dir, codex) = (dir.path(), codex.path());
-    let preview = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    let preview = ok(
+        dir,
+        codex,
+        &["claude-code", "--scope", "project", "--command", "pith"],
+    );
     let root = dir.canonicalize().unwrap();
     insta::assert_snapshot!(
         "setup_claude_code_new_file",
@@ -58,7 +71,11 @@ fn setup_claude_code_creates_then_is_idempotent() {
         serde_json::json!({"mcpServers": {"pith": {"type": "stdio", "command": "pith", "args": ["mcp"]}}})
     );
 
-    let again = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    let again = ok(
+        dir,
+        codex,
+        &["claude-code", "--scope", "project", "--command", "pith"],
+    );
     assert!(again.contains("already registers pith"), "{again}");
     assert_eq!(
         std::fs::read_to_string(dir.join(".mcp.json")).unwrap(),
@@ -69,7 +86,11 @@ fn setup_claude_code_creates_then_is_idempotent() {
 #[test]
 fn setup_defaults_to_this_binarys_path_when_pith_is_not_on_path() {
     let (dir, codex) = project();
-    ok(dir.path(), codex.path(), &["claude-code"]);
+    ok(
+        dir.path(),
+        codex.path(),
+        &["claude-code", "--scope", "project"],
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join(".mcp.json")).unwrap())
             .unwrap();
@@ -85,7 +106,11 @@ fn setup_keeps_unrelated_json_byte_for_byte() {
     let (dir, codex) = (dir.path(), codex.path());
     let old = "{\n    \"mcpServers\": {\n        \"github\": { \"command\": \"gh-mcp\", \"env\": {\"TOKEN\": \"é\"} }\n    },\n    \"zzz\": [1, 2]\n}\n";
     std::fs::write(dir.join(".mcp.json"), old).unwrap();
-    let preview = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    let preview = ok(
+        dir,
+        codex,
+        &["claude-code", "--scope", "project", "--command", "pith"],
+    );
     assert!(
         preview.contains("+         \"pith\": {"),
         "preview shows the addition:\n{preview}"
@@ -103,22 +128,30 @@ fn setup_never_clobbers_a_different_pith_entry() {
     let (dir, codex) = (dir.path(), codex.path());
     let old = r#"{"mcpServers": {"pith": {"command": "/opt/old/pith", "args": ["mcp"]}}}"#;
     std::fs::write(dir.join(".mcp.json"), old).unwrap();
-    let err = fails(dir, codex, &["claude-code", "--command", "pith"]);
+    let err = fails(
+        dir,
+        codex,
+        &["claude-code", "--scope", "project", "--command", "pith"],
+    );
     assert!(
         err.contains("already has a different \"pith\" entry"),
         "{err}"
     );
     assert!(err.contains("/opt/old/pith"), "{err}");
     assert!(
-        err.contains("then run `pith setup claude-code` again"),
+        err.contains("then run `pith setup claude-code --scope project` again"),
         "{err}"
     );
     assert_eq!(std::fs::read_to_string(dir.join(".mcp.json")).unwrap(), old);
 
     std::fs::write(dir.join(".mcp.json"), "{ not json").unwrap();
-    let err = fails(dir, codex, &["claude-code", "--command", "pith"]);
+    let err = fails(
+        dir,
+        codex,
+        &["claude-code", "--scope", "project", "--command", "pith"],
+    );
     assert!(
-        err.contains(".mcp.json is not valid JSON (Expected string for object property on line 1 column 3); fix that, then run `pith setup claude-code` again"),
+        err.contains(".mcp.json is not valid JSON (Expected string for object property on line 1 column 3); fix that, then run `pith setup claude-code --scope project` again"),
         "{err}"
     );
     assert_eq!(
@@ -131,7 +164,18 @@ fn setup_never_clobbers_a_different_pith_entry() {
 fn setup_dry_run_writes_nothing() {
     let (dir, codex) = project();
     let (dir, codex) = (dir.path(), codex.path());
-    let out = ok(dir, codex, &["opencode", "--dry-run", "--command", "pith"]);
+    let out = ok(
+        dir,
+        codex,
+        &[
+            "opencode",
+            "--scope",
+            "project",
+            "--dry-run",
+            "--command",
+            "pith",
+        ],
+    );
     assert!(out.contains("(new file):"), "{out}");
     assert!(out.contains("+ {"), "{out}");
     assert!(out.contains("dry run: nothing written."), "{out}");
@@ -150,7 +194,13 @@ fn setup_opencode_adds_a_local_server_beside_existing_ones() {
     ok(
         dir,
         codex,
-        &["opencode", "--command", "/usr/local/bin/pith"],
+        &[
+            "opencode",
+            "--scope",
+            "project",
+            "--command",
+            "/usr/local/bin/pith",
+        ],
     );
     let new = std::fs::read_to_string(dir.join("opencode.json")).unwrap();
     assert!(new.starts_with(
@@ -164,7 +214,13 @@ fn setup_opencode_adds_a_local_server_beside_existing_ones() {
     let again = ok(
         dir,
         codex,
-        &["opencode", "--command", "/usr/local/bin/pith"],
+        &[
+            "opencode",
+            "--scope",
+            "project",
+            "--command",
+            "/usr/local/bin/pith",
+        ],
     );
     assert!(again.contains("already registers pith"), "{again}");
     assert_eq!(
@@ -179,7 +235,11 @@ fn setup_opencode_edits_a_commented_jsonc_keeping_every_comment() {
     let (dir, codex) = (dir.path(), codex.path());
     let old = "// project settings\n{\n  /* the proxy */\n  \"provider\": {\"anthropic\": {}}, // local\n  \"model\": \"anthropic/claude-sonnet-4-5\",\n}\n";
     std::fs::write(dir.join("opencode.jsonc"), old).unwrap();
-    let preview = ok(dir, codex, &["opencode", "--command", "pith"]);
+    let preview = ok(
+        dir,
+        codex,
+        &["opencode", "--scope", "project", "--command", "pith"],
+    );
     assert!(
         preview.contains("opencode.jsonc:\n"),
         "edits the jsonc:\n{preview}"
@@ -200,7 +260,11 @@ fn setup_opencode_adds_to_an_existing_section_of_a_commented_jsonc() {
     std::fs::write(dir.join("opencode.json"), json).unwrap();
     let old = "{\n  \"mcp\": {\n    // search\n    \"other\": {\"type\": \"remote\", \"url\": \"http://127.0.0.1:1/mcp\"} /* keep */\n    // the end\n  }\n}";
     std::fs::write(dir.join("opencode.jsonc"), old).unwrap();
-    ok(dir, codex, &["opencode", "--command", "pith"]);
+    ok(
+        dir,
+        codex,
+        &["opencode", "--scope", "project", "--command", "pith"],
+    );
     let new = std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap();
     assert_eq!(
         new,
@@ -210,7 +274,11 @@ fn setup_opencode_adds_to_an_existing_section_of_a_commented_jsonc() {
         std::fs::read_to_string(dir.join("opencode.json")).unwrap(),
         json
     );
-    let again = ok(dir, codex, &["opencode", "--command", "pith"]);
+    let again = ok(
+        dir,
+        codex,
+        &["opencode", "--scope", "project", "--command", "pith"],
+    );
     assert!(again.contains("already registers pith"), "{again}");
     assert_eq!(
         std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap(),
@@ -224,9 +292,13 @@ fn setup_opencode_refuses_an_invalid_jsonc_and_writes_nothing() {
     let (dir, codex) = (dir.path(), codex.path());
     let old = "{\n  // an unfinished edit\n  \"mcp\": {\n}\n";
     std::fs::write(dir.join("opencode.jsonc"), old).unwrap();
-    let err = fails(dir, codex, &["opencode", "--command", "pith"]);
+    let err = fails(
+        dir,
+        codex,
+        &["opencode", "--scope", "project", "--command", "pith"],
+    );
     assert!(
-        err.contains("opencode.jsonc is not valid JSONC (Unterminated object on line 1 column 1); fix that, then run `pith setup opencode` again"),
+        err.contains("opencode.jsonc is not valid JSONC (Unterminated object on line 1 column 1); fix that, then run `pith setup opencode --scope project` again"),
         "{err}"
     );
     assert_eq!(
@@ -292,7 +364,11 @@ fn setup_claude_code_adds_the_hook_to_project_settings_keeping_whats_there() {
     // A settings file with comments, permissions and a hook of its own on the same event.
     let old = "{\n  // team settings\n  \"permissions\": {\"allow\": [\"Bash(npm test)\"]},\n  \"hooks\": {\n    \"PostToolUse\": [\n      {\"matcher\": \"Write\", \"hooks\": [{\"type\": \"command\", \"command\": \"prettier-hook\"}]}\n    ]\n  }\n}\n";
     std::fs::write(dir.join(".claude/settings.json"), old).unwrap();
-    let out = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    let out = ok(
+        dir,
+        codex,
+        &["claude-code", "--scope", "project", "--command", "pith"],
+    );
     assert!(out.contains(".claude/settings.json:"), "{out}");
     let new = std::fs::read_to_string(dir.join(".claude/settings.json")).unwrap();
     assert!(new.contains("// team settings"), "{new}");
@@ -317,14 +393,28 @@ fn setup_claude_code_adds_the_hook_to_project_settings_keeping_whats_there() {
     );
 
     // Again: nothing to change. Another pith binary's hook is not overwritten.
-    let again = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    let again = ok(
+        dir,
+        codex,
+        &["claude-code", "--scope", "project", "--command", "pith"],
+    );
     assert!(again.contains("already runs `pith hook`"), "{again}");
     assert_eq!(
         std::fs::read_to_string(dir.join(".claude/settings.json")).unwrap(),
         new
     );
     std::fs::remove_file(dir.join(".mcp.json")).unwrap();
-    let err = fails(dir, codex, &["claude-code", "--command", "/opt/other/pith"]);
+    let err = fails(
+        dir,
+        codex,
+        &[
+            "claude-code",
+            "--scope",
+            "project",
+            "--command",
+            "/opt/other/pith",
+        ],
+    );
     assert!(
         err.contains("already runs a different pith hook on PostToolUse: `pith hook`"),
         "{err}"
@@ -401,7 +491,18 @@ fn setup_then_undo_leaves_each_clients_real_files_byte_identical() {
         std::fs::write(path, text).unwrap();
     }
     for client in ["claude-code", "opencode", "codex"] {
-        let out = ok(dir, codex, &[client, "--command", "pith", "--proxy"]);
+        let out = ok(
+            dir,
+            codex,
+            &[
+                client,
+                "--scope",
+                scope_of(client),
+                "--command",
+                "pith",
+                "--proxy",
+            ],
+        );
         assert!(out.contains("wrote "), "{client}: {out}");
     }
     // Each part went in.
@@ -444,7 +545,7 @@ fn setup_then_undo_leaves_each_clients_real_files_byte_identical() {
         toml_text
     );
     for client in ["claude-code", "opencode", "codex"] {
-        let out = ok(dir, codex, &["--undo", client]);
+        let out = ok(dir, codex, &["--undo", client, "--scope", scope_of(client)]);
         assert!(out.contains("restored "), "{client}: {out}");
     }
     for (path, text) in &files {
@@ -460,29 +561,44 @@ fn setup_then_undo_leaves_each_clients_real_files_byte_identical() {
 }
 
 #[test]
-fn undo_removes_files_setup_created_and_leaves_a_file_changed_since() {
+fn undo_removes_files_setup_created_and_only_pith_entries_from_a_file_changed_since() {
     let (dir, codex) = project();
     let (dir, codex) = (dir.path(), codex.path());
-    ok(dir, codex, &["claude-code", "--command", "pith"]);
+    let project_scope = ["claude-code", "--scope", "project", "--command", "pith"];
+    ok(dir, codex, &project_scope);
     assert!(dir.join(".mcp.json").exists());
-    // The user edits the settings afterwards: undo leaves that file and says so.
+    // The user edits the settings afterwards: undo takes out pith's entries and keeps theirs.
     let settings = dir.join(".claude/settings.json");
     let mut edited = std::fs::read_to_string(&settings).unwrap();
     edited = edited.replacen('{', "{\n  \"model\": \"opus\",", 1);
     std::fs::write(&settings, &edited).unwrap();
-    let out = setup(dir, codex, &["--undo", "claude-code"]);
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stdout);
+    let out = ok(dir, codex, &["--undo", "claude-code", "--scope", "project"]);
     assert!(
-        said.contains("changed since pith setup wrote it; pith leaves it"),
-        "{said}"
+        out.contains("changed since; only pith's entries go"),
+        "{out}"
     );
-    assert!(said.contains("removed "), "{said}");
+    assert!(out.contains("removed "), "{out}");
     assert!(
         !dir.join(".mcp.json").exists(),
         "the file setup created is gone"
     );
-    assert_eq!(std::fs::read_to_string(&settings).unwrap(), edited);
+    assert_eq!(
+        jsonc(&std::fs::read_to_string(&settings).unwrap()),
+        serde_json::json!({"model": "opus"})
+    );
+
+    // An entry of pith's the user changed is theirs: that file is left, and named.
+    ok(dir, codex, &project_scope);
+    let edited = std::fs::read_to_string(&settings)
+        .unwrap()
+        .replace("pith statusline", "my-statusline");
+    let hooks_gone = edited.replace("pith hook", "my-hook");
+    std::fs::write(&settings, &hooks_gone).unwrap();
+    let out = setup(dir, codex, &["--undo", "claude-code", "--scope", "project"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("pith leaves it"), "{said}");
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), hooks_gone);
 }
 
 #[test]
@@ -503,4 +619,154 @@ fn setup_proxy_leaves_a_codex_provider_of_the_users_own_alone_and_says_so() {
         "{text}"
     );
     assert!(text.contains("[mcp_servers.pith]"), "{text}");
+}
+
+#[test]
+fn setup_claude_code_writes_the_local_scope_by_default_and_undo_takes_out_only_its_entries() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let home = codex.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // Claude Code's global config, as it keeps it: state of its own, other projects.
+    let global = home.join(".claude.json");
+    let before = "{\n  \"numStartups\": 4,\n  \"projects\": {\n    \"/elsewhere\": {\n      \"allowedTools\": []\n    }\n  }\n}\n";
+    std::fs::write(&global, before).unwrap();
+    let out = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(out.contains("for you only"), "{out}");
+    let root = dir.canonicalize().unwrap();
+    let root = root.to_str().unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&global).unwrap()).unwrap();
+    assert_eq!(
+        v["projects"][root]["mcpServers"]["pith"],
+        serde_json::json!({"type": "stdio", "command": "pith", "args": ["mcp"]})
+    );
+    assert_eq!(v["numStartups"], 4);
+    assert_eq!(
+        v["projects"]["/elsewhere"],
+        serde_json::json!({"allowedTools": []})
+    );
+    let local = jsonc(&std::fs::read_to_string(dir.join(".claude/settings.local.json")).unwrap());
+    assert_eq!(
+        local["hooks"]["PostToolUse"][0]["hooks"][0]["command"],
+        "pith hook"
+    );
+    assert_eq!(local["statusLine"]["command"], "pith statusline");
+    // Nothing of the project's shared files.
+    assert!(!dir.join(".mcp.json").exists());
+    assert!(!dir.join(".claude/settings.json").exists());
+
+    // Claude Code rewrites its global config as it runs; undo takes out only pith's entry.
+    let mut rewritten = v.clone();
+    rewritten["numStartups"] = serde_json::json!(5);
+    rewritten["projects"][root]["lastCost"] = serde_json::json!(0.5);
+    std::fs::write(&global, serde_json::to_string_pretty(&rewritten).unwrap()).unwrap();
+    let out = ok(dir, codex, &["--undo", "claude-code"]);
+    assert!(out.contains("only pith's entries go"), "{out}");
+    let after: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&global).unwrap()).unwrap();
+    assert_eq!(after["numStartups"], 5);
+    assert_eq!(
+        after["projects"][root],
+        serde_json::json!({"lastCost": 0.5})
+    );
+    assert!(
+        !dir.join(".claude/settings.local.json").exists(),
+        "setup created it"
+    );
+    let again = ok(dir, codex, &["--undo", "claude-code"]);
+    assert!(again.contains("nothing to undo"), "{again}");
+}
+
+#[test]
+fn setup_opencode_writes_the_users_config_by_default_and_has_no_local_scope() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    ok(dir, codex, &["opencode", "--command", "pith"]);
+    let file = codex.join("home/.config/opencode/opencode.json");
+    let v = jsonc(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(
+        v["mcp"]["pith"]["command"],
+        serde_json::json!(["pith", "mcp"])
+    );
+    assert!(!dir.join("opencode.json").exists());
+    let err = fails(dir, codex, &["opencode", "--scope", "local"]);
+    assert!(err.contains("OpenCode has no local scope"), "{err}");
+    let err = fails(dir, codex, &["codex", "--scope", "project"]);
+    assert!(err.contains("--scope user"), "{err}");
+    let err = fails(dir, codex, &["cursor"]);
+    assert!(
+        err.contains("name one of claude-code, opencode, codex"),
+        "{err}"
+    );
+    let out = ok(dir, codex, &["--undo", "opencode"]);
+    assert!(out.contains("removed "), "{out}");
+    assert!(!file.exists());
+}
+
+/// `pith setup <client>` in its default scope, with `home` as the client's home the way the
+/// real-client runs set it (`CLAUDE_CONFIG_DIR=$HOME/.claude`, `CODEX_HOME=$HOME/.codex`).
+fn setup_for_real_client(dir: &Path, home: &Path, client: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+        .args(["setup", client, "--command", env!("CARGO_BIN_EXE_pith")])
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
+        .env("CODEX_HOME", home.join(".codex"))
+        .env("PITH_HOME", home.join("pith-home"))
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_real_clients_find_the_mcp_server_pith_setup_wrote_in_their_default_scope() {
+    use crate::clients::client_subcommand;
+    let (dir, homes) = project();
+    let home = homes.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let limit = std::time::Duration::from_secs(90);
+    // Claude Code: the local scope; `claude mcp list` starts each server to check it.
+    setup_for_real_client(dir.path(), &home, "claude-code");
+    assert!(!dir.path().join(".mcp.json").exists());
+    let run = client_subcommand("claude", dir.path(), &home, &["mcp", "list"], limit);
+    run.assert_ok("");
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("pith:"))
+        .unwrap_or_default();
+    assert!(line.contains("Connected"), "{}", run.stdout);
+    let run = client_subcommand("claude", dir.path(), &home, &["mcp", "get", "pith"], limit);
+    run.assert_ok("");
+    assert!(run.stdout.contains("Local config"), "{}", run.stdout);
+
+    // OpenCode: the user's global config.
+    setup_for_real_client(dir.path(), &home, "opencode");
+    assert!(!dir.path().join("opencode.json").exists());
+    let run = client_subcommand("opencode", dir.path(), &home, &["mcp", "list"], limit);
+    run.assert_ok("");
+    let listed = run.stdout.to_lowercase();
+    assert!(
+        listed.contains("pith") && listed.contains("connected"),
+        "{}",
+        run.stdout
+    );
+
+    // Codex: its config.toml.
+    setup_for_real_client(dir.path(), &home, "codex");
+    let run = client_subcommand("codex", dir.path(), &home, &["mcp", "list"], limit);
+    run.assert_ok("");
+    assert!(run.stdout.contains("pith"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(env!("CARGO_BIN_EXE_pith")),
+        "{}",
+        run.stdout
+    );
 }

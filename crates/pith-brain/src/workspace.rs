@@ -3,12 +3,12 @@
 //! Every path an agent or user hands pith (a file to read, an evidence file) goes through
 //! [`Workspace::resolve`], which refuses `..`, absolute paths outside the root and symlinks that
 //! lead out of it, so no tool can be talked into reading `~/.ssh` through the workspace. The
-//! confinement itself is `pith_search::workspace_path`, the one rule workspace search uses too;
+//! confinement itself is `pith_paths`, the one rule workspace search uses too;
 //! this module adds the brain's stricter policy (no `..` at all) and its words.
 
 use std::path::{Component, Path, PathBuf};
 
-use pith_search::workspace_path::{Refused, confine};
+use pith_paths::{Refused, confine};
 
 /// A path pith refuses or cannot find, in words fit to show the caller.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! Semantic tool ranking for the defer stage: cosine similarity of embedding vectors from
 //! Ollama's `/api/embed` or an OpenAI-compatible `/v1/embeddings`.
 //!
-//! [`EmbedRanker`] implements [`pith_transform::ToolRanker`]. The defer stage needs the
+//! [`EmbedRanker`] implements [`pith_rank::ToolRanker`]. The defer stage needs the
 //! loaded tool set to be identical on every turn of a session (it is the start of the cached
 //! prompt prefix), so the ranker decides once per (model, task text, ordered tool definitions)
 //! and then always gives that same answer: the scores, or `None` (BM25) when the first attempt
@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use pith_transform::{ToolRanker, ToolText};
+use pith_rank::{ToolRanker, ToolText};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -16,7 +16,7 @@
 mod report;
 mod text;
 mod walk;
-pub mod workspace_path;
+pub use pith_paths as workspace_path;
 
 use std::path::PathBuf;
 

@@ -9,7 +9,7 @@ use pith_brain::render::{self, Hints};
 use pith_brain::{
     Brain, BrainError, Checked, EvidenceSpec, Kind, ListFilter, Matched, NewMemory, SearchResult,
 };
-use pith_search::workspace_path::lexically_normal;
+use pith_paths::lexically_normal;
 use pith_store::brain::{open_existing_workspace_brain, open_workspace_brain};
 use serde_json::json;
 

@@ -2,8 +2,9 @@
 //! whether by an absolute path elsewhere, by `..`, or through a symlink.
 //!
 //! Workspace search, the brain's evidence and file reads (`pith_brain::Workspace::resolve`), and
-//! the CLI's evidence paths all go through here; each caller words the refusal itself. It lives
-//! in this crate because it is the lowest one all of them depend on.
+//! the CLI's evidence paths all go through here; each caller words the refusal itself. It is a
+//! leaf of its own so that the brain (and through it the store and the proxy) does not link
+//! the search crate's ripgrep libraries for one rule.
 
 use std::path::{Component, Path, PathBuf};
 

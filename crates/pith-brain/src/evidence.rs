@@ -339,7 +339,7 @@ fn check_one(ws: &Workspace, recorded: &Evidence, mode: CheckMode) -> EvidenceCh
         Ok(r) => r,
         Err(PathError::NotFound { .. }) => return done(EvidenceState::Gone, None),
         Err(e) => {
-            let reason = crate::render::error_chain(&e);
+            let reason = crate::chain::error_chain(&e);
             return done(EvidenceState::Unreadable { reason }, None);
         }
     };
@@ -372,7 +372,7 @@ fn check_one(ws: &Workspace, recorded: &Evidence, mode: CheckMode) -> EvidenceCh
             done(state, Some(current))
         }
         Err(e) => {
-            let reason = crate::render::error_chain(&e);
+            let reason = crate::chain::error_chain(&e);
             done(EvidenceState::Unreadable { reason }, None)
         }
     }

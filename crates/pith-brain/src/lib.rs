@@ -9,6 +9,7 @@
 //! [`model`]; text for people and agents comes from [`render`], shared by the CLI and the MCP
 //! server.
 
+mod chain;
 pub mod evidence;
 mod id;
 pub mod model;

@@ -17,6 +17,8 @@ use crate::{
     MAX_TITLE_CHARS, SearchResult, Verification,
 };
 
+pub use crate::chain::error_chain;
+
 /// How the caller names the follow-up actions.
 #[derive(Debug, Clone, Copy)]
 pub struct Hints {
@@ -31,19 +33,6 @@ pub struct Hints {
     pub forget: &'static str,
     /// Restoring from the trash.
     pub restore: &'static str,
-}
-
-/// An error and each of its causes, joined by `: ` (as the binary prints an error chain). The
-/// workspace's errors keep their cause out of their own message and give it as their
-/// `source()`, so text for a caller is written with this, not `to_string()`.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let _ = write!(out, ": {e}");
-        cause = e.source();
-    }
-    out
 }
 
 /// `path:3-9`.

@@ -33,6 +33,24 @@ pub fn rules_file_named(line: &str) -> Option<String> {
         .or_else(|| codex::rules_file_named(line))
 }
 
+/// `<tag ...>...</tag>` and nothing around it (how the clients' harnesses wrap what they add: history,
+/// tool deferral and the pins stage read user text the same way).
+pub fn is_one_wrapper(text: &str) -> bool {
+    let Some(inner) = text.strip_prefix('<') else {
+        return false;
+    };
+    let tag_len = inner
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .unwrap_or(inner.len());
+    if tag_len == 0 {
+        return false;
+    }
+    let tag = &inner[..tag_len];
+    text.strip_suffix('>')
+        .and_then(|t| t.strip_suffix(tag))
+        .is_some_and(|t| t.ends_with("</"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +73,10 @@ mod tests {
         assert_eq!(rules_file_named("plain text"), None);
         assert!(harness_openings().any(|o| o == "<environment_context>"));
         assert!(harness_prefixes().any(|p| p == codex::AGENTS_MD_PREFIX));
+        assert!(is_one_wrapper(
+            "<environment_context>\n  <cwd>/x</cwd>\n</environment_context>"
+        ));
+        assert!(!is_one_wrapper("<b>bold</b> and more"));
+        assert!(!is_one_wrapper("<>x</>"));
     }
 }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 pub use harness::{
     SYSTEM_REMINDER_CLOSE, SYSTEM_REMINDER_OPEN, harness_openings, harness_prefixes,
-    rules_file_named,
+    is_one_wrapper, rules_file_named,
 };
 pub use places::Places;
 pub use registration::{

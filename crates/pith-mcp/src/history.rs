@@ -4,10 +4,10 @@
 //! what to do next.
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use pith_history::token::TokenKey;
 use pith_history::{AgentType, Filter};
+use pith_store::clock::now_ms;
 use pith_store::history::{DEFAULT_CANDIDATES, History, HistoryError};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -111,13 +111,6 @@ pub(crate) struct DeleteArgs {
 pub(crate) struct RestoreArgs {
     /// Conversation ids to take out of the trash.
     ids: Vec<String>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn json(value: &impl serde::Serialize) -> Result<String, String> {

@@ -86,11 +86,6 @@ impl Default for PrefilterConfig {
 }
 
 impl PrefilterConfig {
-    /// Defaults overridden by the environment (see [`PrefilterConfig::with_env`]).
-    pub fn from_env() -> Self {
-        Self::default().with_env()
-    }
-
     /// The base URL requests go to.
     pub fn base_url(&self) -> String {
         let url = self
@@ -105,63 +100,6 @@ impl PrefilterConfig {
             Api::OpenAi => url.strip_suffix("/v1").unwrap_or(url).to_owned(),
             Api::Ollama => url.to_owned(),
         }
-    }
-
-    /// `self` (e.g. from the config file) overridden by the process environment:
-    /// `PITH_LOCAL_PREFILTER` (`1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`),
-    /// `PITH_PREFILTER_API` (`ollama`/`openai`), `PITH_PREFILTER_URL` (or the older
-    /// `PITH_OLLAMA_URL`), `PITH_PREFILTER_MODEL`, `PITH_PREFILTER_THRESHOLD`,
-    /// `PITH_PREFILTER_SHOWN`, `PITH_PREFILTER_TIMEOUT_MS`. Unparsable values are ignored with
-    /// a warning (the binary checks them first and refuses them).
-    pub fn with_env(self) -> Self {
-        self.with_env_from(|name| std::env::var(name).ok())
-    }
-
-    /// [`PrefilterConfig::with_env`] with the variables read through `lookup` (for tests).
-    pub fn with_env_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Self {
-        if let Some(value) = lookup("PITH_LOCAL_PREFILTER") {
-            match value.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => self.enabled = true,
-                "0" | "false" | "no" | "off" | "" => self.enabled = false,
-                other => tracing::warn!(
-                    value = other,
-                    "PITH_LOCAL_PREFILTER: not a boolean; ignored"
-                ),
-            }
-        }
-        if let Some(value) = lookup("PITH_PREFILTER_API").filter(|v| !v.trim().is_empty()) {
-            match Api::from_name(&value) {
-                Some(api) => self.api = api,
-                None => tracing::warn!(%value, "PITH_PREFILTER_API: not ollama or openai; ignored"),
-            }
-        }
-        let url = lookup("PITH_PREFILTER_URL").or_else(|| lookup("PITH_OLLAMA_URL"));
-        if let Some(url) = url.filter(|v| !v.trim().is_empty()) {
-            self.url = Some(url.trim().to_owned());
-        }
-        if let Some(model) = lookup("PITH_PREFILTER_MODEL").filter(|v| !v.trim().is_empty()) {
-            self.model = model.trim().to_owned();
-        }
-        let number = |name: &str| -> Option<u64> {
-            let value = lookup(name)?;
-            match value.trim().parse() {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    tracing::warn!(%value, "{name}: not a number; ignored");
-                    None
-                }
-            }
-        };
-        if let Some(n) = number("PITH_PREFILTER_THRESHOLD").and_then(|n| usize::try_from(n).ok()) {
-            self.policy.threshold = n;
-        }
-        if let Some(n) = number("PITH_PREFILTER_SHOWN").and_then(|n| usize::try_from(n).ok()) {
-            self.policy.shown = n;
-        }
-        if let Some(ms) = number("PITH_PREFILTER_TIMEOUT_MS") {
-            self.timeout = Duration::from_millis(ms);
-        }
-        self
     }
 }
 
@@ -525,64 +463,6 @@ impl Ranker for ModelRanker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn env_overrides_the_config_file_values() {
-        let env = |name: &str| {
-            match name {
-                "PITH_LOCAL_PREFILTER" => Some("1"),
-                "PITH_PREFILTER_API" => Some("openai"),
-                "PITH_OLLAMA_URL" => Some("http://127.0.0.1:9"),
-                "PITH_PREFILTER_MODEL" => Some("tiny:1b"),
-                "PITH_PREFILTER_THRESHOLD" => Some("12"),
-                "PITH_PREFILTER_SHOWN" => Some("7"),
-                "PITH_PREFILTER_TIMEOUT_MS" => Some("250"),
-                _ => None,
-            }
-            .map(str::to_owned)
-        };
-        let config = PrefilterConfig::default().with_env_from(env);
-        assert_eq!(
-            config,
-            PrefilterConfig {
-                enabled: true,
-                api: Api::OpenAi,
-                url: Some("http://127.0.0.1:9".into()),
-                model: "tiny:1b".into(),
-                policy: pith_search::RankPolicy {
-                    threshold: 12,
-                    shown: 7
-                },
-                timeout: Duration::from_millis(250),
-                load_timeout: DEFAULT_LOAD_TIMEOUT,
-            }
-        );
-        let newer = |name: &str| match name {
-            "PITH_PREFILTER_URL" => Some("http://127.0.0.1:7".to_owned()),
-            "PITH_OLLAMA_URL" => Some("http://127.0.0.1:9".to_owned()),
-            _ => None,
-        };
-        assert_eq!(
-            PrefilterConfig::default().with_env_from(newer).base_url(),
-            "http://127.0.0.1:7"
-        );
-        let from_file = PrefilterConfig {
-            enabled: true,
-            policy: pith_search::RankPolicy {
-                threshold: 7,
-                shown: 5,
-            },
-            ..PrefilterConfig::default()
-        };
-        let off = |name: &str| (name == "PITH_LOCAL_PREFILTER").then(|| "off".to_owned());
-        let merged = from_file.with_env_from(off);
-        assert!(!merged.enabled);
-        assert_eq!(merged.policy.threshold, 7);
-        let junk = |_: &str| Some("junk".to_owned());
-        let junked = PrefilterConfig::default().with_env_from(junk);
-        assert_eq!(junked.policy, pith_search::RankPolicy::default());
-        assert_eq!(junked.api, Api::Ollama);
-    }
 
     #[test]
     fn base_urls_by_api() {

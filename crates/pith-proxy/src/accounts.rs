@@ -1,6 +1,6 @@
 //! Which account a request belongs to. A proxy of one developer is one account (its
 //! `[account] id`); a gateway shared by a team maps each request to an account by the key the
-//! client sends in the [`ACCOUNT_KEY_HEADER`] header (`[account.keys]` in config).
+//! client sends in the [`crate::ACCOUNT_KEY_HEADER`] header (`[account.keys]` in config).
 //!
 //! Only SHA-256 digests are kept: a key given as `sha256:<hex>` never exists in the proxy at
 //! all, and a plain key is hashed once at start. A presented key is hashed and compared with
@@ -10,10 +10,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::request::constant_time_eq;
-
-/// The request header a client names its account key in; read by pith, never forwarded.
-pub const ACCOUNT_KEY_HEADER: &str = "pith-account-key";
+use crate::own_headers::constant_time_eq;
 
 /// The shortest key accepted, in characters: 16 random hex digits are 64 bits.
 pub const MIN_KEY_CHARS: usize = 16;

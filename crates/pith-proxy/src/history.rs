@@ -9,11 +9,7 @@ use pith_history::{AgentType, NewMessage};
 use pith_store::history::{History, Turn};
 use pith_wire::conversation;
 
-use crate::ledger::Record;
-
-/// The header a client (or a wrapper) names its agent type with; pith reads it and never
-/// forwards it.
-pub const AGENT_TYPE_HEADER: &str = "pith-agent-type";
+use crate::ledger::record::Record;
 
 /// Where recorded conversations go, and how they are labelled.
 pub struct HistorySink {

@@ -12,26 +12,30 @@
 //!   own (the access token, an account key) are neither forwarded, stored nor logged.
 
 pub mod accounts;
+mod config;
 mod fault;
 pub mod history;
 pub mod ledger;
+mod own_headers;
 pub mod own_pages;
 mod request;
 pub mod rewrite;
 pub mod search_trip;
 mod server;
+mod state;
 mod tee;
 pub mod upstream;
 mod websocket;
 
-pub use accounts::{ACCOUNT_KEY_HEADER, AccountKeys, Accounts, KeyError};
-pub use history::{AGENT_TYPE_HEADER, HistorySink};
+pub use accounts::{AccountKeys, Accounts, KeyError};
+pub use config::{DEFAULT_MAX_BODY, ProxyConfig, Timeouts};
+pub use history::HistorySink;
 pub use ledger::{
     DEFAULT_SPOOL_LIMIT, LedgerSink, LedgerStats, SpoolConfig, SpoolError, StartError,
-    spool_backlog,
+    spool_backlog, spool_dir,
 };
+pub use own_headers::{ACCOUNT_KEY_HEADER, AGENT_TYPE_HEADER, TOKEN_HEADER};
 pub use request::TRANSFORMS_HEADER;
-pub use server::{
-    Activity, DEFAULT_MAX_BODY, Proxy, ProxyConfig, ProxyError, TOKEN_HEADER, Timeouts,
-};
+pub use server::{Proxy, ProxyError};
+pub use state::Activity;
 pub use upstream::{UpstreamError, UpstreamUrl};

@@ -71,6 +71,11 @@ pub struct ResponseInfo<'a> {
 
 /// Chooses a rewriter for each answer on the three wires.
 pub trait ResponseRewrites: Send + Sync {
+    /// Whether [`ResponseRewrites::for_response`] may read the answer to a request the
+    /// pipeline left like this: the request then asks the provider for an uncompressed answer
+    /// (`accept-encoding: identity`). One rule for both sides, so pith never asks for identity
+    /// it will not read, nor gets an answer it would read compressed.
+    fn reads_answer(&self, wire: Wire, transforms: &[StageReport]) -> bool;
     /// `None` leaves the answer as the provider sent it.
     fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Rewriter>;
 }

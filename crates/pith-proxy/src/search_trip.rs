@@ -47,28 +47,25 @@ impl SearchTrip {
     }
 }
 
-/// Whether pith's defer stage changed the request (and so added the search tool: it always
-/// does when it defers) and the client does not round-trip server blocks itself.
-fn pith_added_the_search(info: &ResponseInfo<'_>) -> bool {
-    let deferred = info
-        .transforms
-        .iter()
-        .any(|r| r.stage == "defer" && matches!(r.result, StageResult::Applied(_)));
-    let round_trips = info.transforms.iter().any(|r| {
-        r.stage == RESTORE && r.result == StageResult::Unchanged(reason::CLIENT_ROUND_TRIPS)
-    });
-    deferred && !round_trips
-}
-
 impl ResponseRewrites for SearchTrip {
+    /// An Anthropic answer to a request pith's defer stage changed (and so added the search
+    /// tool: it always does when it defers), from a client that does not round-trip server
+    /// blocks itself.
+    fn reads_answer(&self, wire: Wire, transforms: &[StageReport]) -> bool {
+        let deferred = transforms.iter().any(|r| {
+            r.stage == pith_transform::defer::NAME && matches!(r.result, StageResult::Applied(_))
+        });
+        let round_trips = transforms.iter().any(|r| {
+            r.stage == RESTORE && r.result == StageResult::Unchanged(reason::CLIENT_ROUND_TRIPS)
+        });
+        wire == Wire::AnthropicMessages && deferred && !round_trips
+    }
+
     fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Rewriter> {
         let readable = info
             .content_encoding
             .is_none_or(|e| e.eq_ignore_ascii_case("identity"));
-        if info.wire != Wire::AnthropicMessages
-            || !info.status.is_success()
-            || !readable
-            || !pith_added_the_search(info)
+        if !info.status.is_success() || !readable || !self.reads_answer(info.wire, info.transforms)
         {
             return None;
         }

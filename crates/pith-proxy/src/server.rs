@@ -3,24 +3,19 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use pith_transform::{PinsStage, Pipeline};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::ledger::LedgerSink;
-use crate::own_pages::OwnPages;
+use crate::config::ProxyConfig;
 use crate::request;
-use crate::rewrite::ResponseRewrites;
-use crate::upstream::{self, HttpClient, UpstreamError, UpstreamUrl};
-
-/// Largest request body accepted (the Messages API's own limit is 32 MB).
-pub const DEFAULT_MAX_BODY: usize = 64 << 20;
+use crate::state::{Activity, State};
+use crate::upstream::{self, UpstreamError};
 
 /// Why a proxy could not start, or stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -50,149 +45,10 @@ pub enum ProxyError {
     Accept(std::io::Error),
 }
 
-/// How long the proxy waits, at each point where a peer can go silent. The defaults suit LLM
-/// traffic: a long generation is not a hang, a silent socket is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// From sending the request to the provider's response headers. A non-streamed answer
-    /// arrives whole, so this bounds the longest generation: 10 minutes, the official SDKs'
-    /// own default request timeout.
-    pub upstream_headers: Duration,
-    /// Longest silence between two chunks of the provider's body. Streams carry events (and
-    /// Anthropic's pings) while the model works; 5 minutes of nothing is a dead connection.
-    pub upstream_idle: Duration,
-    /// Longest time a client may take to send its request headers (slow clients that never
-    /// finish hold a connection each): 30 s.
-    pub client_headers: Duration,
-    /// Longest silence between two chunks of a client's request body: 60 s.
-    pub client_idle: Duration,
-    /// How long an idle upstream connection stays pooled for reuse: 90 s.
-    pub pool_idle: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            upstream_headers: Duration::from_secs(600),
-            upstream_idle: Duration::from_secs(300),
-            client_headers: Duration::from_secs(30),
-            client_idle: Duration::from_secs(60),
-            pool_idle: Duration::from_secs(90),
-        }
-    }
-}
-
-/// Everything a proxy needs; the binary builds it from config and flags.
-pub struct ProxyConfig {
-    /// Address to listen on, e.g. `127.0.0.1:8787` (port 0 picks a free one).
-    pub listen: SocketAddr,
-    /// Where Anthropic Messages requests go, and pass-through requests carrying Anthropic's
-    /// headers (`anthropic-version`, `x-api-key`).
-    pub anthropic: UpstreamUrl,
-    /// Where Chat Completions and Responses requests go, and every other pass-through request.
-    pub openai: UpstreamUrl,
-    /// Request transforms.
-    pub pipeline: Pipeline,
-    /// pith's own pages (dashboard, its API, `/metrics`); `None`: those paths go upstream.
-    pub own_pages: Option<Arc<dyn OwnPages>>,
-    /// Answers a turn of nothing but pin commands itself, without the provider (the pins
-    /// stage in `pipeline` moves the pins on every other request). `None`: every turn goes up.
-    pub pins: Option<PinsStage>,
-    /// Response transforms: chooses a rewriter for a streamed answer (none by default).
-    pub rewrites: Option<Arc<dyn ResponseRewrites>>,
-    /// Where each request's record goes; `None` keeps no ledger.
-    pub ledger: Option<LedgerSink>,
-    /// Largest client request body accepted, in bytes (a larger one is answered 413);
-    /// usually [`DEFAULT_MAX_BODY`].
-    pub max_body: usize,
-    /// Where the proxy stops waiting.
-    pub timeouts: Timeouts,
-    /// When set, every request must carry it in the [`TOKEN_HEADER`] header (the header is
-    /// not forwarded). Required to listen on anything but loopback.
-    pub token: Option<String>,
-    /// Who each request belongs to: the proxy's own account, or, with keys (a gateway), the
-    /// account of the key in its [`crate::ACCOUNT_KEY_HEADER`] header (required then).
-    pub accounts: crate::Accounts,
-}
-
-/// The request header that carries the proxy's access token.
-pub const TOKEN_HEADER: &str = "x-pith-token";
-
-/// Shared by every request of one proxy: its configuration and what it set up from it.
-pub(crate) struct State {
-    pub config: ProxyConfig,
-    pub client: HttpClient,
-    /// Transform stages that failed (and were skipped) since start.
-    pub transform_failures: AtomicU64,
-    /// Set when the grace period is over and open requests are being cut: their ledger rows
-    /// say `shutdown`, not `client_closed`.
-    pub shutting_down: Arc<AtomicBool>,
-    /// HTTP/1.1 only, for WebSocket upgrades (which HTTP/2 has no form of here).
-    pub ws_client: HttpClient,
-    /// Open connections and WebSocket relays.
-    pub activity: Arc<Activity>,
-}
-
 /// A bound proxy, ready to serve.
 pub struct Proxy {
     listener: TcpListener,
     state: Arc<State>,
-}
-
-/// How busy a proxy is: its open client connections, and since when none has been open. A
-/// proxy that stops itself when idle (`pith run`'s shared one) reads it; an open connection
-/// (a client between two turns keeps one) always counts as busy.
-#[derive(Debug)]
-pub struct Activity {
-    open: AtomicUsize,
-    /// WebSocket sessions being relayed (their connection left the accept loop's set).
-    relays: AtomicUsize,
-    /// Milliseconds after `started` when the last connection closed.
-    idle_since_ms: AtomicU64,
-    started: Instant,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            open: AtomicUsize::new(0),
-            relays: AtomicUsize::new(0),
-            idle_since_ms: AtomicU64::new(0),
-            started: Instant::now(),
-        }
-    }
-
-    fn mark_idle_now(&self) {
-        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.idle_since_ms.store(now, Ordering::Relaxed);
-    }
-
-    fn set_open(&self, open: usize) {
-        if open == 0 && self.open.load(Ordering::Relaxed) != 0 {
-            self.mark_idle_now();
-        }
-        self.open.store(open, Ordering::Relaxed);
-    }
-
-    pub(crate) fn relay_started(&self) {
-        self.relays.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn relay_ended(&self) {
-        if self.relays.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.mark_idle_now();
-        }
-    }
-
-    /// How long no connection has been open (since start, when none ever was); `None` while
-    /// one is (a WebSocket being relayed included).
-    pub fn idle_for(&self) -> Option<Duration> {
-        if self.open.load(Ordering::Relaxed) != 0 || self.relays.load(Ordering::Relaxed) != 0 {
-            return None;
-        }
-        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
-        Some(self.started.elapsed().saturating_sub(since))
-    }
 }
 
 /// Connections the kernel may hold for pith before it accepts them. A burst of agents (or

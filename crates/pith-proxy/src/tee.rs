@@ -5,6 +5,8 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -15,11 +17,29 @@ use pith_store::ledger::RequestOutcome;
 use pith_wire::sse::EventSplitter;
 use pith_wire::{Provider, Wire};
 
+use crate::ledger::LedgerSink;
 use crate::ledger::Record;
-use crate::request::Recorder;
 use pith_transform::StageReport;
 
 use crate::rewrite::{BodyRewriter, EventRewriter, Rewrite, Rewriter};
+
+/// Where a request's record goes, and whether the proxy is cutting requests at shutdown.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    pub sink: LedgerSink,
+    pub shutting_down: Arc<AtomicBool>,
+}
+
+impl Recorder {
+    /// How a request that was cut short ended: cut at shutdown, or left by its client.
+    pub fn cut_short(&self) -> End {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            End::Shutdown
+        } else {
+            End::ClientGone
+        }
+    }
+}
 
 /// Responses larger than this are forwarded in full but not kept for usage parsing.
 const MAX_KEPT: u64 = 64 << 20;

@@ -35,8 +35,10 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 
 use crate::fault::Fault;
 use crate::ledger::Record;
-use crate::server::{State, TOKEN_HEADER};
+use crate::own_headers::TOKEN_HEADER;
+use crate::state::State;
 use crate::tee::ProxyBody;
+use pith_store::clock::now_ms;
 
 /// Whether `req` asks to open the Responses API's WebSocket.
 pub(crate) fn is_upgrade(req: &Request<Incoming>) -> bool {
@@ -70,7 +72,7 @@ fn is_hop_header(name: &str) -> bool {
             | "te"
             | "trailer"
     ) || name == TOKEN_HEADER
-        || name == crate::accounts::ACCOUNT_KEY_HEADER
+        || name == crate::own_headers::ACCOUNT_KEY_HEADER
 }
 
 /// Relay one WebSocket session: the upstream's handshake first, then the client's. Its
@@ -401,11 +403,4 @@ impl Turns {
             ..Record::default()
         });
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }

@@ -297,6 +297,9 @@ impl EventRewriter for DropPings {
 
 struct Rewrites(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
 impl ResponseRewrites for Rewrites {
+    fn reads_answer(&self, _: pith_wire::Wire, _: &[pith_transform::StageReport]) -> bool {
+        true
+    }
     fn for_response(&self, info: &ResponseInfo<'_>) -> Option<Rewriter> {
         assert_eq!(info.path, "/v1/messages");
         assert!(info.sse);

@@ -7,6 +7,7 @@
 //! trait belong to `pith-brain`; [`brain`] implements that trait here.
 
 pub mod brain;
+pub mod clock;
 pub mod history;
 pub mod ledger;
 pub mod postgres;

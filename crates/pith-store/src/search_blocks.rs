@@ -9,10 +9,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rusqlite::{Connection, params};
 
+use crate::clock::now_ms;
 use crate::sqlite::{self, StoreError};
 
 const MIGRATIONS: &[&str] = &["CREATE TABLE search_blocks (
@@ -129,13 +130,6 @@ struct Inner {
     /// To the writer thread, which ends when this is dropped with the last handle.
     writer: Mutex<Option<Sender<Write>>>,
     write_failures: Arc<AtomicU64>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn age_ms(limits: Limits) -> i64 {

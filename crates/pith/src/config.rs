@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Deserialize;
 
+use crate::env::{self, Var};
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -112,9 +114,9 @@ pub const LOCAL_ACCOUNT: &str = "local";
 impl Config {
     /// This install's account: `PITH_ACCOUNT` over `[account] id`, else `local`.
     pub fn account_id(&self) -> anyhow::Result<String> {
-        let (id, source) = match std::env::var("PITH_ACCOUNT") {
-            Ok(v) if !v.trim().is_empty() => (v.trim().to_owned(), "PITH_ACCOUNT"),
-            _ => match &self.account.id {
+        let (id, source) = match env::text(Var::Account) {
+            Some(v) => (v.trim().to_owned(), "PITH_ACCOUNT"),
+            None => match &self.account.id {
                 Some(v) => (v.clone(), "account.id"),
                 None => return Ok(LOCAL_ACCOUNT.to_owned()),
             },
@@ -130,9 +132,8 @@ impl Config {
     /// empty when neither has any. Each account id and key is checked, and a key given to two
     /// accounts is refused; an error names the account, never the key.
     pub fn account_keys(&self) -> anyhow::Result<pith_proxy::AccountKeys> {
-        match std::env::var_os("PITH_ACCOUNT_KEYS").filter(|v| !v.is_empty()) {
+        match env::path(Var::AccountKeys) {
             Some(path) => {
-                let path = PathBuf::from(path);
                 let table = read_keys_file(&path)?;
                 keys_from(&table, &format!("{} (PITH_ACCOUNT_KEYS)", path.display()))
             }
@@ -140,12 +141,20 @@ impl Config {
         }
     }
 
+    /// The proxy's access token: `PITH_PROXY_TOKEN` over `[proxy] token`; none when empty.
+    pub fn proxy_token(&self) -> Option<String> {
+        env::text(Var::ProxyToken)
+            .map(str::to_owned)
+            .or_else(|| self.proxy.token.clone())
+            .filter(|t| !t.is_empty())
+    }
+
     /// The team store, if one is configured: `PITH_STORE_URL` over `[store] url`. Anything but
     /// a PostgreSQL URL is an error that says what is accepted.
     pub fn store_url(&self) -> anyhow::Result<Option<pith_store::postgres::StoreUrl>> {
-        let (text, source) = match std::env::var("PITH_STORE_URL") {
-            Ok(v) if !v.trim().is_empty() => (v, "PITH_STORE_URL"),
-            _ => match &self.store.url {
+        let (text, source) = match env::text(Var::StoreUrl) {
+            Some(v) => (v.to_owned(), "PITH_STORE_URL"),
+            None => match &self.store.url {
                 Some(v) => (v.clone(), "store.url"),
                 None => return Ok(None),
             },
@@ -341,25 +350,12 @@ fn is_account_id(id: &str) -> bool {
 
 /// pith's own data directory: `$PITH_HOME`, else the platform data dir + `pith`.
 pub fn pith_home() -> anyhow::Result<PathBuf> {
-    if let Some(home) = std::env::var_os("PITH_HOME").filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(home));
+    if let Some(home) = env::path(Var::Home) {
+        return Ok(home);
     }
     dirs::data_dir()
         .map(|d| d.join("pith"))
         .context("cannot find a data directory for pith; set PITH_HOME")
-}
-
-/// A boolean environment switch: `1/true/yes/on` or `0/false/no/off`; anything else is an error
-/// that names the variable.
-pub fn env_flag(name: &str) -> anyhow::Result<Option<bool>> {
-    match std::env::var(name) {
-        Err(_) => Ok(None),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "1" | "true" | "yes" | "on" => Ok(Some(true)),
-            "0" | "false" | "no" | "off" | "" => Ok(Some(false)),
-            other => anyhow::bail!("{name}={other:?} is not a switch; use 1 or 0"),
-        },
-    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use pith_history::AgentType;
 use pith_history::token::{DEFAULT_TTL_MS, TokenKey};
 use pith_store::postgres::StoreUrl;
 
-use crate::config::{Config, env_flag, pith_home};
+use crate::config::{Config, pith_home};
+use crate::env::{self, Var};
 
 /// Everything history needs to know from config and the environment.
 pub struct HistorySettings {
@@ -37,26 +38,24 @@ impl HistorySettings {
     pub fn resolve(full: &Config) -> anyhow::Result<HistorySettings> {
         let config = &full.history;
         let home = pith_home()?;
-        let record = env_flag("PITH_HISTORY")?.or(config.record).unwrap_or(true);
-        let path = std::env::var_os("PITH_HISTORY_PATH")
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
+        let record = env::flag(Var::History)?.or(config.record).unwrap_or(true);
+        let path = env::path(Var::HistoryPath)
             .or_else(|| config.path.clone())
             .unwrap_or_else(|| home.join("history.db"));
-        let key = match std::env::var("PITH_HISTORY_TOKEN_KEY") {
-            Ok(hex) => Some(TokenKey::from_hex(&hex).context("PITH_HISTORY_TOKEN_KEY")?),
-            Err(_) => match &config.token_key {
+        let key = match env::text(Var::HistoryTokenKey) {
+            Some(hex) => Some(TokenKey::from_hex(hex).context("PITH_HISTORY_TOKEN_KEY")?),
+            None => match &config.token_key {
                 Some(hex) => Some(TokenKey::from_hex(hex).context("history.token_key")?),
                 None => None,
             },
         };
-        let ttl = match std::env::var("PITH_HISTORY_TOKEN_TTL") {
-            Ok(v) => Some(
-                crate::duration::parse(&v)
+        let ttl = match env::text(Var::HistoryTokenTtl) {
+            Some(v) => Some(
+                crate::duration::parse(v)
                     .map_err(anyhow::Error::msg)
                     .context("PITH_HISTORY_TOKEN_TTL")?,
             ),
-            Err(_) => match &config.token_ttl {
+            None => match &config.token_ttl {
                 Some(v) => Some(
                     crate::duration::parse(v)
                         .map_err(anyhow::Error::msg)

@@ -10,8 +10,9 @@ pub fn init() {
 /// `default_level`; `ansi` colours it. Calling it twice is harmless (tests run commands more
 /// than once in a process), so that error is ignored.
 pub fn init_with(default_level: &str, ansi: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PITH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let filter = crate::env::text(crate::env::Var::Log)
+        .and_then(|directives| tracing_subscriber::EnvFilter::try_new(directives).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default_level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -11,6 +11,7 @@ mod commands;
 mod config;
 mod dashboard;
 mod duration;
+mod env;
 mod history_settings;
 mod logging;
 mod prices;

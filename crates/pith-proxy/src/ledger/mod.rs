@@ -12,8 +12,8 @@
 //! cannot be kept at all (the spool's limit, a full disk) is counted as lost, persisted in the
 //! ledger's counters and logged, so `pith stats` and `/metrics` show it.
 
-mod record;
-mod row;
+pub(crate) mod record;
+pub(crate) mod row;
 mod spool;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +26,9 @@ use pith_store::ledger::{DROPPED_ROWS, Ledger, RequestOutcome, Row, WriteBatch};
 
 use crate::history::{HistorySink, Labels};
 pub(crate) use record::{Record, Report, arrival_now};
-pub use spool::{DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError};
+pub use spool::{
+    DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError, dir_beside as spool_dir,
+};
 use spool::{NotKept, Position, SPOOL_GENERATION, SPOOL_OFFSET, Spool};
 
 /// Rows written per transaction at most.

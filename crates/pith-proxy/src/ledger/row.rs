@@ -10,7 +10,10 @@ use pith_wire::{Wire, encoding, request, usage};
 
 use super::record::{Record, Report, ReportResult};
 use crate::history::Labels;
-use crate::request::ANSWERED_FACT;
+
+/// The fact of a stage that answered the request itself: the ledger prices such a request as
+/// the request it saved.
+pub(crate) const ANSWERED_FACT: &str = "answered";
 
 /// Largest decoded response body parsed for usage.
 const MAX_DECODED: u64 = 64 << 20;

@@ -51,6 +51,14 @@ const SEGMENT_BYTES: u64 = 8 << 20;
 /// [`Spool::published`] packs a generation above this many bits of length.
 const LEN_BITS: u32 = 40;
 
+/// The spool directory of the ledger at `ledger`: beside it, named after it
+/// (`ledger.db-spool`, as SQLite names its `-wal`).
+pub fn dir_beside(ledger: &Path) -> std::path::PathBuf {
+    let mut name = ledger.as_os_str().to_owned();
+    name.push("-spool");
+    std::path::PathBuf::from(name)
+}
+
 /// Where the spool lives and how much it may hold.
 #[derive(Debug, Clone)]
 pub struct SpoolConfig {

@@ -1,8 +1,6 @@
 //! What one request carries through the phases, and the one place its ledger record is built.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
@@ -10,26 +8,9 @@ use pith_store::ledger::RequestOutcome;
 use pith_transform::StageReport;
 use pith_wire::{Provider, Wire, session};
 
-use crate::ledger::{LedgerSink, Record, Report, arrival_now};
-use crate::tee::{End, Pending};
-
-/// Where a request's record goes, and whether the proxy is cutting requests at shutdown.
-#[derive(Clone)]
-pub(crate) struct Recorder {
-    pub sink: LedgerSink,
-    pub shutting_down: Arc<AtomicBool>,
-}
-
-impl Recorder {
-    /// How a request that was cut short ended: cut at shutdown, or left by its client.
-    pub fn cut_short(&self) -> End {
-        if self.shutting_down.load(Ordering::SeqCst) {
-            End::Shutdown
-        } else {
-            End::ClientGone
-        }
-    }
-}
+use crate::ledger::{Record, Report, arrival_now};
+use crate::tee::{Pending, Recorder};
+use pith_store::clock::now_ms;
 
 /// One request on its way from the client to the provider and back. Each phase fills in what
 /// it learns; nothing here is parsed from the body (that happens on a ledger writer thread).
@@ -122,7 +103,7 @@ impl Context {
             header_session: session::session_from_headers(&self.headers),
             agent_type: self
                 .headers
-                .get(crate::history::AGENT_TYPE_HEADER)
+                .get(crate::own_headers::AGENT_TYPE_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
             wire: self.wire,
@@ -159,11 +140,4 @@ impl Drop for Context {
             pending.finish(end, Some(error.to_owned()));
         }
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }

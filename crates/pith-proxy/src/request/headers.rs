@@ -19,9 +19,9 @@ fn is_hop_header(name: &HeaderName) -> bool {
             | "expect"
             | "host"
             | "content-length"
-            | crate::server::TOKEN_HEADER
-            | crate::history::AGENT_TYPE_HEADER
-            | crate::accounts::ACCOUNT_KEY_HEADER
+            | crate::own_headers::TOKEN_HEADER
+            | crate::own_headers::AGENT_TYPE_HEADER
+            | crate::own_headers::ACCOUNT_KEY_HEADER
     )
 }
 

@@ -12,8 +12,6 @@ mod context;
 mod headers;
 mod token;
 
-pub(crate) use token::constant_time_eq;
-
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -27,13 +25,16 @@ use pith_store::ledger::RequestOutcome;
 use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply, session};
 
-use crate::accounts::ACCOUNT_KEY_HEADER;
 use crate::fault::Fault;
+use crate::ledger::row::ANSWERED_FACT;
+use crate::own_headers::ACCOUNT_KEY_HEADER;
+use crate::own_headers::TOKEN_HEADER;
 use crate::own_pages;
 use crate::rewrite::ResponseInfo;
-use crate::server::{State, TOKEN_HEADER};
+use crate::state::State;
+pub(crate) use crate::tee::Recorder;
 use crate::tee::{End, Idle, ProxyBody, Tee};
-pub(crate) use context::{Context, Recorder};
+pub(crate) use context::Context;
 
 /// Response header naming what pith changed in the request.
 pub const TRANSFORMS_HEADER: &str = "pith-transforms";
@@ -327,10 +328,6 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
     })
 }
 
-/// The fact of a stage that answered the request itself: the ledger prices such a request as
-/// the request it saved.
-pub(crate) const ANSWERED_FACT: &str = "answered";
-
 /// Answer locally: a turn of nothing but pin commands is answered by pith, in the wire and
 /// mode the client asked for, without a call upstream. A body the pins stage cannot read is
 /// forwarded, never answered.
@@ -371,7 +368,7 @@ fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody
         Fact::level("pins", answer.pins.len()),
     ];
     let report = StageReport {
-        stage: "pins",
+        stage: pith_transform::pins::NAME,
         result: StageResult::Applied(facts),
     };
     let applied = PipelineResult {
@@ -427,9 +424,8 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     }
     let mut headers = headers::end_to_end(&ctx.headers);
     Pipeline::apply_header_edits(&result, &mut headers);
-    if state.config.rewrites.is_some()
-        && ctx.wire == Some(Wire::AnthropicMessages)
-        && may_rewrite(&result)
+    if let (Some(rewrites), Some(wire)) = (&state.config.rewrites, ctx.wire)
+        && rewrites.reads_answer(wire, &result.reports)
     {
         // A rewriter has to read the answer: ask for it uncompressed.
         headers.insert(
@@ -449,15 +445,6 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     ctx.transforms_header = result.transforms_header();
     ctx.transforms = result.reports;
     Upstream { body, headers }
-}
-
-/// Whether the answer to a request the pipeline left like this may be rewritten: the tool
-/// search round trip reads answers to requests the defer stage changed.
-fn may_rewrite(result: &PipelineResult) -> bool {
-    result
-        .reports
-        .iter()
-        .any(|r| r.stage == "defer" && matches!(r.result, StageResult::Applied(_)))
 }
 
 /// Run the pipeline inline (pure CPU, tens of microseconds), or on the blocking pool when a

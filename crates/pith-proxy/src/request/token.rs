@@ -3,25 +3,13 @@
 
 use http::HeaderMap;
 
-use crate::server::TOKEN_HEADER;
+use crate::own_headers::{TOKEN_HEADER, constant_time_eq};
 
 /// Whether `headers` carry `expected` in the token header.
 pub(crate) fn matches(headers: &HeaderMap, expected: &str) -> bool {
     headers
         .get(TOKEN_HEADER)
         .is_some_and(|v| constant_time_eq(v.as_bytes(), expected.as_bytes()))
-}
-
-/// `a == b`, reading every byte of both whatever they hold (only the lengths can differ in
-/// time, and the token's length is not the secret).
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= x ^ y;
-    }
-    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Pg, PgError, StoreUrl};
+use crate::clock::now_ms;
 use crate::ledger::{
     DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
 };
@@ -433,12 +434,6 @@ impl TeamLedger {
         replica.set_counter(DROPPED_ROWS, to_u64(dropped))?;
         Ok(pulled)
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {

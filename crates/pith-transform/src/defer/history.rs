@@ -209,7 +209,7 @@ pub(super) fn real_prompt(text: &str) -> Option<String> {
     let text = text.trim();
     if text.is_empty()
         || text.starts_with(pith_clients::codex::AGENTS_MD_PREFIX)
-        || is_one_wrapper(text)
+        || pith_clients::is_one_wrapper(text)
     {
         return None;
     }
@@ -253,24 +253,6 @@ fn strip_system_reminders(text: &str) -> Cow<'_, str> {
     }
     out.push_str(rest);
     Cow::Owned(out)
-}
-
-/// `<tag ...>...</tag>` and nothing around it (how harnesses wrap what they add; the pins stage
-/// reads user text the same way).
-pub(crate) fn is_one_wrapper(text: &str) -> bool {
-    let Some(inner) = text.strip_prefix('<') else {
-        return false;
-    };
-    let tag_len = inner
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-        .unwrap_or(inner.len());
-    if tag_len == 0 {
-        return false;
-    }
-    let tag = &inner[..tag_len];
-    text.strip_suffix('>')
-        .and_then(|t| t.strip_suffix(tag))
-        .is_some_and(|t| t.ends_with("</"))
 }
 
 #[cfg(test)]

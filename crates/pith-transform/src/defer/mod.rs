@@ -98,6 +98,9 @@ impl SearchVariant {
     }
 }
 
+/// The stage's name, in the `pith-transforms` header and the ledger.
+pub const NAME: &str = "defer";
+
 /// Options of the defer stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeferOptions {
@@ -156,7 +159,7 @@ impl DeferStage {
 
 impl Stage for DeferStage {
     fn name(&self) -> &'static str {
-        "defer"
+        NAME
     }
 
     fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError> {

@@ -51,6 +51,9 @@ pub mod reason {
     pub const COMMAND_TURN: &str = "command_turn";
 }
 
+/// The stage's name, in the `pith-transforms` header and the ledger.
+pub const NAME: &str = "pins";
+
 /// The pins stage. Stateless: everything comes from the request.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PinsStage;
@@ -128,7 +131,7 @@ fn mentions_marker(body: &[u8]) -> bool {
 
 impl Stage for PinsStage {
     fn name(&self) -> &'static str {
-        "pins"
+        NAME
     }
 
     fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError> {

@@ -297,7 +297,7 @@ fn user_source(literal: &str, wire: Wire, leading: bool) -> Source {
     if wire == Wire::Responses && text.starts_with(pith_clients::codex::AGENTS_MD_PREFIX) {
         return Source::RulesFile;
     }
-    if crate::defer::history::is_one_wrapper(text.trim_end()) {
+    if pith_clients::is_one_wrapper(text.trim_end()) {
         return Source::Harness;
     }
     Source::Typed

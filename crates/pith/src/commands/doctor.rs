@@ -177,10 +177,7 @@ fn check_proxy(report: &mut Report, config: &Config) -> Option<SocketAddr> {
         }
     };
     let addr = super::run::reachable(listen);
-    let token = std::env::var("PITH_PROXY_TOKEN")
-        .ok()
-        .or_else(|| config.proxy.token.clone())
-        .filter(|t| !t.is_empty());
+    let token = config.proxy_token();
     match background::probe(addr, token.as_deref(), background::PROBE_TIMEOUT) {
         Probe::Pith(h) if h.version == env!("CARGO_PKG_VERSION") => {
             report.ok(
@@ -462,8 +459,7 @@ fn check_client(
         base_url(report, &check("base URL"), &source, &url, proxy);
     }
     if let Some(var) = profile.base_url_env
-        && let Ok(url) = std::env::var(var)
-        && !url.is_empty()
+        && let Some(url) = crate::env::client_var(var)
     {
         base_url(report, &check("base URL"), var, &url, proxy);
     }
@@ -522,7 +518,7 @@ fn check_ledger(report: &mut Report, config: &Config) {
 
 /// What waits in the ledger's spool, and whether requests were served but not kept.
 fn check_spool(report: &mut Report, path: &std::path::Path, ledger: &pith_store::ledger::Ledger) {
-    let dir = crate::commands::proxy::spool_dir(path);
+    let dir = pith_proxy::spool_dir(path);
     match pith_proxy::spool_backlog(&dir, ledger) {
         Ok((0, _)) => report.ok("ledger spool", "no request waits to be written"),
         Ok((n, bytes)) => report.ok(

@@ -4,7 +4,6 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use pith_clients::Client;
@@ -15,6 +14,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::history_settings::HistorySettings;
+use pith_store::clock::now_ms;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -195,13 +195,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             TrashCommand::Purge(a) => purge(&settings, a),
         },
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// The history for a command that writes: the team's in team mode, else the local file

@@ -25,7 +25,7 @@ pub struct Args {}
 
 /// Answer one hook call. Never fails: every error is silence.
 pub fn run(_args: Args, config: Option<&HookConfig>) {
-    if std::env::var_os("PITH_LOG").is_some() {
+    if crate::env::is_set(crate::env::Var::Log) {
         crate::logging::init_with("warn", false);
     }
     let mut input = Vec::new();

@@ -8,7 +8,8 @@ use anyhow::Context;
 use pith_prefilter::{Api, PrefilterConfig};
 use pith_search::RankPolicy;
 
-use crate::config::{Config, McpConfig, env_flag};
+use crate::config::{Config, McpConfig};
+use crate::env::Var;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -42,47 +43,67 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
 }
 
 /// `[mcp]` settings, then the environment over them (`PITH_LOCAL_PREFILTER=1` turns ranking on
-/// without a config file; see `PrefilterConfig::with_env` for the other variables). Values that
-/// cannot mean anything are errors naming the key or variable, not a silent default.
+/// without a config file; `PITH_PREFILTER_API`, `PITH_PREFILTER_URL` (or the older
+/// `PITH_OLLAMA_URL`), `PITH_PREFILTER_MODEL`, `PITH_PREFILTER_THRESHOLD`,
+/// `PITH_PREFILTER_SHOWN`, `PITH_PREFILTER_TIMEOUT_MS`). Values that cannot mean anything are
+/// errors naming the key or variable, not a silent default.
 pub(crate) fn prefilter_config(mcp: &McpConfig) -> anyhow::Result<PrefilterConfig> {
+    prefilter_config_with(mcp, &|var| crate::env::text(var))
+}
+
+fn prefilter_config_with(
+    mcp: &McpConfig,
+    env: &dyn Fn(Var) -> Option<&'static str>,
+) -> anyhow::Result<PrefilterConfig> {
     let defaults = PrefilterConfig::default();
-    let enabled = env_flag("PITH_LOCAL_PREFILTER")?
-        .or(mcp.local_prefilter)
-        .unwrap_or(false);
-    let api = match mcp.prefilter_api.as_deref() {
-        None => defaults.api,
-        Some(name) => api_named(name).context("mcp.prefilter_api")?,
+    let switch =
+        match env(Var::LocalPrefilter) {
+            Some(v) => Some(crate::env::parse_switch(v).with_context(|| {
+                format!("PITH_LOCAL_PREFILTER={v:?} is not a switch; use 1 or 0")
+            })?),
+            None => None,
+        };
+    let api = match (env(Var::PrefilterApi), mcp.prefilter_api.as_deref()) {
+        (Some(name), _) => api_named(name).context("PITH_PREFILTER_API")?,
+        (None, Some(name)) => api_named(name).context("mcp.prefilter_api")?,
+        (None, None) => defaults.api,
     };
-    if let Ok(name) = std::env::var("PITH_PREFILTER_API") {
-        api_named(&name).context("PITH_PREFILTER_API")?;
-    }
-    for name in [
-        "PITH_PREFILTER_THRESHOLD",
-        "PITH_PREFILTER_SHOWN",
-        "PITH_PREFILTER_TIMEOUT_MS",
-    ] {
-        if let Ok(value) = std::env::var(name) {
-            value
-                .trim()
-                .parse::<u64>()
-                .with_context(|| format!("{name}={value:?} is not a whole number"))?;
-        }
-    }
-    let from_file = PrefilterConfig {
-        enabled,
+    let number = |var: Var| -> anyhow::Result<Option<u64>> {
+        env(var)
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .with_context(|| format!("{}={v:?} is not a whole number", var.name()))
+            })
+            .transpose()
+    };
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let url = env(Var::PrefilterUrl).or(env(Var::OllamaUrl));
+    let config = PrefilterConfig {
+        enabled: switch.or(mcp.local_prefilter).unwrap_or(false),
         api,
-        url: mcp.prefilter_url.clone(),
-        model: mcp.model.clone().unwrap_or(defaults.model),
+        url: url
+            .map(|u| u.trim().to_owned())
+            .or_else(|| mcp.prefilter_url.clone()),
+        model: env(Var::PrefilterModel)
+            .map(|m| m.trim().to_owned())
+            .or_else(|| mcp.model.clone())
+            .unwrap_or(defaults.model),
         policy: RankPolicy {
-            threshold: mcp.prefilter_threshold.unwrap_or(defaults.policy.threshold),
-            shown: mcp.prefilter_shown.unwrap_or(defaults.policy.shown),
+            threshold: number(Var::PrefilterThreshold)?
+                .map(size)
+                .or(mcp.prefilter_threshold)
+                .unwrap_or(defaults.policy.threshold),
+            shown: number(Var::PrefilterShown)?
+                .map(size)
+                .or(mcp.prefilter_shown)
+                .unwrap_or(defaults.policy.shown),
         },
-        timeout: mcp
-            .prefilter_timeout_ms
+        timeout: number(Var::PrefilterTimeoutMs)?
+            .or(mcp.prefilter_timeout_ms)
             .map_or(defaults.timeout, Duration::from_millis),
         load_timeout: defaults.load_timeout,
     };
-    let config = from_file.with_env();
     anyhow::ensure!(
         config.policy.shown > 0,
         "mcp.prefilter_shown (or PITH_PREFILTER_SHOWN) must be at least 1"
@@ -95,4 +116,59 @@ pub(crate) fn api_named(name: &str) -> anyhow::Result<Api> {
     Api::from_name(name).with_context(|| {
         format!("{name:?} is not an API pith speaks: use \"ollama\" or \"openai\"")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &'static [(Var, &'static str)]) -> impl Fn(Var) -> Option<&'static str> {
+        move |var| vars.iter().find(|(v, _)| *v == var).map(|(_, text)| *text)
+    }
+
+    #[test]
+    fn the_environment_overrides_the_config_file_and_bad_values_are_errors() {
+        let config = prefilter_config_with(
+            &McpConfig::default(),
+            &with(&[
+                (Var::LocalPrefilter, "1"),
+                (Var::PrefilterApi, "openai"),
+                (Var::OllamaUrl, "http://127.0.0.1:9"),
+                (Var::PrefilterModel, "tiny:1b"),
+                (Var::PrefilterThreshold, "12"),
+                (Var::PrefilterShown, "7"),
+                (Var::PrefilterTimeoutMs, "250"),
+            ]),
+        )
+        .unwrap();
+        assert!(config.enabled);
+        assert_eq!(config.api, pith_prefilter::Api::OpenAi);
+        assert_eq!(config.url.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(config.model, "tiny:1b");
+        assert_eq!((config.policy.threshold, config.policy.shown), (12, 7));
+        assert_eq!(config.timeout, Duration::from_millis(250));
+        let newer = with(&[
+            (Var::PrefilterUrl, "http://127.0.0.1:7"),
+            (Var::OllamaUrl, "http://127.0.0.1:9"),
+        ]);
+        let config = prefilter_config_with(&McpConfig::default(), &newer).unwrap();
+        assert_eq!(config.base_url(), "http://127.0.0.1:7");
+        let file = McpConfig {
+            local_prefilter: Some(true),
+            prefilter_threshold: Some(7),
+            ..McpConfig::default()
+        };
+        let off = prefilter_config_with(&file, &with(&[(Var::LocalPrefilter, "off")])).unwrap();
+        assert!(!off.enabled);
+        assert_eq!(off.policy.threshold, 7);
+        for (var, junk) in [
+            (Var::LocalPrefilter, "maybe"),
+            (Var::PrefilterApi, "junk"),
+            (Var::PrefilterShown, "many"),
+        ] {
+            let vars: &'static [(Var, &'static str)] = Box::leak(Box::new([(var, junk)]));
+            let err = prefilter_config_with(&McpConfig::default(), &with(vars)).unwrap_err();
+            assert!(format!("{err:#}").contains(var.name()), "{err:#}");
+        }
+    }
 }

@@ -77,10 +77,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
     let listen = super::proxy::listen_addr(None, config)?;
     let addr = reachable(listen);
     let home = pith_home()?;
-    let token = std::env::var("PITH_PROXY_TOKEN")
-        .ok()
-        .or_else(|| config.proxy.token.clone())
-        .filter(|t| !t.is_empty());
+    let token = config.proxy_token();
     let idle = idle_stop(config)?;
     let program = client.program();
 
@@ -179,9 +176,9 @@ pub fn reachable(listen: SocketAddr) -> SocketAddr {
 /// The shared proxy's idle stop: `PITH_IDLE_STOP`, else `proxy.idle_stop`, else 30m; checked
 /// here so that a typo is an error now, not a proxy that never started.
 fn idle_stop(config: &Config) -> anyhow::Result<String> {
-    let (text, source) = match std::env::var("PITH_IDLE_STOP") {
-        Ok(v) => (v, "PITH_IDLE_STOP"),
-        Err(_) => match &config.proxy.idle_stop {
+    let (text, source) = match crate::env::text(crate::env::Var::IdleStop) {
+        Some(v) => (v.to_owned(), "PITH_IDLE_STOP"),
+        None => match &config.proxy.idle_stop {
             Some(v) => (v.clone(), "proxy.idle_stop"),
             None => (DEFAULT_IDLE_STOP.to_owned(), "the default"),
         },
@@ -284,7 +281,7 @@ fn wire(
 ) -> Result<Wiring, String> {
     let places = crate::client_files::places(None)
         .unwrap_or_else(|_| crate::client_files::places_without_project());
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let env = |name: &str| crate::env::client_var(name);
     client.wire(&RunContext {
         args: client_args,
         origin: format!("http://{addr}"),

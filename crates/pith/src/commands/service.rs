@@ -159,9 +159,7 @@ fn service_path() -> anyhow::Result<PathBuf> {
             .join("Library/LaunchAgents")
             .join(format!("{LAUNCHD_LABEL}.plist")))
     } else {
-        let config = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
+        let config = crate::env::path(crate::env::Var::XdgConfigHome)
             .or_else(|| dirs::home_dir().map(|h| h.join(".config")))
             .context("cannot find your config directory; set XDG_CONFIG_HOME")?;
         Ok(config.join("systemd/user").join(SYSTEMD_UNIT))
@@ -194,9 +192,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let launch = Launch {
         exe,
         config: config.source.clone(),
-        pith_home: std::env::var_os("PITH_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from),
+        pith_home: crate::env::path(crate::env::Var::Home),
     };
     let macos = cfg!(target_os = "macos");
     match args.action {

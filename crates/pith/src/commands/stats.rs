@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use pith_store::ledger::{DROPPED_ROWS, Filter, Group, Ledger};
@@ -282,10 +281,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         "no ledger at {}: run `pith proxy` and send requests through it first (or pass --ledger FILE)",
         path.display()
     );
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
+    let now_ms = pith_store::clock::now_ms();
     let filter = Filter {
         since_ms: args
             .since
@@ -489,7 +485,7 @@ struct LedgerBacklog {
 /// The spool beside the ledger at `path` (none beside a team replica): read-only, and a
 /// spool that cannot be read counts as empty rather than failing the report.
 fn ledger_backlog(path: &std::path::Path, ledger: &Ledger) -> LedgerBacklog {
-    let dir = crate::commands::proxy::spool_dir(path);
+    let dir = pith_proxy::spool_dir(path);
     match pith_proxy::spool_backlog(&dir, ledger) {
         Ok((requests, bytes)) => LedgerBacklog { requests, bytes },
         Err(e) => {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -169,10 +169,7 @@ fn filter_of(query: &str) -> Result<Filter, String> {
         None => None,
         Some(text) => {
             let age = crate::duration::parse(&text).map_err(|e| format!("since={text}: {e}"))?;
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                .unwrap_or(0);
+            let now = pith_store::clock::now_ms();
             Some(now.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)))
         }
     };

@@ -1,0 +1,80 @@
+//! What a proxy is configured with: the binary builds a [`ProxyConfig`] from its settings.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pith_transform::{PinsStage, Pipeline};
+
+use crate::ledger::LedgerSink;
+use crate::own_pages::OwnPages;
+use crate::rewrite::ResponseRewrites;
+use crate::upstream::UpstreamUrl;
+
+/// Largest request body accepted (the Messages API's own limit is 32 MB).
+pub const DEFAULT_MAX_BODY: usize = 64 << 20;
+
+/// How long the proxy waits, at each point where a peer can go silent. The defaults suit LLM
+/// traffic: a long generation is not a hang, a silent socket is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From sending the request to the provider's response headers. A non-streamed answer
+    /// arrives whole, so this bounds the longest generation: 10 minutes, the official SDKs'
+    /// own default request timeout.
+    pub upstream_headers: Duration,
+    /// Longest silence between two chunks of the provider's body. Streams carry events (and
+    /// Anthropic's pings) while the model works; 5 minutes of nothing is a dead connection.
+    pub upstream_idle: Duration,
+    /// Longest time a client may take to send its request headers (slow clients that never
+    /// finish hold a connection each): 30 s.
+    pub client_headers: Duration,
+    /// Longest silence between two chunks of a client's request body: 60 s.
+    pub client_idle: Duration,
+    /// How long an idle upstream connection stays pooled for reuse: 90 s.
+    pub pool_idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            upstream_headers: Duration::from_secs(600),
+            upstream_idle: Duration::from_secs(300),
+            client_headers: Duration::from_secs(30),
+            client_idle: Duration::from_secs(60),
+            pool_idle: Duration::from_secs(90),
+        }
+    }
+}
+
+/// Everything a proxy needs; the binary builds it from config and flags.
+pub struct ProxyConfig {
+    /// Address to listen on, e.g. `127.0.0.1:8787` (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Where Anthropic Messages requests go, and pass-through requests carrying Anthropic's
+    /// headers (`anthropic-version`, `x-api-key`).
+    pub anthropic: UpstreamUrl,
+    /// Where Chat Completions and Responses requests go, and every other pass-through request.
+    pub openai: UpstreamUrl,
+    /// Request transforms.
+    pub pipeline: Pipeline,
+    /// pith's own pages (dashboard, its API, `/metrics`); `None`: those paths go upstream.
+    pub own_pages: Option<Arc<dyn OwnPages>>,
+    /// Answers a turn of nothing but pin commands itself, without the provider (the pins
+    /// stage in `pipeline` moves the pins on every other request). `None`: every turn goes up.
+    pub pins: Option<PinsStage>,
+    /// Response transforms: chooses a rewriter for a streamed answer (none by default).
+    pub rewrites: Option<Arc<dyn ResponseRewrites>>,
+    /// Where each request's record goes; `None` keeps no ledger.
+    pub ledger: Option<LedgerSink>,
+    /// Largest client request body accepted, in bytes (a larger one is answered 413);
+    /// usually [`DEFAULT_MAX_BODY`].
+    pub max_body: usize,
+    /// Where the proxy stops waiting.
+    pub timeouts: Timeouts,
+    /// When set, every request must carry it in the [`TOKEN_HEADER`] header (the header is
+    /// not forwarded). Required to listen on anything but loopback.
+    pub token: Option<String>,
+    /// Who each request belongs to: the proxy's own account, or, with keys (a gateway), the
+    /// account of the key in its [`crate::own_headers::ACCOUNT_KEY_HEADER`] header (required then).
+    pub accounts: crate::Accounts,
+}

@@ -1,0 +1,80 @@
+//! What every request of one proxy shares: its configuration, the upstream clients, and how
+//! busy it is.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::ProxyConfig;
+use crate::upstream::HttpClient;
+
+/// Shared by every request of one proxy: its configuration and what it set up from it.
+pub(crate) struct State {
+    pub config: ProxyConfig,
+    pub client: HttpClient,
+    /// Transform stages that failed (and were skipped) since start.
+    pub transform_failures: AtomicU64,
+    /// Set when the grace period is over and open requests are being cut: their ledger rows
+    /// say `shutdown`, not `client_closed`.
+    pub shutting_down: Arc<AtomicBool>,
+    /// HTTP/1.1 only, for WebSocket upgrades (which HTTP/2 has no form of here).
+    pub ws_client: HttpClient,
+    /// Open connections and WebSocket relays.
+    pub activity: Arc<Activity>,
+}
+
+/// How busy a proxy is: its open client connections, and since when none has been open. A
+/// proxy that stops itself when idle (`pith run`'s shared one) reads it; an open connection
+/// (a client between two turns keeps one) always counts as busy.
+#[derive(Debug)]
+pub struct Activity {
+    open: AtomicUsize,
+    /// WebSocket sessions being relayed (their connection left the accept loop's set).
+    relays: AtomicUsize,
+    /// Milliseconds after `started` when the last connection closed.
+    idle_since_ms: AtomicU64,
+    started: Instant,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Activity {
+        Activity {
+            open: AtomicUsize::new(0),
+            relays: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    fn mark_idle_now(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.idle_since_ms.store(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_open(&self, open: usize) {
+        if open == 0 && self.open.load(Ordering::Relaxed) != 0 {
+            self.mark_idle_now();
+        }
+        self.open.store(open, Ordering::Relaxed);
+    }
+
+    pub(crate) fn relay_started(&self) {
+        self.relays.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn relay_ended(&self) {
+        if self.relays.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.mark_idle_now();
+        }
+    }
+
+    /// How long no connection has been open (since start, when none ever was); `None` while
+    /// one is (a WebSocket being relayed included).
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.open.load(Ordering::Relaxed) != 0 || self.relays.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
+        Some(self.started.elapsed().saturating_sub(since))
+    }
+}

@@ -1,0 +1,70 @@
+//! The lines `pith proxy` prints on stderr once it listens: where it is, where each kind of
+//! traffic goes, what it records and what it requires of clients.
+
+use std::net::SocketAddr;
+
+use super::Started;
+use super::plan::Plan;
+
+pub fn print(plan: &Plan, started: &Started, addr: SocketAddr, stages: &[&str]) {
+    eprintln!("pith proxy listening on http://{addr}");
+    eprintln!("  dashboard -> http://{addr}/");
+    eprintln!("  anthropic -> {}", plan.anthropic);
+    eprintln!("  openai    -> {}", plan.openai);
+    match (&plan.ledger, &started.ledger) {
+        (Some(p), Some(sink)) => {
+            let waiting = match sink.stats().backlog {
+                0 => String::new(),
+                n => format!(" ({n} requests left in the spool are being written)"),
+            };
+            eprintln!("  ledger    -> {}{waiting}", p.display())
+        }
+        _ => eprintln!("  ledger    -> off"),
+    }
+    match (plan.history_path(), &started.history_error) {
+        (Some(p), Some(e)) => eprintln!("  history   -> off (cannot open {}: {e})", p.display()),
+        (Some(p), None) => eprintln!("  history   -> {}", p.display()),
+        (None, _) => eprintln!("  history   -> off"),
+    }
+    let shipping = if plan.history_path().is_some() && started.history_error.is_none() {
+        "ledger rows and conversation history"
+    } else {
+        "ledger rows"
+    };
+    match (&plan.store, &started.shipper) {
+        (Some(url), Some(_)) => eprintln!(
+            "  team      -> {url} ({shipping} shipped in the background, account {})",
+            plan.account
+        ),
+        (Some(url), None) => eprintln!("  team      -> {url} (nothing shipped: the ledger is off)"),
+        _ => {}
+    }
+    if let (Some(path), Some(_)) = (&plan.searches, &started.searches) {
+        eprintln!("  searches  -> {}", path.display());
+    }
+    if !plan.keys.is_empty() {
+        eprintln!(
+            "  accounts  -> {} keys; clients must send theirs in the {} header (refused without)",
+            plan.keys.len(),
+            pith_proxy::ACCOUNT_KEY_HEADER
+        );
+    }
+    if plan.token.is_some() {
+        eprintln!(
+            "  access    -> clients must send the {} header",
+            pith_proxy::TOKEN_HEADER
+        );
+    }
+    let transforms = if stages.is_empty() {
+        "none".to_owned()
+    } else {
+        stages.join(", ")
+    };
+    eprintln!("  transforms: {transforms}");
+    if let Some(idle) = plan.idle_stop {
+        eprintln!(
+            "  idle stop : after {} with no connection and no `pith run` client",
+            crate::duration::format(idle)
+        );
+    }
+}

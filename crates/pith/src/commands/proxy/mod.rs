@@ -1,0 +1,350 @@
+//! `pith proxy`: run the proxy in the foreground until Ctrl-C or SIGTERM.
+
+mod banner;
+mod pipeline;
+mod plan;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use pith_proxy::own_pages::OwnPages;
+use pith_proxy::rewrite::ResponseRewrites;
+use pith_proxy::search_trip::SearchTrip;
+use pith_proxy::{HistorySink, LedgerSink, Proxy, ProxyConfig};
+use pith_store::history::History;
+use pith_store::ledger::Ledger;
+use pith_store::postgres::ship::Shipper;
+use pith_store::search_blocks::{Limits, SearchBlocks};
+use pith_transform::PinsStage;
+
+pub use plan::listen_addr;
+
+use crate::config::{Config, pith_home};
+use crate::dashboard::{Dashboard, Upstreams};
+use crate::prices::Prices;
+use plan::Plan;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Point your agent at the proxy:
+  Claude Code:  ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
+  OpenCode:     provider.<id>.options.baseURL = \"http://127.0.0.1:8787/v1\" in opencode.json
+  Codex:        [model_providers.pith] base_url = \"http://127.0.0.1:8787/v1\", wire_api = \"responses\"
+
+Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists with at least
+20,000 characters of deferrable definitions (PITH_MIN_DEFERRED_CHARS); every rewrite is named in
+the pith-transforms response header, and `pith stats` shows what was deferred and why other
+requests were left alone. Logs go to stderr (PITH_LOG=debug).
+
+The conversations that pass through are recorded in $PITH_HOME/history.db (mode 0600; [history]
+record = false or PITH_HISTORY=0 turns that off; `pith history --help` says what is kept).
+
+Timeouts and their defaults (env, or the [proxy] key in lower case without PITH_, e.g.
+upstream_idle_timeout = \"5m\"):
+  PITH_UPSTREAM_HEADERS_TIMEOUT  10m  wait for the provider's response headers
+  PITH_UPSTREAM_IDLE_TIMEOUT      5m  silence inside the provider's answer
+  PITH_CLIENT_HEADER_TIMEOUT     30s  a client sending its request headers
+  PITH_CLIENT_IDLE_TIMEOUT       60s  silence inside a client's request body
+  PITH_POOL_IDLE_TIMEOUT         90s  idle upstream connections kept for reuse
+A timed-out request ends with an error in the provider's own shape naming the limit.
+
+Listening beyond loopback needs an access token ([proxy] token or PITH_PROXY_TOKEN); clients
+send it in the x-pith-token header (Claude Code: ANTHROPIC_CUSTOM_HEADERS=\"x-pith-token: ...\").
+
+A gateway shared by a team maps each request to an account by its key: list them by account in
+[account.keys] (alice = \"<key of 16+ characters>\" or \"sha256:<hex>\"), or in a file named by
+PITH_ACCOUNT_KEYS; each client then sends its key in the pith-account-key header (Claude Code:
+ANTHROPIC_CUSTOM_HEADERS=\"pith-account-key: ...\"; Codex: model_providers.<id>.http_headers;
+OpenCode: provider.<id>.options.headers). A request without a known key is refused (401); its
+account goes on its ledger row and history turn, and `pith stats` totals each account.")]
+pub struct Args {
+    /// Address to listen on [default: PITH_LISTEN, else proxy.listen, else 127.0.0.1:8787].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+
+    /// Stop after this long with no connection open and no client of `pith run` left (e.g.
+    /// `30m`) [default: never].
+    #[arg(long, value_name = "DURATION")]
+    idle_stop: Option<String>,
+
+    /// Start the proxy in the background (its own process group, stderr appended to
+    /// $PITH_HOME/logs/proxy.log) and return at once; `pith run` starts its shared proxy so.
+    #[arg(long)]
+    detach: bool,
+
+    /// Anthropic API origin [default: PITH_ANTHROPIC_UPSTREAM, else upstreams.anthropic, else
+    /// https://api.anthropic.com].
+    #[arg(long, value_name = "URL")]
+    anthropic_upstream: Option<String>,
+
+    /// OpenAI API origin [default: PITH_OPENAI_UPSTREAM, else upstreams.openai, else
+    /// https://api.openai.com].
+    #[arg(long, value_name = "URL")]
+    openai_upstream: Option<String>,
+
+    /// Ledger database [default: $PITH_HOME/ledger.db; config: ledger.path].
+    #[arg(long, value_name = "FILE")]
+    ledger: Option<PathBuf>,
+
+    /// Do not record requests in the ledger.
+    #[arg(long, conflicts_with = "ledger")]
+    no_ledger: bool,
+}
+
+/// `pith proxy --detach`: this command line again without `--detach`, in its own process
+/// group (a Ctrl-C in the terminal that started it does not reach it), stdin closed, stdout
+/// and stderr appended to `$PITH_HOME/logs/proxy.log`. Returns once it is started, not
+/// listening: the caller asks `/pith/health`.
+fn detach() -> anyhow::Result<()> {
+    let log_path = crate::background::log_path(&pith_home()?);
+    let log = crate::background::open_private(&log_path, true)?;
+    let exe = std::env::current_exe().context("cannot find the pith binary to start")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1).filter(|a| a != "--detach"))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().context("cannot share the log file")?)
+        .stderr(log);
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.spawn()
+        .with_context(|| format!("cannot start pith proxy (log: {})", log_path.display()))?;
+    Ok(())
+}
+
+/// `pith proxy` in three phases: resolve every setting ([`Plan`]), open what the proxy writes
+/// to ([`Started`]), serve until a signal or the idle stop; then stop each part in turn.
+pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
+    if args.detach {
+        return detach();
+    }
+    crate::logging::init();
+    let plan = Plan::resolve(&args, config)?;
+    let started = Started::open(&plan)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(&plan, &started, config))?;
+    started.stop();
+    Ok(())
+}
+
+/// What a running proxy writes to, opened before it listens.
+struct Started {
+    ledger: Option<LedgerSink>,
+    /// Why the history is not recorded after all, for the startup lines.
+    history_error: Option<String>,
+    shipper: Option<Shipper>,
+    /// Search blocks hidden from answers wait here for the session's next requests.
+    searches: Option<SearchBlocks>,
+}
+
+impl Started {
+    fn open(plan: &Plan) -> anyhow::Result<Started> {
+        let mut history_error = None;
+        let ledger = match (&plan.ledger, &plan.spool) {
+            (Some(path), Some(spool)) => {
+                let ledger = Ledger::open(path)?;
+                // Fail open: a history that cannot be opened leaves the proxy running without it.
+                let sink = match plan.history_path().map(|p| (p, History::open(p))) {
+                    Some((_, Ok(store))) => {
+                        Some(HistorySink::new(store, plan.history.agent_types.clone()))
+                    }
+                    Some((path, Err(e))) => {
+                        tracing::warn!(
+                            error = &e as &dyn std::error::Error,
+                            "cannot open the history {}; conversations are not recorded",
+                            path.display()
+                        );
+                        history_error = Some(e.to_string());
+                        None
+                    }
+                    None => None,
+                };
+                Some(LedgerSink::start_with_history(ledger, spool, sink)?)
+            }
+            _ => None,
+        };
+        // Team mode: the local ledger is the queue; a thread of its own sends its rows on, so
+        // the database being down or slow never reaches a request. The history ships with it
+        // when it is being recorded.
+        let shipped_history = history_error
+            .is_none()
+            .then(|| plan.history_path().map(PathBuf::from))
+            .flatten();
+        let shipper = match (&plan.store, &plan.ledger) {
+            (Some(url), Some(path)) => Some(
+                Shipper::start(
+                    path.clone(),
+                    shipped_history,
+                    url.clone(),
+                    plan.account.clone(),
+                )
+                .context("cannot start the team ledger's shipper thread")?,
+            ),
+            _ => None,
+        };
+        let searches = plan.searches.as_ref().map(|path| {
+            SearchBlocks::open(path, Limits::default()).unwrap_or_else(|e| {
+                // Fail open: the round trip still works until pith stops.
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot open {}; hidden tool searches are kept in memory only",
+                    path.display()
+                );
+                SearchBlocks::in_memory(Limits::default())
+            })
+        });
+        Ok(Started {
+            ledger,
+            history_error,
+            shipper,
+            searches,
+        })
+    }
+
+    /// Write out what waits, then say what was kept.
+    fn stop(self) {
+        if let Some(searches) = &self.searches {
+            searches.flush();
+        }
+        if let Some(sink) = self.ledger {
+            sink.shutdown(Duration::from_secs(5));
+            let s = ledger_stats_line(&sink);
+            eprintln!("pith proxy stopped; {s}");
+        }
+        if let Some(shipper) = self.shipper {
+            let s = shipper.stop();
+            eprintln!(
+                "team ledger: {} rows shipped, {} waiting in the local ledger for the next start",
+                s.shipped, s.backlog
+            );
+        }
+    }
+}
+
+/// Bind, say what runs, and serve until Ctrl-C, SIGTERM or the idle stop. One event-loop
+/// thread: an agent sends a few requests a second, and on one thread every streamed chunk goes
+/// from the upstream connection to the client without a cross-thread wake-up (measured in
+/// BENCHMARKS.md). Blocking stages run on tokio's blocking pool.
+async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Result<()> {
+    let pipeline = pipeline::build(plan, started.searches.as_ref())?;
+    let stages = pipeline.stage_names();
+    let mut dashboard = Dashboard::new(
+        plan.ledger.clone(),
+        Prices::new(&config.prices),
+        Upstreams {
+            anthropic: plan.anthropic.to_string(),
+            openai: plan.openai.to_string(),
+        },
+    )
+    .with_own_account(plan.account.clone());
+    if let (Some(url), Some(replica)) = (&plan.store, &plan.team_replica) {
+        dashboard = dashboard.with_team(url.clone(), replica.clone());
+    }
+    let proxy = Proxy::bind(ProxyConfig {
+        listen: plan.listen,
+        anthropic: plan.anthropic.clone(),
+        openai: plan.openai.clone(),
+        pipeline,
+        pins: plan.pins.then(PinsStage::new),
+        own_pages: Some(Arc::new(dashboard) as Arc<dyn OwnPages>),
+        ledger: started.ledger.clone(),
+        rewrites: started
+            .searches
+            .clone()
+            .map(|s| Arc::new(SearchTrip::new(s)) as Arc<dyn ResponseRewrites>),
+        max_body: pith_proxy::DEFAULT_MAX_BODY,
+        timeouts: plan.timeouts,
+        token: plan.token.clone(),
+        accounts: pith_proxy::Accounts {
+            own: plan.account.clone(),
+            keys: plan.keys.clone(),
+        },
+    })
+    .await?;
+    banner::print(plan, started, proxy.local_addr()?, &stages);
+    let activity = proxy.activity();
+    let clients = crate::background::clients_lock_path(&pith_home()?);
+    // Held from the idle decision until the process ends: a `pith run` starting meanwhile
+    // waits for it, then finds no proxy and starts one.
+    let mut stop_lock = None;
+    let idle = async {
+        match plan.idle_stop {
+            Some(idle) => {
+                stop_lock = Some(idle_stopped(&activity, idle, &clients).await);
+                eprintln!(
+                    "pith proxy idle for {}: stopping",
+                    crate::duration::format(idle)
+                );
+            }
+            None => std::future::pending().await,
+        }
+    };
+    proxy
+        .serve(
+            async {
+                tokio::select! {
+                    () = shutdown_signal() => {}
+                    () = idle => {}
+                }
+            },
+            Duration::from_secs(5),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Resolves when no connection has been open for `idle` and no `pith run` client holds the
+/// clients lock, with that lock taken.
+async fn idle_stopped(
+    activity: &pith_proxy::Activity,
+    idle: Duration,
+    clients: &std::path::Path,
+) -> std::fs::File {
+    let tick = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    loop {
+        tokio::time::sleep(tick).await;
+        if activity.idle_for().is_some_and(|d| d >= idle)
+            && let Some(lock) = crate::background::no_clients(clients)
+        {
+            return lock;
+        }
+    }
+}
+
+fn ledger_stats_line(sink: &LedgerSink) -> String {
+    let s = sink.stats();
+    let waiting = match s.backlog {
+        0 => String::new(),
+        n => format!(", {n} left in the spool for the next start"),
+    };
+    format!(
+        "ledger: {} rows written, {} lost, {} write errors{waiting}; history: {} write errors",
+        s.written, s.lost, s.write_errors, s.history_errors
+    )
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

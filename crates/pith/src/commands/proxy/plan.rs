@@ -1,0 +1,296 @@
+//! Everything `pith proxy` will do, resolved before anything starts: each setting from its flag,
+//! else its environment variable, else the config file, else the default, checked so that a bad
+//! value is an error naming where it came from, not a proxy that misbehaves later.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use pith_prefilter::{Api, DEFAULT_EMBED_TIMEOUT, EmbedConfig};
+use pith_proxy::{AccountKeys, DEFAULT_SPOOL_LIMIT, SpoolConfig, Timeouts, UpstreamUrl};
+use pith_store::postgres::StoreUrl;
+use pith_transform::{DeferOptions, SearchVariant};
+
+use super::Args;
+use crate::config::{Config, pith_home};
+use crate::env::{self, Var};
+use crate::history_settings::HistorySettings;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// The resolved settings of one `pith proxy`.
+pub struct Plan {
+    pub listen: SocketAddr,
+    pub idle_stop: Option<Duration>,
+    pub anthropic: UpstreamUrl,
+    pub openai: UpstreamUrl,
+    /// The ledger, unless `--no-ledger`.
+    pub ledger: Option<PathBuf>,
+    pub spool: Option<SpoolConfig>,
+    pub history: HistorySettings,
+    /// The account this proxy's requests belong to, and a gateway's account keys.
+    pub account: String,
+    pub keys: AccountKeys,
+    /// Team mode's database.
+    pub store: Option<StoreUrl>,
+    pub team_replica: Option<PathBuf>,
+    pub pins: bool,
+    /// Tool deferral's options, when it is on, and the embedding ranker's when one is set.
+    pub defer: Option<DeferOptions>,
+    pub embeddings: Option<EmbedConfig>,
+    /// Where hidden tool searches wait, when the round trip is on.
+    pub searches: Option<PathBuf>,
+    pub timeouts: Timeouts,
+    pub token: Option<String>,
+}
+
+impl Plan {
+    pub fn resolve(args: &Args, config: &Config) -> anyhow::Result<Plan> {
+        let idle_stop = match args.idle_stop.as_deref() {
+            None => None,
+            Some(text) => Some(env::positive_duration(text, "--idle-stop")?),
+        };
+        let (anthropic, openai) = upstreams(
+            args.anthropic_upstream.as_deref(),
+            args.openai_upstream.as_deref(),
+            config,
+        )?;
+        let ledger = if args.no_ledger {
+            None
+        } else {
+            Some(
+                match args.ledger.clone().or_else(|| config.ledger.path.clone()) {
+                    Some(p) => p,
+                    None => pith_home()?.join("ledger.db"),
+                },
+            )
+        };
+        if ledger.is_some() && config.ledger.queue.is_some() {
+            tracing::warn!(
+                "[ledger] queue is no longer used: records wait in the spool beside the \
+                 ledger ([ledger] spool_limit_mb bounds it)"
+            );
+        }
+        let store = config.store_url()?;
+        let defer = defer_on(config)?
+            .then(|| defer_options(config))
+            .transpose()?;
+        let searches = (search_round_trip_on(config)? && defer.is_some())
+            .then(|| pith_home().map(|h| h.join("search-blocks.db")))
+            .transpose()?;
+        Ok(Plan {
+            listen: listen_addr(args.listen, config)?,
+            idle_stop,
+            anthropic,
+            openai,
+            spool: ledger.as_deref().map(|p| spool_config(p, config)),
+            ledger,
+            history: HistorySettings::resolve(config)?,
+            // Checked even outside team mode, so a typo shows before it matters.
+            account: config.account_id()?,
+            keys: config.account_keys()?,
+            team_replica: store.as_ref().map(|_| config.team_replica()).transpose()?,
+            store,
+            pins: pins_on(config)?,
+            embeddings: match defer {
+                Some(_) => embeddings(config)?,
+                None => None,
+            },
+            defer,
+            searches,
+            timeouts: timeouts(&config.proxy)?,
+            token: config.proxy_token(),
+        })
+    }
+
+    /// Where conversations are recorded: on the ledger's writer threads, so only with a ledger.
+    pub fn history_path(&self) -> Option<&Path> {
+        (self.history.record && self.ledger.is_some()).then_some(self.history.path.as_path())
+    }
+}
+
+/// The address the proxy listens on: the flag, else `PITH_LISTEN`, else `proxy.listen`, else
+/// 127.0.0.1:8787.
+pub fn listen_addr(flag: Option<SocketAddr>, config: &Config) -> anyhow::Result<SocketAddr> {
+    if let Some(a) = flag {
+        return Ok(a);
+    }
+    if let Some(text) = env::text(Var::Listen) {
+        return text.parse().with_context(|| {
+            format!("PITH_LISTEN={text:?} is not an address like 127.0.0.1:8787")
+        });
+    }
+    let text = config.proxy.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    text.parse()
+        .with_context(|| format!("proxy.listen {text:?} is not an address like 127.0.0.1:8787"))
+}
+
+/// Where the proxy sends Anthropic and OpenAI traffic: flag, else env, else config, else the
+/// providers' own APIs.
+pub fn upstreams(
+    anthropic_flag: Option<&str>,
+    openai_flag: Option<&str>,
+    config: &Config,
+) -> anyhow::Result<(UpstreamUrl, UpstreamUrl)> {
+    let pick = |flag: Option<&str>, var: Var, configured: Option<&str>, default: &str| {
+        let url = flag.or(env::text(var)).or(configured).unwrap_or(default);
+        UpstreamUrl::parse(url)
+    };
+    Ok((
+        pick(
+            anthropic_flag,
+            Var::AnthropicUpstream,
+            config.upstreams.anthropic.as_deref(),
+            pith_proxy::upstream::ANTHROPIC_DEFAULT,
+        )?,
+        pick(
+            openai_flag,
+            Var::OpenaiUpstream,
+            config.upstreams.openai.as_deref(),
+            pith_proxy::upstream::OPENAI_DEFAULT,
+        )?,
+    ))
+}
+
+/// The proxy's timeouts: env over config over the defaults, each named in its error.
+fn timeouts(proxy: &crate::config::ProxyConfig) -> anyhow::Result<Timeouts> {
+    let defaults = Timeouts::default();
+    let pick = |var: Var, key: &str, configured: &Option<String>, default: Duration| match (
+        env::duration(var)?,
+        configured,
+    ) {
+        (Some(d), _) => Ok(d),
+        (None, Some(text)) => env::positive_duration(text, &format!("proxy.{key}")),
+        (None, None) => Ok(default),
+    };
+    Ok(Timeouts {
+        upstream_headers: pick(
+            Var::UpstreamHeadersTimeout,
+            "upstream_headers_timeout",
+            &proxy.upstream_headers_timeout,
+            defaults.upstream_headers,
+        )?,
+        upstream_idle: pick(
+            Var::UpstreamIdleTimeout,
+            "upstream_idle_timeout",
+            &proxy.upstream_idle_timeout,
+            defaults.upstream_idle,
+        )?,
+        client_headers: pick(
+            Var::ClientHeaderTimeout,
+            "client_header_timeout",
+            &proxy.client_header_timeout,
+            defaults.client_headers,
+        )?,
+        client_idle: pick(
+            Var::ClientIdleTimeout,
+            "client_idle_timeout",
+            &proxy.client_idle_timeout,
+            defaults.client_idle,
+        )?,
+        pool_idle: pick(
+            Var::PoolIdleTimeout,
+            "pool_idle_timeout",
+            &proxy.pool_idle_timeout,
+            defaults.pool_idle,
+        )?,
+    })
+}
+
+/// Where records wait for the ledger's writers: the spool beside the ledger, bounded by
+/// `[ledger] spool_limit_mb`.
+fn spool_config(ledger: &Path, config: &Config) -> SpoolConfig {
+    SpoolConfig {
+        dir: pith_proxy::spool_dir(ledger),
+        limit: config
+            .ledger
+            .spool_limit_mb
+            .map_or(DEFAULT_SPOOL_LIMIT, |mb| mb.saturating_mul(1 << 20)),
+    }
+}
+
+/// Tool deferral's options: environment over config over the defaults.
+fn defer_options(config: &Config) -> anyhow::Result<DeferOptions> {
+    let defaults = DeferOptions::default();
+    let t = &config.transforms;
+    let size = |var: Var, configured: Option<usize>, default: usize| -> anyhow::Result<usize> {
+        Ok(match env::number(var)? {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => configured.unwrap_or(default),
+        })
+    };
+    Ok(DeferOptions {
+        keep_relevant: t.keep_relevant.unwrap_or(defaults.keep_relevant),
+        small_tool_chars: size(
+            Var::SmallToolChars,
+            t.small_tool_chars,
+            defaults.small_tool_chars,
+        )?,
+        search: match t.tool_search.as_deref() {
+            None => defaults.search,
+            Some(name) => SearchVariant::from_name(name).with_context(|| {
+                format!("transforms.tool_search = {name:?}: use \"regex\" or \"bm25\"")
+            })?,
+        },
+        min_deferred_chars: size(
+            Var::MinDeferredChars,
+            t.min_deferred_chars,
+            defaults.min_deferred_chars,
+        )?,
+    })
+}
+
+/// The embedding ranker tool deferral uses instead of BM25, when both its keys are set.
+fn embeddings(config: &Config) -> anyhow::Result<Option<EmbedConfig>> {
+    let t = &config.transforms;
+    match (&t.embeddings_url, &t.embeddings_model) {
+        (None, None) if t.embeddings_api.is_some() => anyhow::bail!(
+            "transforms.embeddings_api is set but transforms.embeddings_url and \
+             transforms.embeddings_model are not: set them too, or remove it"
+        ),
+        (None, None) => Ok(None),
+        (Some(url), Some(model)) => Ok(Some(EmbedConfig {
+            api: match t.embeddings_api.as_deref() {
+                None => Api::default(),
+                Some(name) => {
+                    crate::commands::mcp::api_named(name).context("transforms.embeddings_api")?
+                }
+            },
+            url: url.clone(),
+            model: model.clone(),
+            timeout: DEFAULT_EMBED_TIMEOUT,
+            cache_dir: pith_home()?.join("embeddings"),
+        })),
+        (Some(_), None) => anyhow::bail!(
+            "transforms.embeddings_url is set but transforms.embeddings_model is missing: \
+             name the embedding model (e.g. \"nomic-embed-text\")"
+        ),
+        (None, Some(_)) => anyhow::bail!(
+            "transforms.embeddings_model is set but transforms.embeddings_url is missing: \
+             give the embedding server's base URL (e.g. \"http://127.0.0.1:11434\")"
+        ),
+    }
+}
+
+/// Whether tool deferral is on: `PITH_DEFER_TOOLS`, else `transforms.defer_tools`, else on.
+fn defer_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env::flag(Var::DeferTools)?
+        .or(config.transforms.defer_tools)
+        .unwrap_or(true))
+}
+
+/// Whether pith hides the tool search blocks it caused and restores them later:
+/// `PITH_TOOL_SEARCH_ROUND_TRIP`, else `transforms.tool_search_round_trip`, else on.
+fn search_round_trip_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env::flag(Var::ToolSearchRoundTrip)?
+        .or(config.transforms.tool_search_round_trip)
+        .unwrap_or(true))
+}
+
+/// Whether pins are on: `PITH_PINS`, else `transforms.pins`, else on.
+fn pins_on(config: &Config) -> anyhow::Result<bool> {
+    Ok(env::flag(Var::Pins)?
+        .or(config.transforms.pins)
+        .unwrap_or(true))
+}

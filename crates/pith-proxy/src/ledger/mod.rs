@@ -347,6 +347,31 @@ impl LedgerSink {
     }
 }
 
+impl LedgerSink {
+    /// Wait until nothing waits in the spool (every record appended before is in the ledger,
+    /// with its history turns, or counted lost), or `timeout`: whether the spool emptied. Under
+    /// a load that never lets it empty this waits the whole timeout; what is appended meanwhile
+    /// is waited for too.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, commits) = &self.shared.commits;
+        let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if self.shared.idle() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            guard = commits
+                .wait_timeout(guard, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
 #[cfg(test)]
 impl LedgerSink {
     /// Wait until at least `n` rows are written, or `timeout` passes: the count then.
@@ -573,8 +598,6 @@ fn drain(shared: &Shared) -> Drained {
         }
     };
     store.position = end;
-    shared.spool.consumed(&batch);
-    shared.wrote(written);
     persist_lost(&mut store, shared);
     let turns: Vec<Turn> = turns.into_iter().flatten().collect();
     if let Some(history) = store.history.as_mut()
@@ -588,6 +611,10 @@ fn drain(shared: &Shared) -> Drained {
             "history write failed"
         );
     }
+    // Consumed once its rows and their history turns are written: a flush that sees the spool
+    // empty sees both.
+    shared.spool.consumed(&batch);
+    shared.wrote(written);
     Drained::Some
 }
 

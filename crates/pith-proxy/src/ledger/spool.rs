@@ -442,44 +442,14 @@ impl Spool {
             } else {
                 file.metadata().map(|m| m.len()).unwrap_or(0)
             };
-            let mut advanced = false;
-            while batch.records.len() < max_entries && batch.bytes < max_bytes {
-                match read_entry(&file, at.offset, len) {
-                    Entry::Opened(record, size) => {
-                        batch.opened.push(*record);
-                        at.offset += size;
-                        batch.bytes += size;
-                        batch.entries += 1;
-                        advanced = true;
-                    }
-                    Entry::Record(record, size) => {
-                        batch.records.push(*record);
-                        at.offset += size;
-                        batch.ends.push(at);
-                        batch.bytes += size;
-                        batch.entries += 1;
-                        advanced = true;
-                    }
-                    Entry::Damaged(size) => {
-                        // A readable frame whose payload does not decode: skip just it.
-                        at.offset += size;
-                        batch.bytes += size;
-                        batch.entries += 1;
-                        batch.skipped += 1;
-                        advanced = true;
-                    }
-                    Entry::End => break,
-                    Entry::Torn => {
-                        // Nothing after a torn entry can be trusted; only a finished segment
-                        // can end so (each process starts a segment of its own).
-                        if at.generation < current {
-                            batch.skipped += 1;
-                            at.offset = len;
-                        }
-                        break;
-                    }
-                }
-            }
+            let advanced = read_segment(
+                &file,
+                len,
+                &mut at,
+                current,
+                &mut batch,
+                (max_entries, max_bytes),
+            );
             if at.generation < current && at.offset >= len {
                 at = Position {
                     generation: at.generation + 1,
@@ -798,6 +768,86 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Read entries of one segment (`len` bytes of it) from `at` into `batch`, within its limits;
+/// whether any was taken.
+fn read_segment(
+    file: &File,
+    len: u64,
+    at: &mut Position,
+    current: u64,
+    batch: &mut ReadBatch,
+    (max_entries, max_bytes): (usize, u64),
+) -> bool {
+    let mut advanced = false;
+    while batch.records.len() < max_entries && batch.bytes < max_bytes {
+        match read_entry(file, at.offset, len) {
+            Entry::Opened(record, size) => {
+                batch.opened.push(*record);
+                at.offset += size;
+                batch.bytes += size;
+                batch.entries += 1;
+                advanced = true;
+            }
+            Entry::Record(record, size) => {
+                batch.records.push(*record);
+                at.offset += size;
+                batch.ends.push(*at);
+                batch.bytes += size;
+                batch.entries += 1;
+                advanced = true;
+            }
+            Entry::Damaged(size) => {
+                // A readable frame whose payload does not decode: skip just it.
+                at.offset += size;
+                batch.bytes += size;
+                batch.entries += 1;
+                batch.skipped += 1;
+                advanced = true;
+            }
+            Entry::End => break,
+            Entry::Torn => {
+                // Nothing after a torn entry can be trusted; only a finished segment
+                // can end so (each process starts a segment of its own).
+                if at.generation < current {
+                    batch.skipped += 1;
+                    at.offset = len;
+                }
+                break;
+            }
+        }
+    }
+    advanced
+}
+
+/// The stage reports at the end of an entry.
+fn read_reports(r: &mut Reader<'_>) -> Option<Vec<Report>> {
+    let n = r.u64()?;
+    let mut transforms = Vec::new();
+    for _ in 0..n {
+        let stage = r.string()?;
+        let result = match r.u8()? {
+            0 => {
+                let facts = r.u64()?;
+                let mut out = Vec::new();
+                for _ in 0..facts {
+                    out.push(ReportFact {
+                        name: r.string()?,
+                        value: r.u64()?,
+                        kind: kind_of(r.u8()?)?,
+                        site: r.opt(|r| site_of(r.u8()?))?,
+                    });
+                }
+                ReportResult::Applied(out)
+            }
+            1 => ReportResult::Unchanged(r.string()?),
+            2 => ReportResult::Failed(r.string()?),
+            _ => return None,
+        };
+        transforms.push(Report { stage, result });
+    }
+    Some(transforms)
+}
+
 /// An entry's kind and record.
 pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let mut r = Reader { rest: payload };
@@ -836,30 +886,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let content_encoding = r.opt(Reader::string)?;
     let ttfb_ms = r.opt(Reader::f64)?;
     let total_ms = r.f64()?;
-    let n = r.u64()?;
-    let mut transforms = Vec::new();
-    for _ in 0..n {
-        let stage = r.string()?;
-        let result = match r.u8()? {
-            0 => {
-                let facts = r.u64()?;
-                let mut out = Vec::new();
-                for _ in 0..facts {
-                    out.push(ReportFact {
-                        name: r.string()?,
-                        value: r.u64()?,
-                        kind: kind_of(r.u8()?)?,
-                        site: r.opt(|r| site_of(r.u8()?))?,
-                    });
-                }
-                ReportResult::Applied(out)
-            }
-            1 => ReportResult::Unchanged(r.string()?),
-            2 => ReportResult::Failed(r.string()?),
-            _ => return None,
-        };
-        transforms.push(Report { stage, result });
-    }
+    let transforms = read_reports(&mut r)?;
     if !r.rest.is_empty() {
         return None;
     }

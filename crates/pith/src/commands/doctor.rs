@@ -377,23 +377,7 @@ fn check_client(
         );
         return;
     }
-    let registrations: Vec<Registration> = profile
-        .scopes
-        .iter()
-        .filter_map(|scope| client.registration(*scope, places, &Disk, "pith").ok())
-        .collect();
-    let mcp_of = |r: &Registration| {
-        Disk.read(&r.mcp.file)
-            .and_then(|doc| pith_clients::lookup(&doc, &r.mcp.key()).cloned())
-            .and_then(|entry| client.mcp_argv(&entry))
-            .map(|argv| argv.join(" "))
-    };
-    let Some((registration, mcp)) = registrations
-        .iter()
-        .map(|r| (r, mcp_of(r)))
-        .find(|(_, mcp)| mcp.is_some())
-        .or_else(|| registrations.first().map(|r| (r, None)))
-    else {
+    let Some((registration, mcp)) = registered(client, places) else {
         report.warn(
             name,
             "none of its scopes can be found from here",
@@ -428,32 +412,7 @@ fn check_client(
         );
     }
     if let Some(line) = &registration.status_line {
-        let shown = Disk.read(&line.file).and_then(|v| {
-            pith_clients::lookup(&v, &line.key)?["command"]
-                .as_str()
-                .map(str::to_owned)
-        });
-        match shown {
-            Some(l) if pith_clients::runs_pith(&l, "statusline") => {
-                wiring(
-                    report,
-                    &check("status line"),
-                    &line.file,
-                    Some(&l),
-                    exe,
-                    &setup,
-                );
-            }
-            Some(l) => report.ok(
-                &check("status line"),
-                format!("{} shows its own status line (`{l}`)", line.file.display()),
-            ),
-            None => report.warn(
-                &check("status line"),
-                format!("not registered in {}", line.file.display()),
-                format!("run `{setup}`"),
-            ),
-        }
+        check_status_line(report, &check("status line"), line, exe, &setup);
     }
     for (source, url) in client.base_urls(places, &Disk) {
         base_url(report, &check("base URL"), &source, &url, proxy);
@@ -462,6 +421,56 @@ fn check_client(
         && let Some(url) = crate::env::client_var(var)
     {
         base_url(report, &check("base URL"), var, &url, proxy);
+    }
+}
+
+/// The first of the client's scopes whose MCP entry is there, with the command it runs; else
+/// its first scope that can be found from here, with none.
+fn registered(client: Client, places: &Places) -> Option<(Registration, Option<String>)> {
+    let registrations: Vec<Registration> = client
+        .profile()
+        .scopes
+        .iter()
+        .filter_map(|scope| client.registration(*scope, places, &Disk, "pith").ok())
+        .collect();
+    let mcp_of = |r: &Registration| {
+        Disk.read(&r.mcp.file)
+            .and_then(|doc| pith_clients::lookup(&doc, &r.mcp.key()).cloned())
+            .and_then(|entry| client.mcp_argv(&entry))
+            .map(|argv| argv.join(" "))
+    };
+    let found = registrations
+        .iter()
+        .find_map(|r| mcp_of(r).map(|mcp| (r.clone(), Some(mcp))));
+    found.or_else(|| registrations.into_iter().next().map(|r| (r, None)))
+}
+
+/// The status line setup would write: pith's (and this binary), someone else's, or none.
+fn check_status_line(
+    report: &mut Report,
+    check: &str,
+    line: &pith_clients::Setting,
+    exe: Option<&Path>,
+    setup: &str,
+) {
+    let shown = Disk.read(&line.file).and_then(|v| {
+        pith_clients::lookup(&v, &line.key)?["command"]
+            .as_str()
+            .map(str::to_owned)
+    });
+    match shown {
+        Some(l) if pith_clients::runs_pith(&l, "statusline") => {
+            wiring(report, check, &line.file, Some(&l), exe, setup);
+        }
+        Some(l) => report.ok(
+            check,
+            format!("{} shows its own status line (`{l}`)", line.file.display()),
+        ),
+        None => report.warn(
+            check,
+            format!("not registered in {}", line.file.display()),
+            format!("run `{setup}`"),
+        ),
     }
 }
 

@@ -194,96 +194,104 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         config: config.source.clone(),
         pith_home: crate::env::path(crate::env::Var::Home),
     };
-    let macos = cfg!(target_os = "macos");
     match args.action {
-        Action::Install { no_start, dry_run } => {
-            let text = if macos {
-                let log = background::log_path(&crate::config::pith_home()?);
-                launchd_plist(&launch, &log)
-            } else {
-                systemd_unit(&launch)
-            };
-            if dry_run {
-                println!("{}:", path.display());
-                print!("{text}");
-                println!("dry run: nothing written.");
-                return Ok(());
-            }
-            let file = background::open_private(&path, false)?;
-            drop(file);
-            std::fs::write(&path, &text)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            println!("wrote {}.", path.display());
-            if no_start {
-                return Ok(());
-            }
-            if macos {
-                let target = path.to_string_lossy().into_owned();
-                let _ = Command::new("launchctl").args(["unload", &target]).status();
-                manage("launchctl", &["load", "-w", &target]);
-            } else if manage("systemctl", &["--user", "daemon-reload"]) {
-                manage("systemctl", &["--user", "enable", "--now", SYSTEMD_UNIT]);
-                manage("systemctl", &["--user", "restart", SYSTEMD_UNIT]);
-            }
-            Ok(())
-        }
-        Action::Uninstall { no_stop } => {
-            if !path.exists() {
-                println!("no pith service at {}; nothing to remove.", path.display());
-                return Ok(());
-            }
-            if !no_stop {
-                if macos {
-                    manage("launchctl", &["unload", "-w", &path.to_string_lossy()]);
-                } else {
-                    manage("systemctl", &["--user", "disable", "--now", SYSTEMD_UNIT]);
-                }
-            }
-            std::fs::remove_file(&path)
-                .with_context(|| format!("cannot remove {}", path.display()))?;
-            println!("removed {}.", path.display());
-            if !no_stop && !macos {
-                manage("systemctl", &["--user", "daemon-reload"]);
-            }
-            Ok(())
-        }
-        Action::Status => {
-            match std::fs::read_to_string(&path) {
-                Err(_) => println!(
-                    "no pith service at {} (`pith service install` writes one).",
-                    path.display()
-                ),
-                Ok(text) => {
-                    let runs_this = text.contains(&*launch.exe.to_string_lossy());
-                    println!(
-                        "{}: {}",
-                        path.display(),
-                        if runs_this {
-                            "runs this binary".to_owned()
-                        } else {
-                            format!(
-                                "runs another binary than this one ({}); `pith service install` rewrites it",
-                                launch.exe.display()
-                            )
-                        }
-                    );
-                }
-            }
-            let listen = super::proxy::listen_addr(None, config)?;
-            let addr = super::run::reachable(listen);
-            match background::probe(addr, None, background::PROBE_TIMEOUT) {
-                Probe::Pith(h) => println!("proxy: pith {} answers on {addr}.", h.version),
-                Probe::Other(what) => println!("proxy: {addr} answers, but not as pith ({what})."),
-                Probe::Nothing => println!("proxy: nothing answers on {addr}."),
-            }
-            if path.exists() && !macos {
-                let _ = Command::new("systemctl")
-                    .args(["--user", "--no-pager", "status", SYSTEMD_UNIT])
-                    .status();
-            }
-            Ok(())
+        Action::Install { no_start, dry_run } => install(&path, &launch, no_start, dry_run),
+        Action::Uninstall { no_stop } => uninstall(&path, no_stop),
+        Action::Status => status(&path, &launch, config),
+    }
+}
+
+const MACOS: bool = cfg!(target_os = "macos");
+
+/// Write the unit (or plist) and, unless told not to, start it.
+fn install(path: &Path, launch: &Launch, no_start: bool, dry_run: bool) -> anyhow::Result<()> {
+    let text = if MACOS {
+        let log = background::log_path(&crate::config::pith_home()?);
+        launchd_plist(launch, &log)
+    } else {
+        systemd_unit(launch)
+    };
+    if dry_run {
+        println!("{}:", path.display());
+        print!("{text}");
+        println!("dry run: nothing written.");
+        return Ok(());
+    }
+    let file = background::open_private(path, false)?;
+    drop(file);
+    std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+    println!("wrote {}.", path.display());
+    if no_start {
+        return Ok(());
+    }
+    if MACOS {
+        let target = path.to_string_lossy().into_owned();
+        let _ = Command::new("launchctl").args(["unload", &target]).status();
+        manage("launchctl", &["load", "-w", &target]);
+    } else if manage("systemctl", &["--user", "daemon-reload"]) {
+        manage("systemctl", &["--user", "enable", "--now", SYSTEMD_UNIT]);
+        manage("systemctl", &["--user", "restart", SYSTEMD_UNIT]);
+    }
+    Ok(())
+}
+
+/// Stop it (unless told not to) and remove the unit.
+fn uninstall(path: &Path, no_stop: bool) -> anyhow::Result<()> {
+    if !path.exists() {
+        println!("no pith service at {}; nothing to remove.", path.display());
+        return Ok(());
+    }
+    if !no_stop {
+        if MACOS {
+            manage("launchctl", &["unload", "-w", &path.to_string_lossy()]);
+        } else {
+            manage("systemctl", &["--user", "disable", "--now", SYSTEMD_UNIT]);
         }
     }
+    std::fs::remove_file(path).with_context(|| format!("cannot remove {}", path.display()))?;
+    println!("removed {}.", path.display());
+    if !no_stop && !MACOS {
+        manage("systemctl", &["--user", "daemon-reload"]);
+    }
+    Ok(())
+}
+
+/// Whether the unit runs this binary, and whether a proxy answers.
+fn status(path: &Path, launch: &Launch, config: &Config) -> anyhow::Result<()> {
+    match std::fs::read_to_string(path) {
+        Err(_) => println!(
+            "no pith service at {} (`pith service install` writes one).",
+            path.display()
+        ),
+        Ok(text) => {
+            let runs_this = text.contains(&*launch.exe.to_string_lossy());
+            println!(
+                "{}: {}",
+                path.display(),
+                if runs_this {
+                    "runs this binary".to_owned()
+                } else {
+                    format!(
+                        "runs another binary than this one ({}); `pith service install` rewrites it",
+                        launch.exe.display()
+                    )
+                }
+            );
+        }
+    }
+    let listen = super::proxy::listen_addr(None, config)?;
+    let addr = super::run::reachable(listen);
+    match background::probe(addr, None, background::PROBE_TIMEOUT) {
+        Probe::Pith(h) => println!("proxy: pith {} answers on {addr}.", h.version),
+        Probe::Other(what) => println!("proxy: {addr} answers, but not as pith ({what})."),
+        Probe::Nothing => println!("proxy: nothing answers on {addr}."),
+    }
+    if path.exists() && !MACOS {
+        let _ = Command::new("systemctl")
+            .args(["--user", "--no-pager", "status", SYSTEMD_UNIT])
+            .status();
+    }
+    Ok(())
 }
 
 #[cfg(test)]

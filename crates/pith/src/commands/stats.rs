@@ -373,13 +373,52 @@ fn build_report(
     ledger: &Ledger,
     prices: &Prices,
 ) -> anyhow::Result<Report> {
-    let mut sessions: Vec<SessionTotals> = Vec::new();
-    let mut models: BTreeMap<Option<String>, Totals> = BTreeMap::new();
-    let mut total = Totals::default();
+    let mut sums = sum_groups(groups, prices);
+    let mut transforms = transform_totals(ledger, filter)?;
+    add_savings(ledger, filter, prices, &mut transforms, &mut sums)?;
+    Ok(Report {
+        ledger: path.to_owned(),
+        since_ms: filter.since_ms,
+        session: filter.session.clone(),
+        sessions: sums.sessions,
+        models: sums
+            .models
+            .into_iter()
+            .map(|(model, totals)| ModelTotals { model, totals })
+            .collect(),
+        by_account: Vec::new(),
+        transform_failures: groups.iter().map(|g| g.transform_failures).sum(),
+        total: sums.total,
+        transforms,
+        dropped_rows: ledger.counter(DROPPED_ROWS)?,
+        ledger_backlog: ledger_backlog(path, ledger),
+        cache_busts: ledger.cache_busts(filter)?,
+        latency: ledger.latency(filter)?,
+        savings_method: SAVINGS_METHOD,
+        team: None,
+    })
+}
+
+/// The ledger's groups summed three ways: per session, per model, in all.
+struct Sums {
+    sessions: Vec<SessionTotals>,
+    models: BTreeMap<Option<String>, Totals>,
+    total: Totals,
+}
+
+fn sum_groups(groups: &[Group], prices: &Prices) -> Sums {
+    let mut sums = Sums {
+        sessions: Vec::new(),
+        models: BTreeMap::new(),
+        total: Totals::default(),
+    };
     for g in groups {
-        total.add(g, prices);
-        models.entry(g.model.clone()).or_default().add(g, prices);
-        match sessions.iter_mut().find(|s| s.session == g.session) {
+        sums.total.add(g, prices);
+        sums.models
+            .entry(g.model.clone())
+            .or_default()
+            .add(g, prices);
+        match sums.sessions.iter_mut().find(|s| s.session == g.session) {
             Some(s) => {
                 s.totals.add(g, prices);
                 s.first_ms = s.first_ms.min(g.first_ms);
@@ -391,7 +430,7 @@ fn build_report(
             None => {
                 let mut totals = Totals::default();
                 totals.add(g, prices);
-                sessions.push(SessionTotals {
+                sums.sessions.push(SessionTotals {
                     session: g.session.clone(),
                     client: g.client.clone(),
                     models: g.model.iter().cloned().collect(),
@@ -403,6 +442,14 @@ fn build_report(
             }
         }
     }
+    sums
+}
+
+/// What each stage did, from its totals in the ledger.
+fn transform_totals(
+    ledger: &Ledger,
+    filter: &Filter,
+) -> anyhow::Result<BTreeMap<String, TransformTotals>> {
     let mut transforms: BTreeMap<String, TransformTotals> = BTreeMap::new();
     for stage in ledger.stage_totals(filter)? {
         let t = transforms.entry(stage.stage).or_default();
@@ -421,14 +468,32 @@ fn build_report(
             pith_transform::estimated_tokens(usize::try_from(chars).unwrap_or(usize::MAX)) as u64
         });
     }
+    Ok(transforms)
+}
+
+/// Each saving the ledger estimated, priced and added to its stage, its session, its model
+/// and the total.
+fn add_savings(
+    ledger: &Ledger,
+    filter: &Filter,
+    prices: &Prices,
+    transforms: &mut BTreeMap<String, TransformTotals>,
+    sums: &mut Sums,
+) -> anyhow::Result<()> {
     for saving in ledger.savings(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
         let t = transforms.entry(saving.stage.clone()).or_default();
         *t.estimated_saved_tokens
             .entry(saving.band.clone())
             .or_default() += saving.tokens;
-        let session = sessions.iter_mut().find(|s| s.session == saving.session);
-        let mut targets: Vec<&mut Totals> = vec![&mut total];
+        if let Some(usd) = usd {
+            *t.estimated_saved_usd.get_or_insert(0.0) += usd;
+        }
+        let session = sums
+            .sessions
+            .iter_mut()
+            .find(|s| s.session == saving.session);
+        let mut targets: Vec<&mut Totals> = vec![&mut sums.total];
         if let Some(s) = session {
             let by_stage = s
                 .saved_by_transform
@@ -440,7 +505,7 @@ fn build_report(
             }
             targets.push(&mut s.totals);
         }
-        if let Some(m) = models.get_mut(&saving.model) {
+        if let Some(m) = sums.models.get_mut(&saving.model) {
             targets.push(m);
         }
         for totals in targets {
@@ -449,30 +514,8 @@ fn build_report(
                 *totals.estimated_saved_usd.get_or_insert(0.0) += usd;
             }
         }
-        if let Some(usd) = usd {
-            *t.estimated_saved_usd.get_or_insert(0.0) += usd;
-        }
     }
-    Ok(Report {
-        ledger: path.to_owned(),
-        since_ms: filter.since_ms,
-        session: filter.session.clone(),
-        sessions,
-        models: models
-            .into_iter()
-            .map(|(model, totals)| ModelTotals { model, totals })
-            .collect(),
-        by_account: Vec::new(),
-        transform_failures: groups.iter().map(|g| g.transform_failures).sum(),
-        total,
-        transforms,
-        dropped_rows: ledger.counter(DROPPED_ROWS)?,
-        ledger_backlog: ledger_backlog(path, ledger),
-        cache_busts: ledger.cache_busts(filter)?,
-        latency: ledger.latency(filter)?,
-        savings_method: SAVINGS_METHOD,
-        team: None,
-    })
+    Ok(())
 }
 
 /// Requests waiting in a proxy's spool for the ledger's writers.
@@ -575,6 +618,17 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         return out;
     }
     out.push('\n');
+    render_tables(&mut out, r);
+    render_notes(&mut out, &r.total);
+    for (stage, tt) in &r.transforms {
+        render_transform(&mut out, stage, tt);
+    }
+    render_tail(&mut out, r);
+    out
+}
+
+/// The tables: per session, per model, per account (with several), the total.
+fn render_tables(out: &mut String, r: &Report) {
     let session_rows: Vec<Vec<String>> = r
         .sessions
         .iter()
@@ -586,7 +640,7 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
             )
         })
         .collect();
-    table(&mut out, "SESSION CLIENT", &session_rows);
+    table(out, "SESSION CLIENT", &session_rows);
     out.push('\n');
     let model_rows: Vec<Vec<String>> = r
         .models
@@ -598,7 +652,7 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
             )
         })
         .collect();
-    table(&mut out, "MODEL", &model_rows);
+    table(out, "MODEL", &model_rows);
     out.push('\n');
     // One account is every install's case: the table says something only with several.
     if r.by_account.len() > 1 {
@@ -607,11 +661,14 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
             .iter()
             .map(|a| row(&shown(&a.account, NAME_CHARS), &a.totals))
             .collect();
-        table(&mut out, "ACCOUNT", &account_rows);
+        table(out, "ACCOUNT", &account_rows);
         out.push('\n');
     }
-    table(&mut out, "TOTAL", &[row("all", &r.total)]);
-    let t = &r.total;
+    table(out, "TOTAL", &[row("all", &r.total)]);
+}
+
+/// What the totals could not count: requests without usage, models without a price.
+fn render_notes(out: &mut String, t: &Totals) {
     if t.requests_with_usage < t.requests {
         out.push_str(&format!(
             "{} of {} requests carried no usage (errors, cancelled streams, count_tokens, other paths)\n",
@@ -629,41 +686,48 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
                 .join(", ")
         ));
     }
-    for (stage, tt) in &r.transforms {
-        let facts: Vec<String> = tt.facts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+}
+
+/// What one transform stage did.
+fn render_transform(out: &mut String, stage: &str, tt: &TransformTotals) {
+    let facts: Vec<String> = tt.facts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    out.push_str(&format!(
+        "transform {stage}: changed {} requests{}{}\n",
+        tt.requests,
+        if facts.is_empty() { "" } else { "; " },
+        facts.join(", ")
+    ));
+    if let (Some(chars), Some(tokens)) = (tt.chars_kept_out, tt.estimated_tokens_kept_out) {
         out.push_str(&format!(
-            "transform {stage}: changed {} requests{}{}\n",
-            tt.requests,
-            if facts.is_empty() { "" } else { "; " },
-            facts.join(", ")
+            "  kept out of context: {chars} chars, about {tokens} tokens (estimate: 4 chars per token)\n"
         ));
-        if let (Some(chars), Some(tokens)) = (tt.chars_kept_out, tt.estimated_tokens_kept_out) {
-            out.push_str(&format!(
-                "  kept out of context: {chars} chars, about {tokens} tokens (estimate: 4 chars per token)\n"
-            ));
-        }
-        if !tt.estimated_saved_tokens.is_empty() {
-            let bands: Vec<String> = tt
-                .estimated_saved_tokens
-                .iter()
-                .map(|(band, n)| format!("{n} at {band}"))
-                .collect();
-            out.push_str(&format!(
-                "  saved (estimate, at each request's cache state): {}{}\n",
-                tt.estimated_saved_usd
-                    .map_or("unknown price".to_owned(), |u| format!("${u:.4}")),
-                format_args!("; tokens {}", bands.join(", "))
-            ));
-        }
-        if !tt.unchanged.is_empty() {
-            let reasons: Vec<String> = tt
-                .unchanged
-                .iter()
-                .map(|(reason, n)| format!("{n} {reason}"))
-                .collect();
-            out.push_str(&format!("  left unchanged: {}\n", reasons.join(", ")));
-        }
     }
+    if !tt.estimated_saved_tokens.is_empty() {
+        let bands: Vec<String> = tt
+            .estimated_saved_tokens
+            .iter()
+            .map(|(band, n)| format!("{n} at {band}"))
+            .collect();
+        out.push_str(&format!(
+            "  saved (estimate, at each request's cache state): {}{}\n",
+            tt.estimated_saved_usd
+                .map_or("unknown price".to_owned(), |u| format!("${u:.4}")),
+            format_args!("; tokens {}", bands.join(", "))
+        ));
+    }
+    if !tt.unchanged.is_empty() {
+        let reasons: Vec<String> = tt
+            .unchanged
+            .iter()
+            .map(|(reason, n)| format!("{n} {reason}"))
+            .collect();
+        out.push_str(&format!("  left unchanged: {}\n", reasons.join(", ")));
+    }
+}
+
+/// Savings, the provider's discount, cache busts, failures and what the ledger lost or waits on.
+fn render_tail(out: &mut String, r: &Report) {
+    let t = &r.total;
     if let Some(saved) = t.estimated_saved_usd {
         out.push_str(&format!("saved by pith (estimate): ${saved:.4}\n"));
     }
@@ -699,7 +763,6 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
             r.ledger_backlog.bytes as f64 / 1e6
         ));
     }
-    out
 }
 
 fn render_team(out: &mut String, team: &crate::team::TeamInfo) {
@@ -744,46 +807,94 @@ fn render_team(out: &mut String, team: &crate::team::TeamInfo) {
 /// The report in Prometheus' text format (`/metrics`): the same numbers as `pith stats
 /// --json`.
 pub(crate) fn metrics(r: &Report) -> String {
+    let families = [
+        request_families(r),
+        account_families(r),
+        transform_families(r),
+        ledger_families(r),
+        latency_families(r),
+        vec![bust_family(r)],
+    ];
     let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for (labels, value) in samples {
-            out.push_str(&format!("{name}{labels} {value}\n"));
+    for f in families.iter().flatten() {
+        out.push_str(&format!(
+            "# HELP {} {}\n# TYPE {} {}\n",
+            f.name, f.help, f.name, f.kind
+        ));
+        for (labels, value) in &f.samples {
+            out.push_str(&format!("{}{labels} {value}\n", f.name));
         }
-    };
+    }
+    out
+}
+
+/// One metric family: its name, type, help and samples (labels as written, value).
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Vec<(String, f64)>,
+}
+
+fn family(
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Vec<(String, f64)>,
+) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        samples,
+    }
+}
+
+/// One sample without labels.
+fn single(value: f64) -> Vec<(String, f64)> {
+    vec![(String::new(), value)]
+}
+
+fn request_families(r: &Report) -> Vec<Family> {
     let t = &r.total;
-    family(
-        "pith_requests_total",
-        "counter",
-        "Requests pith recorded.",
-        vec![(String::new(), t.requests as f64)],
-    );
-    family(
-        "pith_request_errors_total",
-        "counter",
-        "Requests that ended in an error.",
-        vec![(String::new(), t.errors as f64)],
-    );
-    family(
-        "pith_tokens_total",
-        "counter",
-        "Billed tokens by kind, as the providers reported them.",
-        [
-            ("input", t.input_tokens),
-            ("cache_write", t.cache_write_tokens),
-            ("cache_read", t.cache_read_tokens),
-            ("output", t.output_tokens),
-        ]
-        .into_iter()
-        .map(|(k, v)| (format!("{{kind=\"{k}\"}}"), v as f64))
-        .collect(),
-    );
-    family(
-        "pith_cost_usd_total",
-        "counter",
-        "Cost of the priced requests at list prices, USD.",
-        vec![(String::new(), t.cost_usd.unwrap_or(0.0))],
-    );
+    let tokens = [
+        ("input", t.input_tokens),
+        ("cache_write", t.cache_write_tokens),
+        ("cache_read", t.cache_read_tokens),
+        ("output", t.output_tokens),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("{{kind=\"{k}\"}}"), v as f64))
+    .collect();
+    vec![
+        family(
+            "pith_requests_total",
+            "counter",
+            "Requests pith recorded.",
+            single(t.requests as f64),
+        ),
+        family(
+            "pith_request_errors_total",
+            "counter",
+            "Requests that ended in an error.",
+            single(t.errors as f64),
+        ),
+        family(
+            "pith_tokens_total",
+            "counter",
+            "Billed tokens by kind, as the providers reported them.",
+            tokens,
+        ),
+        family(
+            "pith_cost_usd_total",
+            "counter",
+            "Cost of the priced requests at list prices, USD.",
+            single(t.cost_usd.unwrap_or(0.0)),
+        ),
+    ]
+}
+
+fn account_families(r: &Report) -> Vec<Family> {
     let per_account = |value: fn(&Totals) -> f64| -> Vec<(String, f64)> {
         r.by_account
             .iter()
@@ -795,18 +906,23 @@ pub(crate) fn metrics(r: &Report) -> String {
             })
             .collect()
     };
-    family(
-        "pith_account_requests_total",
-        "counter",
-        "Requests pith recorded, by account (a gateway maps each to its key's).",
-        per_account(|t| t.requests as f64),
-    );
-    family(
-        "pith_account_cost_usd_total",
-        "counter",
-        "Cost of each account's priced requests at list prices, USD.",
-        per_account(|t| t.cost_usd.unwrap_or(0.0)),
-    );
+    vec![
+        family(
+            "pith_account_requests_total",
+            "counter",
+            "Requests pith recorded, by account (a gateway maps each to its key's).",
+            per_account(|t| t.requests as f64),
+        ),
+        family(
+            "pith_account_cost_usd_total",
+            "counter",
+            "Cost of each account's priced requests at list prices, USD.",
+            per_account(|t| t.cost_usd.unwrap_or(0.0)),
+        ),
+    ]
+}
+
+fn transform_families(r: &Report) -> Vec<Family> {
     let mut stages = Vec::new();
     for (stage, tt) in &r.transforms {
         stages.push((
@@ -827,31 +943,41 @@ pub(crate) fn metrics(r: &Report) -> String {
             ));
         }
     }
-    family(
-        "pith_transform_requests_total",
-        "counter",
-        "Requests each transform stage changed or left unchanged (with why).",
-        stages,
-    );
-    family(
-        "pith_transform_failures_total",
-        "counter",
-        "Transform stages that failed and were skipped (fail open).",
-        vec![(String::new(), r.transform_failures as f64)],
-    );
-    family(
-        "pith_ledger_dropped_rows_total",
-        "counter",
-        "Requests served but not kept for the ledger (spool at its limit, or disk refused).",
-        vec![(String::new(), r.dropped_rows as f64)],
-    );
-    family(
-        "pith_ledger_backlog_requests",
-        "gauge",
-        "Requests waiting in the spool to be written to the ledger.",
-        vec![(String::new(), r.ledger_backlog.requests as f64)],
-    );
-    for (name, help, h) in [
+    vec![
+        family(
+            "pith_transform_requests_total",
+            "counter",
+            "Requests each transform stage changed or left unchanged (with why).",
+            stages,
+        ),
+        family(
+            "pith_transform_failures_total",
+            "counter",
+            "Transform stages that failed and were skipped (fail open).",
+            single(r.transform_failures as f64),
+        ),
+    ]
+}
+
+fn ledger_families(r: &Report) -> Vec<Family> {
+    vec![
+        family(
+            "pith_ledger_dropped_rows_total",
+            "counter",
+            "Requests served but not kept for the ledger (spool at its limit, or disk refused).",
+            single(r.dropped_rows as f64),
+        ),
+        family(
+            "pith_ledger_backlog_requests",
+            "gauge",
+            "Requests waiting in the spool to be written to the ledger.",
+            single(r.ledger_backlog.requests as f64),
+        ),
+    ]
+}
+
+fn latency_families(r: &Report) -> Vec<Family> {
+    [
         (
             "pith_request_duration_seconds",
             "Requests from arrival to the last byte out.",
@@ -862,7 +988,9 @@ pub(crate) fn metrics(r: &Report) -> String {
             "Requests from arrival to the provider's first body byte.",
             &r.latency.ttfb_ms,
         ),
-    ] {
+    ]
+    .into_iter()
+    .map(|(name, help, h)| {
         let mut samples: Vec<(String, f64)> = pith_store::ledger::LATENCY_BUCKETS_MS
             .iter()
             .zip(&h.cumulative)
@@ -876,8 +1004,12 @@ pub(crate) fn metrics(r: &Report) -> String {
         samples.push(("_bucket{le=\"+Inf\"}".to_owned(), h.count as f64));
         samples.push(("_sum".to_owned(), h.sum_ms / 1000.0));
         samples.push(("_count".to_owned(), h.count as f64));
-        family(name, "histogram", help, samples);
-    }
+        family(name, "histogram", help, samples)
+    })
+    .collect()
+}
+
+fn bust_family(r: &Report) -> Family {
     family(
         "pith_cache_busts_total",
         "counter",
@@ -889,8 +1021,7 @@ pub(crate) fn metrics(r: &Report) -> String {
                 r.cache_busts.by_client as f64,
             ),
         ],
-    );
-    out
+    )
 }
 
 /// A Prometheus label value, escaped.

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::StatusCode;
+use pith_proxy::LedgerSink;
 use pith_proxy::own_pages::{OwnBody, OwnPage, OwnPages};
 use pith_store::ledger::{Filter, Readers};
 use pith_store::postgres::StoreUrl;
@@ -35,7 +36,13 @@ pub struct Dashboard {
     readers: Arc<Readers>,
     /// Live streams open now (`/pith/api/events`), each a thread: at most [`MAX_VIEWERS`].
     viewers: Arc<AtomicUsize>,
+    /// The proxy's ledger writers, for `/pith/api/flush`.
+    sink: Option<LedgerSink>,
 }
+
+/// How long `/pith/api/flush` waits unless asked (`timeout_ms`), and at most.
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+const FLUSH_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Live streams open at once. Each holds a thread; past this a new one is refused with a 503
 /// saying so, so that viewers left open cannot starve the proxy of threads or descriptors.
@@ -71,7 +78,42 @@ impl Dashboard {
             own_account: pith_history::LOCAL_ACCOUNT.to_owned(),
             readers: Arc::new(Readers::new()),
             viewers: Arc::new(AtomicUsize::new(0)),
+            sink: None,
         }
+    }
+
+    /// The ledger's writers, which `/pith/api/flush` waits for.
+    pub fn with_sink(mut self, sink: Option<LedgerSink>) -> Dashboard {
+        self.sink = sink;
+        self
+    }
+
+    /// `/pith/api/flush`: answers once nothing waits to be written to the ledger (every
+    /// request answered before is a row, with its history), or after `timeout_ms` (default
+    /// 10 s, at most 60 s), saying which. A script reading the ledger right after a burst of
+    /// requests asks this first.
+    fn flush(&self, query: &str) -> OwnPage {
+        let Some(sink) = &self.sink else {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this proxy keeps no ledger (started with --no-ledger)".into(),
+            );
+        };
+        let wait = match query_value(query, "timeout_ms").map(|t| t.parse::<u64>()) {
+            None => FLUSH_WAIT,
+            Some(Ok(ms)) => Duration::from_millis(ms).min(FLUSH_WAIT_MAX),
+            Some(Err(_)) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "timeout_ms must be a whole number of milliseconds".into(),
+                );
+            }
+        };
+        let flushed = sink.flush(wait);
+        json_page(
+            StatusCode::OK,
+            &json!({"flushed": flushed, "waiting": sink.stats().backlog}),
+        )
     }
 
     /// Rows that name no account (written before accounts were kept) are `account`'s.
@@ -231,6 +273,9 @@ impl OwnPages for Dashboard {
                     "openai": self.upstreams.openai,
                 }),
             ));
+        }
+        if path == "/pith/api/flush" {
+            return Some(self.flush(query));
         }
         let (source, team) = self.source();
         let Some(ledger) = source.as_deref().filter(|p| p.exists()) else {

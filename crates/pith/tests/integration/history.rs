@@ -102,10 +102,13 @@ fn shape(home: &Path, id: &str) -> Vec<String> {
         .collect()
 }
 
-/// Wait for the proxy's conversation of `session` to hold `n` messages.
-fn wait_recorded(home: &Path, session: &str, n: u64) -> Value {
+/// Wait for the proxy's conversation of `session` to hold `n` messages: each round waits on
+/// the proxy's flush barrier (history turns are written with their ledger rows), then reads.
+fn wait_recorded(pith: &PithProxy, session: &str, n: u64) -> Value {
+    let home = pith.home.path();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
+        pith.flush();
         if home.join("history.db").exists()
             && let Some(c) = conversation(home, "proxy", session)
             && c["messages"].as_u64() >= Some(n)
@@ -117,7 +120,6 @@ fn wait_recorded(home: &Path, session: &str, n: u64) -> Value {
             "the proxy did not record {n} messages of {session}: {:?}",
             conversations(home, false)
         );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -239,7 +241,7 @@ fn claude_code_through_the_proxy_is_recorded_with_the_shape_its_session_file_imp
         .header("x-claude-code-session-id")
         .unwrap()
         .to_owned();
-    let recorded = wait_recorded(pith.home.path(), &session, 4);
+    let recorded = wait_recorded(&pith, &session, 4);
 
     let nowhere = home.path().join("no-codex");
     import(pith.home.path(), &home.path().join(".claude"), &nowhere);
@@ -279,7 +281,7 @@ fn codex_through_the_proxy_is_recorded_with_the_shape_its_session_file_imports_t
     let received = mock.received();
     assert_eq!(received.len(), 2);
     let session = received[1].header("session-id").unwrap().to_owned();
-    let recorded = wait_recorded(pith.home.path(), &session, 5);
+    let recorded = wait_recorded(&pith, &session, 5);
 
     let codex_home = home.path().join(".codex");
     if let Some(keep) = std::env::var_os("PITH_KEEP_CODEX_SESSION") {
@@ -366,8 +368,8 @@ fn the_agent_type_header_labels_the_conversation_and_never_reaches_the_provider(
     for r in mock.received() {
         assert_eq!(r.header("pith-agent-type"), None, "{:?}", r.headers);
     }
-    let admin = wait_recorded(pith.home.path(), "s-admin", 2);
-    let plain = wait_recorded(pith.home.path(), "s-plain", 2);
+    let admin = wait_recorded(&pith, "s-admin", 2);
+    let plain = wait_recorded(&pith, "s-plain", 2);
     assert_eq!(admin["agentType"], "admin");
     assert_eq!(plain["agentType"], "public");
     let found = pith_json(
@@ -397,8 +399,8 @@ fn the_agent_type_of_a_client_is_set_in_config_and_a_header_overrides_it() {
     let pith = PithProxy::start(&mock.url(), &[("PITH_CONFIG", file.to_str().unwrap())]);
     send_message(&pith, "s-configured", &[]);
     send_message(&pith, "s-told", &[("pith-agent-type", "public")]);
-    let configured = wait_recorded(pith.home.path(), "s-configured", 2);
-    let told = wait_recorded(pith.home.path(), "s-told", 2);
+    let configured = wait_recorded(&pith, "s-configured", 2);
+    let told = wait_recorded(&pith, "s-told", 2);
     assert_eq!(configured["agentType"], "admin");
     assert_eq!(told["agentType"], "public");
     let bad =

@@ -151,10 +151,12 @@ fn get(pith: &PithProxy, path: &str) -> (u16, String) {
     })
 }
 
-/// The rows once the spool is empty (`pith stats` says no request waits), all of them.
+/// The rows once the spool is empty (`pith stats` says no request waits), all of them: each
+/// round waits on the proxy's flush barrier first.
 fn settled_rows(pith: &PithProxy) -> Vec<pith_store::ledger::Row> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        pith.flush();
         let report: serde_json::Value =
             serde_json::from_slice(&pith_stats(pith, &["--json"]).stdout).unwrap_or_default();
         if report["ledger_backlog"]["requests"] == 0 {
@@ -164,7 +166,6 @@ fn settled_rows(pith: &PithProxy) -> Vec<pith_store::ledger::Row> {
             Instant::now() < deadline,
             "the spool never emptied: {report}"
         );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -323,6 +324,7 @@ fn a_full_disk_under_the_spool_keeps_serving_and_counts_what_it_lost() {
     drop(lock);
     let deadline = Instant::now() + Duration::from_secs(30);
     let report = loop {
+        pith.flush();
         let report: serde_json::Value =
             serde_json::from_slice(&pith_stats(&pith, &["--json"]).stdout).unwrap();
         let rows = report["total"]["requests"].as_u64().unwrap_or(0);
@@ -331,7 +333,6 @@ fn a_full_disk_under_the_spool_keeps_serving_and_counts_what_it_lost() {
             break report;
         }
         assert!(Instant::now() < deadline, "{report}");
-        std::thread::sleep(Duration::from_millis(50));
     };
     let lost = report["dropped_rows"].as_u64().unwrap();
     // 2 MiB holds about 36 bodies of 54 KB: some kept, the rest lost and counted.

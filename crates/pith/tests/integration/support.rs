@@ -109,9 +109,50 @@ impl PithProxy {
         self.home.path().join("ledger.db")
     }
 
-    /// Wait until the ledger holds at least `n` rows and return them.
+    /// Wait until the ledger holds at least `n` rows and return them: each round asks the
+    /// proxy's flush barrier (`/pith/api/flush`, which answers once nothing waits to be
+    /// written) and reads the ledger; a record not appended yet when the barrier answered (the
+    /// client can have the last byte a moment before its request is recorded) takes one more.
     pub fn wait_rows(&self, n: usize) -> Vec<Row> {
-        wait_rows(&self.ledger_path(), n)
+        let path = self.ledger_path();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let flushed = self.flush();
+            if path.exists()
+                && let Ok(rows) = Ledger::open_read_only(&path).and_then(|l| l.rows())
+                && rows.len() >= n
+            {
+                return rows;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ledger at {} did not reach {n} rows (last flush: {flushed})",
+                path.display()
+            );
+        }
+    }
+
+    /// `GET /pith/api/flush`: the proxy answers once its spool is written; its JSON. An older
+    /// pith (`PITH_TEST_BIN`, to show a test fails before a fix) has no barrier: then this
+    /// waits a moment instead, as the tests did before there was one.
+    pub fn flush(&self) -> String {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(self.addr).unwrap();
+        write!(
+            conn,
+            "GET /pith/api/flush HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            self.addr
+        )
+        .unwrap();
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).unwrap();
+        let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+        if std::env::var_os("PITH_TEST_BIN").is_some() && !head.starts_with("HTTP/1.1 200") {
+            std::thread::sleep(Duration::from_millis(20));
+            return String::new();
+        }
+        assert!(head.starts_with("HTTP/1.1 200"), "{reply}");
+        body.to_owned()
     }
 
     pub fn stderr(&self) -> String {

@@ -240,7 +240,8 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
             openai: plan.openai.to_string(),
         },
     )
-    .with_own_account(plan.account.clone());
+    .with_own_account(plan.account.clone())
+    .with_sink(started.ledger.clone());
     if let (Some(url), Some(replica)) = (&plan.store, &plan.team_replica) {
         dashboard = dashboard.with_team(url.clone(), replica.clone());
     }

@@ -522,62 +522,75 @@ pub fn remove(path: &Path, text: &str, removal: &Removal<'_>) -> anyhow::Result<
         }
     }
     if let Some(command) = removal.hook_command {
-        let hooks = root
-            .object_value()
-            .and_then(|top| member(&top, "hooks"))
-            .and_then(|p| p.object_value());
-        for event in hooks.iter().flat_map(|h| h.properties()) {
-            let Some(list) = event.array_value() else {
-                continue;
-            };
-            for group in list.elements() {
-                let runs_it = group
-                    .as_object()
-                    .and_then(|g| member(&g, "hooks"))
-                    .and_then(|p| p.array_value())
-                    .is_some_and(|handlers| {
-                        let handlers = handlers.elements();
-                        handlers.len() == 1
-                            && handlers[0]
-                                .as_object()
-                                .and_then(|h| member(&h, "command"))
-                                .and_then(|c| c.value())
-                                .and_then(|v| v.as_string_lit())
-                                .and_then(|s| s.decoded_value().ok())
-                                .as_deref()
-                                == Some(command)
-                    });
-                if runs_it {
-                    group.remove();
-                    changed = true;
-                }
-            }
-            if list.elements().is_empty() {
-                event.remove();
-            }
-        }
+        changed |= remove_json_hooks(&root, command);
     }
     if changed {
-        for parent in removal.created_parents() {
-            let Some((leaf, above)) = parent.split_last() else {
-                continue;
-            };
-            let mut node = root.object_value();
-            for k in above {
-                node = node
-                    .and_then(|n| member(&n, k))
-                    .and_then(|p| p.object_value());
-            }
-            if let Some(prop) = node.and_then(|n| member(&n, leaf))
-                && prop
-                    .object_value()
-                    .is_some_and(|o| o.properties().is_empty())
-            {
-                prop.remove();
-            }
-        }
+        prune_json(&root, removal);
     }
     Ok(changed.then(|| root.to_string()))
+}
+
+/// Take out of a JSON settings tree every hook group whose one handler runs `command`, and an
+/// event left empty by that; whether any went.
+fn remove_json_hooks(root: &CstRootNode, command: &str) -> bool {
+    let mut changed = false;
+    let hooks = root
+        .object_value()
+        .and_then(|top| member(&top, "hooks"))
+        .and_then(|p| p.object_value());
+    for event in hooks.iter().flat_map(|h| h.properties()) {
+        let Some(list) = event.array_value() else {
+            continue;
+        };
+        for group in list.elements() {
+            let runs_it = group
+                .as_object()
+                .and_then(|g| member(&g, "hooks"))
+                .and_then(|p| p.array_value())
+                .is_some_and(|handlers| {
+                    let handlers = handlers.elements();
+                    handlers.len() == 1
+                        && handlers[0]
+                            .as_object()
+                            .and_then(|h| member(&h, "command"))
+                            .and_then(|c| c.value())
+                            .and_then(|v| v.as_string_lit())
+                            .and_then(|s| s.decoded_value().ok())
+                            .as_deref()
+                            == Some(command)
+                });
+            if runs_it {
+                group.remove();
+                changed = true;
+            }
+        }
+        if list.elements().is_empty() {
+            event.remove();
+        }
+    }
+    changed
+}
+
+/// Take out the objects pith created that are left empty.
+fn prune_json(root: &CstRootNode, removal: &Removal<'_>) {
+    for parent in removal.created_parents() {
+        let Some((leaf, above)) = parent.split_last() else {
+            continue;
+        };
+        let mut node = root.object_value();
+        for k in above {
+            node = node
+                .and_then(|n| member(&n, k))
+                .and_then(|p| p.object_value());
+        }
+        if let Some(prop) = node.and_then(|n| member(&n, leaf))
+            && prop
+                .object_value()
+                .is_some_and(|o| o.properties().is_empty())
+        {
+            prop.remove();
+        }
+    }
 }
 
 fn remove_toml(path: &Path, text: &str, removal: &Removal<'_>) -> anyhow::Result<Option<String>> {

@@ -388,44 +388,7 @@ fn write(
 fn undo(client: Client, registration: &Registration, dry_run: bool) -> anyhow::Result<()> {
     let scope = registration.scope;
     let mut record = Record::load()?;
-    let mut writes: Vec<(PathBuf, Option<String>)> = Vec::new();
-    let mut left = Vec::new();
-    let mut paths = registration.files.clone();
-    paths.dedup();
-    for path in &paths {
-        let key = Record::key(path);
-        let Some(r) = record.files.get(&key).filter(|r| r.is_of(client, scope)) else {
-            continue;
-        };
-        let Some(now) = read_config(path)? else {
-            // Gone already: nothing of pith's is left in it.
-            continue;
-        };
-        if now == r.after {
-            print_restore(path, &r.after, r.before.as_deref());
-            writes.push((path.clone(), r.before.clone()));
-            continue;
-        }
-        let removal = Removal {
-            members: &r.members,
-            hook_command: r.hook_command.as_deref(),
-            before: r
-                .before
-                .as_deref()
-                .and_then(|t| crate::client_files::parse(path, t)),
-        };
-        match edit::remove(path, &now, &removal) {
-            Ok(Some(new)) => {
-                println!(
-                    "{} (changed since; only pith's entries go):",
-                    path.display()
-                );
-                print!("{}", diff(&now, &new));
-                writes.push((path.clone(), Some(new)));
-            }
-            _ => left.push(path.clone()),
-        }
-    }
+    let (writes, left) = plan_undo(client, registration, &record)?;
     if writes.is_empty() && left.is_empty() {
         println!(
             "pith setup changed nothing for {client} in the {} scope here (no record in {}); \
@@ -471,6 +434,62 @@ fn undo(client: Client, registration: &Registration, dry_run: bool) -> anyhow::R
         );
     }
     Ok(())
+}
+
+/// What undo does to each file recorded for this client and scope: the text to write back
+/// (`None`: remove the file setup created), and the files it leaves.
+#[expect(
+    clippy::type_complexity,
+    reason = "a pair of lists, named at the one caller"
+)]
+fn plan_undo(
+    client: Client,
+    registration: &Registration,
+    record: &Record,
+) -> anyhow::Result<(Vec<(PathBuf, Option<String>)>, Vec<PathBuf>)> {
+    let mut writes: Vec<(PathBuf, Option<String>)> = Vec::new();
+    let mut left = Vec::new();
+    let mut paths = registration.files.clone();
+    paths.dedup();
+    for path in &paths {
+        let key = Record::key(path);
+        let Some(r) = record
+            .files
+            .get(&key)
+            .filter(|r| r.is_of(client, registration.scope))
+        else {
+            continue;
+        };
+        let Some(now) = read_config(path)? else {
+            // Gone already: nothing of pith's is left in it.
+            continue;
+        };
+        if now == r.after {
+            print_restore(path, &r.after, r.before.as_deref());
+            writes.push((path.clone(), r.before.clone()));
+            continue;
+        }
+        let removal = Removal {
+            members: &r.members,
+            hook_command: r.hook_command.as_deref(),
+            before: r
+                .before
+                .as_deref()
+                .and_then(|t| crate::client_files::parse(path, t)),
+        };
+        match edit::remove(path, &now, &removal) {
+            Ok(Some(new)) => {
+                println!(
+                    "{} (changed since; only pith's entries go):",
+                    path.display()
+                );
+                print!("{}", diff(&now, &new));
+                writes.push((path.clone(), Some(new)));
+            }
+            _ => left.push(path.clone()),
+        }
+    }
+    Ok((writes, left))
 }
 
 fn print_restore(path: &Path, after: &str, before: Option<&str>) {

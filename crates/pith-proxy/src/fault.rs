@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
-use pith_store::ledger::RequestOutcome;
+use pith_outcome::RequestOutcome;
 use pith_wire::Provider;
 
 use crate::tee::ProxyBody;

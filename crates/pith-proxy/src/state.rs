@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so a test can run the idle rule on a paused one.
+use tokio::time::Instant;
 
 use crate::config::ProxyConfig;
 use crate::upstream::HttpClient;
@@ -36,8 +39,15 @@ pub struct Activity {
     started: Instant,
 }
 
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity::new()
+    }
+}
+
 impl Activity {
-    pub(crate) fn new() -> Activity {
+    /// No connection open yet: idle since now.
+    pub fn new() -> Activity {
         Activity {
             open: AtomicUsize::new(0),
             relays: AtomicUsize::new(0),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use pith_store::ledger::RequestOutcome;
+use pith_outcome::RequestOutcome;
 use pith_wire::sse::EventSplitter;
 use pith_wire::{Provider, Wire};
 

@@ -26,7 +26,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use pith_store::ledger::RequestOutcome;
+use pith_outcome::RequestOutcome;
 use pith_wire::{Provider, Wire, session};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -89,91 +89,16 @@ pub(crate) async fn relay(
             "pith: a WebSocket upgrade needs a sec-websocket-key header".to_owned(),
         ));
     };
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map_or("/v1/responses", |p| p.as_str())
-        .to_owned();
-    let upstream_uri = match state.config.openai.join(&path_and_query) {
-        Ok(u) => u,
-        Err(e) => {
-            return fault(&Fault::client(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!("pith: cannot build the upstream URL: {e}"),
-            ));
-        }
-    };
-    let mut upstream_req = Request::builder()
-        .method(Method::GET)
-        .uri(upstream_uri.clone());
-    for (name, value) in req.headers() {
-        if !is_hop_header(name.as_str()) {
-            upstream_req = upstream_req.header(name, value);
-        }
-    }
-    let upstream_req = upstream_req
-        .header(header::CONNECTION, "upgrade")
-        .header(header::UPGRADE, "websocket")
-        .header("sec-websocket-version", "13")
-        .header(
-            "sec-websocket-key",
-            tokio_tungstenite::tungstenite::handshake::client::generate_key(),
-        )
-        .body(Full::new(Bytes::new()));
-    let upstream_req = match upstream_req {
+    let upstream_req = match upstream_handshake(&state, &req) {
         Ok(r) => r,
-        Err(e) => {
-            return fault(&Fault::client(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!("pith: cannot forward this upgrade: {e}"),
-            ));
-        }
+        Err(refused) => return refused,
     };
-    let connect = state.ws_client.request(upstream_req);
-    let upstream = match tokio::time::timeout(state.config.timeouts.upstream_headers, connect).await
-    {
-        Ok(Ok(res)) => res,
-        Ok(Err(e)) => {
-            let mut cause = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                cause.push_str(": ");
-                cause.push_str(&s.to_string());
-                source = s.source();
-            }
-            return fault(&Fault::unreachable(format!(
-                "pith could not open the WebSocket to the openai upstream {}: {cause}",
-                state.config.openai
-            )));
-        }
-        Err(_) => {
-            return fault(&Fault::upstream_timeout(
-                Provider::OpenAi,
-                format!(
-                    "pith: the openai upstream {} did not answer the WebSocket upgrade within {:?}",
-                    state.config.openai, state.config.timeouts.upstream_headers
-                ),
-            ));
-        }
+    let upstream = match connect(&state, upstream_req).await {
+        Ok(res) => res,
+        Err(refused) => return refused,
     };
     if upstream.status() != StatusCode::SWITCHING_PROTOCOLS {
-        // The upstream refused: the client hears it as it is (and falls back to HTTP).
-        let (parts, body) = upstream.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let mut res = Response::new(ProxyBody::full(body));
-        *res.status_mut() = parts.status;
-        for (name, value) in &parts.headers {
-            if !is_hop_header(name.as_str()) {
-                res.headers_mut().append(name, value.clone());
-            }
-        }
-        return res;
+        return refused_as_it_was(upstream).await;
     }
     let upstream_headers = upstream.headers().clone();
     let client_headers = req.headers().clone();
@@ -202,12 +127,114 @@ pub(crate) async fn relay(
         pump(client, upstream, Turns::new(sink, client_headers, account)).await;
         activity.relay_ended();
     });
+    switching_protocols(&upstream_headers, &key)
+}
+
+/// The upgrade request to the upstream: the client's end-to-end headers, a handshake of this
+/// hop's own.
+#[expect(
+    clippy::result_large_err,
+    reason = "the error is the response the client gets, built once"
+)]
+fn upstream_handshake(
+    state: &State,
+    req: &Request<Incoming>,
+) -> Result<Request<Full<Bytes>>, Response<ProxyBody>> {
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map_or("/v1/responses", |p| p.as_str())
+        .to_owned();
+    let upstream_uri = state.config.openai.join(&path_and_query).map_err(|e| {
+        fault(&Fault::client(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("pith: cannot build the upstream URL: {e}"),
+        ))
+    })?;
+    let mut upstream_req = Request::builder().method(Method::GET).uri(upstream_uri);
+    for (name, value) in req.headers() {
+        if !is_hop_header(name.as_str()) {
+            upstream_req = upstream_req.header(name, value);
+        }
+    }
+    upstream_req
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header("sec-websocket-version", "13")
+        .header(
+            "sec-websocket-key",
+            tokio_tungstenite::tungstenite::handshake::client::generate_key(),
+        )
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| {
+            fault(&Fault::client(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("pith: cannot forward this upgrade: {e}"),
+            ))
+        })
+}
+
+/// The upstream's answer to the upgrade, within the headers timeout.
+async fn connect(
+    state: &State,
+    upstream_req: Request<Full<Bytes>>,
+) -> Result<Response<Incoming>, Response<ProxyBody>> {
+    let connect = state.ws_client.request(upstream_req);
+    match tokio::time::timeout(state.config.timeouts.upstream_headers, connect).await {
+        Ok(Ok(res)) => Ok(res),
+        Ok(Err(e)) => {
+            let mut cause = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                cause.push_str(": ");
+                cause.push_str(&s.to_string());
+                source = s.source();
+            }
+            Err(fault(&Fault::unreachable(format!(
+                "pith could not open the WebSocket to the openai upstream {}: {cause}",
+                state.config.openai
+            ))))
+        }
+        Err(_) => Err(fault(&Fault::upstream_timeout(
+            Provider::OpenAi,
+            format!(
+                "pith: the openai upstream {} did not answer the WebSocket upgrade within {:?}",
+                state.config.openai, state.config.timeouts.upstream_headers
+            ),
+        ))),
+    }
+}
+
+/// The upstream refused: the client hears it as it is (and falls back to HTTP).
+async fn refused_as_it_was(upstream: Response<Incoming>) -> Response<ProxyBody> {
+    let (parts, body) = upstream.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let mut res = Response::new(ProxyBody::full(body));
+    *res.status_mut() = parts.status;
+    for (name, value) in &parts.headers {
+        if !is_hop_header(name.as_str()) {
+            res.headers_mut().append(name, value.clone());
+        }
+    }
+    res
+}
+
+/// The client's `101`: the upstream's own headers (x-request-id, openai-model,
+/// x-reasoning-included, ...) reach it; the handshake's are this hop's.
+fn switching_protocols(
+    upstream_headers: &http::HeaderMap,
+    key: &HeaderValue,
+) -> Response<ProxyBody> {
     let mut res = Response::new(ProxyBody::full(Bytes::new()));
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = res.headers_mut();
-    for (name, value) in &upstream_headers {
-        // The upstream's own headers (x-request-id, openai-model, x-reasoning-included, ...)
-        // reach the client; the handshake's are this hop's.
+    for (name, value) in upstream_headers {
         if !is_hop_header(name.as_str()) {
             headers.append(name, value.clone());
         }

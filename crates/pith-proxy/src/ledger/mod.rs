@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use pith_outcome::RequestOutcome;
 use pith_store::history::{History, Turn};
-use pith_store::ledger::{DROPPED_ROWS, Ledger, RequestOutcome, Row, WriteBatch};
+use pith_store::ledger::{DROPPED_ROWS, Ledger, Row, WriteBatch};
 
 use crate::history::{HistorySink, Labels};
 pub(crate) use record::{Record, Report, arrival_now};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use pith_store::ledger::RequestOutcome;
+use pith_outcome::RequestOutcome;
 use pith_transform::{FactKind, Site, StageReport, StageResult};
 use pith_wire::{Provider, Wire};
 

@@ -25,7 +25,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use bytes::Bytes;
-use pith_store::ledger::RequestOutcome;
+use pith_outcome::RequestOutcome;
 use pith_transform::{FactKind, Site};
 use pith_wire::{Provider, Wire};
 
@@ -138,6 +138,9 @@ pub(crate) struct Spool {
     /// `epoch`, plus one; 0 when there is none.
     oldest: AtomicU64,
     epoch: Instant,
+    /// Tests: the milliseconds since `epoch` the spool's clock reads instead of the real ones
+    /// (`u64::MAX`: the real clock), so the age rules are tested without waiting for them.
+    paused_at_ms: AtomicU64,
     /// Segments below this generation have been removed.
     removed_below: AtomicU64,
 }
@@ -292,6 +295,7 @@ impl Spool {
             published: AtomicU64::new(pack(generation, 0)),
             oldest: AtomicU64::new(u64::from(pending > 0)),
             epoch: Instant::now(),
+            paused_at_ms: AtomicU64::new(u64::MAX),
             removed_below: AtomicU64::new(resume.generation),
         };
         Ok((spool, read_from))
@@ -308,9 +312,31 @@ impl Spool {
         self.published().0
     }
 
+    /// Milliseconds since `epoch` by the spool's clock.
+    fn now_ms(&self) -> u64 {
+        match self.paused_at_ms.load(Ordering::SeqCst) {
+            u64::MAX => u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 2),
+            paused => paused,
+        }
+    }
+
+    /// Tests: stop the spool's clock where it is; [`Spool::advance_clock`] moves it.
+    #[cfg(test)]
+    pub fn pause_clock(&self) {
+        let now = self.now_ms();
+        self.paused_at_ms.store(now, Ordering::SeqCst);
+    }
+
+    /// Tests: move the paused clock on by `by`.
+    #[cfg(test)]
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        let by = u64::try_from(by.as_millis()).unwrap_or(0);
+        self.paused_at_ms.fetch_add(by, Ordering::SeqCst);
+    }
+
     /// Note that an entry waits, unless an older one does already.
     fn mark_waiting(&self) {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        let now = self.now_ms() + 1;
         let _ = self
             .oldest
             .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
@@ -394,11 +420,9 @@ impl Spool {
     pub fn oldest_wait(&self) -> Option<std::time::Duration> {
         match self.oldest.load(Ordering::SeqCst) {
             0 => None,
-            at => Some(
-                self.epoch
-                    .elapsed()
-                    .saturating_sub(std::time::Duration::from_millis(at - 1)),
-            ),
+            at => Some(std::time::Duration::from_millis(
+                self.now_ms().saturating_sub(at - 1),
+            )),
         }
     }
 

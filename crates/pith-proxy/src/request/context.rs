@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use pith_store::ledger::RequestOutcome;
+use pith_outcome::RequestOutcome;
 use pith_transform::StageReport;
 use pith_wire::{Provider, Wire, session};
 

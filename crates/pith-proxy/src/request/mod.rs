@@ -21,7 +21,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use pith_store::ledger::RequestOutcome;
+use pith_outcome::RequestOutcome;
 use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply, session};
 

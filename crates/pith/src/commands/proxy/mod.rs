@@ -349,3 +349,34 @@ async fn shutdown_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The idle rule on tokio's paused clock: no wall time passes, the clock jumps to each
+    /// timer as soon as nothing else can run.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_proxy_stops_only_once_no_client_holds_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let clients = dir.path().join("clients.lock");
+        let activity = pith_proxy::Activity::new();
+        let idle = Duration::from_secs(30 * 60);
+        let client = crate::background::open_private(&clients, false).unwrap();
+        assert!(crate::background::lock_until(
+            &client,
+            true,
+            std::time::Instant::now() + Duration::from_secs(1)
+        ));
+        // Idle ten times over, a `pith run` client still holding the lock: still serving.
+        let held = tokio::time::timeout(idle * 10, idle_stopped(&activity, idle, &clients)).await;
+        assert!(held.is_err(), "stopped under a running client");
+        drop(client);
+        let start = tokio::time::Instant::now();
+        let _stop_lock = idle_stopped(&activity, idle, &clients).await;
+        // Idle long ago, so it stops at the first check after the client left.
+        assert!(
+            start.elapsed() <= (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5))
+        );
+    }
+}

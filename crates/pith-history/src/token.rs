@@ -54,6 +54,12 @@ pub enum TokenError {
         "the filter token was issued for another account; select this account's candidates with memory_find_candidates"
     )]
     WrongAccount,
+    /// The token deleted once already (a token deletes once, even within its lifetime: after a
+    /// restore, the same token must not trash the conversations again).
+    #[error(
+        "the filter token was used to delete once already; run memory_find_candidates again for a new one"
+    )]
+    Used,
     /// A dry run's token: for looking at, never for deleting.
     #[error(
         "the filter token is from a dry run and never deletes; run memory_find_candidates with dryRun false"

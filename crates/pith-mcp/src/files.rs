@@ -47,10 +47,35 @@ pub fn read(
         return Err(format!("{rel} is a directory, not a file"));
     }
     let cannot = |e: std::io::Error| format!("cannot read {rel}: {e}");
-    let file = File::open(&resolved.abs).map_err(cannot)?;
-    let size = file.metadata().map_err(cannot)?.len();
+    // Only a regular file: a named pipe, socket or device would block this call (opening a
+    // pipe waits for a writer) or never end. Opened without waiting, and checked again once
+    // open, so one swapped in between is refused too.
+    let not_regular =
+        || format!("{rel} is not a regular file (a pipe, socket or device); not read");
+    if !std::fs::metadata(&resolved.abs).map_err(cannot)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = open_without_waiting(&resolved.abs).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let size = meta.len();
     let text = read_lines(file, size, &rel, start_line, end_line, CHUNK)?;
     Ok(FileRead { rel, text })
+}
+
+/// `path` opened for reading; on Unix with `O_NONBLOCK`, so that opening a named pipe does
+/// not wait for a writer (a regular file reads as it would anyway).
+fn open_without_waiting(path: &std::path::Path) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0),
+    );
+    options.open(path)
 }
 
 /// The reply for the `size`-byte file `rel` read from `src`, `chunk` bytes at a time.

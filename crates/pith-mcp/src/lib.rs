@@ -9,6 +9,7 @@
 
 pub mod files;
 pub mod history;
+mod stdio;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -58,14 +59,23 @@ pub async fn serve_stdio(options: ServerOptions) -> Result<(), McpError> {
         prefilter = server.ranker.as_ref().map(|r| r.name()),
         "pith mcp serving on stdio"
     );
+    // The server talks to two in-process pipes; the pumps bound what one message may be
+    // and answer one over the bound (`stdio.rs`).
+    let (server_in, pump_in) = tokio::io::duplex(1 << 20);
+    let (server_out, pump_out) = tokio::io::duplex(1 << 20);
+    let (errors, refusals) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(stdio::pump_in(tokio::io::stdin(), pump_in, errors));
+    let out = tokio::spawn(stdio::pump_out(pump_out, tokio::io::stdout(), refusals));
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve((server_in, server_out))
         .await
         .map_err(|e| McpError::Start(e.to_string()))?;
     running
         .waiting()
         .await
         .map_err(|e| McpError::Run(e.to_string()))?;
+    // The server's end of the output pipe is gone: what it wrote is on stdout once this ends.
+    let _ = out.await;
     Ok(())
 }
 

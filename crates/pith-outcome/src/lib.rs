@@ -121,3 +121,63 @@ impl std::fmt::Display for RequestOutcome {
         f.write_str(self.as_str())
     }
 }
+
+/// Why pith refused a request before serving it. A refusal is counted (per reason, in the
+/// ledger's counters), not written as a row: a flood of unauthenticated requests must not grow
+/// the ledger, and a refused request is not one the proxy served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Refusal {
+    /// A method pith does not proxy (`CONNECT`, `TRACE`).
+    Method,
+    /// No access token, or another one, on a proxy that has one.
+    AccessToken,
+    /// No account key, on a gateway that maps requests to accounts by key.
+    AccountKeyMissing,
+    /// A key that is none of the gateway's.
+    AccountKeyUnknown,
+}
+
+impl Refusal {
+    /// Every reason, in the order they are listed.
+    pub const ALL: [Refusal; 4] = [
+        Refusal::Method,
+        Refusal::AccessToken,
+        Refusal::AccountKeyMissing,
+        Refusal::AccountKeyUnknown,
+    ];
+
+    /// The stable name (in the ledger's counters, `pith stats --json` and `/metrics`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Method => "method_not_proxied",
+            Refusal::AccessToken => "access_token",
+            Refusal::AccountKeyMissing => "account_key_missing",
+            Refusal::AccountKeyUnknown => "account_key_unknown",
+        }
+    }
+
+    /// In words, for a person.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Refusal::Method => "a method pith does not proxy",
+            Refusal::AccessToken => "no or a wrong access token",
+            Refusal::AccountKeyMissing => "no account key",
+            Refusal::AccountKeyUnknown => "an unknown account key",
+        }
+    }
+
+    /// Its position in [`Refusal::ALL`] (for a counter per reason).
+    pub fn index(self) -> usize {
+        match self {
+            Refusal::Method => 0,
+            Refusal::AccessToken => 1,
+            Refusal::AccountKeyMissing => 2,
+            Refusal::AccountKeyUnknown => 3,
+        }
+    }
+
+    /// The name of its counter in the ledger.
+    pub fn counter(self) -> String {
+        format!("refused:{}", self.as_str())
+    }
+}

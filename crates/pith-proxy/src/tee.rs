@@ -201,6 +201,8 @@ enum RewriterKind {
     Events {
         rewriter: Box<dyn EventRewriter>,
         splitter: EventSplitter,
+        /// An event outgrew [`MAX_EVENT`]: it passes as it came, unread, to its end.
+        passing_event: bool,
     },
     Whole {
         rewriter: Box<dyn BodyRewriter>,
@@ -213,12 +215,18 @@ enum RewriterKind {
 /// The largest JSON answer a whole-body rewriter holds back to read.
 const MAX_WHOLE: usize = 16 << 20;
 
+/// The largest event an event rewriter holds back to read (a tool search result is a few KB;
+/// a model's single event of hundreds of MB is not one to rewrite): past it, the event passes
+/// on as it comes, unread, and the events after it are read again.
+const MAX_EVENT: usize = 8 << 20;
+
 impl Rewriting {
     fn new(rewriter: Rewriter) -> Rewriting {
         let kind = match rewriter {
             Rewriter::Events(rewriter) => RewriterKind::Events {
                 rewriter,
                 splitter: EventSplitter::new(),
+                passing_event: false,
             },
             Rewriter::Whole(rewriter) => RewriterKind::Whole {
                 rewriter,
@@ -241,10 +249,29 @@ impl Rewriting {
 
     fn feed(&mut self, chunk: &[u8]) {
         match &mut self.kind {
-            RewriterKind::Events { rewriter, splitter } => {
+            RewriterKind::Events {
+                rewriter,
+                splitter,
+                passing_event,
+            } => {
                 splitter.push(chunk);
                 while let Some(event) = splitter.next_event() {
-                    Self::take(rewriter.as_mut(), &mut self.ready, event);
+                    if std::mem::take(passing_event) {
+                        // The end of the event too large to read.
+                        self.ready.push_back(event);
+                    } else {
+                        Self::take(rewriter.as_mut(), &mut self.ready, event);
+                    }
+                }
+                if *passing_event {
+                    self.ready.push_back(splitter.take_pending());
+                } else if splitter.pending() > MAX_EVENT {
+                    tracing::warn!(
+                        bytes = splitter.pending(),
+                        "an event too large to rewrite passes as it came"
+                    );
+                    self.ready.push_back(splitter.take_pending());
+                    *passing_event = true;
                 }
             }
             RewriterKind::Whole { body, .. } => {
@@ -262,9 +289,17 @@ impl Rewriting {
 
     fn finish(&mut self) {
         match &mut self.kind {
-            RewriterKind::Events { rewriter, splitter } => {
+            RewriterKind::Events {
+                rewriter,
+                splitter,
+                passing_event,
+            } => {
                 if let Some(rest) = splitter.finish() {
-                    Self::take(rewriter.as_mut(), &mut self.ready, rest);
+                    if *passing_event {
+                        self.ready.push_back(rest);
+                    } else {
+                        Self::take(rewriter.as_mut(), &mut self.ready, rest);
+                    }
                 }
             }
             RewriterKind::Whole { rewriter, body } => {
@@ -483,5 +518,47 @@ impl<B: Body> Drop for Tee<B> {
             Some(p) => p.recorder.cut_short(),
         };
         self.end(end, None);
+    }
+}
+
+#[cfg(test)]
+mod rewriting_tests {
+    use super::*;
+    use crate::rewrite::{EventRewriter, Rewrite, Rewriter};
+
+    /// Drops every event it reads: what reaches the client past it was never read.
+    struct DropAll;
+    impl EventRewriter for DropAll {
+        fn event(&mut self, _event: &[u8]) -> Rewrite {
+            Rewrite::Drop
+        }
+    }
+
+    #[test]
+    fn an_event_over_the_bound_passes_as_it_comes_and_the_next_is_read_again() {
+        let mut r = Rewriting::new(Rewriter::Events(Box::new(DropAll)));
+        r.feed(b"event: a\ndata: {}\n\n");
+        assert_eq!(r.drain(), None, "a small event is read (and dropped)");
+        // 20 MiB of one event, in 64 KiB chunks: handed on once past the bound, not held.
+        let chunk = vec![b'x'; 64 << 10];
+        r.feed(b"data: ");
+        let mut out = 0;
+        let mut fed = 6;
+        for _ in 0..320 {
+            r.feed(&chunk);
+            fed += chunk.len();
+            out += r.drain().map_or(0, |b| b.len());
+            assert!(
+                fed - out <= MAX_EVENT + chunk.len() + 6,
+                "held {}",
+                fed - out
+            );
+        }
+        r.feed(b"\n\n");
+        out += r.drain().map_or(0, |b| b.len());
+        assert_eq!(out, fed + 2, "the large event passes whole");
+        // The next event is read again.
+        r.feed(b"data: {}\n\n");
+        assert_eq!(r.drain(), None);
     }
 }

@@ -172,6 +172,19 @@ impl EventSplitter {
         None
     }
 
+    /// Bytes held of the event not complete yet.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Hand on the bytes held of an incomplete event, keeping where the scan is in its lines:
+    /// the next complete event is then the rest of this one. (After [`EventSplitter::next_event`]
+    /// returned `None`, every byte held has been scanned.)
+    pub fn take_pending(&mut self) -> bytes::Bytes {
+        self.scanned = 0;
+        self.buf.split().freeze()
+    }
+
     /// End of stream: whatever followed the last complete event (an event without its closing
     /// blank line), if anything.
     pub fn finish(&mut self) -> Option<bytes::Bytes> {

@@ -153,11 +153,27 @@ pub fn open_private(path: &Path, append: bool) -> anyhow::Result<File> {
     } else {
         options.read(true).write(true);
     }
+    // A link in its place is never followed: it could lead pith to create or lock a file
+    // elsewhere (another user's, in a shared directory).
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
-        .open(path)
-        .with_context(|| format!("cannot open {}", path.display()))
+    {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        std::os::unix::fs::OpenOptionsExt::custom_flags(
+            &mut options,
+            i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0),
+        );
+    }
+    options.open(path).with_context(|| {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            format!(
+                "cannot open {}: it is a link, and pith opens no file of its own through one; \
+                 remove it",
+                path.display()
+            )
+        } else {
+            format!("cannot open {}", path.display())
+        }
+    })
 }
 
 /// Take `lock` on `file`, trying until `deadline`; whether it was taken.

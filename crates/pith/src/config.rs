@@ -348,9 +348,37 @@ fn is_account_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }
 
+/// A data directory another user can write into is refused: they could plant the locks, the
+/// spool, the setup record or the config pith reads and acts on. One that does not exist yet
+/// is created 0700 by whoever needs it.
+fn check_private(home: &Path) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::metadata(home) else {
+            return Ok(());
+        };
+        let mine = meta.uid() == rustix::process::getuid().as_raw();
+        anyhow::ensure!(
+            mine && meta.mode() & 0o002 == 0,
+            "PITH_HOME {} is {}: another user could put files there that pith reads and runs; \
+             use a directory of your own (pith creates a new one 0700), or `chmod 700` it if \
+             it is yours",
+            home.display(),
+            if mine {
+                format!("writable by every user (mode {:o})", meta.mode() & 0o7777)
+            } else {
+                "another user's".to_owned()
+            }
+        );
+    }
+    Ok(())
+}
+
 /// pith's own data directory: `$PITH_HOME`, else the platform data dir + `pith`.
 pub fn pith_home() -> anyhow::Result<PathBuf> {
     if let Some(home) = env::path(Var::Home) {
+        check_private(&home)?;
         return Ok(home);
     }
     dirs::data_dir()

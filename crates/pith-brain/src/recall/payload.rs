@@ -192,17 +192,27 @@ pub fn parse(input: &[u8]) -> Option<Event> {
     })
 }
 
-/// The files an `apply_patch` envelope adds, updates or moves to (a deleted file is gone).
+/// The most files of one `apply_patch` recall looks at: an envelope touching more is a bulk
+/// change (a rename across the tree, generated files), where a note about one of them is noise,
+/// and looking at each would cost the hook its time budget.
+pub const MAX_PATCH_FILES: usize = 256;
+
+/// The files an `apply_patch` envelope adds, updates or moves to (a deleted file is gone),
+/// each once, the first [`MAX_PATCH_FILES`] of them.
 fn patch_paths(patch: &str) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
     let mut paths: Vec<String> = Vec::new();
     for line in patch.lines() {
         let path = ["*** Update File: ", "*** Add File: ", "*** Move to: "]
             .iter()
             .find_map(|marker| line.strip_prefix(marker));
         if let Some(path) = path.map(str::trim).filter(|p| !p.is_empty())
-            && !paths.iter().any(|p| p == path)
+            && seen.insert(path)
         {
             paths.push(path.to_owned());
+            if paths.len() == MAX_PATCH_FILES {
+                break;
+            }
         }
     }
     paths

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pith_outcome::RequestOutcome;
+use pith_outcome::{Refusal, RequestOutcome};
 use pith_store::history::{History, Turn};
 use pith_store::ledger::{DROPPED_ROWS, Ledger, Row, WriteBatch};
 
@@ -86,6 +86,11 @@ struct Shared {
     written: AtomicU64,
     /// Records lost since start (the ledger's `dropped_rows` counter keeps the total).
     lost: AtomicU64,
+    /// Requests refused since start, per reason (the ledger's `refused:*` counters keep the
+    /// totals).
+    refused: [AtomicU64; Refusal::ALL.len()],
+    /// Of those, the ones added to the ledger's counters.
+    refused_kept: [AtomicU64; Refusal::ALL.len()],
     write_errors: AtomicU64,
     history_errors: AtomicU64,
     /// When a lost record was last logged.
@@ -230,6 +235,8 @@ impl LedgerSink {
             abandoned: AtomicBool::new(false),
             written: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            refused: std::array::from_fn(|_| AtomicU64::new(0)),
+            refused_kept: std::array::from_fn(|_| AtomicU64::new(0)),
             write_errors: AtomicU64::new(0),
             history_errors: AtomicU64::new(0),
             lost_logged: Mutex::new(None),
@@ -275,6 +282,15 @@ impl LedgerSink {
 
     /// Keep a record without waiting for the writers: append it to the spool. One that cannot
     /// be kept is counted and logged.
+    /// Count a request refused before it was served (no row: see [`Refusal`]). A parked
+    /// writer is woken to put it in the ledger's counters.
+    pub(crate) fn refused(&self, reason: Refusal) {
+        self.shared.refused[reason.index()].fetch_add(1, Ordering::Relaxed);
+        if self.shared.parked.load(Ordering::SeqCst) {
+            self.writer.unpark();
+        }
+    }
+
     pub(crate) fn submit(&self, record: Record) {
         if let Err(why) = self.shared.spool.append(&record) {
             self.lose(&why);
@@ -350,7 +366,8 @@ impl LedgerSink {
 
 impl LedgerSink {
     /// Wait until nothing waits in the spool (every record appended before is in the ledger,
-    /// with its history turns, or counted lost), or `timeout`: whether the spool emptied. Under
+    /// with its history turns, or counted lost) and every refusal counted is in the ledger's
+    /// counters, or `timeout`: whether it is so. Under
     /// a load that never lets it empty this waits the whole timeout; what is appended meanwhile
     /// is waited for too.
     pub fn flush(&self, timeout: Duration) -> bool {
@@ -358,7 +375,7 @@ impl LedgerSink {
         let (lock, commits) = &self.shared.commits;
         let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if self.shared.idle() {
+            if self.shared.idle() && !self.shared.refusals_waiting() {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -427,7 +444,11 @@ fn writer(shared: &Shared) {
                 std::thread::sleep(RETRY_AFTER);
                 continue;
             }
-            Drained::Nothing => {}
+            Drained::Nothing => {
+                if shared.refusals_waiting() {
+                    persist_lost(&mut shared.store(), shared);
+                }
+            }
         }
         if stopping {
             break;
@@ -440,7 +461,7 @@ fn writer(shared: &Shared) {
         // Announce the park before looking at the spool once more, so a record appended in
         // between either is seen here or finds `parked` set and wakes us.
         shared.parked.store(true, Ordering::SeqCst);
-        if shared.idle() && !shared.stop.load(Ordering::SeqCst) {
+        if shared.idle() && !shared.refusals_waiting() && !shared.stop.load(Ordering::SeqCst) {
             std::thread::park();
         }
         shared.parked.store(false, Ordering::SeqCst);
@@ -676,6 +697,8 @@ fn last_committed(ledger: &Ledger) -> Result<Position, pith_store::StoreError> {
     })
 }
 
+/// Add to the ledger's counters what this process counted since it last did: records lost,
+/// requests refused.
 fn persist_lost(store: &mut Store, shared: &Shared) {
     let lost = shared.lost.load(Ordering::Relaxed);
     if lost > store.lost_persisted {
@@ -686,6 +709,38 @@ fn persist_lost(store: &mut Store, shared: &Shared) {
             Ok(()) => store.lost_persisted = lost,
             Err(e) => tracing::warn!(error = %e, "cannot record lost ledger rows"),
         }
+    }
+    let mut kept = false;
+    for reason in Refusal::ALL {
+        let i = reason.index();
+        let refused = shared.refused[i].load(Ordering::SeqCst);
+        let before = shared.refused_kept[i].load(Ordering::SeqCst);
+        if refused > before {
+            match store
+                .ledger
+                .add_counter(&reason.counter(), refused - before)
+            {
+                Ok(()) => {
+                    shared.refused_kept[i].store(refused, Ordering::SeqCst);
+                    kept = true;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot record refused requests"),
+            }
+        }
+    }
+    if kept {
+        // A flush waiting for the counters sees them.
+        shared.wrote(0);
+    }
+}
+
+impl Shared {
+    /// Refusals counted and not in the ledger yet.
+    fn refusals_waiting(&self) -> bool {
+        Refusal::ALL.iter().any(|r| {
+            self.refused[r.index()].load(Ordering::SeqCst)
+                > self.refused_kept[r.index()].load(Ordering::SeqCst)
+        })
     }
 }
 

@@ -21,7 +21,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use pith_outcome::RequestOutcome;
+use pith_outcome::{Refusal, RequestOutcome};
 use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply, session};
 
@@ -48,6 +48,9 @@ pub(crate) async fn serve(
         if let Some(expected) = state.config.token.as_deref()
             && !token::matches(req.headers(), expected)
         {
+            if let Some(sink) = &state.config.ledger {
+                sink.refused(Refusal::AccessToken);
+            }
             return Ok(Fault::client(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
@@ -57,14 +60,19 @@ pub(crate) async fn serve(
         }
         let account = match account_of(&state, req.headers()) {
             Ok(account) => account,
-            Err(fault) => return Ok(fault.response(Provider::OpenAi)),
+            Err((reason, fault)) => {
+                if let Some(sink) = &state.config.ledger {
+                    sink.refused(reason);
+                }
+                return Ok(fault.response(Provider::OpenAi));
+            }
         };
         return Ok(crate::websocket::relay(state, req, account).await);
     }
     let (parts, body) = req.into_parts();
     let mut ctx = route(&state, parts);
-    if let Err(fault) = admit(&state, &ctx) {
-        return Ok(answer_fault(ctx, &fault));
+    if let Err((reason, fault)) = admit(&state, &ctx) {
+        return Ok(refuse(&state, ctx, reason, &fault));
     }
     if let Some(page) = own_page(&state, &ctx).await {
         // pith's own pages are not traffic: no ledger row (a dashboard polls).
@@ -73,7 +81,7 @@ pub(crate) async fn serve(
     }
     match account_of(&state, &ctx.headers) {
         Ok(account) => ctx.account = account,
-        Err(fault) => return Ok(answer_fault(ctx, &fault)),
+        Err((reason, fault)) => return Ok(refuse(&state, ctx, reason, &fault)),
     }
     ctx.body = match read_body(&state, body).await {
         Ok(body) => body,
@@ -128,26 +136,42 @@ fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
     }
 }
 
+/// Refuse: the client gets the fault in its provider's shape; the ledger counts the reason,
+/// and writes no row (a refused request was not served).
+fn refuse(state: &State, mut ctx: Context, reason: Refusal, fault: &Fault) -> Response<ProxyBody> {
+    ctx.forget();
+    if let Some(sink) = &state.config.ledger {
+        sink.refused(reason);
+    }
+    fault.response(ctx.provider)
+}
+
 /// Admit: a method pith proxies, and the access token when the proxy has one.
-fn admit(state: &State, ctx: &Context) -> Result<(), Fault> {
+fn admit(state: &State, ctx: &Context) -> Result<(), (Refusal, Fault)> {
     if ctx.method == Method::CONNECT || ctx.method == Method::TRACE {
-        return Err(Fault::client(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            format!(
-                "pith: {} is not proxied; pith forwards API requests (POST /v1/messages, \
+        return Err((
+            Refusal::Method,
+            Fault::client(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                format!(
+                    "pith: {} is not proxied; pith forwards API requests (POST /v1/messages, \
                  /v1/chat/completions, /v1/responses, and other paths as they are)",
-                ctx.method
+                    ctx.method
+                ),
             ),
         ));
     }
     match state.config.token.as_deref() {
-        Some(expected) if !token::matches(&ctx.headers, expected) => Err(Fault::client(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            format!(
-                "pith: this proxy needs its access token in the {TOKEN_HEADER} header \
-                 (the [proxy] token or PITH_PROXY_TOKEN it was started with)"
+        Some(expected) if !token::matches(&ctx.headers, expected) => Err((
+            Refusal::AccessToken,
+            Fault::client(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                format!(
+                    "pith: this proxy needs its access token in the {TOKEN_HEADER} header \
+                     (the [proxy] token or PITH_PROXY_TOKEN it was started with)"
+                ),
             ),
         )),
         _ => Ok(()),
@@ -159,32 +183,38 @@ fn admit(state: &State, ctx: &Context) -> Result<(), Fault> {
 /// account of the key in [`ACCOUNT_KEY_HEADER`], and a request without a known key is refused
 /// (401 in the provider's shape, saying which header to send and where keys come from).
 /// pith's own pages are not traffic and need no key. Neither the key nor its absence is
-/// logged; the refusal's ledger row is the proxy's own account's.
-fn account_of(state: &State, headers: &HeaderMap) -> Result<String, Fault> {
+/// logged; a refusal is counted by its reason, not written as a row.
+fn account_of(state: &State, headers: &HeaderMap) -> Result<String, (Refusal, Fault)> {
     let accounts = &state.config.accounts;
     if accounts.keys.is_empty() {
         return Ok(accounts.own.clone());
     }
     let Some(presented) = headers.get(ACCOUNT_KEY_HEADER) else {
-        return Err(Fault::client(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            format!(
-                "pith: this gateway maps each request to an account by its key: send yours in the \
+        return Err((
+            Refusal::AccountKeyMissing,
+            Fault::client(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                format!(
+                    "pith: this gateway maps each request to an account by its key: send yours in the \
                  {ACCOUNT_KEY_HEADER} header (the gateway's operator hands out the keys of \
                  [account.keys] in its config, or of the file PITH_ACCOUNT_KEYS names)"
+                ),
             ),
         ));
     };
     match accounts.keys.account_for(presented.as_bytes()) {
         Some(account) => Ok(account.to_owned()),
-        None => Err(Fault::client(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            format!(
-                "pith: the key in the {ACCOUNT_KEY_HEADER} header is not one of this gateway's \
-                 account keys ([account.keys] in its config, or the file PITH_ACCOUNT_KEYS \
-                 names): ask its operator for yours"
+        None => Err((
+            Refusal::AccountKeyUnknown,
+            Fault::client(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                format!(
+                    "pith: the key in the {ACCOUNT_KEY_HEADER} header is not one of this \
+                     gateway's account keys ([account.keys] in its config, or the file \
+                     PITH_ACCOUNT_KEYS names): ask its operator for yours"
+                ),
             ),
         )),
     }

@@ -639,7 +639,29 @@ impl History {
                AND id IN (SELECT c.id FROM conversations c WHERE c.id = ?1 AND {})",
             predicate(claims.filter)
         );
+        let token_hash = {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(token.trim().as_bytes());
+            digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
         self.db.transaction(|db| {
+            // A token deletes once: a use that trashed something is kept until the token
+            // expires, and refuses the token from then on.
+            db.execute(
+                "DELETE FROM used_tokens WHERE expires_ms < ?1",
+                values![now_ms],
+            )?;
+            let used = db.row(
+                "SELECT count(*) FROM used_tokens WHERE token_hash = ?1",
+                values![&token_hash],
+                |r| r.count(0),
+            )?;
+            if used.unwrap_or(0) > 0 {
+                return Err(HistoryError::Token(TokenError::Used));
+            }
             if db.is_postgres() {
                 // Row locks first, in id order, so a concurrent recorder cannot add a message
                 // between the check and the trash (SQLite's write lock is the whole file).
@@ -679,6 +701,17 @@ impl History {
                         id,
                         reason: "changed while it was being trashed".into(),
                     });
+                }
+            }
+            if !outcome.changed.is_empty() {
+                let first_use = db.execute(
+                    "INSERT INTO used_tokens (token_hash, expires_ms) VALUES (?1, ?2)
+                     ON CONFLICT (token_hash) DO NOTHING",
+                    values![&token_hash, claims.exp],
+                )?;
+                // Another delete with this token committed meanwhile: this one is undone.
+                if first_use == 0 {
+                    return Err(HistoryError::Token(TokenError::Used));
                 }
             }
             Ok::<_, HistoryError>(())

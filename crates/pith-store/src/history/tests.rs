@@ -124,12 +124,12 @@ fn candidates_are_the_filters_matches_and_delete_trashes_exactly_them() {
         assert_eq!(trashed(&h, "local"), std::slice::from_ref(&empty));
         assert!(trashed(&h, "team-b").is_empty());
 
-        // The same token again: nothing left to trash, and it says so.
-        let again = h
-            .delete(&key(), "local", &found.filter_token, None, NOW + 2)
-            .unwrap();
-        assert!(again.changed.is_empty());
-        assert_eq!(again.skipped[0].reason, "already in the trash");
+        // The same token again: it deleted once, so it is refused.
+        let again = h.delete(&key(), "local", &found.filter_token, None, NOW + 2);
+        assert!(
+            matches!(again, Err(HistoryError::Token(TokenError::Used))),
+            "{again:?}"
+        );
 
         let restored = h.restore("local", std::slice::from_ref(&empty)).unwrap();
         assert_eq!(restored.changed, [empty]);

@@ -345,10 +345,28 @@ fn search(settings: &HistorySettings, a: SearchArgs) -> anyhow::Result<()> {
     for hit in hits {
         println!(
             "{}  {}  {}  score {:.2}\n    {} #{}: {}",
-            hit.id, hit.client, hit.session_id, hit.score, hit.role, hit.position, hit.snippet
+            hit.id,
+            shown(&hit.client),
+            shown(&hit.session_id),
+            hit.score,
+            shown(&hit.role),
+            hit.position,
+            text(&hit.snippet)
         );
     }
     Ok(())
+}
+
+/// A name that came from a client (a session id, a client name), as a terminal shows it:
+/// escaped, and at most 80 characters.
+fn shown(name: &str) -> String {
+    pith_brain::render::one_line(name, 80)
+}
+
+/// Message text as a terminal shows it: escaped (control characters, bidirectional overrides)
+/// on one line, at most 400 characters.
+fn text(message: &str) -> String {
+    pith_brain::render::one_line(message, 400)
 }
 
 fn conversation_line(c: &Conversation) -> String {
@@ -356,15 +374,15 @@ fn conversation_line(c: &Conversation) -> String {
         "{}  {}  {}  {}  {} messages ({} by a person, {} assistant){}  {}",
         c.id,
         c.agent_type,
-        c.client,
-        c.session_id,
+        shown(&c.client),
+        shown(&c.session_id),
         c.messages,
         c.real_user_messages,
         c.assistant_messages,
         c.trashed_ms
             .map(|t| format!(", trashed at {t}"))
             .unwrap_or_default(),
-        c.first_user_preview.as_deref().unwrap_or("")
+        text(c.first_user_preview.as_deref().unwrap_or(""))
     )
 }
 
@@ -418,7 +436,7 @@ fn show(settings: &HistorySettings, a: ShowArgs) -> anyhow::Result<()> {
         } else {
             m.role.as_str()
         };
-        println!("  #{} {who}: {}", m.position, m.preview);
+        println!("  #{} {}: {}", m.position, shown(who), text(&m.preview));
     }
     Ok(())
 }
@@ -455,10 +473,10 @@ fn candidates(settings: &HistorySettings, a: CandidatesArgs) -> anyhow::Result<(
         println!(
             "  {}  {}  {} assistant, {} typed  {}",
             c.id,
-            c.session_id,
+            shown(&c.session_id),
             c.assistant_msg_count,
             c.real_user_msg_count,
-            c.first_user_msg_preview.as_deref().unwrap_or("")
+            text(c.first_user_msg_preview.as_deref().unwrap_or(""))
         );
     }
     if found.dry_run {
@@ -479,10 +497,10 @@ fn print_changed(done: &Changed, verb: &str, as_json: bool) {
     }
     println!("{verb}: {}", done.changed.len());
     for id in &done.changed {
-        println!("  {id}");
+        println!("  {}", shown(id));
     }
     for s in &done.skipped {
-        println!("  skipped {}: {}", s.id, s.reason);
+        println!("  skipped {}: {}", shown(&s.id), s.reason);
     }
 }
 

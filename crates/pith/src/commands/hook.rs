@@ -7,7 +7,7 @@
 //! stderr), and the brain opened read-only with a short lock wait.
 
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pith_brain::Workspace;
 use pith_brain::recall::{self, Settings};
@@ -17,6 +17,9 @@ use crate::config::HookConfig;
 
 /// Payloads larger than this are not read to the end (a Write of a huge file): silence.
 const MAX_INPUT: u64 = 64 * 1024 * 1024;
+/// Longest a payload may take to arrive whole: a stdin that never ends (or stalls) gets
+/// silence well within the 10 s a host gives the hook.
+const READ_WITHIN: Duration = Duration::from_secs(5);
 /// Longest wait for another process's lock on the brain.
 const BUSY: Duration = Duration::from_millis(100);
 
@@ -28,16 +31,9 @@ pub fn run(_args: Args, config: Option<&HookConfig>) {
     if crate::env::is_set(crate::env::Var::Log) {
         crate::logging::init_with("warn", false);
     }
-    let mut input = Vec::new();
-    let read = std::io::stdin()
-        .lock()
-        .take(MAX_INPUT)
-        .read_to_end(&mut input);
-    if read.is_err() || input.len() as u64 >= MAX_INPUT {
-        // Let the host finish writing; what it wrote is not answered.
-        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+    let Some(input) = read_payload() else {
         return;
-    }
+    };
     let settings = settings(config);
     let note = recall::recall(&input, &settings, &mut |ws: &Workspace, access| {
         match open_workspace_brain_for_hook(ws.clone(), access, BUSY) {
@@ -60,4 +56,67 @@ fn settings(config: Option<&HookConfig>) -> Settings {
         Some(list) => Settings::new(list.iter().map(String::as_str), capture),
         None => Settings::new(recall::DEFAULT_VERDICT_COMMANDS.iter().copied(), capture),
     }
+}
+
+/// The whole payload on stdin, or `None` for silence: larger than [`MAX_INPUT`], or not ended
+/// within [`READ_WITHIN`] (an endless or stalled stdin). A payload too large is read on to
+/// its end, within the same time, so the host finishes writing without a broken pipe.
+fn read_payload() -> Option<Vec<u8>> {
+    let deadline = Instant::now() + READ_WITHIN;
+    let stdin = std::io::stdin();
+    let mut stdin = stdin.lock();
+    let mut input = Vec::new();
+    // At least the lock's buffer, so every read goes to the pipe and waiting on it is exact.
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut too_large = false;
+    loop {
+        if !readable_before(deadline) {
+            return None;
+        }
+        match stdin.read(&mut chunk) {
+            Ok(0) => return (!too_large).then_some(input),
+            Ok(n) if too_large => {
+                let _ = n;
+            }
+            Ok(n) => {
+                input.extend_from_slice(&chunk[..n]);
+                too_large = input.len() as u64 > MAX_INPUT;
+                if too_large {
+                    input = Vec::new();
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Whether stdin has something to read (or its end) before `deadline`.
+#[cfg(unix)]
+fn readable_before(deadline: Instant) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let timeout = Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let stdin = std::io::stdin();
+        let mut fds = [PollFd::new(&stdin, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => return false,
+            Ok(_) => return true,
+            Err(rustix::io::Errno::INTR) => {}
+            // Not a descriptor poll can wait on: read it as it is.
+            Err(_) => return true,
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn readable_before(deadline: Instant) -> bool {
+    Instant::now() < deadline
 }

@@ -1,5 +1,6 @@
 //! `pith stats`: what the ledger recorded, per session and per model, with estimated cost.
 
+use pith_outcome::Refusal;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -239,6 +240,9 @@ pub(crate) struct Report {
     /// Requests the proxy served but could not keep for the ledger (its spool at its limit or
     /// its disk refusing the write; before the spool, a full write queue).
     dropped_rows: u64,
+    /// Requests refused before they were served, by reason (counted, not rows: a flood of
+    /// unauthenticated requests does not grow the ledger).
+    refused_requests: BTreeMap<&'static str, u64>,
     /// Requests waiting in the proxy's spool to be written as rows (a burst being caught up).
     ledger_backlog: LedgerBacklog,
     /// Prompt-cache busts between consecutive requests of a session (same model).
@@ -391,6 +395,7 @@ fn build_report(
         total: sums.total,
         transforms,
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
+        refused_requests: refusals(ledger)?,
         ledger_backlog: ledger_backlog(path, ledger),
         cache_busts: ledger.cache_busts(filter)?,
         latency: ledger.latency(filter)?,
@@ -518,6 +523,15 @@ fn add_savings(
     Ok(())
 }
 
+/// The ledger's refusal counters, by reason.
+fn refusals(ledger: &Ledger) -> anyhow::Result<BTreeMap<&'static str, u64>> {
+    let mut out = BTreeMap::new();
+    for reason in Refusal::ALL {
+        out.insert(reason.as_str(), ledger.counter(&reason.counter())?);
+    }
+    Ok(out)
+}
+
 /// Requests waiting in a proxy's spool for the ledger's writers.
 #[derive(Debug, Default, Serialize)]
 struct LedgerBacklog {
@@ -615,6 +629,7 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
         } else {
             "no requests recorded yet\n"
         });
+        render_refused(&mut out, r);
         return out;
     }
     out.push('\n');
@@ -725,6 +740,20 @@ fn render_transform(out: &mut String, stage: &str, tt: &TransformTotals) {
     }
 }
 
+/// The requests refused before they were served, by reason, when there were any.
+fn render_refused(out: &mut String, r: &Report) {
+    let refused: Vec<String> = Refusal::ALL
+        .iter()
+        .filter_map(|reason| {
+            let n = *r.refused_requests.get(reason.as_str())?;
+            (n > 0).then(|| format!("{n} with {}", reason.describe()))
+        })
+        .collect();
+    if !refused.is_empty() {
+        out.push_str(&format!("requests refused: {}\n", refused.join(", ")));
+    }
+}
+
 /// Savings, the provider's discount, cache busts, failures and what the ledger lost or waits on.
 fn render_tail(out: &mut String, r: &Report) {
     let t = &r.total;
@@ -756,6 +785,7 @@ fn render_tail(out: &mut String, r: &Report) {
         "transform failures: {}   requests lost to the ledger: {}\n",
         r.transform_failures, r.dropped_rows
     ));
+    render_refused(out, r);
     if r.ledger_backlog.requests > 0 {
         out.push_str(&format!(
             "ledger backlog: {} requests ({:.1} MB) wait in the spool to be written\n",
@@ -966,6 +996,23 @@ fn ledger_families(r: &Report) -> Vec<Family> {
             "counter",
             "Requests served but not kept for the ledger (spool at its limit, or disk refused).",
             single(r.dropped_rows as f64),
+        ),
+        family(
+            "pith_refused_requests_total",
+            "counter",
+            "Requests refused before they were served, by reason (no ledger row each).",
+            Refusal::ALL
+                .iter()
+                .map(|reason| {
+                    (
+                        format!("{{reason=\"{}\"}}", reason.as_str()),
+                        r.refused_requests
+                            .get(reason.as_str())
+                            .copied()
+                            .unwrap_or(0) as f64,
+                    )
+                })
+                .collect(),
         ),
         family(
             "pith_ledger_backlog_requests",

@@ -15,7 +15,7 @@ use crate::clients::{self, LIMIT, project};
 use crate::support::{self, PithProxy, pith_bin};
 
 /// `pith ARGS` with `home` as PITH_HOME and no config from the environment.
-fn pith(home: &Path, args: &[&str]) -> Output {
+pub(crate) fn pith(home: &Path, args: &[&str]) -> Output {
     Command::new(pith_bin())
         .args(args)
         .env("PITH_HOME", home)
@@ -28,7 +28,7 @@ fn pith(home: &Path, args: &[&str]) -> Output {
 }
 
 /// `pith ARGS --json`, which must succeed, parsed.
-fn pith_json(home: &Path, args: &[&str]) -> Value {
+pub(crate) fn pith_json(home: &Path, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.push("--json");
     let out = pith(home, &all);
@@ -54,7 +54,7 @@ fn codex_session() -> PathBuf {
         .join("../pith-testkit/fixtures/sessions/codex-0.169.0/sessions/2026/12/01/rollout-2026-12-01T14-05-29-01a231ec-c287-7b80-92d7-91a4c892139c.jsonl")
 }
 
-fn import(home: &Path, claude_dir: &Path, codex_home: &Path) -> Value {
+pub(crate) fn import(home: &Path, claude_dir: &Path, codex_home: &Path) -> Value {
     pith_json(
         home,
         &[

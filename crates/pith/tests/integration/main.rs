@@ -12,6 +12,7 @@ mod dashboard;
 mod defer;
 mod doctor;
 mod faults;
+mod hardening;
 mod history;
 mod hook;
 mod ledger;

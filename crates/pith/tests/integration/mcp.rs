@@ -174,7 +174,7 @@ pub(crate) struct RawClient {
 impl RawClient {
     /// `pith mcp` on workspace `ws`, with `ws/.pith-home` as PITH_HOME and `env` set.
     pub(crate) fn start(ws: &Path, env: &[(&str, &str)]) -> RawClient {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pith"));
+        let mut cmd = Command::new(crate::support::pith_bin());
         cmd.args(["mcp", "--workspace"])
             .arg(ws)
             .env_remove("PITH_CONFIG")
@@ -221,6 +221,25 @@ impl RawClient {
         let msg =
             serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let line = self.lines.next().expect("server closed stdout").unwrap();
+            let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if reply["id"] == id {
+                return reply;
+            }
+        }
+    }
+
+    /// The server's pid (to end it from a watchdog).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send `line` as it is (one message, written by the caller) and wait for the reply to
+    /// `id`.
+    pub(crate) fn request_raw(&mut self, id: u64, line: &str) -> serde_json::Value {
+        writeln!(self.stdin, "{line}").unwrap();
         self.stdin.flush().unwrap();
         loop {
             let line = self.lines.next().expect("server closed stdout").unwrap();
@@ -428,7 +447,7 @@ fn mcp_rejects_a_prefilter_api_it_does_not_speak() {
     ] {
         let file = ws.path().join("pith-api.toml");
         std::fs::write(&file, config).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pith"));
+        let mut cmd = Command::new(crate::support::pith_bin());
         cmd.args(["mcp", "--workspace"])
             .arg(ws.path())
             .env("PITH_CONFIG", &file)

@@ -519,7 +519,7 @@ fn sigterm_flushes_the_ledger_and_exits_cleanly() {
         "{}",
         pith.stderr()
     );
-    assert_eq!(wait_rows(&pith.ledger_path(), 5).len(), 5);
+    assert_eq!(crate::support::rows(&pith.ledger_path()).len(), 5);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use pith_testkit::{MockUpstream, Reply};
 use serde_json::Value;
 
 use crate::clients::{self, Launch, Run};
-use crate::support::{PithProxy, pith_bin, wait_rows};
+use crate::support::{PithProxy, pith_bin, wait_rows_at};
 
 const TASK: &str = "the test fails, fix calc.py";
 const DONE: &str = "Fixed: add now adds.";
@@ -241,7 +241,12 @@ fn each_client_fixes_calc_through_a_proxy_pith_run_starts() {
         );
         // One proxy was started, it carried every request, and it outlives the client.
         assert_eq!(shared.started(), 1, "{}", shared.log());
-        let rows = wait_rows(&shared.home.path().join("ledger.db"), turns);
+        let rows = wait_rows_at(
+            shared.addr,
+            None,
+            &shared.home.path().join("ledger.db"),
+            turns,
+        );
         assert!(
             rows.iter().all(|r| r.outcome.as_str() == "ok"),
             "{name}: {rows:?}"
@@ -422,7 +427,7 @@ fn two_pith_runs_at_once_start_one_proxy_that_outlives_the_first_client() {
     assert_eq!(shared.started(), 1, "{}", shared.log());
     assert_eq!(shared.pid(), Some(pid));
     assert_eq!(mock.queued_replies(), 0);
-    let rows = wait_rows(&shared.home.path().join("ledger.db"), 2);
+    let rows = wait_rows_at(shared.addr, None, &shared.home.path().join("ledger.db"), 2);
     assert_eq!(rows.len(), 2, "{rows:?}");
 }
 

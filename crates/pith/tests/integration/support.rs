@@ -27,6 +27,8 @@ pub struct PithProxy {
     pub addr: SocketAddr,
     pub home: tempfile::TempDir,
     stderr: Arc<Mutex<String>>,
+    /// The access token it was started with, for its own pages.
+    token: Option<String>,
 }
 
 impl PithProxy {
@@ -93,6 +95,10 @@ impl PithProxy {
             addr,
             home,
             stderr: log,
+            token: env
+                .iter()
+                .find(|(k, _)| *k == "PITH_PROXY_TOKEN")
+                .map(|(_, v)| (*v).to_owned()),
         }
     }
 
@@ -109,50 +115,14 @@ impl PithProxy {
         self.home.path().join("ledger.db")
     }
 
-    /// Wait until the ledger holds at least `n` rows and return them: each round asks the
-    /// proxy's flush barrier (`/pith/api/flush`, which answers once nothing waits to be
-    /// written) and reads the ledger; a record not appended yet when the barrier answered (the
-    /// client can have the last byte a moment before its request is recorded) takes one more.
+    /// Wait until the ledger holds at least `n` rows and return them ([`wait_rows_at`]).
     pub fn wait_rows(&self, n: usize) -> Vec<Row> {
-        let path = self.ledger_path();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let flushed = self.flush();
-            if path.exists()
-                && let Ok(rows) = Ledger::open_read_only(&path).and_then(|l| l.rows())
-                && rows.len() >= n
-            {
-                return rows;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ledger at {} did not reach {n} rows (last flush: {flushed})",
-                path.display()
-            );
-        }
+        wait_rows_at(self.addr, self.token.as_deref(), &self.ledger_path(), n)
     }
 
-    /// `GET /pith/api/flush`: the proxy answers once its spool is written; its JSON. An older
-    /// pith (`PITH_TEST_BIN`, to show a test fails before a fix) has no barrier: then this
-    /// waits a moment instead, as the tests did before there was one.
+    /// `GET /pith/api/flush` ([`flush_at`]).
     pub fn flush(&self) -> String {
-        use std::io::{Read, Write};
-        let mut conn = std::net::TcpStream::connect(self.addr).unwrap();
-        write!(
-            conn,
-            "GET /pith/api/flush HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
-            self.addr
-        )
-        .unwrap();
-        let mut reply = String::new();
-        conn.read_to_string(&mut reply).unwrap();
-        let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
-        if std::env::var_os("PITH_TEST_BIN").is_some() && !head.starts_with("HTTP/1.1 200") {
-            std::thread::sleep(Duration::from_millis(20));
-            return String::new();
-        }
-        assert!(head.starts_with("HTTP/1.1 200"), "{reply}");
-        body.to_owned()
+        flush_at(self.addr, self.token.as_deref())
     }
 
     pub fn stderr(&self) -> String {
@@ -233,22 +203,60 @@ pub fn unchanged_reason<'a>(row: &'a Row, stage: &str) -> Option<&'a str> {
     }
 }
 
-pub fn wait_rows(path: &Path, n: usize) -> Vec<Row> {
+/// The ledger's rows as they are now (a stopped proxy wrote everything before it exited).
+pub fn rows(path: &Path) -> Vec<Row> {
+    if !path.exists() {
+        return Vec::new();
+    }
+    Ledger::open_read_only(path)
+        .and_then(|l| l.rows())
+        .unwrap_or_else(|e| panic!("cannot read the ledger {}: {e}", path.display()))
+}
+
+/// Wait until the ledger at `path` of the proxy on `addr` holds at least `n` rows and return
+/// them: each round asks the proxy's flush barrier (`/pith/api/flush`, which answers once
+/// nothing waits to be written) and reads the ledger; a record not appended yet when the
+/// barrier answered (the client can have the last byte a moment before its request is
+/// recorded) takes one more round.
+pub fn wait_rows_at(addr: SocketAddr, token: Option<&str>, path: &Path, n: usize) -> Vec<Row> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if path.exists()
-            && let Ok(rows) = Ledger::open_read_only(path).and_then(|l| l.rows())
-            && rows.len() >= n
-        {
+        let flushed = flush_at(addr, token);
+        let rows = rows(path);
+        if rows.len() >= n {
             return rows;
         }
         assert!(
             Instant::now() < deadline,
-            "ledger at {} did not reach {n} rows",
+            "ledger at {} did not reach {n} rows (last flush: {flushed})",
             path.display()
         );
-        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `GET /pith/api/flush` on the proxy at `addr`: it answers once its spool is written; its
+/// JSON. An older pith (`PITH_TEST_BIN`, to show a test fails before a fix) has no barrier:
+/// then this waits a moment instead, as the tests did before there was one.
+pub fn flush_at(addr: SocketAddr, token: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    let token = token
+        .map(|t| format!("x-pith-token: {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        conn,
+        "GET /pith/api/flush HTTP/1.1\r\nhost: {addr}\r\n{token}connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    if std::env::var_os("PITH_TEST_BIN").is_some() && !head.starts_with("HTTP/1.1 200") {
+        std::thread::sleep(Duration::from_millis(20));
+        return String::new();
+    }
+    assert!(head.starts_with("HTTP/1.1 200"), "{reply}");
+    body.to_owned()
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {

@@ -120,6 +120,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         return detach();
     }
     crate::logging::init();
+    raise_descriptor_limit();
     let plan = Plan::resolve(&args, config)?;
     let started = Started::open(&plan)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -296,6 +297,31 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
         )
         .await?;
     Ok(())
+}
+
+/// Raise the soft limit on open descriptors to the hard one: every connection, upstream
+/// connection and live view holds one, and a default soft limit of 1,024 is reached by a
+/// burst of agents long before the machine's own limit.
+fn raise_descriptor_limit() {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        // No hard limit: a generous one (the kernel's `nr_open` refuses more).
+        let want = limit.maximum.unwrap_or(1 << 20);
+        if limit.current.is_some_and(|current| current < want) {
+            let raised = Rlimit {
+                current: Some(want),
+                maximum: limit.maximum,
+            };
+            match setrlimit(Resource::Nofile, raised) {
+                Ok(()) => {
+                    tracing::debug!(from = limit.current, to = want, "descriptor limit raised")
+                }
+                Err(e) => tracing::debug!(error = %e, "descriptor limit left as it is"),
+            }
+        }
+    }
 }
 
 /// Resolves when no connection has been open for `idle` and no `pith run` client holds the

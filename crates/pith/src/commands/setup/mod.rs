@@ -174,8 +174,11 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let registration = client
         .registration(scope, &places, &Disk, &command)
         .map_err(|e| anyhow!("pith setup {client} --scope {}: {e}", scope.name()))?;
+    // One setup at a time, from planning to the last write.
+    let _lock = record::lock()?;
+    let project = places.project.as_deref();
     if args.undo {
-        return undo(client, &registration, args.dry_run);
+        return undo(client, &registration, args.dry_run, project);
     }
     let rerun = match args.scope {
         Some(s) => format!("pith setup {client} --scope {}", s.name()),
@@ -223,7 +226,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     if args.proxy {
         plan_proxy(&mut edits, client, &registration, &places, config, &rerun)?;
     }
-    write(edits, client, &registration, args.dry_run)
+    write(edits, client, &registration, args.dry_run, project)
 }
 
 /// The MCP server entry; a different `pith` entry already there is refused.
@@ -324,6 +327,7 @@ fn write(
     client: Client,
     registration: &Registration,
     dry_run: bool,
+    project: Option<&Path>,
 ) -> anyhow::Result<()> {
     let changes: Vec<PlannedFile> = edits
         .files
@@ -348,6 +352,10 @@ fn write(
     if changes.is_empty() {
         return Ok(());
     }
+    // Where each lands is checked before anything is recorded or written.
+    for f in &changes {
+        record::landing(&f.path, project)?;
+    }
     if dry_run {
         println!("dry run: nothing written.");
         return Ok(());
@@ -368,7 +376,7 @@ fn write(
     }
     record.save()?;
     for (path, new) in &writes {
-        write_file(path, new)?;
+        write_file(path, new, project)?;
         println!("wrote {}.", path.display());
     }
     println!("{}", registration.next);
@@ -385,7 +393,12 @@ fn write(
 /// back to what it was when it still holds what setup wrote; one that changed since loses
 /// only pith's entries (those still as pith wrote them); anything else is named, to take out
 /// by hand.
-fn undo(client: Client, registration: &Registration, dry_run: bool) -> anyhow::Result<()> {
+fn undo(
+    client: Client,
+    registration: &Registration,
+    dry_run: bool,
+    project: Option<&Path>,
+) -> anyhow::Result<()> {
     let scope = registration.scope;
     let mut record = Record::load()?;
     let (writes, left) = plan_undo(client, registration, &record)?;
@@ -407,13 +420,16 @@ fn undo(client: Client, registration: &Registration, dry_run: bool) -> anyhow::R
             path.display()
         );
     }
+    for (path, _) in &writes {
+        record::landing(path, project)?;
+    }
     if dry_run {
         println!("dry run: nothing written.");
         return Ok(());
     }
     for (path, text) in &writes {
         match text {
-            Some(text) => write_file(path, text)?,
+            Some(text) => write_file(path, text, project)?,
             None if path.exists() => std::fs::remove_file(path)
                 .with_context(|| format!("cannot remove {}", path.display()))?,
             None => {}

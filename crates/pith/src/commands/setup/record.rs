@@ -68,7 +68,7 @@ impl Record {
 
     pub fn save(&self) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self).context("internal error: the record")?;
-        write_file(&Record::path()?, &(text + "\n"))
+        write_file(&Record::path()?, &(text + "\n"), None)
     }
 
     pub fn key(path: &Path) -> String {
@@ -122,42 +122,118 @@ pub fn read_config(path: &Path) -> anyhow::Result<Option<String>> {
     }
 }
 
-/// Write `text` to `path`. An existing file keeps its mode; a new one is 0600, and a missing
-/// directory 0700, whatever the umask (a client config names a command the client runs).
-pub fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder
-            .create(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+/// Where writing `path` lands: the file itself or, when it is a link, the file it leads to
+/// (the link stays a link). A file of the project (`path` inside `project`) must land inside
+/// the project: a link, or a linked directory on the way, that leads out of it is refused, so
+/// a cloned repository cannot make setup write into another file of the user's. Outside the
+/// project (the user's own settings, often links into a dotfiles repository) links are
+/// followed.
+pub fn landing(path: &Path, project: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // The nearest directory that exists, resolved; the ones still to create below it.
+    let mut existing = parent;
+    let mut missing = Vec::new();
+    while !existing.exists() {
+        missing.push(existing.file_name().unwrap_or_default().to_owned());
+        existing = existing.parent().unwrap_or(Path::new("."));
     }
-    // Write beside and rename, so an interrupted write never leaves half a config.
-    let tmp = path.with_extension("pith-tmp");
+    let mut dir = existing
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", existing.display()))?;
+    for m in missing.iter().rev() {
+        dir.push(m);
+    }
+    let mut target = dir.join(name);
+    if std::fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_symlink()) {
+        target = std::fs::canonicalize(&target).with_context(|| {
+            format!(
+                "{} is a link to nothing; remove it, or make it a file",
+                path.display()
+            )
+        })?;
+    }
+    if let Some(root) = project
+        && path.starts_with(root)
+        && !target.starts_with(root)
+    {
+        anyhow::bail!(
+            "{} leads out of the project (to {}) through a link; pith writes no file outside \
+             the project for it: replace the link with a file, or use --scope user",
+            path.display(),
+            target.display()
+        );
+    }
+    Ok(target)
+}
+
+/// Write `text` where `path` lands ([`landing`]). An existing file keeps its mode; a new one
+/// is 0600, and a missing directory 0700, whatever the umask (a client config names a command
+/// the client runs).
+pub fn write_file(path: &Path, text: &str, project: Option<&Path>) -> anyhow::Result<()> {
+    let target = landing(path, project)?;
+    let dir = target
+        .parent()
+        .context("internal error: a file without a directory")?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    // Write beside and rename, so an interrupted write never leaves half a config. The
+    // temporary name is this process's own and created new: a link or a file already there
+    // (another setup at the same moment, or a repository's trap) is never written through.
+    let tmp = dir.join(format!(
+        ".{}.pith-{}-{}.tmp",
+        target.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    ));
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
+    let written = options
         .open(&tmp)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    // The mode the file has, or (a new file, or a temporary file left by an interrupted run
-    // with another mode) 0600.
-    let mode = match std::fs::metadata(path) {
-        Ok(meta) => Some(meta.permissions()),
-        #[cfg(unix)]
-        Err(_) => Some(std::os::unix::fs::PermissionsExt::from_mode(0o600)),
-        #[cfg(not(unix))]
-        Err(_) => None,
-    };
-    if let Some(mode) = mode {
-        std::fs::set_permissions(&tmp, mode)
-            .with_context(|| format!("cannot set permissions on {}", tmp.display()))?;
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", tmp.display()));
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
+    // The mode the file has; a new one stays 0600.
+    if let Ok(meta) = std::fs::metadata(&target)
+        && let Err(e) = std::fs::set_permissions(&tmp, meta.permissions())
+    {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot set permissions on {}", tmp.display()));
+    }
+    std::fs::rename(&tmp, &target).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!("cannot replace {}", target.display()))
+    })
+}
+
+/// Held for a whole `pith setup`: two at once would plan from the same old text, and the
+/// second would write over the first's entries and record.
+pub fn lock() -> anyhow::Result<std::fs::File> {
+    let path = crate::config::pith_home()?.join("setup.lock");
+    let file = crate::background::open_private(&path, false)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    anyhow::ensure!(
+        crate::background::lock_until(&file, false, deadline),
+        "another pith setup has held {} for 10 s; try again once it is done",
+        path.display()
+    );
+    Ok(file)
 }
 
 /// Changed lines with two lines of context: `+ ` added, `- ` removed.

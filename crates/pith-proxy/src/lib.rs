@@ -15,6 +15,7 @@ pub mod accounts;
 mod config;
 mod fault;
 pub mod history;
+mod last_check;
 pub mod ledger;
 mod own_headers;
 pub mod own_pages;

@@ -88,6 +88,7 @@ impl Proxy {
             transform_failures: AtomicU64::new(0),
             shutting_down: Arc::new(AtomicBool::new(false)),
             activity: Arc::new(Activity::new()),
+            refused: crate::last_check::Refused::default(),
         });
         Ok(Proxy { listener, state })
     }

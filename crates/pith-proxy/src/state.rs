@@ -24,6 +24,8 @@ pub(crate) struct State {
     pub ws_client: HttpClient,
     /// Open connections and WebSocket relays.
     pub activity: Arc<Activity>,
+    /// Per session, the stages the provider refused a request of (off from then on).
+    pub refused: crate::last_check::Refused,
 }
 
 /// How busy a proxy is: its open client connections, and since when none has been open. A

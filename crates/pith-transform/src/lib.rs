@@ -16,7 +16,9 @@ mod stage;
 
 pub use defer::{DeferOptions, DeferStage, SearchVariant, ToolRanker, ToolText};
 pub use pins::{LocalAnswer, PinsStage};
-pub use pipeline::{Applied, Pipeline, PipelineResult, StageReport, StageResult};
+pub use pipeline::{
+    Applied, Pipeline, PipelineResult, REFUSED_BY_PROVIDER, StageReport, StageResult,
+};
 pub use splice::{SpliceError, apply_splices, span_of};
 pub use stage::{
     Edit, Fact, FactKind, HeaderEdit, Outcome, Request, Site, Splice, Stage, StageError,

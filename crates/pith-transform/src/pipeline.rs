@@ -47,6 +47,10 @@ pub struct StageReport {
     pub result: StageResult,
 }
 
+/// Why a stage left a request unchanged when the provider refused an earlier request of the
+/// session as the stage changed it: the stage stays off for the rest of the session.
+pub const REFUSED_BY_PROVIDER: &str = "refused_by_provider";
+
 /// What the pipeline did to one request.
 #[derive(Debug, Default)]
 pub struct PipelineResult {
@@ -141,12 +145,26 @@ impl Pipeline {
     /// Run every stage on `request`. Never fails: a stage's failure is recorded in
     /// [`PipelineResult::failed`] and its edit is dropped.
     pub fn run(&self, request: &Request<'_>) -> PipelineResult {
+        self.run_except(request, &[])
+    }
+
+    /// [`Pipeline::run`] with the stages named in `off` left out, each reported unchanged for
+    /// [`REFUSED_BY_PROVIDER`] (the provider refused a request of this session as the stage
+    /// changed it).
+    pub fn run_except(&self, request: &Request<'_>, off: &[&str]) -> PipelineResult {
         let mut result = PipelineResult::default();
         if self.stages.is_empty() {
             return result;
         }
         for stage in &self.stages {
             let name = stage.name();
+            if off.contains(&name) {
+                result.reports.push(StageReport {
+                    stage: name,
+                    result: StageResult::Unchanged(REFUSED_BY_PROVIDER),
+                });
+                continue;
+            }
             let current = Request {
                 body: result.body.as_deref().unwrap_or(request.body),
                 ..*request

@@ -26,6 +26,7 @@ use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply, session};
 
 use crate::fault::Fault;
+use crate::last_check;
 use crate::ledger::row::ANSWERED_FACT;
 use crate::own_headers::ACCOUNT_KEY_HEADER;
 use crate::own_headers::TOKEN_HEADER;
@@ -91,10 +92,17 @@ pub(crate) async fn serve(
         return Ok(answer_local(ctx, reply));
     }
     let upstream = transform_request(&state, &mut ctx).await;
-    let response = match forward(&state, &ctx, upstream).await {
+    let changed = !last_check::applied(&ctx.transforms).is_empty();
+    let mut response = match forward(&state, &ctx, upstream).await {
         Ok(response) => response,
         Err(fault) => return Ok(answer_fault(ctx, &fault)),
     };
+    if changed && last_check::is_refusal(response.status()) {
+        response = match resend_as_sent(&state, &mut ctx, response).await {
+            Ok(response) => response,
+            Err(fault) => return Ok(answer_fault(ctx, &fault)),
+        };
+    }
     Ok(respond(&state, ctx, response))
 }
 
@@ -477,16 +485,58 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     Upstream { body, headers }
 }
 
+/// The provider refused the request as pith changed it: send the client's own instead, once,
+/// and keep the stages that changed it off for the rest of the session. The refusal is logged
+/// and the row's stage reports say what happened; the client gets the second answer.
+async fn resend_as_sent(
+    state: &State,
+    ctx: &mut Context,
+    refusal: Response<Incoming>,
+) -> Result<Response<Incoming>, Fault> {
+    let status = refusal.status();
+    let body = http_body_util::Limited::new(refusal.into_body(), last_check::MAX_REFUSAL_BODY)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let message = last_check::message_of(&body);
+    let stages = last_check::applied(&ctx.transforms);
+    tracing::warn!(
+        status = status.as_u16(),
+        stages = ?stages,
+        message,
+        "the provider refused the request as pith changed it; sending the client's own"
+    );
+    state.transform_failures.fetch_add(1, Ordering::Relaxed);
+    let session = session::session_from_headers(&ctx.headers);
+    state.refused.refuse(session.as_deref(), &stages);
+    last_check::refused_reports(&mut ctx.transforms, status, &message);
+    ctx.upstream_body = None;
+    ctx.transforms_header = None;
+    ctx.bytes_upstream = ctx.body.len() as u64;
+    let as_sent = Upstream {
+        body: ctx.body.clone(),
+        headers: headers::end_to_end(&ctx.headers),
+    };
+    forward(state, ctx, as_sent).await
+}
+
 /// Run the pipeline inline (pure CPU, tens of microseconds), or on the blocking pool when a
-/// stage may wait on I/O, so one slow request never stalls the event loop.
+/// stage may wait on I/O, so one slow request never stalls the event loop. Stages the provider
+/// refused in this session stay out.
 async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> PipelineResult {
+    let session = session::session_from_headers(&ctx.headers);
+    let off = state.refused.off(session.as_deref());
     if !state.config.pipeline.may_block() {
-        return state.config.pipeline.run(&pith_transform::Request {
-            wire,
-            path: &ctx.path,
-            headers: &ctx.headers,
-            body: &ctx.body,
-        });
+        return state.config.pipeline.run_except(
+            &pith_transform::Request {
+                wire,
+                path: &ctx.path,
+                headers: &ctx.headers,
+                body: &ctx.body,
+            },
+            &off,
+        );
     }
     let (state, path, headers, body) = (
         Arc::clone(state),
@@ -495,12 +545,15 @@ async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> Pipeline
         ctx.body.clone(),
     );
     let run = tokio::task::spawn_blocking(move || {
-        state.config.pipeline.run(&pith_transform::Request {
-            wire,
-            path: &path,
-            headers: &headers,
-            body: &body,
-        })
+        state.config.pipeline.run_except(
+            &pith_transform::Request {
+                wire,
+                path: &path,
+                headers: &headers,
+                body: &body,
+            },
+            &off,
+        )
     });
     match run.await {
         Ok(result) => result,

@@ -302,3 +302,71 @@ fn embeddings_once_per_session(api: &str, path: &str) {
             .is_some()
     );
 }
+
+/// The provider as the last check: the API refuses a body with a field it does not take (the
+/// 400 its documentation shows for an unknown input), so pith sends the client's own request,
+/// the client gets that answer, and deferral stays off for the rest of the session.
+#[test]
+fn a_request_the_provider_refuses_as_pith_changed_it_goes_as_the_client_sent_it() {
+    use pith_store::ledger::TransformResult;
+    use pith_testkit::Reply;
+    let mock = MockUpstream::start().unwrap();
+    let refusal = r#"{"type":"error","error":{"type":"invalid_request_error","message":"tools.40.defer_loading: Extra inputs are not permitted"}}"#;
+    for _ in 0..2 {
+        mock.push_when(
+            |body| crate::clients::has(body, "defer_loading"),
+            Reply::json_status(400, refusal),
+        );
+    }
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let cap = capture("opencode-1.18.33/anthropic-agentsmd-mcp40/req002");
+    assert!(
+        cap.headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("x-session-id")),
+        "the capture names its session"
+    );
+    let hdrs = replay(&pith, &cap);
+    assert!(hdrs.get("pith-transforms").is_none(), "{hdrs:?}");
+    let received = mock.received();
+    assert_eq!(received.len(), 2);
+    assert!(crate::clients::has(&received[0].body, "defer_loading"));
+    assert_eq!(
+        received[1].body, cap.body,
+        "the client's own body, byte for byte"
+    );
+    let client_beta = cap
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("anthropic-beta"))
+        .map(|(_, v)| v.as_str());
+    assert_eq!(received[1].header("anthropic-beta"), client_beta);
+    let rows = pith.wait_rows(1);
+    assert_eq!(rows.len(), 1, "one request, one row");
+    assert_eq!(rows[0].status, Some(200));
+    match rows[0].transform("defer") {
+        Some(TransformResult::Failed(why)) => {
+            assert!(
+                why.contains("the provider refused") && why.contains("defer_loading"),
+                "{why}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // The session's next request goes as the client sent it: deferral stays off.
+    replay(&pith, &cap);
+    let received = mock.received();
+    assert_eq!(received.len(), 3);
+    assert_eq!(received[2].body, cap.body);
+    assert_eq!(
+        mock.queued_replies(),
+        1,
+        "the second refusal was never needed"
+    );
+    let rows = pith.wait_rows(2);
+    assert_eq!(
+        crate::support::unchanged_reason(&rows[1], "defer"),
+        Some("refused_by_provider")
+    );
+}

@@ -353,3 +353,72 @@ fn opencode_a_typed_pin_is_answered_by_pith_and_rides_the_next_turn() {
     assert_eq!(main.len(), 1, "one main-loop request");
     assert_pinned_at_the_tail("opencode", &main[0]);
 }
+
+/// The provider as the last check, on the wires pins runs on: a provider that refuses the body
+/// pith changed (here: any body without the command turn) gets the client's own request next,
+/// and the client the answer to it.
+#[test]
+fn a_refused_pin_turn_goes_as_the_client_sent_it_on_every_wire() {
+    let chat = |role: &str, text: &str| json!({"role": role, "content": text});
+    for (path, body, refusal) in [
+        (
+            "/v1/messages",
+            json!({"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [
+                chat("user", PIN), chat("assistant", PINNED), chat("user", "fix calc.py")]}),
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#,
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-5.5", "messages": [
+                chat("user", PIN), chat("assistant", PINNED), chat("user", "fix calc.py")]}),
+            r#"{"error":{"message":"Invalid 'messages'","type":"invalid_request_error","param":"messages","code":null}}"#,
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-5.5", "input": [
+                chat("user", PIN), chat("assistant", PINNED), chat("user", "fix calc.py")]}),
+            r#"{"error":{"message":"Invalid 'input'","type":"invalid_request_error","param":"input","code":null}}"#,
+        ),
+    ] {
+        let mock = MockUpstream::start().unwrap();
+        mock.push_when(|b| !has(b, PIN), Reply::json_status(400, refusal));
+        let pith = PithProxy::start(&mock.url(), &[]);
+        let sent = body.to_string();
+        let rt = runtime();
+        let (status, headers, _) = rt.block_on(async {
+            read_all(
+                send(
+                    &client(),
+                    request(
+                        "POST",
+                        &format!("{}{path}", pith.url()),
+                        &[
+                            ("content-type".to_owned(), "application/json".to_owned()),
+                            ("anthropic-version".to_owned(), "2023-06-01".to_owned()),
+                            ("x-session-id".to_owned(), "ses_pins".to_owned()),
+                        ],
+                        sent.clone(),
+                    ),
+                )
+                .await,
+            )
+            .await
+        });
+        assert_eq!(status, 200, "{path}");
+        assert!(headers.get("pith-transforms").is_none(), "{path}");
+        let got = mock.received();
+        assert_eq!(
+            got.len(),
+            2,
+            "{path}: the changed request, then the client's own"
+        );
+        assert!(!has(&got[0].body, PIN), "{path}: pins changed the first");
+        assert_eq!(got[1].body, sent.as_bytes(), "{path}");
+        let rows = pith.wait_rows(1);
+        assert!(
+            matches!(rows[0].transform("pins"), Some(TransformResult::Failed(_))),
+            "{path}: {:?}",
+            rows[0].transforms
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! The provider as the last check. When the provider refuses (400, 422) a request pith's
+//! transforms changed, pith sends the client's own request instead, once, and the client gets
+//! that answer: no client ever sees an error pith caused. The refused stages stay off for the
+//! rest of the session, so its later requests go as the client sent them and its prompt cache
+//! stays whole.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use http::StatusCode;
+use pith_transform::{StageReport, StageResult};
+
+/// Sessions remembered with their refused stages; the oldest is forgotten past this.
+const MAX_SESSIONS: usize = 10_000;
+
+/// The most of a refusal's body read for its message.
+pub(crate) const MAX_REFUSAL_BODY: usize = 64 << 10;
+
+/// Per session, the stages the provider refused.
+#[derive(Default)]
+pub(crate) struct Refused {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    stages: HashMap<String, Vec<&'static str>>,
+    order: VecDeque<String>,
+}
+
+impl Refused {
+    /// The stages to leave out for `session`.
+    pub fn off(&self, session: Option<&str>) -> Vec<&'static str> {
+        let Some(session) = session else {
+            return Vec::new();
+        };
+        let inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        inner.stages.get(session).cloned().unwrap_or_default()
+    }
+
+    /// Leave `stages` out of `session` from now on.
+    pub fn refuse(&self, session: Option<&str>, stages: &[&'static str]) {
+        let Some(session) = session else { return };
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !inner.stages.contains_key(session) {
+            inner.order.push_back(session.to_owned());
+            if inner.order.len() > MAX_SESSIONS
+                && let Some(oldest) = inner.order.pop_front()
+            {
+                inner.stages.remove(&oldest);
+            }
+        }
+        let off = inner.stages.entry(session.to_owned()).or_default();
+        for stage in stages {
+            if !off.contains(stage) {
+                off.push(stage);
+            }
+        }
+    }
+}
+
+/// Whether a provider's answer says the request itself was refused (as opposed to an
+/// authentication, rate or server error, which the client's own request would meet too).
+pub(crate) fn is_refusal(status: StatusCode) -> bool {
+    status == StatusCode::BAD_REQUEST || status == StatusCode::UNPROCESSABLE_ENTITY
+}
+
+/// The stages that changed the request.
+pub(crate) fn applied(reports: &[StageReport]) -> Vec<&'static str> {
+    reports
+        .iter()
+        .filter(|r| matches!(r.result, StageResult::Applied(_)))
+        .map(|r| r.stage)
+        .collect()
+}
+
+/// The reports once the provider refused the changed request: each stage that changed it
+/// failed, with the provider's words; the others as they were.
+pub(crate) fn refused_reports(reports: &mut [StageReport], status: StatusCode, message: &str) {
+    for r in reports {
+        if matches!(r.result, StageResult::Applied(_)) {
+            r.result = StageResult::Failed(format!(
+                "the provider refused the request as pith changed it ({}: {message}); the \
+                 client's own request was sent instead, and this stage is off for the session",
+                status.as_u16()
+            ));
+        }
+    }
+}
+
+/// The provider's message in a refusal body (Anthropic's `error.message`, OpenAI's
+/// `error.message`), else the body's start.
+pub(crate) fn message_of(body: &[u8]) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let text = parsed
+        .as_ref()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    text.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_keeps_its_refused_stages_and_the_oldest_is_forgotten() {
+        let refused = Refused::default();
+        assert!(refused.off(Some("s")).is_empty());
+        refused.refuse(Some("s"), &["defer"]);
+        refused.refuse(Some("s"), &["defer", "pins"]);
+        assert_eq!(refused.off(Some("s")), ["defer", "pins"]);
+        refused.refuse(None, &["defer"]);
+        assert!(refused.off(None).is_empty());
+        for i in 0..MAX_SESSIONS {
+            refused.refuse(Some(&format!("x{i}")), &["defer"]);
+        }
+        assert!(refused.off(Some("s")).is_empty(), "the oldest is forgotten");
+        assert_eq!(
+            message_of(br#"{"type":"error","error":{"type":"invalid_request_error","message":"tools.3.defer_loading: Extra inputs are not permitted"}}"#),
+            "tools.3.defer_loading: Extra inputs are not permitted"
+        );
+        assert!(is_refusal(StatusCode::BAD_REQUEST));
+        assert!(!is_refusal(StatusCode::TOO_MANY_REQUESTS));
+    }
+}

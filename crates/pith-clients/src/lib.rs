@@ -29,7 +29,7 @@ pub use harness::{
 pub use places::Places;
 pub use registration::{
     ENTRY_NAME, HOOK_TIMEOUT_SECS, HookSetting, McpSetting, Registration, Scope, ScopeError,
-    Setting, lookup, pith_command, runs_pith, shell_word,
+    Setting, first_word, lookup, pith_command, runs_pith, shell_word,
 };
 pub use wiring::{RunContext, Wiring};
 

@@ -130,17 +130,43 @@ pub fn pith_command(command: &str, subcommand: &str) -> String {
     format!("{} {subcommand}", shell_word(command))
 }
 
-/// Whether a shell command runs pith's `subcommand` (`pith hook`, `/path/to/pith hook`),
-/// whichever binary it names.
+/// Whether a shell command runs pith's `subcommand` (`pith hook`, `/path/to/pith hook`,
+/// `'/my tools/pith' hook`), whichever binary it names.
 pub fn runs_pith(command: &str, subcommand: &str) -> bool {
-    let words: Vec<&str> = command.split_whitespace().collect();
-    match words.as_slice() {
-        [program, sub] if *sub == subcommand => {
-            let program = program.trim_matches('\'');
-            program == "pith" || program.ends_with("/pith")
+    let Some((program, rest)) = first_word(command) else {
+        return false;
+    };
+    (program == "pith" || program.ends_with("/pith")) && rest.trim() == subcommand
+}
+
+/// The first shell word of `command` as the shell reads it (a single-quoted word unquoted,
+/// `'\''` inside it a quote), and the rest of the line.
+pub fn first_word(command: &str) -> Option<(String, &str)> {
+    let command = command.trim_start();
+    let mut word = String::new();
+    let mut chars = command.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\'' => {
+                // Up to the closing quote.
+                loop {
+                    match chars.next() {
+                        Some((_, '\'')) => break,
+                        Some((_, ch)) => word.push(ch),
+                        None => return None,
+                    }
+                }
+            }
+            '\\' => {
+                if let Some((_, ch)) = chars.next() {
+                    word.push(ch);
+                }
+            }
+            c if c.is_whitespace() => return Some((word, &command[i..])),
+            c => word.push(c),
         }
-        _ => false,
     }
+    (!word.is_empty()).then_some((word, ""))
 }
 
 /// `{"command": ..., "args": [...]}` as a command line (Claude Code's and Codex's MCP entries).
@@ -180,5 +206,13 @@ mod tests {
         assert!(runs_pith("'/opt/x/pith' statusline", "statusline"));
         assert!(!runs_pith("pith statusline", "hook"));
         assert!(!runs_pith("other hook", "hook"));
+        // What pith_command writes for a path with spaces (and a quote) is recognised.
+        for path in ["/opt/my tools/pith", "/home/o'brien/bin/pith"] {
+            assert!(runs_pith(&pith_command(path, "hook"), "hook"), "{path}");
+            assert_eq!(
+                first_word(&pith_command(path, "hook")).map(|(w, _)| w),
+                Some(path.to_owned())
+            );
+        }
     }
 }

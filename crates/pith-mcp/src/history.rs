@@ -102,7 +102,7 @@ pub(crate) struct FindCandidatesArgs {
 pub(crate) struct DeleteArgs {
     /// The filterToken memory_find_candidates returned.
     filter_token: String,
-    /// Narrow to these of the token's ids (never more).
+    /// Narrow to these of the token's ids (never more); a token deletes once.
     ids: Option<Vec<String>>,
 }
 

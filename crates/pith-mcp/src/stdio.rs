@@ -60,7 +60,9 @@ pub async fn pump_in(
         match oversized.take() {
             Some((size, head, tail)) => {
                 tracing::warn!(bytes = size, "a message over the limit was refused");
-                if errors.send(too_large(size, &head, &tail)).is_err() {
+                if let Some(error) = too_large(size, &head, &tail)
+                    && errors.send(error).is_err()
+                {
                     break;
                 }
             }
@@ -118,50 +120,98 @@ fn keep_tail(tail: &mut Vec<u8>, part: &[u8]) {
     }
 }
 
-/// The JSON-RPC error for an over-long message (`-32600`, invalid request), with its id when
-/// its start or end shows one, else `null` as JSON-RPC has it for an id that cannot be read.
-fn too_large(size: usize, head: &[u8], tail: &[u8]) -> String {
-    let id = find_id(head)
-        .or_else(|| find_id(tail))
-        .unwrap_or_else(|| "null".to_owned());
-    format!(
+/// The JSON-RPC error for an over-long message (`-32600`, invalid request), with its id as
+/// its start or end shows it, else `null` as JSON-RPC has it for an id that cannot be read;
+/// `None` for a notification (a message with a method and no id gets no reply).
+fn too_large(size: usize, head: &[u8], tail: &[u8]) -> Option<String> {
+    let (head_id, has_method) = top_level_id(head);
+    let id = match head_id.or_else(|| last_id(tail)) {
+        Some(id) => id,
+        None if has_method => return None,
+        None => "null".to_owned(),
+    };
+    Some(format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":-32600,\"message\":\"pith mcp \
          reads messages of at most {MAX_MESSAGE} bytes; this one was {size} bytes and was not \
          read\"}}}}\n"
-    )
+    ))
 }
 
-/// The value of an `"id"` member in a piece of a JSON-RPC message: a number, or a string
-/// written back exactly as it came (quotes and escapes included).
-fn find_id(piece: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(piece);
-    let mut from = 0;
-    while let Some(at) = text[from..].find("\"id\"") {
-        let rest = text[from + at + 4..].trim_start();
-        from += at + 4;
-        let Some(value) = rest.strip_prefix(':').map(str::trim_start) else {
-            continue;
-        };
-        if let Some(s) = value.strip_prefix('"') {
-            let mut escaped = false;
-            for (i, c) in s.char_indices() {
-                match c {
-                    '\\' if !escaped => escaped = true,
-                    '"' if !escaped => return Some(format!("\"{}\"", &s[..i])),
-                    _ => escaped = false,
+/// In the start of a message: its top-level `"id"` (the members of `params` are not it), and
+/// whether a top-level `"method"` was seen.
+fn top_level_id(head: &[u8]) -> (Option<String>, bool) {
+    let text = String::from_utf8_lossy(head);
+    let bytes = text.as_bytes();
+    let (mut depth, mut i, mut has_method) = (0usize, 0usize, false);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => {
+                let Some(end) = string_end(bytes, i) else {
+                    break;
+                };
+                if depth == 1 {
+                    let key = &text[i + 1..end];
+                    if let Some(value) = text[end + 1..].trim_start().strip_prefix(':') {
+                        if key == "method" {
+                            has_method = true;
+                        }
+                        if key == "id" {
+                            return (id_value(value.trim_start(), false), has_method);
+                        }
+                    }
                 }
+                i = end;
             }
-            continue;
+            _ => {}
         }
-        let number: String = value
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == '-')
-            .collect();
-        if !number.is_empty() && number != "-" {
-            return Some(number);
+        i += 1;
+    }
+    (None, has_method)
+}
+
+/// Where the string starting at `bytes[start]` (a quote) ends: its closing quote.
+fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut escaped = false;
+    for (k, b) in bytes.iter().enumerate().skip(start + 1) {
+        match b {
+            b'\\' if !escaped => escaped = true,
+            b'"' if !escaped => return Some(k),
+            _ => escaped = false,
         }
     }
     None
+}
+
+/// In the end of a message: an `"id"` that is its last member (as SDKs that spread the request
+/// first and add the id after it write it).
+fn last_id(tail: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(tail);
+    let body = text.trim_end().strip_suffix('}')?.trim_end();
+    let at = body.rfind("\"id\"")?;
+    let value = body[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    id_value(value, true)
+}
+
+/// An id's value at the start of `value`: a number (followed by a delimiter, or by nothing when
+/// `to_end`), or a string written back exactly as it came.
+fn id_value(value: &str, to_end: bool) -> Option<String> {
+    if value.starts_with('"') {
+        let end = string_end(value.as_bytes(), 0)?;
+        return Some(value[..=end].to_owned());
+    }
+    let number: String = value
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    let rest = &value[number.len()..];
+    let delimited = if to_end {
+        rest.trim().is_empty()
+    } else {
+        rest.starts_with([',', '}', ' ', '\n', '\r', '\t'])
+    };
+    (!number.is_empty() && number != "-" && delimited).then_some(number)
 }
 
 #[cfg(test)]
@@ -169,19 +219,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_id_is_found_at_the_start_or_the_end() {
+    fn the_id_is_the_messages_own_at_its_start_or_its_end() {
+        let head = |h: &[u8]| top_level_id(h).0;
         assert_eq!(
-            find_id(br#"{"jsonrpc":"2.0","id":42,"method":"x""#),
+            head(br#"{"jsonrpc":"2.0","id":42,"method":"x""#),
             Some("42".into())
         );
         assert_eq!(
-            find_id(br#"{"id" : "a\"b","method""#),
+            head(br#"{"id" : "a\"b","method""#),
             Some(r#""a\"b""#.into())
         );
-        assert_eq!(find_id(br#"xxx"}},"id":7}"#), Some("7".into()));
-        assert_eq!(find_id(br#"{"params":{"valid":1}}"#), None);
-        assert!(too_large(20, b"{\"id\":3", b"").contains("\"id\":3,\"error\""));
-        assert!(too_large(20, b"{", b"}").contains("\"id\":null"));
+        // An id inside the arguments is not the message's.
+        let call = br#"{"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{"id":"m-1""#;
+        assert_eq!(head(call), None);
+        // A number cut at the window's edge is not trusted.
+        assert_eq!(head(br#"{"id":123"#), None);
+        assert_eq!(last_id(br#"xxx"}},"id":7}"#), Some("7".into()));
+        assert_eq!(last_id(br#"xxx","id":"r-9" }"#), Some(r#""r-9""#.into()));
+        assert_eq!(last_id(br#"{"params":{"valid":1}}"#), None);
+        let error = too_large(20, b"{\"id\":3,", b"").unwrap();
+        assert!(error.contains("\"id\":3,\"error\""), "{error}");
+        assert!(too_large(20, b"{", b"}").unwrap().contains("\"id\":null"));
+        // A notification gets no reply.
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/x","params":{"#;
+        assert_eq!(too_large(20, note, b"}}"), None);
     }
 
     #[tokio::test]

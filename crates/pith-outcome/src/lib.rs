@@ -25,8 +25,9 @@ pub enum RequestOutcome {
     /// The client went away before the answer was complete (the upstream request was cancelled).
     ClientClosed,
     /// The client's request could not be forwarded: unreadable or too large a body, a target
-    /// that makes no upstream URL, a method pith does not proxy, a missing access token. pith
-    /// answered in the provider's error shape.
+    /// that makes no upstream URL. pith answered in the provider's error shape. (A request
+    /// refused before it is served, a method pith does not proxy or a missing access token, is
+    /// a [`Refusal`], counted, not a row.)
     ClientError,
     /// The client stopped sending its request body for longer than the proxy waits.
     ClientTimeout,

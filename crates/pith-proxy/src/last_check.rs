@@ -81,13 +81,23 @@ pub(crate) fn applied(reports: &[StageReport]) -> Vec<&'static str> {
 }
 
 /// The reports once the provider refused the changed request: each stage that changed it
-/// failed, with the provider's words; the others as they were.
-pub(crate) fn refused_reports(reports: &mut [StageReport], status: StatusCode, message: &str) {
+/// failed, with the provider's words, and whether it stays on (the client's own request was
+/// refused too: the refusal is the request's, not the stage's); the others as they were.
+pub(crate) fn refused_reports(
+    reports: &mut [StageReport],
+    status: StatusCode,
+    message: &str,
+    own_refused: bool,
+) {
+    let then = if own_refused {
+        "the client's own request was refused too, so the stage stays on"
+    } else {
+        "the client's own request was sent instead, and this stage is off for the session"
+    };
     for r in reports {
         if matches!(r.result, StageResult::Applied(_)) {
             r.result = StageResult::Failed(format!(
-                "the provider refused the request as pith changed it ({}: {message}); the \
-                 client's own request was sent instead, and this stage is off for the session",
+                "the provider refused the request as pith changed it ({}: {message}); {then}",
                 status.as_u16()
             ));
         }

@@ -30,6 +30,12 @@ pub trait EventRewriter: Send {
     fn report(&mut self) -> Option<StageReport> {
         None
     }
+    /// Whether the rest of the answer may pass on unread now (an event too large to hold
+    /// came): true while nothing it did so far depends on reading the rest (it hid nothing
+    /// whose absence later events must be renumbered for).
+    fn may_pass_unread(&self) -> bool {
+        true
+    }
 }
 
 /// Rewrites one JSON answer, read whole.

@@ -117,6 +117,10 @@ impl EventRewriter for HideEvents {
         }
     }
 
+    fn may_pass_unread(&self) -> bool {
+        !self.hider.renumbers()
+    }
+
     fn report(&mut self) -> Option<StageReport> {
         report(self.hider.searches())
     }

@@ -201,8 +201,6 @@ enum RewriterKind {
     Events {
         rewriter: Box<dyn EventRewriter>,
         splitter: EventSplitter,
-        /// An event outgrew [`MAX_EVENT`]: it passes as it came, unread, to its end.
-        passing_event: bool,
     },
     Whole {
         rewriter: Box<dyn BodyRewriter>,
@@ -216,8 +214,10 @@ enum RewriterKind {
 const MAX_WHOLE: usize = 16 << 20;
 
 /// The largest event an event rewriter holds back to read (a tool search result is a few KB;
-/// a model's single event of hundreds of MB is not one to rewrite): past it, the event passes
-/// on as it comes, unread, and the events after it are read again.
+/// a model's single event of hundreds of MB is not one to rewrite): past it, the event and the
+/// rest of the answer pass on as they come, unread (fail open), unless the rewriter already
+/// changed the stream in a way the rest must follow (it hid a block: the later events are
+/// renumbered), and then it reads on.
 const MAX_EVENT: usize = 8 << 20;
 
 impl Rewriting {
@@ -226,7 +226,6 @@ impl Rewriting {
             Rewriter::Events(rewriter) => RewriterKind::Events {
                 rewriter,
                 splitter: EventSplitter::new(),
-                passing_event: false,
             },
             Rewriter::Whole(rewriter) => RewriterKind::Whole {
                 rewriter,
@@ -249,29 +248,18 @@ impl Rewriting {
 
     fn feed(&mut self, chunk: &[u8]) {
         match &mut self.kind {
-            RewriterKind::Events {
-                rewriter,
-                splitter,
-                passing_event,
-            } => {
+            RewriterKind::Events { rewriter, splitter } => {
                 splitter.push(chunk);
                 while let Some(event) = splitter.next_event() {
-                    if std::mem::take(passing_event) {
-                        // The end of the event too large to read.
-                        self.ready.push_back(event);
-                    } else {
-                        Self::take(rewriter.as_mut(), &mut self.ready, event);
-                    }
+                    Self::take(rewriter.as_mut(), &mut self.ready, event);
                 }
-                if *passing_event {
-                    self.ready.push_back(splitter.take_pending());
-                } else if splitter.pending() > MAX_EVENT {
+                if splitter.pending() > MAX_EVENT && rewriter.may_pass_unread() {
                     tracing::warn!(
                         bytes = splitter.pending(),
-                        "an event too large to rewrite passes as it came"
+                        "an event too large to rewrite: the rest of the answer passes as it came"
                     );
                     self.ready.push_back(splitter.take_pending());
-                    *passing_event = true;
+                    self.kind = RewriterKind::Passing;
                 }
             }
             RewriterKind::Whole { body, .. } => {
@@ -289,17 +277,9 @@ impl Rewriting {
 
     fn finish(&mut self) {
         match &mut self.kind {
-            RewriterKind::Events {
-                rewriter,
-                splitter,
-                passing_event,
-            } => {
+            RewriterKind::Events { rewriter, splitter } => {
                 if let Some(rest) = splitter.finish() {
-                    if *passing_event {
-                        self.ready.push_back(rest);
-                    } else {
-                        Self::take(rewriter.as_mut(), &mut self.ready, rest);
-                    }
+                    Self::take(rewriter.as_mut(), &mut self.ready, rest);
                 }
             }
             RewriterKind::Whole { rewriter, body } => {
@@ -534,8 +514,19 @@ mod rewriting_tests {
         }
     }
 
+    /// Drops every event, and has changed the stream so that none may pass unread.
+    struct Renumbering;
+    impl EventRewriter for Renumbering {
+        fn event(&mut self, _event: &[u8]) -> Rewrite {
+            Rewrite::Drop
+        }
+        fn may_pass_unread(&self) -> bool {
+            false
+        }
+    }
+
     #[test]
-    fn an_event_over_the_bound_passes_as_it_comes_and_the_next_is_read_again() {
+    fn an_event_over_the_bound_and_the_rest_pass_as_they_come() {
         let mut r = Rewriting::new(Rewriter::Events(Box::new(DropAll)));
         r.feed(b"event: a\ndata: {}\n\n");
         assert_eq!(r.drain(), None, "a small event is read (and dropped)");
@@ -555,10 +546,22 @@ mod rewriting_tests {
             );
         }
         r.feed(b"\n\n");
-        out += r.drain().map_or(0, |b| b.len());
-        assert_eq!(out, fed + 2, "the large event passes whole");
-        // The next event is read again.
         r.feed(b"data: {}\n\n");
-        assert_eq!(r.drain(), None);
+        out += r.drain().map_or(0, |b| b.len());
+        assert_eq!(out, fed + 2 + 10, "the large event and the rest pass whole");
+    }
+
+    #[test]
+    fn a_rewriter_that_renumbers_reads_a_large_event_whole() {
+        let mut r = Rewriting::new(Rewriter::Events(Box::new(Renumbering)));
+        r.feed(b"data: ");
+        r.feed(&vec![b'x'; MAX_EVENT + 1]);
+        assert_eq!(
+            r.drain(),
+            None,
+            "held: the rest must follow what it changed"
+        );
+        r.feed(b"\n\n");
+        assert_eq!(r.drain(), None, "read whole, and dropped");
     }
 }

@@ -348,7 +348,7 @@ fn is_account_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }
 
-/// A data directory another user can write into is refused: they could plant the locks, the
+/// A data directory other users can write into (its group or everyone) is refused: they could plant the locks, the
 /// spool, the setup record or the config pith reads and acts on. One that does not exist yet
 /// is created 0700 by whoever needs it.
 fn check_private(home: &Path) -> anyhow::Result<()> {
@@ -360,13 +360,13 @@ fn check_private(home: &Path) -> anyhow::Result<()> {
         };
         let mine = meta.uid() == rustix::process::getuid().as_raw();
         anyhow::ensure!(
-            mine && meta.mode() & 0o002 == 0,
+            mine && meta.mode() & 0o022 == 0,
             "PITH_HOME {} is {}: another user could put files there that pith reads and runs; \
              use a directory of your own (pith creates a new one 0700), or `chmod 700` it if \
              it is yours",
             home.display(),
             if mine {
-                format!("writable by every user (mode {:o})", meta.mode() & 0o7777)
+                format!("writable by other users (mode {:o})", meta.mode() & 0o7777)
             } else {
                 "another user's".to_owned()
             }

@@ -7,6 +7,7 @@
 //! ...) are read by `pith-clients`' rules through [`client_var`] and `Places::from_env`.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -143,15 +144,16 @@ impl Var {
     }
 }
 
-/// What the process environment held for every [`Var`] when pith first asked.
-fn snapshot() -> &'static BTreeMap<Var, String> {
-    static SNAPSHOT: OnceLock<BTreeMap<Var, String>> = OnceLock::new();
+/// What the process environment held for every [`Var`] when pith first asked: as text, and
+/// as it was (a path need not be UTF-8).
+fn snapshot() -> &'static BTreeMap<Var, (String, OsString)> {
+    static SNAPSHOT: OnceLock<BTreeMap<Var, (String, OsString)>> = OnceLock::new();
     SNAPSHOT.get_or_init(|| {
         Var::ALL
             .into_iter()
             .filter_map(|v| {
                 let value = std::env::var_os(v.name())?;
-                Some((v, value.to_string_lossy().into_owned()))
+                Some((v, (value.to_string_lossy().into_owned(), value)))
             })
             .collect()
     })
@@ -161,8 +163,13 @@ fn snapshot() -> &'static BTreeMap<Var, String> {
 pub fn text(var: Var) -> Option<&'static str> {
     snapshot()
         .get(&var)
-        .map(String::as_str)
+        .map(|(text, _)| text.as_str())
         .filter(|v| !v.trim().is_empty())
+}
+
+/// The variable as it is set, the empty string included (a switch reads empty as off).
+pub fn raw(var: Var) -> Option<&'static str> {
+    snapshot().get(&var).map(|(text, _)| text.as_str())
 }
 
 /// Whether the variable is set at all (even to the empty string).
@@ -170,9 +177,12 @@ pub fn is_set(var: Var) -> bool {
     snapshot().contains_key(&var)
 }
 
-/// The variable as a path.
+/// The variable as a path, byte for byte as it was set.
 pub fn path(var: Var) -> Option<PathBuf> {
-    text(var).map(PathBuf::from)
+    snapshot()
+        .get(&var)
+        .filter(|(_, raw)| !raw.is_empty())
+        .map(|(_, raw)| PathBuf::from(raw))
 }
 
 /// The one grammar of a switch: `1/true/yes/on`, or `0/false/no/off` (and empty: off).
@@ -186,7 +196,7 @@ pub fn parse_switch(text: &str) -> Option<bool> {
 
 /// A switch; anything else is an error naming the variable.
 pub fn flag(var: Var) -> anyhow::Result<Option<bool>> {
-    let Some(value) = snapshot().get(&var) else {
+    let Some((value, _)) = snapshot().get(&var) else {
         return Ok(None);
     };
     match parse_switch(value) {

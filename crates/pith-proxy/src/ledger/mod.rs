@@ -91,6 +91,9 @@ struct Shared {
     refused: [AtomicU64; Refusal::ALL.len()],
     /// Of those, the ones added to the ledger's counters.
     refused_kept: [AtomicU64; Refusal::ALL.len()],
+    /// The ledger refused the last counter write: tried again with the next rows written, not
+    /// at every tick (and said once, not at every try).
+    counters_failing: AtomicBool,
     write_errors: AtomicU64,
     history_errors: AtomicU64,
     /// When a lost record was last logged.
@@ -237,6 +240,7 @@ impl LedgerSink {
             lost: AtomicU64::new(0),
             refused: std::array::from_fn(|_| AtomicU64::new(0)),
             refused_kept: std::array::from_fn(|_| AtomicU64::new(0)),
+            counters_failing: AtomicBool::new(false),
             write_errors: AtomicU64::new(0),
             history_errors: AtomicU64::new(0),
             lost_logged: Mutex::new(None),
@@ -280,17 +284,18 @@ impl LedgerSink {
         let _ = self.shared.spool.append_opened(record);
     }
 
-    /// Keep a record without waiting for the writers: append it to the spool. One that cannot
-    /// be kept is counted and logged.
     /// Count a request refused before it was served (no row: see [`Refusal`]). A parked
     /// writer is woken to put it in the ledger's counters.
     pub(crate) fn refused(&self, reason: Refusal) {
-        self.shared.refused[reason.index()].fetch_add(1, Ordering::Relaxed);
+        // SeqCst with the writer's `parked` store: one of the two sees the other.
+        self.shared.refused[reason.index()].fetch_add(1, Ordering::SeqCst);
         if self.shared.parked.load(Ordering::SeqCst) {
             self.writer.unpark();
         }
     }
 
+    /// Keep a record without waiting for the writers: append it to the spool. One that cannot
+    /// be kept is counted and logged.
     pub(crate) fn submit(&self, record: Record) {
         if let Err(why) = self.shared.spool.append(&record) {
             self.lose(&why);
@@ -722,9 +727,14 @@ fn persist_lost(store: &mut Store, shared: &Shared) {
             {
                 Ok(()) => {
                     shared.refused_kept[i].store(refused, Ordering::SeqCst);
+                    shared.counters_failing.store(false, Ordering::SeqCst);
                     kept = true;
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot record refused requests"),
+                Err(e) => {
+                    if !shared.counters_failing.swap(true, Ordering::SeqCst) {
+                        tracing::warn!(error = %e, "cannot record refused requests");
+                    }
+                }
             }
         }
     }
@@ -735,8 +745,11 @@ fn persist_lost(store: &mut Store, shared: &Shared) {
 }
 
 impl Shared {
-    /// Refusals counted and not in the ledger yet.
+    /// Refusals counted and not in the ledger yet, while the ledger takes counter writes.
     fn refusals_waiting(&self) -> bool {
+        if self.counters_failing.load(Ordering::SeqCst) {
+            return false;
+        }
         Refusal::ALL.iter().any(|r| {
             self.refused[r.index()].load(Ordering::SeqCst)
                 > self.refused_kept[r.index()].load(Ordering::SeqCst)

@@ -485,32 +485,19 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     Upstream { body, headers }
 }
 
-/// The provider refused the request as pith changed it: send the client's own instead, once,
-/// and keep the stages that changed it off for the rest of the session. The refusal is logged
-/// and the row's stage reports say what happened; the client gets the second answer.
+/// The provider refused the request as pith changed it: send the client's own instead, once.
+/// When that one is answered, the stages that changed the first stay off for the rest of the
+/// session; when it is refused too, the refusal is the request's own, and the stages stay on.
+/// The refusal is logged and the row's stage reports say what happened; the client gets the
+/// second answer.
 async fn resend_as_sent(
     state: &State,
     ctx: &mut Context,
     refusal: Response<Incoming>,
 ) -> Result<Response<Incoming>, Fault> {
     let status = refusal.status();
-    let body = http_body_util::Limited::new(refusal.into_body(), last_check::MAX_REFUSAL_BODY)
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let message = last_check::message_of(&body);
+    let message = refusal_message(state, refusal).await;
     let stages = last_check::applied(&ctx.transforms);
-    tracing::warn!(
-        status = status.as_u16(),
-        stages = ?stages,
-        message,
-        "the provider refused the request as pith changed it; sending the client's own"
-    );
-    state.transform_failures.fetch_add(1, Ordering::Relaxed);
-    let session = session::session_from_headers(&ctx.headers);
-    state.refused.refuse(session.as_deref(), &stages);
-    last_check::refused_reports(&mut ctx.transforms, status, &message);
     ctx.upstream_body = None;
     ctx.transforms_header = None;
     ctx.bytes_upstream = ctx.body.len() as u64;
@@ -518,7 +505,41 @@ async fn resend_as_sent(
         body: ctx.body.clone(),
         headers: headers::end_to_end(&ctx.headers),
     };
-    forward(state, ctx, as_sent).await
+    let resent = forward(state, ctx, as_sent).await?;
+    let own_refused = last_check::is_refusal(resent.status());
+    tracing::warn!(
+        status = status.as_u16(),
+        stages = ?stages,
+        message,
+        own_refused,
+        "the provider refused the request as pith changed it; sent the client's own"
+    );
+    state.transform_failures.fetch_add(1, Ordering::Relaxed);
+    if !own_refused {
+        let session = session::session_from_headers(&ctx.headers);
+        state.refused.refuse(session.as_deref(), &stages);
+    }
+    last_check::refused_reports(&mut ctx.transforms, status, &message, own_refused);
+    Ok(resent)
+}
+
+/// The provider's words in a refusal: its body read within the idle timeout and 64 KiB, when
+/// it is not compressed.
+async fn refusal_message(state: &State, refusal: Response<Incoming>) -> String {
+    let encoded = refusal
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|e| !e.eq_ignore_ascii_case("identity"));
+    if encoded {
+        return "(its body is compressed)".to_owned();
+    }
+    let read =
+        http_body_util::Limited::new(refusal.into_body(), last_check::MAX_REFUSAL_BODY).collect();
+    match tokio::time::timeout(state.config.timeouts.upstream_idle, read).await {
+        Ok(Ok(body)) => last_check::message_of(&body.to_bytes()),
+        _ => "(its body could not be read)".to_owned(),
+    }
 }
 
 /// Run the pipeline inline (pure CPU, tens of microseconds), or on the blocking pool when a

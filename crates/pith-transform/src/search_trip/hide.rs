@@ -102,6 +102,12 @@ impl StreamHider {
         StreamHider::default()
     }
 
+    /// Whether it hid (or is hiding) a block: the events after it are renumbered, so none may
+    /// pass unread.
+    pub fn renumbers(&self) -> bool {
+        !self.hidden.is_empty() || !self.open.is_empty()
+    }
+
     /// What the client receives in place of `raw`, one whole SSE event. Anything it cannot
     /// read passes as it came.
     pub fn event(&mut self, raw: &[u8]) -> Action {

@@ -227,7 +227,7 @@ fn check_proxy(report: &mut Report, config: &Config) -> Option<SocketAddr> {
 
 /// Where a configured program resolves: a path as it is, a bare name on PATH.
 fn resolve(program: &str) -> Option<PathBuf> {
-    let program = Path::new(program.trim_matches('\''));
+    let program = Path::new(program);
     if program.components().count() > 1 {
         Some(program.to_path_buf())
     } else {
@@ -278,7 +278,10 @@ fn wiring(
         );
         return;
     };
-    let program = cmd.split_whitespace().next().unwrap_or(cmd);
+    let program = pith_clients::first_word(cmd)
+        .map(|(word, _)| word)
+        .unwrap_or_else(|| cmd.to_owned());
+    let program = program.as_str();
     let resolved = resolve(program).and_then(|p| p.canonicalize().ok());
     match (resolved, exe) {
         (None, _) => report.warn(
@@ -437,7 +440,10 @@ fn registered(client: Client, places: &Places) -> Option<(Registration, Option<S
         Disk.read(&r.mcp.file)
             .and_then(|doc| pith_clients::lookup(&doc, &r.mcp.key()).cloned())
             .and_then(|entry| client.mcp_argv(&entry))
-            .map(|argv| argv.join(" "))
+            .map(|argv| {
+                let words: Vec<String> = argv.iter().map(|a| pith_clients::shell_word(a)).collect();
+                words.join(" ")
+            })
     };
     let found = registrations
         .iter()

@@ -48,16 +48,19 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
 /// `PITH_PREFILTER_SHOWN`, `PITH_PREFILTER_TIMEOUT_MS`). Values that cannot mean anything are
 /// errors naming the key or variable, not a silent default.
 pub(crate) fn prefilter_config(mcp: &McpConfig) -> anyhow::Result<PrefilterConfig> {
-    prefilter_config_with(mcp, &|var| crate::env::text(var))
+    prefilter_config_with(mcp, &|var| crate::env::raw(var))
 }
 
+/// The same with the variables read through `raw` (as set, the empty string included: a
+/// switch reads empty as off, every other value as unset).
 fn prefilter_config_with(
     mcp: &McpConfig,
-    env: &dyn Fn(Var) -> Option<&'static str>,
+    raw: &dyn Fn(Var) -> Option<&'static str>,
 ) -> anyhow::Result<PrefilterConfig> {
+    let env = |var: Var| raw(var).filter(|v| !v.trim().is_empty());
     let defaults = PrefilterConfig::default();
     let switch =
-        match env(Var::LocalPrefilter) {
+        match raw(Var::LocalPrefilter) {
             Some(v) => Some(crate::env::parse_switch(v).with_context(|| {
                 format!("PITH_LOCAL_PREFILTER={v:?} is not a switch; use 1 or 0")
             })?),
@@ -161,6 +164,9 @@ mod tests {
         let off = prefilter_config_with(&file, &with(&[(Var::LocalPrefilter, "off")])).unwrap();
         assert!(!off.enabled);
         assert_eq!(off.policy.threshold, 7);
+        // Set and empty, a switch is off (as every switch of pith's reads it).
+        let empty = prefilter_config_with(&file, &with(&[(Var::LocalPrefilter, "")])).unwrap();
+        assert!(!empty.enabled);
         for (var, junk) in [
             (Var::LocalPrefilter, "maybe"),
             (Var::PrefilterApi, "junk"),

@@ -415,7 +415,7 @@ fn pith_run_refuses_a_home_others_can_write_and_follows_no_linked_lock() {
     let out = pith_run(&shared, &bin);
     assert!(!out.status.success(), "ran with a world-writable PITH_HOME");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("writable by every user"), "{err}");
+    assert!(err.contains("writable by other users"), "{err}");
 
     // A lock planted as a link to nothing: never followed (no file appears at its target).
     let home = top.path().join("home");

@@ -770,3 +770,34 @@ fn the_real_clients_find_the_mcp_server_pith_setup_wrote_in_their_default_scope(
         run.stdout
     );
 }
+
+#[test]
+fn two_projects_in_one_global_config_each_undo_their_own_entry() {
+    let (a, codex) = project();
+    let b = tempfile::tempdir().unwrap();
+    std::fs::create_dir(b.path().join(".git")).unwrap();
+    let codex = codex.path();
+    let global = codex.join("home/.claude.json");
+    ok(a.path(), codex, &["claude-code", "--command", "pith"]);
+    // Claude Code rewrites its global config between the two setups, as it does.
+    let mut v = jsonc(&std::fs::read_to_string(&global).unwrap());
+    v["numStartups"] = serde_json::json!(1);
+    std::fs::write(&global, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    ok(b.path(), codex, &["claude-code", "--command", "pith"]);
+    let key = |dir: &Path| dir.canonicalize().unwrap().to_str().unwrap().to_owned();
+    let (ka, kb) = (key(a.path()), key(b.path()));
+    // Undo in A takes out A's entry, and B's stays.
+    ok(a.path(), codex, &["--undo", "claude-code"]);
+    let v = jsonc(&std::fs::read_to_string(&global).unwrap());
+    assert!(v["projects"][&ka]["mcpServers"]["pith"].is_null(), "{v:#}");
+    assert_eq!(
+        v["projects"][&kb]["mcpServers"]["pith"]["command"], "pith",
+        "{v:#}"
+    );
+    assert_eq!(v["numStartups"], 1);
+    // And B's own undo takes out B's.
+    ok(b.path(), codex, &["--undo", "claude-code"]);
+    let v = jsonc(&std::fs::read_to_string(&global).unwrap());
+    assert!(v["projects"][&kb]["mcpServers"]["pith"].is_null(), "{v:#}");
+    assert_eq!(v["numStartups"], 1);
+}

@@ -314,7 +314,18 @@ fn raise_descriptor_limit() {
                 current: Some(want),
                 maximum: limit.maximum,
             };
-            match setrlimit(Resource::Nofile, raised) {
+            // macOS refuses more than its per-process maximum even under an unlimited hard
+            // limit: then the most it commonly takes.
+            let done = setrlimit(Resource::Nofile, raised).or_else(|_| {
+                setrlimit(
+                    Resource::Nofile,
+                    Rlimit {
+                        current: Some(want.min(10_240)),
+                        maximum: limit.maximum,
+                    },
+                )
+            });
+            match done {
                 Ok(()) => {
                     tracing::debug!(from = limit.current, to = want, "descriptor limit raised")
                 }

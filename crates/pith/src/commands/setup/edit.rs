@@ -542,6 +542,7 @@ fn remove_json_hooks(root: &CstRootNode, command: &str) -> bool {
         let Some(list) = event.array_value() else {
             continue;
         };
+        let mut took = false;
         for group in list.elements() {
             let runs_it = group
                 .as_object()
@@ -561,12 +562,14 @@ fn remove_json_hooks(root: &CstRootNode, command: &str) -> bool {
                 });
             if runs_it {
                 group.remove();
-                changed = true;
+                took = true;
             }
         }
-        if list.elements().is_empty() {
+        // An event pith's group was the last of goes too; one that was empty stays.
+        if took && list.elements().is_empty() {
             event.remove();
         }
+        changed |= took;
     }
     changed
 }
@@ -634,8 +637,9 @@ fn remove_toml(path: &Path, text: &str, removal: &Removal<'_>) -> anyhow::Result
                                 .all(|h| h.get("command").and_then(|c| c.as_str()) == Some(command))
                     })
             });
-            changed |= list.len() != before;
-            if list.is_empty() {
+            let took = list.len() != before;
+            changed |= took;
+            if took && list.is_empty() {
                 hooks.remove(&event);
             }
         }

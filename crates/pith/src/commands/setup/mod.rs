@@ -366,8 +366,7 @@ fn write(
     for f in changes {
         let new = f.planned.unwrap_or_default();
         record.wrote(
-            client,
-            registration.scope,
+            (client, registration.scope, project),
             &f.path,
             (f.disk.as_deref(), &new),
             f.added,
@@ -401,7 +400,7 @@ fn undo(
 ) -> anyhow::Result<()> {
     let scope = registration.scope;
     let mut record = Record::load()?;
-    let (writes, left) = plan_undo(client, registration, &record)?;
+    let (writes, left) = plan_undo(client, registration, &record, project)?;
     if writes.is_empty() && left.is_empty() {
         println!(
             "pith setup changed nothing for {client} in the {} scope here (no record in {}); \
@@ -420,21 +419,21 @@ fn undo(
             path.display()
         );
     }
-    for (path, _) in &writes {
+    for (path, ..) in &writes {
         record::landing(path, project)?;
     }
     if dry_run {
         println!("dry run: nothing written.");
         return Ok(());
     }
-    for (path, text) in &writes {
+    for (path, text, key) in &writes {
         match text {
             Some(text) => write_file(path, text, project)?,
             None if path.exists() => std::fs::remove_file(path)
                 .with_context(|| format!("cannot remove {}", path.display()))?,
             None => {}
         }
-        record.files.remove(&Record::key(path));
+        record.files.remove(key);
         let done = if text.is_some() {
             "restored"
         } else {
@@ -462,18 +461,14 @@ fn plan_undo(
     client: Client,
     registration: &Registration,
     record: &Record,
-) -> anyhow::Result<(Vec<(PathBuf, Option<String>)>, Vec<PathBuf>)> {
-    let mut writes: Vec<(PathBuf, Option<String>)> = Vec::new();
+    project: Option<&Path>,
+) -> anyhow::Result<(Vec<(PathBuf, Option<String>, String)>, Vec<PathBuf>)> {
+    let mut writes: Vec<(PathBuf, Option<String>, String)> = Vec::new();
     let mut left = Vec::new();
     let mut paths = registration.files.clone();
     paths.dedup();
     for path in &paths {
-        let key = Record::key(path);
-        let Some(r) = record
-            .files
-            .get(&key)
-            .filter(|r| r.is_of(client, registration.scope))
-        else {
+        let Some((key, r)) = record.find(path, client, registration.scope, project) else {
             continue;
         };
         let Some(now) = read_config(path)? else {
@@ -482,7 +477,7 @@ fn plan_undo(
         };
         if now == r.after {
             print_restore(path, &r.after, r.before.as_deref());
-            writes.push((path.clone(), r.before.clone()));
+            writes.push((path.clone(), r.before.clone(), key));
             continue;
         }
         let removal = Removal {
@@ -500,7 +495,7 @@ fn plan_undo(
                     path.display()
                 );
                 print!("{}", diff(&now, &new));
-                writes.push((path.clone(), Some(new)));
+                writes.push((path.clone(), Some(new), key));
             }
             _ => left.push(path.clone()),
         }

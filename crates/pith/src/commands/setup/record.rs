@@ -71,24 +71,62 @@ impl Record {
         write_file(&Record::path()?, &(text + "\n"), None)
     }
 
-    pub fn key(path: &Path) -> String {
+    /// A file's key in the record: its absolute path, and the client, scope and project it
+    /// was written for. One file can hold the entries of several (Claude Code's global config
+    /// holds every project's local-scope servers and the user scope's), and each undoes its
+    /// own.
+    pub fn key(path: &Path, client: Client, scope: Scope, project: Option<&Path>) -> String {
+        let file = std::path::absolute(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .to_string_lossy()
+            .into_owned();
+        let project = project
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        format!(
+            "{file}\u{0}{}\u{0}{}\u{0}{project}",
+            client.name(),
+            scope.name()
+        )
+    }
+
+    /// The key records written before keys named their client and scope used: the path.
+    pub fn legacy_key(path: &Path) -> String {
         std::path::absolute(path)
             .unwrap_or_else(|_| path.to_path_buf())
             .to_string_lossy()
             .into_owned()
     }
 
+    /// The record of `path` for this client, scope and project (or one of an older pith's).
+    pub fn find(
+        &self,
+        path: &Path,
+        client: Client,
+        scope: Scope,
+        project: Option<&Path>,
+    ) -> Option<(String, &RecordedFile)> {
+        let key = Record::key(path, client, scope, project);
+        if let Some(r) = self.files.get(&key) {
+            return Some((key, r));
+        }
+        let legacy = Record::legacy_key(path);
+        self.files
+            .get(&legacy)
+            .filter(|r| r.is_of(client, scope))
+            .map(|r| (legacy, r))
+    }
+
     /// `path` went from `before` to `after`. A file pith changed before and nobody touched
     /// since keeps its first `before`: undo goes back to before pith, not one step.
     pub fn wrote(
         &mut self,
-        client: Client,
-        scope: Scope,
+        (client, scope, project): (Client, Scope, Option<&Path>),
         path: &Path,
         (before, after): (Option<&str>, &str),
         added: Added,
     ) {
-        let key = Record::key(path);
+        let key = Record::key(path, client, scope, project);
         let (before, mut members, mut hook_command) = match self.files.remove(&key) {
             Some(r) if before == Some(r.after.as_str()) => (r.before, r.members, r.hook_command),
             _ => (before.map(str::to_owned), Vec::new(), None),
@@ -228,12 +266,21 @@ pub fn lock() -> anyhow::Result<std::fs::File> {
     let path = crate::config::pith_home()?.join("setup.lock");
     let file = crate::background::open_private(&path, false)?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    anyhow::ensure!(
-        crate::background::lock_until(&file, false, deadline),
-        "another pith setup has held {} for 10 s; try again once it is done",
-        path.display()
-    );
-    Ok(file)
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+                "another pith setup has held {} for 10 s; try again once it is done",
+                path.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+        }
+    }
 }
 
 /// Changed lines with two lines of context: `+ ` added, `- ` removed.

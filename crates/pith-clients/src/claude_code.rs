@@ -77,6 +77,7 @@ pub const PROFILE: Profile = Profile {
         LOCAL_COMMAND_CAVEAT,
     ],
     harness_prefixes: &["[Request interrupted by user"],
+    side_call_openings: &[],
     default_scope: Scope::Local,
     scopes: &[Scope::Local, Scope::Project, Scope::User],
     base_url_env: Some("ANTHROPIC_BASE_URL"),

@@ -52,6 +52,7 @@ pub const PROFILE: Profile = Profile {
         INSTRUCTIONS_OPEN,
     ],
     harness_prefixes: &[AGENTS_MD_PREFIX],
+    side_call_openings: &[],
     default_scope: Scope::User,
     scopes: &[Scope::User],
     base_url_env: Some("OPENAI_BASE_URL"),

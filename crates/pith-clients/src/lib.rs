@@ -65,6 +65,9 @@ pub struct Profile {
     pub harness_openings: &'static [&'static str],
     /// Other openings of text its harness writes in a user message.
     pub harness_prefixes: &'static [&'static str],
+    /// How a user message of one of its side calls opens (a request beside the conversation,
+    /// such as OpenCode's title call): such a request is not a turn of the conversation.
+    pub side_call_openings: &'static [&'static str],
     /// The scope `pith setup` writes to unless told: where the client keeps a person's own
     /// settings.
     pub default_scope: Scope,
@@ -158,6 +161,15 @@ impl Client {
                 product == p.user_agent_product
             }
         })
+    }
+
+    /// Whether a user message's first text opens one of this client's side calls.
+    pub fn opens_side_call(self, text: &str) -> bool {
+        let text = text.trim_start();
+        self.profile()
+            .side_call_openings
+            .iter()
+            .any(|o| text.starts_with(o))
     }
 
     /// The hook events pith registers for (none: the client runs no command hooks).

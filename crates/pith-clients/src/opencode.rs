@@ -22,6 +22,10 @@ use crate::{
     Wiring,
 };
 
+/// How OpenCode's title call opens its user message: a request it sends beside the first turn
+/// (no tools, its own system prompt, "You are a title generator"), with the session's id.
+pub const TITLE_CALL: &str = "Generate a title for this conversation:";
+
 /// OpenCode's facts that are plain data.
 pub const PROFILE: Profile = Profile {
     name: "opencode",
@@ -33,6 +37,7 @@ pub const PROFILE: Profile = Profile {
     hook_events: &[],
     harness_openings: &[],
     harness_prefixes: &[],
+    side_call_openings: &[TITLE_CALL],
     default_scope: Scope::User,
     scopes: &[Scope::User, Scope::Project],
     base_url_env: None,

@@ -55,6 +55,19 @@ impl Labels {
             return None;
         }
         let messages = conversation::request_messages(wire, &record.request_body)?;
+        // A side call of the client's (OpenCode's title call) is not a turn of the
+        // conversation: recorded, it would take the conversation's place.
+        if let Some(client) = pith_clients::Client::named(&record.client)
+            && messages.iter().any(|m| {
+                m.role == "user"
+                    && m.parts
+                        .iter()
+                        .find(|p| p.kind == conversation::PartKind::Text)
+                        .is_some_and(|p| client.opens_side_call(&p.text))
+            })
+        {
+            return None;
+        }
         let ok = record.status.is_some_and(|s| (200..300).contains(&s));
         let reply = response
             .filter(|_| ok)

@@ -565,3 +565,45 @@ fn history_cli_human_output() {
     assert!(!out.status.success());
     snapshot("show_unknown", &String::from_utf8_lossy(&out.stderr));
 }
+
+/// The real OpenCode through pith: its title call, sent beside the first turn with the same
+/// session id, is not recorded in the conversation's place; the conversation is the typed
+/// prompt and the answer.
+#[test]
+fn opencode_through_the_proxy_records_the_conversation_not_its_title_call() {
+    let mock = MockUpstream::start().unwrap();
+    mock.set_default(Reply::sse(anthropic::stream(
+        &["Hi", " there."],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let (work, home) = project();
+    let run = clients::opencode(
+        work.path(),
+        home.path(),
+        &format!("{}/v1", pith.url()),
+        &[],
+        "say hi",
+        LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    let received = mock.received();
+    assert!(
+        received
+            .iter()
+            .any(|r| clients::has(&r.body, pith_clients::opencode::TITLE_CALL)),
+        "OpenCode sent no title call this time"
+    );
+    let main = received
+        .iter()
+        .find(|r| clients::has(&r.body, "\"tools\":["))
+        .expect("the main turn");
+    let session = main.header("x-session-id").unwrap().to_owned();
+    let recorded = wait_recorded(&pith, &session, 2);
+    // (`opencode run` sends the prompt in quotes.)
+    assert_eq!(recorded["firstUserPreview"], "\"say hi\"", "{recorded}");
+    let id = recorded["id"].as_str().unwrap();
+    assert_eq!(shape(pith.home.path(), id), ["user+", "assistant"]);
+    let shown = pith_text(pith.home.path(), &["history", "show", id]);
+    assert!(!shown.contains("Generate a title"), "{shown}");
+}

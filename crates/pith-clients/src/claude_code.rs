@@ -253,6 +253,7 @@ pub(crate) fn rules_file_named(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_files::Disk;
 
     fn places() -> Places {
         Places {
@@ -262,36 +263,23 @@ mod tests {
         }
     }
 
-    struct Disk(Vec<(PathBuf, Value)>);
-    impl Files for Disk {
-        fn exists(&self, path: &std::path::Path) -> bool {
-            self.0.iter().any(|(p, _)| p == path)
-        }
-        fn read(&self, path: &std::path::Path) -> Option<Value> {
-            self.0
-                .iter()
-                .find(|(p, _)| p == path)
-                .map(|(_, v)| v.clone())
-        }
-    }
-
     fn registration(
         scope: Scope,
         places: &Places,
         command: &str,
     ) -> Result<Registration, ScopeError> {
-        super::registration(scope, places, &Disk(vec![]), command)
+        super::registration(scope, places, &Disk::default(), command)
     }
 
     #[test]
     fn a_legacy_config_json_that_is_not_empty_wins() {
         let legacy = PathBuf::from("/h/.claude/.config.json");
-        let empty = Disk(vec![(legacy.clone(), json!({}))]);
+        let empty = Disk::of([(legacy.clone(), json!({}))]);
         assert_eq!(
             global_config(&places(), &empty),
             Some("/h/.claude.json".into())
         );
-        let used = Disk(vec![(legacy.clone(), json!({"numStartups": 1}))]);
+        let used = Disk::of([(legacy.clone(), json!({"numStartups": 1}))]);
         assert_eq!(global_config(&places(), &used), Some(legacy));
     }
 

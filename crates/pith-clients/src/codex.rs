@@ -344,18 +344,7 @@ pub(crate) fn rules_file_named(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use std::path::Path;
-
-    struct Disk(BTreeMap<PathBuf, Value>);
-    impl Files for Disk {
-        fn exists(&self, path: &Path) -> bool {
-            self.0.contains_key(path)
-        }
-        fn read(&self, path: &Path) -> Option<Value> {
-            self.0.get(path).cloned()
-        }
-    }
+    use crate::test_files::Disk;
 
     fn os(args: &[&str]) -> Vec<OsString> {
         args.iter().map(OsString::from).collect()
@@ -367,14 +356,14 @@ mod tests {
             codex_home: Some("/c".into()),
             ..Places::default()
         };
-        let disk = Disk(BTreeMap::from([(
+        let disk = Disk::of([(
             PathBuf::from("/c/config.toml"),
             json!({
                 "model_provider": "mine",
                 "model_providers": {"mine": {"base_url": "http://m/v1"}, "other": {"base_url": "http://o/v1"}},
                 "profiles": {"work": {"model_provider": "other"}}
             }),
-        )]));
+        )]);
         let provider_of = |args: &[&str]| provider(&os(args), &places, &disk, &|_| None);
         assert_eq!(
             provider_of(&["exec", "hi"]).unwrap(),
@@ -408,14 +397,14 @@ mod tests {
                 .unwrap_err()
                 .contains("local model server")
         );
-        let empty = Disk(BTreeMap::new());
+        let empty = Disk::default();
         let openai = provider(&[], &places, &empty, &|_| None).unwrap();
         assert_eq!(openai.id, "openai");
         // A ChatGPT login is refused, an API key in the environment wins over it.
-        let chatgpt = Disk(BTreeMap::from([(
+        let chatgpt = Disk::of([(
             PathBuf::from("/c/auth.json"),
             json!({"tokens": {"id_token": "x"}}),
-        )]));
+        )]);
         assert!(provider(&[], &places, &chatgpt, &|_| None).is_err());
         let key = |k: &str| (k == "OPENAI_API_KEY").then(|| "sk".to_owned());
         assert!(provider(&[], &places, &chatgpt, &key).is_ok());
@@ -427,13 +416,10 @@ mod tests {
             codex_home: Some("/c".into()),
             ..Places::default()
         };
-        let none = Disk(BTreeMap::new());
+        let none = Disk::default();
         let r = registration(Scope::User, &places, &none, "pith").unwrap();
         assert_eq!(r.hooks.unwrap().file, PathBuf::from("/c/config.toml"));
-        let json = Disk(BTreeMap::from([(
-            PathBuf::from("/c/hooks.json"),
-            json!({}),
-        )]));
+        let json = Disk::of([(PathBuf::from("/c/hooks.json"), json!({}))]);
         let r = registration(Scope::User, &places, &json, "pith").unwrap();
         assert_eq!(r.hooks.unwrap().file, PathBuf::from("/c/hooks.json"));
         assert!(registration(Scope::Project, &places, &none, "pith").is_err());

@@ -295,6 +295,33 @@ pub fn hook_tool(name: &str) -> Option<HookTool> {
         .map(|(_, kind)| *kind)
 }
 
+/// Files held in memory, for the rules' tests.
+#[cfg(test)]
+pub(crate) mod test_files {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use serde_json::Value;
+
+    #[derive(Default)]
+    pub(crate) struct Disk(BTreeMap<PathBuf, Value>);
+
+    impl Disk {
+        pub(crate) fn of<const N: usize>(files: [(PathBuf, Value); N]) -> Disk {
+            Disk(BTreeMap::from(files))
+        }
+    }
+
+    impl super::Files for Disk {
+        fn exists(&self, path: &Path) -> bool {
+            self.0.contains_key(path)
+        }
+        fn read(&self, path: &Path) -> Option<Value> {
+            self.0.get(path).cloned()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -199,17 +199,7 @@ pub(crate) fn rules_file_named(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    struct Disk(BTreeMap<PathBuf, Value>);
-    impl Files for Disk {
-        fn exists(&self, path: &Path) -> bool {
-            self.0.contains_key(path)
-        }
-        fn read(&self, path: &Path) -> Option<Value> {
-            self.0.get(path).cloned()
-        }
-    }
+    use crate::test_files::Disk;
 
     #[test]
     fn the_user_scope_is_the_global_config_and_jsonc_wins() {
@@ -218,16 +208,16 @@ mod tests {
             project: Some("/w".into()),
             ..Places::default()
         };
-        let none = Disk(BTreeMap::new());
+        let none = Disk::default();
         let user = registration(Scope::User, &places, &none, "pith").unwrap();
         assert_eq!(
             user.mcp.file,
             PathBuf::from("/h/.config/opencode/opencode.json")
         );
-        let with_jsonc = Disk(BTreeMap::from([(
+        let with_jsonc = Disk::of([(
             PathBuf::from("/w/opencode.jsonc"),
             json!({"provider": {"openai": {"options": {"baseURL": "http://x/v1"}}}}),
-        )]));
+        )]);
         let project = registration(Scope::Project, &places, &with_jsonc, "pith").unwrap();
         assert_eq!(project.mcp.file, PathBuf::from("/w/opencode.jsonc"));
         assert_eq!(

@@ -60,23 +60,13 @@ pub(crate) fn trimmed(url: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
 
     use serde_json::{Value, json};
 
     use super::*;
     use crate::Client;
-
-    struct Disk(BTreeMap<PathBuf, Value>);
-    impl Files for Disk {
-        fn exists(&self, path: &Path) -> bool {
-            self.0.contains_key(path)
-        }
-        fn read(&self, path: &Path) -> Option<Value> {
-            self.0.get(path).cloned()
-        }
-    }
+    use crate::test_files::Disk;
 
     fn wire(client: Client, env: &[(&str, &str)], files: &Disk) -> Result<Wiring, String> {
         let places = Places {
@@ -104,7 +94,7 @@ mod tests {
 
     #[test]
     fn each_client_is_wired_for_one_process_or_told_why_not() {
-        let none = Disk(BTreeMap::new());
+        let none = Disk::default();
         // Claude Code: the origin, and the token beside the headers already set.
         let w = wire(
             Client::ClaudeCode,
@@ -163,10 +153,10 @@ mod tests {
         // Codex: `-c` overrides for the built-in provider; one going elsewhere is left alone.
         let w = wire(Client::Codex, &[], &none).unwrap();
         assert_eq!(w.args[1], "openai_base_url=\"http://127.0.0.1:9999/v1\"");
-        let router = Disk(BTreeMap::from([(
+        let router = Disk::of([(
             PathBuf::from("/c/config.toml"),
             json!({"model_provider": "router", "model_providers": {"router": {"base_url": "https://router.example/api/v1"}}}),
-        )]));
+        )]);
         assert!(
             wire(Client::Codex, &[], &router)
                 .unwrap_err()

@@ -101,12 +101,11 @@ pub(crate) async fn relay(
         return refused_as_it_was(upstream).await;
     }
     let upstream_headers = upstream.headers().clone();
-    let client_headers = req.headers().clone();
+    let turns = Turns::new(state.config.ledger.clone(), req.headers(), account);
     let client_upgrade = hyper::upgrade::on(&mut req);
     let upstream_upgrade = hyper::upgrade::on(upstream);
     let activity = Arc::clone(&state.activity);
     activity.relay_started();
-    let sink = state.config.ledger.clone();
     tokio::spawn(async move {
         let (client, upstream) = match tokio::join!(client_upgrade, upstream_upgrade) {
             (Ok(c), Ok(u)) => (c, u),
@@ -124,7 +123,7 @@ pub(crate) async fn relay(
             WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, None).await;
         let upstream =
             WebSocketStream::from_raw_socket(TokioIo::new(upstream), Role::Client, None).await;
-        pump(client, upstream, Turns::new(sink, client_headers, account)).await;
+        pump(client, upstream, turns).await;
         activity.relay_ended();
     });
     switching_protocols(&upstream_headers, &key)
@@ -309,7 +308,9 @@ where
 /// The requests of one socket, each recorded when its last event arrives.
 struct Turns {
     sink: Option<crate::ledger::LedgerSink>,
-    headers: HeaderMap,
+    /// The client and session the upgrade's headers name, the same for every request on it.
+    client: String,
+    session: Option<String>,
     /// The account the socket's requests belong to.
     account: String,
     open: Option<Turn>,
@@ -350,10 +351,11 @@ fn event_type(text: &str) -> Option<String> {
 }
 
 impl Turns {
-    fn new(sink: Option<crate::ledger::LedgerSink>, headers: HeaderMap, account: String) -> Turns {
+    fn new(sink: Option<crate::ledger::LedgerSink>, headers: &HeaderMap, account: String) -> Turns {
         Turns {
             sink,
-            headers,
+            client: session::client_from_user_agent(headers),
+            session: session::session_from_headers(headers),
             account,
             open: None,
         }
@@ -407,8 +409,8 @@ impl Turns {
         sink.submit(Record {
             ts_ms: turn.ts_ms,
             arrival_us: turn.arrival_us,
-            client: session::client_from_user_agent(&self.headers),
-            header_session: session::session_from_headers(&self.headers),
+            client: self.client.clone(),
+            header_session: self.session.clone(),
             wire: Some(Wire::Responses),
             provider: Some(Provider::OpenAi),
             method: "WEBSOCKET".to_owned(),

@@ -176,8 +176,9 @@ pub fn open_private(path: &Path, append: bool) -> anyhow::Result<File> {
     })
 }
 
-/// Take `lock` on `file`, trying until `deadline`; whether it was taken.
-pub fn lock_until(file: &File, shared: bool, deadline: Instant) -> bool {
+/// Take a lock on `file` (shared or exclusive), trying until `deadline`: `Ok(false)` when
+/// another holder kept it that long, `Err` when the lock itself failed.
+pub fn lock_until(file: &File, shared: bool, deadline: Instant) -> std::io::Result<bool> {
     loop {
         let taken = if shared {
             file.try_lock_shared()
@@ -185,11 +186,12 @@ pub fn lock_until(file: &File, shared: bool, deadline: Instant) -> bool {
             file.try_lock()
         };
         match taken {
-            Ok(()) => return true,
+            Ok(()) => return Ok(true),
             Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(_) => return false,
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }
     }
 }

@@ -34,6 +34,8 @@ pub(crate) struct Context {
     pub provider: Provider,
     /// The client's headers, as it sent them.
     pub headers: HeaderMap,
+    /// The session the headers name, found once for the phases that key on it.
+    pub session: Option<String>,
     /// The client's body, as it sent it (shared with the forwarding path, not copied).
     pub body: Bytes,
     /// Length of the body sent upstream (differs from `body` when a stage changed it).
@@ -72,6 +74,7 @@ impl Context {
             path_and_query,
             wire: None,
             provider: Provider::OpenAi,
+            session: session::session_from_headers(&headers),
             headers,
             body: Bytes::new(),
             bytes_upstream: 0,
@@ -100,7 +103,7 @@ impl Context {
             ts_ms: self.ts_ms,
             arrival_us: self.arrival_us,
             client: session::client_from_user_agent(&self.headers),
-            header_session: session::session_from_headers(&self.headers),
+            header_session: self.session.clone(),
             agent_type: self
                 .headers
                 .get(crate::own_headers::AGENT_TYPE_HEADER)

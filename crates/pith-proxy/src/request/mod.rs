@@ -23,7 +23,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use pith_outcome::{Refusal, RequestOutcome};
 use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
-use pith_wire::{Provider, Wire, reply, session};
+use pith_wire::{Provider, Wire, reply};
 
 use crate::fault::Fault;
 use crate::last_check;
@@ -49,9 +49,7 @@ pub(crate) async fn serve(
         if let Some(expected) = state.config.token.as_deref()
             && !token::matches(req.headers(), expected)
         {
-            if let Some(sink) = &state.config.ledger {
-                sink.refused(Refusal::AccessToken);
-            }
+            count_refusal(&state, Refusal::AccessToken);
             return Ok(Fault::client(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
@@ -62,9 +60,7 @@ pub(crate) async fn serve(
         let account = match account_of(&state, req.headers()) {
             Ok(account) => account,
             Err((reason, fault)) => {
-                if let Some(sink) = &state.config.ledger {
-                    sink.refused(reason);
-                }
+                count_refusal(&state, reason);
                 return Ok(fault.response(Provider::OpenAi));
             }
         };
@@ -148,10 +144,15 @@ fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
 /// and writes no row (a refused request was not served).
 fn refuse(state: &State, mut ctx: Context, reason: Refusal, fault: &Fault) -> Response<ProxyBody> {
     ctx.forget();
+    count_refusal(state, reason);
+    fault.response(ctx.provider)
+}
+
+/// Count a refused request's reason in the ledger, when one is kept.
+fn count_refusal(state: &State, reason: Refusal) {
     if let Some(sink) = &state.config.ledger {
         sink.refused(reason);
     }
-    fault.response(ctx.provider)
 }
 
 /// Admit: a method pith proxies, and the access token when the proxy has one.
@@ -516,8 +517,7 @@ async fn resend_as_sent(
     );
     state.transform_failures.fetch_add(1, Ordering::Relaxed);
     if !own_refused {
-        let session = session::session_from_headers(&ctx.headers);
-        state.refused.refuse(session.as_deref(), &stages);
+        state.refused.refuse(ctx.session.as_deref(), &stages);
     }
     last_check::refused_reports(&mut ctx.transforms, status, &message, own_refused);
     Ok(resent)
@@ -546,8 +546,7 @@ async fn refusal_message(state: &State, refusal: Response<Incoming>) -> String {
 /// stage may wait on I/O, so one slow request never stalls the event loop. Stages the provider
 /// refused in this session stay out.
 async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> PipelineResult {
-    let session = session::session_from_headers(&ctx.headers);
-    let off = state.refused.off(session.as_deref());
+    let off = state.refused.off(ctx.session.as_deref());
     if !state.config.pipeline.may_block() {
         return state.config.pipeline.run_except(
             &pith_transform::Request {
@@ -666,18 +665,15 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let rewriter = match (ctx.wire, &state.config.rewrites) {
-        (Some(wire), Some(rewrites)) => {
-            let session = session::session_from_headers(&ctx.headers);
-            rewrites.for_response(&ResponseInfo {
-                wire,
-                path: &ctx.path,
-                session: session.as_deref(),
-                status: parts.status,
-                sse: ctx.response_is_sse,
-                content_encoding: ctx.content_encoding.as_deref(),
-                transforms: &ctx.transforms,
-            })
-        }
+        (Some(wire), Some(rewrites)) => rewrites.for_response(&ResponseInfo {
+            wire,
+            path: &ctx.path,
+            session: ctx.session.as_deref(),
+            status: parts.status,
+            sse: ctx.response_is_sse,
+            content_encoding: ctx.content_encoding.as_deref(),
+            transforms: &ctx.transforms,
+        }),
         _ => None,
     };
     if rewriter.is_some() {

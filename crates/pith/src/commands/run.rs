@@ -85,7 +85,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
     // holds it. A proxy taking it to stop makes this wait until that proxy is gone.
     let clients = background::open_private(&background::clients_lock_path(&home), false)
         .ok()
-        .filter(|f| background::lock_until(f, true, deadline));
+        .filter(|f| matches!(background::lock_until(f, true, deadline), Ok(true)));
 
     let mut wiring = Wiring::default();
     match ensure(
@@ -223,7 +223,7 @@ fn ensure(
     };
     let start = background::open_private(&background::start_lock_path(home), false)
         .map_err(|e| format!("cannot start a pith proxy: {e:#}"))?;
-    if !background::lock_until(&start, false, deadline) {
+    if !matches!(background::lock_until(&start, false, deadline), Ok(true)) {
         return Err(late());
     }
     // Another `pith run` may have started it while this one waited for the lock.

@@ -100,12 +100,7 @@ fn setup_ignores_a_trap_at_a_temporary_name_and_six_at_once_all_succeed() {
     // The user's file neither rewritten nor made 0600; the new file is a file of its own.
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "mine\n");
     assert_eq!(mode(&secret), secret_mode);
-    assert!(
-        !std::fs::symlink_metadata(project.join(".mcp.json"))
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
+    assert!(!is_link(&project.join(".mcp.json")));
 
     // Six at once, each for its own client file set: every one succeeds, one at a time.
     let (_top, project, home, _) = project_and_home();
@@ -159,12 +154,7 @@ fn undo_keeps_a_linked_settings_file_a_link() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        std::fs::symlink_metadata(project.join(".mcp.json"))
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
+    assert!(is_link(&project.join(".mcp.json")));
     let linked = std::fs::read_to_string(project.join("shared/mcp.json")).unwrap();
     assert!(linked.contains("\"pith\""), "{linked}");
     let out = setup(
@@ -177,16 +167,19 @@ fn undo_keeps_a_linked_settings_file_a_link() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        std::fs::symlink_metadata(project.join(".mcp.json"))
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
+    assert!(is_link(&project.join(".mcp.json")));
     assert_eq!(
         std::fs::read_to_string(project.join("shared/mcp.json")).unwrap(),
         "{\n  \"mcpServers\": {}\n}\n"
     );
+}
+
+/// Whether `path` is a symbolic link itself (not what it points to).
+fn is_link(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .file_type()
+        .is_symlink()
 }
 
 /// `pith hook` with stdin from this process, written by `feed` (which may keep it open); the
@@ -278,11 +271,16 @@ fn mcp_refuses_a_pipe_and_answers_an_over_long_message() {
             .success()
     );
     let mut client = crate::mcp::RawClient::start(ws.path(), &[]);
-    // Without the fix these calls never return: the test ends them after 20 s.
+    // Without the fix these calls never return: a watchdog ends the server if the test has
+    // not finished (dropped `_finished`) within 20 s.
     let pid = client.pid();
+    let (_finished, finished) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(20));
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            finished.recv_timeout(Duration::from_secs(20))
+        {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
     });
     let (text, is_error) = client.call("read_workspace_file", serde_json::json!({"path": "pipe"}));
     assert!(is_error, "{text}");

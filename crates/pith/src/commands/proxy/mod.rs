@@ -400,11 +400,14 @@ mod tests {
         let activity = pith_proxy::Activity::new();
         let idle = Duration::from_secs(30 * 60);
         let client = crate::background::open_private(&clients, false).unwrap();
-        assert!(crate::background::lock_until(
-            &client,
-            true,
-            std::time::Instant::now() + Duration::from_secs(1)
-        ));
+        assert!(
+            crate::background::lock_until(
+                &client,
+                true,
+                std::time::Instant::now() + Duration::from_secs(1)
+            )
+            .unwrap()
+        );
         // Idle ten times over, a `pith run` client still holding the lock: still serving.
         let held = tokio::time::timeout(idle * 10, idle_stopped(&activity, idle, &clients)).await;
         assert!(held.is_err(), "stopped under a running client");

@@ -41,22 +41,25 @@ fn to_cst(value: &Value) -> CstInputValue {
         Value::Number(n) => CstInputValue::Number(n.to_string()),
         Value::String(s) => CstInputValue::String(s.clone()),
         Value::Array(items) => CstInputValue::Array(items.iter().map(to_cst).collect()),
-        Value::Object(members) => {
-            let mut keys: Vec<&String> = members.keys().collect();
-            let rank = |k: &str| {
-                MEMBER_ORDER
-                    .iter()
-                    .position(|o| *o == k)
-                    .unwrap_or(usize::MAX)
-            };
-            keys.sort_by_key(|k| (rank(k), k.as_str()));
-            CstInputValue::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), to_cst(&members[k])))
-                    .collect(),
-            )
-        }
+        Value::Object(members) => CstInputValue::Object(
+            ordered(members)
+                .map(|(k, v)| (k.clone(), to_cst(v)))
+                .collect(),
+        ),
     }
+}
+
+/// `members` in [`MEMBER_ORDER`], the rest after them by name.
+fn ordered(members: &serde_json::Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+    let rank = |k: &str| {
+        MEMBER_ORDER
+            .iter()
+            .position(|o| *o == k)
+            .unwrap_or(usize::MAX)
+    };
+    let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
+    sorted.sort_by_key(|(k, _)| (rank(k), k.as_str()));
+    sorted.into_iter()
 }
 
 /// The member `name` of `object`; the last one if it repeats, as JSON parsers (and so the
@@ -218,16 +221,8 @@ fn toml_item(value: &Value) -> toml_edit::Item {
     match value {
         Value::Object(members) => {
             let mut table = toml_edit::Table::new();
-            let mut keys: Vec<&String> = members.keys().collect();
-            let rank = |k: &str| {
-                MEMBER_ORDER
-                    .iter()
-                    .position(|o| *o == k)
-                    .unwrap_or(usize::MAX)
-            };
-            keys.sort_by_key(|k| (rank(k), k.as_str()));
-            for k in keys {
-                table.insert(k, toml_item(&members[k]));
+            for (k, v) in ordered(members) {
+                table.insert(k, toml_item(v));
             }
             toml_edit::Item::Table(table)
         }

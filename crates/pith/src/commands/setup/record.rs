@@ -76,10 +76,7 @@ impl Record {
     /// holds every project's local-scope servers and the user scope's), and each undoes its
     /// own.
     pub fn key(path: &Path, client: Client, scope: Scope, project: Option<&Path>) -> String {
-        let file = std::path::absolute(path)
-            .unwrap_or_else(|_| path.to_path_buf())
-            .to_string_lossy()
-            .into_owned();
+        let file = Record::legacy_key(path);
         let project = project
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
@@ -266,21 +263,14 @@ pub fn lock() -> anyhow::Result<std::fs::File> {
     let path = crate::config::pith_home()?.join("setup.lock");
     let file = crate::background::open_private(&path, false)?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-                "another pith setup has held {} for 10 s; try again once it is done",
-                path.display()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
-            }
-        }
-    }
+    let taken = crate::background::lock_until(&file, false, deadline)
+        .with_context(|| format!("cannot lock {}", path.display()))?;
+    anyhow::ensure!(
+        taken,
+        "another pith setup has held {} for 10 s; try again once it is done",
+        path.display()
+    );
+    Ok(file)
 }
 
 /// Changed lines with two lines of context: `+ ` added, `- ` removed.

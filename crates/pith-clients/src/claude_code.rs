@@ -29,6 +29,11 @@ pub const SYSTEM_REMINDER_OPEN: &str = "<system-reminder>";
 /// How that context closes.
 pub const SYSTEM_REMINDER_CLOSE: &str = "</system-reminder>";
 
+/// Claude Code's own search over the tools it defers by name (its MCP tools and rarer
+/// built-ins such as WebFetch): its context says they "are now available via ToolSearch", and
+/// it answers `select:NAME` with a `tool_reference` and sends that tool from then on.
+pub const TOOL_SEARCH: &str = "ToolSearch";
+
 /// The note Claude Code puts before the output of local commands the person ran: harness text
 /// through to its end, whatever follows it.
 pub const LOCAL_COMMAND_CAVEAT: &str =
@@ -78,6 +83,7 @@ pub const PROFILE: Profile = Profile {
     ],
     harness_prefixes: &["[Request interrupted by user"],
     side_call_openings: &[],
+    own_tool_search: Some(TOOL_SEARCH),
     default_scope: Scope::Local,
     scopes: &[Scope::Local, Scope::Project, Scope::User],
     base_url_env: Some("ANTHROPIC_BASE_URL"),

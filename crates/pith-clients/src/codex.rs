@@ -53,6 +53,7 @@ pub const PROFILE: Profile = Profile {
     ],
     harness_prefixes: &[AGENTS_MD_PREFIX],
     side_call_openings: &[],
+    own_tool_search: None,
     default_scope: Scope::User,
     scopes: &[Scope::User],
     base_url_env: Some("OPENAI_BASE_URL"),

@@ -68,6 +68,9 @@ pub struct Profile {
     /// How a user message of one of its side calls opens (a request beside the conversation,
     /// such as OpenCode's title call): such a request is not a turn of the conversation.
     pub side_call_openings: &'static [&'static str],
+    /// The tool of its own it loads the tools it defers by name with (Claude Code's
+    /// `ToolSearch`): the only way to those tools, so pith's deferral keeps it in sight.
+    pub own_tool_search: Option<&'static str>,
     /// The scope `pith setup` writes to unless told: where the client keeps a person's own
     /// settings.
     pub default_scope: Scope,
@@ -170,6 +173,13 @@ impl Client {
             .side_call_openings
             .iter()
             .any(|o| text.starts_with(o))
+    }
+
+    /// Whether `name` is the tool some client loads its own deferred tools with.
+    pub fn is_own_tool_search(name: &str) -> bool {
+        Client::ALL
+            .into_iter()
+            .any(|c| c.profile().own_tool_search == Some(name))
     }
 
     /// The hook events pith registers for (none: the client runs no command hooks).

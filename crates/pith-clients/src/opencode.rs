@@ -38,6 +38,7 @@ pub const PROFILE: Profile = Profile {
     harness_openings: &[],
     harness_prefixes: &[],
     side_call_openings: &[TITLE_CALL],
+    own_tool_search: None,
     default_scope: Scope::User,
     scopes: &[Scope::User, Scope::Project],
     base_url_env: None,

@@ -1,5 +1,5 @@
 //! What tool deferral keeps out of context on the real captures, and the cache-weighted prompt
-//! cost of the OpenCode mcp40 session before and after.
+//! cost of the OpenCode mcp40 session and of the Claude Code sessions before and after.
 //!
 //! `cargo run --release -p pith-prefilter --example defer_savings`
 //!
@@ -25,6 +25,8 @@ use sim::{
 
 const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40";
 const FIX_CALC: &str = "opencode-1.18.33/anthropic-fix-calc";
+const CLAUDE_CODE: &str = "claude-code-2.1.328/fix-calc";
+const CLAUDE_CODE_LONG: &str = "claude-code-2.1.328/fix-calc-long";
 
 fn main() -> Result<(), String> {
     let cache = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -77,6 +79,10 @@ fn main() -> Result<(), String> {
         );
     }
     cost_report(&stage, MCP40, true)?;
+    // Claude Code's specialised built-ins, on the shared capture and the longer recorded one.
+    for folder in [CLAUDE_CODE, CLAUDE_CODE_LONG] {
+        cost_report(&stage, folder, false)?;
+    }
     // The default threshold leaves the 10-tool session unchanged; what deferring it would cost
     // is the reason for that threshold.
     println!(
@@ -88,12 +94,13 @@ fn main() -> Result<(), String> {
         ..DeferOptions::default()
     };
     cost_report(&stage_with(cache.path(), any_size)?, FIX_CALC, false)?;
-    // A session that needs a search: the mcp40 session with one tool fewer kept loaded.
-    let four = DeferOptions {
-        keep_relevant: 4,
+    // A session that needs a search: the mcp40 session keeping only the most relevant tool
+    // (and the tools it names), so `edit`, which it calls, is deferred.
+    let one = DeferOptions {
+        keep_relevant: 1,
         ..DeferOptions::default()
     };
-    round_trip_report(&stage_with(cache.path(), four)?, MCP40, "keep_relevant = 4")?;
+    round_trip_report(&stage_with(cache.path(), one)?, MCP40, "keep_relevant = 1")?;
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! real captures; what the benchmarks share.
 
 pub mod bench;
+pub mod cache_sim;
 pub mod errors;
 pub mod fixtures;
 pub mod ollama;

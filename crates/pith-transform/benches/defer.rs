@@ -1,8 +1,9 @@
 //! The defer stage's own time on a 53-tool OpenCode request it rewrites (req003: later
-//! captured turns call tools it defers, which a replay without searches cannot have) and on a
-//! Claude Code request it must leave alone (already deferring; on every Claude Code request),
-//! next to plain JSON parses of the same body (the cheapest things any body-reading stage must
-//! do) for ratios. Measured
+//! captured turns call tools it defers, which a replay without searches cannot have), on
+//! Claude Code's largest captured request (req006, 57 KB: its specialised built-ins deferred,
+//! on every Claude Code request) and on a Codex request it must leave alone (Codex sends its
+//! own tool search), next to plain JSON parses of the same body (the cheapest things any
+//! body-reading stage must do) for ratios. Measured
 //! twice: wall time (criterion's default) and the benchmark thread's CPU time, which other
 //! processes on a shared machine do not inflate.
 //!
@@ -19,14 +20,24 @@ use pith_wire::Wire;
 
 /// The body the stage rewrites (53 tools, 48 deferred).
 const MCP40: &str = "opencode-1.18.33/anthropic-agentsmd-mcp40/req003";
-/// A body the stage leaves alone because Claude Code already defers (14 tools, ~35 KB).
-const CLAUDE_CODE: &str = "claude-code-2.1.328/fix-calc/req002";
+/// Claude Code's largest captured body (14 tools, 5 deferred).
+const CLAUDE_CODE: &str = "claude-code-2.1.328/fix-calc/req006";
+/// A body the stage leaves alone because Codex sends its own tool search (23 tools).
+const CODEX: &str = "codex-0.169.0/responses-agentsmd-mcp40/req005";
 
-fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], rewrites: bool) {
+fn run_group<M: Measurement>(
+    mut group: BenchmarkGroup<'_, M>,
+    wire: Wire,
+    body: &[u8],
+    rewrites: bool,
+) {
     let headers = HeaderMap::new();
     let request = Request {
-        wire: Wire::AnthropicMessages,
-        path: "/v1/messages",
+        wire,
+        path: match wire {
+            Wire::Responses => "/v1/responses",
+            _ => "/v1/messages",
+        },
         headers: &headers,
         body,
     };
@@ -48,30 +59,38 @@ fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], rewr
     group.finish();
 }
 
+fn groups<M: Measurement>(c: &mut Criterion<M>, suffix: &str) {
+    let cases = [
+        ("defer_mcp40_req003", Wire::AnthropicMessages, MCP40, true),
+        (
+            "defer_claude_code_req006",
+            Wire::AnthropicMessages,
+            CLAUDE_CODE,
+            true,
+        ),
+        (
+            "defer_codex_mcp40_req005_own_search",
+            Wire::Responses,
+            CODEX,
+            false,
+        ),
+    ];
+    for (name, wire, capture, rewrites) in cases {
+        run_group(
+            c.benchmark_group(format!("{name}{suffix}")),
+            wire,
+            &capture_body(capture),
+            rewrites,
+        );
+    }
+}
+
 fn wall(c: &mut Criterion) {
-    run_group(
-        c.benchmark_group("defer_mcp40_req003"),
-        &capture_body(MCP40),
-        true,
-    );
-    run_group(
-        c.benchmark_group("defer_claude_code_req002_already_deferring"),
-        &capture_body(CLAUDE_CODE),
-        false,
-    );
+    groups(c, "");
 }
 
 fn cpu(c: &mut Criterion<ThreadCpu>) {
-    run_group(
-        c.benchmark_group("defer_mcp40_req003_cpu"),
-        &capture_body(MCP40),
-        true,
-    );
-    run_group(
-        c.benchmark_group("defer_claude_code_req002_already_deferring_cpu"),
-        &capture_body(CLAUDE_CODE),
-        false,
-    );
+    groups(c, "_cpu");
 }
 
 criterion_group!(wall_time, wall);

@@ -195,7 +195,7 @@ pub struct TransformsConfig {
     /// `regex` (default) or `bm25`: which Anthropic tool search tool to add.
     pub tool_search: Option<String>,
     /// Defer only when the deferred definitions add up to at least this many characters
-    /// (default 20,000; env `PITH_MIN_DEFERRED_CHARS`). See BENCHMARKS.md: deferring a few
+    /// (default 16,000; env `PITH_MIN_DEFERRED_CHARS`). See BENCHMARKS.md: deferring a few
     /// kilobytes can cost more than it saves.
     pub min_deferred_chars: Option<usize>,
     /// Base URL of the embedding server for semantic tool ranking; with `embeddings_model`,

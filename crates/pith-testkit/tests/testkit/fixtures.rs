@@ -500,3 +500,28 @@ fn every_capture_loads_with_its_exact_body_and_header_order() {
     let body: Value = serde_json::from_slice(&claude[0].body).unwrap();
     assert!(body["messages"].is_array());
 }
+
+#[test]
+fn the_recorded_sessions_load_as_captures_without_the_recording_machine_s_paths() {
+    let recorded = pith_testkit::fixtures::recorded().expect("recorded sessions load");
+    let long: Vec<_> = recorded
+        .iter()
+        .filter(|c| c.client_folder == "claude-code-2.1.328" && c.scenario == "fix-calc-long")
+        .collect();
+    assert_eq!(long.len(), 11);
+    for capture in long {
+        let body: Value = serde_json::from_slice(&capture.body).expect("a JSON body");
+        assert!(body["tools"].is_array(), "{}", capture.id());
+        let text = String::from_utf8_lossy(&capture.body);
+        assert!(!text.contains("/tmp/"), "{}", capture.id());
+        assert!(text.contains("/home/dev/calc"), "{}", capture.id());
+        assert!(
+            capture
+                .headers
+                .iter()
+                .all(|(k, v)| k != "x-api-key" || v == "<redacted>"),
+            "{}",
+            capture.id()
+        );
+    }
+}

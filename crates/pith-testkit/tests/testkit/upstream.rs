@@ -10,6 +10,22 @@ use pith_testkit::{Chunk, MockUpstream, Reply};
 
 use crate::client::{decode_chunked, fetch, open, raw_exchange, send};
 
+/// `body` with every Anthropic message id read as the first one: each body the fixtures build
+/// gets its own, as the API's responses do.
+fn same_ids(body: &Bytes) -> Bytes {
+    const ID: &[u8] = b"msg_01MockUpstream";
+    let mut out = body.to_vec();
+    let mut at = 0;
+    while let Some(found) = out[at..].windows(ID.len()).position(|w| w == ID) {
+        let digits = at + found + ID.len();
+        for b in out[digits..].iter_mut().take_while(|b| b.is_ascii_digit()) {
+            *b = b'0';
+        }
+        at = digits;
+    }
+    Bytes::from(out)
+}
+
 const WAIT: Duration = Duration::from_secs(10);
 
 #[tokio::test]
@@ -100,8 +116,11 @@ async fn scripted_replies_are_used_in_order_then_the_default() {
     let (status, _, body) = fetch(mock.addr(), "POST", "/v1/messages", "{}").await;
     assert_eq!(status, 200);
     assert_eq!(
-        body,
-        fixtures::anthropic::message(&DEFAULT_DELTAS.concat(), DEFAULT_USAGE)
+        same_ids(&body),
+        same_ids(&fixtures::anthropic::message(
+            &DEFAULT_DELTAS.concat(),
+            DEFAULT_USAGE
+        ))
     );
     assert_eq!(mock.request_count(), 4);
     assert_eq!(mock.queued_replies(), 0);
@@ -128,8 +147,11 @@ async fn conditional_replies_wait_for_a_body_they_fit() {
     assert_eq!(body.as_ref(), br#"{"for":"anyone"}"#);
     let (_, _, body) = fetch(mock.addr(), "POST", "/v1/messages", r#"{"b":2}"#).await;
     assert_eq!(
-        body,
-        fixtures::anthropic::message(&DEFAULT_DELTAS.concat(), DEFAULT_USAGE),
+        same_ids(&body),
+        same_ids(&fixtures::anthropic::message(
+            &DEFAULT_DELTAS.concat(),
+            DEFAULT_USAGE
+        )),
         "nothing queued fits: the default answers"
     );
     assert_eq!(mock.queued_replies(), 1);
@@ -264,7 +286,7 @@ fn zero_delay_chunks_keep_their_boundaries_on_the_wire() {
 async fn default_for(mock: &MockUpstream, path: &str, body: &str) -> (u16, String, Bytes) {
     let (status, headers, body) = fetch(mock.addr(), "POST", path, body.to_owned()).await;
     let content_type = headers["content-type"].to_str().unwrap().to_owned();
-    (status.as_u16(), content_type, body)
+    (status.as_u16(), content_type, same_ids(&body))
 }
 
 #[tokio::test]
@@ -284,7 +306,7 @@ async fn default_replies_follow_the_path_and_the_stream_field() {
         (
             200,
             json.clone(),
-            fixtures::anthropic::message(&text, DEFAULT_USAGE)
+            same_ids(&fixtures::anthropic::message(&text, DEFAULT_USAGE))
         )
     );
     assert_eq!(
@@ -292,7 +314,7 @@ async fn default_replies_follow_the_path_and_the_stream_field() {
         (
             200,
             sse.clone(),
-            fixtures::anthropic::stream(DEFAULT_DELTAS, DEFAULT_USAGE)
+            same_ids(&fixtures::anthropic::stream(DEFAULT_DELTAS, DEFAULT_USAGE))
         )
     );
     assert_eq!(

@@ -3,10 +3,18 @@
 //! On Anthropic Messages and OpenAI Responses, every tool that is not in the loaded set gets
 //! `"defer_loading": true` spliced into its definition and the provider's tool search tool is
 //! added, so the model sees a few definitions plus a search tool and loads the rest on demand.
-//! The loaded set is the tools at or below `small_tool_chars` plus the `keep_relevant` tools
-//! most relevant to the task, where the task is the first real user prompt of the
-//! conversation: both inputs are the same on every turn of a session, so the rewritten `tools`
-//! section (the start of the cached prefix) is byte-identical on every turn.
+//! The loaded set is the tools at or below `small_tool_chars`, the `keep_relevant` tools most
+//! relevant to the task (the first real user prompt of the conversation), and every tool a
+//! loaded tool's definition names: a description that tells the model to use another tool
+//! ("use Read before Edit") needs that tool in sight. All three inputs are the same on every
+//! turn of a session, so the rewritten `tools` section (the start of the cached prefix) is
+//! byte-identical on every turn.
+//!
+//! A client that defers some of its own tools behind a search of its own (Claude Code's
+//! `ToolSearch`, with a `defer_loading` placeholder) keeps those as it sent them, and that
+//! search tool stays loaded (the only way to the tools it names); pith plans among the rest
+//! and adds the provider's search tool. A client that sends a provider search
+//! tool decides deferral itself and is left alone.
 //!
 //! Whenever deferral could be wrong the request is left unchanged, with a [`reason`].
 
@@ -45,7 +53,8 @@ pub mod reason {
     pub const NO_TOOLS: &str = "no_tools";
     /// The request has one tool: too few to defer any.
     pub const SINGLE_TOOL: &str = "single_tool";
-    /// A tool carries `defer_loading` or a tool search tool is present.
+    /// A tool search tool is present: the client (or pith, on an earlier pass) decides
+    /// deferral itself.
     pub const ALREADY_DEFERRING: &str = "already_deferring";
     /// `tool_choice` forces a tool (Anthropic `any`/`tool`, Responses `required` or a named
     /// tool) or is something the stage does not know.
@@ -63,12 +72,13 @@ pub mod reason {
     pub const MID_SESSION_JOIN: &str = "mid_session_join";
 }
 
-/// Below this many characters of deferrable definitions (about 5k tokens) a request is left
-/// unchanged. Measured on OpenCode's own sessions (BENCHMARKS.md): deferring its 10 built-in
-/// tools (6 KB) made a session cost 14-30% more, because each search the model then needs
-/// costs more than the few kilobytes saved; with a 40-tool MCP server (42 KB) it cost 61-64%
-/// less. A search costs a few thousand tokens; 5k tokens kept out of a session pays for two.
-pub const DEFAULT_MIN_DEFERRED_CHARS: usize = 20_000;
+/// Below this many characters of deferrable definitions (about 4k tokens) a request is left
+/// unchanged. Measured (BENCHMARKS.md): deferring OpenCode's 10 built-in tools (6 KB) made a
+/// session cost 14-30% more, because each search the model then needs costs more than the few
+/// kilobytes saved; with a 40-tool MCP server (42 KB) it cost 61-64% less, and Claude Code's
+/// five specialised built-ins (19.6 KB) make its sessions more than a quarter cheaper. A search
+/// costs a few thousand tokens; 4k tokens kept out of every turn pays for it within a session.
+pub const DEFAULT_MIN_DEFERRED_CHARS: usize = 16_000;
 
 /// Which Anthropic tool search tool to add (`[transforms] tool_search`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -198,8 +208,16 @@ impl From<serde_json::Error> for Unparseable {
 struct Entry<'a> {
     raw: &'a RawValue,
     tool: Tool<'a>,
-    /// Custom (Anthropic) or function (Responses) tool with a name: may be deferred.
+    /// Custom (Anthropic) or function (Responses) tool with a name, not a client's own search
+    /// tool: ranked and named like any, whatever the client said about its deferral, so that
+    /// the client deferring one itself changes nothing pith decides for the others.
+    plannable: bool,
+    /// Plannable, and the client left its deferral open (no `defer_loading` of its own): pith
+    /// may defer it.
     deferrable: bool,
+    /// The client sent it with `"defer_loading": true`: out of context until searched for,
+    /// whatever pith does.
+    client_deferred: bool,
 }
 
 impl DeferStage {
@@ -218,18 +236,25 @@ impl DeferStage {
             }
             let tool: Tool<'_> = serde_json::from_str(raw.get())?;
             let kind = tool.kind.as_ref().map(Str::as_str);
-            if tool.defer_loading.is_some() || is_search_tool(wire, kind) {
+            if is_search_tool(wire, kind) {
                 return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
             }
-            let deferrable = tool.name.is_some()
+            let client_deferred = tool.defer_loading.is_some_and(|d| d.get() == "true");
+            let plannable = tool
+                .name
+                .as_ref()
+                .is_some_and(|n| !pith_clients::Client::is_own_tool_search(n.as_str()))
                 && match wire {
                     Wire::AnthropicMessages => matches!(kind, None | Some("custom")),
                     Wire::Responses | Wire::ChatCompletions => kind == Some("function"),
                 };
+            let deferrable = plannable && tool.defer_loading.is_none();
             entries.push(Entry {
                 raw,
                 tool,
+                plannable,
                 deferrable,
+                client_deferred,
             });
         }
         if let Some(choice) = top.tool_choice
@@ -252,16 +277,23 @@ impl DeferStage {
         if deferred.is_empty() {
             return Ok(Decision::Unchanged(reason::NOTHING_TO_DEFER));
         }
-        if deferred.len() == entries.len() {
+        let client_deferred = entries.iter().filter(|e| e.client_deferred).count();
+        if deferred.len() + client_deferred == entries.len() {
             return Ok(Decision::Unchanged(reason::NO_TOOL_LEFT_LOADED));
         }
-        if deferred.len() > MAX_DEFERRED {
+        if deferred.len() + client_deferred > MAX_DEFERRED {
             return Ok(Decision::Unchanged(reason::TOO_MANY_TOOLS));
         }
         if self.options.min_deferred_chars > 0 {
-            let chars: usize = deferred
-                .iter()
-                .map(|&i| entries[i].raw.get().chars().count())
+            // What the plan keeps out, whoever marks it: a tool pith deferred that the client
+            // then defers itself (Claude Code after `ToolSearch select:X`) still counts, so
+            // the decision, and the other tools' bytes, do not change with it.
+            let chars: usize = (0..entries.len())
+                .filter(|&i| {
+                    let e = &entries[i];
+                    e.plannable && !loaded[i] && (e.deferrable || e.client_deferred)
+                })
+                .map(|i| entries[i].raw.get().chars().count())
                 .sum();
             if chars < self.options.min_deferred_chars {
                 return Ok(Decision::Unchanged(reason::TOO_LITTLE_TO_DEFER));
@@ -274,37 +306,56 @@ impl DeferStage {
             .map(Decision::Defer)
     }
 
-    /// `loaded[i]` for every tool: not deferrable, small, or among the most relevant.
+    /// `loaded[i]` for every tool: not plannable, small, among the most relevant, or named by
+    /// a loaded tool's definition. The tools the client decided on are planned like the others
+    /// (only the edit leaves them alone).
     fn loaded_set(&self, entries: &[Entry<'_>], task: &str) -> Vec<bool> {
         let mut loaded: Vec<bool> = entries
             .iter()
-            .map(|e| !e.deferrable || self.is_small(e.raw.get()))
+            .map(|e| !e.plannable || self.is_small(e.raw.get()))
             .collect();
         let candidates: Vec<usize> = (0..entries.len())
-            .filter(|&i| entries[i].deferrable)
+            .filter(|&i| entries[i].plannable)
+            .collect();
+        let arguments: Vec<String> = entries
+            .iter()
+            .map(|e| view::argument_text(e.tool.input_schema.or(e.tool.parameters)))
             .collect();
         let keep = self.options.keep_relevant;
         if keep == 0 || keep >= candidates.len() {
             // Nothing to rank: none or all of the candidates stay.
-            for &i in candidates.iter().take(keep) {
+            for &i in candidates
+                .iter()
+                .filter(|&&i| !entries[i].client_deferred)
+                .take(keep)
+            {
                 loaded[i] = true;
             }
-            return loaded;
+        } else {
+            self.keep_most_relevant(entries, &candidates, &arguments, task, &mut loaded);
         }
-        let arguments: Vec<String> = candidates
-            .iter()
-            .map(|&i| {
-                let tool = &entries[i].tool;
-                view::argument_text(tool.input_schema.or(tool.parameters))
-            })
-            .collect();
+        keep_named(entries, &arguments, &mut loaded);
+        loaded
+    }
+
+    /// Marks the `keep_relevant` candidates most relevant to `task` loaded. Every candidate is
+    /// ranked, but a tool the client defers itself takes no place among them: a tool Claude
+    /// Code adds deferred mid-session (an MCP tool its ToolSearch found) then moves no other.
+    fn keep_most_relevant(
+        &self,
+        entries: &[Entry<'_>],
+        candidates: &[usize],
+        arguments: &[String],
+        task: &str,
+        loaded: &mut [bool],
+    ) {
+        let keep = self.options.keep_relevant;
         let texts: Vec<ToolText<'_>> = candidates
             .iter()
-            .zip(&arguments)
-            .map(|(&i, arguments)| ToolText {
+            .map(|&i| ToolText {
                 name: entries[i].tool.name.as_ref().map_or("", Str::as_str),
                 description: entries[i].tool.description.as_ref().map_or("", Str::as_str),
-                arguments,
+                arguments: &arguments[i],
                 definition: entries[i].raw.get(),
             })
             .collect();
@@ -314,10 +365,13 @@ impl DeferStage {
             .and_then(|r| r.scores(task, &texts))
             .filter(|s| s.len() == texts.len())
             .unwrap_or_else(|| bm25_scores(task, &texts));
-        for at in rank::by_relevance(&scores).into_iter().take(keep) {
+        for at in rank::by_relevance(&scores)
+            .into_iter()
+            .filter(|&at| !entries[candidates[at]].client_deferred)
+            .take(keep)
+        {
             loaded[candidates[at]] = true;
         }
-        loaded
     }
 
     /// At or below `small_tool_chars` characters. A character is 1 to 4 bytes, so the byte
@@ -402,13 +456,13 @@ impl DeferStage {
     }
 }
 
-/// The fast answer for clients that defer their own tools (Claude Code sends ~35 KB of tools
-/// after a history that grows to megabytes, on every request): skim the body from its end to
-/// the `tools` array and parse only the definitions that mention `defer_loading` or
-/// `tool_search`. `true` only when one of them really is a deferred tool or a search tool and
-/// there are at least two tools; `false` means "plan in full". Where the full plan would find
-/// the body unparseable, this may say "already deferring" instead: both leave the request
-/// unchanged. A skim never justifies an edit (see `pith_wire::skim`).
+/// The fast answer for clients that send a tool search tool of their own (Codex sends ~15 KB
+/// of tools after a history that grows to megabytes, on every request): skim the body from
+/// its end to the `tools` array and parse only the definitions that mention `tool_search`.
+/// `true` only when one of them really is a search tool and there are at least two tools;
+/// `false` means "plan in full". Where the full plan would find the body unparseable, this may
+/// say "already deferring" instead: both leave the request unchanged. A skim never justifies
+/// an edit (see `pith_wire::skim`).
 fn already_defers(wire: Wire, body: &[u8]) -> bool {
     // From the end: clients send `tools` after the history, so this never reads the history.
     let mut members = skim::members_rev(body);
@@ -421,31 +475,25 @@ fn already_defers(wire: Wire, body: &[u8]) -> bool {
     if elements.len() < 2 {
         return false;
     }
-    // Where the words occur (as offsets into the body), in order; most tool lists have none.
+    // Where the word occurs (as offsets into the body), in order; most tool lists have none.
     let tools = &body[member.value.clone()];
-    let mut hits: Vec<usize> = memchr::memmem::find_iter(tools, b"\"defer_loading\"")
-        .chain(memchr::memmem::find_iter(tools, b"tool_search"))
-        .map(|at| member.value.start + at)
-        .collect();
-    hits.sort_unstable();
-    // Probe each definition that holds a hit, once.
     let mut probed = usize::MAX;
-    hits.into_iter().any(|hit| {
-        let Some(at) = elements.iter().position(|span| span.contains(&hit)) else {
-            return false;
-        };
-        if at == probed {
-            return false;
-        }
-        probed = at;
-        std::str::from_utf8(&body[elements[at].clone()])
-            .ok()
-            .and_then(|text| serde_json::from_str::<ToolProbe<'_>>(text).ok())
-            .is_some_and(|probe| {
-                probe.defer_loading.is_some()
-                    || is_search_tool(wire, probe.kind.as_ref().map(Str::as_str))
-            })
-    })
+    memchr::memmem::find_iter(tools, b"tool_search")
+        .map(|at| member.value.start + at)
+        .any(|hit| {
+            // Probe each definition that holds a hit, once.
+            let Some(at) = elements.iter().position(|span| span.contains(&hit)) else {
+                return false;
+            };
+            if at == probed {
+                return false;
+            }
+            probed = at;
+            std::str::from_utf8(&body[elements[at].clone()])
+                .ok()
+                .and_then(|text| serde_json::from_str::<ToolProbe<'_>>(text).ok())
+                .is_some_and(|probe| is_search_tool(wire, probe.kind.as_ref().map(Str::as_str)))
+        })
 }
 
 fn is_search_tool(wire: Wire, kind: Option<&str>) -> bool {
@@ -482,6 +530,87 @@ fn forces_a_tool(wire: Wire, choice: &RawValue) -> Result<bool, Unparseable> {
             }
         }
     }
+}
+
+/// Marks loaded every plannable tool a loaded tool's description or arguments name, until
+/// no more are: Claude Code's Edit says to Read first, OpenCode's read to use "the glob tool";
+/// a tool the model is told to use must be one it can see. A name matches exactly (case and
+/// all) as a whole word of the unescaped text; a name that is a plain lowercase word (`task`,
+/// `read`) only when followed by " tool", since the prose uses such words for themselves.
+fn keep_named(entries: &[Entry<'_>], arguments: &[String], loaded: &mut [bool]) {
+    let names: std::collections::HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| e.plannable && !loaded[*i])
+        .filter_map(|(i, e)| Some((e.tool.name.as_ref()?.as_str(), i)))
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    // Most words cannot be a name: its first byte and length rule them out before a lookup.
+    let mut first_bytes = [false; 256];
+    let (mut shortest, mut longest) = (usize::MAX, 0);
+    for name in names.keys() {
+        if let Some(&b) = name.as_bytes().first() {
+            first_bytes[usize::from(b)] = true;
+        }
+        shortest = shortest.min(name.len());
+        longest = longest.max(name.len());
+    }
+    let mut read = vec![false; entries.len()];
+    let mut to_read: Vec<usize> = (0..entries.len()).filter(|&i| loaded[i]).collect();
+    while let Some(i) = to_read.pop() {
+        if std::mem::replace(&mut read[i], true) {
+            continue;
+        }
+        let description = entries[i].tool.description.as_ref().map_or("", Str::as_str);
+        for text in [description, arguments[i].as_str()] {
+            for word in words(text) {
+                let word_text = &text[word.clone()];
+                if !first_bytes[usize::from(text.as_bytes()[word.start])]
+                    || !(shortest..=longest).contains(&word_text.len())
+                {
+                    continue;
+                }
+                let Some(&named) = names.get(word_text) else {
+                    continue;
+                };
+                let plain = word_text.bytes().all(|b| b.is_ascii_lowercase());
+                if named != i && !loaded[named] && (!plain || text[word.end..].starts_with(" tool"))
+                {
+                    loaded[named] = true;
+                    to_read.push(named);
+                }
+            }
+        }
+    }
+}
+
+/// The byte ranges of the words of `text` that could be tool names: runs of ASCII letters,
+/// digits, `_` and `-` (and of non-ASCII characters, whose bytes are never ASCII), without a
+/// trailing `-`.
+fn words(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let bytes = text.as_bytes();
+    let in_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b >= 0x80;
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < bytes.len() && !in_word(bytes[at]) {
+            at += 1;
+        }
+        if at == bytes.len() {
+            return None;
+        }
+        let start = at;
+        while at < bytes.len() && in_word(bytes[at]) {
+            at += 1;
+        }
+        let mut end = at;
+        while end > start && bytes[end - 1] == b'-' {
+            end -= 1;
+        }
+        Some(start..end)
+    })
+    .filter(|word| !word.is_empty())
 }
 
 /// The history called a tool that would be deferred and that no tool search surfaced.

@@ -44,7 +44,7 @@ pub(super) struct Tool<'a> {
     pub description: Option<Str<'a>>,
     #[serde(borrow, default, deserialize_with = "present")]
     pub cache_control: Option<&'a RawValue>,
-    /// Present (even as `null`) means the client decides deferral itself.
+    /// Present (even as `null`) means the client decided this tool's deferral itself.
     #[serde(borrow, default, deserialize_with = "present")]
     pub defer_loading: Option<&'a RawValue>,
     /// Anthropic: the JSON Schema of the tool's arguments.
@@ -103,16 +103,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Properties<'a> {
     }
 }
 
-/// Just enough of a tool to tell whether the client already defers: a cheap first pass that
-/// skips descriptions and schemas without allocating (Claude Code sends ~35 KB of tools on
-/// every request and already defers, so this answer must come fast).
+/// Just enough of a tool to tell whether it is a tool search tool: a cheap first pass that
+/// skips descriptions and schemas without allocating (Codex sends its own search tool on
+/// every request, so this answer must come fast).
 #[derive(Debug, Deserialize)]
 pub(super) struct ToolProbe<'a> {
     #[serde(rename = "type", borrow, default)]
     pub kind: Option<Str<'a>>,
-    /// Present (even as `null`) means the client decides deferral itself.
-    #[serde(borrow, default, deserialize_with = "present")]
-    pub defer_loading: Option<&'a RawValue>,
 }
 
 /// The names and descriptions of a tool's arguments as one text, one per line, for ranking.

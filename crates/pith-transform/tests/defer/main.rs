@@ -62,6 +62,15 @@ fn tools_span(body: &str) -> std::ops::Range<usize> {
     pith_transform::span_of(body, top.tools).expect("borrowed")
 }
 
+/// Names of the tools a body sends loaded (no `defer_loading`), in order.
+fn loaded_names(body: &[u8]) -> Vec<String> {
+    tools_of(body)
+        .iter()
+        .filter(|t| t.get("defer_loading").is_none())
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
 fn tools_of(body: &[u8]) -> Vec<Value> {
     let value: Value = serde_json::from_slice(body).expect("valid JSON");
     value["tools"].as_array().expect("tools array").clone()

@@ -11,7 +11,7 @@ use pith_wire::Wire;
 use serde_json::{Value, json};
 
 use super::sim::load_folder;
-use super::{any_size, apply, edit_of, reason_of, tools_of};
+use super::{any_size, apply, edit_of, fact, loaded_names, reason_of, tools_of};
 
 fn run_with(options: DeferOptions, wire: Wire, body: &str) -> Outcome {
     let headers = HeaderMap::new();
@@ -102,20 +102,60 @@ fn forced_tool_choice_is_unchanged() {
 }
 
 #[test]
-fn a_client_that_already_defers_is_unchanged() {
-    let mut tools = many_tools(10);
-    tools[4]["defer_loading"] = Value::Null;
-    let body = anthropic_body(tools, json!({}));
-    assert_eq!(
-        reason_of(run(Wire::AnthropicMessages, &body), "null defer_loading"),
-        reason::ALREADY_DEFERRING
-    );
+fn a_client_that_sends_a_search_tool_is_unchanged() {
     let mut tools = many_tools(10);
     tools.push(json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}));
     let body = anthropic_body(tools, json!({}));
     assert_eq!(
         reason_of(run(Wire::AnthropicMessages, &body), "search tool"),
         reason::ALREADY_DEFERRING
+    );
+}
+
+#[test]
+fn tools_the_client_decided_on_keep_their_bytes_and_the_rest_are_planned() {
+    // A client that defers a tool behind a search of its own (Claude Code's placeholder) and
+    // one that says `defer_loading: null` or `false`: those tools are the client's decision,
+    // sent as they came; pith defers among the others and adds the search tool.
+    let mut tools = many_tools(10);
+    tools[4]["defer_loading"] = Value::Null;
+    tools[5]["defer_loading"] = json!(false);
+    tools[6]["defer_loading"] = json!(true);
+    let body = anthropic_body(tools.clone(), json!({}));
+    let edit = edit_of(run(Wire::AnthropicMessages, &body), "client-decided tools");
+    let out = tools_of(&apply(body.as_bytes(), &edit));
+    assert_eq!(out.len(), 11);
+    for i in [4, 5, 6] {
+        assert_eq!(out[i], tools[i], "tool {i} as the client sent it");
+    }
+    // They are ranked like the others (the five first in a tie are tools 0 to 4, the
+    // client's null among them), so pith defers 7, 8 and 9.
+    assert_eq!(
+        fact(&edit, "tools"),
+        3,
+        "five ranked first, two more the client's"
+    );
+    // Deferring every tool the client left open, with the client's own deferred one, leaves
+    // nothing loaded but the null and false ones: still loaded, so it goes on.
+    let keep_none = DeferOptions {
+        keep_relevant: 0,
+        ..any_size()
+    };
+    let edit = edit_of(
+        run_with(keep_none.clone(), Wire::AnthropicMessages, &body),
+        "keep none",
+    );
+    assert_eq!(fact(&edit, "tools"), 7);
+    // With only the client's deferred tool beside them, nothing would be left loaded.
+    let mut tools = many_tools(3);
+    tools[0]["defer_loading"] = json!(true);
+    let body = anthropic_body(tools, json!({}));
+    assert_eq!(
+        reason_of(
+            run_with(keep_none, Wire::AnthropicMessages, &body),
+            "all deferred"
+        ),
+        reason::NO_TOOL_LEFT_LOADED
     );
 }
 
@@ -405,7 +445,8 @@ fn codex_request_without_its_own_search_gets_tool_search_and_deferred_functions(
         .iter()
         .filter(|t| t.get("defer_loading").is_some())
         .count();
-    assert_eq!(deferred, 12 - 2 - 5, "12 tools, 2 not functions, 5 kept");
+    // create_goal's description names update_goal, which stays loaded beside the five.
+    assert_eq!(deferred, 12 - 2 - 6, "12 tools, 2 not functions, 6 kept");
 }
 
 #[test]
@@ -477,5 +518,38 @@ fn an_injected_ranker_decides_and_bm25_answers_when_it_cannot() {
         loaded_with(Fixed(Some(vec![1.0]))),
         ["jira_find"],
         "wrong length"
+    );
+}
+
+#[test]
+fn a_tool_a_loaded_tool_tells_the_model_to_use_stays_loaded() {
+    // The task singles out `jira_login`; its description sends the model to `Lookup` first
+    // (a name with a capital: any whole-word mention), and `Lookup`'s to "the audit tool" (a
+    // plain word: only as "<name> tool"), which mentions "history" as a word, not a tool.
+    let mut tools = many_tools(12);
+    tools.push(tool(
+        "jira_login",
+        "Finds the jira issue about login. Call Lookup first.",
+    ));
+    tools.push(tool(
+        "Lookup",
+        "Resolves ids; record it with the audit tool.",
+    ));
+    tools.push(tool("audit", "Writes the history of a change."));
+    tools.push(tool("history", "Shows past changes."));
+    tools.push(tool("Unnamed", "Nothing names this one."));
+    let keep_one = DeferOptions {
+        keep_relevant: 1,
+        ..any_size()
+    };
+    let body = anthropic_body(tools, json!({}));
+    let edit = edit_of(
+        run_with(keep_one, Wire::AnthropicMessages, &body),
+        "named tools",
+    );
+    let loaded = loaded_names(&apply(body.as_bytes(), &edit));
+    assert_eq!(
+        loaded,
+        ["jira_login", "Lookup", "audit", "tool_search_tool_regex"]
     );
 }

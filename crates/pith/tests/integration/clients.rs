@@ -735,6 +735,17 @@ fn request_lines(received: &[Recorded]) -> Vec<String> {
         .collect()
 }
 
+/// The captures' scenario in `dir`: a git repository with a buggy `calc.py` and its test.
+pub fn write_calc_project(dir: &Path) {
+    std::fs::write(dir.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
+    std::fs::write(
+        dir.join("test_calc.py"),
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+    )
+    .unwrap();
+    git_commit_all(dir);
+}
+
 /// A git repository with one file, and a private home, for one client run.
 pub fn project() -> (tempfile::TempDir, tempfile::TempDir) {
     let work = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! Tool deferral through the real proxy, on by default.
 
-use pith_testkit::MockUpstream;
 use pith_testkit::fixtures::{self, Capture};
+use pith_testkit::{MockUpstream, Reply};
 
 use crate::support::*;
 
@@ -94,11 +94,10 @@ fn opencode_mcp40_is_deferred_with_the_beta_header_and_disclosed() {
 }
 
 #[test]
-fn clients_that_already_defer_pass_byte_identical_with_defaults() {
+fn clients_with_their_own_search_tool_pass_byte_identical_with_defaults() {
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[]);
     for id in [
-        "claude-code-2.1.328/fix-calc/req002",
         "codex-0.169.0/responses-agentsmd-mcp40/req002",
         "opencode-1.18.33/chat-completions-fix-calc/req002",
     ] {
@@ -108,22 +107,53 @@ fn clients_that_already_defer_pass_byte_identical_with_defaults() {
         assert!(hdrs.get("pith-transforms").is_none(), "{id}");
         let got = &mock.received()[0];
         assert!(got.body == cap.body, "{id}: body changed");
-        let beta_sent = cap
-            .headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("anthropic-beta"))
-            .map(|(_, v)| v.as_str());
-        assert_eq!(got.header("anthropic-beta"), beta_sent, "{id}");
     }
-    let rows = pith.wait_rows(3);
+    let rows = pith.wait_rows(2);
     assert_eq!(
         crate::support::unchanged_reason(&rows[0], "defer"),
         Some("already_deferring")
     );
     assert_eq!(
-        crate::support::unchanged_reason(&rows[2], "defer"),
+        crate::support::unchanged_reason(&rows[1], "defer"),
         Some("not_applicable")
     );
+}
+
+#[test]
+fn claude_code_requests_go_out_with_its_specialised_built_ins_deferred_and_its_beta_once() {
+    // Claude Code sends the tool search beta itself (for its own deferred MCP tools): pith
+    // appends nothing to it, and leaves its placeholder as it came.
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let cap = capture("claude-code-2.1.328/fix-calc/req002");
+    let hdrs = replay(&pith, &cap);
+    let disclosed = hdrs["pith-transforms"].to_str().unwrap();
+    assert!(disclosed.starts_with("defer;tools=5;"), "{disclosed}");
+    let got = &mock.received()[0];
+    let beta_sent = cap
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("anthropic-beta"))
+        .map(|(_, v)| v.as_str());
+    assert!(beta_sent.is_some_and(|b| b.contains("advanced-tool-use-2025-11-20")));
+    assert_eq!(got.header("anthropic-beta"), beta_sent);
+    let body: serde_json::Value = got.body_json().unwrap();
+    let tools = body["tools"].as_array().unwrap();
+    let placeholder = tools
+        .iter()
+        .find(|t| t["name"] == "DeferredToolPlaceholder")
+        .unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&cap.body).unwrap();
+    let original = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "DeferredToolPlaceholder")
+        .unwrap();
+    assert_eq!(placeholder, original);
+    assert_eq!(tools.len(), sent["tools"].as_array().unwrap().len() + 1);
+    let rows = pith.wait_rows(1);
+    assert!(rows[0].bytes_upstream > rows[0].bytes_client);
 }
 
 #[test]
@@ -369,4 +399,138 @@ fn a_request_the_provider_refuses_as_pith_changed_it_goes_as_the_client_sent_it(
         crate::support::unchanged_reason(&rows[1], "defer"),
         Some("refused_by_provider")
     );
+}
+
+/// A session's requests in order: a shared capture folder or one recorded in this repository.
+fn session(folder: &str) -> Vec<Capture> {
+    let mut all = fixtures::captures().unwrap();
+    all.extend(fixtures::recorded().unwrap());
+    let session: Vec<Capture> = all
+        .into_iter()
+        .filter(|c| format!("{}/{}", c.client_folder, c.scenario) == folder)
+        .collect();
+    assert!(!session.is_empty(), "no session {folder}");
+    session
+}
+
+#[test]
+fn the_ledger_estimate_of_claude_code_savings_agrees_with_a_cache_weighted_replay() {
+    use pith_testkit::cache_sim::{CostModel, RequestCost, session_costs};
+    use pith_testkit::fixtures::{Usage, anthropic};
+
+    let weighted = |costs: &[RequestCost]| costs.iter().map(RequestCost::weighted).sum::<f64>();
+    for folder in [
+        "claude-code-2.1.328/fix-calc",
+        "claude-code-2.1.328/fix-calc-long",
+    ] {
+        let session = session(folder);
+        // What pith sends for each request of the session.
+        let mock = MockUpstream::start().unwrap();
+        let pith = PithProxy::start(&mock.url(), &[]);
+        for cap in &session {
+            replay(&pith, cap);
+        }
+        let sent: Vec<Vec<u8>> = mock.received().iter().map(|r| r.body.to_vec()).collect();
+        drop(pith);
+        let original: Vec<Vec<u8>> = session.iter().map(|c| c.body.to_vec()).collect();
+        let before = session_costs(&original, CostModel::DOCUMENTED).unwrap();
+        let after = session_costs(&sent, CostModel::DOCUMENTED).unwrap();
+        let replayed = weighted(&before) - weighted(&after);
+        assert!(replayed > 0.25 * weighted(&before), "{folder}: {replayed}");
+
+        // The same session again, the provider answering each request with the usage Anthropic's
+        // cache rules give for what pith sent: the ledger prices what defer kept out from it.
+        let mock = MockUpstream::start().unwrap();
+        for cost in &after {
+            let tokens = |t: f64| t.round() as u64;
+            let usage = Usage {
+                input: tokens(cost.prompt.uncached),
+                output: 5,
+                cache_write: tokens(cost.prompt.write),
+                cache_write_1h: 0,
+                cache_read: tokens(cost.prompt.read),
+            };
+            mock.push(Reply::sse(anthropic::stream(&["ok"], usage)));
+        }
+        let pith = PithProxy::start(&mock.url(), &[]);
+        for cap in &session {
+            replay(&pith, cap);
+        }
+        let again: Vec<Vec<u8>> = mock.received().iter().map(|r| r.body.to_vec()).collect();
+        assert!(
+            again == sent,
+            "{folder}: pith sent other bytes the second time"
+        );
+        pith.wait_rows(session.len());
+        let out = pith_stats(&pith, &["--json"]);
+        assert!(out.status.success());
+        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let saved = &stats["transforms"]["defer"]["estimated_saved_tokens"];
+        let band = |name: &str| saved[name].as_i64().unwrap_or(0) as f64;
+        let estimated = band("input")
+            + 1.25 * band("cache_write_5m")
+            + 2.0 * band("cache_write_1h")
+            + 0.1 * band("cache_read");
+        let off = (estimated - replayed).abs() / replayed;
+        assert!(
+            off < 0.05,
+            "{folder}: the ledger estimates {estimated:.0} weighted tokens saved, the replay \
+             {replayed:.0} ({:.1}% apart): {saved}",
+            off * 100.0
+        );
+    }
+}
+
+#[test]
+fn a_refused_deferral_goes_as_the_client_sent_it_for_claude_code_and_on_responses() {
+    // Claude Code's request (its own placeholder deferred, pith's deferral added), refused the
+    // way the API refuses a `tool_reference` to a tool it does not have; and Codex's request
+    // without its own tool search (so pith defers on Responses; its 11 KB of tools are below
+    // the default threshold, lowered here), refused the way the OpenAI API refuses an unknown
+    // parameter.
+    let claude_code = capture("claude-code-2.1.328/fix-calc/req002");
+    let mut codex = capture("codex-0.169.0/responses-agentsmd-mcp40/req002");
+    let mut body: serde_json::Value = serde_json::from_slice(&codex.body).unwrap();
+    body["tools"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|t| t["type"] != "tool_search");
+    codex.body = serde_json::to_vec(&body).unwrap().into();
+    let anthropic_refusal = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Tool reference 'Workflow' not found in available tools"}}"#;
+    let openai_refusal = r#"{"error":{"message":"Unknown parameter: 'tools[3].defer_loading'.","type":"invalid_request_error","param":"tools[3].defer_loading","code":"unknown_parameter"}}"#;
+    for (cap, refusal, env) in [
+        (claude_code, anthropic_refusal, &[][..]),
+        (
+            codex,
+            openai_refusal,
+            &[("PITH_MIN_DEFERRED_CHARS", "0")][..],
+        ),
+    ] {
+        let mock = MockUpstream::start().unwrap();
+        mock.push_when(
+            |body| {
+                crate::clients::has(body, "tool_search_tool_regex")
+                    || crate::clients::has(body, "{\"type\":\"tool_search\"}")
+            },
+            Reply::json_status(400, refusal),
+        );
+        let pith = PithProxy::start(&mock.url(), env);
+        replay(&pith, &cap);
+        let received = mock.received();
+        assert_eq!(received.len(), 2, "{}", cap.id());
+        assert!(received[0].body != cap.body, "{}: pith deferred", cap.id());
+        assert!(
+            received[1].body == cap.body,
+            "{}: the client's own body, byte for byte",
+            cap.id()
+        );
+        let rows = pith.wait_rows(1);
+        assert_eq!(rows[0].status, Some(200), "{}", cap.id());
+        match rows[0].transform("defer") {
+            Some(pith_store::ledger::TransformResult::Failed(why)) => {
+                assert!(why.contains("the provider refused"), "{}: {why}", cap.id())
+            }
+            other => panic!("{}: {other:?}", cap.id()),
+        }
+    }
 }

@@ -6,6 +6,7 @@
 )]
 
 mod accounts;
+mod claude_code;
 mod cli;
 mod clients;
 mod dashboard;

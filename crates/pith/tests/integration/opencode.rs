@@ -2,8 +2,6 @@
 //! upstream: a session in which the model searches the tools pith deferred, then calls the one
 //! it found. scripts/test installs OpenCode and sets `PITH_TEST_OPENCODE`.
 
-use std::path::Path;
-
 use pith_testkit::fixtures::anthropic::{self, ToolSearch};
 use pith_testkit::fixtures::{ToolCall, Usage};
 use pith_testkit::{MockUpstream, Reply};
@@ -13,17 +11,6 @@ use crate::clients;
 use crate::support::*;
 
 const TASK: &str = "the test fails, fix calc.py";
-
-/// The captures' scenario: a git repository with a buggy `calc.py` and its test.
-fn project(dir: &Path) {
-    std::fs::write(dir.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
-    std::fs::write(
-        dir.join("test_calc.py"),
-        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
-    )
-    .unwrap();
-    clients::git_commit_all(dir);
-}
 
 fn has_tools(body: &[u8]) -> bool {
     body.windows(9).any(|w| w == b"\"tools\":[")
@@ -90,7 +77,7 @@ fn search_session(env: &[(&str, &str)]) -> (Session, PithProxy) {
     let pith = PithProxy::start(&mock.url(), &env);
     let work = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    project(work.path());
+    clients::write_calc_project(work.path());
     let base = format!("{}/v1", pith.url());
     let run = clients::opencode(work.path(), home.path(), &base, &[], TASK, clients::LIMIT);
     run.assert_ok(&format!("pith:\n{}", pith.stderr()));
@@ -115,18 +102,6 @@ fn search_session(env: &[(&str, &str)]) -> (Session, PithProxy) {
     };
     assert_eq!(session.turns.len(), 2, "two main-loop turns");
     (session, pith)
-}
-
-/// `pith stats --json`'s cache busts.
-fn stats_busts(pith: &PithProxy) -> Value {
-    let out = pith_stats(pith, &["--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    report["cache_busts"].clone()
 }
 
 /// `value` without its `cache_control` members, at any depth.

@@ -383,3 +383,15 @@ pub fn capture_headers(cap: &pith_testkit::fixtures::Capture) -> Vec<(String, St
 /// idle CPU time (`SCHED_IDLE`), so under the whole suite's load on two cores it can wait a
 /// long time for a turn; quiet, it takes well under a second.
 pub const SHIPPED_WITHIN: Duration = Duration::from_secs(120);
+
+/// `pith stats --json`'s cache busts.
+pub fn stats_busts(pith: &PithProxy) -> serde_json::Value {
+    let out = pith_stats(pith, &["--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["cache_busts"].clone()
+}

@@ -34,7 +34,7 @@ use plan::Plan;
   Codex:        [model_providers.pith] base_url = \"http://127.0.0.1:8787/v1\", wire_api = \"responses\"
 
 Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists with at least
-20,000 characters of deferrable definitions (PITH_MIN_DEFERRED_CHARS); every rewrite is named in
+16,000 characters of deferrable definitions (PITH_MIN_DEFERRED_CHARS); every rewrite is named in
 the pith-transforms response header, and `pith stats` shows what was deferred and why other
 requests were left alone. Logs go to stderr (PITH_LOG=debug).
 

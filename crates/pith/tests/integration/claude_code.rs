@@ -1,0 +1,413 @@
+//! The real Claude Code 2.1.328 (the version of the captures) through pith on its defaults,
+//! against the mock upstream: pith defers the large specialised built-ins Claude Code sends
+//! loaded on every request, keeps the tools the task and the loaded tools' own instructions
+//! need, and a session whose model needs a deferred built-in reaches it through pith's tool
+//! search and runs it. scripts/test installs Claude Code and sets `PITH_TEST_CLAUDE`.
+
+use std::path::Path;
+
+use pith_testkit::fixtures::anthropic::{self, ToolSearch};
+use pith_testkit::fixtures::{ToolCall, Usage};
+use pith_testkit::{MockUpstream, Reply};
+use serde_json::{Value, json};
+
+use crate::clients;
+use crate::support::*;
+
+const TASK: &str = "the test fails, fix calc.py";
+const DONE: &str = "Fixed: add now adds.";
+
+const USAGE: Usage = Usage {
+    input: 100,
+    output: 20,
+    cache_write: 0,
+    cache_write_1h: 0,
+    cache_read: 0,
+};
+
+fn tool_turn(id: &str, tool: &str, input: &Value) -> Reply {
+    Reply::sse(anthropic::stream_with_tool(
+        &[],
+        &ToolCall::new(id, tool, &input.to_string()),
+        USAGE,
+    ))
+}
+
+/// Names of the tools the body sends with `"defer_loading": true`, and of the others.
+fn split_tools(body: &Value) -> (Vec<String>, Vec<String>) {
+    let (mut deferred, mut loaded) = (Vec::new(), Vec::new());
+    for tool in body["tools"].as_array().unwrap() {
+        let name = tool["name"].as_str().unwrap_or("").to_owned();
+        if tool["defer_loading"] == Value::Bool(true) {
+            deferred.push(name);
+        } else {
+            loaded.push(name);
+        }
+    }
+    (deferred, loaded)
+}
+
+fn block_types(message: &Value) -> Vec<String> {
+    message["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["type"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The mock's requests in order, as JSON, with their `anthropic-beta`.
+fn received(mock: &MockUpstream) -> Vec<(Value, Option<String>)> {
+    mock.received()
+        .into_iter()
+        .map(|r| {
+            let beta = r.header("anthropic-beta").map(str::to_owned);
+            (r.body_json().unwrap(), beta)
+        })
+        .collect()
+}
+
+/// What every main-loop request pith sent holds: the same tools section and beta on every
+/// turn, the core loaded, the specialised built-ins deferred behind pith's search tool.
+fn assert_deferred_the_same_way(turns: &[(Value, Option<String>)]) {
+    let (first, beta) = &turns[0];
+    let (deferred, loaded) = split_tools(first);
+    for core in ["Bash", "Read", "Edit", "Write"] {
+        assert!(loaded.iter().any(|n| n == core), "{core}: {loaded:?}");
+    }
+    // Claude Code leaves its Glob and Grep out where it finds no ripgrep of its own (here);
+    // the capture machine had them, and they stay loaded there (the defer captures tests).
+    for core in ["Glob", "Grep"] {
+        assert!(!deferred.iter().any(|n| n == core), "{core}: {deferred:?}");
+    }
+    for specialised in ["Workflow", "ScheduleWakeup", "ListAgents"] {
+        assert!(
+            deferred.iter().any(|n| n == specialised),
+            "{specialised}: {deferred:?}"
+        );
+    }
+    assert!(deferred.iter().any(|n| n == "DeferredToolPlaceholder"));
+    assert_eq!(
+        loaded.last().map(String::as_str),
+        Some("tool_search_tool_regex")
+    );
+    let beta = beta.as_deref().unwrap_or("");
+    assert_eq!(
+        beta.matches("advanced-tool-use-2025-11-20").count(),
+        1,
+        "{beta}"
+    );
+    for (k, (turn, turn_beta)) in turns.iter().enumerate().skip(1) {
+        assert_eq!(turn["tools"], first["tools"], "turn {k}: the tools changed");
+        assert_eq!(
+            turn["system"], first["system"],
+            "turn {k}: the system changed"
+        );
+        assert_eq!(turn_beta.as_deref(), Some(beta), "turn {k}");
+    }
+}
+
+#[test]
+fn claude_code_fixes_calc_through_pith_with_its_specialised_built_ins_deferred() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    clients::write_calc_project(work.path());
+    let calc = work.path().join("calc.py");
+    let calc = calc.to_str().unwrap();
+    mock.push(tool_turn(
+        "toolu_01",
+        "Read",
+        &serde_json::json!({"file_path": calc}),
+    ));
+    mock.push(tool_turn(
+        "toolu_02",
+        "Edit",
+        &serde_json::json!({"file_path": calc, "old_string": "return a - b", "new_string": "return a + b"}),
+    ));
+    mock.push(Reply::sse(anthropic::stream(&[DONE], USAGE)));
+    let run = clients::claude_code(
+        work.path(),
+        home.path(),
+        &pith.url(),
+        &["--allowedTools", "Read Edit", "--"],
+        TASK,
+        clients::LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, format!("{DONE}\n"), "{}", run.stderr);
+    assert!(
+        std::fs::read_to_string(work.path().join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+    let turns = received(&mock);
+    assert_eq!(turns.len(), 3, "three main-loop turns");
+    assert_deferred_the_same_way(&turns);
+    // Claude Code ran both tools pith left loaded: their results are in the last turn.
+    let history = turns[2].0["messages"].to_string();
+    assert!(history.contains("toolu_01") && history.contains("toolu_02"));
+    assert!(!history.contains("\"is_error\":true"), "{history}");
+    let rows = pith.wait_rows(3);
+    for row in &rows {
+        let disclosed = disclosed(row).unwrap_or_default();
+        assert!(disclosed.starts_with("defer;tools=5;"), "{disclosed}");
+    }
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 0, "{busts}");
+    assert!(busts["pairs"].as_u64().unwrap_or(0) >= 2, "{busts}");
+}
+
+#[test]
+fn claude_code_runs_a_deferred_built_in_it_found_through_pith_search() {
+    // The fix-calc task, in which ListAgents is deferred (a task about agents would keep it
+    // loaded). Turn 1: the model searches pith's tool search for it (the API finds only tools
+    // sent with `defer_loading`), and calls it. Turn 2: done.
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    clients::write_calc_project(work.path());
+    let search = ToolSearch {
+        id: "srvtoolu_01Agents".to_owned(),
+        pattern: "agents".to_owned(),
+        found: vec!["ListAgents".to_owned()],
+    };
+    let list = ToolCall::new("toolu_01List", "ListAgents", "{}");
+    mock.push(Reply::sse(anthropic::stream_with_tool_search(
+        &search, &list, USAGE,
+    )));
+    mock.push(Reply::sse(anthropic::stream(&[DONE], USAGE)));
+    let run = clients::claude_code(
+        work.path(),
+        home.path(),
+        &pith.url(),
+        &["--allowedTools", "ListAgents", "--"],
+        TASK,
+        clients::LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, format!("{DONE}\n"), "{}", run.stderr);
+    let turns = received(&mock);
+    assert_eq!(turns.len(), 2, "both turns reached the mock");
+    assert_deferred_the_same_way(&turns);
+    // Claude Code ran ListAgents and sent its result back, not an error.
+    let messages = turns[1].0["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    let result = last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool_result in {last}"));
+    assert_eq!(result["tool_use_id"], "toolu_01List");
+    assert_ne!(result["is_error"], Value::Bool(true), "{result}");
+    // The provider got the search blocks back in place, just before the tool_use they led to.
+    let answer = &messages[messages.len() - 2];
+    assert_eq!(
+        block_types(answer),
+        ["server_tool_use", "tool_search_tool_result", "tool_use"],
+        "{answer}"
+    );
+    let rows = pith.wait_rows(2);
+    let disclosed: Vec<String> = rows.iter().filter_map(disclosed).collect();
+    assert!(
+        disclosed[0].starts_with("defer;") && disclosed[0].ends_with(", search_hide;searches=1"),
+        "{disclosed:?}"
+    );
+    assert!(
+        disclosed[1].starts_with("search_restore;searches=1, defer;"),
+        "{disclosed:?}"
+    );
+    // Claude Code itself turns its mid-conversation system message from a block with a
+    // breakpoint into a plain string once the breakpoint moves on; the fingerprints count
+    // that as the client's change, never as pith's.
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 0, "{busts}");
+    assert!(busts["pairs"].as_u64().unwrap_or(0) >= 1, "{busts}");
+}
+
+/// The longer session: fix `add`, then add `subtract` with a test, checking as it goes.
+const LONG_TASK: &str = "the tests fail: fix calc.py, then add a subtract function with a test";
+
+/// The model's side of the longer session, turn by turn: each tool call, then the answer.
+fn long_session_turns(work: &Path) -> Vec<(String, Value)> {
+    let path = |name: &str| work.join(name).to_str().unwrap().to_owned();
+    let (calc, test) = (path("calc.py"), path("test_calc.py"));
+    // -B: no bytecode cache, which an edit of the same size within a second would leave stale.
+    let check = "python3 -B -c 'import test_calc as t; [f() for n, f in vars(t).items() if n.startswith(\"test_\")]; print(\"ok\")'";
+    vec![
+        (
+            "Bash".into(),
+            json!({"command": check, "description": "Run the tests"}),
+        ),
+        ("Read".into(), json!({"file_path": calc})),
+        ("Read".into(), json!({"file_path": test})),
+        (
+            "Edit".into(),
+            json!({"file_path": calc, "old_string": "return a - b", "new_string": "return a + b"}),
+        ),
+        (
+            "Bash".into(),
+            json!({"command": check, "description": "Run the tests again"}),
+        ),
+        (
+            "Edit".into(),
+            json!({"file_path": calc, "old_string": "    return a + b\n",
+                   "new_string": "    return a + b\n\n\ndef subtract(a, b):\n    return a - b\n"}),
+        ),
+        (
+            "Edit".into(),
+            json!({"file_path": test, "old_string": "from calc import add\n",
+                   "new_string": "from calc import add, subtract\n"}),
+        ),
+        (
+            "Edit".into(),
+            json!({"file_path": test, "old_string": "    assert add(1, 2) == 3\n",
+                   "new_string": "    assert add(1, 2) == 3\n\n\ndef test_subtract():\n    assert subtract(3, 2) == 1\n"}),
+        ),
+        (
+            "Bash".into(),
+            json!({"command": check, "description": "Run all the tests"}),
+        ),
+        (
+            "Bash".into(),
+            json!({"command": "git diff --stat", "description": "Show the change"}),
+        ),
+    ]
+}
+
+const LONG_DONE: &str = "Fixed add, and added subtract with its test; all tests pass.";
+
+/// Runs the longer session with Claude Code pointed at `base_url` (the mock, or pith in front
+/// of it), and checks the project ended as the session says.
+/// The bodies the mock received, and the run's project and home (for [`record`]).
+fn long_session(
+    mock: &MockUpstream,
+    base_url: &str,
+    context: &dyn Fn() -> String,
+) -> (Vec<Value>, tempfile::TempDir, tempfile::TempDir) {
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    clients::write_calc_project(work.path());
+    for (k, (tool, input)) in long_session_turns(work.path()).iter().enumerate() {
+        mock.push(tool_turn(&format!("toolu_{:02}", k + 1), tool, input));
+    }
+    mock.push(Reply::sse(anthropic::stream(&[LONG_DONE], USAGE)));
+    let run = clients::claude_code(
+        work.path(),
+        home.path(),
+        base_url,
+        &["--allowedTools", "Read Edit Bash", "--"],
+        LONG_TASK,
+        clients::LIMIT,
+    );
+    run.assert_ok(&context());
+    assert_eq!(run.stdout, format!("{LONG_DONE}\n"), "{}", run.stderr);
+    let calc = std::fs::read_to_string(work.path().join("calc.py")).unwrap();
+    assert!(
+        calc.contains("return a + b") && calc.contains("def subtract"),
+        "{calc}"
+    );
+    let bodies: Vec<Value> = mock
+        .received()
+        .iter()
+        .map(|r| r.body_json().unwrap())
+        .collect();
+    assert_eq!(bodies.len(), 11, "eleven turns");
+    // Every tool ran: its result is in the last turn, and only the first run of the tests
+    // failed.
+    let results: Vec<&Value> = bodies[10]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    let ids: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["tool_use_id"].as_str())
+        .collect();
+    let expected: Vec<String> = (1..=10).map(|k| format!("toolu_{k:02}")).collect();
+    assert_eq!(ids, expected);
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|r| r["is_error"] == Value::Bool(true))
+        .filter_map(|r| r["tool_use_id"].as_str())
+        .collect();
+    assert_eq!(failed, ["toolu_01"], "{results:?}");
+    (bodies, work, home)
+}
+
+/// Writes what the mock received as `reqNNN.json` captures in `dir` (the format of
+/// `fixtures/captures`), the run's temporary paths rewritten to the captures' `/home/dev`.
+fn record(mock: &MockUpstream, dir: &Path, work: &Path, home: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let dashed = |p: &Path| p.to_str().unwrap().replace(['/', '.'], "-");
+    let rewrite = |text: &str| {
+        text.replace(work.to_str().unwrap(), "/home/dev/calc")
+            .replace(&dashed(work), "-home-dev-calc")
+            .replace(home.to_str().unwrap(), "/home/dev")
+    };
+    for (k, r) in mock.received().iter().enumerate() {
+        // Content-Length no longer fits the rewritten body; a replay sets its own.
+        let headers: serde_json::Map<String, Value> = r
+            .headers
+            .iter()
+            .filter(|(name, _)| *name != http::header::CONTENT_LENGTH)
+            .map(|(name, value)| {
+                let secret = ["x-api-key", "authorization"].contains(&name.as_str());
+                let value = if secret {
+                    "<redacted>"
+                } else {
+                    value.to_str().unwrap_or("")
+                };
+                (name.as_str().to_owned(), Value::String(value.to_owned()))
+            })
+            .collect();
+        let capture = serde_json::json!({
+            "method": "POST",
+            "path": r.path_and_query,
+            "headers": headers,
+            "body": rewrite(std::str::from_utf8(&r.body).unwrap()),
+        });
+        let file = dir.join(format!("req{:03}.json", k + 1));
+        std::fs::write(file, serde_json::to_vec_pretty(&capture).unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn a_longer_claude_code_session_defers_the_same_way_on_every_turn_and_ends_as_direct() {
+    // The same scripted session twice: straight to the mock, then through pith. Both end with
+    // the same project; through pith every turn is deferred the same way and pith busts no
+    // cache. `PITH_RECORD_CLAUDE_CODE=DIR` keeps the direct run's requests as captures
+    // (fixtures/recorded/claude-code-2.1.328/fix-calc-long was made so).
+    let direct = MockUpstream::start().unwrap();
+    let (plain, work, home) = long_session(&direct, &direct.url(), &String::new);
+    if let Some(dir) = std::env::var_os("PITH_RECORD_CLAUDE_CODE") {
+        record(&direct, Path::new(&dir), work.path(), home.path());
+    }
+    assert!(
+        plain.iter().all(|b| b["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["name"] == "DeferredToolPlaceholder" || t.get("defer_loading").is_none())),
+        "Claude Code itself defers only its placeholder"
+    );
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let (through, _, _) = long_session(&mock, &pith.url(), &|| format!("pith:\n{}", pith.stderr()));
+    let turns: Vec<(Value, Option<String>)> = received(&mock);
+    assert_deferred_the_same_way(&turns);
+    assert_eq!(through.len(), plain.len());
+    pith.wait_rows(11);
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 0, "{busts}");
+    assert!(busts["pairs"].as_u64().unwrap_or(0) >= 10, "{busts}");
+}

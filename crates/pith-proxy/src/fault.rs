@@ -10,6 +10,18 @@ use pith_wire::Provider;
 
 use crate::tee::ProxyBody;
 
+/// `e` and each of its causes, `: `-joined: what the client and the log are told.
+pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// A request pith could not forward, with what to tell the client and the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fault {

@@ -89,6 +89,7 @@ impl Proxy {
             shutting_down: Arc::new(AtomicBool::new(false)),
             activity: Arc::new(Activity::new()),
             refused: crate::last_check::Refused::default(),
+            relay_stop: tokio::sync::watch::Sender::new(crate::websocket::Stop::Running),
         });
         Ok(Proxy { listener, state })
     }
@@ -172,10 +173,16 @@ impl Proxy {
         }
         drop(self.listener);
         let _ = stop.send(true);
+        // A socket between turns closes now; one with an answer open may finish it.
+        self.state
+            .relay_stop
+            .send_replace(crate::websocket::Stop::Draining);
         let drained = async {
             while connections.join_next().await.is_some() {
                 self.state.activity.set_open(connections.len());
             }
+            // Relays with an answer open finish it too (the others closed on `Draining`).
+            self.state.activity.relays_ended(grace).await;
         };
         if tokio::time::timeout(grace, drained).await.is_err() {
             tracing::info!("grace period over; closing remaining connections");
@@ -185,9 +192,18 @@ impl Proxy {
         self.state.shutting_down.store(true, Ordering::SeqCst);
         connections.abort_all();
         while connections.join_next().await.is_some() {}
+        self.state
+            .relay_stop
+            .send_replace(crate::websocket::Stop::Cut);
+        if !self.state.activity.relays_ended(RELAYS_CUT_WITHIN).await {
+            tracing::warn!("a WebSocket relay did not end within {RELAYS_CUT_WITHIN:?} of the cut");
+        }
         Ok(())
     }
 }
+
+/// How long the cut relays get to record their open requests and close their sockets.
+const RELAYS_CUT_WITHIN: Duration = Duration::from_secs(2);
 
 /// Connections open at once, to tell when a burst is over: then the memory it freed is handed
 /// back to the OS (the allocator would keep it resident; measured in BENCHMARKS.md).

@@ -26,6 +26,8 @@ pub(crate) struct State {
     pub activity: Arc<Activity>,
     /// Per session, the stages the provider refused a request of (off from then on).
     pub refused: crate::last_check::Refused,
+    /// Tells the WebSocket relays where the shutdown is (`websocket::Stop`).
+    pub relay_stop: tokio::sync::watch::Sender<crate::websocket::Stop>,
 }
 
 /// How busy a proxy is: its open client connections, and since when none has been open. A
@@ -39,6 +41,8 @@ pub struct Activity {
     /// Milliseconds after `started` when the last connection closed.
     idle_since_ms: AtomicU64,
     started: Instant,
+    /// Woken when the last relay ends.
+    no_relays: tokio::sync::Notify,
 }
 
 impl Default for Activity {
@@ -55,6 +59,7 @@ impl Activity {
             relays: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
             started: Instant::now(),
+            no_relays: tokio::sync::Notify::new(),
         }
     }
 
@@ -71,13 +76,31 @@ impl Activity {
     }
 
     pub(crate) fn relay_started(&self) {
-        self.relays.fetch_add(1, Ordering::Relaxed);
+        self.relays.fetch_add(1, Ordering::SeqCst);
     }
 
     pub(crate) fn relay_ended(&self) {
-        if self.relays.fetch_sub(1, Ordering::Relaxed) == 1 {
+        if self.relays.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.mark_idle_now();
+            self.no_relays.notify_waiters();
         }
+    }
+
+    /// Until no relay is open, or `within` has passed: whether none is.
+    pub(crate) async fn relays_ended(&self, within: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.no_relays.notified();
+                tokio::pin!(notified);
+                // Registered before the count is read, so an end in between is not missed.
+                notified.as_mut().enable();
+                if self.relays.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(within, wait).await.is_ok()
     }
 
     /// How long no connection has been open (since start, when none ever was); `None` while

@@ -42,7 +42,7 @@ impl Recorder {
 }
 
 /// Responses larger than this are forwarded in full but not kept for usage parsing.
-const MAX_KEPT: u64 = 64 << 20;
+pub(crate) const MAX_KEPT: u64 = 64 << 20;
 
 /// How the exchange with the client ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

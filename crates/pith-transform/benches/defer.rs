@@ -59,27 +59,62 @@ fn run_group<M: Measurement>(
     group.finish();
 }
 
+/// Claude Code's body with its history grown to about `bytes` (each tool result's text made
+/// long): every Claude Code request is now planned in full, history included.
+fn with_long_history(body: &[u8], bytes: usize) -> Vec<u8> {
+    let mut value: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(e) => panic!("the capture is not JSON: {e}"),
+    };
+    let mut results: Vec<&mut serde_json::Value> = value["messages"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array_mut())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert!(!results.is_empty(), "the capture has no tool results");
+    let each = bytes / results.len();
+    for result in &mut results {
+        result["content"] = serde_json::Value::String("output line\n".repeat(each / 12));
+    }
+    value.to_string().into_bytes()
+}
+
 fn groups<M: Measurement>(c: &mut Criterion<M>, suffix: &str) {
+    let claude_code = capture_body(CLAUDE_CODE);
     let cases = [
-        ("defer_mcp40_req003", Wire::AnthropicMessages, MCP40, true),
+        (
+            "defer_mcp40_req003",
+            Wire::AnthropicMessages,
+            capture_body(MCP40),
+            true,
+        ),
         (
             "defer_claude_code_req006",
             Wire::AnthropicMessages,
-            CLAUDE_CODE,
+            claude_code.clone(),
+            true,
+        ),
+        (
+            "defer_claude_code_req006_2mb_history",
+            Wire::AnthropicMessages,
+            with_long_history(&claude_code, 2 << 20),
             true,
         ),
         (
             "defer_codex_mcp40_req005_own_search",
             Wire::Responses,
-            CODEX,
+            capture_body(CODEX),
             false,
         ),
     ];
-    for (name, wire, capture, rewrites) in cases {
+    for (name, wire, body, rewrites) in cases {
         run_group(
             c.benchmark_group(format!("{name}{suffix}")),
             wire,
-            &capture_body(capture),
+            &body,
             rewrites,
         );
     }

@@ -9,7 +9,7 @@
 //! a peer is bounded by a [`crate::Timeouts`] limit.
 
 mod context;
-mod headers;
+pub(crate) mod headers;
 mod token;
 
 use std::convert::Infallible;
@@ -618,13 +618,7 @@ async fn forward(
         return Err(Fault::upstream_timeout(provider, message));
     };
     sent.map_err(|e| {
-        let mut cause = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            cause.push_str(": ");
-            cause.push_str(&s.to_string());
-            source = s.source();
-        }
+        let cause = crate::fault::with_causes(&e);
         if e.is_connect() {
             let message = format!("pith could not reach the {provider} upstream {base}: {cause}");
             tracing::warn!("{message}");

@@ -19,12 +19,52 @@ pub(super) struct History<'a> {
     pub surfaced: Vec<Cow<'a, str>>,
 }
 
+/// One Anthropic message, read in the same pass as the rest of the body (its blocks too, not
+/// kept as raw text to parse again: a Claude Code history grows to megabytes).
 #[derive(Deserialize)]
-struct Message<'a> {
+pub(super) struct Message<'a> {
     #[serde(borrow, default)]
     role: Option<Str<'a>>,
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    content: Option<Content<'a>>,
+}
+
+/// A message's `content`: a string, or blocks.
+enum Content<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<Block<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or an array of content blocks")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<Self::Value, S::Error> {
+                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(block) = seq.next_element::<Block<'de>>()? {
+                    blocks.push(block);
+                }
+                Ok(Content::Blocks(blocks))
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -81,23 +121,23 @@ fn is_array(raw: &RawValue) -> bool {
     raw.get().starts_with('[')
 }
 
-/// Anthropic Messages `messages`.
-pub(super) fn anthropic(messages: &RawValue) -> Result<History<'_>, serde_json::Error> {
-    let messages: Vec<Message<'_>> = serde_json::from_str(messages.get())?;
+/// Anthropic Messages `messages`, as read with the body.
+pub(super) fn anthropic(messages: Vec<Message<'_>>) -> Result<History<'_>, serde_json::Error> {
     let mut history = History::default();
     for message in messages {
         let Some(content) = message.content else {
             continue;
         };
         let from_user = is(message.role.as_ref(), "user");
-        if content.get().starts_with('"') {
-            if from_user && history.task.is_none() {
-                history.task = real_prompt(&serde_json::from_str::<Cow<'_, str>>(content.get())?);
+        let blocks = match content {
+            Content::Text(text) => {
+                if from_user && history.task.is_none() {
+                    history.task = real_prompt(&text);
+                }
+                continue;
             }
-            continue;
-        }
-        // Anything but a string or an array of blocks is an error here.
-        let blocks: Vec<Block<'_>> = serde_json::from_str(content.get())?;
+            Content::Blocks(blocks) => blocks,
+        };
         for block in blocks {
             match block.kind.as_ref().map(Str::as_str) {
                 Some("text") if from_user && history.task.is_none() => {
@@ -295,7 +335,7 @@ mod tests {
 
     #[test]
     fn anthropic_history_skips_reminders_and_collects_calls_and_references() {
-        let raw: Box<RawValue> = serde_json::from_str(
+        let messages: Vec<Message<'_>> = serde_json::from_str(
             r#"[{"role":"user","content":[{"type":"text","text":"<system-reminder>x</system-reminder>"},
                  {"type":"text","text":"list jira issues"}]},
                {"role":"assistant","content":[
@@ -305,7 +345,7 @@ mod tests {
                {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"tool_reference","tool_name":"jira_b"}]}]}]"#,
         )
         .unwrap();
-        let history = anthropic(&raw).unwrap();
+        let history = anthropic(messages).unwrap();
         assert_eq!(history.task.as_deref(), Some("list jira issues"));
         assert_eq!(history.called, ["jira_a"]);
         assert_eq!(history.surfaced, ["jira_a", "jira_b"]);

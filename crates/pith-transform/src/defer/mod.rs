@@ -6,15 +6,15 @@
 //! The loaded set is the tools at or below `small_tool_chars`, the `keep_relevant` tools most
 //! relevant to the task (the first real user prompt of the conversation), and every tool a
 //! loaded tool's definition names: a description that tells the model to use another tool
-//! ("use Read before Edit") needs that tool in sight. All three inputs are the same on every
-//! turn of a session, so the rewritten `tools` section (the start of the cached prefix) is
-//! byte-identical on every turn.
+//! ("use Read before Edit") needs that tool in sight. The tools pith may defer and the first
+//! prompt are the same on every turn of a session, so the rewritten `tools` section (the start
+//! of the cached prefix) is byte-identical on every turn.
 //!
 //! A client that defers some of its own tools behind a search of its own (Claude Code's
-//! `ToolSearch`, with a `defer_loading` placeholder) keeps those as it sent them, and that
-//! search tool stays loaded (the only way to the tools it names); pith plans among the rest
-//! and adds the provider's search tool. A client that sends a provider search
-//! tool decides deferral itself and is left alone.
+//! `ToolSearch`, with a `defer_loading` placeholder) keeps those as it sent them, never ranked
+//! nor read (it adds more mid-session), and that search tool stays loaded (the only way to the
+//! tools it names); pith plans among the rest and adds the provider's search tool. A client
+//! that sends a provider search tool decides deferral itself and is left alone.
 //!
 //! Whenever deferral could be wrong the request is left unchanged, with a [`reason`].
 
@@ -209,15 +209,16 @@ struct Entry<'a> {
     raw: &'a RawValue,
     tool: Tool<'a>,
     /// Custom (Anthropic) or function (Responses) tool with a name, not a client's own search
-    /// tool: ranked and named like any, whatever the client said about its deferral, so that
-    /// the client deferring one itself changes nothing pith decides for the others.
-    plannable: bool,
-    /// Plannable, and the client left its deferral open (no `defer_loading` of its own): pith
-    /// may defer it.
+    /// tool, whose deferral the client left open (no `defer_loading` of its own): pith ranks
+    /// it and may defer it.
     deferrable: bool,
     /// The client sent it with `"defer_loading": true`: out of context until searched for,
-    /// whatever pith does.
+    /// whatever pith does. Never ranked nor read for names: Claude Code adds such tools
+    /// mid-session (those its ToolSearch found), and they must move nothing pith decides.
     client_deferred: bool,
+    /// The client's own tool search (Claude Code's `ToolSearch`): always loaded, and its
+    /// examples (`select:Read,Edit,Grep`) are not instructions to use those tools.
+    own_search: bool,
 }
 
 impl DeferStage {
@@ -240,21 +241,23 @@ impl DeferStage {
                 return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
             }
             let client_deferred = tool.defer_loading.is_some_and(|d| d.get() == "true");
-            let plannable = tool
+            let own_search = tool
                 .name
                 .as_ref()
-                .is_some_and(|n| !pith_clients::Client::is_own_tool_search(n.as_str()))
+                .is_some_and(|n| pith_clients::Client::is_own_tool_search(n.as_str()));
+            let deferrable = tool.name.is_some()
+                && !own_search
+                && tool.defer_loading.is_none()
                 && match wire {
                     Wire::AnthropicMessages => matches!(kind, None | Some("custom")),
                     Wire::Responses | Wire::ChatCompletions => kind == Some("function"),
                 };
-            let deferrable = plannable && tool.defer_loading.is_none();
             entries.push(Entry {
                 raw,
                 tool,
-                plannable,
                 deferrable,
                 client_deferred,
+                own_search,
             });
         }
         if let Some(choice) = top.tool_choice
@@ -285,14 +288,13 @@ impl DeferStage {
             return Ok(Decision::Unchanged(reason::TOO_MANY_TOOLS));
         }
         if self.options.min_deferred_chars > 0 {
-            // What the plan keeps out, whoever marks it: a tool pith deferred that the client
-            // then defers itself (Claude Code after `ToolSearch select:X`) still counts, so
-            // the decision, and the other tools' bytes, do not change with it.
+            // What is out of context, whoever marked it: a tool pith deferred that the client
+            // then defers itself (Claude Code after `ToolSearch select:X`) still counts, so the
+            // decision, and the other tools' bytes, do not change with it. (So do tools the
+            // client deferred from the start; a session that begins below the threshold can
+            // cross it as Claude Code adds the tools its search found.)
             let chars: usize = (0..entries.len())
-                .filter(|&i| {
-                    let e = &entries[i];
-                    e.plannable && !loaded[i] && (e.deferrable || e.client_deferred)
-                })
+                .filter(|&i| deferred.contains(&i) || entries[i].client_deferred)
                 .map(|i| entries[i].raw.get().chars().count())
                 .sum();
             if chars < self.options.min_deferred_chars {
@@ -306,16 +308,16 @@ impl DeferStage {
             .map(Decision::Defer)
     }
 
-    /// `loaded[i]` for every tool: not plannable, small, among the most relevant, or named by
-    /// a loaded tool's definition. The tools the client decided on are planned like the others
-    /// (only the edit leaves them alone).
+    /// `loaded[i]` for every tool in context: not deferrable (server tools, the client's own
+    /// search, tools the client said to load), small, among the most relevant, or named by a
+    /// loaded tool's definition. A tool the client deferred itself is never loaded.
     fn loaded_set(&self, entries: &[Entry<'_>], task: &str) -> Vec<bool> {
         let mut loaded: Vec<bool> = entries
             .iter()
-            .map(|e| !e.plannable || self.is_small(e.raw.get()))
+            .map(|e| !e.client_deferred && (!e.deferrable || self.is_small(e.raw.get())))
             .collect();
         let candidates: Vec<usize> = (0..entries.len())
-            .filter(|&i| entries[i].plannable)
+            .filter(|&i| entries[i].deferrable)
             .collect();
         let arguments: Vec<String> = entries
             .iter()
@@ -324,11 +326,7 @@ impl DeferStage {
         let keep = self.options.keep_relevant;
         if keep == 0 || keep >= candidates.len() {
             // Nothing to rank: none or all of the candidates stay.
-            for &i in candidates
-                .iter()
-                .filter(|&&i| !entries[i].client_deferred)
-                .take(keep)
-            {
+            for &i in candidates.iter().take(keep) {
                 loaded[i] = true;
             }
         } else {
@@ -338,9 +336,9 @@ impl DeferStage {
         loaded
     }
 
-    /// Marks the `keep_relevant` candidates most relevant to `task` loaded. Every candidate is
-    /// ranked, but a tool the client defers itself takes no place among them: a tool Claude
-    /// Code adds deferred mid-session (an MCP tool its ToolSearch found) then moves no other.
+    /// Marks the `keep_relevant` candidates most relevant to `task` loaded. Only the tools pith
+    /// may defer are ranked (the corpus BM25 weighs words by): a tool Claude Code adds deferred
+    /// mid-session (one its ToolSearch found) then moves nothing.
     fn keep_most_relevant(
         &self,
         entries: &[Entry<'_>],
@@ -365,11 +363,7 @@ impl DeferStage {
             .and_then(|r| r.scores(task, &texts))
             .filter(|s| s.len() == texts.len())
             .unwrap_or_else(|| bm25_scores(task, &texts));
-        for at in rank::by_relevance(&scores)
-            .into_iter()
-            .filter(|&at| !entries[candidates[at]].client_deferred)
-            .take(keep)
-        {
+        for at in rank::by_relevance(&scores).into_iter().take(keep) {
             loaded[candidates[at]] = true;
         }
     }
@@ -532,7 +526,7 @@ fn forces_a_tool(wire: Wire, choice: &RawValue) -> Result<bool, Unparseable> {
     }
 }
 
-/// Marks loaded every plannable tool a loaded tool's description or arguments name, until
+/// Marks loaded every deferrable tool a loaded tool's description or arguments name, until
 /// no more are: Claude Code's Edit says to Read first, OpenCode's read to use "the glob tool";
 /// a tool the model is told to use must be one it can see. A name matches exactly (case and
 /// all) as a whole word of the unescaped text; a name that is a plain lowercase word (`task`,
@@ -541,7 +535,7 @@ fn keep_named(entries: &[Entry<'_>], arguments: &[String], loaded: &mut [bool]) 
     let names: std::collections::HashMap<&str, usize> = entries
         .iter()
         .enumerate()
-        .filter(|(i, e)| e.plannable && !loaded[*i])
+        .filter(|(i, e)| e.deferrable && !loaded[*i])
         .filter_map(|(i, e)| Some((e.tool.name.as_ref()?.as_str(), i)))
         .collect();
     if names.is_empty() {
@@ -558,7 +552,9 @@ fn keep_named(entries: &[Entry<'_>], arguments: &[String], loaded: &mut [bool]) 
         longest = longest.max(name.len());
     }
     let mut read = vec![false; entries.len()];
-    let mut to_read: Vec<usize> = (0..entries.len()).filter(|&i| loaded[i]).collect();
+    let mut to_read: Vec<usize> = (0..entries.len())
+        .filter(|&i| loaded[i] && !entries[i].own_search)
+        .collect();
     while let Some(i) = to_read.pop() {
         if std::mem::replace(&mut read[i], true) {
             continue;
@@ -586,29 +582,27 @@ fn keep_named(entries: &[Entry<'_>], arguments: &[String], loaded: &mut [bool]) 
     }
 }
 
-/// The byte ranges of the words of `text` that could be tool names: runs of ASCII letters,
-/// digits, `_` and `-` (and of non-ASCII characters, whose bytes are never ASCII), without a
-/// trailing `-`.
+/// The byte ranges of the words of `text` that could be tool names: runs of letters, digits,
+/// `_` and `-` (Unicode punctuation such as `“` or `—` ends a word), without a trailing `-`.
 fn words(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-    let bytes = text.as_bytes();
-    let in_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b >= 0x80;
-    let mut at = 0;
+    let in_word = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    let mut chars = text.char_indices().peekable();
     std::iter::from_fn(move || {
-        while at < bytes.len() && !in_word(bytes[at]) {
-            at += 1;
+        let start = loop {
+            let (at, c) = chars.next()?;
+            if in_word(c) {
+                break at;
+            }
+        };
+        let mut end = text.len();
+        while let Some(&(at, c)) = chars.peek() {
+            if !in_word(c) {
+                end = at;
+                break;
+            }
+            chars.next();
         }
-        if at == bytes.len() {
-            return None;
-        }
-        let start = at;
-        while at < bytes.len() && in_word(bytes[at]) {
-            at += 1;
-        }
-        let mut end = at;
-        while end > start && bytes[end - 1] == b'-' {
-            end -= 1;
-        }
-        Some(start..end)
+        Some(start..start + text[start..end].trim_end_matches('-').len())
     })
     .filter(|word| !word.is_empty())
 }

@@ -18,16 +18,16 @@ impl Str<'_> {
 }
 
 /// The top-level keys the stage cares about; everything else is skipped unread.
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 pub(super) struct Top<'a> {
     /// `null` reads as absent.
     #[serde(borrow, default)]
     pub tools: Option<Vec<&'a RawValue>>,
     #[serde(borrow, default)]
     pub tool_choice: Option<&'a RawValue>,
-    /// Anthropic Messages history.
+    /// Anthropic Messages history, read in this pass.
     #[serde(borrow, default)]
-    pub messages: Option<&'a RawValue>,
+    pub messages: Option<Vec<super::history::Message<'a>>>,
     /// OpenAI Responses history.
     #[serde(borrow, default)]
     pub input: Option<&'a RawValue>,

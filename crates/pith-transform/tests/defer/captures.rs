@@ -730,8 +730,14 @@ fn a_tool_claude_code_adds_deferred_mid_session_moves_no_other_tool() {
     let capture = &load(CLAUDE_CODE)[1];
     let before = deferred_tools(capture);
     let mut body: Value = serde_json::from_slice(&capture.body).expect("json");
+    // Long (it would move BM25's weights if it were ranked), all about the task, and naming
+    // two tools pith defers (as a loaded tool's description, that would load them).
+    let description = format!(
+        "Fix the test that fails in calc.py. Use ScheduleWakeup and Workflow. {}",
+        "the test fails, fix calc.py; ".repeat(500)
+    );
     let found = serde_json::json!({"name": "mcp__calc__fix_failing_test",
-        "description": "Fix the test that fails in calc.py: the test fails, fix calc.py.",
+        "description": description,
         "input_schema": {"type": "object", "properties": {}}, "defer_loading": true});
     body["tools"]
         .as_array_mut()

@@ -411,3 +411,59 @@ fn a_longer_claude_code_session_defers_the_same_way_on_every_turn_and_ends_as_di
     assert_eq!(busts["by_pith"], 0, "{busts}");
     assert!(busts["pairs"].as_u64().unwrap_or(0) >= 10, "{busts}");
 }
+
+#[test]
+fn a_tool_claude_code_loads_through_its_own_tool_search_changes_nothing_pith_sends_for_the_others()
+{
+    // Turn 1: the model asks Claude Code's ToolSearch for WebFetch, one of the tools Claude
+    // Code lists by name only. Claude Code answers with a `tool_reference` and from turn 2 on
+    // sends WebFetch itself, deferred. pith leaves it as it came and decides the rest as
+    // before: every other tool is the same bytes.
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    clients::write_calc_project(work.path());
+    mock.push(tool_turn(
+        "toolu_01Search",
+        "ToolSearch",
+        &json!({"query": "select:WebFetch", "max_results": 1}),
+    ));
+    mock.push(Reply::sse(anthropic::stream(&[DONE], USAGE)));
+    let run = clients::claude_code(
+        work.path(),
+        home.path(),
+        &pith.url(),
+        &["--allowedTools", "ToolSearch", "--"],
+        TASK,
+        clients::LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    let turns = received(&mock);
+    assert_eq!(turns.len(), 2, "both turns reached the mock");
+    let result = turns[1].0["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == "toolu_01Search")
+        .cloned()
+        .unwrap_or_else(|| panic!("no ToolSearch result: {}", turns[1].0["messages"]));
+    assert!(
+        result.to_string().contains("\"tool_reference\""),
+        "{result}"
+    );
+    let tools = |k: usize| turns[k].0["tools"].as_array().unwrap().clone();
+    let (before, after) = (tools(0), tools(1));
+    let fetch = after
+        .iter()
+        .find(|t| t["name"] == "WebFetch")
+        .unwrap_or_else(|| panic!("Claude Code did not send WebFetch: {after:?}"));
+    assert_eq!(fetch["defer_loading"], Value::Bool(true));
+    assert!(!before.iter().any(|t| t["name"] == "WebFetch"));
+    let others: Vec<&Value> = after.iter().filter(|t| t["name"] != "WebFetch").collect();
+    assert_eq!(others, before.iter().collect::<Vec<_>>());
+    let busts = stats_busts(&pith);
+    assert_eq!(busts["by_pith"], 0, "{busts}");
+}

@@ -36,6 +36,9 @@ struct Seen {
 
 type Answers = Arc<dyn Fn(u64) -> Vec<String> + Send + Sync>;
 
+/// In an answer, where the mock drops the socket without a close frame.
+const HANG_UP: &str = "hang up";
+
 /// A WebSocket server on loopback that answers the `n`th `response.create` with `answers(n)`.
 async fn mock(seen: Arc<Mutex<Seen>>, answers: Answers) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -70,7 +73,13 @@ async fn mock(seen: Arc<Mutex<Seen>>, answers: Answers) -> std::net::SocketAddr 
                     if v["type"] == "response.create" {
                         n += 1;
                         for e in answers(n) {
-                            ws.send(Message::text(e)).await.unwrap();
+                            // The socket goes away here, as a reset upstream's does.
+                            if e == HANG_UP {
+                                return;
+                            }
+                            if ws.send(Message::text(e)).await.is_err() {
+                                return;
+                            }
                         }
                     }
                 }
@@ -115,24 +124,19 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
                "stream": true, "store": false}).to_string(),
     ];
     let answers = rt.block_on(async {
-        let tcp = TcpStream::connect(pith.addr).await.unwrap();
-        let mut req = format!("ws://{}/v1/responses", pith.addr)
-            .into_client_request()
-            .unwrap();
-        let h = req.headers_mut();
-        h.insert("authorization", "Bearer sk-pith-test-key".parse().unwrap());
-        h.insert(
-            "openai-beta",
-            "responses_websockets=2026-02-06".parse().unwrap(),
-        );
-        h.insert("session-id", "019-session".parse().unwrap());
-        h.insert("originator", "codex_exec".parse().unwrap());
-        h.insert(
-            "user-agent",
-            "codex_exec/0.169.0 (Debian 12; x86_64)".parse().unwrap(),
-        );
-        let (mut ws, res) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
-        assert_eq!(res.status(), 101);
+        let mut ws = open_with(
+            &pith,
+            &[
+                ("authorization", "Bearer sk-pith-test-key"),
+                ("openai-beta", "responses_websockets=2026-02-06"),
+                ("originator", "codex_exec"),
+                // pith's own header, and one this hop's Connection names: neither crosses.
+                ("pith-agent-type", "main"),
+                ("x-hop", "1"),
+                ("connection", "Upgrade, x-hop"),
+            ],
+        )
+        .await;
         let mut answers = Vec::new();
         for create in &creates {
             ws.send(Message::text(create.clone())).await.unwrap();
@@ -160,6 +164,8 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
     );
     assert_eq!(header("session-id"), Some("019-session"));
     assert_eq!(header("upgrade"), Some("websocket"));
+    assert_eq!(header("pith-agent-type"), None);
+    assert_eq!(header("x-hop"), None);
 
     // One ledger row per response, with the usage its response.completed carried.
     let rows = pith.wait_rows(2);
@@ -203,110 +209,249 @@ fn a_refused_upgrade_reaches_the_client_as_the_upstream_answered_it() {
             .iter()
             .any(|r| r.method == "GET" && r.path() == "/v1/responses")
     );
+    // One row, with the upstream's status.
+    let rows = pith.wait_rows(1);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].method.as_str(), rows[0].status),
+        ("GET", Some(status))
+    );
+
+    // No upstream at all: pith's 502, and its row.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let pith = PithProxy::start(&nowhere, &[]);
+    let status = rt.block_on(async {
+        let tcp = TcpStream::connect(pith.addr).await.unwrap();
+        let req = format!("ws://{}/v1/responses", pith.addr)
+            .into_client_request()
+            .unwrap();
+        match tokio_tungstenite::client_async(req, tcp).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(res)) => res.status().as_u16(),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    });
+    assert_eq!(status, 502);
+    let rows = pith.wait_rows(1);
+    assert_eq!(rows[0].status, Some(502));
+    assert_eq!(rows[0].outcome.as_str(), "upstream_unreachable");
+    assert!(
+        rows[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("could not open the WebSocket")),
+        "{:?}",
+        rows[0].error
+    );
 }
 
-/// The data of each event of an SSE body: what the same answer sends as WebSocket frames.
-fn frames_of(sse: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(sse)
-        .split("\n\n")
-        .filter_map(|event| {
-            event
-                .lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .map(str::to_owned)
-        })
-        .collect()
+/// A socket to pith with Codex's user agent and session, and `headers`.
+async fn open_with(
+    pith: &PithProxy,
+    headers: &[(&'static str, &str)],
+) -> tokio_tungstenite::WebSocketStream<TcpStream> {
+    let mut req = format!("ws://{}/v1/responses", pith.addr)
+        .into_client_request()
+        .unwrap();
+    let h = req.headers_mut();
+    h.insert("session-id", "019-session".parse().unwrap());
+    h.insert(
+        "user-agent",
+        "codex_exec/0.169.0 (Debian 12; x86_64)".parse().unwrap(),
+    );
+    for (name, value) in headers {
+        h.insert(*name, value.parse().unwrap());
+    }
+    let tcp = TcpStream::connect(pith.addr).await.unwrap();
+    let (ws, res) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    assert_eq!(res.status(), 101);
+    ws
+}
+
+async fn open(pith: &PithProxy) -> tokio_tungstenite::WebSocketStream<TcpStream> {
+    open_with(pith, &[]).await
+}
+
+fn create() -> Message {
+    Message::text(
+        json!({"type": "response.create", "model": "gpt-5.5", "input": "hi", "stream": true})
+            .to_string(),
+    )
+}
+
+fn created(n: u64) -> String {
+    json!({"type": "response.created", "response": {"id": format!("resp_{n}"), "model": "gpt-5.5", "usage": null}}).to_string()
+}
+
+/// What the client reads until the socket ends: its text frames, and the close frame's code.
+async fn until_closed<S>(
+    ws: &mut tokio_tungstenite::WebSocketStream<S>,
+) -> (Vec<String>, Option<u16>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut texts = Vec::new();
+    while let Some(msg) = ws.next().await {
+        match msg {
+            Ok(Message::Text(t)) => texts.push(t.to_string()),
+            Ok(Message::Close(frame)) => return (texts, frame.map(|f| u16::from(f.code))),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    (texts, None)
+}
+
+/// A pith in front of a WebSocket mock answering with `answers`, with `env`.
+fn pith_over(answers: Answers, env: &[(&str, &str)]) -> (PithProxy, tokio::runtime::Runtime) {
+    let rt = runtime();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let upstream = rt.block_on(mock(seen, answers));
+    let upstream_url = format!("http://{upstream}");
+    (PithProxy::start_with(&upstream_url, &upstream_url, env), rt)
 }
 
 #[test]
-fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
-    use pith_testkit::fixtures::{Usage, responses};
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let usage = Usage {
-        input: 300,
-        output: 7,
-        cache_write: 0,
-        cache_write_1h: 0,
-        cache_read: 100,
-    };
-    let answer = frames_of(&responses::stream(&["Hi over ", "WebSocket."], usage));
-    let upstream = rt.block_on(mock(Arc::clone(&seen), Arc::new(move |_| answer.clone())));
-    let upstream_url = format!("http://{upstream}");
-    let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
-    let (work, home) = crate::clients::project();
-    // Codex's built-in OpenAI provider (no model_provider), with an API key.
-    let codex_home = home.path().join(".codex");
-    std::fs::create_dir_all(&codex_home).unwrap();
-    std::fs::write(
-        codex_home.join("config.toml"),
-        "model = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n\
-         check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
-    )
-    .unwrap();
-    let env: Vec<(&str, std::ffi::OsString)> = vec![
-        ("PITH_HOME", pith.home.path().as_os_str().to_owned()),
-        ("PITH_LISTEN", pith.addr.to_string().into()),
-        ("PITH_OPENAI_UPSTREAM", upstream_url.clone().into()),
-        ("PITH_ANTHROPIC_UPSTREAM", upstream_url.clone().into()),
-        // Where this Codex goes on its own: the mock (so pith run wires it through pith).
-        ("OPENAI_BASE_URL", format!("{upstream_url}/v1").into()),
-        ("OPENAI_API_KEY", crate::clients::FAKE_KEY.into()),
-    ];
-    let run = crate::clients::codex_via(
-        crate::clients::Launch::PithRun(&env),
-        work.path(),
-        home.path(),
-        &[],
-        "say hi",
-        crate::clients::LIMIT,
-        &[],
+fn an_upstream_silent_mid_answer_is_ended_by_the_idle_timeout_with_its_row() {
+    // `response.created`, then nothing: the mock keeps the socket open.
+    let (pith, rt) = pith_over(
+        Arc::new(|n| vec![created(n)]),
+        &[("PITH_UPSTREAM_IDLE_TIMEOUT", "1s")],
     );
-    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
-    assert_eq!(run.stdout, "Hi over WebSocket.\n", "{}", run.stderr);
+    let (texts, code) = rt.block_on(async {
+        let mut ws = open(&pith).await;
+        ws.send(create()).await.unwrap();
+        until_closed(&mut ws).await
+    });
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    let error: Value = serde_json::from_str(&texts[1]).unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["status"], 504);
     assert!(
-        !run.stderr.contains("straight to its provider"),
-        "{}",
-        run.stderr
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream_idle_timeout")
     );
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.path, "/v1/responses");
-    // Codex 0.169.0 sends two creates on the socket: a warm-up (`"generate": false`), then
-    // the turn; the mock answers both.
-    let creates: Vec<Value> = seen
-        .frames
-        .iter()
-        .map(|f| serde_json::from_str(f).unwrap())
-        .filter(|f: &Value| f["type"] == "response.create")
-        .collect();
-    assert!(
-        creates.iter().all(|c| c["model"] == "gpt-5.5"),
-        "{creates:?}"
-    );
-    let rows = pith.wait_rows(creates.len());
-    let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();
+    assert_eq!(code, Some(1011));
+    let rows = pith.wait_rows(1);
     assert_eq!(
-        ws.len(),
-        creates.len(),
-        "one row per response.create: {rows:?}"
+        rows[0].outcome.as_str(),
+        "upstream_timeout",
+        "{:?}",
+        rows[0]
     );
-    for row in ws {
-        assert_eq!(row.client, "codex");
-        assert_eq!(row.outcome.as_str(), "ok");
-        let got = row.usage.unwrap();
-        assert_eq!(
-            (got.input, got.cache_read, got.output),
-            (300, 100, 7),
-            "{row:?}"
+    assert_eq!(rows[0].method, "WEBSOCKET");
+}
+
+#[test]
+fn an_upstream_reset_and_a_client_gone_mid_answer_each_leave_their_row() {
+    let (pith, rt) = pith_over(Arc::new(|n| vec![created(n), HANG_UP.to_owned()]), &[]);
+    rt.block_on(async {
+        let mut ws = open(&pith).await;
+        ws.send(create()).await.unwrap();
+        until_closed(&mut ws).await
+    });
+    let rows = pith.wait_rows(1);
+    assert_eq!(rows[0].outcome.as_str(), "upstream_broken", "{:?}", rows[0]);
+
+    let (pith, rt) = pith_over(Arc::new(|n| vec![created(n)]), &[]);
+    rt.block_on(async {
+        let mut ws = open(&pith).await;
+        ws.send(create()).await.unwrap();
+        // The first event arrives, then the client goes.
+        let first = ws.next().await.unwrap().unwrap();
+        assert!(first.to_text().unwrap().contains("response.created"));
+        drop(ws);
+    });
+    let rows = pith.wait_rows(1);
+    assert_eq!(rows[0].outcome.as_str(), "client_closed", "{:?}", rows[0]);
+}
+
+#[test]
+fn a_frame_over_the_body_limit_closes_the_socket_with_1009_and_one_row() {
+    let (pith, rt) = pith_over(Arc::new(events), &[]);
+    let code = rt.block_on(async {
+        let mut ws = open(&pith).await;
+        // One byte over the 64 MiB a request body may have.
+        let text = format!(
+            r#"{{"type":"response.create","input":"{}"}}"#,
+            "x".repeat((64 << 20) + 1)
         );
-    }
-    assert_eq!(creates.len(), 2, "{creates:?}");
-    assert_eq!(creates[0]["generate"], false);
-    assert!(creates[1].get("generate").is_none());
-    drop(rt);
+        let _ = ws.send(Message::text(text)).await;
+        until_closed(&mut ws).await.1
+    });
+    assert_eq!(code, Some(1009));
+    let rows = pith.wait_rows(1);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].status, rows[0].outcome.as_str()),
+        (Some(413), "client_error")
+    );
+    assert!(rows[0].error.as_deref().unwrap_or("").contains("max_body"));
+}
+
+#[test]
+fn a_flood_without_response_completed_is_kept_to_the_bound_and_recorded() {
+    // 80 deltas of 1 MiB, no `response.completed`, then the upstream hangs up: every byte
+    // reaches the client, the row counts them and keeps none past 64 MiB.
+    let delta =
+        json!({"type": "response.output_text.delta", "delta": "y".repeat(1 << 20)}).to_string();
+    let (pith, rt) = pith_over(
+        Arc::new(move |n| {
+            let mut answer = vec![created(n)];
+            answer.extend(std::iter::repeat_n(delta.clone(), 80));
+            answer.push(HANG_UP.to_owned());
+            answer
+        }),
+        &[],
+    );
+    let texts = rt.block_on(async {
+        let mut ws = open(&pith).await;
+        ws.send(create()).await.unwrap();
+        until_closed(&mut ws).await.0
+    });
+    assert_eq!(texts.len(), 81);
+    let rows = pith.wait_rows(1);
+    assert_eq!(
+        rows[0].outcome.as_str(),
+        "upstream_broken",
+        "{:?}",
+        rows[0].outcome
+    );
+    assert!(
+        rows[0].bytes_response > 80 << 20,
+        "{}",
+        rows[0].bytes_response
+    );
+}
+
+#[test]
+fn sigterm_closes_an_idle_socket_at_once_and_cuts_an_open_answer_with_its_row() {
+    let (mut pith, rt) = pith_over(Arc::new(|n| vec![created(n)]), &[]);
+    let pid = pith.pid().to_string();
+    let (idle_code, open_code) = rt.block_on(async {
+        let mut idle = open(&pith).await;
+        let mut busy = open(&pith).await;
+        busy.send(create()).await.unwrap();
+        let first = busy.next().await.unwrap().unwrap();
+        assert!(first.to_text().unwrap().contains("response.created"));
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let idle_code = until_closed(&mut idle).await.1;
+        let open_code = until_closed(&mut busy).await.1;
+        (idle_code, open_code)
+    });
+    // Going away (1001), both: the idle one when the shutdown began, the open one at the end
+    // of the grace period.
+    assert_eq!((idle_code, open_code), (Some(1001), Some(1001)));
+    // (The process has exited or is exiting: a second TERM to it is harmless.)
+    assert!(pith.stop().success());
+    let rows = crate::support::rows(&pith.ledger_path());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].outcome.as_str(), "shutdown");
 }

@@ -1,0 +1,237 @@
+//! Frames both ways between the client's socket and the upstream's, with the HTTP path's
+//! limits: a frame no larger than a request body may be, the upstream's silence inside an
+//! answer bounded by the idle timeout, an idle socket between turns closed after a bound, and
+//! at shutdown a socket between turns closed at once and an open answer cut (and recorded) at
+//! the end of the grace period. Each way it ends, the open request has its row.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pith_outcome::RequestOutcome;
+use tokio::sync::watch;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error, Message};
+
+use super::turns::Turns;
+
+/// How long a socket with no request open may stay idle before pith closes it. Codex opens a
+/// new one for its next turn when it finds this one closed.
+pub(crate) const IDLE_BETWEEN_TURNS: Duration = Duration::from_secs(30 * 60);
+
+/// Where the proxy's shutdown is, as the relays hear it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Stop {
+    #[default]
+    Running,
+    /// Shutting down: a socket between turns closes now, an open answer may finish.
+    Draining,
+    /// The grace period is over: open answers are cut.
+    Cut,
+}
+
+/// The bounds one socket is relayed within.
+pub(super) struct Limits {
+    /// The upstream's silence inside an answer (`proxy.upstream_idle_timeout`).
+    pub in_answer: Duration,
+    /// A frame's size, either way (`proxy.max_body`).
+    pub max_frame: usize,
+}
+
+/// Why the relay ended.
+enum Ended {
+    ClientClosed,
+    UpstreamClosed,
+    /// The client sent a frame larger than the limit.
+    ClientFrameTooLarge,
+    /// The upstream sent a frame larger than the limit.
+    UpstreamFrameTooLarge,
+    /// The upstream said nothing inside an answer for the idle timeout.
+    UpstreamSilent,
+    /// No request open, and nothing said either way for [`IDLE_BETWEEN_TURNS`].
+    Idle,
+    Draining,
+    Cut,
+}
+
+/// Relay frames until either side closes, a limit is reached or the proxy stops.
+pub(super) async fn pump<C, U>(
+    client: WebSocketStream<C>,
+    upstream: WebSocketStream<U>,
+    mut turns: Turns,
+    limits: Limits,
+    mut stop: watch::Receiver<Stop>,
+) where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut to_client, mut from_client) = client.split();
+    let (mut to_upstream, mut from_upstream) = upstream.split();
+    let idle = tokio::time::sleep(IDLE_BETWEEN_TURNS);
+    tokio::pin!(idle);
+    let ended = loop {
+        if *stop.borrow() == Stop::Draining && !turns.is_open() {
+            break Ended::Draining;
+        }
+        tokio::select! {
+            msg = from_client.next() => match msg {
+                Some(Ok(msg)) => {
+                    if let Message::Text(text) = &msg {
+                        turns.client_sent(text.as_str());
+                    }
+                    // Each hop answers its own pings.
+                    if matches!(msg, Message::Ping(_) | Message::Pong(_)) {
+                        continue;
+                    }
+                    let close = matches!(msg, Message::Close(_));
+                    if to_upstream.send(msg).await.is_err() {
+                        break Ended::UpstreamClosed;
+                    }
+                    if close {
+                        break Ended::ClientClosed;
+                    }
+                }
+                Some(Err(Error::Capacity(_))) => break Ended::ClientFrameTooLarge,
+                _ => break Ended::ClientClosed,
+            },
+            msg = from_upstream.next() => match msg {
+                Some(Ok(msg)) => {
+                    if let Message::Text(text) = &msg {
+                        turns.upstream_sent(text.as_str());
+                    }
+                    if matches!(msg, Message::Ping(_) | Message::Pong(_)) {
+                        continue;
+                    }
+                    let close = matches!(msg, Message::Close(_));
+                    if to_client.send(msg).await.is_err() {
+                        break Ended::ClientClosed;
+                    }
+                    if close {
+                        break Ended::UpstreamClosed;
+                    }
+                }
+                Some(Err(Error::Capacity(_))) => break Ended::UpstreamFrameTooLarge,
+                _ => break Ended::UpstreamClosed,
+            },
+            () = &mut idle => {
+                break if turns.is_open() { Ended::UpstreamSilent } else { Ended::Idle };
+            }
+            changed = stop.changed() => match (changed, *stop.borrow()) {
+                (Err(_), _) | (Ok(()), Stop::Cut) => break Ended::Cut,
+                _ => continue,
+            },
+        }
+        let wait = if turns.is_open() {
+            limits.in_answer
+        } else {
+            IDLE_BETWEEN_TURNS
+        };
+        idle.as_mut().reset(tokio::time::Instant::now() + wait);
+    };
+    let limit = limits.max_frame;
+    let (outcome, error, to_client_close, error_event) = match ended {
+        Ended::ClientClosed => (RequestOutcome::ClientClosed, None, None, None),
+        Ended::UpstreamClosed => (RequestOutcome::UpstreamBroken, None, None, None),
+        Ended::ClientFrameTooLarge => {
+            let why = format!(
+                "pith: a WebSocket frame over {limit} bytes (proxy.max_body); the socket is closed"
+            );
+            turns.refused_frame(413, why.clone());
+            (
+                RequestOutcome::ClientClosed,
+                None,
+                Some((CloseCode::Size, why)),
+                None,
+            )
+        }
+        Ended::UpstreamFrameTooLarge => {
+            let why = format!(
+                "pith: the openai upstream sent a WebSocket frame over {limit} bytes \
+                 (proxy.max_body), so pith closed the socket; the answer is incomplete"
+            );
+            (
+                RequestOutcome::UpstreamBroken,
+                Some(why.clone()),
+                Some((CloseCode::Error, why.clone())),
+                Some(error_event(502, "api_error", &why)),
+            )
+        }
+        Ended::UpstreamSilent => {
+            let why = format!(
+                "pith: the openai upstream sent nothing for {} s mid-answer, so pith ended the \
+                 answer (proxy.upstream_idle_timeout); it is incomplete",
+                limits.in_answer.as_secs()
+            );
+            (
+                RequestOutcome::UpstreamTimeout,
+                Some(why.clone()),
+                Some((CloseCode::Error, why.clone())),
+                Some(error_event(504, "timeout", &why)),
+            )
+        }
+        Ended::Idle => (
+            RequestOutcome::ClientClosed,
+            None,
+            Some((CloseCode::Normal, "pith: idle between turns".to_owned())),
+            None,
+        ),
+        Ended::Draining | Ended::Cut => (
+            RequestOutcome::Shutdown,
+            None,
+            Some((
+                CloseCode::Away,
+                "pith: the proxy is shutting down".to_owned(),
+            )),
+            None,
+        ),
+    };
+    turns.close(outcome, error);
+    if let Some(event) = error_event {
+        let _ = to_client.send(Message::text(event)).await;
+    }
+    let close = to_client_close.map(|(code, reason)| CloseFrame {
+        code,
+        reason: close_reason(reason).into(),
+    });
+    let _ = to_client.send(Message::Close(close)).await;
+    let _ = to_client.close().await;
+    let _ = to_upstream.close().await;
+}
+
+/// A close frame's reason: at most 123 bytes (a control frame's payload is 125, the code
+/// takes 2), cut at a character boundary.
+fn close_reason(mut reason: String) -> String {
+    const MAX: usize = 123;
+    if reason.len() > MAX {
+        let mut end = MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    reason
+}
+
+/// An `error` event in the shape the Responses API sends on its socket.
+fn error_event(status: u16, kind: &str, message: &str) -> String {
+    serde_json::json!({
+        "type": "error",
+        "status": status,
+        "error": {"type": kind, "code": kind, "message": message},
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_close_reason_fits_a_control_frame() {
+        assert_eq!(close_reason("short".to_owned()), "short");
+        let long = "é".repeat(100);
+        let cut = close_reason(long);
+        assert!(cut.len() <= 123 && cut.chars().all(|c| c == 'é'), "{cut}");
+    }
+}

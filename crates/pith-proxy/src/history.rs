@@ -51,10 +51,17 @@ impl Labels {
     ) -> Option<Turn> {
         let wire = record.wire?;
         let session = session?;
-        if record.path.ends_with("/count_tokens") || record.method != "POST" {
+        // POST on HTTP; a socket's create (`WEBSOCKET`) with the conversation it continues (a
+        // warm-up has none: it is no turn).
+        let body = match (record.method.as_str(), &record.conversation_body) {
+            ("POST", _) => &record.request_body,
+            ("WEBSOCKET", Some(conversation)) => conversation,
+            _ => return None,
+        };
+        if record.path.ends_with("/count_tokens") {
             return None;
         }
-        let messages = conversation::request_messages(wire, &record.request_body)?;
+        let messages = conversation::request_messages(wire, body)?;
         // A side call of the client's (OpenCode's title call) is not a turn of the
         // conversation: recorded, it would take the conversation's place.
         if let Some(client) = pith_clients::Client::named(&record.client)

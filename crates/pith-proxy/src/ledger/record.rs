@@ -36,6 +36,10 @@ pub(crate) struct Record {
     pub request_body: Bytes,
     /// The body sent upstream when a stage changed it (shared, not copied).
     pub upstream_body: Option<Bytes>,
+    /// The whole prompt the provider sees, when the request's own body is only its newest
+    /// part (a WebSocket create chained to an earlier answer): history and the prompt
+    /// fingerprint read it instead of `request_body`.
+    pub conversation_body: Option<Bytes>,
     pub bytes_upstream: u64,
     pub response_chunks: Vec<Bytes>,
     pub response_bytes: u64,

@@ -228,6 +228,10 @@ fn fingerprints(r: &Record) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
         return (None, None);
     };
     let of = |body: &[u8]| Fingerprint::of(wire, body).map(|f| f.to_bytes());
+    // A chained WebSocket create: the prompt is the conversation, not the frame.
+    if let Some(conversation) = &r.conversation_body {
+        return (of(conversation), None);
+    }
     match &r.upstream_body {
         Some(sent) => (of(sent), of(&r.request_body)),
         None => (of(&r.request_body), None),

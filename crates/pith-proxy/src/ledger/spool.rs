@@ -683,10 +683,14 @@ fn site_of(c: u8) -> Option<Site> {
     })
 }
 
+/// Set in an entry's kind byte when it ends with the record's `conversation_body` (entries an
+/// older pith wrote do not).
+const WITH_CONVERSATION: u8 = 0x80;
+
 /// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.
 pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     let bodies = kind == FINISHED;
-    put_u8(b, kind);
+    put_u8(b, kind | WITH_CONVERSATION);
     put_i64(b, r.ts_ms);
     put_i64(b, r.arrival_us);
     put_bytes(b, r.client.as_bytes());
@@ -745,6 +749,12 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
             }
         }
     }
+    // Last (see `decode`).
+    put_opt(
+        b,
+        r.conversation_body.as_deref().filter(|_| bodies),
+        put_bytes,
+    );
 }
 
 /// Reads a payload front to back; every read checks the length left.
@@ -875,7 +885,8 @@ fn read_reports(r: &mut Reader<'_>) -> Option<Vec<Report>> {
 /// An entry's kind and record.
 pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let mut r = Reader { rest: payload };
-    let kind = r.u8()?;
+    let tagged = r.u8()?;
+    let kind = tagged & !WITH_CONVERSATION;
     if kind != FINISHED && kind != OPENED {
         return None;
     }
@@ -911,6 +922,12 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let ttfb_ms = r.opt(Reader::f64)?;
     let total_ms = r.f64()?;
     let transforms = read_reports(&mut r)?;
+    // Last; an entry an older pith spooled has none (its kind says so) and still reads.
+    let conversation_body = if tagged & WITH_CONVERSATION != 0 {
+        r.opt(|r| r.bytes().map(Bytes::copy_from_slice))?
+    } else {
+        None
+    };
     if !r.rest.is_empty() {
         return None;
     }
@@ -932,6 +949,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
             error,
             request_body,
             upstream_body,
+            conversation_body,
             bytes_upstream,
             response_chunks,
             response_bytes,
@@ -966,6 +984,7 @@ mod tests {
             error: Some("reset \u{1b}[31m".into()),
             request_body: Bytes::from(vec![b'{'; 1000 + i as usize]),
             upstream_body: Some(Bytes::from_static(b"{\"x\":1}")),
+            conversation_body: Some(Bytes::from_static(b"{\"input\":[]}")),
             bytes_upstream: 7,
             response_chunks: vec![Bytes::from_static(b"data: a\n\n"), Bytes::from_static(b"b")],
             response_bytes: 10,
@@ -1015,6 +1034,10 @@ mod tests {
         let minimal = Record::default();
         buf.clear();
         encode(&minimal, FINISHED, &mut buf);
+        assert_eq!(decode(&buf).unwrap(), (FINISHED, minimal.clone()));
+        // An entry an older pith spooled: no flag, no conversation at its end.
+        buf[0] &= !WITH_CONVERSATION;
+        assert_eq!(buf.pop(), Some(0), "the absent conversation's marker");
         assert_eq!(decode(&buf).unwrap(), (FINISHED, minimal));
         // An announcement carries everything but the bodies.
         buf.clear();
@@ -1024,6 +1047,7 @@ mod tests {
         let mut expected = record.clone();
         expected.request_body = Bytes::new();
         expected.upstream_body = None;
+        expected.conversation_body = None;
         expected.response_chunks = Vec::new();
         assert_eq!(opened, expected);
     }

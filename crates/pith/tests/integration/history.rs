@@ -85,7 +85,7 @@ fn conversation(home: &Path, source: &str, session: &str) -> Option<Value> {
 }
 
 /// Each message's role, and `+` when a person typed it.
-fn shape(home: &Path, id: &str) -> Vec<String> {
+pub(crate) fn shape(home: &Path, id: &str) -> Vec<String> {
     let shown = pith_json(home, &["history", "show", id]);
     shown["messages"]
         .as_array()
@@ -104,7 +104,7 @@ fn shape(home: &Path, id: &str) -> Vec<String> {
 
 /// Wait for the proxy's conversation of `session` to hold `n` messages: each round waits on
 /// the proxy's flush barrier (history turns are written with their ledger rows), then reads.
-fn wait_recorded(pith: &PithProxy, session: &str, n: u64) -> Value {
+pub(crate) fn wait_recorded(pith: &PithProxy, session: &str, n: u64) -> Value {
     let home = pith.home.path();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -22,7 +22,8 @@ fn events(n: u64) -> Vec<String> {
     vec![
         json!({"type": "response.created", "response": {"id": format!("resp_{n}"), "model": "gpt-5.5", "usage": null}}).to_string(),
         json!({"type": "response.output_text.delta", "delta": format!("answer {n}")}).to_string(),
-        json!({"type": "response.completed", "response": {"id": format!("resp_{n}"), "model": "gpt-5.5", "usage": usage}}).to_string(),
+        json!({"type": "response.completed", "response": {"id": format!("resp_{n}"), "model": "gpt-5.5", "usage": usage,
+               "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": format!("answer {n}")}]}]}}).to_string(),
     ]
 }
 
@@ -119,9 +120,11 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
         json!({"type": "response.create", "model": "gpt-5.5", "instructions": "be brief",
                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "first"}]}],
                "tools": [], "stream": true, "store": false, "prompt_cache_key": "019-session"}).to_string(),
-        json!({"type": "response.create", "model": "gpt-5.5", "previous_response_id": "resp_1",
+        // The same request shape, with only the new input (the API does not carry
+        // `instructions` over a `previous_response_id`, so a client sends them again).
+        json!({"type": "response.create", "model": "gpt-5.5", "instructions": "be brief", "previous_response_id": "resp_1",
                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "second"}]}],
-               "stream": true, "store": false}).to_string(),
+               "tools": [], "stream": true, "store": false}).to_string(),
     ];
     let answers = rt.block_on(async {
         let mut ws = open_with(
@@ -184,6 +187,23 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
             (90 * n, 10 * n, n)
         );
     }
+
+    // The second create carried only its new input, chained to the first answer: the history
+    // holds the conversation the provider saw (both prompts, both answers), and the prompt
+    // fingerprints, taken over that conversation, see no bust where the chain only grew.
+    let recorded = crate::history::wait_recorded(&pith, "019-session", 4);
+    let id = recorded["id"].as_str().unwrap();
+    assert_eq!(
+        crate::history::shape(pith.home.path(), id),
+        ["user+", "assistant", "user+", "assistant"]
+    );
+    let busts = crate::support::stats_busts(&pith);
+    assert_eq!(busts["pairs"], 1, "{busts}");
+    assert_eq!(
+        (&busts["by_client"], &busts["by_pith"]),
+        (&json!(0), &json!(0)),
+        "{busts}"
+    );
 }
 
 #[test]
@@ -454,4 +474,137 @@ fn sigterm_closes_an_idle_socket_at_once_and_cuts_an_open_answer_with_its_row() 
     let rows = crate::support::rows(&pith.ledger_path());
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].outcome.as_str(), "shutdown");
+}
+/// The data of each event of an SSE body: what the same answer sends as WebSocket frames.
+fn frames_of(sse: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(sse)
+        .split("\n\n")
+        .filter_map(|event| {
+            event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[test]
+fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
+    use pith_testkit::fixtures::{Usage, responses};
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let usage = Usage {
+        input: 300,
+        output: 7,
+        cache_write: 0,
+        cache_write_1h: 0,
+        cache_read: 100,
+    };
+    let answer = frames_of(&responses::stream(&["Hi over ", "WebSocket."], usage));
+    let upstream = rt.block_on(mock(Arc::clone(&seen), Arc::new(move |_| answer.clone())));
+    let upstream_url = format!("http://{upstream}");
+    let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
+    let (work, home) = crate::clients::project();
+    // Codex's built-in OpenAI provider (no model_provider), with an API key.
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(
+        codex_home.join("config.toml"),
+        "model = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n\
+         check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
+    )
+    .unwrap();
+    let env: Vec<(&str, std::ffi::OsString)> = vec![
+        ("PITH_HOME", pith.home.path().as_os_str().to_owned()),
+        ("PITH_LISTEN", pith.addr.to_string().into()),
+        ("PITH_OPENAI_UPSTREAM", upstream_url.clone().into()),
+        ("PITH_ANTHROPIC_UPSTREAM", upstream_url.clone().into()),
+        // Where this Codex goes on its own: the mock (so pith run wires it through pith).
+        ("OPENAI_BASE_URL", format!("{upstream_url}/v1").into()),
+        ("OPENAI_API_KEY", crate::clients::FAKE_KEY.into()),
+    ];
+    let run = crate::clients::codex_via(
+        crate::clients::Launch::PithRun(&env),
+        work.path(),
+        home.path(),
+        &[],
+        "say hi",
+        crate::clients::LIMIT,
+        &[],
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Hi over WebSocket.\n", "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("straight to its provider"),
+        "{}",
+        run.stderr
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.path, "/v1/responses");
+    // Codex 0.169.0 sends two creates on the socket: a warm-up (`"generate": false`), then
+    // the turn; the mock answers both.
+    let creates: Vec<Value> = seen
+        .frames
+        .iter()
+        .map(|f| serde_json::from_str(f).unwrap())
+        .filter(|f: &Value| f["type"] == "response.create")
+        .collect();
+    assert!(
+        creates.iter().all(|c| c["model"] == "gpt-5.5"),
+        "{creates:?}"
+    );
+    let rows = pith.wait_rows(creates.len());
+    let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();
+    assert_eq!(
+        ws.len(),
+        creates.len(),
+        "one row per response.create: {rows:?}"
+    );
+    for row in ws {
+        assert_eq!(row.client, "codex");
+        assert_eq!(row.outcome.as_str(), "ok");
+        let got = row.usage.unwrap();
+        assert_eq!(
+            (got.input, got.cache_read, got.output),
+            (300, 100, 7),
+            "{row:?}"
+        );
+    }
+    assert_eq!(creates.len(), 2, "{creates:?}");
+    assert_eq!(creates[0]["generate"], false);
+    assert!(creates[1].get("generate").is_none());
+    // The history holds the turn's conversation (whether the turn chains to the warm-up with
+    // `previous_response_id` or, as here against this mock, sends its whole input).
+    let session = rows[0].session.clone().unwrap();
+    let recorded = crate::history::wait_recorded(&pith, &session, 2);
+    let shown = crate::history::pith_json(
+        pith.home.path(),
+        &["history", "show", recorded["id"].as_str().unwrap()],
+    );
+    let texts: Vec<String> = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("say hi")), "{texts:?}");
+    assert!(
+        texts
+            .last()
+            .is_some_and(|t| t.contains("Hi over WebSocket.")),
+        "{texts:?}"
+    );
+    // The warm-up and the turn share the prompt's start: no bust between them.
+    let busts = crate::support::stats_busts(&pith);
+    assert_eq!(
+        (&busts["by_client"], &busts["by_pith"]),
+        (&json!(0), &json!(0)),
+        "{busts}"
+    );
+    drop(rt);
 }

@@ -185,20 +185,23 @@ fn killing_postgresql_mid_load_loses_nothing_and_doubles_nothing() {
     pg.kill().unwrap();
     let down = Instant::now();
     write(40, &mut writer, &mut recorder);
-    // While it is down, the rows wait locally and say so.
-    wait_until(
-        "a backlog while PostgreSQL is down",
-        Duration::from_secs(10),
-        || shipper.stats().backlog > 0 && shipper.stats().history_backlog > 0,
-    );
-    assert!(recorder.backlog().unwrap().messages > 0);
-    let reader = Ledger::open_read_only(&path).unwrap();
-    assert!(ship::backlog(&reader).unwrap() > 0);
-    assert!(shipper.stats().failures > 0);
     assert!(
         down.elapsed() < Duration::from_secs(5),
         "the writer never waited on PostgreSQL"
     );
+    // While it is down, the rows wait locally and say so, and the shipper's next attempt
+    // fails (a backlog can show before that attempt: it waits for it, not just the backlog).
+    wait_until(
+        "a backlog and a failed shipment while PostgreSQL is down",
+        Duration::from_secs(10),
+        || {
+            let stats = shipper.stats();
+            stats.backlog > 0 && stats.history_backlog > 0 && stats.failures > 0
+        },
+    );
+    assert!(recorder.backlog().unwrap().messages > 0);
+    let reader = Ledger::open_read_only(&path).unwrap();
+    assert!(ship::backlog(&reader).unwrap() > 0);
     pg.start_again().unwrap();
     write(20, &mut writer, &mut recorder);
     let total = written;

@@ -89,7 +89,7 @@ impl Proxy {
             shutting_down: Arc::new(AtomicBool::new(false)),
             activity: Arc::new(Activity::new()),
             refused: crate::last_check::Refused::default(),
-            relay_stop: tokio::sync::watch::Sender::new(crate::websocket::Stop::Running),
+            relay_stop: tokio::sync::watch::Sender::new(crate::state::Stop::Running),
         });
         Ok(Proxy { listener, state })
     }
@@ -176,7 +176,7 @@ impl Proxy {
         // A socket between turns closes now; one with an answer open may finish it.
         self.state
             .relay_stop
-            .send_replace(crate::websocket::Stop::Draining);
+            .send_replace(crate::state::Stop::Draining);
         let drained = async {
             while connections.join_next().await.is_some() {
                 self.state.activity.set_open(connections.len());
@@ -192,9 +192,7 @@ impl Proxy {
         self.state.shutting_down.store(true, Ordering::SeqCst);
         connections.abort_all();
         while connections.join_next().await.is_some() {}
-        self.state
-            .relay_stop
-            .send_replace(crate::websocket::Stop::Cut);
+        self.state.relay_stop.send_replace(crate::state::Stop::Cut);
         if !self.state.activity.relays_ended(RELAYS_CUT_WITHIN).await {
             tracing::warn!("a WebSocket relay did not end within {RELAYS_CUT_WITHIN:?} of the cut");
         }

@@ -26,8 +26,19 @@ pub(crate) struct State {
     pub activity: Arc<Activity>,
     /// Per session, the stages the provider refused a request of (off from then on).
     pub refused: crate::last_check::Refused,
-    /// Tells the WebSocket relays where the shutdown is (`websocket::Stop`).
-    pub relay_stop: tokio::sync::watch::Sender<crate::websocket::Stop>,
+    /// Tells the WebSocket relays where the shutdown is.
+    pub relay_stop: tokio::sync::watch::Sender<Stop>,
+}
+
+/// Where the proxy's shutdown is, as the WebSocket relays hear it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Stop {
+    #[default]
+    Running,
+    /// Shutting down: a socket between turns closes now, an open answer may finish.
+    Draining,
+    /// The grace period is over: open answers are cut.
+    Cut,
 }
 
 /// How busy a proxy is: its open client connections, and since when none has been open. A

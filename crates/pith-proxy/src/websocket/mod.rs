@@ -21,8 +21,6 @@
 mod pump;
 mod turns;
 
-pub(crate) use pump::Stop;
-
 use std::sync::Arc;
 
 use bytes::Bytes;

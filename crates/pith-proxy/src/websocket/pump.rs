@@ -15,21 +15,11 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error, Message};
 
 use super::turns::Turns;
+use crate::state::Stop;
 
 /// How long a socket with no request open may stay idle before pith closes it. Codex opens a
 /// new one for its next turn when it finds this one closed.
 pub(crate) const IDLE_BETWEEN_TURNS: Duration = Duration::from_secs(30 * 60);
-
-/// Where the proxy's shutdown is, as the relays hear it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Stop {
-    #[default]
-    Running,
-    /// Shutting down: a socket between turns closes now, an open answer may finish.
-    Draining,
-    /// The grace period is over: open answers are cut.
-    Cut,
-}
 
 /// The bounds one socket is relayed within.
 pub(super) struct Limits {

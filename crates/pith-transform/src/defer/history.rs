@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::view::Str;
+use super::view::{Block, Content, Message, Str};
 
 /// The parts of a conversation the defer stage decides on.
 #[derive(Debug, Default)]
@@ -17,66 +17,6 @@ pub(super) struct History<'a> {
     pub called: Vec<Cow<'a, str>>,
     /// Names of tools a tool search (server or client side) made available.
     pub surfaced: Vec<Cow<'a, str>>,
-}
-
-/// One Anthropic message, read in the same pass as the rest of the body (its blocks too, not
-/// kept as raw text to parse again: a Claude Code history grows to megabytes).
-#[derive(Deserialize)]
-pub(super) struct Message<'a> {
-    #[serde(borrow, default)]
-    role: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    content: Option<Content<'a>>,
-}
-
-/// A message's `content`: a string, or blocks.
-enum Content<'a> {
-    Text(Cow<'a, str>),
-    Blocks(Vec<Block<'a>>),
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
-            type Value = Content<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string or an array of content blocks")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(
-                self,
-                v: &'de str,
-            ) -> Result<Self::Value, E> {
-                Ok(Content::Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Content::Text(Cow::Owned(v.to_owned())))
-            }
-            fn visit_seq<S: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: S,
-            ) -> Result<Self::Value, S::Error> {
-                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-                while let Some(block) = seq.next_element::<Block<'de>>()? {
-                    blocks.push(block);
-                }
-                Ok(Content::Blocks(blocks))
-            }
-        }
-        d.deserialize_any(Visit(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize)]
-struct Block<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    name: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    text: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]

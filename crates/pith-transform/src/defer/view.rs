@@ -27,10 +27,71 @@ pub(super) struct Top<'a> {
     pub tool_choice: Option<&'a RawValue>,
     /// Anthropic Messages history, read in this pass.
     #[serde(borrow, default)]
-    pub messages: Option<Vec<super::history::Message<'a>>>,
+    pub messages: Option<Vec<Message<'a>>>,
     /// OpenAI Responses history.
     #[serde(borrow, default)]
     pub input: Option<&'a RawValue>,
+}
+
+/// One Anthropic message, read in the same pass as the rest of the body (its blocks too, not
+/// kept as raw text to parse again: a Claude Code history grows to megabytes).
+#[derive(Deserialize)]
+pub(super) struct Message<'a> {
+    #[serde(borrow, default)]
+    pub role: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    pub content: Option<Content<'a>>,
+}
+
+/// A message's `content`: a string, or blocks.
+pub(super) enum Content<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<Block<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or an array of content blocks")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<Self::Value, S::Error> {
+                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(block) = seq.next_element::<Block<'de>>()? {
+                    blocks.push(block);
+                }
+                Ok(Content::Blocks(blocks))
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+/// One content block (or Responses content part): its type, and what the history reads.
+#[derive(Deserialize)]
+pub(super) struct Block<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    pub name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    pub text: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
 }
 
 /// The top-level keys of one tool definition.

@@ -135,16 +135,21 @@ pub fn log_path(home: &Path) -> PathBuf {
     home.join("logs").join("proxy.log")
 }
 
+/// Create `dir` and its missing parents 0700, whatever the umask.
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))
+}
+
 /// Open (creating) a file of pith's: the directory 0700 and the file 0600 whatever the umask.
 pub fn open_private(path: &Path, append: bool) -> anyhow::Result<File> {
     if let Some(dir) = path.parent() {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder
-            .create(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        create_private_dir(dir)?;
     }
     let mut options = std::fs::OpenOptions::new();
     options.create(true);

@@ -319,9 +319,14 @@ impl DeferStage {
         let candidates: Vec<usize> = (0..entries.len())
             .filter(|&i| entries[i].deferrable)
             .collect();
+        // Ranked or read for names: never a tool the client deferred itself (Claude Code sends
+        // more of those as a session goes on).
         let arguments: Vec<String> = entries
             .iter()
-            .map(|e| view::argument_text(e.tool.input_schema.or(e.tool.parameters)))
+            .map(|e| match e.client_deferred {
+                true => String::new(),
+                false => view::argument_text(e.tool.input_schema.or(e.tool.parameters)),
+            })
             .collect();
         let keep = self.options.keep_relevant;
         if keep == 0 || keep >= candidates.len() {

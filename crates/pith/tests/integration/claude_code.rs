@@ -33,6 +33,61 @@ fn tool_turn(id: &str, tool: &str, input: &Value) -> Reply {
     ))
 }
 
+/// The real Claude Code in the captures' project, through a pith in front of the mock.
+struct Through {
+    mock: MockUpstream,
+    pith: PithProxy,
+    work: Project,
+}
+
+impl Through {
+    fn start() -> Through {
+        let mock = MockUpstream::start().unwrap();
+        let pith = PithProxy::start(&mock.url(), &[]);
+        Through {
+            mock,
+            pith,
+            work: Project::new(),
+        }
+    }
+}
+
+/// The captures' project and a private home for Claude Code.
+struct Project {
+    dir: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Project {
+    fn new() -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        clients::write_calc_project(dir.path());
+        Project {
+            dir,
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Claude Code given the fix-calc task through `pith`, allowed the tools `allowed`; it
+    /// must exit 0.
+    fn claude(&self, pith: &PithProxy, allowed: &str) -> clients::Run {
+        let run = clients::claude_code(
+            self.path(),
+            self.home.path(),
+            &pith.url(),
+            &["--allowedTools", allowed, "--"],
+            TASK,
+            clients::LIMIT,
+        );
+        run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+        run
+    }
+}
+
 /// Names of the tools the body sends with `"defer_loading": true`, and of the others.
 fn split_tools(body: &Value) -> (Vec<String>, Vec<String>) {
     let (mut deferred, mut loaded) = (Vec::new(), Vec::new());
@@ -112,11 +167,7 @@ fn assert_deferred_the_same_way(turns: &[(Value, Option<String>)]) {
 
 #[test]
 fn claude_code_fixes_calc_through_pith_with_its_specialised_built_ins_deferred() {
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[]);
-    let work = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    clients::write_calc_project(work.path());
+    let Through { mock, pith, work } = Through::start();
     let calc = work.path().join("calc.py");
     let calc = calc.to_str().unwrap();
     mock.push(tool_turn(
@@ -130,15 +181,7 @@ fn claude_code_fixes_calc_through_pith_with_its_specialised_built_ins_deferred()
         &serde_json::json!({"file_path": calc, "old_string": "return a - b", "new_string": "return a + b"}),
     ));
     mock.push(Reply::sse(anthropic::stream(&[DONE], USAGE)));
-    let run = clients::claude_code(
-        work.path(),
-        home.path(),
-        &pith.url(),
-        &["--allowedTools", "Read Edit", "--"],
-        TASK,
-        clients::LIMIT,
-    );
-    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    let run = work.claude(&pith, "Read Edit");
     assert_eq!(run.stdout, format!("{DONE}\n"), "{}", run.stderr);
     assert!(
         std::fs::read_to_string(work.path().join("calc.py"))
@@ -167,11 +210,7 @@ fn claude_code_runs_a_deferred_built_in_it_found_through_pith_search() {
     // The fix-calc task, in which ListAgents is deferred (a task about agents would keep it
     // loaded). Turn 1: the model searches pith's tool search for it (the API finds only tools
     // sent with `defer_loading`), and calls it. Turn 2: done.
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[]);
-    let work = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    clients::write_calc_project(work.path());
+    let Through { mock, pith, work } = Through::start();
     let search = ToolSearch {
         id: "srvtoolu_01Agents".to_owned(),
         pattern: "agents".to_owned(),
@@ -182,15 +221,7 @@ fn claude_code_runs_a_deferred_built_in_it_found_through_pith_search() {
         &search, &list, USAGE,
     )));
     mock.push(Reply::sse(anthropic::stream(&[DONE], USAGE)));
-    let run = clients::claude_code(
-        work.path(),
-        home.path(),
-        &pith.url(),
-        &["--allowedTools", "ListAgents", "--"],
-        TASK,
-        clients::LIMIT,
-    );
-    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    let run = work.claude(&pith, "ListAgents");
     assert_eq!(run.stdout, format!("{DONE}\n"), "{}", run.stderr);
     let turns = received(&mock);
     assert_eq!(turns.len(), 2, "both turns reached the mock");
@@ -285,22 +316,20 @@ const LONG_DONE: &str = "Fixed add, and added subtract with its test; all tests 
 
 /// Runs the longer session with Claude Code pointed at `base_url` (the mock, or pith in front
 /// of it), and checks the project ended as the session says.
-/// The bodies the mock received, and the run's project and home (for [`record`]).
+/// The bodies the mock received, and the run's project (for [`record`]).
 fn long_session(
     mock: &MockUpstream,
     base_url: &str,
     context: &dyn Fn() -> String,
-) -> (Vec<Value>, tempfile::TempDir, tempfile::TempDir) {
-    let work = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    clients::write_calc_project(work.path());
+) -> (Vec<Value>, Project) {
+    let work = Project::new();
     for (k, (tool, input)) in long_session_turns(work.path()).iter().enumerate() {
         mock.push(tool_turn(&format!("toolu_{:02}", k + 1), tool, input));
     }
     mock.push(Reply::sse(anthropic::stream(&[LONG_DONE], USAGE)));
     let run = clients::claude_code(
         work.path(),
-        home.path(),
+        work.home.path(),
         base_url,
         &["--allowedTools", "Read Edit Bash", "--"],
         LONG_TASK,
@@ -341,7 +370,7 @@ fn long_session(
         .filter_map(|r| r["tool_use_id"].as_str())
         .collect();
     assert_eq!(failed, ["toolu_01"], "{results:?}");
-    (bodies, work, home)
+    (bodies, work)
 }
 
 /// Writes what the mock received as `reqNNN.json` captures in `dir` (the format of
@@ -388,9 +417,9 @@ fn a_longer_claude_code_session_defers_the_same_way_on_every_turn_and_ends_as_di
     // cache. `PITH_RECORD_CLAUDE_CODE=DIR` keeps the direct run's requests as captures
     // (fixtures/recorded/claude-code-2.1.328/fix-calc-long was made so).
     let direct = MockUpstream::start().unwrap();
-    let (plain, work, home) = long_session(&direct, &direct.url(), &String::new);
+    let (plain, work) = long_session(&direct, &direct.url(), &String::new);
     if let Some(dir) = std::env::var_os("PITH_RECORD_CLAUDE_CODE") {
-        record(&direct, Path::new(&dir), work.path(), home.path());
+        record(&direct, Path::new(&dir), work.path(), work.home.path());
     }
     assert!(
         plain.iter().all(|b| b["tools"]
@@ -402,7 +431,7 @@ fn a_longer_claude_code_session_defers_the_same_way_on_every_turn_and_ends_as_di
     );
     let mock = MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[]);
-    let (through, _, _) = long_session(&mock, &pith.url(), &|| format!("pith:\n{}", pith.stderr()));
+    let (through, _) = long_session(&mock, &pith.url(), &|| format!("pith:\n{}", pith.stderr()));
     let turns: Vec<(Value, Option<String>)> = received(&mock);
     assert_deferred_the_same_way(&turns);
     assert_eq!(through.len(), plain.len());
@@ -419,26 +448,14 @@ fn a_tool_claude_code_loads_through_its_own_tool_search_changes_nothing_pith_sen
     // Code lists by name only. Claude Code answers with a `tool_reference` and from turn 2 on
     // sends WebFetch itself, deferred. pith leaves it as it came and decides the rest as
     // before: every other tool is the same bytes.
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[]);
-    let work = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    clients::write_calc_project(work.path());
+    let Through { mock, pith, work } = Through::start();
     mock.push(tool_turn(
         "toolu_01Search",
         "ToolSearch",
         &json!({"query": "select:WebFetch", "max_results": 1}),
     ));
     mock.push(Reply::sse(anthropic::stream(&[DONE], USAGE)));
-    let run = clients::claude_code(
-        work.path(),
-        home.path(),
-        &pith.url(),
-        &["--allowedTools", "ToolSearch", "--"],
-        TASK,
-        clients::LIMIT,
-    );
-    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    work.claude(&pith, "ToolSearch");
     let turns = received(&mock);
     assert_eq!(turns.len(), 2, "both turns reached the mock");
     let result = turns[1].0["messages"]

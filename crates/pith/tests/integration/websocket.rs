@@ -206,22 +206,25 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
     );
 }
 
+/// The status pith answers a bare upgrade with (101 when it opens the socket).
+async fn upgrade_status(pith: &PithProxy) -> u16 {
+    let tcp = TcpStream::connect(pith.addr).await.unwrap();
+    let req = format!("ws://{}/v1/responses", pith.addr)
+        .into_client_request()
+        .unwrap();
+    match tokio_tungstenite::client_async(req, tcp).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(res)) => res.status().as_u16(),
+        Ok(_) => 101,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 #[test]
 fn a_refused_upgrade_reaches_the_client_as_the_upstream_answered_it() {
     let mock = pith_testkit::MockUpstream::start().unwrap();
     let pith = PithProxy::start(&mock.url(), &[]);
     let rt = runtime();
-    let status = rt.block_on(async {
-        let tcp = TcpStream::connect(pith.addr).await.unwrap();
-        let req = format!("ws://{}/v1/responses", pith.addr)
-            .into_client_request()
-            .unwrap();
-        match tokio_tungstenite::client_async(req, tcp).await {
-            Err(tokio_tungstenite::tungstenite::Error::Http(res)) => res.status().as_u16(),
-            Ok(_) => 101,
-            Err(e) => panic!("{e}"),
-        }
-    });
+    let status = rt.block_on(upgrade_status(&pith));
     // The mock speaks no WebSocket: its answer to the GET comes back, and the client falls back.
     assert_ne!(status, 101);
     assert!(
@@ -242,16 +245,7 @@ fn a_refused_upgrade_reaches_the_client_as_the_upstream_answered_it() {
     let nowhere = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let pith = PithProxy::start(&nowhere, &[]);
-    let status = rt.block_on(async {
-        let tcp = TcpStream::connect(pith.addr).await.unwrap();
-        let req = format!("ws://{}/v1/responses", pith.addr)
-            .into_client_request()
-            .unwrap();
-        match tokio_tungstenite::client_async(req, tcp).await {
-            Err(tokio_tungstenite::tungstenite::Error::Http(res)) => res.status().as_u16(),
-            other => panic!("{:?}", other.map(|_| ())),
-        }
-    });
+    let status = rt.block_on(upgrade_status(&pith));
     assert_eq!(status, 502);
     let rows = pith.wait_rows(1);
     assert_eq!(rows[0].status, Some(502));

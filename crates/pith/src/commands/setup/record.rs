@@ -215,13 +215,7 @@ pub fn write_file(path: &Path, text: &str, project: Option<&Path>) -> anyhow::Re
     let dir = target
         .parent()
         .context("internal error: a file without a directory")?;
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::background::create_private_dir(dir)?;
     // Write beside and rename, so an interrupted write never leaves half a config. The
     // temporary name is this process's own and created new: a link or a file already there
     // (another setup at the same moment, or a repository's trap) is never written through.

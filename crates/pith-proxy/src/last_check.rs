@@ -104,6 +104,33 @@ pub(crate) fn refused_reports(
     }
 }
 
+/// After the client's own request was sent in place of a refused change: the refusal logged
+/// and counted, the stages that changed it off for the session unless the client's own was
+/// refused too (`own_refused`), and the reports saying so.
+pub(crate) fn settle(
+    refused: &Refused,
+    failures: &std::sync::atomic::AtomicU64,
+    session: Option<&str>,
+    reports: &mut [StageReport],
+    status: StatusCode,
+    message: &str,
+    own_refused: bool,
+) {
+    let stages = applied(reports);
+    tracing::warn!(
+        status = status.as_u16(),
+        stages = ?stages,
+        message,
+        own_refused,
+        "the provider refused the request as pith changed it; sent the client's own"
+    );
+    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !own_refused {
+        refused.refuse(session, &stages);
+    }
+    refused_reports(reports, status, message, own_refused);
+}
+
 /// The provider's message in a refusal body (Anthropic's `error.message`, OpenAI's
 /// `error.message`), else the body's start.
 pub(crate) fn message_of(body: &[u8]) -> String {

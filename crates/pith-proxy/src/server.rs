@@ -148,7 +148,17 @@ impl Proxy {
                     };
                     let _ = stream.set_nodelay(true);
                     let state = Arc::clone(&self.state);
-                    let service = service_fn(move |req| request::serve(Arc::clone(&state), req));
+                    let service = service_fn(move |req| {
+                        let state = Arc::clone(&state);
+                        // An upgrade to the Responses WebSocket, or a request of the phases.
+                        async move {
+                            if crate::websocket::is_upgrade(&req) {
+                                crate::websocket::serve(state, req).await
+                            } else {
+                                request::serve(state, req).await
+                            }
+                        }
+                    });
                     // Upgrades: the Responses API's WebSocket (`websocket.rs`).
                     let conn = http.serve_connection(TokioIo::new(stream), service).with_upgrades();
                     let mut stopping = stopping.clone();

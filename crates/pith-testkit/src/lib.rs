@@ -1,5 +1,5 @@
-//! Test kit: a mock upstream speaking all three wires and a mock Ollama, on loopback; the
-//! real captures; what the benchmarks share.
+//! Test kit: a mock upstream speaking all three wires (and the Responses API's WebSocket) and a
+//! mock Ollama, on loopback; the real captures; what the benchmarks share.
 
 pub mod bench;
 pub mod cache_sim;
@@ -7,6 +7,7 @@ pub mod errors;
 pub mod fixtures;
 pub mod ollama;
 pub mod postgres;
+pub mod responses_socket;
 pub mod rng;
 mod stream_flags;
 pub mod upstream;

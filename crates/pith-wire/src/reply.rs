@@ -222,6 +222,24 @@ fn response(r: &LocalReply<'_>, status: &str) -> Value {
 }
 
 fn responses_stream(r: &LocalReply<'_>) -> String {
+    let mut out = String::new();
+    for data in responses_event_values(r) {
+        let name = data["type"].as_str().unwrap_or_default().to_owned();
+        event(&mut out, Some(&name), &data);
+    }
+    out
+}
+
+/// The Responses stream's events for `reply`, one JSON text each: what a WebSocket carries,
+/// one per frame (the stream's `data:` lines, in order).
+pub fn responses_events(reply: &LocalReply<'_>) -> Vec<String> {
+    responses_event_values(reply)
+        .into_iter()
+        .map(|data| data.to_string())
+        .collect()
+}
+
+fn responses_event_values(r: &LocalReply<'_>) -> Vec<Value> {
     let item_id = format!("msg_pith_{}", r.id);
     let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
     let events = [
@@ -241,13 +259,14 @@ fn responses_stream(r: &LocalReply<'_>) -> String {
                "item": message_item(r, "completed", Some(r.text))}),
         json!({"type": "response.completed", "response": response(r, "completed")}),
     ];
-    let mut out = String::new();
-    for (sequence, mut data) in events.into_iter().enumerate() {
-        data["sequence_number"] = json!(sequence);
-        let name = data["type"].as_str().unwrap_or_default().to_owned();
-        event(&mut out, Some(&name), &data);
-    }
-    out
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(sequence, mut data)| {
+            data["sequence_number"] = json!(sequence);
+            data
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,9 +22,10 @@
     reason = "a bench stops loudly on a broken setup and reports by printing"
 )]
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,19 +37,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pith_testkit::MockUpstream;
 use pith_testkit::fixtures as captures;
+use support::{env_usize, memory_kib, spawn_pith};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 struct Sample {
     total: Duration,
     ttfb: Duration,
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// A comma-separated list from the environment, or `default`.
@@ -77,38 +72,9 @@ fn start_pith(mock: &str, home: &std::path::Path, team: Option<&str>) -> (Child,
     if std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0") {
         cmd.arg("--no-ledger");
     }
-    let mut child = cmd
-        .args(["--anthropic-upstream", mock, "--openai-upstream", mock])
-        .env("PITH_HOME", home)
-        .env("PITH_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().expect("pith exited before listening").unwrap();
-        if let Some(a) = line.strip_prefix("pith proxy listening on http://") {
-            break a.trim().parse().unwrap();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
-}
-
-/// VmRSS and VmHWM (peak) of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    cmd.args(["--anthropic-upstream", mock, "--openai-upstream", mock])
+        .env("PITH_HOME", home);
+    spawn_pith(cmd)
 }
 
 async fn one(client: &HttpClient, url: &str, body: &Bytes) -> Sample {

@@ -25,9 +25,11 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
         Some(_) => request::SessionNeed::Known,
         None => request::SessionNeed::FromBody,
     };
+    // A WebSocket create's facts are its conversation's: the prompt the provider sees.
+    let prompt = r.conversation_body.as_ref().unwrap_or(&r.request_body);
     let facts = r
         .wire
-        .map(|w| request::request_facts(w, &r.request_body, session_need))
+        .map(|w| request::request_facts(w, prompt, session_need))
         .unwrap_or_default();
     let mut anatomy = facts.anatomy;
     if r.wire.is_none() {
@@ -228,13 +230,12 @@ fn fingerprints(r: &Record) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
         return (None, None);
     };
     let of = |body: &[u8]| Fingerprint::of(wire, body).map(|f| f.to_bytes());
-    // A chained WebSocket create: the prompt is the conversation, not the frame.
-    if let Some(conversation) = &r.conversation_body {
-        return (of(conversation), None);
-    }
+    // A WebSocket create: the prompt is the conversation, not the frame (and what a stage
+    // changed, the conversation the provider saw).
+    let asked = r.conversation_body.as_ref().unwrap_or(&r.request_body);
     match &r.upstream_body {
-        Some(sent) => (of(sent), of(&r.request_body)),
-        None => (of(&r.request_body), None),
+        Some(sent) => (of(sent), of(asked)),
+        None => (of(asked), None),
     }
 }
 

@@ -10,7 +10,7 @@
 
 mod context;
 pub(crate) mod headers;
-mod token;
+pub(crate) mod token;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use pith_outcome::{Refusal, RequestOutcome};
+use pith_transform::pins::LocalAnswer;
 use pith_transform::{Fact, Pipeline, PipelineResult, StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply};
 
@@ -45,27 +46,6 @@ pub(crate) async fn serve(
     state: Arc<State>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    if crate::websocket::is_upgrade(&req) {
-        if let Some(expected) = state.config.token.as_deref()
-            && !token::matches(req.headers(), expected)
-        {
-            count_refusal(&state, Refusal::AccessToken);
-            return Ok(Fault::client(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                format!("pith: this proxy needs its access token in the {TOKEN_HEADER} header"),
-            )
-            .response(Provider::OpenAi));
-        }
-        let account = match account_of(&state, req.headers()) {
-            Ok(account) => account,
-            Err((reason, fault)) => {
-                count_refusal(&state, reason);
-                return Ok(fault.response(Provider::OpenAi));
-            }
-        };
-        return Ok(crate::websocket::relay(state, req, account).await);
-    }
     let (parts, body) = req.into_parts();
     let mut ctx = route(&state, parts);
     if let Err((reason, fault)) = admit(&state, &ctx) {
@@ -110,23 +90,27 @@ fn route(state: &State, parts: http::request::Parts) -> Context {
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| path.clone());
-    let recorder = state.config.ledger.as_ref().map(|sink| Recorder {
-        sink: sink.clone(),
-        shutting_down: Arc::clone(&state.shutting_down),
-    });
     let mut ctx = Context::new(
         parts.method,
         path,
         path_and_query,
         parts.headers,
         state.config.accounts.own.clone(),
-        recorder,
+        recorder(state),
     );
     ctx.wire = (ctx.method == Method::POST)
         .then(|| Wire::from_path(&ctx.path))
         .flatten();
     ctx.provider = provider_for(ctx.wire, &ctx.headers);
     ctx
+}
+
+/// Where a request's record goes, when a ledger is kept.
+pub(crate) fn recorder(state: &State) -> Option<Recorder> {
+    state.config.ledger.as_ref().map(|sink| Recorder {
+        sink: sink.clone(),
+        shutting_down: Arc::clone(&state.shutting_down),
+    })
 }
 
 /// Anthropic when the request carries Anthropic's headers, else OpenAI (for pass-through paths).
@@ -149,7 +133,7 @@ fn refuse(state: &State, mut ctx: Context, reason: Refusal, fault: &Fault) -> Re
 }
 
 /// Count a refused request's reason in the ledger, when one is kept.
-fn count_refusal(state: &State, reason: Refusal) {
+pub(crate) fn count_refusal(state: &State, reason: Refusal) {
     if let Some(sink) = &state.config.ledger {
         sink.refused(reason);
     }
@@ -193,7 +177,7 @@ fn admit(state: &State, ctx: &Context) -> Result<(), (Refusal, Fault)> {
 /// (401 in the provider's shape, saying which header to send and where keys come from).
 /// pith's own pages are not traffic and need no key. Neither the key nor its absence is
 /// logged; a refusal is counted by its reason, not written as a row.
-fn account_of(state: &State, headers: &HeaderMap) -> Result<String, (Refusal, Fault)> {
+pub(crate) fn account_of(state: &State, headers: &HeaderMap) -> Result<String, (Refusal, Fault)> {
     let accounts = &state.config.accounts;
     if accounts.keys.is_empty() {
         return Ok(accounts.own.clone());
@@ -368,28 +352,10 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
 }
 
 /// Answer locally: a turn of nothing but pin commands is answered by pith, in the wire and
-/// mode the client asked for, without a call upstream. A body the pins stage cannot read is
-/// forwarded, never answered.
+/// mode the client asked for, without a call upstream.
 fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody>> {
-    let pins = state.config.pins.as_ref()?;
     let wire = ctx.wire?;
-    // Like the pipeline, fail open: a panic here forwards the request instead of dropping it.
-    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pins.answer(&pith_transform::Request {
-            wire,
-            path: &ctx.path,
-            headers: &ctx.headers,
-            body: &ctx.body,
-        })
-    }));
-    let answer = match answered {
-        Ok(answer) => answer?,
-        Err(_) => {
-            state.transform_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("the pins answer panicked; request forwarded");
-            return None;
-        }
-    };
+    let answer = local_answer(state, ctx)?;
     let id = short_id(&ctx.body);
     let rendered = reply::render(
         wire,
@@ -402,20 +368,6 @@ fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody
             created: u64::try_from(ctx.ts_ms / 1000).unwrap_or(0),
         },
     );
-    let facts = vec![
-        Fact::count(ANSWERED_FACT, 1),
-        Fact::level("pins", answer.pins.len()),
-    ];
-    let report = StageReport {
-        stage: pith_transform::pins::NAME,
-        result: StageResult::Applied(facts),
-    };
-    let applied = PipelineResult {
-        reports: vec![report],
-        ..PipelineResult::default()
-    };
-    ctx.transforms_header = applied.transforms_header();
-    ctx.transforms = applied.reports;
     ctx.response_is_sse = answer.stream;
     let mut response = Response::new(ProxyBody::full(Bytes::from(rendered.body)));
     let headers = response.headers_mut();
@@ -433,8 +385,47 @@ fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody
     Some(response)
 }
 
+/// pith's answer to a turn of nothing but pin commands (the pins stage's, over the request's
+/// prompt), with the request's transforms saying so; `None` to forward it. A prompt the pins
+/// stage cannot read is forwarded, never answered; like the pipeline, a panic fails open.
+pub(crate) fn local_answer(state: &State, ctx: &mut Context) -> Option<LocalAnswer> {
+    let pins = state.config.pins.as_ref()?;
+    let wire = ctx.wire?;
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pins.answer(&pith_transform::Request {
+            wire,
+            path: &ctx.path,
+            headers: &ctx.headers,
+            body: ctx.prompt(),
+        })
+    }));
+    let answer = match answered {
+        Ok(answer) => answer?,
+        Err(_) => {
+            state.transform_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("the pins answer panicked; request forwarded");
+            return None;
+        }
+    };
+    let facts = vec![
+        Fact::count(ANSWERED_FACT, 1),
+        Fact::level("pins", answer.pins.len()),
+    ];
+    let report = StageReport {
+        stage: pith_transform::pins::NAME,
+        result: StageResult::Applied(facts),
+    };
+    let applied = PipelineResult {
+        reports: vec![report],
+        ..PipelineResult::default()
+    };
+    ctx.transforms_header = applied.transforms_header();
+    ctx.transforms = applied.reports;
+    Some(answer)
+}
+
 /// A short id for pith's own answer: the same request gets the same id.
-fn short_id(body: &[u8]) -> String {
+pub(crate) fn short_id(body: &[u8]) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     body.hash(&mut hasher);
@@ -449,6 +440,29 @@ struct Upstream {
 
 /// Transform request: run the pipeline on the three wires and apply its edits.
 async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
+    let result = transform(state, ctx).await;
+    let mut headers = headers::end_to_end(&ctx.headers);
+    Pipeline::apply_header_edits(&result, &mut headers);
+    if let (Some(rewrites), Some(wire)) = (&state.config.rewrites, ctx.wire)
+        && rewrites.reads_answer(wire, &ctx.transforms)
+    {
+        // A rewriter has to read the answer: ask for it uncompressed.
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    let body = ctx
+        .upstream_body
+        .clone()
+        .unwrap_or_else(|| ctx.body.clone());
+    Upstream { body, headers }
+}
+
+/// The pipeline over the request's prompt (on the three wires): its failures logged and
+/// counted, the body it made (when a stage changed the request) in `ctx.upstream_body`, its
+/// reports in `ctx.transforms`. What is left of the result is its header edits.
+pub(crate) async fn transform(state: &Arc<State>, ctx: &mut Context) -> PipelineResult {
     let mut result = match ctx.wire {
         Some(wire) if !state.config.pipeline.is_empty() => run_pipeline(state, wire, ctx).await,
         _ => PipelineResult::default(),
@@ -461,29 +475,11 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
             "transform failed; request left unchanged by it"
         );
     }
-    let mut headers = headers::end_to_end(&ctx.headers);
-    Pipeline::apply_header_edits(&result, &mut headers);
-    if let (Some(rewrites), Some(wire)) = (&state.config.rewrites, ctx.wire)
-        && rewrites.reads_answer(wire, &result.reports)
-    {
-        // A rewriter has to read the answer: ask for it uncompressed.
-        headers.insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-    }
-    let body = match result.body.take() {
-        Some(b) => {
-            let b = Bytes::from(b);
-            ctx.upstream_body = Some(b.clone());
-            b
-        }
-        None => ctx.body.clone(),
-    };
-    ctx.bytes_upstream = body.len() as u64;
+    ctx.upstream_body = result.body.take().map(Bytes::from);
+    ctx.bytes_upstream = ctx.upstream_body.as_ref().unwrap_or(&ctx.body).len() as u64;
     ctx.transforms_header = result.transforms_header();
-    ctx.transforms = result.reports;
-    Upstream { body, headers }
+    ctx.transforms = std::mem::take(&mut result.reports);
+    result
 }
 
 /// The provider refused the request as pith changed it: send the client's own instead, once.
@@ -498,7 +494,6 @@ async fn resend_as_sent(
 ) -> Result<Response<Incoming>, Fault> {
     let status = refusal.status();
     let message = refusal_message(state, refusal).await;
-    let stages = last_check::applied(&ctx.transforms);
     ctx.upstream_body = None;
     ctx.transforms_header = None;
     ctx.bytes_upstream = ctx.body.len() as u64;
@@ -507,19 +502,15 @@ async fn resend_as_sent(
         headers: headers::end_to_end(&ctx.headers),
     };
     let resent = forward(state, ctx, as_sent).await?;
-    let own_refused = last_check::is_refusal(resent.status());
-    tracing::warn!(
-        status = status.as_u16(),
-        stages = ?stages,
-        message,
-        own_refused,
-        "the provider refused the request as pith changed it; sent the client's own"
+    last_check::settle(
+        &state.refused,
+        &state.transform_failures,
+        ctx.session.as_deref(),
+        &mut ctx.transforms,
+        status,
+        &message,
+        last_check::is_refusal(resent.status()),
     );
-    state.transform_failures.fetch_add(1, Ordering::Relaxed);
-    if !own_refused {
-        state.refused.refuse(ctx.session.as_deref(), &stages);
-    }
-    last_check::refused_reports(&mut ctx.transforms, status, &message, own_refused);
     Ok(resent)
 }
 
@@ -553,7 +544,7 @@ async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> Pipeline
                 wire,
                 path: &ctx.path,
                 headers: &ctx.headers,
-                body: &ctx.body,
+                body: ctx.prompt(),
             },
             &off,
         );
@@ -562,7 +553,7 @@ async fn run_pipeline(state: &Arc<State>, wire: Wire, ctx: &Context) -> Pipeline
         Arc::clone(state),
         ctx.path.clone(),
         ctx.headers.clone(),
-        ctx.body.clone(),
+        ctx.prompt().clone(),
     );
     let run = tokio::task::spawn_blocking(move || {
         state.config.pipeline.run_except(

@@ -19,6 +19,7 @@
 //! The headers that cross are the HTTP path's (`request::headers`), less this hop's handshake.
 
 mod pump;
+mod transcript;
 mod turns;
 
 use std::sync::Arc;
@@ -29,14 +30,15 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use pith_outcome::RequestOutcome;
+use pith_outcome::{Refusal, RequestOutcome};
 use pith_wire::Provider;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::fault::Fault;
-use crate::request::headers::end_to_end;
+use crate::own_headers::TOKEN_HEADER;
+use crate::request::{self, headers::end_to_end};
 use crate::state::State;
 use crate::tee::{Idle, ProxyBody, Tee};
 
@@ -74,20 +76,46 @@ fn crossing(headers: &HeaderMap) -> impl Iterator<Item = (header::HeaderName, He
         .filter(|(name, _)| !is_handshake_header(name.as_str()))
 }
 
+/// Serve one upgrade: admitted as any request is (the access token, the account its key
+/// names), then relayed.
+pub(crate) async fn serve(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, std::convert::Infallible> {
+    if let Some(expected) = state.config.token.as_deref()
+        && !request::token::matches(req.headers(), expected)
+    {
+        request::count_refusal(&state, Refusal::AccessToken);
+        return Ok(Fault::client(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            format!("pith: this proxy needs its access token in the {TOKEN_HEADER} header"),
+        )
+        .response(Provider::OpenAi));
+    }
+    let account = match request::account_of(&state, req.headers()) {
+        Ok(account) => account,
+        Err((reason, fault)) => {
+            request::count_refusal(&state, reason);
+            return Ok(fault.response(Provider::OpenAi));
+        }
+    };
+    Ok(relay(state, req, account).await)
+}
+
 /// Relay one WebSocket session: the upstream's handshake first, then the client's. Its
 /// requests belong to `account`.
-pub(crate) async fn relay(
+async fn relay(
     state: Arc<State>,
     mut req: Request<Incoming>,
     account: String,
 ) -> Response<ProxyBody> {
-    let sink = state.config.ledger.clone();
     let refused = |fault: Fault| {
         turns::refused_upgrade(
-            sink.as_ref(),
+            &state,
             req.headers(),
             &account,
-            fault.status.as_u16(),
+            fault.status,
             fault.outcome,
             Some(fault.message.clone()),
         );
@@ -109,24 +137,19 @@ pub(crate) async fn relay(
         Err(fault) => return refused(fault),
     };
     if upstream.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let status = upstream.status().as_u16();
-        let outcome = if status >= 400 {
-            RequestOutcome::UpstreamError
-        } else {
-            RequestOutcome::Ok
-        };
+        // Recorded as answered by the provider: a 4xx or 5xx is its error.
         turns::refused_upgrade(
-            sink.as_ref(),
+            &state,
             req.headers(),
             &account,
-            status,
-            outcome,
+            upstream.status(),
+            RequestOutcome::Ok,
             None,
         );
         return refused_as_it_was(&state, upstream);
     }
     let upstream_headers = upstream.headers().clone();
-    let turns = turns::Turns::new(sink, req.headers(), account);
+    let turns = turns::Turns::new(Arc::clone(&state), req.headers(), account);
     let client_upgrade = hyper::upgrade::on(&mut req);
     let upstream_upgrade = hyper::upgrade::on(upstream);
     let limits = pump::Limits {

@@ -7,15 +7,16 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use pith_outcome::RequestOutcome;
+use http::StatusCode;
 use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error, Message};
 
-use super::turns::Turns;
+use super::turns::{FromClient, FromUpstream, Turns};
 use crate::state::Stop;
+use crate::tee::End;
 
 /// How long a socket with no request open may stay idle before pith closes it. Codex opens a
 /// new one for its next turn when it finds this one closed.
@@ -66,14 +67,33 @@ pub(super) async fn pump<C, U>(
         }
         tokio::select! {
             msg = from_client.next() => match msg {
+                Some(Ok(Message::Text(text))) => {
+                    let sent = match turns.client_sent(text.as_str()).await {
+                        FromClient::Forward(None) => to_upstream.send(Message::Text(text)).await,
+                        FromClient::Forward(Some(frame)) => {
+                            to_upstream.send(Message::text(frame)).await
+                        }
+                        FromClient::Answer(events) => {
+                            let mut answered = Ok(());
+                            for event in events {
+                                answered = to_client.send(Message::text(event)).await;
+                                if answered.is_err() {
+                                    break;
+                                }
+                            }
+                            if answered.is_err() {
+                                break Ended::ClientClosed;
+                            }
+                            Ok(())
+                        }
+                    };
+                    if sent.is_err() {
+                        break Ended::UpstreamClosed;
+                    }
+                }
+                // Each hop answers its own pings.
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(msg)) => {
-                    if let Message::Text(text) = &msg {
-                        turns.client_sent(text.as_str());
-                    }
-                    // Each hop answers its own pings.
-                    if matches!(msg, Message::Ping(_) | Message::Pong(_)) {
-                        continue;
-                    }
                     let close = matches!(msg, Message::Close(_));
                     if to_upstream.send(msg).await.is_err() {
                         break Ended::UpstreamClosed;
@@ -86,13 +106,22 @@ pub(super) async fn pump<C, U>(
                 _ => break Ended::ClientClosed,
             },
             msg = from_upstream.next() => match msg {
+                Some(Ok(Message::Text(text))) => {
+                    let sent = match turns.upstream_sent(text.as_str()) {
+                        FromUpstream::Pass => to_client.send(Message::Text(text)).await,
+                        FromUpstream::Resend(frame) => {
+                            if to_upstream.send(Message::text(frame)).await.is_err() {
+                                break Ended::UpstreamClosed;
+                            }
+                            Ok(())
+                        }
+                    };
+                    if sent.is_err() {
+                        break Ended::ClientClosed;
+                    }
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(msg)) => {
-                    if let Message::Text(text) = &msg {
-                        turns.upstream_sent(text.as_str());
-                    }
-                    if matches!(msg, Message::Ping(_) | Message::Pong(_)) {
-                        continue;
-                    }
                     let close = matches!(msg, Message::Close(_));
                     if to_client.send(msg).await.is_err() {
                         break Ended::ClientClosed;
@@ -120,20 +149,15 @@ pub(super) async fn pump<C, U>(
         idle.as_mut().reset(tokio::time::Instant::now() + wait);
     };
     let limit = limits.max_frame;
-    let (outcome, error, to_client_close, error_event) = match ended {
-        Ended::ClientClosed => (RequestOutcome::ClientClosed, None, None, None),
-        Ended::UpstreamClosed => (RequestOutcome::UpstreamBroken, None, None, None),
+    let (end, error, to_client_close, error_event) = match ended {
+        Ended::ClientClosed => (End::ClientGone, None, None, None),
+        Ended::UpstreamClosed => (End::Broken, None, None, None),
         Ended::ClientFrameTooLarge => {
             let why = format!(
                 "pith: a WebSocket frame over {limit} bytes (proxy.max_body); the socket is closed"
             );
-            turns.refused_frame(413, why.clone());
-            (
-                RequestOutcome::ClientClosed,
-                None,
-                Some((CloseCode::Size, why)),
-                None,
-            )
+            turns.refused_frame(StatusCode::PAYLOAD_TOO_LARGE, why.clone());
+            (End::ClientGone, None, Some((CloseCode::Size, why)), None)
         }
         Ended::UpstreamFrameTooLarge => {
             let why = format!(
@@ -141,7 +165,7 @@ pub(super) async fn pump<C, U>(
                  (proxy.max_body), so pith closed the socket; the answer is incomplete"
             );
             (
-                RequestOutcome::UpstreamBroken,
+                End::Broken,
                 Some(why.clone()),
                 Some((CloseCode::Error, why.clone())),
                 Some(error_event(502, "api_error", &why)),
@@ -154,20 +178,20 @@ pub(super) async fn pump<C, U>(
                 limits.in_answer.as_secs()
             );
             (
-                RequestOutcome::UpstreamTimeout,
+                End::TimedOut,
                 Some(why.clone()),
                 Some((CloseCode::Error, why.clone())),
                 Some(error_event(504, "timeout", &why)),
             )
         }
         Ended::Idle => (
-            RequestOutcome::ClientClosed,
+            End::ClientGone,
             None,
             Some((CloseCode::Normal, "pith: idle between turns".to_owned())),
             None,
         ),
         Ended::Draining | Ended::Cut => (
-            RequestOutcome::Shutdown,
+            End::Shutdown,
             None,
             Some((
                 CloseCode::Away,
@@ -176,7 +200,7 @@ pub(super) async fn pump<C, U>(
             None,
         ),
     };
-    turns.close(outcome, error);
+    turns.close(end, error);
     if let Some(event) = error_event {
         let _ = to_client.send(Message::text(event)).await;
     }

@@ -1,26 +1,30 @@
-//! The requests of one relayed socket, each a ledger row: a `response.create` frame and the
-//! events answering it, recorded as the stream of a `POST /v1/responses` would be (so its
-//! usage, model and errors are read the same way), within the HTTP path's bounds.
-//!
-//! A create that chains to an earlier answer (`previous_response_id`, with `store: false` the
-//! provider holds the earlier turns on this connection) carries only the new input, so a
-//! frame alone is not the conversation. The socket's transcript ([`Held`]) keeps what the
-//! provider holds: every input item sent and every output item of each `response.completed`.
-//! Each row's conversation (for history and the prompt fingerprint) is that plus the frame's
-//! input: the body an HTTP client would have sent.
+//! The requests of one socket, each a request of the request path: a `response.create` frame
+//! is its body, read against the socket's transcript (`transcript.rs`) into the conversation
+//! an HTTP client would have sent; then the same phases as HTTP's, by the same functions:
+//! **answer locally** (a turn of only pin commands: pith's events on the socket, nothing
+//! upstream), **transform** (the pipeline over the conversation), **forward** (a frame on the
+//! upstream socket: the client's own while pith changed nothing, else the pipeline's body
+//! relative to what the provider holds), **respond** (the provider's events, one per frame; the
+//! provider's refusal of a changed frame answered by sending the client's own: the last check),
+//! **record** (the one record builder, `Context::take_pending`, shaped as the SSE stream of a
+//! `POST /v1/responses` so usage and errors are read as for HTTP). Only framing and the
+//! transcript are the socket's own.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, Method, StatusCode};
 use pith_outcome::RequestOutcome;
-use pith_store::clock::now_ms;
-use pith_wire::{Provider, Wire, session};
-use serde_json::value::RawValue;
+use pith_transform::{StageReport, StageResult};
+use pith_wire::{Provider, Wire, reply};
 
-use crate::ledger::{LedgerSink, Record};
-use crate::tee::MAX_KEPT;
+use super::transcript::{Conversation, Create, Transcript};
+use crate::last_check;
+use crate::ledger::Report;
+use crate::request::{self, Context};
+use crate::state::State;
+use crate::tee::{End, MAX_KEPT, Pending};
 
 /// The event types that end a response.
 const LAST_EVENTS: &[&str] = &[
@@ -30,121 +34,64 @@ const LAST_EVENTS: &[&str] = &[
     "error",
 ];
 
+/// Why the stages did not run on a create (its row's reports say so, one per stage).
+pub(super) mod reason {
+    /// It chains to an answer the socket's transcript does not hold (past its bound, or a
+    /// chain begun elsewhere): the conversation is not known, so the frame went up as it came.
+    pub const TRANSCRIPT_NOT_HELD: &str = "transcript_not_held";
+    /// A rewriter would have to read the answer, and a socket's answers are not rewritten.
+    pub const ANSWER_NOT_REWRITTEN: &str = "answer_not_rewritten_on_a_socket";
+}
+
+/// The method a socket's request is recorded with.
+pub(super) const METHOD: &str = "WEBSOCKET";
+
+/// What to do with a frame the client sent.
+pub(super) enum FromClient {
+    /// Send this upstream; `None`: the frame as it came.
+    Forward(Option<String>),
+    /// pith answered: send the client these events, nothing upstream.
+    Answer(Vec<String>),
+}
+
+/// What to do with a frame the provider sent.
+pub(super) enum FromUpstream {
+    /// Hand it to the client.
+    Pass,
+    /// The provider refused what pith changed: the client never sees this refusal, and this
+    /// (the client's own request) goes up instead.
+    Resend(String),
+}
+
 /// The requests of one socket, each recorded when its last event arrives (or the socket ends).
 pub(super) struct Turns {
-    sink: Option<LedgerSink>,
-    /// The client and session the upgrade's headers name, the same for every request on it.
-    client: String,
-    session: Option<String>,
+    state: Arc<State>,
+    /// The upgrade's headers: each request's, the same for every request on the socket.
+    headers: HeaderMap,
     /// The account the socket's requests belong to.
     account: String,
+    /// The session the headers name.
+    session: Option<String>,
     open: Option<Turn>,
-    held: Held,
-}
-
-/// What the provider holds of this socket's conversation after its last completed answer.
-#[derive(Default)]
-struct Held {
-    /// That answer's id, which a chained create names.
-    response_id: Option<String>,
-    /// The input and output items so far, raw; shared with the creates that continue them
-    /// (not copied on the relay's path).
-    items: Arc<Vec<String>>,
-}
-
-/// The most transcript one socket keeps (past it, rows of chained creates hold only their
-/// frame, and history waits for a create that sends its whole input again).
-const MAX_HELD: usize = 16 << 20;
-
-/// The members of a `response.create` the conversation is built from.
-#[derive(serde::Deserialize)]
-struct Create<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    instructions: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
-    #[serde(default)]
-    previous_response_id: Option<String>,
-    /// `false` on Codex's warm-up: nothing is generated, the provider only takes the input.
-    #[serde(default)]
-    generate: Option<bool>,
-}
-
-/// The parts of a `response.completed` the transcript keeps.
-#[derive(serde::Deserialize)]
-struct Completed<'a> {
-    #[serde(borrow)]
-    response: CompletedResponse<'a>,
-}
-
-#[derive(serde::Deserialize)]
-struct CompletedResponse<'a> {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(borrow, default)]
-    output: Option<Vec<&'a RawValue>>,
-}
-
-/// A frame's input as items: an array's elements, or a string as one user message.
-fn input_items(input: Option<&RawValue>) -> Option<Vec<String>> {
-    let Some(input) = input else {
-        return Some(Vec::new());
-    };
-    let text = input.get();
-    if text.starts_with('"') {
-        return Some(vec![format!(
-            r#"{{"type":"message","role":"user","content":{text}}}"#
-        )]);
-    }
-    let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
-    Some(items.into_iter().map(|i| i.get().to_owned()).collect())
-}
-
-/// The conversation of one create: what the provider holds plus what it sends, or `None`
-/// when the frame chains to an answer the transcript does not hold.
-struct Conversation {
-    /// The create's own members, raw: `"model":...,"instructions":...,"tools":...`.
-    head: String,
-    /// What the provider held when the create came.
-    held: Arc<Vec<String>>,
-    /// The create's own input items.
-    items: Vec<String>,
-    /// A warm-up (`generate: false`): a ledger row (the provider answered it), but no turn of
-    /// the conversation, which the next create carries on.
-    warm_up: bool,
-}
-
-impl Conversation {
-    /// The body a `POST /v1/responses` would have carried.
-    fn body(&self) -> Bytes {
-        let all = || self.held.iter().chain(&self.items);
-        let mut body =
-            String::with_capacity(self.head.len() + all().map(|i| i.len() + 1).sum::<usize>() + 16);
-        body.push('{');
-        body.push_str(&self.head);
-        body.push_str(r#""input":["#);
-        for (k, item) in all().enumerate() {
-            if k > 0 {
-                body.push(',');
-            }
-            body.push_str(item);
-        }
-        body.push_str("]}");
-        Bytes::from(body)
-    }
+    transcript: Transcript,
 }
 
 struct Turn {
-    /// The conversation up to this create, when the transcript knows it.
+    /// Its record, built when it went up (so a crash mid-answer still leaves a row).
+    pending: Option<Pending>,
+    /// What the stages reported, kept to be rewritten if the provider refuses their change.
+    reports: Vec<StageReport>,
+    /// The conversation, when the transcript knows it.
     conversation: Option<Conversation>,
+    /// The whole input the provider takes, when it is not the client's.
+    upstream_items: Option<Arc<Vec<String>>>,
+    /// The client's own request, whole (a refused turn evicts the answer it chained to), when
+    /// pith changed what went up: sent instead if the provider refuses the change.
+    as_sent: Option<String>,
+    /// The provider refused the changed request with this; the client's own went up.
+    refused: Option<(StatusCode, String)>,
+    events: usize,
     started: Instant,
-    ts_ms: i64,
-    arrival_us: i64,
-    request: Bytes,
     chunks: Vec<Bytes>,
     bytes: u64,
     truncated: bool,
@@ -152,91 +99,44 @@ struct Turn {
     status: u16,
 }
 
-/// A frame's `type`, with an error event's `status` as `error:<status>`.
-fn event_type(text: &str) -> Option<String> {
+/// A frame's `type`, and an error event's `status`.
+fn event_type(text: &str) -> (String, Option<u16>) {
     #[derive(serde::Deserialize)]
     struct Typed {
         #[serde(rename = "type")]
         kind: Option<String>,
         status: Option<u16>,
     }
-    serde_json::from_str::<Typed>(text).ok().and_then(|t| {
-        t.kind.map(|k| match (k.as_str(), t.status) {
-            ("error", Some(s)) => format!("error:{s}"),
-            _ => k,
-        })
-    })
+    serde_json::from_str::<Typed>(text)
+        .ok()
+        .map(|t| (t.kind.unwrap_or_default(), t.status))
+        .unwrap_or_default()
+}
+
+/// An event as the same answer over HTTP would have streamed it.
+fn sse_chunk(kind: &str, text: &str) -> Bytes {
+    Bytes::from(format!("event: {kind}\ndata: {text}\n\n"))
 }
 
 impl Turns {
-    pub(super) fn new(sink: Option<LedgerSink>, headers: &HeaderMap, account: String) -> Turns {
+    pub(super) fn new(state: Arc<State>, headers: &HeaderMap, account: String) -> Turns {
         Turns {
-            sink,
-            client: session::client_from_user_agent(headers),
-            session: session::session_from_headers(headers),
+            state,
+            headers: headers.clone(),
             account,
+            session: pith_wire::session::session_from_headers(headers),
             open: None,
-            held: Held::default(),
+            transcript: Transcript::default(),
         }
     }
 
-    /// The conversation a create frame continues, from the transcript.
-    fn conversation_of(&self, text: &str) -> Option<Conversation> {
-        let create: Create<'_> = serde_json::from_str(text).ok()?;
-        let held = match create.previous_response_id.as_deref() {
-            None => Arc::default(),
-            Some(id) if self.held.response_id.as_deref() == Some(id) => {
-                Arc::clone(&self.held.items)
-            }
-            Some(_) => return None,
-        };
-        let items = input_items(create.input)?;
-        let mut head = String::new();
-        for (name, value) in [
-            ("model", create.model),
-            ("instructions", create.instructions),
-            ("tools", create.tools),
-        ] {
-            if let Some(value) = value {
-                head.push_str(&format!("\"{name}\":{},", value.get()));
-            }
-        }
-        Some(Conversation {
-            head,
-            held,
-            items,
-            warm_up: create.generate == Some(false),
-        })
-    }
-
-    /// A completed answer: the provider now holds the create's conversation and this output.
-    fn completed(&mut self, conversation: Option<&Conversation>, text: &str) {
-        self.held = Held::default();
-        let (Some(conversation), Ok(completed)) =
-            (conversation, serde_json::from_str::<Completed<'_>>(text))
-        else {
-            return;
-        };
-        let mut items: Vec<String> = conversation
-            .held
-            .iter()
-            .chain(&conversation.items)
-            .cloned()
-            .collect();
-        items.extend(
-            completed
-                .response
-                .output
-                .unwrap_or_default()
-                .into_iter()
-                .map(|i| i.get().to_owned()),
-        );
-        if items.iter().map(String::len).sum::<usize>() <= MAX_HELD {
-            self.held = Held {
-                response_id: completed.response.id,
-                items: Arc::new(items),
-            };
-        }
+    /// A request of this socket, arriving now, with `body`.
+    fn context(&self, body: Bytes) -> Context {
+        let mut ctx = socket_context(&self.state, &self.headers, &self.account, METHOD);
+        ctx.body = body;
+        // Its answer is recorded as the stream of a POST would be.
+        ctx.response_is_sse = true;
+        ctx
     }
 
     /// Whether a request is waiting for its answer.
@@ -244,199 +144,254 @@ impl Turns {
         self.open.is_some()
     }
 
-    pub(super) fn client_sent(&mut self, text: &str) {
-        if event_type(text).as_deref() != Some("response.create") {
-            return;
+    /// A text frame from the client: a `response.create` is a request, through the phases.
+    pub(super) async fn client_sent(&mut self, text: &str) -> FromClient {
+        if event_type(text).0 != "response.create" {
+            return FromClient::Forward(None);
         }
         // A new request before the last one ended: the last one is cut.
-        self.close(RequestOutcome::ClientClosed, None);
-        let conversation = self.conversation_of(text);
+        self.close(End::ClientGone, None);
+        let mut ctx = self.context(Bytes::copy_from_slice(text.as_bytes()));
+        let create = Create::read(text);
+        let chained = create.as_ref().is_some_and(Create::chained);
+        let conversation = create.and_then(|c| self.transcript.conversation(c));
+        if conversation.is_none() && chained {
+            self.transcript.forget();
+            ctx.transforms = self
+                .state
+                .config
+                .pipeline
+                .stage_names()
+                .into_iter()
+                .map(|stage| StageReport {
+                    stage,
+                    result: StageResult::Unchanged(reason::TRANSCRIPT_NOT_HELD),
+                })
+                .collect();
+        }
+        let mut upstream_items = None;
+        let mut forward = None;
+        let mut as_sent = None;
+        if let Some(conversation) = conversation.as_ref().filter(|c| !c.warm_up) {
+            ctx.conversation = Some(Bytes::from(conversation.body()));
+            if let Some(answer) = request::local_answer(&self.state, &mut ctx) {
+                return self.answer(ctx, conversation, &answer);
+            }
+            request::transform(&self.state, &mut ctx).await;
+            if self.state.config.rewrites.as_ref().is_some_and(|r| {
+                r.reads_answer(Wire::Responses, &ctx.transforms) && ctx.upstream_body.is_some()
+            }) {
+                unchanged_all(&mut ctx, reason::ANSWER_NOT_REWRITTEN);
+            }
+            let sent = ctx
+                .upstream_body
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok());
+            match self.transcript.upstream(conversation, sent) {
+                Some(up) => {
+                    forward = up.frame;
+                    upstream_items = up.items;
+                }
+                None => ctx.upstream_body = None,
+            }
+            if ctx.upstream_body.is_some() {
+                as_sent = Some(Transcript::whole(conversation));
+            }
+        }
+        ctx.bytes_upstream = forward.as_ref().map_or(text.len(), String::len) as u64;
+        let reports = ctx.transforms.clone();
+        let started = ctx.started;
+        let pending = ctx.take_pending(RequestOutcome::Ok);
+        if let Some(p) = &pending {
+            p.recorder.sink.opened(&p.record);
+        }
         self.open = Some(Turn {
+            pending,
+            reports,
             conversation,
-            started: Instant::now(),
-            ts_ms: now_ms(),
-            arrival_us: crate::ledger::arrival_now(),
-            request: Bytes::copy_from_slice(text.as_bytes()),
+            upstream_items,
+            as_sent,
+            refused: None,
+            events: 0,
+            started,
             chunks: Vec::new(),
             bytes: 0,
             truncated: false,
             ttfb_ms: None,
             status: 200,
         });
+        FromClient::Forward(forward)
     }
 
-    pub(super) fn upstream_sent(&mut self, text: &str) {
+    /// pith's own answer to a turn of pin commands: its events, recorded as `local`; the
+    /// client's chain now ends with it, the provider's does not.
+    fn answer(
+        &mut self,
+        mut ctx: Context,
+        conversation: &Conversation,
+        answer: &pith_transform::LocalAnswer,
+    ) -> FromClient {
+        let id = request::short_id(&ctx.body);
+        let events = reply::responses_events(&reply::LocalReply {
+            text: &answer.text,
+            model: &answer.model,
+            stream: true,
+            include_usage: false,
+            id: &id,
+            created: u64::try_from(ctx.ts_ms / 1000).unwrap_or(0),
+        });
+        if let Some(completed) = events.last() {
+            self.transcript.pith_completed(conversation, completed);
+        }
+        ctx.status = Some(StatusCode::OK);
+        ctx.response_is_sse = true;
+        ctx.bytes_upstream = 0;
+        if let Some(mut pending) = ctx.take_pending(RequestOutcome::Local) {
+            let chunks: Vec<Bytes> = events
+                .iter()
+                .map(|e| sse_chunk(&event_type(e).0, e))
+                .collect();
+            pending.record.response_bytes = chunks.iter().map(|c| c.len() as u64).sum();
+            pending.record.response_chunks = chunks;
+            pending.record.ttfb_ms = Some(0.0);
+            pending.finish(End::Complete, None);
+        }
+        FromClient::Answer(events)
+    }
+
+    /// A text frame from the provider, answering the open request.
+    pub(super) fn upstream_sent(&mut self, text: &str) -> FromUpstream {
         let Some(turn) = self.open.as_mut() else {
-            return;
+            return FromUpstream::Pass;
         };
-        let kind = event_type(text).unwrap_or_default();
+        let (kind, status) = event_type(text);
+        let refusal = (kind == "error")
+            .then(|| status.and_then(|s| StatusCode::from_u16(s).ok()))
+            .flatten()
+            .filter(|s| last_check::is_refusal(*s));
+        if turn.events == 0 {
+            if let (Some(status), Some(as_sent)) = (refusal, turn.as_sent.take()) {
+                turn.refused = Some((status, last_check::message_of(text.as_bytes())));
+                turn.upstream_items = None;
+                if let Some(p) = turn.pending.as_mut() {
+                    p.record.upstream_body = None;
+                    p.record.bytes_upstream = as_sent.len() as u64;
+                }
+                return FromUpstream::Resend(as_sent);
+            }
+            if let Some((status, message)) = turn.refused.take() {
+                last_check::settle(
+                    &self.state.refused,
+                    &self.state.transform_failures,
+                    self.session.as_deref(),
+                    &mut turn.reports,
+                    status,
+                    &message,
+                    refusal.is_some(),
+                );
+                if let Some(p) = turn.pending.as_mut() {
+                    p.record.transforms = turn.reports.iter().map(Report::from).collect();
+                }
+            }
+        }
+        turn.events += 1;
         turn.ttfb_ms
             .get_or_insert_with(|| turn.started.elapsed().as_secs_f64() * 1000.0);
-        let (kind, status) = match kind.split_once(':') {
-            Some((k, s)) => (k.to_owned(), s.parse().ok()),
-            None => (kind, None),
-        };
-        // As the same answer over HTTP would have streamed it, kept up to the HTTP path's
-        // bound: past it the answer still passes, and the row says it was too large to keep.
-        let chunk = format!("event: {kind}\ndata: {text}\n\n");
+        // Kept up to the HTTP path's bound: past it the answer still passes, and the row says
+        // it was too large to keep.
+        let chunk = sse_chunk(&kind, text);
         turn.bytes += chunk.len() as u64;
         if turn.bytes <= MAX_KEPT {
-            turn.chunks.push(Bytes::from(chunk));
+            turn.chunks.push(chunk);
         } else if !turn.truncated {
             turn.truncated = true;
             turn.chunks = Vec::new();
         }
-        if let Some(status) = status {
+        if let Some(status) = status.filter(|_| kind == "error") {
             turn.status = status;
         }
         if kind == "response.completed" {
-            let conversation = turn.conversation.take();
-            self.completed(conversation.as_ref(), text);
-            if let Some(turn) = self.open.as_mut() {
-                turn.conversation = conversation;
+            match &turn.conversation {
+                Some(c) => {
+                    self.transcript
+                        .provider_completed(c, turn.upstream_items.as_ref(), text)
+                }
+                None => self.transcript.forget(),
             }
         }
         if LAST_EVENTS.contains(&kind.as_str()) {
-            self.close(RequestOutcome::Ok, None);
+            self.close(End::Complete, None);
         }
+        FromUpstream::Pass
     }
 
-    /// Record the open request, if any, as ended with `outcome` (and pith's `error`).
-    pub(super) fn close(&mut self, outcome: RequestOutcome, error: Option<String>) {
+    /// Record the open request, if any, as ended by `end` (with pith's `error`).
+    pub(super) fn close(&mut self, end: End, error: Option<String>) {
         let Some(turn) = self.open.take() else { return };
-        let Some(sink) = &self.sink else { return };
-        sink.submit(Record {
-            ts_ms: turn.ts_ms,
-            arrival_us: turn.arrival_us,
-            status: Some(turn.status),
-            outcome: if outcome == RequestOutcome::Ok && turn.status >= 400 {
-                RequestOutcome::UpstreamError
-            } else {
-                outcome
-            },
-            error,
-            bytes_upstream: turn.request.len() as u64,
-            request_body: turn.request,
-            response_chunks: turn.chunks,
-            response_bytes: turn.bytes,
-            response_truncated: turn.truncated,
-            response_is_sse: true,
-            ttfb_ms: turn.ttfb_ms,
-            total_ms: turn.started.elapsed().as_secs_f64() * 1000.0,
-            conversation_body: turn
-                .conversation
-                .as_ref()
-                .filter(|c| !c.warm_up)
-                .map(Conversation::body),
-            ..self.row("WEBSOCKET")
-        });
+        let Some(mut pending) = turn.pending else {
+            return;
+        };
+        let record = &mut pending.record;
+        record.status = Some(turn.status);
+        record.response_chunks = turn.chunks;
+        record.response_bytes = turn.bytes;
+        record.response_truncated = turn.truncated;
+        record.ttfb_ms = turn.ttfb_ms;
+        pending.finish(end, error);
     }
 
     /// Record a frame the client sent that pith could not take (too large), as one request
     /// pith answered itself.
-    pub(super) fn refused_frame(&mut self, status: u16, error: String) {
-        self.close(RequestOutcome::ClientClosed, None);
-        let Some(sink) = &self.sink else { return };
-        sink.submit(Record {
-            status: Some(status),
-            outcome: RequestOutcome::ClientError,
-            error: Some(error),
-            ..self.row("WEBSOCKET")
-        });
-    }
-
-    /// What every row of this socket says, arriving now.
-    fn row(&self, method: &str) -> Record {
-        socket_row(method, &self.client, &self.session, &self.account)
+    pub(super) fn refused_frame(&mut self, status: StatusCode, error: String) {
+        self.close(End::ClientGone, None);
+        let mut ctx = self.context(Bytes::new());
+        ctx.status = Some(status);
+        if let Some(pending) = ctx.take_pending(RequestOutcome::ClientError) {
+            pending.finish(End::Complete, Some(error));
+        }
     }
 }
 
-/// A row of the socket's client, session and account, arriving now.
-fn socket_row(method: &str, client: &str, session: &Option<String>, account: &str) -> Record {
-    Record {
-        ts_ms: now_ms(),
-        arrival_us: crate::ledger::arrival_now(),
-        client: client.to_owned(),
-        header_session: session.clone(),
-        wire: Some(Wire::Responses),
-        provider: Some(Provider::OpenAi),
-        method: method.to_owned(),
-        path: "/v1/responses".to_owned(),
-        account: account.to_owned(),
-        ..Record::default()
+/// Every stage of the request left it unchanged, for `why`: the client's own goes up.
+fn unchanged_all(ctx: &mut Context, why: &'static str) {
+    ctx.upstream_body = None;
+    ctx.transforms_header = None;
+    for report in &mut ctx.transforms {
+        if matches!(report.result, StageResult::Applied(_)) {
+            report.result = StageResult::Unchanged(why);
+        }
     }
+}
+
+/// A request of the socket `headers` opened, for `account`, arriving now.
+fn socket_context(state: &State, headers: &HeaderMap, account: &str, method: &str) -> Context {
+    let method = Method::from_bytes(method.as_bytes()).unwrap_or(Method::GET);
+    let mut ctx = Context::new(
+        method,
+        "/v1/responses".to_owned(),
+        "/v1/responses".to_owned(),
+        headers.clone(),
+        account.to_owned(),
+        request::recorder(state),
+    );
+    ctx.wire = Some(Wire::Responses);
+    ctx.provider = Provider::OpenAi;
+    ctx
 }
 
 /// The row of an upgrade that opened no socket: the upstream's refusal (its status), or pith's
 /// own answer when the upstream could not be reached or asked.
 pub(super) fn refused_upgrade(
-    sink: Option<&LedgerSink>,
+    state: &State,
     headers: &HeaderMap,
     account: &str,
-    status: u16,
+    status: StatusCode,
     outcome: RequestOutcome,
     error: Option<String>,
 ) {
-    let Some(sink) = sink else { return };
-    let client = session::client_from_user_agent(headers);
-    let session = session::session_from_headers(headers);
-    sink.submit(Record {
-        status: Some(status),
-        outcome,
-        error,
-        ..socket_row("GET", &client, &session, account)
-    });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn body(turns: &Turns, frame: &str) -> Option<String> {
-        turns
-            .conversation_of(frame)
-            .map(|c| String::from_utf8(c.body().to_vec()).unwrap_or_default())
-    }
-
-    #[test]
-    fn a_chained_create_continues_what_the_provider_holds_and_nothing_else() {
-        let mut turns = Turns::new(None, &HeaderMap::new(), "local".to_owned());
-        let first = r#"{"type":"response.create","model":"m","input":"first"}"#;
-        assert_eq!(
-            body(&turns, first).as_deref(),
-            Some(r#"{"model":"m","input":[{"type":"message","role":"user","content":"first"}]}"#)
-        );
-        turns.client_sent(first);
-        turns.upstream_sent(
-            r#"{"type":"response.completed","response":{"id":"r1","output":[{"type":"message","role":"assistant","content":[]}]}}"#,
-        );
-        let second = r#"{"type":"response.create","model":"m","previous_response_id":"r1","input":[{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
-        assert_eq!(
-            body(&turns, second).as_deref(),
-            Some(
-                r#"{"model":"m","input":[{"type":"message","role":"user","content":"first"},{"type":"message","role":"assistant","content":[]},{"type":"function_call_output","call_id":"c","output":"ok"}]}"#
-            )
-        );
-        // A chain to an answer this socket did not see (a reconnect resends the whole input).
-        let elsewhere = r#"{"type":"response.create","previous_response_id":"r0","input":[]}"#;
-        assert_eq!(body(&turns, elsewhere), None);
-        // A failed answer changes nothing held (the provider keeps no failed response); a
-        // completed one replaces it, and a chain to the older answer is not guessed at.
-        turns.client_sent(second);
-        turns.upstream_sent(r#"{"type":"response.failed","response":{"id":"r2"}}"#);
-        let third = r#"{"type":"response.create","previous_response_id":"r1","input":[]}"#;
-        assert!(body(&turns, third).is_some(), "r1 is still what is held");
-        turns.client_sent(third);
-        turns.upstream_sent(r#"{"type":"response.completed","response":{"id":"r3"}}"#);
-        assert!(body(&turns, r#"{"previous_response_id":"r1","input":[]}"#).is_none());
-    }
-
-    #[test]
-    fn a_warm_up_is_no_turn_of_the_conversation() {
-        let turns = Turns::new(None, &HeaderMap::new(), "local".to_owned());
-        let warm_up = turns
-            .conversation_of(r#"{"type":"response.create","generate":false,"input":[]}"#)
-            .unwrap();
-        assert!(warm_up.warm_up);
+    let mut ctx = socket_context(state, headers, account, "GET");
+    ctx.status = Some(status);
+    if let Some(pending) = ctx.take_pending(outcome) {
+        pending.finish(End::Complete, error);
     }
 }

@@ -32,3 +32,4 @@ mod stats;
 mod support;
 mod team;
 mod websocket;
+mod websocket_turns;

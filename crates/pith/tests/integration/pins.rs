@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::clients::{self, LIMIT, has, project};
 use crate::support::*;
 
-const PIN: &str = "@pith pin be concise";
+pub(crate) const PIN: &str = "@pith pin be concise";
 const SIX: [&str; 6] = [
     "anthropic.messages.create",
     "anthropic.messages.stream",
@@ -172,7 +172,7 @@ fn with_pins_off_a_command_turn_goes_upstream_as_typed() {
 }
 
 /// What the real clients show for pith's answer to `@pith pin be concise`.
-const PINNED: &str = "@pith pinned 1: be concise";
+pub(crate) const PINNED: &str = "@pith pinned 1: be concise";
 
 /// The text of the last block of the last message (Anthropic) or input item (Responses).
 fn tail_text(body: &Value) -> String {
@@ -195,7 +195,7 @@ fn tail_text(body: &Value) -> String {
 
 /// After a session's first turn was `@pith pin be concise`, the next real turn's request
 /// carries the pin at its tail and neither the command nor pith's answer.
-fn assert_pinned_at_the_tail(client: &str, body: &Value) {
+pub(crate) fn assert_pinned_at_the_tail(client: &str, body: &Value) {
     let tail = tail_text(body);
     assert!(
         tail.starts_with("<pith-pins>\n") && tail.contains("\n- be concise\n"),

@@ -4,14 +4,14 @@
 //! frames (two on one socket, as Codex reuses it across turns), and reads the events of each
 //! answer, one JSON text frame each, up to `response.completed` with its usage.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
+use pith_testkit::responses_socket::{Answers, HANG_UP, SocketMock, frames_of};
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 
 use crate::support::{PithProxy, runtime};
 
@@ -27,71 +27,8 @@ fn events(n: u64) -> Vec<String> {
     ]
 }
 
-/// What the mock saw: the upgrade's path and headers, and the client's text frames.
-#[derive(Default)]
-struct Seen {
-    path: String,
-    headers: Vec<(String, String)>,
-    frames: Vec<String>,
-}
-
-type Answers = Arc<dyn Fn(u64) -> Vec<String> + Send + Sync>;
-
-/// In an answer, where the mock drops the socket without a close frame.
-const HANG_UP: &str = "hang up";
-
-/// A WebSocket server on loopback that answers the `n`th `response.create` with `answers(n)`.
-async fn mock(seen: Arc<Mutex<Seen>>, answers: Answers) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let seen = Arc::clone(&seen);
-            let answers = Arc::clone(&answers);
-            tokio::spawn(async move {
-                #[expect(
-                    clippy::result_large_err,
-                    reason = "tungstenite's handshake callback returns its own error response"
-                )]
-                let record = |req: &Request, res: Response| {
-                    let mut s = seen.lock().unwrap();
-                    s.path = req.uri().to_string();
-                    s.headers = req
-                        .headers()
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
-                        .collect();
-                    Ok(res)
-                };
-                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, record).await else {
-                    return;
-                };
-                let mut n = 0;
-                while let Some(Ok(msg)) = ws.next().await {
-                    let Message::Text(text) = msg else { continue };
-                    seen.lock().unwrap().frames.push(text.to_string());
-                    let v: Value = serde_json::from_str(&text).unwrap_or_default();
-                    if v["type"] == "response.create" {
-                        n += 1;
-                        for e in answers(n) {
-                            // The socket goes away here, as a reset upstream's does.
-                            if e == HANG_UP {
-                                return;
-                            }
-                            if ws.send(Message::text(e)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// Reads text frames until `response.completed`.
-async fn answer<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Vec<String>
+pub(crate) async fn answer<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Vec<String>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -111,9 +48,10 @@ where
 #[test]
 fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_recorded() {
     let rt = runtime();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let upstream = rt.block_on(mock(Arc::clone(&seen), Arc::new(events)));
-    let upstream_url = format!("http://{upstream}");
+    let mock = rt
+        .block_on(SocketMock::start(Arc::new(|_: &Value, n| events(n))))
+        .unwrap();
+    let upstream_url = mock.url();
     let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
 
     let creates = [
@@ -151,7 +89,7 @@ fn a_responses_websocket_session_is_relayed_frame_for_frame_and_its_usage_record
 
     // Frame for frame, both ways.
     assert_eq!(answers, [events(1), events(2)]);
-    let seen = seen.lock().unwrap();
+    let seen = mock.seen();
     assert_eq!(seen.frames, creates);
     assert_eq!(seen.path, "/v1/responses");
     let header = |name: &str| {
@@ -261,7 +199,7 @@ fn a_refused_upgrade_reaches_the_client_as_the_upstream_answered_it() {
 }
 
 /// A socket to pith with Codex's user agent and session, and `headers`.
-async fn open_with(
+pub(crate) async fn open_with(
     pith: &PithProxy,
     headers: &[(&'static str, &str)],
 ) -> tokio_tungstenite::WebSocketStream<TcpStream> {
@@ -320,9 +258,8 @@ where
 /// A pith in front of a WebSocket mock answering with `answers`, with `env`.
 fn pith_over(answers: Answers, env: &[(&str, &str)]) -> (PithProxy, tokio::runtime::Runtime) {
     let rt = runtime();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let upstream = rt.block_on(mock(seen, answers));
-    let upstream_url = format!("http://{upstream}");
+    let mock = rt.block_on(SocketMock::start(answers)).unwrap();
+    let upstream_url = mock.url();
     (PithProxy::start_with(&upstream_url, &upstream_url, env), rt)
 }
 
@@ -330,7 +267,7 @@ fn pith_over(answers: Answers, env: &[(&str, &str)]) -> (PithProxy, tokio::runti
 fn an_upstream_silent_mid_answer_is_ended_by_the_idle_timeout_with_its_row() {
     // `response.created`, then nothing: the mock keeps the socket open.
     let (pith, rt) = pith_over(
-        Arc::new(|n| vec![created(n)]),
+        Arc::new(|_: &Value, n| vec![created(n)]),
         &[("PITH_UPSTREAM_IDLE_TIMEOUT", "1s")],
     );
     let (texts, code) = rt.block_on(async {
@@ -361,7 +298,10 @@ fn an_upstream_silent_mid_answer_is_ended_by_the_idle_timeout_with_its_row() {
 
 #[test]
 fn an_upstream_reset_and_a_client_gone_mid_answer_each_leave_their_row() {
-    let (pith, rt) = pith_over(Arc::new(|n| vec![created(n), HANG_UP.to_owned()]), &[]);
+    let (pith, rt) = pith_over(
+        Arc::new(|_: &Value, n| vec![created(n), HANG_UP.to_owned()]),
+        &[],
+    );
     rt.block_on(async {
         let mut ws = open(&pith).await;
         ws.send(create()).await.unwrap();
@@ -370,7 +310,7 @@ fn an_upstream_reset_and_a_client_gone_mid_answer_each_leave_their_row() {
     let rows = pith.wait_rows(1);
     assert_eq!(rows[0].outcome.as_str(), "upstream_broken", "{:?}", rows[0]);
 
-    let (pith, rt) = pith_over(Arc::new(|n| vec![created(n)]), &[]);
+    let (pith, rt) = pith_over(Arc::new(|_: &Value, n| vec![created(n)]), &[]);
     rt.block_on(async {
         let mut ws = open(&pith).await;
         ws.send(create()).await.unwrap();
@@ -385,7 +325,7 @@ fn an_upstream_reset_and_a_client_gone_mid_answer_each_leave_their_row() {
 
 #[test]
 fn a_frame_over_the_body_limit_closes_the_socket_with_1009_and_one_row() {
-    let (pith, rt) = pith_over(Arc::new(events), &[]);
+    let (pith, rt) = pith_over(Arc::new(|_: &Value, n| events(n)), &[]);
     let code = rt.block_on(async {
         let mut ws = open(&pith).await;
         // One byte over the 64 MiB a request body may have.
@@ -413,7 +353,7 @@ fn a_flood_without_response_completed_is_kept_to_the_bound_and_recorded() {
     let delta =
         json!({"type": "response.output_text.delta", "delta": "y".repeat(1 << 20)}).to_string();
     let (pith, rt) = pith_over(
-        Arc::new(move |n| {
+        Arc::new(move |_: &Value, n| {
             let mut answer = vec![created(n)];
             answer.extend(std::iter::repeat_n(delta.clone(), 80));
             answer.push(HANG_UP.to_owned());
@@ -443,7 +383,7 @@ fn a_flood_without_response_completed_is_kept_to_the_bound_and_recorded() {
 
 #[test]
 fn sigterm_closes_an_idle_socket_at_once_and_cuts_an_open_answer_with_its_row() {
-    let (mut pith, rt) = pith_over(Arc::new(|n| vec![created(n)]), &[]);
+    let (mut pith, rt) = pith_over(Arc::new(|_: &Value, n| vec![created(n)]), &[]);
     let pid = pith.pid().to_string();
     let (idle_code, open_code) = rt.block_on(async {
         let mut idle = open(&pith).await;
@@ -469,68 +409,21 @@ fn sigterm_closes_an_idle_socket_at_once_and_cuts_an_open_answer_with_its_row() 
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].outcome.as_str(), "shutdown");
 }
-/// The data of each event of an SSE body: what the same answer sends as WebSocket frames.
-fn frames_of(sse: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(sse)
-        .split("\n\n")
-        .filter_map(|event| {
-            event
-                .lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .map(str::to_owned)
-        })
-        .collect()
-}
-
 #[test]
 fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
-    use pith_testkit::fixtures::{Usage, responses};
+    use pith_testkit::fixtures::responses;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let usage = Usage {
-        input: 300,
-        output: 7,
-        cache_write: 0,
-        cache_write_1h: 0,
-        cache_read: 100,
-    };
+    let (rt, usage) = (codex_runtime(), CODEX_USAGE);
     let answer = frames_of(&responses::stream(&["Hi over ", "WebSocket."], usage));
-    let upstream = rt.block_on(mock(Arc::clone(&seen), Arc::new(move |_| answer.clone())));
-    let upstream_url = format!("http://{upstream}");
+    let mock = rt
+        .block_on(SocketMock::start(Arc::new(move |_: &Value, _| {
+            answer.clone()
+        })))
+        .unwrap();
+    let upstream_url = mock.url();
     let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
-    let (work, home) = crate::clients::project();
-    // Codex's built-in OpenAI provider (no model_provider), with an API key.
-    let codex_home = home.path().join(".codex");
-    std::fs::create_dir_all(&codex_home).unwrap();
-    std::fs::write(
-        codex_home.join("config.toml"),
-        "model = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n\
-         check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
-    )
-    .unwrap();
-    let env: Vec<(&str, std::ffi::OsString)> = vec![
-        ("PITH_HOME", pith.home.path().as_os_str().to_owned()),
-        ("PITH_LISTEN", pith.addr.to_string().into()),
-        ("PITH_OPENAI_UPSTREAM", upstream_url.clone().into()),
-        ("PITH_ANTHROPIC_UPSTREAM", upstream_url.clone().into()),
-        // Where this Codex goes on its own: the mock (so pith run wires it through pith).
-        ("OPENAI_BASE_URL", format!("{upstream_url}/v1").into()),
-        ("OPENAI_API_KEY", crate::clients::FAKE_KEY.into()),
-    ];
-    let run = crate::clients::codex_via(
-        crate::clients::Launch::PithRun(&env),
-        work.path(),
-        home.path(),
-        &[],
-        "say hi",
-        crate::clients::LIMIT,
-        &[],
-    );
+    let codex = DefaultCodex::new(&pith, &upstream_url);
+    let run = codex.run(&[], "say hi");
     run.assert_ok(&format!("pith:\n{}", pith.stderr()));
     assert_eq!(run.stdout, "Hi over WebSocket.\n", "{}", run.stderr);
     assert!(
@@ -538,7 +431,7 @@ fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
         "{}",
         run.stderr
     );
-    let seen = seen.lock().unwrap();
+    let seen = mock.seen();
     assert_eq!(seen.path, "/v1/responses");
     // Codex 0.169.0 sends two creates on the socket: a warm-up (`"generate": false`), then
     // the turn; the mock answers both.
@@ -602,3 +495,66 @@ fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
     );
     drop(rt);
 }
+
+/// The real Codex on its default path: its built-in OpenAI provider (no `model_provider`), with
+/// an API key, run by `pith run` through `pith` in front of the upstream `upstream_url` (where
+/// this Codex would go on its own, so `pith run` is what wires it through pith).
+pub(crate) struct DefaultCodex {
+    work: tempfile::TempDir,
+    home: tempfile::TempDir,
+    env: Vec<(&'static str, std::ffi::OsString)>,
+}
+
+impl DefaultCodex {
+    pub(crate) fn new(pith: &PithProxy, upstream_url: &str) -> DefaultCodex {
+        let (work, home) = crate::clients::project();
+        let codex_home = home.path().join(".codex");
+        std::fs::create_dir_all(&codex_home).unwrap();
+        std::fs::write(
+            codex_home.join("config.toml"),
+            "model = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n\
+             check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
+        )
+        .unwrap();
+        let env = vec![
+            ("PITH_HOME", pith.home.path().as_os_str().to_owned()),
+            ("PITH_LISTEN", pith.addr.to_string().into()),
+            ("PITH_OPENAI_UPSTREAM", upstream_url.into()),
+            ("PITH_ANTHROPIC_UPSTREAM", upstream_url.into()),
+            ("OPENAI_BASE_URL", format!("{upstream_url}/v1").into()),
+            ("OPENAI_API_KEY", crate::clients::FAKE_KEY.into()),
+        ];
+        DefaultCodex { work, home, env }
+    }
+
+    /// `pith run codex exec [ARGS] PROMPT`.
+    pub(crate) fn run(&self, args: &[&str], prompt: &str) -> crate::clients::Run {
+        crate::clients::codex_via(
+            crate::clients::Launch::PithRun(&self.env),
+            self.work.path(),
+            self.home.path(),
+            args,
+            prompt,
+            crate::clients::LIMIT,
+            &[],
+        )
+    }
+}
+
+/// A runtime of one worker for a test that runs a real Codex beside the mock.
+pub(crate) fn codex_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The usage the mock answers the real Codex's turns with.
+pub(crate) const CODEX_USAGE: pith_testkit::fixtures::Usage = pith_testkit::fixtures::Usage {
+    input: 300,
+    output: 7,
+    cache_write: 0,
+    cache_write_1h: 0,
+    cache_read: 100,
+};

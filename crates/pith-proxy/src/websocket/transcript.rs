@@ -1,0 +1,475 @@
+//! The socket's transcript: what each side holds of the conversation.
+//!
+//! A `response.create` chained to an earlier answer (`previous_response_id`; with `store:
+//! false` the provider holds the earlier turns on this connection) carries only its new input,
+//! so a frame alone is not the conversation. Two chains are kept, each the input items sent
+//! and the output items of the last completed answer:
+//!
+//! - the **client's**: what the client sent and was answered (pith's own answers included),
+//!   the conversation the person had: pins are folded, the pipeline runs and history records
+//!   on it, as an HTTP client's whole body;
+//! - the **provider's**: what pith sent upstream and the provider answered.
+//!
+//! While pith changed nothing they are one (shared, not copied), and the client's frame goes up
+//! byte for byte. Once they differ, each frame goes up as the pipeline's body relative to the
+//! provider's chain: chained to the provider's last answer when what it holds is a prefix of
+//! that body (only the rest is sent), else whole, without `previous_response_id`, as Codex
+//! itself sends after a reconnect. So the provider sees exactly the prompt an HTTP request
+//! would have shown it, and pith's own response ids never reach it.
+
+use std::sync::Arc;
+
+use serde::de::{Deserializer as _, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// The most one chain keeps, in bytes of items (past it, the chain is forgotten: a create
+/// chained to it is forwarded as it came, said so in its row, until the client sends its
+/// whole input again).
+pub(super) const MAX_HELD: usize = 16 << 20;
+
+/// What one side holds after its last completed answer.
+#[derive(Default, Clone)]
+pub(super) struct Chain {
+    /// That answer's id, which a chained create names.
+    id: Option<String>,
+    /// The input and output items so far, raw.
+    items: Arc<Vec<String>>,
+}
+
+impl Chain {
+    /// A chain after an answer: `items` then the answer's `output`; `None` past the bound.
+    fn after(items: &Arc<Vec<String>>, completed: &str) -> Option<Chain> {
+        let completed: Completed = serde_json::from_str(completed).ok()?;
+        let output = completed.response.output.unwrap_or_default();
+        let mut all = Vec::with_capacity(items.len() + output.len());
+        all.extend(items.iter().cloned());
+        all.extend(output.into_iter().map(|i| i.get().to_owned()));
+        (all.iter().map(String::len).sum::<usize>() <= MAX_HELD).then(|| Chain {
+            id: completed.response.id,
+            items: Arc::new(all),
+        })
+    }
+}
+
+/// Both sides' chains.
+pub(super) struct Transcript {
+    client: Chain,
+    provider: Chain,
+}
+
+impl Default for Transcript {
+    /// Both sides hold nothing, the same nothing (they are in step).
+    fn default() -> Transcript {
+        let nothing = Chain::default();
+        Transcript {
+            client: nothing.clone(),
+            provider: nothing,
+        }
+    }
+}
+
+/// A `response.create` frame, read: its members in order, less `type`,
+/// `previous_response_id` and `input`.
+pub(super) struct Create {
+    members: Vec<(String, Box<RawValue>)>,
+    previous: Option<String>,
+    items: Vec<String>,
+    /// `generate: false` (Codex's warm-up): the provider only takes the input.
+    pub warm_up: bool,
+}
+
+/// The conversation one create continues, as the client means it.
+pub(super) struct Conversation {
+    /// The create's members, then the whole input.
+    members: Vec<(String, Box<RawValue>)>,
+    /// Every input item: what the client's chain held, then the create's own.
+    pub items: Arc<Vec<String>>,
+    /// Whether the client chained to an answer (else it sent its whole input).
+    chained: bool,
+    pub warm_up: bool,
+}
+
+impl Conversation {
+    /// The body a `POST /v1/responses` would have carried.
+    pub fn body(&self) -> String {
+        body_of(&self.members, &self.items)
+    }
+}
+
+/// `{members..., "input": [items...]}`.
+fn body_of(members: &[(String, Box<RawValue>)], items: &[String]) -> String {
+    let size = members
+        .iter()
+        .map(|(k, v)| k.len() + v.get().len() + 4)
+        .chain(items.iter().map(|i| i.len() + 1))
+        .sum::<usize>();
+    let mut out = String::with_capacity(size + 16);
+    out.push('{');
+    for (name, value) in members {
+        push_member(&mut out, name, value.get());
+    }
+    push_items(&mut out, items);
+    out.push('}');
+    out
+}
+
+fn push_member(out: &mut String, name: &str, value: &str) {
+    // `name` came out of a JSON string: written back as one.
+    out.push_str(&serde_json::Value::from(name).to_string());
+    out.push(':');
+    out.push_str(value);
+    out.push(',');
+}
+
+fn push_items(out: &mut String, items: &[String]) {
+    out.push_str(r#""input":["#);
+    for (k, item) in items.iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        out.push_str(item);
+    }
+    out.push(']');
+}
+
+/// What goes up for one create, and what the provider will then hold as its input.
+pub(super) struct Upstream {
+    /// The frame to send; `None`: the client's own, byte for byte.
+    pub frame: Option<String>,
+    /// The whole input the provider takes, when it is not the client's.
+    pub items: Option<Arc<Vec<String>>>,
+}
+
+impl Create {
+    /// Whether it chains to an earlier answer.
+    pub fn chained(&self) -> bool {
+        self.previous.is_some()
+    }
+
+    /// Read a client frame; `None` for one that is not a JSON object with an array or string
+    /// `input` (forwarded as it came).
+    pub fn read(frame: &str) -> Option<Create> {
+        let mut members = Vec::new();
+        let mut previous = None;
+        let mut items = Vec::new();
+        let mut warm_up = false;
+        for (name, value) in object_members(frame)? {
+            match name.as_str() {
+                "type" => {}
+                "previous_response_id" => previous = serde_json::from_str(value.get()).ok()?,
+                "input" => items = input_items(&value)?,
+                _ => {
+                    if name == "generate" {
+                        warm_up = value.get() == "false";
+                    }
+                    members.push((name, value));
+                }
+            }
+        }
+        Some(Create {
+            members,
+            previous,
+            items,
+            warm_up,
+        })
+    }
+}
+
+impl Transcript {
+    /// The conversation `create` continues, from the client's chain; `None` when it chains to
+    /// an answer the transcript does not hold.
+    pub fn conversation(&self, create: Create) -> Option<Conversation> {
+        let items = match &create.previous {
+            None => create.items,
+            Some(id) if self.client.id.as_deref() == Some(id) => {
+                let held = &self.client.items;
+                let mut all = Vec::with_capacity(held.len() + create.items.len());
+                all.extend(held.iter().cloned());
+                all.extend(create.items);
+                all
+            }
+            Some(_) => return None,
+        };
+        Some(Conversation {
+            members: create.members,
+            items: Arc::new(items),
+            chained: create.previous.is_some(),
+            warm_up: create.warm_up,
+        })
+    }
+
+    /// Whether both sides hold the same: the client's frame may go up as it came.
+    fn in_step(&self) -> bool {
+        self.client.id == self.provider.id && Arc::ptr_eq(&self.client.items, &self.provider.items)
+    }
+
+    /// What goes up for `conversation`: `sent`, the pipeline's body when it changed the
+    /// request, else the client's. `None` when `sent` cannot be read (the caller forwards the
+    /// client's frame).
+    pub fn upstream(&self, conversation: &Conversation, sent: Option<&str>) -> Option<Upstream> {
+        if sent.is_none() && self.in_step() {
+            return Some(Upstream {
+                frame: None,
+                items: None,
+            });
+        }
+        let (members, items) = match sent {
+            Some(body) => {
+                let mut members = object_members(body)?;
+                let at = members.iter().position(|(name, _)| name == "input")?;
+                let (_, input) = members.remove(at);
+                (members, Arc::new(input_items(&input)?))
+            }
+            None => (
+                conversation
+                    .members
+                    .iter()
+                    .map(|(n, v)| (n.clone(), v.clone()))
+                    .collect(),
+                Arc::clone(&conversation.items),
+            ),
+        };
+        // Chained where the client chained, to the provider's own last answer, when it holds a
+        // prefix of what is to be sent.
+        let held = &self.provider.items;
+        let chain = self.provider.id.as_deref().filter(|_| {
+            conversation.chained
+                && held.len() <= items.len()
+                && held.iter().zip(items.iter()).all(|(a, b)| a == b)
+        });
+        let mut frame = String::from(r#"{"type":"response.create","#);
+        for (name, value) in &members {
+            push_member(&mut frame, name, value.get());
+        }
+        let rest = match chain {
+            Some(id) => {
+                push_member(
+                    &mut frame,
+                    "previous_response_id",
+                    &serde_json::Value::from(id).to_string(),
+                );
+                &items[held.len()..]
+            }
+            None => &items[..],
+        };
+        push_items(&mut frame, rest);
+        frame.push('}');
+        let same_items = Arc::ptr_eq(&items, &conversation.items);
+        Some(Upstream {
+            frame: Some(frame),
+            items: (!same_items).then_some(items),
+        })
+    }
+
+    /// `conversation` as the client means it, whole, chained to nothing: what goes up in place
+    /// of a change the provider refused (a refused turn evicts the answer it chained to).
+    pub fn whole(conversation: &Conversation) -> String {
+        let mut frame = String::from(r#"{"type":"response.create","#);
+        for (name, value) in &conversation.members {
+            push_member(&mut frame, name, value.get());
+        }
+        push_items(&mut frame, &conversation.items);
+        frame.push('}');
+        frame
+    }
+
+    /// The provider completed the answer to `conversation`, sent as `upstream_items` (when not
+    /// the client's), with the event `completed`: both chains move on.
+    pub fn provider_completed(
+        &mut self,
+        conversation: &Conversation,
+        upstream_items: Option<&Arc<Vec<String>>>,
+        completed: &str,
+    ) {
+        let client = Chain::after(&conversation.items, completed);
+        let provider = match upstream_items {
+            None => client.clone(),
+            Some(items) => Chain::after(items, completed),
+        };
+        self.client = client.unwrap_or_default();
+        self.provider = provider.unwrap_or_default();
+    }
+
+    /// pith answered `conversation` itself with `completed`: the client's chain moves on, the
+    /// provider's stays where it was.
+    pub fn pith_completed(&mut self, conversation: &Conversation, completed: &str) {
+        self.client = Chain::after(&conversation.items, completed).unwrap_or_default();
+    }
+
+    /// A create chained to an answer the transcript does not hold went up as it came: neither
+    /// chain is known any more.
+    pub fn forget(&mut self) {
+        *self = Transcript::default();
+    }
+}
+
+/// The parts of a `response.completed` a chain keeps.
+#[derive(serde::Deserialize)]
+struct Completed<'a> {
+    #[serde(borrow)]
+    response: CompletedResponse<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct CompletedResponse<'a> {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(borrow, default)]
+    output: Option<Vec<&'a RawValue>>,
+}
+
+/// An input as items: an array's elements, or a string as one user message.
+fn input_items(input: &RawValue) -> Option<Vec<String>> {
+    let text = input.get();
+    if text.starts_with('"') {
+        return Some(vec![format!(
+            r#"{{"type":"message","role":"user","content":{text}}}"#
+        )]);
+    }
+    let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+    Some(items.into_iter().map(|i| i.get().to_owned()).collect())
+}
+
+/// A JSON object's members in their order, values raw; `None` for anything else.
+fn object_members(json: &str) -> Option<Vec<(String, Box<RawValue>)>> {
+    struct Members;
+    impl<'de> Visitor<'de> for Members {
+        type Value = Vec<(String, Box<RawValue>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut members = Vec::new();
+            while let Some(member) = map.next_entry::<String, Box<RawValue>>()? {
+                members.push(member);
+            }
+            Ok(members)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(json);
+    let members = (&mut de).deserialize_map(Members).ok()?;
+    de.end().ok()?;
+    Some(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(frame: &str) -> Create {
+        Create::read(frame).unwrap()
+    }
+
+    const FIRST: &str = r#"{"type":"response.create","model":"m","input":"first"}"#;
+    const R1: &str = r#"{"type":"response.completed","response":{"id":"r1","output":[{"type":"message","role":"assistant","content":[]}]}}"#;
+    const SECOND: &str = r#"{"type":"response.create","model":"m","previous_response_id":"r1","input":[{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
+
+    #[test]
+    fn a_chained_create_continues_what_the_client_holds_and_nothing_else() {
+        let mut t = Transcript::default();
+        let first = t.conversation(create(FIRST)).unwrap();
+        assert_eq!(
+            first.body(),
+            r#"{"model":"m","input":[{"type":"message","role":"user","content":"first"}]}"#
+        );
+        assert!(
+            t.upstream(&first, None).unwrap().frame.is_none(),
+            "as it came"
+        );
+        t.provider_completed(&first, None, R1);
+        let second = t.conversation(create(SECOND)).unwrap();
+        assert_eq!(
+            second.body(),
+            r#"{"model":"m","input":[{"type":"message","role":"user","content":"first"},{"type":"message","role":"assistant","content":[]},{"type":"function_call_output","call_id":"c","output":"ok"}]}"#
+        );
+        // Nothing changed: the client's frame goes up as it came.
+        assert!(t.upstream(&second, None).unwrap().frame.is_none());
+        // A chain to an answer this socket did not see (a reconnect resends the whole input).
+        let elsewhere = r#"{"type":"response.create","previous_response_id":"r0","input":[]}"#;
+        assert!(t.conversation(create(elsewhere)).is_none());
+    }
+
+    #[test]
+    fn a_changed_body_goes_up_chained_to_the_providers_answer_when_it_holds_a_prefix() {
+        let mut t = Transcript::default();
+        let first = t.conversation(create(FIRST)).unwrap();
+        t.provider_completed(&first, None, R1);
+        let second = t.conversation(create(SECOND)).unwrap();
+        // The pipeline appended an item: the provider holds a prefix, only the rest goes up.
+        let mut sent_items = (*second.items).clone();
+        sent_items.push(r#"{"type":"message","role":"user","content":"PIN"}"#.to_owned());
+        let sent = body_of(&second.members, &sent_items);
+        let up = t.upstream(&second, Some(&sent)).unwrap();
+        assert_eq!(
+            up.frame.as_deref(),
+            Some(
+                r#"{"type":"response.create","model":"m","previous_response_id":"r1","input":[{"type":"function_call_output","call_id":"c","output":"ok"},{"type":"message","role":"user","content":"PIN"}]}"#
+            )
+        );
+        let r2 = r#"{"type":"response.completed","response":{"id":"r2","output":[]}}"#;
+        t.provider_completed(&second, up.items.as_ref(), r2);
+        // The provider holds the PIN item at its old tail; the client's next chained create,
+        // with the block moved to the new tail, is not a continuation of it: sent whole.
+        let third = r#"{"type":"response.create","model":"m","previous_response_id":"r2","input":[{"type":"message","role":"user","content":"next"}]}"#;
+        let third = t.conversation(create(third)).unwrap();
+        let mut moved = (*third.items).clone();
+        moved.push(r#"{"type":"message","role":"user","content":"PIN"}"#.to_owned());
+        let up = t
+            .upstream(&third, Some(&body_of(&third.members, &moved)))
+            .unwrap();
+        let frame = up.frame.unwrap();
+        assert!(!frame.contains("previous_response_id"), "{frame}");
+        assert_eq!(frame.matches("PIN").count(), 1, "{frame}");
+        assert!(frame.contains(r#""content":"first""#), "{frame}");
+        // Unchanged by the pipeline, but the sides differ: the client's body, relative to the
+        // provider's chain (which holds the PIN the client never sent): whole.
+        let up = t.upstream(&third, None).unwrap();
+        assert!(!up.frame.unwrap().contains("previous_response_id"));
+        // What goes up when the provider refuses a change: the client's conversation, whole.
+        let whole = Transcript::whole(&third);
+        assert!(whole.starts_with(r#"{"type":"response.create","model":"m","input":["#));
+        assert!(!whole.contains("PIN") && whole.contains(r#""content":"next""#));
+    }
+
+    #[test]
+    fn pith_s_own_answer_moves_the_clients_chain_only() {
+        let mut t = Transcript::default();
+        let first = t.conversation(create(FIRST)).unwrap();
+        t.provider_completed(&first, None, R1);
+        let pin = r#"{"type":"response.create","model":"m","previous_response_id":"r1","input":"@pith pin x"}"#;
+        let pin = t.conversation(create(pin)).unwrap();
+        t.pith_completed(
+            &pin,
+            r#"{"type":"response.completed","response":{"id":"resp_pith_1","output":[{"type":"message","role":"assistant","content":"@pith pinned"}]}}"#,
+        );
+        let next = r#"{"type":"response.create","model":"m","previous_response_id":"resp_pith_1","input":"go"}"#;
+        let next = t.conversation(create(next)).unwrap();
+        assert_eq!(
+            next.items.len(),
+            5,
+            "first, r1's item, the pin turn, pith's reply, go"
+        );
+        // The pipeline dropped the pin turn and pith's answer: the provider's chain (first and
+        // r1's item) is a prefix, so it goes up chained to r1, never to pith's id.
+        let sent_items = vec![
+            next.items[0].clone(),
+            next.items[1].clone(),
+            next.items[4].clone(),
+        ];
+        let up = t
+            .upstream(&next, Some(&body_of(&next.members, &sent_items)))
+            .unwrap();
+        let frame = up.frame.unwrap();
+        assert!(frame.contains(r#""previous_response_id":"r1""#), "{frame}");
+        assert!(!frame.contains("resp_pith"), "{frame}");
+        assert!(frame.ends_with(r#""input":[{"type":"message","role":"user","content":"go"}]}"#));
+    }
+
+    #[test]
+    fn a_warm_up_is_read_as_one() {
+        assert!(create(r#"{"type":"response.create","generate":false,"input":[]}"#).warm_up);
+        assert!(!create(FIRST).warm_up);
+        assert!(Create::read("[1]").is_none());
+        assert!(Create::read(r#"{"input":{"not":"items"}}"#).is_none());
+    }
+}

@@ -1,0 +1,328 @@
+//! Each WebSocket turn through the request path: a turn of pin commands answered by pith on
+//! the socket, the pin riding the next turns with the `previous_response_id` chain valid (the
+//! mock keeps one previous response per socket and refuses any other, as the service does), the
+//! provider's refusal of a changed frame met with the client's own, a reconnect, a chain pith
+//! does not hold, and the real Codex on its default path.
+
+use std::sync::Arc;
+
+use futures_util::SinkExt;
+use pith_testkit::fixtures::{self, responses};
+use pith_testkit::responses_socket::{self, SocketMock, frames_of};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::pins::{PIN, PINNED, assert_pinned_at_the_tail};
+use crate::support::{PithProxy, runtime};
+use crate::websocket::{CODEX_USAGE, DefaultCodex, answer, codex_runtime, open_with};
+
+/// A pith in front of a socket mock answering each create with `text`.
+fn over(answers: responses_socket::Answers) -> (PithProxy, SocketMock, tokio::runtime::Runtime) {
+    let rt = runtime();
+    let mock = rt.block_on(SocketMock::start(answers)).unwrap();
+    let pith = PithProxy::start_with(&mock.url(), &mock.url(), &[]);
+    (pith, mock, rt)
+}
+
+/// The mock's answer: one message saying `text`.
+fn says(text: &str) -> Vec<String> {
+    frames_of(&responses::stream(&[text], fixtures::DEFAULT_USAGE))
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+}
+
+/// A create as Codex sends it, chained to `previous` when it is given.
+fn create(previous: Option<&str>, input: Value) -> String {
+    let mut c = json!({"type": "response.create", "model": "gpt-5.5", "instructions": "be brief",
+                       "input": input, "tools": [], "stream": true, "store": false});
+    if let Some(id) = previous {
+        c["previous_response_id"] = json!(id);
+    }
+    c.to_string()
+}
+
+/// The id and output text of an answer's `response.completed`.
+fn completed(events: &[String]) -> (String, String) {
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["type"], "response.completed", "{events:?}");
+    let text = last["response"]["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (last["response"]["id"].as_str().unwrap().to_owned(), text)
+}
+
+const HEADERS: &[(&str, &str)] = &[("openai-beta", "responses_websockets=2026-02-06")];
+
+#[test]
+fn a_pin_turn_between_two_real_turns_is_answered_on_the_socket_and_the_chain_stays_valid() {
+    let (pith, mock, rt) = over(Arc::new(|_: &Value, n| says(&format!("answer {n}"))));
+    let got = rt.block_on(async {
+        let mut ws = open_with(&pith, HEADERS).await;
+        let mut got = Vec::new();
+        let mut previous: Option<String> = None;
+        for input in [user("first"), user(PIN), user("second"), user("third")] {
+            let frame = create(previous.as_deref(), json!([input]));
+            ws.send(Message::text(frame)).await.unwrap();
+            let events = answer(&mut ws).await;
+            let (id, text) = completed(&events);
+            previous = Some(id.clone());
+            got.push((id, text));
+        }
+        ws.close(None).await.unwrap();
+        got
+    });
+    // The client got every answer, the pin turn's from pith (its own id).
+    assert_eq!(got[0].1, "answer 1");
+    assert!(got[1].0.starts_with("resp_pith_"), "{got:?}");
+    assert!(got[1].1.starts_with(PINNED), "{got:?}");
+    assert_eq!(got[2].1, "answer 2");
+    assert_eq!(got[3].1, "answer 3");
+
+    let seen = mock.seen();
+    let creates = seen.creates();
+    assert_eq!(creates.len(), 3, "the pin turn went upstream: {creates:?}");
+    let frames = seen.frames.join("\n");
+    assert!(!frames.contains("resp_pith"), "pith's id went up: {frames}");
+    // The turn after the pin chains to the provider's own answer, with its new input and the
+    // pin at the tail (neither the command nor pith's answer).
+    assert_eq!(creates[1]["previous_response_id"], got[0].0.as_str());
+    let input = creates[1]["input"].as_array().unwrap();
+    assert_eq!(input.len(), 2, "{input:?}");
+    assert_eq!(input[0]["content"][0]["text"], "second");
+    assert_pinned_at_the_tail("socket", &creates[1]);
+    // The next one cannot chain: the provider holds the pin block at the old tail. It goes up
+    // whole, the pin once, at the new tail: the prompt an HTTP request would show.
+    assert!(
+        creates[2].get("previous_response_id").is_none(),
+        "{creates:?}"
+    );
+    assert_pinned_at_the_tail("socket", &creates[2]);
+    let whole = creates[2].to_string();
+    assert_eq!(whole.matches("<pith-pins>").count(), 1, "{whole}");
+    let texts: Vec<&str> = creates[2]["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(
+        texts[..5],
+        ["first", "answer 1", "second", "answer 2", "third"]
+    );
+
+    // One row per create: the pin turn pith's own, the others the provider's, with usage.
+    let rows = pith.wait_rows(4);
+    let outcomes: Vec<&str> = rows.iter().map(|r| r.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["ok", "local", "ok", "ok"], "{rows:?}");
+    assert!(rows.iter().all(|r| r.method == "WEBSOCKET"));
+    assert!(rows.iter().all(|r| r.usage.is_some()), "{rows:?}");
+    for row in [&rows[2], &rows[3]] {
+        assert!(
+            row.transforms.iter().any(|t| t.stage == "pins"
+                && matches!(t.result, pith_store::ledger::TransformResult::Applied(_))),
+            "{row:?}"
+        );
+    }
+    // History holds the conversation the person had, the pin turn included.
+    let recorded = crate::history::wait_recorded(&pith, "019-session", 8);
+    let shown = crate::history::pith_json(
+        pith.home.path(),
+        &["history", "show", recorded["id"].as_str().unwrap()],
+    );
+    let said = shown["messages"].to_string();
+    for text in [
+        "first", PIN, PINNED, "second", "answer 2", "third", "answer 3",
+    ] {
+        assert!(said.contains(text), "{text} is not in the history: {said}");
+    }
+}
+
+#[test]
+fn a_refused_change_is_met_with_the_clients_own_frame_and_the_refusal_is_never_seen() {
+    // The provider refuses any frame that carries pith's pin block.
+    let (pith, mock, rt) = over(Arc::new(|create: &Value, n| {
+        if create.to_string().contains("<pith-pins>") {
+            vec![responses_socket::refusal(
+                "developer messages are not allowed here",
+            )]
+        } else {
+            says(&format!("answer {n}"))
+        }
+    }));
+    let got = rt.block_on(async {
+        let mut ws = open_with(&pith, HEADERS).await;
+        let mut got = Vec::new();
+        let mut previous: Option<String> = None;
+        for input in [user(PIN), user("hi"), user("again")] {
+            let frame = create(previous.as_deref(), json!([input]));
+            ws.send(Message::text(frame.clone())).await.unwrap();
+            let events = answer(&mut ws).await;
+            assert!(
+                events.iter().all(|e| !e.contains(r#""type":"error""#)),
+                "the client saw an error: {events:?}"
+            );
+            let (id, text) = completed(&events);
+            previous = Some(id);
+            got.push((frame, text));
+        }
+        got
+    });
+    // (The mock numbers every create it takes, the refused one too.)
+    assert!(got[0].1.starts_with(PINNED));
+    assert_eq!(got[1].1, "answer 2");
+    assert_eq!(got[2].1, "answer 3");
+    let seen = mock.seen();
+    let creates = seen.creates();
+    // The changed frame, refused; then the client's own conversation, whole (the refusal
+    // evicted what the changed frame chained to); then, with pins off for the session, the
+    // client's frame as it came, chained to the answer the provider holds.
+    assert_eq!(creates.len(), 3, "{creates:?}");
+    assert!(creates[0].to_string().contains("<pith-pins>"));
+    assert!(creates[1].get("previous_response_id").is_none());
+    assert!(
+        creates[1].to_string().contains(PIN),
+        "the client's own: {}",
+        creates[1]
+    );
+    assert_eq!(seen.frames.last().unwrap(), &got[2].0);
+    let rows = pith.wait_rows(3);
+    let pins = rows[1]
+        .transforms
+        .iter()
+        .find(|t| t.stage == "pins")
+        .unwrap();
+    let failed = format!("{:?}", pins.result);
+    assert!(
+        failed.contains("refused") && failed.contains("off for the session"),
+        "{failed}"
+    );
+    assert_eq!(rows[1].outcome.as_str(), "ok", "{rows:?}");
+}
+
+#[test]
+fn a_reconnect_sends_the_whole_conversation_and_a_chain_pith_does_not_hold_goes_up_as_it_came() {
+    let (pith, mock, rt) = over(Arc::new(|_: &Value, n| says(&format!("answer {n}"))));
+    let pinned = rt.block_on(async {
+        let mut ws = open_with(&pith, HEADERS).await;
+        ws.send(Message::text(create(None, json!([user(PIN)]))))
+            .await
+            .unwrap();
+        let events = answer(&mut ws).await;
+        ws.close(None).await.unwrap();
+        completed(&events)
+    });
+    // A new socket: Codex sends the whole input again, pith's answer as it showed it.
+    let reply = json!({"type": "message", "role": "assistant",
+                       "content": [{"type": "output_text", "text": pinned.1}]});
+    let stale = create(Some(&pinned.0), json!([user("later")]));
+    rt.block_on(async {
+        let mut ws = open_with(&pith, HEADERS).await;
+        let whole = create(None, json!([user(PIN), reply, user("hi")]));
+        ws.send(Message::text(whole)).await.unwrap();
+        let (_, text) = completed(&answer(&mut ws).await);
+        assert_eq!(text, "answer 1");
+        ws.close(None).await.unwrap();
+        // A chain this socket never saw (pith's id from the closed one): pith does not know
+        // the conversation, so the frame goes up as it came and the provider says so.
+        let mut ws = open_with(&pith, HEADERS).await;
+        ws.send(Message::text(stale.clone())).await.unwrap();
+        let msg = futures_util::StreamExt::next(&mut ws)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            msg.to_text()
+                .unwrap()
+                .contains("previous_response_not_found"),
+            "{msg:?}"
+        );
+    });
+    let seen = mock.seen();
+    let creates = seen.creates();
+    assert_eq!(creates.len(), 2, "{creates:?}");
+    assert!(creates[0].get("previous_response_id").is_none());
+    assert_pinned_at_the_tail("socket", &creates[0]);
+    assert_eq!(seen.frames.last().unwrap(), &stale);
+    let rows = pith.wait_rows(3);
+    assert!(
+        rows[2]
+            .transforms
+            .iter()
+            .all(|t| format!("{:?}", t.result).contains("transcript_not_held")),
+        "{:?}",
+        rows[2]
+    );
+    assert_eq!(rows[2].status, Some(400));
+}
+
+#[test]
+fn the_real_codex_pins_on_its_websocket_and_the_pin_rides_the_resumed_session() {
+    let (rt, usage) = (codex_runtime(), CODEX_USAGE);
+    let hi = frames_of(&responses::stream(&["Hi."], usage));
+    let mock = rt
+        .block_on(SocketMock::start(Arc::new(move |create: &Value, _| {
+            if responses_socket::is_warm_up(create) {
+                responses_socket::warm_up_answer(250)
+            } else {
+                hi.clone()
+            }
+        })))
+        .unwrap();
+    let upstream_url = mock.url();
+    let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
+    let codex = DefaultCodex::new(&pith, &upstream_url);
+    let run = codex.run(&[], PIN);
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(run.stdout.starts_with(PINNED), "{}", run.stdout);
+    {
+        let seen = mock.seen();
+        let creates = seen.creates();
+        assert!(
+            creates.iter().all(responses_socket::is_warm_up),
+            "Codex's pin turn reached the mock: {creates:?}"
+        );
+    }
+
+    let run = codex.run(&["resume", "--last"], "say hi");
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Hi.\n", "{}", run.stderr);
+    let seen = mock.seen();
+    let creates = seen.creates();
+    let turns: Vec<&Value> = creates
+        .iter()
+        .filter(|c| !responses_socket::is_warm_up(c))
+        .collect();
+    assert_eq!(turns.len(), 1, "one main-loop create: {creates:?}");
+    // The pin at the tail of what the provider gets over the socket; not the command, not
+    // pith's answer, not pith's id.
+    assert_pinned_at_the_tail("codex", turns[0]);
+    assert!(!seen.frames.join("\n").contains("resp_pith"));
+    assert!(seen.connections >= 2, "{}", seen.connections);
+    drop(seen);
+
+    // One row per create (two warm-ups, pith's answer, the turn), each with usage.
+    let rows = pith.wait_rows(creates.len() + 1);
+    let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();
+    assert_eq!(ws.len(), creates.len() + 1, "{rows:?}");
+    assert!(ws.iter().all(|r| r.usage.is_some()), "{ws:?}");
+    assert_eq!(
+        ws.iter().filter(|r| r.outcome.as_str() == "local").count(),
+        1,
+        "{ws:?}"
+    );
+    // History holds both turns.
+    let session = ws[0].session.clone().unwrap();
+    let recorded = crate::history::wait_recorded(&pith, &session, 4);
+    let shown = crate::history::pith_json(
+        pith.home.path(),
+        &["history", "show", recorded["id"].as_str().unwrap()],
+    );
+    let said = shown["messages"].to_string();
+    for text in [PIN, PINNED, "say hi", "Hi."] {
+        assert!(said.contains(text), "{text} is not in the history: {said}");
+    }
+    drop(rt);
+}

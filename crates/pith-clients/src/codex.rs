@@ -24,6 +24,26 @@ use crate::{
     Scope, ScopeError, Setting, Wiring,
 };
 
+/// Where Codex signed in with ChatGPT sends its model requests, under the ChatGPT backend's
+/// origin (Codex's `CHATGPT_CODEX_BASE_URL` is `https://chatgpt.com/backend-api/codex`): the
+/// same Responses wire, at `<this>/responses`.
+pub const CHATGPT_CODEX_PATH: &str = "/backend-api/codex";
+
+/// The path on the proxy `pith run` points such a Codex at; the proxy sends what arrives under
+/// it to its ChatGPT upstream under [`CHATGPT_CODEX_PATH`]. Not the backend's own path: for a
+/// base URL whose path is that one, Codex 0.169.0 first asks `chatgpt_base_url` for the
+/// workspace's backend origin (`/wham/accounts/check`) and stops when that fails; for any
+/// other it speaks to the base URL as it is (both seen with the real binary on loopback).
+pub const PITH_CHATGPT_PATH: &str = "/chatgpt";
+
+/// The ChatGPT backend's path for a request on the proxy under [`PITH_CHATGPT_PATH`]
+/// (`/chatgpt/responses?x` is `/backend-api/codex/responses?x`); `None` for any other.
+pub fn chatgpt_backend_path(path_and_query: &str) -> Option<String> {
+    let rest = path_and_query.strip_prefix(PITH_CHATGPT_PATH)?;
+    (rest.is_empty() || rest.starts_with('/') || rest.starts_with('?'))
+        .then(|| format!("{CHATGPT_CODEX_PATH}{rest}"))
+}
+
 /// How Codex opens the message that inlines a project's AGENTS.md.
 pub const AGENTS_MD_PREFIX: &str = "# AGENTS.md instructions for ";
 
@@ -173,8 +193,11 @@ pub(crate) fn base_urls(places: &Places, files: &dyn Files) -> Vec<(String, Stri
 pub struct Provider {
     /// Its id (`openai`, or a `model_providers` key).
     pub id: String,
-    /// Its base URL (with `/v1`).
+    /// Its base URL (with `/v1`), when one is set.
     pub base_url: String,
+    /// Codex signs in with ChatGPT: without a base URL of its own it goes to the ChatGPT
+    /// backend (`https://chatgpt.com/backend-api/codex`), with the person's ChatGPT tokens.
+    pub chatgpt: bool,
 }
 
 /// Which provider a Codex run with `args` uses: `-c model_provider=...` on the command line,
@@ -213,25 +236,24 @@ pub fn provider(
     if id == "openai" {
         let auth = files.read(&home.join("auth.json"));
         let api_key = env("OPENAI_API_KEY").is_some() || env("CODEX_API_KEY").is_some();
-        if !api_key && auth.as_ref().is_some_and(signs_in_with_chatgpt) {
-            return Err(
-                "codex signs in with ChatGPT, whose backend pith does not proxy (pith proxies the \
-                 OpenAI API: sign in with an API key)"
-                    .to_owned(),
-            );
-        }
+        let chatgpt = !api_key && auth.as_ref().is_some_and(signs_in_with_chatgpt);
         let base_url = cli("openai_base_url")
             .or_else(|| text(&config["openai_base_url"]))
             .or_else(|| env("OPENAI_BASE_URL"));
         return Ok(Provider {
             id,
             base_url: base_url.unwrap_or_default(),
+            chatgpt,
         });
     }
     let base_url = cli(&format!("model_providers.{id}.base_url"))
         .or_else(|| text(&config["model_providers"][&id]["base_url"]));
     match base_url {
-        Some(base_url) => Ok(Provider { id, base_url }),
+        Some(base_url) => Ok(Provider {
+            id,
+            base_url,
+            chatgpt: false,
+        }),
         None if LOCAL_PROVIDERS.contains(&id.as_str()) => Err(format!(
             "codex's model provider `{id}` is a local model server, not a provider pith proxies"
         )),
@@ -251,12 +273,34 @@ fn signs_in_with_chatgpt(auth: &Value) -> bool {
 /// `-c` overrides pointing the run's provider at the proxy.
 pub(crate) fn wire(ctx: &RunContext<'_>) -> Result<Wiring, String> {
     let mut provider = provider(ctx.args, ctx.places, ctx.files, ctx.env)?;
+    // Signed in with ChatGPT, Codex speaks the same Responses API to the ChatGPT backend
+    // (`{base}/responses`, over HTTP and WebSocket, its tokens in `Authorization` and
+    // `ChatGPT-Account-ID`), and `openai_base_url` moves it: the proxy takes it under the
+    // backend's own path and sends it to its ChatGPT upstream.
+    let (path, upstream, default) = if provider.chatgpt {
+        let Some(upstream) = ctx.upstream_chatgpt else {
+            return Err(format!(
+                "codex signs in with ChatGPT, and the proxy on {} is a pith too old to send the \
+                 ChatGPT backend's traffic on (stop it; `pith run` starts a new one)",
+                ctx.origin.trim_start_matches("http://")
+            ));
+        };
+        (
+            (CHATGPT_CODEX_PATH, PITH_CHATGPT_PATH),
+            Some(upstream),
+            ctx.default_chatgpt,
+        )
+    } else {
+        (("/v1", "/v1"), ctx.upstream_openai, ctx.default_openai)
+    };
+    // Where Codex goes on its own, and where on the proxy it is pointed instead.
+    let (own_path, proxy_path) = path;
     if provider.base_url.is_empty() {
-        provider.base_url = format!("{}/v1", ctx.default_openai);
+        provider.base_url = format!("{}{own_path}", trimmed(default));
     }
-    let v1 = ctx.v1();
-    if let Some(upstream) = ctx.upstream_openai {
-        let expected = format!("{}/v1", trimmed(upstream));
+    let v1 = format!("{}{proxy_path}", ctx.origin);
+    if let Some(upstream) = upstream {
+        let expected = format!("{}{own_path}", trimmed(upstream));
         if trimmed(&provider.base_url) != expected && trimmed(&provider.base_url) != v1 {
             return Err(ctx.mismatch(
                 &format!("codex's model provider `{}`", provider.id),
@@ -370,7 +414,8 @@ mod tests {
             provider_of(&["exec", "hi"]).unwrap(),
             Provider {
                 id: "mine".into(),
-                base_url: "http://m/v1".into()
+                base_url: "http://m/v1".into(),
+                chatgpt: false,
             }
         );
         assert_eq!(provider_of(&["--profile", "work"]).unwrap().id, "other");
@@ -401,14 +446,15 @@ mod tests {
         let empty = Disk::default();
         let openai = provider(&[], &places, &empty, &|_| None).unwrap();
         assert_eq!(openai.id, "openai");
-        // A ChatGPT login is refused, an API key in the environment wins over it.
+        assert!(!openai.chatgpt);
+        // A ChatGPT login is told, an API key in the environment wins over it.
         let chatgpt = Disk::of([(
             PathBuf::from("/c/auth.json"),
             json!({"tokens": {"id_token": "x"}}),
         )]);
-        assert!(provider(&[], &places, &chatgpt, &|_| None).is_err());
+        assert!(provider(&[], &places, &chatgpt, &|_| None).unwrap().chatgpt);
         let key = |k: &str| (k == "OPENAI_API_KEY").then(|| "sk".to_owned());
-        assert!(provider(&[], &places, &chatgpt, &key).is_ok());
+        assert!(!provider(&[], &places, &chatgpt, &key).unwrap().chatgpt);
     }
 
     #[test]

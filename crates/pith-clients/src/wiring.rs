@@ -26,10 +26,15 @@ pub struct RunContext<'a> {
     pub upstream_anthropic: Option<&'a str>,
     /// Where the proxy sends OpenAI requests.
     pub upstream_openai: Option<&'a str>,
+    /// Where the proxy sends ChatGPT-backend requests (`None`: an older proxy that does not
+    /// say, and does not route them).
+    pub upstream_chatgpt: Option<&'a str>,
     /// Where a client goes when nothing moves it: the providers' own APIs.
     pub default_anthropic: &'a str,
     /// The same for OpenAI.
     pub default_openai: &'a str,
+    /// The ChatGPT backend's origin, where Codex signed in with ChatGPT goes.
+    pub default_chatgpt: &'a str,
     /// The client's environment variable `name`, when set and not empty.
     pub env: &'a dyn Fn(&str) -> Option<String>,
     /// Where the client's files are.
@@ -84,8 +89,10 @@ mod tests {
             token: Some(("x-pith-token", "t")),
             upstream_anthropic: Some("https://api.anthropic.com"),
             upstream_openai: Some("https://api.openai.com"),
+            upstream_chatgpt: Some("https://chatgpt.com"),
             default_anthropic: "https://api.anthropic.com",
             default_openai: "https://api.openai.com",
+            default_chatgpt: "https://chatgpt.com",
             env: &lookup,
             places: &places,
             files,
@@ -161,6 +168,32 @@ mod tests {
             wire(Client::Codex, &[], &router)
                 .unwrap_err()
                 .contains("router.example")
+        );
+        // Signed in with ChatGPT: the backend's own path on the proxy, which sends it to its
+        // ChatGPT upstream; a proxy sending that elsewhere than Codex goes is told.
+        let chatgpt = Disk::of([(
+            PathBuf::from("/c/auth.json"),
+            json!({"auth_mode": "chatgpt", "tokens": {"id_token": "x"}}),
+        )]);
+        let w = wire(Client::Codex, &[], &chatgpt).unwrap();
+        assert_eq!(
+            w.args[1],
+            "openai_base_url=\"http://127.0.0.1:9999/chatgpt\""
+        );
+        let moved = Disk::of([
+            (
+                PathBuf::from("/c/auth.json"),
+                json!({"auth_mode": "chatgpt", "tokens": {"id_token": "x"}}),
+            ),
+            (
+                PathBuf::from("/c/config.toml"),
+                json!({"openai_base_url": "https://elsewhere.example/backend-api/codex"}),
+            ),
+        ]);
+        assert!(
+            wire(Client::Codex, &[], &moved)
+                .unwrap_err()
+                .contains("elsewhere.example")
         );
     }
 }

@@ -55,6 +55,9 @@ pub struct ProxyConfig {
     pub anthropic: UpstreamUrl,
     /// Where Chat Completions and Responses requests go, and every other pass-through request.
     pub openai: UpstreamUrl,
+    /// Where requests under `pith_clients::codex::PITH_CHATGPT_PATH` go (Codex signed in with ChatGPT:
+    /// the person's own traffic and credentials, passed through as they came, never stored).
+    pub chatgpt: UpstreamUrl,
     /// Request transforms.
     pub pipeline: Pipeline,
     /// pith's own pages (dashboard, its API, `/metrics`); `None`: those paths go upstream.
@@ -77,4 +80,24 @@ pub struct ProxyConfig {
     /// Who each request belongs to: the proxy's own account, or, with keys (a gateway), the
     /// account of the key in its [`crate::own_headers::ACCOUNT_KEY_HEADER`] header (required then).
     pub accounts: crate::Accounts,
+}
+
+impl ProxyConfig {
+    /// Where a request for `provider` on `path_and_query` goes, and its path there: one under
+    /// pith's ChatGPT path to the ChatGPT backend (under the backend's own path), any other to
+    /// the provider's upstream as it came.
+    pub(crate) fn upstream_for<'a>(
+        &self,
+        provider: pith_wire::Provider,
+        path_and_query: &'a str,
+    ) -> (&UpstreamUrl, std::borrow::Cow<'a, str>) {
+        if let Some(path) = pith_clients::codex::chatgpt_backend_path(path_and_query) {
+            return (&self.chatgpt, std::borrow::Cow::Owned(path));
+        }
+        let base = match provider {
+            pith_wire::Provider::Anthropic => &self.anthropic,
+            pith_wire::Provider::OpenAi => &self.openai,
+        };
+        (base, std::borrow::Cow::Borrowed(path_and_query))
+    }
 }

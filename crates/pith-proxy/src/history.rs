@@ -54,7 +54,8 @@ impl Labels {
         // POST on HTTP; a socket's create (`WEBSOCKET`) with the conversation it continues (a
         // warm-up has none: it is no turn).
         let body = match (record.method.as_str(), &record.conversation_body) {
-            ("POST", _) => &record.request_body,
+            ("POST", Some(decoded)) => decoded,
+            ("POST", None) => &record.request_body,
             ("WEBSOCKET", Some(conversation)) => conversation,
             _ => return None,
         };

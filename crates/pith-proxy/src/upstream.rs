@@ -16,6 +16,9 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 pub const ANTHROPIC_DEFAULT: &str = "https://api.anthropic.com";
 /// OpenAI's public endpoint, used when nothing else is configured.
 pub const OPENAI_DEFAULT: &str = "https://api.openai.com";
+/// The ChatGPT backend's origin (Codex signed in with ChatGPT), used when nothing else is
+/// configured; what the proxy takes under `pith_clients::codex::PITH_CHATGPT_PATH` goes there.
+pub const CHATGPT_DEFAULT: &str = "https://chatgpt.com";
 
 /// Why an upstream could not be configured.
 #[derive(Debug, thiserror::Error)]

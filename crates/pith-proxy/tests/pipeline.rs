@@ -103,6 +103,7 @@ async fn start_with(
     let proxy = Proxy::bind(ProxyConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         anthropic: upstream.clone(),
+        chatgpt: upstream.clone(),
         openai: upstream,
         pipeline,
         pins: None,

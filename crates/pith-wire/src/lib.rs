@@ -32,6 +32,10 @@ impl Wire {
             "/v1/messages" | "/v1/messages/count_tokens" => Some(Wire::AnthropicMessages),
             "/v1/chat/completions" => Some(Wire::ChatCompletions),
             "/v1/responses" => Some(Wire::Responses),
+            // The ChatGPT backend's Responses API (Codex signed in with ChatGPT).
+            p if p.strip_prefix(pith_clients::codex::PITH_CHATGPT_PATH) == Some("/responses") => {
+                Some(Wire::Responses)
+            }
             _ => None,
         }
     }

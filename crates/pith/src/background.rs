@@ -44,6 +44,8 @@ pub struct Health {
     pub anthropic: Option<String>,
     /// Where it sends OpenAI traffic (absent from older versions).
     pub openai: Option<String>,
+    /// Where it sends ChatGPT-backend traffic (absent from older versions).
+    pub chatgpt: Option<String>,
 }
 
 /// How long one probe may take: a loopback connect is refused or accepted at once, and the
@@ -111,6 +113,7 @@ fn parse_health(reply: &[u8]) -> Probe {
                     .and_then(|p| u32::try_from(p).ok()),
                 anthropic: field("anthropic"),
                 openai: field("openai"),
+                chatgpt: field("chatgpt"),
             })
         }
         _ if code == "401" => {
@@ -214,7 +217,7 @@ mod tests {
 
     #[test]
     fn health_replies_are_told_apart() {
-        let pith = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n{\"pith\":\"0.1.0\",\"pid\":42,\"anthropic\":\"http://a\",\"openai\":\"http://o\"}";
+        let pith = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n{\"pith\":\"0.1.0\",\"pid\":42,\"anthropic\":\"http://a\",\"openai\":\"http://o\",\"chatgpt\":\"http://c\"}";
         assert_eq!(
             parse_health(pith),
             Probe::Pith(Health {
@@ -222,6 +225,7 @@ mod tests {
                 pid: Some(42),
                 anthropic: Some("http://a".into()),
                 openai: Some("http://o".into()),
+                chatgpt: Some("http://c".into()),
             })
         );
         let older = b"HTTP/1.1 200 OK\r\n\r\n{\"pith\":\"0.0.9\",\"ledger\":true}";

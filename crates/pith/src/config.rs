@@ -64,6 +64,9 @@ pub struct UpstreamsConfig {
     pub anthropic: Option<String>,
     /// Base URL of the OpenAI API (default `https://api.openai.com`).
     pub openai: Option<String>,
+    /// Origin of the ChatGPT backend, for Codex signed in with ChatGPT (default
+    /// `https://chatgpt.com`).
+    pub chatgpt: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

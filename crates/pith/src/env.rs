@@ -25,6 +25,8 @@ pub enum Var {
     AnthropicUpstream,
     /// The OpenAI upstream origin.
     OpenaiUpstream,
+    /// The ChatGPT backend's origin (Codex signed in with ChatGPT).
+    ChatgptUpstream,
     /// The proxy's access token.
     ProxyToken,
     /// The shared proxy's idle stop.
@@ -68,11 +70,12 @@ pub enum Var {
 
 impl Var {
     /// Every variable, for the snapshot.
-    const ALL: [Var; 33] = [
+    const ALL: [Var; 34] = [
         Var::Home,
         Var::Listen,
         Var::AnthropicUpstream,
         Var::OpenaiUpstream,
+        Var::ChatgptUpstream,
         Var::ProxyToken,
         Var::IdleStop,
         Var::UpstreamHeadersTimeout,
@@ -111,6 +114,7 @@ impl Var {
             Var::Listen => "PITH_LISTEN",
             Var::AnthropicUpstream => "PITH_ANTHROPIC_UPSTREAM",
             Var::OpenaiUpstream => "PITH_OPENAI_UPSTREAM",
+            Var::ChatgptUpstream => "PITH_CHATGPT_UPSTREAM",
             Var::ProxyToken => "PITH_PROXY_TOKEN",
             Var::IdleStop => "PITH_IDLE_STOP",
             Var::UpstreamHeadersTimeout => "PITH_UPSTREAM_HEADERS_TIMEOUT",

@@ -36,9 +36,10 @@ pub(crate) struct Record {
     pub request_body: Bytes,
     /// The body sent upstream when a stage changed it (shared, not copied).
     pub upstream_body: Option<Bytes>,
-    /// The whole prompt the provider sees, when the request's own body is only its newest
-    /// part (a WebSocket create chained to an earlier answer): history and the prompt
-    /// fingerprint read it instead of `request_body`.
+    /// The prompt as the client means it, when the request's own body is not it (a WebSocket
+    /// create's whole conversation, a chained one carrying only its newest part; a body sent
+    /// compressed, decoded): history, the request's facts and the prompt fingerprint read it
+    /// instead of `request_body`.
     pub conversation_body: Option<Bytes>,
     pub bytes_upstream: u64,
     pub response_chunks: Vec<Bytes>,

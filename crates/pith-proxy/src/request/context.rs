@@ -38,9 +38,10 @@ pub(crate) struct Context {
     pub session: Option<String>,
     /// The client's body, as it sent it (shared with the forwarding path, not copied).
     pub body: Bytes,
-    /// The whole prompt the client means, when its body is only the newest part of it (a
-    /// WebSocket create chained to an earlier answer): what the phases read instead of `body`.
-    pub conversation: Option<Bytes>,
+    /// The prompt as the phases read it, when the body is not it: a WebSocket create's whole
+    /// conversation (a chained one carries only its newest part), or a body the client sent
+    /// compressed, decoded. Read through [`Context::prompt`].
+    pub whole_prompt: Option<Bytes>,
     /// Length of the body sent upstream (differs from `body` when a stage changed it).
     pub bytes_upstream: u64,
     /// The body sent upstream, when a stage changed it.
@@ -80,7 +81,7 @@ impl Context {
             session: session::session_from_headers(&headers),
             headers,
             body: Bytes::new(),
-            conversation: None,
+            whole_prompt: None,
             bytes_upstream: 0,
             upstream_body: None,
             transforms: Vec::new(),
@@ -93,9 +94,9 @@ impl Context {
         }
     }
 
-    /// The prompt the phases read: the conversation, else the body.
+    /// The prompt the phases read: the whole prompt, else the body.
     pub fn prompt(&self) -> &Bytes {
-        self.conversation.as_ref().unwrap_or(&self.body)
+        self.whole_prompt.as_ref().unwrap_or(&self.body)
     }
 
     /// Keep no ledger record of this request (pith's own pages).
@@ -127,7 +128,7 @@ impl Context {
             bytes_upstream: self.bytes_upstream,
             request_body: std::mem::take(&mut self.body),
             upstream_body: self.upstream_body.take(),
-            conversation_body: self.conversation.take(),
+            conversation_body: self.whole_prompt.take(),
             response_is_sse: self.response_is_sse,
             content_encoding: self.content_encoding.take(),
             transforms: self.transforms.iter().map(Report::from).collect(),

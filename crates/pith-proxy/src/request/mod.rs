@@ -64,6 +64,7 @@ pub(crate) async fn serve(
         Ok(body) => body,
         Err(fault) => return Ok(answer_fault(ctx, &fault)),
     };
+    decode_body(&state, &mut ctx);
     if let Some(reply) = answer_locally(&state, &mut ctx) {
         return Ok(answer_local(ctx, reply));
     }
@@ -351,6 +352,31 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
     })
 }
 
+/// Read body, continued: a body on one of the three wires that came compressed (Codex signed in
+/// with ChatGPT sends zstd) is decoded for the phases to read, up to the body limit. The
+/// client's bytes are still what goes up while no stage changes them; a body pith cannot decode
+/// is left as it came (the stages find it unreadable and leave it).
+fn decode_body(state: &State, ctx: &mut Context) {
+    let Some(encoding) = ctx
+        .wire
+        .and(ctx.headers.get(header::CONTENT_ENCODING))
+        .and_then(|v| v.to_str().ok())
+        .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
+    else {
+        return;
+    };
+    let limit = state.config.max_body;
+    match pith_wire::encoding::decode(encoding, ctx.body.to_vec(), limit as u64 + 1) {
+        Ok(decoded) if decoded.len() <= limit => ctx.whole_prompt = Some(Bytes::from(decoded)),
+        Ok(_) => tracing::warn!(
+            encoding,
+            limit,
+            "a compressed request body decodes past the body limit; forwarded unread"
+        ),
+        Err(e) => tracing::warn!(%e, "a compressed request body does not decode; forwarded unread"),
+    }
+}
+
 /// Answer locally: a turn of nothing but pin commands is answered by pith, in the wire and
 /// mode the client asked for, without a call upstream.
 fn answer_locally(state: &State, ctx: &mut Context) -> Option<Response<ProxyBody>> {
@@ -442,6 +468,10 @@ struct Upstream {
 async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
     let result = transform(state, ctx).await;
     let mut headers = headers::end_to_end(&ctx.headers);
+    if ctx.upstream_body.is_some() && ctx.whole_prompt.is_some() {
+        // A stage changed a body that came compressed: it goes up as the stages left it.
+        headers.remove(header::CONTENT_ENCODING);
+    }
     Pipeline::apply_header_edits(&result, &mut headers);
     if let (Some(rewrites), Some(wire)) = (&state.config.rewrites, ctx.wire)
         && rewrites.reads_answer(wire, &ctx.transforms)
@@ -579,11 +609,8 @@ async fn forward(
     ctx: &Context,
     upstream: Upstream,
 ) -> Result<Response<Incoming>, Fault> {
-    let base = match ctx.provider {
-        Provider::Anthropic => &state.config.anthropic,
-        Provider::OpenAi => &state.config.openai,
-    };
-    let uri = base.join(&ctx.path_and_query).map_err(|e| {
+    let (base, path) = state.config.upstream_for(ctx.provider, &ctx.path_and_query);
+    let uri = base.join(&path).map_err(|e| {
         Fault::client(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
@@ -598,10 +625,16 @@ async fn forward(
     *req.uri_mut() = uri;
     *req.headers_mut() = upstream.headers;
     let provider = ctx.provider;
+    // Named as the configuration names it.
+    let upstream_name = if std::ptr::eq(base, &state.config.chatgpt) {
+        "chatgpt".to_owned()
+    } else {
+        provider.to_string()
+    };
     let limit = state.config.timeouts.upstream_headers;
     let Ok(sent) = tokio::time::timeout(limit, state.client.request(req)).await else {
         let message = format!(
-            "pith: the {provider} upstream {base} sent no response headers within {} s \
+            "pith: the {upstream_name} upstream {base} sent no response headers within {} s \
              (proxy.upstream_headers_timeout)",
             limit.as_secs()
         );
@@ -611,12 +644,14 @@ async fn forward(
     sent.map_err(|e| {
         let cause = crate::fault::with_causes(&e);
         if e.is_connect() {
-            let message = format!("pith could not reach the {provider} upstream {base}: {cause}");
+            let message =
+                format!("pith could not reach the {upstream_name} upstream {base}: {cause}");
             tracing::warn!("{message}");
             Fault::unreachable(message)
         } else {
-            let message =
-                format!("pith: the {provider} upstream {base} did not answer in HTTP: {cause}");
+            let message = format!(
+                "pith: the {upstream_name} upstream {base} did not answer in HTTP: {cause}"
+            );
             tracing::warn!("{message}");
             Fault::upstream_broken(message)
         }

@@ -31,7 +31,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use pith_outcome::{Refusal, RequestOutcome};
-use pith_wire::Provider;
+use pith_wire::{Provider, Wire};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
@@ -51,7 +51,7 @@ pub(crate) fn is_upgrade(req: &Request<Incoming>) -> bool {
         })
     };
     req.method() == Method::GET
-        && req.uri().path() == "/v1/responses"
+        && Wire::from_path(req.uri().path()) == Some(Wire::Responses)
         && has(header::UPGRADE, "websocket")
         && has(header::CONNECTION, "upgrade")
 }
@@ -114,6 +114,7 @@ async fn relay(
         turns::refused_upgrade(
             &state,
             req.headers(),
+            req.uri().path(),
             &account,
             fault.status,
             fault.outcome,
@@ -128,8 +129,14 @@ async fn relay(
             "pith: a WebSocket upgrade needs a sec-websocket-key header".to_owned(),
         ));
     };
-    let upstream = match upstream_handshake(&state, &req) {
-        Ok(upstream_req) => connect(&state, upstream_req).await,
+    let (base, path) = state.config.upstream_for(
+        Provider::OpenAi,
+        req.uri()
+            .path_and_query()
+            .map_or("/v1/responses", |p| p.as_str()),
+    );
+    let upstream = match upstream_handshake(base, &path, &req) {
+        Ok(upstream_req) => connect(&state, base, upstream_req).await,
         Err(fault) => Err(fault),
     };
     let upstream = match upstream {
@@ -141,6 +148,7 @@ async fn relay(
         turns::refused_upgrade(
             &state,
             req.headers(),
+            req.uri().path(),
             &account,
             upstream.status(),
             RequestOutcome::Ok,
@@ -149,7 +157,7 @@ async fn relay(
         return refused_as_it_was(&state, upstream);
     }
     let upstream_headers = upstream.headers().clone();
-    let turns = turns::Turns::new(Arc::clone(&state), req.headers(), account);
+    let turns = turns::Turns::new(Arc::clone(&state), req.headers(), req.uri().path(), account);
     let client_upgrade = hyper::upgrade::on(&mut req);
     let upstream_upgrade = hyper::upgrade::on(upstream);
     let limits = pump::Limits {
@@ -192,15 +200,11 @@ async fn relay(
 /// The upgrade request to the upstream: the client's end-to-end headers, a handshake of this
 /// hop's own.
 fn upstream_handshake(
-    state: &State,
+    base: &crate::upstream::UpstreamUrl,
+    path_and_query: &str,
     req: &Request<Incoming>,
 ) -> Result<Request<Full<Bytes>>, Fault> {
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map_or("/v1/responses", |p| p.as_str())
-        .to_owned();
-    let upstream_uri = state.config.openai.join(&path_and_query).map_err(|e| {
+    let upstream_uri = base.join(path_and_query).map_err(|e| {
         Fault::client(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
@@ -232,6 +236,7 @@ fn upstream_handshake(
 /// The upstream's answer to the upgrade, within the headers timeout.
 async fn connect(
     state: &State,
+    base: &crate::upstream::UpstreamUrl,
     upstream_req: Request<Full<Bytes>>,
 ) -> Result<Response<Incoming>, Fault> {
     let connect = state.ws_client.request(upstream_req);
@@ -240,15 +245,14 @@ async fn connect(
         Ok(Err(e)) => {
             let cause = crate::fault::with_causes(&e);
             Err(Fault::unreachable(format!(
-                "pith could not open the WebSocket to the openai upstream {}: {cause}",
-                state.config.openai
+                "pith could not open the WebSocket to the upstream {base}: {cause}"
             )))
         }
         Err(_) => Err(Fault::upstream_timeout(
             Provider::OpenAi,
             format!(
-                "pith: the openai upstream {} did not answer the WebSocket upgrade within {:?}",
-                state.config.openai, state.config.timeouts.upstream_headers
+                "pith: the upstream {base} did not answer the WebSocket upgrade within {:?}",
+                state.config.timeouts.upstream_headers
             ),
         )),
     }

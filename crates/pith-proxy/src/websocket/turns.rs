@@ -72,6 +72,8 @@ pub(super) struct Turns {
     account: String,
     /// The session the headers name.
     session: Option<String>,
+    /// The upgrade's path (`/v1/responses`, or the ChatGPT backend's).
+    path: String,
     open: Option<Turn>,
     transcript: Transcript,
 }
@@ -119,9 +121,15 @@ fn sse_chunk(kind: &str, text: &str) -> Bytes {
 }
 
 impl Turns {
-    pub(super) fn new(state: Arc<State>, headers: &HeaderMap, account: String) -> Turns {
+    pub(super) fn new(
+        state: Arc<State>,
+        headers: &HeaderMap,
+        path: &str,
+        account: String,
+    ) -> Turns {
         Turns {
             state,
+            path: path.to_owned(),
             headers: headers.clone(),
             account,
             session: pith_wire::session::session_from_headers(headers),
@@ -132,7 +140,13 @@ impl Turns {
 
     /// A request of this socket, arriving now, with `body`.
     fn context(&self, body: Bytes) -> Context {
-        let mut ctx = socket_context(&self.state, &self.headers, &self.account, METHOD);
+        let mut ctx = socket_context(
+            &self.state,
+            &self.headers,
+            &self.path,
+            &self.account,
+            METHOD,
+        );
         ctx.body = body;
         // Its answer is recorded as the stream of a POST would be.
         ctx.response_is_sse = true;
@@ -173,7 +187,7 @@ impl Turns {
         let mut forward = None;
         let mut as_sent = None;
         if let Some(conversation) = conversation.as_ref().filter(|c| !c.warm_up) {
-            ctx.conversation = Some(Bytes::from(conversation.body()));
+            ctx.whole_prompt = Some(Bytes::from(conversation.body()));
             if let Some(answer) = request::local_answer(&self.state, &mut ctx) {
                 return self.answer(ctx, conversation, &answer);
             }
@@ -364,12 +378,18 @@ fn unchanged_all(ctx: &mut Context, why: &'static str) {
 }
 
 /// A request of the socket `headers` opened, for `account`, arriving now.
-fn socket_context(state: &State, headers: &HeaderMap, account: &str, method: &str) -> Context {
+fn socket_context(
+    state: &State,
+    headers: &HeaderMap,
+    path: &str,
+    account: &str,
+    method: &str,
+) -> Context {
     let method = Method::from_bytes(method.as_bytes()).unwrap_or(Method::GET);
     let mut ctx = Context::new(
         method,
-        "/v1/responses".to_owned(),
-        "/v1/responses".to_owned(),
+        path.to_owned(),
+        path.to_owned(),
         headers.clone(),
         account.to_owned(),
         request::recorder(state),
@@ -384,12 +404,13 @@ fn socket_context(state: &State, headers: &HeaderMap, account: &str, method: &st
 pub(super) fn refused_upgrade(
     state: &State,
     headers: &HeaderMap,
+    path: &str,
     account: &str,
     status: StatusCode,
     outcome: RequestOutcome,
     error: Option<String>,
 ) {
-    let mut ctx = socket_context(state, headers, account, "GET");
+    let mut ctx = socket_context(state, headers, path, account, "GET");
     ctx.status = Some(status);
     if let Some(pending) = ctx.take_pending(outcome) {
         pending.finish(End::Complete, error);

@@ -54,6 +54,7 @@ pub const MAX_VIEWERS: usize = 16;
 pub struct Upstreams {
     pub anthropic: String,
     pub openai: String,
+    pub chatgpt: String,
 }
 
 /// Team mode: the pages read the replica, synced at most every [`TEAM_SYNC_EVERY`].
@@ -271,6 +272,7 @@ impl OwnPages for Dashboard {
                     "ledger": self.ledger.is_some(),
                     "anthropic": self.upstreams.anthropic,
                     "openai": self.upstreams.openai,
+                    "chatgpt": self.upstreams.chatgpt,
                 }),
             ));
         }

@@ -496,9 +496,29 @@ fn the_real_codex_talks_to_the_provider_over_websocket_through_pith_run() {
     drop(rt);
 }
 
-/// The real Codex on its default path: its built-in OpenAI provider (no `model_provider`), with
-/// an API key, run by `pith run` through `pith` in front of the upstream `upstream_url` (where
-/// this Codex would go on its own, so `pith run` is what wires it through pith).
+/// How the real Codex signs in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Login<'a> {
+    /// An API key (`OPENAI_API_KEY`): the OpenAI API.
+    ApiKey,
+    /// ChatGPT (`auth.json` with tokens): the ChatGPT backend, the same Responses API under
+    /// `/backend-api/codex`. Codex's other ChatGPT calls (accounts, workspace routing,
+    /// plugins) go to `chatgpt_base_url`, not through pith: to this origin, which answers
+    /// 404 (as a backend without those features; an error answer there stops Codex).
+    ChatGpt { account_backend: &'a str },
+}
+
+/// A ChatGPT login as Codex stores it: unsigned JWTs (Codex decodes their claims and never
+/// checks a signature) expiring in 2036, so no refresh is tried; made for these tests.
+const CHATGPT_AUTH: &str = r#"{"auth_mode":"chatgpt","OPENAI_API_KEY":null,"tokens":{"id_token":"eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJlbWFpbCI6ImZha2VAZXhhbXBsZS5jb20iLCJleHAiOjIxMTE1NTIzNzcsImlhdCI6MTc5NjE5MjM3NywiaHR0cHM6Ly9hcGkub3BlbmFpLmNvbS9hdXRoIjp7ImNoYXRncHRfcGxhbl90eXBlIjoicHJvIiwiY2hhdGdwdF91c2VyX2lkIjoidXNlci1mYWtlMTIzIiwiY2hhdGdwdF9hY2NvdW50X2lkIjoiYWNjdC1mYWtlLTEyMyJ9fQ.c2ln","access_token":"eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJleHAiOjIxMTE1NTIzNzcsImlhdCI6MTc5NjE5MjM3NywiaHR0cHM6Ly9hcGkub3BlbmFpLmNvbS9hdXRoIjp7ImNoYXRncHRfYWNjb3VudF9pZCI6ImFjY3QtZmFrZS0xMjMiLCJjaGF0Z3B0X3BsYW5fdHlwZSI6InBybyIsImNoYXRncHRfdXNlcl9pZCI6InVzZXItZmFrZTEyMyJ9fQ.c2ln","refresh_token":"rt-fake","account_id":"acct-fake-123"},"last_refresh":"2026-12-02T06:19:37.036797Z"}"#;
+
+/// The ChatGPT account id in [`CHATGPT_AUTH`], which Codex sends as `ChatGPT-Account-ID`.
+pub(crate) const CHATGPT_ACCOUNT: &str = "acct-fake-123";
+
+/// The real Codex on its default path: its built-in OpenAI provider (no `model_provider`),
+/// signed in as `login` says, run by `pith run` through `pith` in front of the upstream
+/// `upstream_url` (where this Codex would go on its own, so `pith run` is what wires it
+/// through pith).
 pub(crate) struct DefaultCodex {
     work: tempfile::TempDir,
     home: tempfile::TempDir,
@@ -507,23 +527,42 @@ pub(crate) struct DefaultCodex {
 
 impl DefaultCodex {
     pub(crate) fn new(pith: &PithProxy, upstream_url: &str) -> DefaultCodex {
+        DefaultCodex::signed_in(pith, upstream_url, Login::ApiKey)
+    }
+
+    pub(crate) fn signed_in(
+        pith: &PithProxy,
+        upstream_url: &str,
+        login: Login<'_>,
+    ) -> DefaultCodex {
         let (work, home) = crate::clients::project();
         let codex_home = home.path().join(".codex");
         std::fs::create_dir_all(&codex_home).unwrap();
-        std::fs::write(
-            codex_home.join("config.toml"),
-            "model = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n\
-             check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
-        )
-        .unwrap();
-        let env = vec![
+        let mut config = "model = \"gpt-5.5\"\napproval_policy = \"never\"\n\
+             sandbox_mode = \"danger-full-access\"\ncheck_for_update_on_startup = false\n"
+            .to_owned();
+        let mut env = vec![
             ("PITH_HOME", pith.home.path().as_os_str().to_owned()),
             ("PITH_LISTEN", pith.addr.to_string().into()),
             ("PITH_OPENAI_UPSTREAM", upstream_url.into()),
             ("PITH_ANTHROPIC_UPSTREAM", upstream_url.into()),
-            ("OPENAI_BASE_URL", format!("{upstream_url}/v1").into()),
-            ("OPENAI_API_KEY", crate::clients::FAKE_KEY.into()),
         ];
+        match login {
+            Login::ApiKey => {
+                env.push(("OPENAI_BASE_URL", format!("{upstream_url}/v1").into()));
+                env.push(("OPENAI_API_KEY", crate::clients::FAKE_KEY.into()));
+            }
+            Login::ChatGpt { account_backend } => {
+                std::fs::write(codex_home.join("auth.json"), CHATGPT_AUTH).unwrap();
+                config.push_str(&format!(
+                    "openai_base_url = \"{upstream_url}/backend-api/codex\"\n\
+                     chatgpt_base_url = \"{account_backend}/backend-api/\"\n"
+                ));
+                env.push(("PITH_CHATGPT_UPSTREAM", upstream_url.into()));
+            }
+        }
+        config.push_str("\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n");
+        std::fs::write(codex_home.join("config.toml"), config).unwrap();
         DefaultCodex { work, home, env }
     }
 
@@ -558,3 +597,20 @@ pub(crate) const CODEX_USAGE: pith_testkit::fixtures::Usage = pith_testkit::fixt
     cache_write_1h: 0,
     cache_read: 100,
 };
+
+/// A socket mock answering Codex as the service does: its warm-up with nothing, every turn
+/// with "Hi." and `usage`.
+pub(crate) fn says_hi_to_codex(
+    rt: &tokio::runtime::Runtime,
+    usage: pith_testkit::fixtures::Usage,
+) -> SocketMock {
+    let hi = frames_of(&pith_testkit::fixtures::responses::stream(&["Hi."], usage));
+    rt.block_on(SocketMock::start(Arc::new(move |create: &Value, _| {
+        if pith_testkit::responses_socket::is_warm_up(create) {
+            pith_testkit::responses_socket::warm_up_answer(250)
+        } else {
+            hi.clone()
+        }
+    })))
+    .unwrap()
+}

@@ -14,7 +14,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::pins::{PIN, PINNED, assert_pinned_at_the_tail};
 use crate::support::{PithProxy, runtime};
-use crate::websocket::{CODEX_USAGE, DefaultCodex, answer, codex_runtime, open_with};
+use crate::websocket::{
+    CODEX_USAGE, DefaultCodex, answer, codex_runtime, open_with, says_hi_to_codex,
+};
 
 /// A pith in front of a socket mock answering each create with `text`.
 fn over(answers: responses_socket::Answers) -> (PithProxy, SocketMock, tokio::runtime::Runtime) {
@@ -261,16 +263,7 @@ fn a_reconnect_sends_the_whole_conversation_and_a_chain_pith_does_not_hold_goes_
 #[test]
 fn the_real_codex_pins_on_its_websocket_and_the_pin_rides_the_resumed_session() {
     let (rt, usage) = (codex_runtime(), CODEX_USAGE);
-    let hi = frames_of(&responses::stream(&["Hi."], usage));
-    let mock = rt
-        .block_on(SocketMock::start(Arc::new(move |create: &Value, _| {
-            if responses_socket::is_warm_up(create) {
-                responses_socket::warm_up_answer(250)
-            } else {
-                hi.clone()
-            }
-        })))
-        .unwrap();
+    let mock = says_hi_to_codex(&rt, usage);
     let upstream_url = mock.url();
     let pith = PithProxy::start_with(&upstream_url, &upstream_url, &[]);
     let codex = DefaultCodex::new(&pith, &upstream_url);

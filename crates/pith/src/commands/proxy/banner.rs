@@ -11,6 +11,10 @@ pub fn print(plan: &Plan, started: &Started, addr: SocketAddr, stages: &[&str]) 
     eprintln!("  dashboard -> http://{addr}/");
     eprintln!("  anthropic -> {}", plan.anthropic);
     eprintln!("  openai    -> {}", plan.openai);
+    eprintln!(
+        "  chatgpt   -> {} (Codex signed in with ChatGPT)",
+        plan.chatgpt
+    );
     match (&plan.ledger, &started.ledger) {
         (Some(p), Some(sink)) => {
             let waiting = match sink.stats().backlog {

@@ -84,6 +84,12 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     openai_upstream: Option<String>,
 
+    /// ChatGPT backend origin, for Codex signed in with ChatGPT (its requests under
+    /// /backend-api/codex) [default: PITH_CHATGPT_UPSTREAM, else upstreams.chatgpt, else
+    /// https://chatgpt.com].
+    #[arg(long, value_name = "URL")]
+    chatgpt_upstream: Option<String>,
+
     /// Ledger database [default: $PITH_HOME/ledger.db; config: ledger.path].
     #[arg(long, value_name = "FILE")]
     ledger: Option<PathBuf>,
@@ -239,6 +245,7 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
         Upstreams {
             anthropic: plan.anthropic.to_string(),
             openai: plan.openai.to_string(),
+            chatgpt: plan.chatgpt.to_string(),
         },
     )
     .with_own_account(plan.account.clone())
@@ -250,6 +257,7 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
         listen: plan.listen,
         anthropic: plan.anthropic.clone(),
         openai: plan.openai.clone(),
+        chatgpt: plan.chatgpt.clone(),
         pipeline,
         pins: plan.pins.then(PinsStage::new),
         own_pages: Some(Arc::new(dashboard) as Arc<dyn OwnPages>),

@@ -25,6 +25,7 @@ pub struct Plan {
     pub idle_stop: Option<Duration>,
     pub anthropic: UpstreamUrl,
     pub openai: UpstreamUrl,
+    pub chatgpt: UpstreamUrl,
     /// The ledger, unless `--no-ledger`.
     pub ledger: Option<PathBuf>,
     pub spool: Option<SpoolConfig>,
@@ -51,9 +52,16 @@ impl Plan {
             None => None,
             Some(text) => Some(env::positive_duration(text, "--idle-stop")?),
         };
-        let (anthropic, openai) = upstreams(
-            args.anthropic_upstream.as_deref(),
-            args.openai_upstream.as_deref(),
+        let Upstreams {
+            anthropic,
+            openai,
+            chatgpt,
+        } = upstreams(
+            [
+                args.anthropic_upstream.as_deref(),
+                args.openai_upstream.as_deref(),
+                args.chatgpt_upstream.as_deref(),
+            ],
             config,
         )?;
         let ledger = if args.no_ledger {
@@ -84,6 +92,7 @@ impl Plan {
             idle_stop,
             anthropic,
             openai,
+            chatgpt,
             spool: ledger.as_deref().map(|p| spool_config(p, config)),
             ledger,
             history: HistorySettings::resolve(config)?,
@@ -126,31 +135,43 @@ pub fn listen_addr(flag: Option<SocketAddr>, config: &Config) -> anyhow::Result<
         .with_context(|| format!("proxy.listen {text:?} is not an address like 127.0.0.1:8787"))
 }
 
-/// Where the proxy sends Anthropic and OpenAI traffic: flag, else env, else config, else the
-/// providers' own APIs.
-pub fn upstreams(
-    anthropic_flag: Option<&str>,
-    openai_flag: Option<&str>,
-    config: &Config,
-) -> anyhow::Result<(UpstreamUrl, UpstreamUrl)> {
+/// Where the proxy sends each provider's traffic.
+pub struct Upstreams {
+    pub anthropic: UpstreamUrl,
+    pub openai: UpstreamUrl,
+    /// The ChatGPT backend (Codex signed in with ChatGPT).
+    pub chatgpt: UpstreamUrl,
+}
+
+/// Where the proxy sends Anthropic, OpenAI and ChatGPT-backend traffic (`flags` in that order):
+/// flag, else env, else config, else the providers' own.
+pub fn upstreams(flags: [Option<&str>; 3], config: &Config) -> anyhow::Result<Upstreams> {
     let pick = |flag: Option<&str>, var: Var, configured: Option<&str>, default: &str| {
         let url = flag.or(env::text(var)).or(configured).unwrap_or(default);
         UpstreamUrl::parse(url)
     };
-    Ok((
-        pick(
-            anthropic_flag,
+    let [anthropic, openai, chatgpt] = flags;
+    let u = &config.upstreams;
+    Ok(Upstreams {
+        anthropic: pick(
+            anthropic,
             Var::AnthropicUpstream,
-            config.upstreams.anthropic.as_deref(),
+            u.anthropic.as_deref(),
             pith_proxy::upstream::ANTHROPIC_DEFAULT,
         )?,
-        pick(
-            openai_flag,
+        openai: pick(
+            openai,
             Var::OpenaiUpstream,
-            config.upstreams.openai.as_deref(),
+            u.openai.as_deref(),
             pith_proxy::upstream::OPENAI_DEFAULT,
         )?,
-    ))
+        chatgpt: pick(
+            chatgpt,
+            Var::ChatgptUpstream,
+            u.chatgpt.as_deref(),
+            pith_proxy::upstream::CHATGPT_DEFAULT,
+        )?,
+    })
 }
 
 /// The proxy's timeouts: env over config over the defaults, each named in its error.

@@ -1,0 +1,173 @@
+//! Codex signed in with ChatGPT, through pith: its model requests (the Responses API, with the
+//! person's ChatGPT tokens), taken under pith's `/chatgpt`, go to the ChatGPT upstream under
+//! the backend's `/backend-api/codex`, with
+//! pith's work done on them as on the OpenAI API's: over HTTP, where Codex sends its bodies
+//! zstd-compressed, and on its WebSocket, with the real Codex.
+
+use pith_testkit::fixtures::{self, responses};
+use pith_testkit::responses_socket;
+use pith_testkit::{MockUpstream, Reply};
+use serde_json::{Value, json};
+
+use crate::pins::{PIN, PINNED, assert_pinned_at_the_tail};
+use crate::support::{self, PithProxy};
+use crate::websocket::{CHATGPT_ACCOUNT, DefaultCodex, Login, codex_runtime, says_hi_to_codex};
+
+fn zstd(body: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(body, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+/// A ChatGPT-backend request as Codex sends it, its body compressed; the status it got.
+fn post(pith: &PithProxy, body: &Value) -> u16 {
+    let compressed = zstd(body.to_string().as_bytes());
+    let req = support::request(
+        "POST",
+        &format!("{}/chatgpt/responses", pith.url()),
+        &support::headers(&[
+            ("content-type", "application/json"),
+            ("content-encoding", "zstd"),
+            ("authorization", "Bearer chatgpt-access-token"),
+            ("chatgpt-account-id", CHATGPT_ACCOUNT),
+            ("session-id", "019-chatgpt"),
+            ("user-agent", "codex_exec/0.169.0"),
+        ]),
+        compressed,
+    );
+    let rt = support::runtime();
+    rt.block_on(async {
+        let (status, _, _) = support::read_all(support::send(&support::client(), req).await).await;
+        status.as_u16()
+    })
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+}
+
+#[test]
+fn a_chatgpt_request_goes_to_the_chatgpt_upstream_decoded_where_pith_changes_it() {
+    let openai = MockUpstream::start().unwrap();
+    let chatgpt = MockUpstream::start().unwrap();
+    chatgpt.set_default(Reply::sse(responses::stream(
+        &["Hi."],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let pith = PithProxy::start_with(
+        &openai.url(),
+        &openai.url(),
+        &[("PITH_CHATGPT_UPSTREAM", &chatgpt.url())],
+    );
+    let pinned = json!({"type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": PINNED}]});
+    let plain = json!({"model": "gpt-5.5", "stream": true, "store": false,
+                       "input": [user("first")]});
+    let hi = json!({"type": "message", "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Hi."}]});
+    let with_pin = json!({"model": "gpt-5.5", "stream": true, "store": false,
+                          "input": [user("first"), hi, user(PIN), pinned, user("say hi")]});
+    assert_eq!(post(&pith, &plain), 200);
+    assert_eq!(post(&pith, &with_pin), 200);
+
+    assert!(openai.received().is_empty(), "went to the OpenAI API");
+    let got = chatgpt.received();
+    assert_eq!(got.len(), 2);
+    for r in &got {
+        assert_eq!(r.path(), "/backend-api/codex/responses");
+        assert_eq!(
+            r.header("authorization"),
+            Some("Bearer chatgpt-access-token")
+        );
+        assert_eq!(r.header("chatgpt-account-id"), Some(CHATGPT_ACCOUNT));
+    }
+    // Unchanged: the client's compressed bytes, as they came.
+    assert_eq!(got[0].header("content-encoding"), Some("zstd"));
+    assert_eq!(&got[0].body[..], &zstd(plain.to_string().as_bytes())[..]);
+    // Changed by the pins stage: sent as the stage left it, uncompressed.
+    assert_eq!(got[1].header("content-encoding"), None);
+    let sent = got[1].body_json().unwrap();
+    assert_pinned_at_the_tail("chatgpt", &sent);
+
+    // The ledger read the decoded bodies: model, usage, the pins stage's work, history.
+    let rows = pith.wait_rows(2);
+    for row in &rows {
+        assert_eq!(row.path, "/chatgpt/responses");
+        assert_eq!(row.wire.as_deref(), Some("responses"));
+        assert_eq!(row.model.as_deref(), Some("gpt-5.5"), "{row:?}");
+        assert!(row.usage.is_some(), "{row:?}");
+    }
+    assert!(
+        rows[1].transforms.iter().any(|t| t.stage == "pins"
+            && matches!(t.result, pith_store::ledger::TransformResult::Applied(_))),
+        "{:?}",
+        rows[1]
+    );
+    let recorded = crate::history::wait_recorded(&pith, "019-chatgpt", 4);
+    let shown = crate::history::pith_json(
+        pith.home.path(),
+        &["history", "show", recorded["id"].as_str().unwrap()],
+    );
+    assert!(shown["messages"].to_string().contains("say hi"), "{shown}");
+}
+
+#[test]
+fn the_real_codex_signed_in_with_chatgpt_pins_through_pith_on_its_websocket() {
+    let rt = codex_runtime();
+    let mock = says_hi_to_codex(&rt, fixtures::DEFAULT_USAGE);
+    let url = mock.url();
+    let pith = PithProxy::start_with(&url, &url, &[("PITH_CHATGPT_UPSTREAM", &url)]);
+    let accounts = MockUpstream::start().unwrap();
+    accounts.set_default(Reply::json_status(404, r#"{"detail":"Not Found"}"#));
+    let codex = DefaultCodex::signed_in(
+        &pith,
+        &url,
+        Login::ChatGpt {
+            account_backend: &accounts.url(),
+        },
+    );
+
+    let run = codex.run(&[], PIN);
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(
+        !run.stderr.contains("straight to its provider"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.starts_with(PINNED), "{}", run.stdout);
+    let run = codex.run(&["resume", "--last"], "say hi");
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Hi.\n", "{}", run.stderr);
+
+    let seen = mock.seen();
+    assert_eq!(seen.path, "/backend-api/codex/responses");
+    let header = |name: &str| {
+        seen.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert!(
+        header("authorization").is_some_and(|a| a.starts_with("Bearer eyJ")),
+        "{:?}",
+        seen.headers
+    );
+    assert_eq!(
+        header("chatgpt-account-id").as_deref(),
+        Some(CHATGPT_ACCOUNT)
+    );
+    let creates = seen.creates();
+    let turns: Vec<&Value> = creates
+        .iter()
+        .filter(|c| !responses_socket::is_warm_up(c))
+        .collect();
+    assert_eq!(turns.len(), 1, "one main-loop create: {creates:?}");
+    assert_pinned_at_the_tail("codex", turns[0]);
+    drop(seen);
+    let rows = pith.wait_rows(creates.len() + 1);
+    assert!(
+        rows.iter()
+            .filter(|r| r.method == "WEBSOCKET")
+            .all(|r| r.path == "/chatgpt/responses"),
+        "{rows:?}"
+    );
+    drop(rt);
+}

@@ -55,8 +55,9 @@ pub struct ProxyConfig {
     pub anthropic: UpstreamUrl,
     /// Where Chat Completions and Responses requests go, and every other pass-through request.
     pub openai: UpstreamUrl,
-    /// Where requests under `pith_clients::codex::PITH_CHATGPT_PATH` go (Codex signed in with ChatGPT:
-    /// the person's own traffic and credentials, passed through as they came, never stored).
+    /// Where requests under `pith_clients::codex::PITH_CHATGPT_PATH` go, whatever their
+    /// provider headers (Codex signed in with ChatGPT: the person's own credentials pass through
+    /// as they came and are never stored; the requests are read and transformed like any).
     pub chatgpt: UpstreamUrl,
     /// Request transforms.
     pub pipeline: Pipeline,

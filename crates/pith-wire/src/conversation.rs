@@ -340,6 +340,9 @@ struct ReplyStream {
     calls: Vec<(String, String)>,
     /// Responses: the whole output from `response.completed`.
     completed: Option<Message>,
+    /// Responses: each `response.output_item.done` item, by output index, for an answer that
+    /// completes with `output: []` (the ChatGPT backend's).
+    done: Vec<(u64, Value)>,
 }
 
 impl ReplyStream {
@@ -350,6 +353,7 @@ impl ReplyStream {
             blocks: Vec::new(),
             calls: Vec::new(),
             completed: None,
+            done: Vec::new(),
         }
     }
 
@@ -360,16 +364,31 @@ impl ReplyStream {
         match self.wire {
             Wire::AnthropicMessages => self.anthropic(&value),
             Wire::ChatCompletions => self.chat(&value),
-            Wire::Responses => {
-                if str_of(&value, "type") == "response.completed"
-                    && let Some(output) = value
+            Wire::Responses => match str_of(&value, "type") {
+                "response.output_item.done" if self.done.len() < MAX_CALLS => {
+                    if let Some(item) = value.get("item") {
+                        let index = value.get("output_index").and_then(Value::as_u64);
+                        self.done.push((index.unwrap_or(0), item.clone()));
+                    }
+                }
+                "response.completed" => {
+                    let output = value
                         .get("response")
                         .and_then(|r| r.get("output"))
                         .and_then(Value::as_array)
-                {
-                    self.completed = merge_assistant(output);
+                        .filter(|o| !o.is_empty());
+                    self.completed = match output {
+                        Some(output) => merge_assistant(output),
+                        None => {
+                            self.done.sort_by_key(|(index, _)| *index);
+                            let items: Vec<Value> =
+                                self.done.drain(..).map(|(_, item)| item).collect();
+                            merge_assistant(&items)
+                        }
+                    };
                 }
-            }
+                _ => {}
+            },
         }
     }
 
@@ -530,6 +549,24 @@ mod tests {
         assert_eq!(streamed, whole);
         let whole = whole.unwrap();
         assert_eq!(whole.parts[1].text, r#"Bash {"command":"ls"}"#);
+    }
+
+    #[test]
+    fn a_streamed_responses_reply_completed_with_no_output_is_read_from_its_done_items() {
+        let item = r#"{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi."}]}"#;
+        let listed = format!(
+            "data: {{\"type\":\"response.completed\",\"response\":{{\"output\":[{item}]}}}}\n\n"
+        );
+        let empty = format!(
+            "data: {{\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":{item}}}\n\n\
+             data: {{\"type\":\"response.completed\",\"response\":{{\"output\":[]}}}}\n\n"
+        );
+        let listed = reply_message(Wire::Responses, listed.as_bytes(), true).unwrap();
+        assert_eq!(listed.parts[0].text, "Hi.");
+        assert_eq!(
+            reply_message(Wire::Responses, empty.as_bytes(), true),
+            Some(listed)
+        );
     }
 
     #[test]

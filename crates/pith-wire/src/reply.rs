@@ -7,6 +7,10 @@ use serde_json::{Value, json};
 
 use crate::Wire;
 
+/// How the id of every Responses answer pith gives itself begins (`resp_pith_<id>`): an id no
+/// provider holds, which a client may chain its next request to.
+pub const LOCAL_RESPONSE_ID_PREFIX: &str = "resp_pith_";
+
 /// What the reply says and how the client asked for it.
 #[derive(Debug, Clone)]
 pub struct LocalReply<'a> {
@@ -199,7 +203,7 @@ fn response(r: &LocalReply<'_>, status: &str) -> Value {
         json!([])
     };
     json!({
-        "id": format!("resp_pith_{}", r.id),
+        "id": format!("{LOCAL_RESPONSE_ID_PREFIX}{}", r.id),
         "object": "response",
         "created_at": r.created,
         "status": status,

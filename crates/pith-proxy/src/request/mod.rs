@@ -64,7 +64,7 @@ pub(crate) async fn serve(
         Ok(body) => body,
         Err(fault) => return Ok(answer_fault(ctx, &fault)),
     };
-    decode_body(&state, &mut ctx);
+    decode_body(&state, &mut ctx).await;
     if let Some(reply) = answer_locally(&state, &mut ctx) {
         return Ok(answer_local(ctx, reply));
     }
@@ -353,29 +353,52 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
 }
 
 /// Read body, continued: a body on one of the three wires that came compressed (Codex signed in
-/// with ChatGPT sends zstd) is decoded for the phases to read, up to the body limit. The
-/// client's bytes are still what goes up while no stage changes them; a body pith cannot decode
-/// is left as it came (the stages find it unreadable and leave it).
-fn decode_body(state: &State, ctx: &mut Context) {
+/// with ChatGPT sends zstd) is decoded for the phases to read, on the blocking pool, up to the
+/// body limit and through at most [`MAX_CODINGS`] codings. The client's bytes are still what
+/// goes up while no stage changes them; a body pith cannot decode is left as it came (the
+/// stages find it unreadable and leave it).
+async fn decode_body(state: &State, ctx: &mut Context) {
     let Some(encoding) = ctx
         .wire
         .and(ctx.headers.get(header::CONTENT_ENCODING))
         .and_then(|v| v.to_str().ok())
         .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
+        .map(str::to_owned)
     else {
         return;
     };
+    if encoding.split(',').count() > MAX_CODINGS {
+        tracing::warn!(
+            encoding,
+            "a request body compressed more than twice; forwarded unread"
+        );
+        return;
+    }
     let limit = state.config.max_body;
-    match pith_wire::encoding::decode(encoding, ctx.body.to_vec(), limit as u64 + 1) {
-        Ok(decoded) if decoded.len() <= limit => ctx.whole_prompt = Some(Bytes::from(decoded)),
-        Ok(_) => tracing::warn!(
+    let body = ctx.body.clone();
+    let decode = tokio::task::spawn_blocking(move || {
+        let decoded = pith_wire::encoding::decode(&encoding, body.to_vec(), limit as u64 + 1);
+        (encoding, decoded)
+    });
+    match decode.await {
+        Ok((_, Ok(decoded))) if decoded.len() <= limit => {
+            ctx.whole_prompt = Some(Bytes::from(decoded));
+        }
+        Ok((encoding, Ok(_))) => tracing::warn!(
             encoding,
             limit,
             "a compressed request body decodes past the body limit; forwarded unread"
         ),
-        Err(e) => tracing::warn!(%e, "a compressed request body does not decode; forwarded unread"),
+        Ok((_, Err(e))) => {
+            tracing::warn!(%e, "a compressed request body does not decode; forwarded unread");
+        }
+        Err(e) => tracing::warn!(%e, "decoding a request body failed; forwarded unread"),
     }
 }
+
+/// The most codings a request body may name for pith to read it (each is undone up to the body
+/// limit, so a chain of them would cost that many times over).
+const MAX_CODINGS: usize = 2;
 
 /// Answer locally: a turn of nothing but pin commands is answered by pith, in the wire and
 /// mode the client asked for, without a call upstream.

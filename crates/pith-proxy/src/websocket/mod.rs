@@ -12,11 +12,13 @@
 //! pith opens the same upgrade to the upstream with the client's headers (HTTP/1.1: an upgrade
 //! has no HTTP/2 form here), answers the client's upgrade only once the upstream accepted (a
 //! refusal reaches the client with the upstream's status and body, so it falls back at once),
-//! then relays frames both ways unchanged (`pump.rs`, within the HTTP path's limits). Each
-//! `response.create` and the events answering it become one ledger row (`turns.rs`), recorded
-//! as the stream of a `POST /v1/responses` would be (so its usage, model and errors are read
-//! the same way); an upgrade that opens no socket is one row too. Frames are not transformed.
-//! The headers that cross are the HTTP path's (`request::headers`), less this hop's handshake.
+//! then carries frames both ways (`pump.rs`, within the HTTP path's limits). Each
+//! `response.create` is a request of the request path (`turns.rs`, over the socket's transcript,
+//! `transcript.rs`): answered by pith when it is a turn of pin commands, transformed, sent up
+//! (byte for byte while pith changed nothing), and one ledger row with the events answering it,
+//! recorded as the stream of a `POST /v1/responses` would be; an upgrade that opens no socket
+//! is one row too. The headers that cross are the HTTP path's (`request::headers`), less this
+//! hop's handshake.
 
 mod pump;
 mod transcript;

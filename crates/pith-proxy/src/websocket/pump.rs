@@ -161,7 +161,7 @@ pub(super) async fn pump<C, U>(
         }
         Ended::UpstreamFrameTooLarge => {
             let why = format!(
-                "pith: the openai upstream sent a WebSocket frame over {limit} bytes \
+                "pith: the upstream sent a WebSocket frame over {limit} bytes \
                  (proxy.max_body), so pith closed the socket; the answer is incomplete"
             );
             (
@@ -173,7 +173,7 @@ pub(super) async fn pump<C, U>(
         }
         Ended::UpstreamSilent => {
             let why = format!(
-                "pith: the openai upstream sent nothing for {} s mid-answer, so pith ended the \
+                "pith: the upstream sent nothing for {} s mid-answer, so pith ended the \
                  answer (proxy.upstream_idle_timeout); it is incomplete",
                 limits.in_answer.as_secs()
             );

@@ -37,18 +37,49 @@ pub(super) struct Chain {
 }
 
 impl Chain {
-    /// A chain after an answer: `items` then the answer's `output`; `None` past the bound.
-    fn after(items: &Arc<Vec<String>>, completed: &str) -> Option<Chain> {
+    /// A chain after an answer: `items` then the answer's output items; `None` past the bound.
+    /// The output is `response.completed`'s `output`, or, when that is empty, the items of the
+    /// answer's `response.output_item.done` events (`done`, by output index): the ChatGPT
+    /// backend completes with `output: []`, and Codex builds its own history from those events.
+    /// Each output item is kept without its `id`, as Codex sends them back: with `store: false`
+    /// the service keeps no items, and refuses an input naming an item id it does not hold.
+    fn after(items: &Arc<Vec<String>>, completed: &str, done: &[(u64, String)]) -> Option<Chain> {
         let completed: Completed = serde_json::from_str(completed).ok()?;
-        let output = completed.response.output.unwrap_or_default();
+        let listed = completed.response.output.unwrap_or_default();
+        let mut output: Vec<String> = listed.iter().map(|i| without_id(i.get())).collect();
+        if output.is_empty() {
+            let mut done: Vec<&(u64, String)> = done.iter().collect();
+            done.sort_by_key(|(index, _)| *index);
+            output = done.into_iter().map(|(_, item)| without_id(item)).collect();
+        }
         let mut all = Vec::with_capacity(items.len() + output.len());
         all.extend(items.iter().cloned());
-        all.extend(output.into_iter().map(|i| i.get().to_owned()));
+        all.extend(output);
         (all.iter().map(String::len).sum::<usize>() <= MAX_HELD).then(|| Chain {
             id: completed.response.id,
             items: Arc::new(all),
         })
     }
+}
+
+/// An item without its top-level `id` member (as it came when it has none, or is no object).
+fn without_id(item: &str) -> String {
+    let Some(members) = object_members(item) else {
+        return item.to_owned();
+    };
+    if !members.iter().any(|(name, _)| name == "id") {
+        return item.to_owned();
+    }
+    let mut out = String::with_capacity(item.len());
+    out.push('{');
+    for (name, value) in members.iter().filter(|(name, _)| name != "id") {
+        push_member(&mut out, name, value.get());
+    }
+    if out.ends_with(',') {
+        out.pop();
+    }
+    out.push('}');
+    out
 }
 
 /// Both sides' chains.
@@ -141,13 +172,13 @@ pub(super) struct Upstream {
 }
 
 impl Create {
-    /// Whether it chains to an earlier answer.
-    pub fn chained(&self) -> bool {
-        self.previous.is_some()
+    /// The answer it chains to, when it does.
+    pub fn previous(&self) -> Option<&str> {
+        self.previous.as_deref()
     }
 
-    /// Read a client frame; `None` for one that is not a JSON object with an array or string
-    /// `input` (forwarded as it came).
+    /// Read a client frame; `None` for one that is not a JSON object, or whose `input` is
+    /// neither an array nor a string (forwarded as it came). No `input` reads as none.
     pub fn read(frame: &str) -> Option<Create> {
         let mut members = Vec::new();
         let mut previous = None;
@@ -280,11 +311,12 @@ impl Transcript {
         conversation: &Conversation,
         upstream_items: Option<&Arc<Vec<String>>>,
         completed: &str,
+        done: &[(u64, String)],
     ) {
-        let client = Chain::after(&conversation.items, completed);
+        let client = Chain::after(&conversation.items, completed, done);
         let provider = match upstream_items {
             None => client.clone(),
-            Some(items) => Chain::after(items, completed),
+            Some(items) => Chain::after(items, completed, done),
         };
         self.client = client.unwrap_or_default();
         self.provider = provider.unwrap_or_default();
@@ -293,7 +325,7 @@ impl Transcript {
     /// pith answered `conversation` itself with `completed`: the client's chain moves on, the
     /// provider's stays where it was.
     pub fn pith_completed(&mut self, conversation: &Conversation, completed: &str) {
-        self.client = Chain::after(&conversation.items, completed).unwrap_or_default();
+        self.client = Chain::after(&conversation.items, completed, &[]).unwrap_or_default();
     }
 
     /// A create chained to an answer the transcript does not hold went up as it came: neither
@@ -376,7 +408,7 @@ mod tests {
             t.upstream(&first, None).unwrap().frame.is_none(),
             "as it came"
         );
-        t.provider_completed(&first, None, R1);
+        t.provider_completed(&first, None, R1, &[]);
         let second = t.conversation(create(SECOND)).unwrap();
         assert_eq!(
             second.body(),
@@ -393,7 +425,7 @@ mod tests {
     fn a_changed_body_goes_up_chained_to_the_providers_answer_when_it_holds_a_prefix() {
         let mut t = Transcript::default();
         let first = t.conversation(create(FIRST)).unwrap();
-        t.provider_completed(&first, None, R1);
+        t.provider_completed(&first, None, R1, &[]);
         let second = t.conversation(create(SECOND)).unwrap();
         // The pipeline appended an item: the provider holds a prefix, only the rest goes up.
         let mut sent_items = (*second.items).clone();
@@ -407,7 +439,7 @@ mod tests {
             )
         );
         let r2 = r#"{"type":"response.completed","response":{"id":"r2","output":[]}}"#;
-        t.provider_completed(&second, up.items.as_ref(), r2);
+        t.provider_completed(&second, up.items.as_ref(), r2, &[]);
         // The provider holds the PIN item at its old tail; the client's next chained create,
         // with the block moved to the new tail, is not a continuation of it: sent whole.
         let third = r#"{"type":"response.create","model":"m","previous_response_id":"r2","input":[{"type":"message","role":"user","content":"next"}]}"#;
@@ -435,7 +467,7 @@ mod tests {
     fn pith_s_own_answer_moves_the_clients_chain_only() {
         let mut t = Transcript::default();
         let first = t.conversation(create(FIRST)).unwrap();
-        t.provider_completed(&first, None, R1);
+        t.provider_completed(&first, None, R1, &[]);
         let pin = r#"{"type":"response.create","model":"m","previous_response_id":"r1","input":"@pith pin x"}"#;
         let pin = t.conversation(create(pin)).unwrap();
         t.pith_completed(
@@ -463,6 +495,32 @@ mod tests {
         assert!(frame.contains(r#""previous_response_id":"r1""#), "{frame}");
         assert!(!frame.contains("resp_pith"), "{frame}");
         assert!(frame.ends_with(r#""input":[{"type":"message","role":"user","content":"go"}]}"#));
+    }
+
+    #[test]
+    fn an_answer_completed_with_no_output_is_read_from_its_done_items_without_their_ids() {
+        let mut t = Transcript::default();
+        let first = t.conversation(create(FIRST)).unwrap();
+        let completed = r#"{"type":"response.completed","response":{"id":"r1","output":[]}}"#;
+        let done = [
+            (
+                1,
+                r#"{"id":"fc_1","type":"function_call","call_id":"c","name":"ls","arguments":"{}"}"#
+                    .to_owned(),
+            ),
+            (0, r#"{"type":"reasoning","id":"rs_1","summary":[]}"#.to_owned()),
+        ];
+        t.provider_completed(&first, None, completed, &done);
+        let next =
+            r#"{"type":"response.create","model":"m","previous_response_id":"r1","input":[]}"#;
+        let next = t.conversation(create(next)).unwrap();
+        assert_eq!(
+            next.items[1..],
+            [
+                r#"{"type":"reasoning","summary":[]}"#.to_owned(),
+                r#"{"type":"function_call","call_id":"c","name":"ls","arguments":"{}"}"#.to_owned(),
+            ]
+        );
     }
 
     #[test]

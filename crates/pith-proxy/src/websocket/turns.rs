@@ -41,6 +41,8 @@ pub(super) mod reason {
     pub const TRANSCRIPT_NOT_HELD: &str = "transcript_not_held";
     /// A rewriter would have to read the answer, and a socket's answers are not rewritten.
     pub const ANSWER_NOT_REWRITTEN: &str = "answer_not_rewritten_on_a_socket";
+    /// The body the stages made does not read back as a request: the client's own went up.
+    pub const EDIT_UNREADABLE: &str = "edit_unreadable";
 }
 
 /// The method a socket's request is recorded with.
@@ -87,9 +89,11 @@ struct Turn {
     conversation: Option<Conversation>,
     /// The whole input the provider takes, when it is not the client's.
     upstream_items: Option<Arc<Vec<String>>>,
-    /// The client's own request, whole (a refused turn evicts the answer it chained to), when
-    /// pith changed what went up: sent instead if the provider refuses the change.
-    as_sent: Option<String>,
+    /// pith changed what went up: if the provider refuses it, the client's own conversation
+    /// goes up instead, whole (a refused turn evicts the answer it chained to).
+    changed: bool,
+    /// The items of the answer's `response.output_item.done` events, by output index.
+    done: Vec<(u64, String)>,
     /// The provider refused the changed request with this; the client's own went up.
     refused: Option<(StatusCode, String)>,
     events: usize,
@@ -113,6 +117,19 @@ fn event_type(text: &str) -> (String, Option<u16>) {
         .ok()
         .map(|t| (t.kind.unwrap_or_default(), t.status))
         .unwrap_or_default()
+}
+
+/// A `response.output_item.done` event's output index and item, raw.
+fn done_item(text: &str) -> Option<(u64, String)> {
+    #[derive(serde::Deserialize)]
+    struct Done<'a> {
+        #[serde(default)]
+        output_index: u64,
+        #[serde(borrow)]
+        item: &'a serde_json::value::RawValue,
+    }
+    let done: Done<'_> = serde_json::from_str(text).ok()?;
+    Some((done.output_index, done.item.get().to_owned()))
 }
 
 /// An event as the same answer over HTTP would have streamed it.
@@ -163,56 +180,64 @@ impl Turns {
         if event_type(text).0 != "response.create" {
             return FromClient::Forward(None);
         }
-        // A new request before the last one ended: the last one is cut.
-        self.close(End::ClientGone, None);
+        if self.open.is_some() {
+            // A new request before the last one ended: the last one is cut, and whatever the
+            // provider still sends for it would be read as this one's, so neither side's chain
+            // is known any more.
+            self.transcript.forget();
+            self.close(End::ClientGone, None);
+        }
         let mut ctx = self.context(Bytes::copy_from_slice(text.as_bytes()));
         let create = Create::read(text);
-        let chained = create.as_ref().is_some_and(Create::chained);
+        let previous = create
+            .as_ref()
+            .and_then(|c| c.previous().map(str::to_owned));
         let conversation = create.and_then(|c| self.transcript.conversation(c));
-        if conversation.is_none() && chained {
+        if conversation.is_none()
+            && let Some(previous) = previous
+        {
             self.transcript.forget();
-            ctx.transforms = self
-                .state
-                .config
-                .pipeline
-                .stage_names()
-                .into_iter()
-                .map(|stage| StageReport {
-                    stage,
-                    result: StageResult::Unchanged(reason::TRANSCRIPT_NOT_HELD),
-                })
-                .collect();
+            if previous.starts_with(reply::LOCAL_RESPONSE_ID_PREFIX) {
+                // pith's own id, from an answer this socket does not hold: no provider holds
+                // it either, so it never goes up.
+                return self.not_held(ctx, &previous);
+            }
+            unchanged_all_stages(&self.state, &mut ctx, reason::TRANSCRIPT_NOT_HELD);
         }
         let mut upstream_items = None;
         let mut forward = None;
-        let mut as_sent = None;
-        if let Some(conversation) = conversation.as_ref().filter(|c| !c.warm_up) {
-            ctx.whole_prompt = Some(Bytes::from(conversation.body()));
-            if let Some(answer) = request::local_answer(&self.state, &mut ctx) {
-                return self.answer(ctx, conversation, &answer);
-            }
-            request::transform(&self.state, &mut ctx).await;
-            if self.state.config.rewrites.as_ref().is_some_and(|r| {
-                r.reads_answer(Wire::Responses, &ctx.transforms) && ctx.upstream_body.is_some()
-            }) {
-                unchanged_all(&mut ctx, reason::ANSWER_NOT_REWRITTEN);
+        if let Some(conversation) = &conversation {
+            if !conversation.warm_up {
+                ctx.whole_prompt = Some(Bytes::from(conversation.body()));
+                if let Some(answer) = request::local_answer(&self.state, &mut ctx) {
+                    return self.answer(ctx, conversation, &answer);
+                }
+                request::transform(&self.state, &mut ctx).await;
+                if self.state.config.rewrites.as_ref().is_some_and(|r| {
+                    r.reads_answer(Wire::Responses, &ctx.transforms) && ctx.upstream_body.is_some()
+                }) {
+                    unchanged_all(&mut ctx, reason::ANSWER_NOT_REWRITTEN);
+                }
             }
             let sent = ctx
                 .upstream_body
                 .as_deref()
                 .and_then(|b| std::str::from_utf8(b).ok());
-            match self.transcript.upstream(conversation, sent) {
-                Some(up) => {
-                    forward = up.frame;
-                    upstream_items = up.items;
+            let up = match self.transcript.upstream(conversation, sent) {
+                Some(up) => Some(up),
+                None => {
+                    // The stages' body does not read back: the client's own goes up.
+                    unchanged_all(&mut ctx, reason::EDIT_UNREADABLE);
+                    self.transcript.upstream(conversation, None)
                 }
-                None => ctx.upstream_body = None,
-            }
-            if ctx.upstream_body.is_some() {
-                as_sent = Some(Transcript::whole(conversation));
+            };
+            if let Some(up) = up {
+                forward = up.frame;
+                upstream_items = up.items;
             }
         }
         ctx.bytes_upstream = forward.as_ref().map_or(text.len(), String::len) as u64;
+        let changed = ctx.upstream_body.is_some();
         let reports = ctx.transforms.clone();
         let started = ctx.started;
         let pending = ctx.take_pending(RequestOutcome::Ok);
@@ -224,8 +249,9 @@ impl Turns {
             reports,
             conversation,
             upstream_items,
-            as_sent,
+            changed,
             refused: None,
+            done: Vec::new(),
             events: 0,
             started,
             chunks: Vec::new(),
@@ -235,6 +261,31 @@ impl Turns {
             status: 200,
         });
         FromClient::Forward(forward)
+    }
+
+    /// A create chained to pith's own answer of another socket (or one forgotten): answered by
+    /// pith with the service's own `previous_response_not_found`, on which Codex reconnects and
+    /// sends its whole input.
+    fn not_held(&mut self, mut ctx: Context, previous: &str) -> FromClient {
+        let event = serde_json::json!({"type": "error", "status": 400, "error": {
+            "type": "invalid_request_error", "code": "previous_response_not_found",
+            "message": format!(
+                "pith: previous response '{previous}' is one of pith's own answers, which this \
+                 socket does not hold; send the whole input again"),
+            "param": "previous_response_id"}})
+        .to_string();
+        ctx.status = Some(StatusCode::BAD_REQUEST);
+        ctx.bytes_upstream = 0;
+        if let Some(mut pending) = ctx.take_pending(RequestOutcome::ClientError) {
+            let chunk = sse_chunk("error", &event);
+            pending.record.response_bytes = chunk.len() as u64;
+            pending.record.response_chunks = vec![chunk];
+            pending.finish(
+                End::Complete,
+                Some("chained to pith's own answer, not held on this socket".to_owned()),
+            );
+        }
+        FromClient::Answer(vec![event])
     }
 
     /// pith's own answer to a turn of pin commands: its events, recorded as `local`; the
@@ -284,7 +335,11 @@ impl Turns {
             .flatten()
             .filter(|s| last_check::is_refusal(*s));
         if turn.events == 0 {
-            if let (Some(status), Some(as_sent)) = (refusal, turn.as_sent.take()) {
+            if let Some(status) = refusal.filter(|_| turn.changed)
+                && let Some(conversation) = &turn.conversation
+            {
+                let as_sent = Transcript::whole(conversation);
+                turn.changed = false;
                 turn.refused = Some((status, last_check::message_of(text.as_bytes())));
                 turn.upstream_items = None;
                 if let Some(p) = turn.pending.as_mut() {
@@ -324,12 +379,19 @@ impl Turns {
         if let Some(status) = status.filter(|_| kind == "error") {
             turn.status = status;
         }
+        if kind == "response.output_item.done"
+            && let Some((index, item)) = done_item(text)
+        {
+            turn.done.push((index, item));
+        }
         if kind == "response.completed" {
             match &turn.conversation {
-                Some(c) => {
-                    self.transcript
-                        .provider_completed(c, turn.upstream_items.as_ref(), text)
-                }
+                Some(c) => self.transcript.provider_completed(
+                    c,
+                    turn.upstream_items.as_ref(),
+                    text,
+                    &turn.done,
+                ),
                 None => self.transcript.forget(),
             }
         }
@@ -364,6 +426,20 @@ impl Turns {
             pending.finish(End::Complete, Some(error));
         }
     }
+}
+
+/// Every stage of the pipeline left the request alone, for `why` (none ran).
+fn unchanged_all_stages(state: &State, ctx: &mut Context, why: &'static str) {
+    ctx.transforms = state
+        .config
+        .pipeline
+        .stage_names()
+        .into_iter()
+        .map(|stage| StageReport {
+            stage,
+            result: StageResult::Unchanged(why),
+        })
+        .collect();
 }
 
 /// Every stage of the request left it unchanged, for `why`: the client's own goes up.

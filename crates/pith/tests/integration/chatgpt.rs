@@ -114,7 +114,11 @@ fn the_real_codex_signed_in_with_chatgpt_pins_through_pith_on_its_websocket() {
     let rt = codex_runtime();
     let mock = says_hi_to_codex(&rt, fixtures::DEFAULT_USAGE);
     let url = mock.url();
-    let pith = PithProxy::start_with(&url, &url, &[("PITH_CHATGPT_UPSTREAM", &url)]);
+    // The other upstreams lead nowhere: only the ChatGPT upstream can answer.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let pith = PithProxy::start_with(&nowhere, &nowhere, &[("PITH_CHATGPT_UPSTREAM", &url)]);
     let accounts = MockUpstream::start().unwrap();
     accounts.set_default(Reply::json_status(404, r#"{"detail":"Not Found"}"#));
     let codex = DefaultCodex::signed_in(
@@ -163,10 +167,10 @@ fn the_real_codex_signed_in_with_chatgpt_pins_through_pith_on_its_websocket() {
     assert_pinned_at_the_tail("codex", turns[0]);
     drop(seen);
     let rows = pith.wait_rows(creates.len() + 1);
+    let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();
+    assert_eq!(ws.len(), creates.len() + 1, "one row per create: {rows:?}");
     assert!(
-        rows.iter()
-            .filter(|r| r.method == "WEBSOCKET")
-            .all(|r| r.path == "/chatgpt/responses"),
+        ws.iter().all(|r| r.path == "/chatgpt/responses"),
         "{rows:?}"
     );
     drop(rt);

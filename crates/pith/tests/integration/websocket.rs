@@ -198,6 +198,9 @@ fn a_refused_upgrade_reaches_the_client_as_the_upstream_answered_it() {
     );
 }
 
+/// A client's socket to pith.
+pub(crate) type Socket = tokio_tungstenite::WebSocketStream<TcpStream>;
+
 /// A socket to pith with Codex's user agent and session, and `headers`.
 pub(crate) async fn open_with(
     pith: &PithProxy,

@@ -31,6 +31,21 @@ fn says(text: &str) -> Vec<String> {
     frames_of(&responses::stream(&[text], fixtures::DEFAULT_USAGE))
 }
 
+/// The same, as the ChatGPT backend completes: `output: []` in `response.completed`, the items
+/// only in the `response.output_item.done` events.
+fn says_without_completed_output(text: &str) -> Vec<String> {
+    says(text)
+        .into_iter()
+        .map(|e| {
+            let mut v: Value = serde_json::from_str(&e).unwrap();
+            if v["type"] == "response.completed" {
+                v["response"]["output"] = json!([]);
+            }
+            v.to_string()
+        })
+        .collect()
+}
+
 fn user(text: &str) -> Value {
     json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
 }
@@ -45,14 +60,26 @@ fn create(previous: Option<&str>, input: Value) -> String {
     c.to_string()
 }
 
-/// The id and output text of an answer's `response.completed`.
+/// The id of an answer (its `response.completed`'s) and its text (from that event's output, or
+/// else its `response.output_item.done`, as Codex reads it).
 fn completed(events: &[String]) -> (String, String) {
     let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["type"], "response.completed", "{events:?}");
-    let text = last["response"]["output"][0]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let text_of = |item: &Value| {
+        item["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut text = text_of(&last["response"]["output"][0]);
+    if text.is_empty() {
+        text = events
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+            .find(|e| e["type"] == "response.output_item.done")
+            .map(|e| text_of(&e["item"]))
+            .unwrap_or_default();
+    }
     (last["response"]["id"].as_str().unwrap().to_owned(), text)
 }
 
@@ -60,7 +87,10 @@ const HEADERS: &[(&str, &str)] = &[("openai-beta", "responses_websockets=2026-02
 
 #[test]
 fn a_pin_turn_between_two_real_turns_is_answered_on_the_socket_and_the_chain_stays_valid() {
-    let (pith, mock, rt) = over(Arc::new(|_: &Value, n| says(&format!("answer {n}"))));
+    // Answers as the ChatGPT backend gives them, so the transcript must read the done items.
+    let (pith, mock, rt) = over(Arc::new(|_: &Value, n| {
+        says_without_completed_output(&format!("answer {n}"))
+    }));
     let got = rt.block_on(async {
         let mut ws = open_with(&pith, HEADERS).await;
         let mut got = Vec::new();
@@ -88,6 +118,11 @@ fn a_pin_turn_between_two_real_turns_is_answered_on_the_socket_and_the_chain_sta
     assert_eq!(creates.len(), 3, "the pin turn went upstream: {creates:?}");
     let frames = seen.frames.join("\n");
     assert!(!frames.contains("resp_pith"), "pith's id went up: {frames}");
+    // The provider's items go back without their ids (with `store: false` it keeps none).
+    assert!(
+        !frames.contains("msg_MockUpstream"),
+        "an item id went up: {frames}"
+    );
     // The turn after the pin chains to the provider's own answer, with its new input and the
     // pin at the tail (neither the command nor pith's answer).
     assert_eq!(creates[1]["previous_response_id"], got[0].0.as_str());
@@ -205,7 +240,7 @@ fn a_refused_change_is_met_with_the_clients_own_frame_and_the_refusal_is_never_s
 }
 
 #[test]
-fn a_reconnect_sends_the_whole_conversation_and_a_chain_pith_does_not_hold_goes_up_as_it_came() {
+fn a_reconnect_sends_the_whole_conversation_and_a_chain_pith_does_not_hold_is_never_guessed() {
     let (pith, mock, rt) = over(Arc::new(|_: &Value, n| says(&format!("answer {n}"))));
     let pinned = rt.block_on(async {
         let mut ws = open_with(&pith, HEADERS).await;
@@ -219,7 +254,8 @@ fn a_reconnect_sends_the_whole_conversation_and_a_chain_pith_does_not_hold_goes_
     // A new socket: Codex sends the whole input again, pith's answer as it showed it.
     let reply = json!({"type": "message", "role": "assistant",
                        "content": [{"type": "output_text", "text": pinned.1}]});
-    let stale = create(Some(&pinned.0), json!([user("later")]));
+    let to_pith = create(Some(&pinned.0), json!([user("later")]));
+    let elsewhere = create(Some("resp_of_another_socket"), json!([user("later")]));
     rt.block_on(async {
         let mut ws = open_with(&pith, HEADERS).await;
         let whole = create(None, json!([user(PIN), reply, user("hi")]));
@@ -227,37 +263,42 @@ fn a_reconnect_sends_the_whole_conversation_and_a_chain_pith_does_not_hold_goes_
         let (_, text) = completed(&answer(&mut ws).await);
         assert_eq!(text, "answer 1");
         ws.close(None).await.unwrap();
-        // A chain this socket never saw (pith's id from the closed one): pith does not know
-        // the conversation, so the frame goes up as it came and the provider says so.
+        // Chains this socket never saw. To pith's own id from the closed socket: no provider
+        // holds it, so pith answers as the service would, and nothing goes up.
         let mut ws = open_with(&pith, HEADERS).await;
-        ws.send(Message::text(stale.clone())).await.unwrap();
-        let msg = futures_util::StreamExt::next(&mut ws)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            msg.to_text()
-                .unwrap()
-                .contains("previous_response_not_found"),
-            "{msg:?}"
-        );
+        ws.send(Message::text(to_pith.clone())).await.unwrap();
+        let said = first_event(&mut ws).await;
+        assert!(said.contains("previous_response_not_found"), "{said}");
+        // To an answer of the provider's on another socket: pith does not know the
+        // conversation, so the frame goes up as it came (no pin guessed) and the provider says.
+        ws.send(Message::text(elsewhere.clone())).await.unwrap();
+        let said = first_event(&mut ws).await;
+        assert!(said.contains("previous_response_not_found"), "{said}");
     });
     let seen = mock.seen();
     let creates = seen.creates();
     assert_eq!(creates.len(), 2, "{creates:?}");
     assert!(creates[0].get("previous_response_id").is_none());
     assert_pinned_at_the_tail("socket", &creates[0]);
-    assert_eq!(seen.frames.last().unwrap(), &stale);
-    let rows = pith.wait_rows(3);
-    assert!(
-        rows[2]
-            .transforms
-            .iter()
-            .all(|t| format!("{:?}", t.result).contains("transcript_not_held")),
+    assert_eq!(seen.frames.last().unwrap(), &elsewhere);
+    assert!(!seen.frames.join("\n").contains("resp_pith"));
+    let rows = pith.wait_rows(4);
+    assert_eq!(
+        (rows[2].outcome.as_str(), rows[2].status),
+        ("client_error", Some(400)),
         "{:?}",
         rows[2]
     );
-    assert_eq!(rows[2].status, Some(400));
+    assert!(
+        !rows[3].transforms.is_empty()
+            && rows[3]
+                .transforms
+                .iter()
+                .all(|t| format!("{:?}", t.result).contains("transcript_not_held")),
+        "{:?}",
+        rows[3]
+    );
+    assert_eq!(rows[3].status, Some(400));
 }
 
 #[test]
@@ -318,4 +359,10 @@ fn the_real_codex_pins_on_its_websocket_and_the_pin_rides_the_resumed_session() 
         assert!(said.contains(text), "{text} is not in the history: {said}");
     }
     drop(rt);
+}
+
+/// The first text the client reads.
+async fn first_event(ws: &mut crate::websocket::Socket) -> String {
+    let msg = futures_util::StreamExt::next(ws).await.unwrap().unwrap();
+    msg.to_text().unwrap().to_owned()
 }

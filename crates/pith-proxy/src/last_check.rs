@@ -94,6 +94,26 @@ pub(crate) fn refused_reports(
     } else {
         "the client's own request was sent instead, and this stage is off for the session"
     };
+    failed_reports(reports, status, message, then);
+}
+
+/// The reports when the client's own request went up in place of a refused change and the
+/// connection ended before its answer: whether the client's own is refused too is not known,
+/// so the stages stay on; the refusal is counted.
+pub(crate) fn unanswered_resend(
+    failures: &std::sync::atomic::AtomicU64,
+    reports: &mut [StageReport],
+    status: StatusCode,
+    message: &str,
+) {
+    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let then = "the client's own request was sent instead and the connection ended before its \
+                answer, so the stage stays on";
+    failed_reports(reports, status, message, then);
+}
+
+/// Each stage that changed the request failed, with the provider's words and what followed.
+fn failed_reports(reports: &mut [StageReport], status: StatusCode, message: &str, then: &str) {
     for r in reports {
         if matches!(r.result, StageResult::Applied(_)) {
             r.result = StageResult::Failed(format!(

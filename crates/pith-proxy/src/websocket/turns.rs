@@ -403,10 +403,21 @@ impl Turns {
 
     /// Record the open request, if any, as ended by `end` (with pith's `error`).
     pub(super) fn close(&mut self, end: End, error: Option<String>) {
-        let Some(turn) = self.open.take() else { return };
+        let Some(mut turn) = self.open.take() else {
+            return;
+        };
         let Some(mut pending) = turn.pending else {
             return;
         };
+        if let Some((status, message)) = turn.refused.take() {
+            last_check::unanswered_resend(
+                &self.state.transform_failures,
+                &mut turn.reports,
+                status,
+                &message,
+            );
+            pending.record.transforms = turn.reports.iter().map(Report::from).collect();
+        }
         let record = &mut pending.record;
         record.status = Some(turn.status);
         record.response_chunks = turn.chunks;

@@ -40,14 +40,14 @@ fn post(pith: &PithProxy, body: &Value) -> u16 {
     })
 }
 
-fn user(text: &str) -> Value {
-    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
-}
-
-#[test]
-fn a_chatgpt_request_goes_to_the_chatgpt_upstream_decoded_where_pith_changes_it() {
+/// A pith whose OpenAI and ChatGPT upstreams are two mocks; the ChatGPT one answers with
+/// `first`, then "Hi." to everything.
+fn behind_chatgpt(first: &[Reply]) -> (MockUpstream, MockUpstream, PithProxy) {
     let openai = MockUpstream::start().unwrap();
     let chatgpt = MockUpstream::start().unwrap();
+    for reply in first {
+        chatgpt.push(reply.clone());
+    }
     chatgpt.set_default(Reply::sse(responses::stream(
         &["Hi."],
         fixtures::DEFAULT_USAGE,
@@ -57,8 +57,23 @@ fn a_chatgpt_request_goes_to_the_chatgpt_upstream_decoded_where_pith_changes_it(
         &openai.url(),
         &[("PITH_CHATGPT_UPSTREAM", &chatgpt.url())],
     );
-    let pinned = json!({"type": "message", "role": "assistant",
-                        "content": [{"type": "output_text", "text": PINNED}]});
+    (openai, chatgpt, pith)
+}
+
+/// pith's answer to the pin turn, as Codex sends it back.
+fn pith_answered() -> Value {
+    json!({"type": "message", "role": "assistant",
+           "content": [{"type": "output_text", "text": PINNED}]})
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+}
+
+#[test]
+fn a_chatgpt_request_goes_to_the_chatgpt_upstream_decoded_where_pith_changes_it() {
+    let (openai, chatgpt, pith) = behind_chatgpt(&[]);
+    let pinned = pith_answered();
     let plain = json!({"model": "gpt-5.5", "stream": true, "store": false,
                        "input": [user("first")]});
     let hi = json!({"type": "message", "role": "assistant",
@@ -107,6 +122,41 @@ fn a_chatgpt_request_goes_to_the_chatgpt_upstream_decoded_where_pith_changes_it(
         &["history", "show", recorded["id"].as_str().unwrap()],
     );
     assert!(shown["messages"].to_string().contains("say hi"), "{shown}");
+}
+
+#[test]
+fn a_refused_change_to_a_compressed_body_is_met_with_the_clients_own_bytes() {
+    // The provider refuses the body pith changed (uncompressed, with the pin), then answers.
+    let refusal = Reply::json_status(
+        400,
+        fixtures::openai_error_body(400, "unsupported developer message"),
+    );
+    let (_openai, chatgpt, pith) = behind_chatgpt(&[refusal]);
+    let pinned = pith_answered();
+    let body = json!({"model": "gpt-5.5", "stream": true, "store": false,
+                      "input": [user(PIN), pinned, user("say hi")]});
+    assert_eq!(post(&pith, &body), 200, "the client sees the second answer");
+    let got = chatgpt.received();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].header("content-encoding"), None);
+    assert!(
+        got[0].body_json().is_ok(),
+        "the changed body went up decoded"
+    );
+    // What the client sent, byte for byte, with its own content-encoding.
+    assert_eq!(got[1].header("content-encoding"), Some("zstd"));
+    assert_eq!(&got[1].body[..], &zstd(body.to_string().as_bytes())[..]);
+    let rows = pith.wait_rows(1);
+    let pins = rows[0]
+        .transforms
+        .iter()
+        .find(|t| t.stage == "pins")
+        .unwrap();
+    assert!(
+        format!("{:?}", pins.result).contains("refused"),
+        "{:?}",
+        rows[0]
+    );
 }
 
 #[test]

@@ -240,6 +240,45 @@ fn a_refused_change_is_met_with_the_clients_own_frame_and_the_refusal_is_never_s
 }
 
 #[test]
+fn a_refused_change_whose_resend_is_never_answered_keeps_its_row_saying_so() {
+    let (pith, _mock, rt) = over(Arc::new(|create: &Value, _| {
+        if create.to_string().contains("<pith-pins>") {
+            vec![responses_socket::refusal(
+                "developer messages are not allowed here",
+            )]
+        } else {
+            vec![responses_socket::HANG_UP.to_owned()]
+        }
+    }));
+    rt.block_on(async {
+        let mut ws = open_with(&pith, HEADERS).await;
+        ws.send(Message::text(create(None, json!([user(PIN)]))))
+            .await
+            .unwrap();
+        let (id, _) = completed(&answer(&mut ws).await);
+        ws.send(Message::text(create(Some(&id), json!([user("hi")]))))
+            .await
+            .unwrap();
+        // The upstream hangs up on the resend: the socket ends, and the refusal never shows.
+        while let Some(Ok(msg)) = futures_util::StreamExt::next(&mut ws).await {
+            assert!(!msg.to_string().contains("not allowed"), "{msg:?}");
+        }
+    });
+    let rows = pith.wait_rows(2);
+    let pins = rows[1]
+        .transforms
+        .iter()
+        .find(|t| t.stage == "pins")
+        .unwrap();
+    let said = format!("{:?}", pins.result);
+    assert!(
+        said.contains("refused") && said.contains("ended before its answer"),
+        "{said}"
+    );
+    assert_eq!(rows[1].outcome.as_str(), "upstream_broken", "{:?}", rows[1]);
+}
+
+#[test]
 fn a_reconnect_sends_the_whole_conversation_and_a_chain_pith_does_not_hold_is_never_guessed() {
     let (pith, mock, rt) = over(Arc::new(|_: &Value, n| says(&format!("answer {n}"))));
     let pinned = rt.block_on(async {

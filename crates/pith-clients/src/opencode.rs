@@ -56,6 +56,24 @@ pub fn config_dir(places: &Places) -> Option<PathBuf> {
         .map(|d| d.join("opencode"))
 }
 
+/// OpenCode's session database (SQLite, in WAL mode): `$OPENCODE_DB`, else
+/// `$XDG_DATA_HOME/opencode/opencode.db`, else `~/.local/share/opencode/opencode.db`. Its
+/// `session` rows (the `id` is what OpenCode sends as `x-session-id`; the title is a column,
+/// not a message), `message` rows (`data`: JSON with the `role`) and `part` rows (`data`: JSON,
+/// `type` text, reasoning, tool with its `state`, step and file markers; a text part OpenCode
+/// made itself has `synthetic: true`), each keyed by its own `id` column (seen in 1.18.33's
+/// database; older versions kept JSON files under `storage/`, which pith does not read).
+pub fn database(places: &Places) -> Option<PathBuf> {
+    if let Some(db) = &places.opencode_db {
+        return Some(db.clone());
+    }
+    places
+        .xdg_data_home
+        .clone()
+        .or_else(|| places.home.as_ref().map(|h| h.join(".local").join("share")))
+        .map(|d| d.join("opencode").join("opencode.db"))
+}
+
 /// `opencode.jsonc` in `dir` when it exists, else `opencode.json`.
 fn config_in(dir: &Path, files: &dyn Files) -> PathBuf {
     let jsonc = dir.join("opencode.jsonc");

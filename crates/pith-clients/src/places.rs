@@ -16,6 +16,10 @@ pub struct Places {
     pub codex_home: Option<PathBuf>,
     /// `XDG_CONFIG_HOME`: where OpenCode's global config directory is, when moved.
     pub xdg_config_home: Option<PathBuf>,
+    /// `XDG_DATA_HOME`: where OpenCode keeps its sessions, when moved.
+    pub xdg_data_home: Option<PathBuf>,
+    /// `OPENCODE_DB`: OpenCode's session database, when moved.
+    pub opencode_db: Option<PathBuf>,
 }
 
 impl Places {
@@ -33,6 +37,8 @@ impl Places {
             claude_config_dir: var("CLAUDE_CONFIG_DIR"),
             codex_home: var("CODEX_HOME"),
             xdg_config_home: var("XDG_CONFIG_HOME"),
+            xdg_data_home: var("XDG_DATA_HOME"),
+            opencode_db: var("OPENCODE_DB"),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod classify;
 pub mod import;
+pub mod opencode;
 pub mod terms;
 pub mod token;
 

@@ -54,6 +54,14 @@ fn conversation(history: &mut History, account: &str, session: &str, roles: &[&s
     conversation_of(history, account, AgentType::Public, session, roles)
 }
 
+/// One message of each role in `roles`, saying something in `session`.
+fn said_in(session: &str, roles: &[&str]) -> Vec<NewMessage> {
+    roles
+        .iter()
+        .map(|r| message(r, &format!("{r} said something in {session}")))
+        .collect()
+}
+
 fn conversation_of(
     history: &mut History,
     account: &str,
@@ -65,13 +73,46 @@ fn conversation_of(
         session_id: session.into(),
         client: "claude-code",
         started_ms: NOW,
-        messages: roles
-            .iter()
-            .map(|r| message(r, &format!("{r} said something in {session}")))
-            .collect(),
+        messages: said_in(session, roles),
     };
     history.import(account, agent_type, &imported).unwrap();
     conversation_id(account, Source::Import, "claude-code", session)
+}
+
+/// The same conversation as the proxy records it (its messages as one request's prompt), then
+/// a side call in its session (another first message: a title request), which adds nothing to
+/// a conversation that holds a message.
+fn recorded_with_a_side_call(
+    history: &mut History,
+    account: &str,
+    agent_type: AgentType,
+    session: &str,
+    roles: &[&str],
+) -> String {
+    let turn = |messages: Vec<NewMessage>| Turn {
+        account: account.into(),
+        client: "claude-code".into(),
+        session_id: session.into(),
+        agent_type,
+        ts_ms: NOW,
+        messages,
+        reply: None,
+    };
+    history.record(&[turn(said_in(session, roles))]).unwrap();
+    let id = conversation_id(account, Source::Proxy, "claude-code", session);
+    let before = history.show(account, &id).unwrap().map(|(c, _)| c.messages);
+    let side = vec![message(
+        "user",
+        "Generate a title for this conversation: fix calc",
+    )];
+    history.record(&[turn(side)]).unwrap();
+    let after = history.show(account, &id).unwrap().map(|(c, _)| c.messages);
+    // With no message held the store cannot tell a side call from a first turn (the proxy's
+    // client rules keep side calls out before they reach it); with one, it adds nothing.
+    if before.is_some_and(|n| n > 0) {
+        assert_eq!(before, after, "a side call changed the conversation");
+    }
+    id
 }
 
 fn trashed(history: &History, account: &str) -> Vec<String> {
@@ -401,9 +442,10 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     // About a quarter of the cases run on PostgreSQL (each makes a database).
 
-    /// Whatever the store holds and however it changes between find and delete, a delete
-    /// trashes only conversations of its account, in the token's set, that match the
-    /// filter (and agent type) at delete time.
+    /// Whatever the store holds (imported conversations, and recorded ones with side calls in
+    /// their sessions) and however it changes between find and delete, a delete trashes only
+    /// conversations of its account, in the token's set, that match the filter (and agent
+    /// type) at delete time.
     #[test]
     fn a_delete_trashes_only_what_matches_in_the_tokens_set_and_account(
         specs in prop::collection::vec(spec(), 1..12),
@@ -413,6 +455,7 @@ proptest! {
         late in prop::collection::vec(spec(), 0..4),
         narrow in prop::option::of(prop::collection::vec(any::<bool>(), 16)),
         on_postgres in prop::bool::weighted(0.25),
+        proxied in prop::collection::vec(any::<bool>(), 1..12),
     ) {
         let filter = if single { Filter::SingleAssistant } else { Filter::Empty };
         let agent_type = narrow_admin.map(|a| if a { AgentType::Admin } else { AgentType::Public });
@@ -420,9 +463,17 @@ proptest! {
         let account = |s: &Spec| if s.account { "local" } else { "team-b" };
         let agent = |s: &Spec| if s.admin { AgentType::Admin } else { AgentType::Public };
         let mut all = Vec::new();
+        // Some conversations recorded by the proxy, each with a side call in its session.
+        let converse = |h: &mut History, i: usize, s: &Spec, session: &str, roles: &[&str]| {
+            if proxied[i % proxied.len()] {
+                recorded_with_a_side_call(h, account(s), agent(s), session, roles)
+            } else {
+                conversation_of(h, account(s), agent(s), session, roles)
+            }
+        };
         for (i, s) in specs.iter().enumerate() {
             let roles: Vec<&str> = s.roles.iter().map(|a| if *a { "assistant" } else { "user" }).collect();
-            let id = conversation_of(&mut h, account(s), agent(s), &format!("s{i}"), &roles);
+            let id = converse(&mut h, i, s, &format!("s{i}"), &roles);
             if s.trashed {
                 h.db.execute("UPDATE conversations SET trashed_ms = 1 WHERE id = ?1", values![&id]).unwrap();
             }
@@ -437,7 +488,8 @@ proptest! {
                 let session = format!("s{i}");
                 let mut roles: Vec<&str> = s.roles.iter().map(|a| if *a { "assistant" } else { "user" }).collect();
                 roles.push("assistant");
-                conversation_of(&mut h, acct, agent(s), &session, &roles);
+                let _ = acct;
+                converse(&mut h, i, s, &session, &roles);
             }
         }
         for (i, s) in late.iter().enumerate() {

@@ -41,7 +41,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum HistoryCommand {
     /// Import Claude Code (~/.claude/projects/*/*.jsonl) and Codex ($CODEX_HOME/sessions)
-    /// session files; importing the same files again adds only what they gained.
+    /// session files and OpenCode's sessions (its opencode.db); importing again adds only what
+    /// they gained.
     Import(ImportArgs),
     /// Search message text (BM25), best conversations first, with a snippet each.
     Search(SearchArgs),
@@ -65,6 +66,10 @@ struct ImportArgs {
     /// Codex's home [default: $CODEX_HOME, else ~/.codex].
     #[arg(long, value_name = "DIR")]
     codex_home: Option<PathBuf>,
+    /// OpenCode's session database [default: $OPENCODE_DB, else
+    /// $XDG_DATA_HOME/opencode/opencode.db, else ~/.local/share/opencode/opencode.db].
+    #[arg(long, value_name = "FILE")]
+    opencode_db: Option<PathBuf>,
     /// The agent type of the imported conversations: public or admin.
     #[arg(long, value_parser = parse_agent_type, default_value = "public")]
     agent_type: AgentType,
@@ -227,7 +232,7 @@ fn open_to_read(settings: &HistorySettings) -> anyhow::Result<Option<History>> {
     if !settings.path.exists() {
         eprintln!(
             "pith: no history at {} yet: conversations are recorded as they pass through \
-             `pith proxy`; `pith history import` reads Claude Code and Codex session files",
+             `pith proxy`; `pith history import` reads Claude Code's and Codex's session files and OpenCode's sessions",
             settings.path.display()
         );
         return Ok(None);
@@ -244,6 +249,9 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
     }
     if let Some(dir) = a.codex_home {
         places.codex_home = Some(dir);
+    }
+    if let Some(db) = a.opencode_db {
+        places.opencode_db = Some(db);
     }
     let dirs: Vec<(Client, PathBuf)> = Client::ALL
         .into_iter()
@@ -272,6 +280,28 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
             eprintln!("pith: imported {} of {total} session files", i + 1);
         }
     }
+    // OpenCode keeps its sessions in a database, each session one conversation.
+    let mut opencode_sessions = 0usize;
+    if let Some(db) = pith_clients::opencode::database(&places).filter(|db| db.is_file()) {
+        match pith_history::opencode::read(&db) {
+            Ok(sessions) => {
+                for imported in &sessions {
+                    let outcome = history
+                        .import(&settings.account, a.agent_type, imported)
+                        .with_context(|| {
+                            format!("cannot import OpenCode's session {}", imported.session_id)
+                        })?;
+                    created += usize::from(outcome.created);
+                    added += outcome.added;
+                }
+                opencode_sessions = sessions.len();
+            }
+            Err(e) => {
+                eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
+                failed += 1;
+            }
+        }
+    }
     let by_source = |s: Client| files.iter().filter(|(x, _)| *x == s).count();
     let shipped = settings
         .team
@@ -282,6 +312,7 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
             "files": total,
             "claudeCodeFiles": by_source(Client::ClaudeCode),
             "codexFiles": by_source(Client::Codex),
+            "opencodeSessions": opencode_sessions,
             "conversationsCreated": created,
             "messagesAdded": added,
             "unreadable": failed,
@@ -294,7 +325,7 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
         println!("{out}");
     } else {
         println!(
-            "read {total} session files ({} Claude Code, {} Codex): {created} new conversations, {added} new messages{}",
+            "read {total} session files ({} Claude Code, {} Codex) and {opencode_sessions} OpenCode sessions: {created} new conversations, {added} new messages{}",
             by_source(Client::ClaudeCode),
             by_source(Client::Codex),
             if failed > 0 {

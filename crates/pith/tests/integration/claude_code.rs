@@ -203,6 +203,58 @@ fn claude_code_fixes_calc_through_pith_with_its_specialised_built_ins_deferred()
     let busts = stats_busts(&pith);
     assert_eq!(busts["by_pith"], 0, "{busts}");
     assert!(busts["pairs"].as_u64().unwrap_or(0) >= 2, "{busts}");
+    // The history through pith is the conversation Claude Code stored, message for message
+    // (the prompt, both tool calls with their results, the answer).
+    let session = mock.received()[0]
+        .header("x-claude-code-session-id")
+        .unwrap()
+        .to_owned();
+    let recorded = crate::history::wait_recorded(&pith, &session, 6);
+    let home = pith.home.path();
+    crate::history::import(
+        home,
+        &work.home.path().join(".claude"),
+        &work.home.path().join("no-codex"),
+    );
+    let imported = crate::history::imported_conversation(home, &session);
+    let proxied = crate::history::said(home, recorded["id"].as_str().unwrap());
+    let stored = crate::history::said(home, imported["id"].as_str().unwrap());
+    assert_eq!(proxied.len(), stored.len(), "{proxied:?}\n{stored:?}");
+    assert!(proxied.len() >= 6, "{proxied:?}");
+    for (sent, kept) in proxied.iter().zip(&stored) {
+        assert!(
+            sent == kept || same_call_but_defaults(sent, kept),
+            "message for message: {sent:?} vs {kept:?}"
+        );
+    }
+}
+
+/// Claude Code stores a tool call's input with its defaults filled in (Edit's
+/// `"replace_all": false`), which the model never sent and its requests do not carry: the same
+/// message when the role and flags match, the tool is the same, and the stored input is the
+/// sent one plus members holding a default value (false, null, empty).
+fn same_call_but_defaults(sent: &(Value, Value, Value), kept: &(Value, Value, Value)) -> bool {
+    let call = |preview: &Value| -> Option<(String, serde_json::Map<String, Value>)> {
+        let (name, input) = preview.as_str()?.split_once(' ')?;
+        Some((name.to_owned(), serde_json::from_str(input).ok()?))
+    };
+    let (Some((sent_name, sent_input)), Some((kept_name, kept_input))) =
+        (call(&sent.2), call(&kept.2))
+    else {
+        return false;
+    };
+    let is_default = |v: &Value| {
+        matches!(v, Value::Null | Value::Bool(false))
+            || v.as_str() == Some("")
+            || v.as_array().is_some_and(Vec::is_empty)
+    };
+    sent.0 == kept.0
+        && sent.1 == kept.1
+        && sent_name == kept_name
+        && sent_input.iter().all(|(k, v)| kept_input.get(k) == Some(v))
+        && kept_input
+            .iter()
+            .all(|(k, v)| sent_input.contains_key(k) || is_default(v))
 }
 
 #[test]

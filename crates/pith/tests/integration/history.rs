@@ -68,7 +68,13 @@ pub(crate) fn import(home: &Path, claude_dir: &Path, codex_home: &Path) -> Value
     )
 }
 
-fn conversations(home: &Path, trashed: bool) -> Vec<Value> {
+/// The conversation `pith history import` made of `session`, named in the panic when none.
+pub(crate) fn imported_conversation(home: &Path, session: &str) -> Value {
+    conversation(home, "import", session)
+        .unwrap_or_else(|| panic!("no import of {session}: {:?}", conversations(home, false)))
+}
+
+pub(crate) fn conversations(home: &Path, trashed: bool) -> Vec<Value> {
     let listed = if trashed {
         pith_json(home, &["history", "trash", "list"])
     } else {
@@ -78,13 +84,31 @@ fn conversations(home: &Path, trashed: bool) -> Vec<Value> {
 }
 
 /// The conversation of `source` for `session`, if there is one.
-fn conversation(home: &Path, source: &str, session: &str) -> Option<Value> {
+pub(crate) fn conversation(home: &Path, source: &str, session: &str) -> Option<Value> {
     conversations(home, false)
         .into_iter()
         .find(|c| c["source"] == source && c["sessionId"] == session)
 }
 
 /// Each message's role, and `+` when a person typed it.
+/// Each message of conversation `id`: its role, whether a person typed it, and its text as
+/// previewed (tool calls and results included): what "message for message" compares.
+pub(crate) fn said(home: &Path, id: &str) -> Vec<(Value, Value, Value)> {
+    let shown = pith_json(home, &["history", "show", id]);
+    shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].clone(),
+                m["realUser"].clone(),
+                m["preview"].clone(),
+            )
+        })
+        .collect()
+}
+
 pub(crate) fn shape(home: &Path, id: &str) -> Vec<String> {
     let shown = pith_json(home, &["history", "show", id]);
     shown["messages"]
@@ -245,12 +269,7 @@ fn claude_code_through_the_proxy_is_recorded_with_the_shape_its_session_file_imp
 
     let nowhere = home.path().join("no-codex");
     import(pith.home.path(), &home.path().join(".claude"), &nowhere);
-    let imported = conversation(pith.home.path(), "import", &session).unwrap_or_else(|| {
-        panic!(
-            "no import of {session}: {:?}",
-            conversations(pith.home.path(), false)
-        )
-    });
+    let imported = imported_conversation(pith.home.path(), &session);
     let proxy_shape = shape(pith.home.path(), recorded["id"].as_str().unwrap());
     assert_eq!(proxy_shape, ["user+", "assistant", "user+", "assistant"]);
     assert_eq!(
@@ -259,11 +278,26 @@ fn claude_code_through_the_proxy_is_recorded_with_the_shape_its_session_file_imp
     );
     assert_eq!(recorded["realUserMessages"], imported["realUserMessages"]);
     assert_eq!(recorded["firstUserPreview"], "say hi");
+    assert_eq!(
+        said(pith.home.path(), recorded["id"].as_str().unwrap()),
+        said(pith.home.path(), imported["id"].as_str().unwrap()),
+        "message for message"
+    );
 }
 
 #[test]
 fn codex_through_the_proxy_is_recorded_with_the_shape_its_session_file_imports_to() {
     let mock = MockUpstream::start().unwrap();
+    // The first turn runs a command (Codex runs it and sends its output); the others answer.
+    let call = fixtures::ToolCall::new("call_01Cat", "exec_command", r#"{"cmd":"cat README.md"}"#);
+    mock.push_when(
+        |body| !clients::has(body, "function_call_output"),
+        Reply::sse(responses::stream_with_tool(
+            &["Let me look."],
+            &call,
+            fixtures::DEFAULT_USAGE,
+        )),
+    );
     mock.set_default(Reply::sse(responses::stream(
         &["Hi", " there."],
         fixtures::DEFAULT_USAGE,
@@ -279,9 +313,13 @@ fn codex_through_the_proxy_is_recorded_with_the_shape_its_session_file_imports_t
         run.assert_ok(&format!("pith:\n{}", pith.stderr()));
     }
     let received = mock.received();
-    assert_eq!(received.len(), 2);
-    let session = received[1].header("session-id").unwrap().to_owned();
-    let recorded = wait_recorded(&pith, &session, 5);
+    assert_eq!(
+        received.len(),
+        3,
+        "the command's turn, its output's, the resumed one"
+    );
+    let session = received[2].header("session-id").unwrap().to_owned();
+    let recorded = wait_recorded(&pith, &session, 7);
 
     let codex_home = home.path().join(".codex");
     if let Some(keep) = std::env::var_os("PITH_KEEP_CODEX_SESSION") {
@@ -296,22 +334,30 @@ fn codex_through_the_proxy_is_recorded_with_the_shape_its_session_file_imports_t
         &home.path().join("no-claude"),
         &codex_home,
     );
-    let imported = conversation(pith.home.path(), "import", &session).unwrap_or_else(|| {
-        panic!(
-            "no import of {session}: {:?}",
-            conversations(pith.home.path(), false)
-        )
-    });
+    let imported = imported_conversation(pith.home.path(), &session);
     let proxy_shape = shape(pith.home.path(), recorded["id"].as_str().unwrap());
     assert_eq!(
         proxy_shape,
-        ["user", "user+", "assistant", "user+", "assistant"]
+        [
+            "user",
+            "user+",
+            "assistant",
+            "tool",
+            "assistant",
+            "user+",
+            "assistant"
+        ]
     );
     assert_eq!(
         proxy_shape,
         shape(pith.home.path(), imported["id"].as_str().unwrap())
     );
     assert_eq!(recorded["realUserMessages"], 2);
+    assert_eq!(
+        said(pith.home.path(), recorded["id"].as_str().unwrap()),
+        said(pith.home.path(), imported["id"].as_str().unwrap()),
+        "message for message"
+    );
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -606,4 +652,108 @@ fn opencode_through_the_proxy_records_the_conversation_not_its_title_call() {
     assert_eq!(shape(pith.home.path(), id), ["user+", "assistant"]);
     let shown = pith_text(pith.home.path(), &["history", "show", id]);
     assert!(!shown.contains("Generate a title"), "{shown}");
+}
+
+#[test]
+fn opencode_through_the_proxy_is_recorded_as_its_own_session_database_imports() {
+    let mock = MockUpstream::start().unwrap();
+    let main_loop = |body: &[u8]| clients::has(body, "\"tools\":[");
+    let grep = fixtures::ToolCall::new("toolu_01Grep", "grep", r#"{"pattern":"def add"}"#);
+    mock.push_when(
+        main_loop,
+        Reply::sse(anthropic::stream_with_tool(
+            &["Let me look."],
+            &grep,
+            fixtures::DEFAULT_USAGE,
+        )),
+    );
+    mock.push_when(
+        main_loop,
+        Reply::sse(anthropic::stream(
+            &["Fixed: add now adds."],
+            fixtures::DEFAULT_USAGE,
+        )),
+    );
+    // The title call (no tools) takes the default.
+    mock.set_default(Reply::sse(anthropic::stream(
+        &["Fix calc"],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let pith = PithProxy::start(&mock.url(), &[]);
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    clients::write_calc_project(work.path());
+    let run = clients::opencode(
+        work.path(),
+        home.path(),
+        &format!("{}/v1", pith.url()),
+        &[],
+        "fix the bug in calc.py",
+        LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(
+        mock.queued_replies(),
+        0,
+        "both main-loop turns reached the mock"
+    );
+    let session = mock
+        .received()
+        .iter()
+        .find(|r| main_loop(&r.body))
+        .and_then(|r| r.header("x-session-id").map(str::to_owned))
+        .expect("the main turn");
+    // The prompt, the step that called grep, its result, the answer.
+    let recorded = wait_recorded(&pith, &session, 4);
+
+    let db = home.path().join(".local/share/opencode/opencode.db");
+    assert!(
+        db.is_file(),
+        "OpenCode wrote no database at {}",
+        db.display()
+    );
+    let nowhere = home.path().join("nowhere");
+    let import_opencode = || {
+        pith_json(
+            pith.home.path(),
+            &[
+                "history",
+                "import",
+                "--claude-dir",
+                nowhere.to_str().unwrap(),
+                "--codex-home",
+                nowhere.to_str().unwrap(),
+                "--opencode-db",
+                db.to_str().unwrap(),
+            ],
+        )
+    };
+    let report = import_opencode();
+    assert_eq!(report["opencodeSessions"], 1, "{report}");
+    assert_eq!(report["unreadable"], 0, "{report}");
+    let imported = imported_conversation(pith.home.path(), &session);
+    let proxy_shape = shape(pith.home.path(), recorded["id"].as_str().unwrap());
+    assert_eq!(proxy_shape, ["user+", "assistant", "user", "assistant"]);
+    assert_eq!(
+        proxy_shape,
+        shape(pith.home.path(), imported["id"].as_str().unwrap()),
+        "the proxy's history differs from OpenCode's own"
+    );
+    assert_eq!(recorded["firstUserPreview"], imported["firstUserPreview"]);
+    // Message for message: role, whether a person typed it, and its text as previewed (the
+    // tool call and its result included).
+    let proxied = said(pith.home.path(), recorded["id"].as_str().unwrap());
+    assert!(
+        proxied
+            .iter()
+            .all(|(_, _, p)| p.as_str().is_some_and(|p| !p.is_empty())),
+        "{proxied:?}"
+    );
+    assert_eq!(
+        proxied,
+        said(pith.home.path(), imported["id"].as_str().unwrap())
+    );
+    // Importing again adds nothing.
+    let again = import_opencode();
+    assert_eq!(again["messagesAdded"], 0, "{again}");
 }

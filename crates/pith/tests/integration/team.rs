@@ -758,3 +758,106 @@ fn memory_sync_without_team_mode_or_outside_git_says_what_to_do() {
         "{err}"
     );
 }
+
+/// `pith history ARGS --json` as `account`, on the history `home` reads (the team's when `url`
+/// is given).
+fn history_json(home: &std::path::Path, url: Option<&str>, account: &str, args: &[&str]) -> Value {
+    let mut cmd = Command::new(pith_bin());
+    cmd.arg("history")
+        .args(args)
+        .arg("--json")
+        .env("PITH_HOME", home)
+        .env("PITH_ACCOUNT", account)
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_STORE_URL");
+    if let Some(url) = url {
+        cmd.env("PITH_STORE_URL", url);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The id of the one conversation of `account` there, once it holds `messages` messages.
+fn one_conversation_of(
+    home: &std::path::Path,
+    url: Option<&str>,
+    account: &str,
+    messages: u64,
+) -> String {
+    let mut id = None;
+    wait_for("the conversation recorded", SHIPPED_WITHIN, || {
+        let listed = history_json(home, url, account, &["list"]);
+        id = listed["conversations"]
+            .as_array()
+            .filter(|all| all.len() == 1 && all[0]["messages"] == messages)
+            .and_then(|all| all[0]["id"].as_str().map(str::to_owned));
+        id.is_some()
+    });
+    id.unwrap_or_default()
+}
+
+/// Each message of conversation `id`: its role, whether a person typed it, its preview.
+fn messages_of(
+    home: &std::path::Path,
+    url: Option<&str>,
+    account: &str,
+    id: &str,
+) -> Vec<(String, bool, String)> {
+    history_json(home, url, account, &["show", id])["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["realUser"] == true,
+                m["preview"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn one_conversation_served_by_two_proxies_is_the_one_a_single_proxy_records() {
+    let url = PgServer::shared().database().unwrap();
+    let mock = MockUpstream::start().unwrap();
+    let team = || {
+        PithProxy::start(
+            &mock.url(),
+            &[
+                ("PITH_STORE_URL", &url),
+                ("PITH_ACCOUNT", "carol"),
+                ("PITH_HISTORY_TOKEN_KEY", TEAM_KEY),
+            ],
+        )
+    };
+    let (a, b) = (team(), team());
+    let single = PithProxy::start(&mock.url(), &[("PITH_ACCOUNT", "carol")]);
+    // Six turns of one session, alternating between the two proxies (a load balancer's
+    // round robin); the same six through one proxy.
+    for k in 0..6 {
+        let via = if k % 2 == 0 { &a } else { &b };
+        send_conversation(&mock, via, "spread", k..k + 1);
+        send_conversation(&mock, &single, "spread", k..k + 1);
+    }
+    let id = one_conversation_of(single.home.path(), None, "carol", 12);
+    let one = messages_of(single.home.path(), None, "carol", &id);
+    assert!(one.iter().all(|(_, _, text)| !text.is_empty()), "{one:?}");
+    // Another machine reads the team's: the turns both proxies recorded, as one.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let team_id = one_conversation_of(elsewhere.path(), Some(&url), "carol", 12);
+    assert_eq!(
+        team_id, id,
+        "one conversation id whichever proxy recorded it"
+    );
+    let team_has = messages_of(elsewhere.path(), Some(&url), "carol", &team_id);
+    assert_eq!(
+        team_has, one,
+        "the team's conversation is not the single proxy's"
+    );
+}

@@ -569,6 +569,11 @@ impl DefaultCodex {
         DefaultCodex { work, home, env }
     }
 
+    /// Its `$CODEX_HOME`, where it keeps its session files.
+    pub(crate) fn codex_home(&self) -> std::path::PathBuf {
+        self.home.path().join(".codex")
+    }
+
     /// `pith run codex exec [ARGS] PROMPT`.
     pub(crate) fn run(&self, args: &[&str], prompt: &str) -> crate::clients::Run {
         crate::clients::codex_via(

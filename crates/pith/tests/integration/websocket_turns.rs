@@ -405,3 +405,78 @@ async fn first_event(ws: &mut crate::websocket::Socket) -> String {
     let msg = futures_util::StreamExt::next(ws).await.unwrap().unwrap();
     msg.to_text().unwrap().to_owned()
 }
+
+#[test]
+fn the_real_codex_on_its_websocket_is_recorded_as_its_own_session_file_imports() {
+    // A turn that runs a command (the model calls exec_command, Codex runs it and sends its
+    // output), then a resumed turn.
+    let rt = codex_runtime();
+    let call = pith_testkit::fixtures::ToolCall::new(
+        "call_01Cat",
+        "exec_command",
+        r#"{"cmd":"cat README.md"}"#,
+    );
+    let looked = frames_of(&responses::stream_with_tool(
+        &["Let me look."],
+        &call,
+        CODEX_USAGE,
+    ));
+    let done = frames_of(&responses::stream(&["Done: it is a greeter."], CODEX_USAGE));
+    let mock = rt
+        .block_on(SocketMock::start(Arc::new(move |create: &Value, _| {
+            if responses_socket::is_warm_up(create) {
+                responses_socket::warm_up_answer(250)
+            } else if create["input"]
+                .as_array()
+                .is_some_and(|i| i.iter().any(|item| item["type"] == "function_call_output"))
+            {
+                done.clone()
+            } else {
+                looked.clone()
+            }
+        })))
+        .unwrap();
+    let url = mock.url();
+    let pith = PithProxy::start_with(&url, &url, &[]);
+    let codex = DefaultCodex::new(&pith, &url);
+    for (args, prompt) in [
+        (&[][..], "what is in README.md?"),
+        (&["resume", "--last"][..], "and again"),
+    ] {
+        let run = codex.run(args, prompt);
+        run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    }
+    assert!(mock.seen().connections >= 2, "not over the socket");
+    let rows = pith.wait_rows(4);
+    let session = rows
+        .iter()
+        .find_map(|r| r.session.clone())
+        .expect("a session");
+    let recorded = crate::history::wait_recorded(&pith, &session, 5);
+    let home = pith.home.path();
+    crate::history::import(
+        home,
+        &codex.codex_home().join("no-claude"),
+        &codex.codex_home(),
+    );
+    let imported = crate::history::imported_conversation(home, &session);
+    let proxy_shape = crate::history::shape(home, recorded["id"].as_str().unwrap());
+    assert_eq!(
+        proxy_shape,
+        crate::history::shape(home, imported["id"].as_str().unwrap()),
+        "the socket's history differs from Codex's own"
+    );
+    assert_eq!(recorded["realUserMessages"], imported["realUserMessages"]);
+    assert_eq!(recorded["realUserMessages"], 2, "{recorded}");
+    let proxied = crate::history::said(home, recorded["id"].as_str().unwrap());
+    assert_eq!(
+        proxied,
+        crate::history::said(home, imported["id"].as_str().unwrap()),
+        "message for message"
+    );
+    let previews = format!("{proxied:?}");
+    assert!(
+        previews.contains("exec_command") && previews.contains("# greeter"),
+        "the command and its output: {previews}"
+    );
+}

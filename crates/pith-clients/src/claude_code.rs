@@ -59,6 +59,24 @@ const HOOK_EVENTS: &[HookEvent] = &[
     },
 ];
 
+/// How the user messages of Claude Code 2.1.328's side calls open (its bundled code's
+/// `querySource`s beside the main loop, also in `claude -p` where noted): the session title
+/// (`generate_session_title`, a fresh `<session>` message, headless too), and the last message
+/// the forks that resend the conversation append: compaction (`compact`, headless too), the
+/// prompt suggestion, the away summary, memory extraction, `/btw`, `/rename`, background
+/// agents' summaries. Not listed: `quota_check` (its message is the bare word `quota`, which a
+/// person may type) and single-message helpers whose opening is not distinctive.
+pub const SIDE_CALL_OPENINGS: &[&str] = &[
+    "<session>",
+    "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.",
+    "[SUGGESTION MODE:",
+    "The user stepped away and is coming back.",
+    "You are now acting as the memory extraction subagent.",
+    "<system-reminder>This is a side question from the user.",
+    "Generate a short kebab-case name",
+    "Describe your most recent action in 3-5 words",
+];
+
 /// Claude Code's facts that are plain data.
 pub const PROFILE: Profile = Profile {
     name: "claude-code",
@@ -82,7 +100,7 @@ pub const PROFILE: Profile = Profile {
         LOCAL_COMMAND_CAVEAT,
     ],
     harness_prefixes: &["[Request interrupted by user"],
-    side_call_openings: &[],
+    side_call_openings: SIDE_CALL_OPENINGS,
     own_tool_search: Some(TOOL_SEARCH),
     default_scope: Scope::Local,
     scopes: &[Scope::Local, Scope::Project, Scope::User],

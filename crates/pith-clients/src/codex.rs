@@ -57,6 +57,16 @@ const HOOK_EVENTS: &[HookEvent] = &[HookEvent {
     tools: &[("Bash", HookTool::Shell), ("apply_patch", HookTool::Patch)],
 }];
 
+/// How the user messages of Codex 0.169.0's side calls open (its source, checked in the
+/// binary): the local compaction's appended prompt (providers without remote compaction, in
+/// `exec` too), the guardian's review of an action (a child thread of the session), and the
+/// memory writer's first phase. Its prewarm is no side call (a warm-up, recorded as none).
+pub const SIDE_CALL_OPENINGS: &[&str] = &[
+    "You are performing a CONTEXT CHECKPOINT COMPACTION.",
+    "The following is the Codex agent history whose request action you are assessing.",
+    "Analyze this rollout and produce JSON with `raw_memory`",
+];
+
 /// Codex's facts that are plain data.
 pub const PROFILE: Profile = Profile {
     name: "codex",
@@ -72,7 +82,7 @@ pub const PROFILE: Profile = Profile {
         INSTRUCTIONS_OPEN,
     ],
     harness_prefixes: &[AGENTS_MD_PREFIX],
-    side_call_openings: &[],
+    side_call_openings: SIDE_CALL_OPENINGS,
     own_tool_search: None,
     default_scope: Scope::User,
     scopes: &[Scope::User],

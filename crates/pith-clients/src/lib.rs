@@ -337,6 +337,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_clients_side_calls_are_told_by_how_they_open_and_its_turns_are_not() {
+        for client in Client::ALL {
+            for opening in client.profile().side_call_openings {
+                assert!(
+                    client.opens_side_call(&format!("{opening} rest")),
+                    "{opening}"
+                );
+            }
+        }
+        assert!(Client::ClaudeCode.opens_side_call("<session>\nfix calc.py\n</session>"));
+        assert!(Client::Codex.opens_side_call(
+            "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary"
+        ));
+        // What people type, and the harness's own reminders, are turns.
+        for typed in [
+            "fix calc.py",
+            "quota",
+            "<system-reminder>\nAs you answer the user's questions, you can use this context",
+            "Generate a title for this page",
+        ] {
+            assert!(!Client::ClaudeCode.opens_side_call(typed), "{typed}");
+            assert!(!Client::Codex.opens_side_call(typed), "{typed}");
+        }
+    }
+
+    #[test]
     fn user_agents_name_their_client() {
         for (ua, want) in [
             (

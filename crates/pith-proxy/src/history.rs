@@ -101,3 +101,54 @@ impl Labels {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(client: &str, body: serde_json::Value) -> Record {
+        Record {
+            client: client.to_owned(),
+            wire: Some(pith_wire::Wire::AnthropicMessages),
+            method: "POST".to_owned(),
+            path: "/v1/messages".to_owned(),
+            status: Some(200),
+            request_body: bytes::Bytes::from(body.to_string()),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn a_fork_that_resends_the_conversation_for_a_summary_is_no_turn_of_it() {
+        let labels = Labels {
+            agent_types: HashMap::new(),
+        };
+        let conversation = serde_json::json!([
+            {"role": "user", "content": "fix calc.py"},
+            {"role": "assistant", "content": "Done."},
+        ]);
+        let turn = record(
+            "claude-code",
+            serde_json::json!({"model": "m", "messages": conversation}),
+        );
+        assert!(labels.turn(&turn, Some("s"), None).is_some());
+        // Claude Code's compaction: the whole conversation, then its own instruction.
+        let mut forked = conversation.as_array().cloned().unwrap_or_default();
+        forked.push(
+            serde_json::json!({"role": "user", "content": [{"type": "text",
+            "text": "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\nSummarize."}]}),
+        );
+        let fork = record(
+            "claude-code",
+            serde_json::json!({"model": "m", "messages": forked}),
+        );
+        assert!(labels.turn(&fork, Some("s"), None).is_none());
+        // Its title call: one fresh message.
+        let title = record(
+            "claude-code",
+            serde_json::json!({"model": "m", "messages": [
+                {"role": "user", "content": "<session>\nfix calc.py\n</session>"}]}),
+        );
+        assert!(labels.turn(&title, Some("s"), None).is_none());
+    }
+}

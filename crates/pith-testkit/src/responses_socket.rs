@@ -42,6 +42,14 @@ impl Seen {
             .filter(|f| f["type"] == "response.create")
             .collect()
     }
+
+    /// The creates that are not warm-ups: the main loop's turns.
+    pub fn turns(&self) -> Vec<Value> {
+        self.creates()
+            .into_iter()
+            .filter(|c| !is_warm_up(c))
+            .collect()
+    }
 }
 
 /// The events answering a create: given the create and its number on its socket (from 1).

@@ -67,30 +67,21 @@ pub(super) async fn pump<C, U>(
         }
         tokio::select! {
             msg = from_client.next() => match msg {
-                Some(Ok(Message::Text(text))) => {
-                    let sent = match turns.client_sent(text.as_str()).await {
-                        FromClient::Forward(None) => to_upstream.send(Message::Text(text)).await,
-                        FromClient::Forward(Some(frame)) => {
-                            to_upstream.send(Message::text(frame)).await
+                Some(Ok(Message::Text(text))) => match turns.client_sent(text.as_str()).await {
+                    FromClient::Forward(frame) => {
+                        let msg = frame.map_or(Message::Text(text), Message::text);
+                        if to_upstream.send(msg).await.is_err() {
+                            break Ended::UpstreamClosed;
                         }
-                        FromClient::Answer(events) => {
-                            let mut answered = Ok(());
-                            for event in events {
-                                answered = to_client.send(Message::text(event)).await;
-                                if answered.is_err() {
-                                    break;
-                                }
-                            }
-                            if answered.is_err() {
-                                break Ended::ClientClosed;
-                            }
-                            Ok(())
-                        }
-                    };
-                    if sent.is_err() {
-                        break Ended::UpstreamClosed;
                     }
-                }
+                    FromClient::Answer(events) => {
+                        let events = events.into_iter().map(|e| Ok::<_, Error>(Message::text(e)));
+                        let mut events = futures_util::stream::iter(events);
+                        if to_client.send_all(&mut events).await.is_err() {
+                            break Ended::ClientClosed;
+                        }
+                    }
+                },
                 // Each hop answers its own pings.
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(msg)) => {
@@ -106,20 +97,18 @@ pub(super) async fn pump<C, U>(
                 _ => break Ended::ClientClosed,
             },
             msg = from_upstream.next() => match msg {
-                Some(Ok(Message::Text(text))) => {
-                    let sent = match turns.upstream_sent(text.as_str()) {
-                        FromUpstream::Pass => to_client.send(Message::Text(text)).await,
-                        FromUpstream::Resend(frame) => {
-                            if to_upstream.send(Message::text(frame)).await.is_err() {
-                                break Ended::UpstreamClosed;
-                            }
-                            Ok(())
+                Some(Ok(Message::Text(text))) => match turns.upstream_sent(text.as_str()) {
+                    FromUpstream::Pass => {
+                        if to_client.send(Message::Text(text)).await.is_err() {
+                            break Ended::ClientClosed;
                         }
-                    };
-                    if sent.is_err() {
-                        break Ended::ClientClosed;
                     }
-                }
+                    FromUpstream::Resend(frame) => {
+                        if to_upstream.send(Message::text(frame)).await.is_err() {
+                            break Ended::UpstreamClosed;
+                        }
+                    }
+                },
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(msg)) => {
                     let close = matches!(msg, Message::Close(_));

@@ -144,6 +144,26 @@ fn body_of(members: &[(String, Box<RawValue>)], items: &[String]) -> String {
     out
 }
 
+/// A `response.create` frame of `members`, chained to `previous` when given, with `items` as
+/// its input.
+fn frame_of(
+    members: &[(String, Box<RawValue>)],
+    previous: Option<&str>,
+    items: &[String],
+) -> String {
+    let mut frame = String::from(r#"{"type":"response.create","#);
+    for (name, value) in members {
+        push_member(&mut frame, name, value.get());
+    }
+    if let Some(id) = previous {
+        let id = serde_json::Value::from(id).to_string();
+        push_member(&mut frame, "previous_response_id", &id);
+    }
+    push_items(&mut frame, items);
+    frame.push('}');
+    frame
+}
+
 fn push_member(out: &mut String, name: &str, value: &str) {
     // `name` came out of a JSON string: written back as one.
     out.push_str(&serde_json::Value::from(name).to_string());
@@ -268,23 +288,11 @@ impl Transcript {
                 && held.len() <= items.len()
                 && held.iter().zip(items.iter()).all(|(a, b)| a == b)
         });
-        let mut frame = String::from(r#"{"type":"response.create","#);
-        for (name, value) in &members {
-            push_member(&mut frame, name, value.get());
-        }
         let rest = match chain {
-            Some(id) => {
-                push_member(
-                    &mut frame,
-                    "previous_response_id",
-                    &serde_json::Value::from(id).to_string(),
-                );
-                &items[held.len()..]
-            }
+            Some(_) => &items[held.len()..],
             None => &items[..],
         };
-        push_items(&mut frame, rest);
-        frame.push('}');
+        let frame = frame_of(&members, chain, rest);
         let same_items = Arc::ptr_eq(&items, &conversation.items);
         Some(Upstream {
             frame: Some(frame),
@@ -295,13 +303,7 @@ impl Transcript {
     /// `conversation` as the client means it, whole, chained to nothing: what goes up in place
     /// of a change the provider refused (a refused turn evicts the answer it chained to).
     pub fn whole(conversation: &Conversation) -> String {
-        let mut frame = String::from(r#"{"type":"response.create","#);
-        for (name, value) in &conversation.members {
-            push_member(&mut frame, name, value.get());
-        }
-        push_items(&mut frame, &conversation.items);
-        frame.push('}');
-        frame
+        frame_of(&conversation.members, None, &conversation.items)
     }
 
     /// The provider completed the answer to `conversation`, sent as `upstream_items` (when not

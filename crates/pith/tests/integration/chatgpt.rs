@@ -5,7 +5,6 @@
 //! zstd-compressed, and on its WebSocket, with the real Codex.
 
 use pith_testkit::fixtures::{self, responses};
-use pith_testkit::responses_socket;
 use pith_testkit::{MockUpstream, Reply};
 use serde_json::{Value, json};
 
@@ -209,12 +208,9 @@ fn the_real_codex_signed_in_with_chatgpt_pins_through_pith_on_its_websocket() {
         Some(CHATGPT_ACCOUNT)
     );
     let creates = seen.creates();
-    let turns: Vec<&Value> = creates
-        .iter()
-        .filter(|c| !responses_socket::is_warm_up(c))
-        .collect();
+    let turns = seen.turns();
     assert_eq!(turns.len(), 1, "one main-loop create: {creates:?}");
-    assert_pinned_at_the_tail("codex", turns[0]);
+    assert_pinned_at_the_tail("codex", &turns[0]);
     drop(seen);
     let rows = pith.wait_rows(creates.len() + 1);
     let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();

@@ -364,14 +364,11 @@ fn the_real_codex_pins_on_its_websocket_and_the_pin_rides_the_resumed_session() 
     assert_eq!(run.stdout, "Hi.\n", "{}", run.stderr);
     let seen = mock.seen();
     let creates = seen.creates();
-    let turns: Vec<&Value> = creates
-        .iter()
-        .filter(|c| !responses_socket::is_warm_up(c))
-        .collect();
+    let turns = seen.turns();
     assert_eq!(turns.len(), 1, "one main-loop create: {creates:?}");
     // The pin at the tail of what the provider gets over the socket; not the command, not
     // pith's answer, not pith's id.
-    assert_pinned_at_the_tail("codex", turns[0]);
+    assert_pinned_at_the_tail("codex", &turns[0]);
     assert!(!seen.frames.join("\n").contains("resp_pith"));
     assert!(seen.connections >= 2, "{}", seen.connections);
     drop(seen);

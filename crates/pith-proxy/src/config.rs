@@ -68,6 +68,10 @@ pub struct ProxyConfig {
     pub pins: Option<PinsStage>,
     /// Response transforms: chooses a rewriter for a streamed answer (none by default).
     pub rewrites: Option<Arc<dyn ResponseRewrites>>,
+    /// The tool search round trip's memory, when it is shared through a team store: before
+    /// the pipeline, a request naming `tool_use`s this instance has not seen asks the store
+    /// for their blocks (`crate::search_trip::fetch`). `None`, or a memory not shared: no phase.
+    pub searches: Option<pith_store::search_blocks::SearchBlocks>,
     /// Where each request's record goes; `None` keeps no ledger.
     pub ledger: Option<LedgerSink>,
     /// Largest client request body accepted, in bytes (a larger one is answered 413);

@@ -2,8 +2,13 @@
 //! out of the answer here (the tool search round trip: `crate::search_trip`). A rewriter sees a
 //! streamed answer one SSE event at a time, in order, holding at most one incomplete event
 //! ([`EventRewriter`]), or a JSON answer whole ([`BodyRewriter`]); it may report what it did,
-//! and the report joins the request's transforms in the ledger. With no rewriter, the answer's
-//! bytes pass through untouched, frame by frame.
+//! and the report joins the request's transforms in the ledger. A rewriter may also ask the
+//! answer to wait ([`Hold`]) before what it let through so far goes on: the round trip's write
+//! to a team store, which has to land before the client can send its next request. With no
+//! rewriter, the answer's bytes pass through untouched, frame by frame.
+
+use std::future::Future;
+use std::pin::Pin;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -21,6 +26,10 @@ pub enum Rewrite {
     Replace(Bytes),
 }
 
+/// Work the answer waits for before its next bytes go to the client (bounded by whoever made
+/// it).
+pub type Hold = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Rewrites one streamed answer. `event` is one raw SSE event, the exact bytes through the blank
 /// line that ends it (the last one of a stream may lack that line).
 pub trait EventRewriter: Send {
@@ -36,6 +45,11 @@ pub trait EventRewriter: Send {
     fn may_pass_unread(&self) -> bool {
         true
     }
+    /// What the answer must wait for before the events rewritten so far go on, if anything
+    /// (asked after each chunk is read).
+    fn hold(&mut self) -> Option<Hold> {
+        None
+    }
 }
 
 /// Rewrites one JSON answer, read whole.
@@ -44,6 +58,10 @@ pub trait BodyRewriter: Send {
     fn body(&mut self, body: &[u8]) -> Option<Bytes>;
     /// What it did, for the ledger.
     fn report(&mut self) -> Option<StageReport> {
+        None
+    }
+    /// What the answer must wait for before it goes on, if anything (asked after `body`).
+    fn hold(&mut self) -> Option<Hold> {
         None
     }
 }

@@ -1,12 +1,14 @@
-//! The tool search round trip's two halves in the proxy: the answers' rewriter (search blocks
-//! pith's tool search caused, taken out and kept) and the memory the request stage reads them
-//! back from. The rules are `pith_transform::search_trip`'s; the memory is
+//! The tool search round trip's halves in the proxy: the answers' rewriter (search blocks
+//! pith's tool search caused, taken out and kept), the memory the request stage reads them
+//! back from, and, with a team store, the fetch phase that asks it for the blocks another
+//! instance hid ([`fetch`]). The rules are `pith_transform::search_trip`'s; the memory is
 //! `pith_store::search_blocks`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use pith_store::search_blocks::SearchBlocks;
+use pith_store::search_blocks::{Fetch, SearchBlocks, Shared, Sharing};
 use pith_transform::search_trip::SearchMemory;
 use pith_transform::search_trip::hide::{Action, StreamHider, hide_in_message};
 use pith_transform::search_trip::restore::{NAME as RESTORE, reason};
@@ -14,18 +16,64 @@ use pith_transform::{Fact, StageReport, StageResult};
 use pith_wire::Wire;
 
 use crate::rewrite::{
-    BodyRewriter, EventRewriter, ResponseInfo, ResponseRewrites, Rewrite, Rewriter,
+    BodyRewriter, EventRewriter, Hold, ResponseInfo, ResponseRewrites, Rewrite, Rewriter,
 };
 
 /// The stage name of the answers' half, in the ledger.
 pub const HIDE: &str = "search_hide";
+
+/// The fetch phase's stage name in the ledger (a report only when the team store was read
+/// and had blocks, or failed).
+pub const FETCH: &str = "search_fetch";
+
+/// Before the pipeline, with a team store: a Messages request naming `tool_use`s this
+/// instance knows nothing about asks the store for their blocks (another instance hid them
+/// from the answer the client is replying to), so the restore stage finds them in memory.
+/// Bounded in time; a slow or failed store is reported and the request goes on without them
+/// (fails open).
+pub async fn fetch(
+    memory: &SearchBlocks,
+    wire: Wire,
+    session: &str,
+    body: &[u8],
+) -> Option<StageReport> {
+    if wire != Wire::AnthropicMessages || !memory.is_shared() {
+        return None;
+    }
+    let ids = pith_transform::search_trip::restore::tool_use_ids(body);
+    if ids.is_empty() {
+        return None;
+    }
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let failed = |why: String| {
+        tracing::warn!("{why}; the request goes on without what the store may hold");
+        Some(StageReport {
+            stage: FETCH,
+            result: StageResult::Failed(why),
+        })
+    };
+    match memory.fetch(session, &ids).await {
+        Fetch::NotShared | Fetch::Known | Fetch::Fetched { found: 0, .. } => None,
+        Fetch::Fetched { found, .. } => Some(StageReport {
+            stage: FETCH,
+            result: StageResult::Applied(vec![Fact::count("fetched", found)]),
+        }),
+        Fetch::Slow => failed("the team store did not answer within its bound".to_owned()),
+        Fetch::Failed(e) => failed(format!("the team store could not be read: {e}")),
+        Fetch::Resting => failed(
+            "the team store failed or was slow a moment ago; not asked for a few seconds"
+                .to_owned(),
+        ),
+    }
+}
 
 /// [`SearchBlocks`] as the restore stage's memory.
 pub struct StoredSearches(pub SearchBlocks);
 
 impl SearchMemory for StoredSearches {
     fn remember(&self, session: &str, tool_use_id: &str, blocks: &str) {
-        self.0.put(session, tool_use_id, blocks);
+        // The team write (if any) goes on by itself; nothing here waits for it.
+        drop(self.0.put(session, tool_use_id, blocks));
     }
     fn recall(&self, session: &str, tool_use_id: &str) -> Option<Arc<str>> {
         self.0.get(session, tool_use_id)
@@ -69,36 +117,83 @@ impl ResponseRewrites for SearchTrip {
         {
             return None;
         }
-        let session = info.session.unwrap_or_default().to_owned();
-        let memory = self.memory.clone();
+        let keeper = Keeper {
+            memory: self.memory.clone(),
+            session: info.session.unwrap_or_default().to_owned(),
+            sharing: Vec::new(),
+            not_shared: Arc::new(AtomicUsize::new(0)),
+        };
         Some(if info.sse {
             Rewriter::Events(Box::new(HideEvents {
                 hider: StreamHider::new(),
-                memory,
-                session,
+                keeper,
             }))
         } else {
             Rewriter::Whole(Box::new(HideWhole {
-                memory,
-                session,
+                keeper,
                 searches: 0,
             }))
         })
     }
 }
 
-fn report(searches: usize) -> Option<StageReport> {
-    (searches > 0).then(|| StageReport {
-        stage: HIDE,
-        result: StageResult::Applied(vec![Fact::count("searches", searches)]),
-    })
+/// Where a hider keeps what it took out, and the team writes its answer waits for.
+struct Keeper {
+    memory: SearchBlocks,
+    session: String,
+    sharing: Vec<Sharing>,
+    /// Team writes that failed or missed their bound (the row says so).
+    not_shared: Arc<AtomicUsize>,
 }
+
+impl Keeper {
+    fn keep(&mut self, tool_use_id: &str, kept: &str) {
+        if let Some(sharing) = self.memory.put(&self.session, tool_use_id, kept) {
+            self.sharing.push(sharing);
+        }
+    }
+
+    /// The answer waits until every block kept so far is in the team store (or its bound
+    /// passed): the client's next request may go to another instance.
+    fn hold(&mut self) -> Option<Hold> {
+        if self.sharing.is_empty() {
+            return None;
+        }
+        let sharing = std::mem::take(&mut self.sharing);
+        let not_shared = Arc::clone(&self.not_shared);
+        Some(Box::pin(async move {
+            for write in sharing {
+                if write.await != Shared::Written {
+                    not_shared.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }))
+    }
+
+    fn report(&self, searches: usize) -> Option<StageReport> {
+        if searches == 0 {
+            return None;
+        }
+        let mut facts = vec![Fact::count("searches", searches)];
+        let not_shared = self.not_shared.load(Ordering::Relaxed);
+        if not_shared > 0 {
+            facts.push(Fact::count(NOT_SHARED, not_shared));
+        }
+        Some(StageReport {
+            stage: HIDE,
+            result: StageResult::Applied(facts),
+        })
+    }
+}
+
+/// The hide report's fact for blocks that did not reach the team store in time: another
+/// instance serving the session's next request fails open for them.
+pub const NOT_SHARED: &str = "not_shared";
 
 /// A streamed answer's hider.
 struct HideEvents {
     hider: StreamHider,
-    memory: SearchBlocks,
-    session: String,
+    keeper: Keeper,
 }
 
 impl EventRewriter for HideEvents {
@@ -107,8 +202,7 @@ impl EventRewriter for HideEvents {
         // Kept as soon as the tool_use that follows a search starts: the client's next request
         // may come before this answer's last byte is accounted.
         for hidden in self.hider.take_hidden() {
-            self.memory
-                .put(&self.session, &hidden.tool_use_id, &hidden.kept);
+            self.keeper.keep(&hidden.tool_use_id, &hidden.kept);
         }
         match action {
             Action::Keep => Rewrite::Keep,
@@ -122,14 +216,17 @@ impl EventRewriter for HideEvents {
     }
 
     fn report(&mut self) -> Option<StageReport> {
-        report(self.hider.searches())
+        self.keeper.report(self.hider.searches())
+    }
+
+    fn hold(&mut self) -> Option<Hold> {
+        self.keeper.hold()
     }
 }
 
 /// A JSON answer's hider.
 struct HideWhole {
-    memory: SearchBlocks,
-    session: String,
+    keeper: Keeper,
     searches: usize,
 }
 
@@ -137,13 +234,17 @@ impl BodyRewriter for HideWhole {
     fn body(&mut self, body: &[u8]) -> Option<Bytes> {
         let hidden = hide_in_message(body)?;
         for h in &hidden.hidden {
-            self.memory.put(&self.session, &h.tool_use_id, &h.kept);
+            self.keeper.keep(&h.tool_use_id, &h.kept);
         }
         self.searches = hidden.searches;
         Some(Bytes::from(hidden.body))
     }
 
     fn report(&mut self) -> Option<StageReport> {
-        report(self.searches)
+        self.keeper.report(self.searches)
+    }
+
+    fn hold(&mut self) -> Option<Hold> {
+        self.keeper.hold()
     }
 }

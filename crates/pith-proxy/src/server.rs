@@ -116,6 +116,18 @@ impl Proxy {
         shutdown: impl Future<Output = ()>,
         grace: Duration,
     ) -> Result<(), ProxyError> {
+        self.serve_until(shutdown, std::future::pending(), grace)
+            .await
+    }
+
+    /// [`Proxy::serve`], and cut what is still open as soon as `cut` resolves, even within
+    /// the grace period (a second signal).
+    pub async fn serve_until(
+        self,
+        shutdown: impl Future<Output = ()>,
+        cut: impl Future<Output = ()>,
+        grace: Duration,
+    ) -> Result<(), ProxyError> {
         // Tells every connection to finish its request in flight and close (hyper-util's
         // GracefulShutdown does not take a connection with upgrades).
         let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -194,8 +206,13 @@ impl Proxy {
             // Relays with an answer open finish it too (the others closed on `Draining`).
             self.state.activity.relays_ended(grace).await;
         };
-        if tokio::time::timeout(grace, drained).await.is_err() {
-            tracing::info!("grace period over; closing remaining connections");
+        tokio::select! {
+            done = tokio::time::timeout(grace, drained) => {
+                if done.is_err() {
+                    tracing::info!("grace period over; closing remaining connections");
+                }
+            }
+            () = cut => tracing::info!("asked to stop now; closing remaining connections"),
         }
         // Cut what is still open here, before returning, so that each cut request's ledger
         // row is queued while the caller can still write it.

@@ -21,7 +21,7 @@ use crate::ledger::LedgerSink;
 use crate::ledger::Record;
 use pith_transform::StageReport;
 
-use crate::rewrite::{BodyRewriter, EventRewriter, Rewrite, Rewriter};
+use crate::rewrite::{BodyRewriter, EventRewriter, Hold, Rewrite, Rewriter};
 
 /// Where a request's record goes, and whether the proxy is cutting requests at shutdown.
 #[derive(Clone)]
@@ -195,6 +195,8 @@ struct Rewriting {
     kind: RewriterKind,
     /// Rewritten bytes not yet handed to the client.
     ready: VecDeque<Bytes>,
+    /// What the rewriter asked the answer to wait for before `ready` goes on.
+    hold: Option<Hold>,
 }
 
 enum RewriterKind {
@@ -235,7 +237,38 @@ impl Rewriting {
         Rewriting {
             kind,
             ready: VecDeque::new(),
+            hold: None,
         }
+    }
+
+    /// Take what the rewriter asks to wait for (after what is held already).
+    fn ask_hold(&mut self) {
+        let asked = match &mut self.kind {
+            RewriterKind::Events { rewriter, .. } => rewriter.hold(),
+            RewriterKind::Whole { rewriter, .. } => rewriter.hold(),
+            RewriterKind::Passing => None,
+        };
+        if let Some(asked) = asked {
+            self.hold = Some(match self.hold.take() {
+                None => asked,
+                Some(held) => Box::pin(async move {
+                    held.await;
+                    asked.await;
+                }),
+            });
+        }
+    }
+
+    /// Whether what the rewriter asked to wait for is still pending.
+    fn holding(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(hold) = self.hold.as_mut() else {
+            return false;
+        };
+        if hold.as_mut().poll(cx).is_pending() {
+            return true;
+        }
+        self.hold = None;
+        false
     }
 
     fn take(rewriter: &mut dyn EventRewriter, ready: &mut VecDeque<Bytes>, event: Bytes) {
@@ -273,6 +306,7 @@ impl Rewriting {
             }
             RewriterKind::Passing => self.ready.push_back(Bytes::copy_from_slice(chunk)),
         }
+        self.ask_hold();
     }
 
     fn finish(&mut self) {
@@ -289,6 +323,7 @@ impl Rewriting {
             }
             RewriterKind::Passing => {}
         }
+        self.ask_hold();
     }
 
     fn report(&mut self) -> Option<StageReport> {
@@ -376,6 +411,9 @@ where
 {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         loop {
+            if self.rewriting.as_mut().is_some_and(|r| r.holding(cx)) {
+                return Poll::Pending;
+            }
             if let Some(ready) = self.rewriting.as_mut().and_then(Rewriting::drain) {
                 return Poll::Ready(Some(Ok(Frame::data(ready))));
             }
@@ -563,5 +601,42 @@ mod rewriting_tests {
         );
         r.feed(b"\n\n");
         assert_eq!(r.drain(), None, "read whole, and dropped");
+    }
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+    use crate::rewrite::{EventRewriter, Rewrite, Rewriter};
+
+    /// Keeps every event, and after the first asks the answer to wait until `go` is sent.
+    struct Holding(Option<tokio::sync::oneshot::Receiver<()>>);
+    impl EventRewriter for Holding {
+        fn event(&mut self, _event: &[u8]) -> Rewrite {
+            Rewrite::Keep
+        }
+        fn hold(&mut self) -> Option<Hold> {
+            let go = self.0.take()?;
+            Some(Box::pin(async move {
+                let _ = go.await;
+            }))
+        }
+    }
+
+    #[test]
+    fn what_a_rewriter_asks_to_wait_for_holds_its_bytes_until_done() {
+        let (go, wait) = tokio::sync::oneshot::channel();
+        let mut r = Rewriting::new(Rewriter::Events(Box::new(Holding(Some(wait)))));
+        let event = b"event: ping\ndata: {}\n\n";
+        r.feed(event);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(r.holding(&mut cx), "the event went on before the write");
+        assert!(r.holding(&mut cx));
+        go.send(()).unwrap();
+        assert!(!r.holding(&mut cx));
+        assert_eq!(r.drain().as_deref(), Some(&event[..]));
+        // Asked once: the next events pass at once.
+        r.feed(event);
+        assert!(!r.holding(&mut cx));
     }
 }

@@ -109,6 +109,7 @@ async fn start_with(
         pins: None,
         own_pages: None,
         rewrites,
+        searches: None,
         ledger: Some(sink.clone()),
         max_body: pith_proxy::DEFAULT_MAX_BODY,
         timeouts: pith_proxy::Timeouts::default(),

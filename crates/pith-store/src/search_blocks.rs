@@ -3,17 +3,26 @@
 //! waits on the disk); every block kept is also written, on a thread of its own, to a small
 //! SQLite file, so a restart of pith loses nothing. Bounded in entries and age, in memory and
 //! on disk: an expired block is gone, and the request it was for fails open.
+//!
+//! With a team store (`[store] url`), several instances behind a load balancer share the
+//! blocks: each one kept is also written to the store before its answer goes on (the
+//! [`Sharing`] the caller holds the answer for), and a request naming a `tool_use` this
+//! instance has not seen asks the store first ([`SearchBlocks::fetch`]). Both are bounded in
+//! time; past the bound the request fails open, and the caller records it.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
 use crate::clock::now_ms;
+use crate::postgres::search_blocks::TeamSearchBlocks;
 use crate::sqlite::{self, StoreError};
 
 const MIGRATIONS: &[&str] = &["CREATE TABLE search_blocks (
@@ -130,6 +139,127 @@ struct Inner {
     /// To the writer thread, which ends when this is dropped with the last handle.
     writer: Mutex<Option<Sender<Write>>>,
     write_failures: Arc<AtomicU64>,
+    /// The team store, when the blocks are shared ([`SearchBlocks::share_with`]).
+    team: OnceLock<Arc<Team>>,
+}
+
+/// How long a "the team store has nothing for this `tool_use`" answer is believed: a block is
+/// in the store before the answer naming its `tool_use` reaches the client, so a later look
+/// finds nothing new unless that write missed its bound and landed late.
+const NOTHING_FOR: Duration = Duration::from_secs(60);
+
+/// Puts to the team store between two prunes of its old blocks.
+const TEAM_PRUNE_EVERY: u64 = 1_000;
+
+/// After the store failed or missed its bound, how long requests stop waiting for it: a store
+/// that is down or hung costs one bound per this long, not one per request.
+const REST: Duration = Duration::from_secs(5);
+
+/// The team side of [`SearchBlocks`].
+struct Team {
+    store: TeamSearchBlocks,
+    /// How long a request waits for the store, reading or writing.
+    bound: Duration,
+    /// `tool_use`s the store was asked about and had nothing for, with when.
+    nothing: Mutex<HashMap<(String, String), Instant>>,
+    /// Until when requests do not wait for the store (it failed or was slow just now).
+    resting_until: Mutex<Option<Instant>>,
+    counts: TeamCounts,
+}
+
+impl Team {
+    /// Stop waiting for the store for [`REST`].
+    fn rest(&self) {
+        if let Ok(mut until) = self.resting_until.lock() {
+            *until = Some(Instant::now() + REST);
+        }
+    }
+
+    fn is_resting(&self) -> bool {
+        self.resting_until
+            .lock()
+            .is_ok_and(|until| until.is_some_and(|u| Instant::now() < u))
+    }
+}
+
+/// What the team side has done since start (`pith doctor`, the log, tests).
+#[derive(Debug, Default)]
+struct TeamCounts {
+    written: AtomicU64,
+    write_failed: AtomicU64,
+    write_slow: AtomicU64,
+    fetched: AtomicU64,
+    fetch_failed: AtomicU64,
+    fetch_slow: AtomicU64,
+}
+
+/// The team side's counts, as read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TeamStats {
+    /// Blocks written to the team store.
+    pub written: u64,
+    /// Writes that failed.
+    pub write_failed: u64,
+    /// Writes an answer stopped waiting for (the bound passed).
+    pub write_slow: u64,
+    /// Blocks read from the team store (another instance hid them).
+    pub fetched: u64,
+    /// Reads that failed.
+    pub fetch_failed: u64,
+    /// Reads a request stopped waiting for.
+    pub fetch_slow: u64,
+}
+
+/// A write to the team store that an answer waits for before it goes on: resolves when the
+/// block is in the store, when the write failed, or when the bound passed.
+pub type Sharing = Pin<Box<dyn Future<Output = Shared> + Send>>;
+
+/// How a [`Sharing`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    /// In the team store.
+    Written,
+    /// The store refused it or could not be reached.
+    Failed,
+    /// The bound passed first (the write goes on and may land later).
+    Slow,
+    /// Not waited for: the store failed or was slow within the last few seconds (the write
+    /// goes on).
+    Resting,
+}
+
+/// What [`SearchBlocks::fetch`] did for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetch {
+    /// No team store: nothing to ask.
+    NotShared,
+    /// Every `tool_use` named is known here already.
+    Known,
+    /// The store was asked about `asked` `tool_use`s and had blocks for `found`.
+    Fetched {
+        /// `tool_use`s asked about.
+        asked: usize,
+        /// Those it had blocks for (now in the local cache).
+        found: usize,
+    },
+    /// The store did not answer within the bound.
+    Slow,
+    /// The store could not be read (the error, for the log).
+    Failed(String),
+    /// Not asked: it failed or was slow within the last few seconds.
+    Resting,
+}
+
+/// An error with its sources, one line (a driver's error says little on its own).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn age_ms(limits: Limits) -> i64 {
@@ -170,6 +300,7 @@ impl SearchBlocks {
             limits,
             writer: Mutex::new(Some(tx)),
             write_failures: Arc::clone(&failures),
+            team: OnceLock::new(),
         });
         std::thread::Builder::new()
             .name("pith-search-blocks".into())
@@ -190,14 +321,199 @@ impl SearchBlocks {
                 limits,
                 writer: Mutex::new(None),
                 write_failures: Arc::new(AtomicU64::new(0)),
+                team: OnceLock::new(),
             }),
         }
     }
 
-    /// Keep `blocks` for `tool_use_id` of `session` (replacing what was kept for it).
-    pub fn put(&self, session: &str, tool_use_id: &str, blocks: &str) {
-        let blocks: Arc<str> = Arc::from(blocks);
+    /// Share the blocks through the team store `store` from now on, each read and write
+    /// bounded by `bound`; the schema is brought up to date in the background when a runtime
+    /// is running. Once per handle: a second call is ignored.
+    pub fn share_with(&self, store: TeamSearchBlocks, bound: Duration) {
+        let team = Arc::new(Team {
+            store,
+            bound,
+            nothing: Mutex::new(HashMap::new()),
+            resting_until: Mutex::new(None),
+            counts: TeamCounts::default(),
+        });
+        if self.inner.team.set(Arc::clone(&team)).is_ok()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                if let Err(e) = team.store.warm().await {
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "the team store cannot keep tool search blocks yet; each request retries"
+                    );
+                }
+            });
+        }
+    }
+
+    /// Whether the blocks are shared through a team store.
+    pub fn is_shared(&self) -> bool {
+        self.inner.team.get().is_some()
+    }
+
+    /// The team side's counts (all zero when not shared).
+    pub fn team_stats(&self) -> TeamStats {
+        let Some(team) = self.inner.team.get() else {
+            return TeamStats::default();
+        };
+        let c = &team.counts;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TeamStats {
+            written: n(&c.written),
+            write_failed: n(&c.write_failed),
+            write_slow: n(&c.write_slow),
+            fetched: n(&c.fetched),
+            fetch_failed: n(&c.fetch_failed),
+            fetch_slow: n(&c.fetch_slow),
+        }
+    }
+
+    /// Keep `blocks` for `tool_use_id` of `session` (replacing what was kept for it). With a
+    /// team store, the write to it starts now, on the running runtime; the answer that hid the
+    /// blocks waits for the returned [`Sharing`] before it goes on, so whichever instance the
+    /// client's next request reaches finds them.
+    pub fn put(&self, session: &str, tool_use_id: &str, blocks: &str) -> Option<Sharing> {
         let ts_ms = now_ms();
+        self.keep_here(session, tool_use_id, Arc::from(blocks), ts_ms);
+        let team = Arc::clone(self.inner.team.get()?);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            team.counts.write_failed.fetch_add(1, Ordering::Relaxed);
+            return Some(Box::pin(std::future::ready(Shared::Failed)));
+        };
+        let (session, tool_use_id, blocks) = (
+            session.to_owned(),
+            tool_use_id.to_owned(),
+            blocks.to_owned(),
+        );
+        let writer = Arc::clone(&team);
+        let max_age = age_ms(self.inner.limits);
+        let write = runtime.spawn(async move {
+            let counts = &writer.counts;
+            match writer
+                .store
+                .put(&session, &tool_use_id, &blocks, ts_ms)
+                .await
+            {
+                Ok(()) => {
+                    let n = counts.written.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n % TEAM_PRUNE_EVERY == 0 {
+                        let _ = writer.store.prune(now_ms().saturating_sub(max_age)).await;
+                    }
+                    Shared::Written
+                }
+                Err(e) => {
+                    counts.write_failed.fetch_add(1, Ordering::Relaxed);
+                    writer.rest();
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "a tool search block did not reach the team store; another instance \
+                         serving this session's next request leaves it unchanged"
+                    );
+                    Shared::Failed
+                }
+            }
+        });
+        if team.is_resting() {
+            return Some(Box::pin(std::future::ready(Shared::Resting)));
+        }
+        Some(Box::pin(async move {
+            match tokio::time::timeout(team.bound, write).await {
+                Ok(Ok(shared)) => shared,
+                Ok(Err(_)) => Shared::Failed,
+                Err(_) => {
+                    team.counts.write_slow.fetch_add(1, Ordering::Relaxed);
+                    team.rest();
+                    Shared::Slow
+                }
+            }
+        }))
+    }
+
+    /// Ask the team store for the blocks of those of `tool_use_ids` (of `session`) this
+    /// instance knows nothing about, within the bound; what it has goes into the local cache,
+    /// so the restore stage, which never waits on I/O, finds it.
+    pub async fn fetch(&self, session: &str, tool_use_ids: &[&str]) -> Fetch {
+        let Some(team) = self.inner.team.get() else {
+            return Fetch::NotShared;
+        };
+        let asked = self.unknown(team, session, tool_use_ids);
+        if asked.is_empty() {
+            return Fetch::Known;
+        }
+        if team.is_resting() {
+            return Fetch::Resting;
+        }
+        let since = now_ms().saturating_sub(age_ms(self.inner.limits));
+        let read = team.store.get(session, &asked, since);
+        let found = match tokio::time::timeout(team.bound, read).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => {
+                team.counts.fetch_failed.fetch_add(1, Ordering::Relaxed);
+                team.rest();
+                return Fetch::Failed(with_sources(&e));
+            }
+            Err(_) => {
+                team.counts.fetch_slow.fetch_add(1, Ordering::Relaxed);
+                team.rest();
+                return Fetch::Slow;
+            }
+        };
+        team.counts
+            .fetched
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        let result = Fetch::Fetched {
+            asked: asked.len(),
+            found: found.len(),
+        };
+        let mut had: Vec<String> = Vec::with_capacity(found.len());
+        for (id, blocks, ts_ms) in found {
+            self.keep_here(session, &id, Arc::from(blocks), ts_ms);
+            had.push(id);
+        }
+        if let Ok(mut nothing) = team.nothing.lock() {
+            let now = Instant::now();
+            if nothing.len() >= self.inner.limits.max_entries {
+                nothing.retain(|_, at| now.duration_since(*at) < NOTHING_FOR);
+                if nothing.len() >= self.inner.limits.max_entries {
+                    nothing.clear();
+                }
+            }
+            for id in asked.into_iter().filter(|id| !had.contains(id)) {
+                nothing.insert((session.to_owned(), id), now);
+            }
+        }
+        result
+    }
+
+    /// Those of `ids` neither kept here nor recently found absent from the store.
+    fn unknown(&self, team: &Team, session: &str, ids: &[&str]) -> Vec<String> {
+        let Ok(cache) = self.inner.cache.lock() else {
+            return Vec::new();
+        };
+        let nothing = team.nothing.lock().ok();
+        let mut key = (session.to_owned(), String::new());
+        let mut unknown = Vec::new();
+        for id in ids {
+            key.1.clear();
+            key.1.push_str(id);
+            let absent = nothing
+                .as_ref()
+                .and_then(|n| n.get(&key))
+                .is_some_and(|at| at.elapsed() < NOTHING_FOR);
+            if !cache.entries.contains_key(&key) && !absent && !unknown.iter().any(|u| u == id) {
+                unknown.push((*id).to_owned());
+            }
+        }
+        unknown
+    }
+
+    /// Into the cache and the local file.
+    fn keep_here(&self, session: &str, tool_use_id: &str, blocks: Arc<str>, ts_ms: i64) {
         if let Ok(mut cache) = self.inner.cache.lock() {
             cache.insert(
                 (session.to_owned(), tool_use_id.to_owned()),

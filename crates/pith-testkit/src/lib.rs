@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cache_sim;
 pub mod errors;
 pub mod fixtures;
+pub mod haproxy;
 pub mod ollama;
 pub mod postgres;
 pub mod responses_socket;

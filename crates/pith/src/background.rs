@@ -116,6 +116,11 @@ fn parse_health(reply: &[u8]) -> Probe {
                 chatgpt: field("chatgpt"),
             })
         }
+        Some(_) if code == "503" => Probe::Other(
+            "a pith proxy that is stopping (its health check fails while it drains); try again \
+             once it has stopped"
+                .to_owned(),
+        ),
         _ if code == "401" => {
             Probe::Other("it answered 401 (a pith proxy wanting another access token?)".to_owned())
         }

@@ -55,6 +55,17 @@ pub struct ProxyConfig {
     /// How long an idle upstream connection stays pooled (default `90s`; env
     /// `PITH_POOL_IDLE_TIMEOUT`).
     pub pool_idle_timeout: Option<String>,
+    /// This instance's name on its ledger rows, so a team behind a load balancer sees which
+    /// one served each request (default `<host name>:<port>`; env `PITH_INSTANCE`).
+    pub instance: Option<String>,
+    /// On SIGTERM, how long `/pith/health` answers 503 while requests are still served, so a
+    /// load balancer moves traffic away before the proxy stops accepting (default `5s` when
+    /// listening beyond loopback, else `0s`; env `PITH_DRAIN`).
+    pub drain: Option<String>,
+    /// Then, how long open requests and streams get to finish before they are cut (default
+    /// `30s` when listening beyond loopback, else `5s`; env `PITH_SHUTDOWN_GRACE`). A second
+    /// signal cuts them at once.
+    pub shutdown_grace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,6 +103,10 @@ pub struct StoreConfig {
     /// The local replica of the team ledger that `pith stats` and the dashboard read (default
     /// `$PITH_HOME/team-ledger.db`).
     pub replica: Option<PathBuf>,
+    /// How long a request waits for the team store where it reads or writes on the request
+    /// path (the tool search round trip's blocks); past it the request goes on without, and
+    /// its row says so (default `100ms`; env `PITH_STORE_TIMEOUT`).
+    pub timeout: Option<String>,
 }
 
 /// Who this install's requests belong to. A single install is one account, `local`; in team

@@ -37,6 +37,10 @@ pub enum Var {
     ClientHeaderTimeout,
     ClientIdleTimeout,
     PoolIdleTimeout,
+    /// The instance's name in the ledger, and how it stops.
+    Instance,
+    Drain,
+    ShutdownGrace,
     /// Transform switches and sizes.
     DeferTools,
     ToolSearchRoundTrip,
@@ -47,6 +51,7 @@ pub enum Var {
     Account,
     AccountKeys,
     StoreUrl,
+    StoreTimeout,
     /// The conversation history.
     History,
     HistoryPath,
@@ -70,7 +75,7 @@ pub enum Var {
 
 impl Var {
     /// Every variable, for the snapshot.
-    const ALL: [Var; 34] = [
+    const ALL: [Var; 38] = [
         Var::Home,
         Var::Listen,
         Var::AnthropicUpstream,
@@ -83,6 +88,9 @@ impl Var {
         Var::ClientHeaderTimeout,
         Var::ClientIdleTimeout,
         Var::PoolIdleTimeout,
+        Var::Instance,
+        Var::Drain,
+        Var::ShutdownGrace,
         Var::DeferTools,
         Var::ToolSearchRoundTrip,
         Var::Pins,
@@ -91,6 +99,7 @@ impl Var {
         Var::Account,
         Var::AccountKeys,
         Var::StoreUrl,
+        Var::StoreTimeout,
         Var::History,
         Var::HistoryPath,
         Var::HistoryTokenKey,
@@ -122,6 +131,9 @@ impl Var {
             Var::ClientHeaderTimeout => "PITH_CLIENT_HEADER_TIMEOUT",
             Var::ClientIdleTimeout => "PITH_CLIENT_IDLE_TIMEOUT",
             Var::PoolIdleTimeout => "PITH_POOL_IDLE_TIMEOUT",
+            Var::Instance => "PITH_INSTANCE",
+            Var::Drain => "PITH_DRAIN",
+            Var::ShutdownGrace => "PITH_SHUTDOWN_GRACE",
             Var::DeferTools => "PITH_DEFER_TOOLS",
             Var::ToolSearchRoundTrip => "PITH_TOOL_SEARCH_ROUND_TRIP",
             Var::Pins => "PITH_PINS",
@@ -130,6 +142,7 @@ impl Var {
             Var::Account => "PITH_ACCOUNT",
             Var::AccountKeys => "PITH_ACCOUNT_KEYS",
             Var::StoreUrl => "PITH_STORE_URL",
+            Var::StoreTimeout => "PITH_STORE_TIMEOUT",
             Var::History => "PITH_HISTORY",
             Var::HistoryPath => "PITH_HISTORY_PATH",
             Var::HistoryTokenKey => "PITH_HISTORY_TOKEN_KEY",
@@ -229,6 +242,11 @@ pub fn duration(var: Var) -> anyhow::Result<Option<Duration>> {
         None => Ok(None),
         Some(v) => positive_duration(v, var.name()).map(Some),
     }
+}
+
+/// `text` as a duration, zero allowed; errors name `source`.
+pub fn any_duration(text: &str, source: &str) -> anyhow::Result<Duration> {
+    crate::duration::parse(text).map_err(|e| anyhow::anyhow!("{source}: {e}"))
 }
 
 /// `text` as a duration longer than zero; errors name `source` (a variable or config key).

@@ -75,6 +75,10 @@ struct Shared {
     store: Mutex<Store>,
     /// How recorded conversations are labelled (`None`: history is not recorded).
     history: Option<Labels>,
+    /// The name of the instance that serves the requests, on each row
+    /// ([`LedgerSink::name_instance`]). Rows a previous process left in the spool get the
+    /// name of the one that writes them (one home is one instance).
+    instance: std::sync::OnceLock<String>,
     /// Set by the writer before it parks; the request path that finds it set wakes the writer.
     parked: AtomicBool,
     /// Set by the rescue writer before it parks; a request that finds a backlog wakes it.
@@ -231,6 +235,7 @@ impl LedgerSink {
                 history: store,
             }),
             history,
+            instance: std::sync::OnceLock::new(),
             parked: AtomicBool::new(false),
             rescue_parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -334,6 +339,11 @@ impl LedgerSink {
                 "cannot write the ledger spool: requests are served but not recorded"
             ),
         }
+    }
+
+    /// Name the instance on every row written from now on (once; a second name is ignored).
+    pub fn name_instance(&self, name: &str) {
+        let _ = self.shared.instance.set(name.to_owned());
     }
 
     /// What the writers have done since start, and what waits.
@@ -567,6 +577,10 @@ fn drain(shared: &Shared) -> Drained {
     let (rows, turns): (Vec<Row>, Vec<Option<Turn>>) = std::mem::take(&mut batch.records)
         .into_iter()
         .map(|r| row::to_row(r, shared.history.as_ref()))
+        .map(|(mut row, turn)| {
+            row.instance = shared.instance.get().cloned();
+            (row, turn)
+        })
         .unzip();
     let end = batch.end;
     let whole = WriteBatch {
@@ -677,7 +691,9 @@ fn write_interrupted(store: &mut Store, shared: &Shared) -> Result<(), pith_stor
              response headers"
                 .to_owned(),
         );
-        rows.push(row::to_row(record, None).0);
+        let mut row = row::to_row(record, None).0;
+        row.instance = shared.instance.get().cloned();
+        rows.push(row);
     }
     if closed.is_empty() {
         return Ok(());

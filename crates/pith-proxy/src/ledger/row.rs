@@ -94,6 +94,8 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
         savings,
         account: Some(r.account),
         arrival_us: Some(r.arrival_us),
+        // The sink names it (one proxy, one name).
+        instance: None,
     };
     (row, turn)
 }

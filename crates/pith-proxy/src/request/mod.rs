@@ -516,6 +516,13 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
 /// counted, the body it made (when a stage changed the request) in `ctx.upstream_body`, its
 /// reports in `ctx.transforms`. What is left of the result is its header edits.
 pub(crate) async fn transform(state: &Arc<State>, ctx: &mut Context) -> PipelineResult {
+    let fetched = match (&state.config.searches, ctx.wire) {
+        (Some(memory), Some(wire)) => {
+            let session = ctx.session.as_deref().unwrap_or_default();
+            crate::search_trip::fetch(memory, wire, session, ctx.prompt()).await
+        }
+        _ => None,
+    };
     let mut result = match ctx.wire {
         Some(wire) if !state.config.pipeline.is_empty() => run_pipeline(state, wire, ctx).await,
         _ => PipelineResult::default(),
@@ -532,6 +539,9 @@ pub(crate) async fn transform(state: &Arc<State>, ctx: &mut Context) -> Pipeline
     ctx.bytes_upstream = ctx.upstream_body.as_ref().unwrap_or(&ctx.body).len() as u64;
     ctx.transforms_header = result.transforms_header();
     ctx.transforms = std::mem::take(&mut result.reports);
+    if let Some(fetched) = fetched {
+        ctx.transforms.insert(0, fetched);
+    }
     result
 }
 

@@ -39,6 +39,21 @@ impl TransformResult {
     }
 }
 
+/// The requests one proxy instance served (`Ledger::instance_totals`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InstanceTotals {
+    /// Its name; `None` for rows written before instances were kept.
+    pub instance: Option<String>,
+    /// Requests it served.
+    pub requests: u64,
+    /// Those that did not end `ok` or `local`.
+    pub errors: u64,
+    /// Its first request (ms since the Unix epoch).
+    pub first_ms: i64,
+    /// Its last request.
+    pub last_ms: i64,
+}
+
 /// One stage's entry for a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transform {
@@ -117,6 +132,9 @@ pub struct Row {
     /// that wrote it): the order a session's requests are paired in for cache busts. `None`
     /// for a row that does not know (pulled from the team ledger): it arrived at `ts_ms`.
     pub arrival_us: Option<i64>,
+    /// The name of the proxy instance that served it (`[proxy] instance`); `None` for rows
+    /// written before ledger schema 8.
+    pub instance: Option<String>,
 }
 
 impl Row {

@@ -91,6 +91,37 @@ impl Ledger {
             .collect())
     }
 
+    /// Requests per instance that served them, the busiest first; rows from before instances
+    /// were kept are the one with no name.
+    pub fn instance_totals(&self, filter: &Filter) -> Result<Vec<InstanceTotals>, StoreError> {
+        let read = |r: &rusqlite::Row<'_>| {
+            Ok(InstanceTotals {
+                instance: r.get(0)?,
+                requests: to_u64(r.get(1)?),
+                errors: to_u64(r.get(2)?),
+                first_ms: r.get(3)?,
+                last_ms: r.get(4)?,
+            })
+        };
+        let rows = if filter.since_ms.is_some() || filter.session.is_some() {
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT instance, count(*), coalesce(sum(outcome NOT IN ('ok', 'local')), 0),
+                        min(ts_ms), max(ts_ms)
+                 FROM requests WHERE {FILTERED}
+                 GROUP BY instance ORDER BY count(*) DESC, instance"
+            ))?;
+            stmt.query_map(params![filter.since_ms, filter.session], read)?
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT instance, requests, errors, first_ms, last_ms FROM instance_totals
+                 ORDER BY requests DESC, instance",
+            )?;
+            stmt.query_map([], read)?.collect::<Result<Vec<_>, _>>()?
+        };
+        Ok(rows)
+    }
+
     /// The totals kept as rows were written in `table`, grouped by `by` and model (`by` read
     /// into `Group::session`), only `by = only` when given: one row per group, not a scan.
     fn groups_kept(
@@ -470,7 +501,7 @@ impl Ledger {
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                     requests.id,
                     prompts.sent, prompts.as_client, cache_write_1h_tokens, account,
-                    requests.arrival_us
+                    requests.arrival_us, instance
              FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
              WHERE requests.id > ?1 AND requests.id <= ?2
              ORDER BY requests.id",
@@ -518,6 +549,7 @@ impl Ledger {
                     savings: savings.remove(&id).unwrap_or_default(),
                     account: r.get(28)?,
                     arrival_us: r.get(29)?,
+                    instance: r.get(30)?,
                 },
             ))
         })?;

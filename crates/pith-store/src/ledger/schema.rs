@@ -351,4 +351,22 @@ CREATE TABLE open_requests (
     arrival_us INTEGER PRIMARY KEY,
     record     BLOB NOT NULL
 );
+", "
+-- Schema 8: the instance that served each request (its name, `[proxy] instance`), so a team
+-- behind a load balancer sees the requests each instance served; NULL for the rows before it.
+-- Totals per instance kept on write (k: the instance with NULL marked, as totals_key writes
+-- it), so `pith stats` reads a row per instance, not a scan.
+ALTER TABLE requests ADD COLUMN instance TEXT;
+CREATE TABLE instance_totals (
+    k        TEXT PRIMARY KEY,
+    instance TEXT,
+    requests INTEGER NOT NULL,
+    errors   INTEGER NOT NULL,
+    first_ms INTEGER NOT NULL,
+    last_ms  INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO instance_totals
+SELECT '-', NULL, count(*), coalesce(sum(outcome NOT IN ('ok', 'local')), 0), min(ts_ms),
+       max(ts_ms)
+FROM requests HAVING count(*) > 0;
 "];

@@ -121,7 +121,7 @@ impl Ledger {
              DELETE FROM stage_result_totals; DELETE FROM stage_fact_totals;
              DELETE FROM saving_totals; DELETE FROM latency_totals; DELETE FROM account_totals;
              DELETE FROM account_saving_totals; DELETE FROM hour_totals;
-             DELETE FROM open_requests; DELETE FROM counters;",
+             DELETE FROM instance_totals; DELETE FROM open_requests; DELETE FROM counters;",
         )?;
         tx.commit()?;
         Ok(())
@@ -154,9 +154,10 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                     bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
-                    account, arrival_us)
+                    account, arrival_us, instance)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31,
+                    ?32)",
     )?;
     let mut result = tx.prepare_cached(
         "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -237,6 +238,13 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
     };
     let mut group = tx.prepare_cached(&group_sql("group_totals"))?;
     let mut account_group = tx.prepare_cached(&group_sql("account_totals"))?;
+    let mut instance_total = tx.prepare_cached(
+        "INSERT INTO instance_totals VALUES (?1, ?2, 1, ?3, ?4, ?4)
+                 ON CONFLICT (k) DO UPDATE SET
+                    requests = requests + 1, errors = errors + excluded.errors,
+                    first_ms = min(first_ms, excluded.first_ms),
+                    last_ms = max(last_ms, excluded.last_ms)",
+    )?;
     let mut result_total = tx.prepare_cached(
         "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
                  ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
@@ -300,6 +308,7 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             u.map(|u| to_i64(u.cache_write_1h)),
             r.account,
             r.arrival_us,
+            r.instance,
         ])?;
         if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
             let after: Option<(i64, Vec<u8>, Option<Vec<u8>>)> = next
@@ -365,6 +374,17 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             };
         add_to(&mut group, &key, &r.session)?;
         add_to(&mut account_group, &account_key, &r.account)?;
+        instance_total.execute(params![
+            r.instance
+                .as_deref()
+                .map_or("-".to_owned(), |i| format!("i{i}")),
+            r.instance,
+            i64::from(!matches!(
+                r.outcome,
+                RequestOutcome::Ok | RequestOutcome::Local
+            )),
+            r.ts_ms,
+        ])?;
         hour.execute(params![
             (r.ts_ms / HOUR_MS) * HOUR_MS,
             r.model

@@ -84,6 +84,11 @@ UPDATE requests SET account = instances.account
 FROM instances WHERE instances.instance = requests.instance;
 ALTER TABLE requests ALTER COLUMN account SET NOT NULL;
 ",
+    "
+-- Schema 3: the name of the proxy instance that served each request (`[proxy] instance`;
+-- `instance` is the id of the ledger it came from). NULL for rows before it.
+ALTER TABLE requests ADD COLUMN served_by TEXT;
+",
 ];
 
 /// Rows pulled into a replica per transaction.
@@ -285,18 +290,19 @@ impl TeamLedger {
                         bytes_upstream, bytes_response, tools_bytes, system_bytes,
                         messages_bytes, other_bytes, input_tokens, output_tokens,
                         cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
-                        fingerprint, client_fingerprint, cache_write_1h_tokens, savings, account)
+                        fingerprint, client_fingerprint, cache_write_1h_tokens, savings, account,
+                        served_by)
                      SELECT $1, l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb, ac
+                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb, ac, sy
                      FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[],
                         $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
                         $11::integer[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
                         $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
                         $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[],
                         $24::bigint[], $25::float8[], $26::float8[], $27::text[], $28::bytea[],
-                        $29::bytea[], $30::bigint[], $31::text[], $32::text[])
+                        $29::bytea[], $30::bigint[], $31::text[], $32::text[], $33::text[])
                         AS u (l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv, ac)
+                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv, ac, sy)
                      ORDER BY l
                      ON CONFLICT (instance, local_id) DO NOTHING",
                     &[
@@ -332,6 +338,7 @@ impl TeamLedger {
                         &cols.cache_write_1h,
                         &cols.savings,
                         &cols.account,
+                        &cols.served_by,
                     ],
                 )
                 .await?;
@@ -371,7 +378,7 @@ impl TeamLedger {
                         tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                         output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                         transforms::text, fingerprint, client_fingerprint, cache_write_1h_tokens,
-                        savings::text, account
+                        savings::text, account, served_by
                      FROM requests WHERE seq > $1 ORDER BY seq LIMIT $2",
                     &[&after_seq, &limit],
                 )
@@ -489,6 +496,7 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
             account: Some(r.try_get(30)?),
             // Not shipped: a replica pairs the team's rows in `ts_ms` order.
             arrival_us: None,
+            instance: r.try_get(31)?,
         },
     ))
 }
@@ -527,6 +535,7 @@ struct Columns {
     client_fingerprint: Vec<Option<Vec<u8>>>,
     savings: Vec<String>,
     account: Vec<String>,
+    served_by: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -566,6 +575,7 @@ impl Columns {
         self.savings.push(savings_json(&r.savings));
         self.account
             .push(r.account.clone().unwrap_or_else(|| own_account.to_owned()));
+        self.served_by.push(r.instance.clone());
     }
 }
 

@@ -18,6 +18,7 @@
 
 pub mod brain;
 pub mod ledger;
+pub mod search_blocks;
 pub mod ship;
 mod tls;
 
@@ -185,6 +186,39 @@ impl std::fmt::Debug for StoreUrl {
     }
 }
 
+/// A pool of at most `size` connections to `url` (TLS as its `sslmode` and `sslrootcert`
+/// say: `tls.rs`), connecting lazily. Its connections run on the runtime that first asks for
+/// one: [`Pg`]'s own, or an async caller's (the proxy's team search blocks).
+pub(crate) fn pool(url: &StoreUrl, size: usize) -> Result<Pool, PgError> {
+    let (driver_url, tls) = tls::split(url)?;
+    let mut config =
+        tokio_postgres::Config::from_str(&driver_url).map_err(|source| PgError::BadUrl {
+            url: url.clone(),
+            source,
+        })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config.application_name("pith");
+    let recycling = || ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let manager = match &tls {
+        tls::Tls::Off => Manager::from_config(config, NoTls, recycling()),
+        tls::Tls::Verified { root_cert, .. } => Manager::from_config(
+            config,
+            tls::connector(url, root_cert.as_ref())?,
+            recycling(),
+        ),
+    };
+    Ok(Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .build()?)
+}
+
 /// A connection pool to one PostgreSQL database, with the runtime that drives it, for
 /// synchronous callers. Use it from one thread at a time.
 pub struct Pg {
@@ -197,33 +231,7 @@ impl Pg {
     /// Set up the pool for `url` (TLS as its `sslmode` and `sslrootcert` say: `tls.rs`);
     /// connects lazily (the first query connects).
     pub fn new(url: &StoreUrl) -> Result<Pg, PgError> {
-        let (driver_url, tls) = tls::split(url)?;
-        let mut config =
-            tokio_postgres::Config::from_str(&driver_url).map_err(|source| PgError::BadUrl {
-                url: url.clone(),
-                source,
-            })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        config.application_name("pith");
-        let recycling = || ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
-        let manager = match &tls {
-            tls::Tls::Off => Manager::from_config(config, NoTls, recycling()),
-            tls::Tls::Verified { root_cert, .. } => Manager::from_config(
-                config,
-                tls::connector(url, root_cert.as_ref())?,
-                recycling(),
-            ),
-        };
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .runtime(Runtime::Tokio1)
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .wait_timeout(Some(CONNECT_TIMEOUT))
-            .build()?;
+        let pool = pool(url, POOL_SIZE)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -299,54 +307,62 @@ impl Pg {
         component: &'static str,
         migrations: &[&str],
     ) -> Result<(), PgError> {
-        let known = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
         let url = self.url.clone();
-        self.with(async |client| {
-            let tx = client.transaction().await?;
-            tx.batch_execute(
-                "SELECT pg_advisory_xact_lock(7369746800);
-                 CREATE TABLE IF NOT EXISTS pith_schema (
-                     component TEXT PRIMARY KEY,
-                     version   INTEGER NOT NULL
-                 )",
-            )
-            .await?;
-            let found: i32 = tx
-                .query_opt(
-                    "SELECT version FROM pith_schema WHERE component = $1",
-                    &[&component],
-                )
-                .await?
-                .map_or(0, |r| r.get(0));
-            if found > known {
-                return Err(PgError::TooNew {
-                    component,
-                    url,
-                    found,
-                    known,
-                });
-            }
-            for (i, sql) in migrations.iter().enumerate().skip(found as usize) {
-                let version = i32::try_from(i + 1).unwrap_or(i32::MAX);
-                let migrate = |source| PgError::Migrate {
-                    component,
-                    url: url.clone(),
-                    version,
-                    source,
-                };
-                tx.batch_execute(sql).await.map_err(migrate)?;
-                tx.execute(
-                    "INSERT INTO pith_schema (component, version) VALUES ($1, $2)
-                     ON CONFLICT (component) DO UPDATE SET version = excluded.version",
-                    &[&component, &version],
-                )
-                .await
-                .map_err(migrate)?;
-            }
-            tx.commit().await?;
-            Ok(())
-        })
+        self.with(async |client| migrate_on(client, &url, component, migrations).await)
     }
+}
+
+/// [`Pg::migrate`] on one connection, for async callers too.
+pub(crate) async fn migrate_on(
+    client: &mut deadpool_postgres::Object,
+    url: &StoreUrl,
+    component: &'static str,
+    migrations: &[&str],
+) -> Result<(), PgError> {
+    let known = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
+    let tx = client.transaction().await?;
+    tx.batch_execute(
+        "SELECT pg_advisory_xact_lock(7369746800);
+         CREATE TABLE IF NOT EXISTS pith_schema (
+             component TEXT PRIMARY KEY,
+             version   INTEGER NOT NULL
+         )",
+    )
+    .await?;
+    let found: i32 = tx
+        .query_opt(
+            "SELECT version FROM pith_schema WHERE component = $1",
+            &[&component],
+        )
+        .await?
+        .map_or(0, |r| r.get(0));
+    if found > known {
+        return Err(PgError::TooNew {
+            component,
+            url: url.clone(),
+            found,
+            known,
+        });
+    }
+    for (i, sql) in migrations.iter().enumerate().skip(found as usize) {
+        let version = i32::try_from(i + 1).unwrap_or(i32::MAX);
+        let migrate = |source| PgError::Migrate {
+            component,
+            url: url.clone(),
+            version,
+            source,
+        };
+        tx.batch_execute(sql).await.map_err(migrate)?;
+        tx.execute(
+            "INSERT INTO pith_schema (component, version) VALUES ($1, $2)
+             ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+            &[&component, &version],
+        )
+        .await
+        .map_err(migrate)?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 #[cfg(test)]

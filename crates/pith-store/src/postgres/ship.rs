@@ -373,7 +373,8 @@ fn random_instance() -> u64 {
     (h.finish() >> 1).max(1)
 }
 
-fn host_name() -> String {
+/// This machine's host name (`unknown` when it cannot be read).
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|h| h.trim().to_owned())

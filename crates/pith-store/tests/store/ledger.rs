@@ -464,6 +464,64 @@ fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on(backend
     );
 }
 
+#[test]
+fn each_request_names_the_instance_that_served_it_and_totals_per_instance_equal_a_scan() {
+    each_backend(
+        each_request_names_the_instance_that_served_it_and_totals_per_instance_equal_a_scan_on,
+    );
+}
+
+fn each_request_names_the_instance_that_served_it_and_totals_per_instance_equal_a_scan_on(
+    backend: Backend,
+) {
+    let mut ledger = Subject::new(backend);
+    let instances = [Some("gw-1"), Some("gw-2"), None];
+    let rows: Vec<Row> = (0..30u64)
+        .map(|i| Row {
+            instance: instances[(i % 3) as usize].map(str::to_owned),
+            outcome: [RequestOutcome::Ok, RequestOutcome::UpstreamError][(i % 5 == 0) as usize],
+            ..row(&format!("s{}", i % 4), "m", i as i64, None)
+        })
+        .collect();
+    ledger.insert(&rows[..15]);
+    ledger.insert(&rows[15..]);
+    let read = ledger.read();
+    let got: Vec<Option<String>> = read
+        .rows()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.instance)
+        .collect();
+    let want: Vec<Option<String>> = rows.iter().map(|r| r.instance.clone()).collect();
+    assert_eq!(got, want);
+    let kept = read.instance_totals(&Filter::default()).unwrap();
+    let scanned = read
+        .instance_totals(&Filter {
+            since_ms: Some(0),
+            ..Filter::default()
+        })
+        .unwrap();
+    assert_eq!(kept, scanned);
+    assert_eq!(kept.len(), 3);
+    assert_eq!(kept.iter().map(|i| i.requests).sum::<u64>(), 30);
+    let gw1 = kept
+        .iter()
+        .find(|i| i.instance.as_deref() == Some("gw-1"))
+        .unwrap();
+    assert_eq!(
+        (gw1.requests, gw1.errors, gw1.first_ms, gw1.last_ms),
+        (10, 2, 0, 27)
+    );
+    // Since a time: only the rows from then on.
+    let late = read
+        .instance_totals(&Filter {
+            since_ms: Some(20),
+            ..Filter::default()
+        })
+        .unwrap();
+    assert_eq!(late.iter().map(|i| i.requests).sum::<u64>(), 10);
+}
+
 fn row(session: &str, model: &str, ts: i64, usage: Option<RowUsage>) -> Row {
     Row {
         account: Some("alice".into()),

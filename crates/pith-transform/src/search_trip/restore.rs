@@ -66,6 +66,44 @@ struct Block<'a> {
     name: Option<Cow<'a, str>>,
 }
 
+/// The ids of the `tool_use` blocks in a Messages request's assistant turns, in order, once
+/// each: what a shared memory is asked about before the stage runs. Empty for a body that
+/// names none, is not readable, or carries tool search blocks itself (the client round-trips
+/// them, so the stage will not look).
+pub fn tool_use_ids(body: &[u8]) -> Vec<String> {
+    let finder = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
+    if !finder(b"\"tool_use\"") || finder(b"\"tool_search_tool_result\"") {
+        return Vec::new();
+    }
+    let Ok(top) = std::str::from_utf8(body).map(serde_json::from_str::<Top<'_>>) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = Vec::new();
+    for message in top.ok().and_then(|t| t.messages).unwrap_or_default() {
+        let Ok(message) = serde_json::from_str::<Message<'_>>(message.get()) else {
+            continue;
+        };
+        let Some(content) = message
+            .content
+            .filter(|c| message.role.as_deref() == Some("assistant") && c.get().starts_with('['))
+        else {
+            continue;
+        };
+        let Ok(blocks) = serde_json::from_str::<Vec<Block<'_>>>(content.get()) else {
+            continue;
+        };
+        for block in blocks {
+            if block.kind.as_deref() == Some("tool_use")
+                && let Some(id) = block.id
+                && !ids.iter().any(|known| *known == id)
+            {
+                ids.push(id.into_owned());
+            }
+        }
+    }
+    ids
+}
+
 impl Stage for RestoreStage {
     fn name(&self) -> &'static str {
         NAME

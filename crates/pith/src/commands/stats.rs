@@ -234,6 +234,9 @@ pub(crate) struct Report {
     models: Vec<ModelTotals>,
     /// Per account (rows from before accounts were kept are the proxy's own account's).
     by_account: Vec<AccountTotals>,
+    /// Per proxy instance that served the requests, the busiest first (several behind a load
+    /// balancer, in team mode); rows from before instances were kept have no name.
+    by_instance: Vec<pith_store::ledger::InstanceTotals>,
     total: Totals,
     transforms: BTreeMap<String, TransformTotals>,
     transform_failures: u64,
@@ -391,6 +394,7 @@ fn build_report(
             .map(|(model, totals)| ModelTotals { model, totals })
             .collect(),
         by_account: Vec::new(),
+        by_instance: ledger.instance_totals(filter)?,
         transform_failures: groups.iter().map(|g| g.transform_failures).sum(),
         total: sums.total,
         transforms,
@@ -679,7 +683,36 @@ fn render_tables(out: &mut String, r: &Report) {
         table(out, "ACCOUNT", &account_rows);
         out.push('\n');
     }
+    // Likewise instances: one proxy is the usual case.
+    if r.by_instance.len() > 1 {
+        render_instances(out, &r.by_instance);
+        out.push('\n');
+    }
     table(out, "TOTAL", &[row("all", &r.total)]);
+}
+
+/// Requests per instance (a team's gateways behind a load balancer).
+fn render_instances(out: &mut String, instances: &[pith_store::ledger::InstanceTotals]) {
+    let names: Vec<String> = instances
+        .iter()
+        .map(|i| shown(i.instance.as_deref().unwrap_or("(unnamed)"), NAME_CHARS))
+        .collect();
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .chain(std::iter::once("INSTANCE".len()))
+        .max()
+        .unwrap_or(0);
+    out.push_str(&format!(
+        "{:<width$}  {:>8}  {:>6}\n",
+        "INSTANCE", "REQS", "ERRORS"
+    ));
+    for (name, i) in names.iter().zip(instances) {
+        out.push_str(&format!(
+            "{name:<width$}  {:>8}  {:>6}\n",
+            i.requests, i.errors
+        ));
+    }
 }
 
 /// What the totals could not count: requests without usage, models without a price.
@@ -840,6 +873,7 @@ pub(crate) fn metrics(r: &Report) -> String {
     let families = [
         request_families(r),
         account_families(r),
+        vec![instance_family(r)],
         transform_families(r),
         ledger_families(r),
         latency_families(r),
@@ -950,6 +984,26 @@ fn account_families(r: &Report) -> Vec<Family> {
             per_account(|t| t.cost_usd.unwrap_or(0.0)),
         ),
     ]
+}
+
+fn instance_family(r: &Report) -> Family {
+    family(
+        "pith_instance_requests_total",
+        "counter",
+        "Requests pith recorded, by the proxy instance that served them.",
+        r.by_instance
+            .iter()
+            .map(|i| {
+                (
+                    format!(
+                        "{{instance=\"{}\"}}",
+                        label(i.instance.as_deref().unwrap_or(""))
+                    ),
+                    i.requests as f64,
+                )
+            })
+            .collect(),
+    )
 }
 
 fn transform_families(r: &Report) -> Vec<Family> {

@@ -3,7 +3,7 @@
 //! numbers come from the same report as `pith stats --json`, so they agree.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,11 @@ pub struct Dashboard {
     viewers: Arc<AtomicUsize>,
     /// The proxy's ledger writers, for `/pith/api/flush`.
     sink: Option<LedgerSink>,
+    /// This instance's name, as `/pith/health` tells it (set once the proxy listens).
+    instance: Arc<std::sync::OnceLock<String>>,
+    /// Set when the proxy is stopping: `/pith/health` answers 503 so a load balancer takes
+    /// this instance out while it still serves what comes.
+    draining: Arc<AtomicBool>,
 }
 
 /// How long `/pith/api/flush` waits unless asked (`timeout_ms`), and at most.
@@ -80,12 +85,26 @@ impl Dashboard {
             readers: Arc::new(Readers::new()),
             viewers: Arc::new(AtomicUsize::new(0)),
             sink: None,
+            instance: Arc::new(std::sync::OnceLock::new()),
+            draining: Arc::new(AtomicBool::new(false)),
         }
     }
 
     /// The ledger's writers, which `/pith/api/flush` waits for.
     pub fn with_sink(mut self, sink: Option<LedgerSink>) -> Dashboard {
         self.sink = sink;
+        self
+    }
+
+    /// Name the instance in `/pith/health` (once `instance` is set), which answers 503 once
+    /// `draining` is set.
+    pub fn with_instance(
+        mut self,
+        instance: Arc<std::sync::OnceLock<String>>,
+        draining: Arc<AtomicBool>,
+    ) -> Dashboard {
+        self.instance = instance;
+        self.draining = draining;
         self
     }
 
@@ -264,9 +283,16 @@ impl OwnPages for Dashboard {
             });
         }
         if path == "/pith/health" {
+            let draining = self.draining.load(Ordering::SeqCst);
             return Some(json_page(
-                StatusCode::OK,
+                if draining {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::OK
+                },
                 &json!({
+                    "status": if draining { "draining" } else { "ok" },
+                    "instance": self.instance.get(),
                     "pith": env!("CARGO_PKG_VERSION"),
                     "pid": std::process::id(),
                     "ledger": self.ledger.is_some(),

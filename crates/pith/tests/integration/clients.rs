@@ -585,14 +585,34 @@ pub fn opencode_with_options(
     prompt: &str,
     limit: Duration,
 ) -> Run {
+    let config = opencode_config(base_url, more_options);
+    opencode_configured(launch, dir, home, &config, args, prompt, limit)
+}
+
+/// OpenCode's config for the mock behind `base_url`, with more keys in the Anthropic
+/// provider's `options`.
+pub fn opencode_config(base_url: &str, more_options: &Value) -> Value {
     let mut options = serde_json::json!({"baseURL": base_url, "apiKey": FAKE_KEY});
     if let (Some(options), Some(more)) = (options.as_object_mut(), more_options.as_object()) {
         options.extend(more.clone());
     }
-    let config = serde_json::json!({
+    serde_json::json!({
         "model": "anthropic/claude-sonnet-4-5",
         "provider": {"anthropic": {"options": options}},
-    });
+    })
+}
+
+/// `opencode run` with `config` as its whole config (e.g. [`opencode_config`] with an `mcp`
+/// member added).
+pub fn opencode_configured(
+    launch: Launch,
+    dir: &Path,
+    home: &Path,
+    config: &Value,
+    args: &[&str],
+    prompt: &str,
+    limit: Duration,
+) -> Run {
     let config_path = home.join("opencode.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
     let closed = closed_port_url().unwrap();

@@ -14,6 +14,7 @@ mod dashboard;
 mod defer;
 mod doctor;
 mod faults;
+mod gateway;
 mod hardening;
 mod history;
 mod hook;

@@ -149,6 +149,28 @@ impl PithProxy {
 }
 
 impl PithProxy {
+    /// Whether it has not been seen to exit (nor been stopped or killed here).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Wait at most `limit` for the process to exit by itself; its status, or `None` if it
+    /// still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `kill -9`, and wait until the process is gone (its files closed).
     pub fn kill_9(&mut self) {
         let mut child = self.child.take().unwrap();

@@ -6,8 +6,13 @@ use std::net::SocketAddr;
 use super::Started;
 use super::plan::Plan;
 
-pub fn print(plan: &Plan, started: &Started, addr: SocketAddr, stages: &[&str]) {
+pub fn print(plan: &Plan, started: &Started, addr: SocketAddr, instance: &str, stages: &[&str]) {
     eprintln!("pith proxy listening on http://{addr}");
+    eprintln!(
+        "  instance  -> {instance} (on stop: health fails for {}, then {} for open requests)",
+        crate::duration::format(plan.drain),
+        crate::duration::format(plan.grace)
+    );
     eprintln!("  dashboard -> http://{addr}/");
     eprintln!("  anthropic -> {}", plan.anthropic);
     eprintln!("  openai    -> {}", plan.openai);
@@ -43,8 +48,14 @@ pub fn print(plan: &Plan, started: &Started, addr: SocketAddr, stages: &[&str]) 
         (Some(url), None) => eprintln!("  team      -> {url} (nothing shipped: the ledger is off)"),
         _ => {}
     }
-    if let (Some(path), Some(_)) = (&plan.searches, &started.searches) {
-        eprintln!("  searches  -> {}", path.display());
+    match (&plan.searches, &started.searches) {
+        (Some(path), Some(s)) if s.is_shared() => eprintln!(
+            "  searches  -> {} and the team store (each read and write waits at most {})",
+            path.display(),
+            crate::duration::format(plan.store_timeout)
+        ),
+        (Some(path), Some(_)) => eprintln!("  searches  -> {}", path.display()),
+        _ => {}
     }
     if !plan.keys.is_empty() {
         eprintln!(

@@ -7,6 +7,7 @@ mod plan;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -237,22 +238,14 @@ impl Started {
 /// from the upstream connection to the client without a cross-thread wake-up (measured in
 /// BENCHMARKS.md). Blocking stages run on tokio's blocking pool.
 async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Result<()> {
+    share_searches(plan, started)?;
     let pipeline = pipeline::build(plan, started.searches.as_ref())?;
+    let draining = Arc::new(AtomicBool::new(false));
+    // Named once the port is bound (the default name has it).
+    let instance = Arc::new(std::sync::OnceLock::new());
     let stages = pipeline.stage_names();
-    let mut dashboard = Dashboard::new(
-        plan.ledger.clone(),
-        Prices::new(&config.prices),
-        Upstreams {
-            anthropic: plan.anthropic.to_string(),
-            openai: plan.openai.to_string(),
-            chatgpt: plan.chatgpt.to_string(),
-        },
-    )
-    .with_own_account(plan.account.clone())
-    .with_sink(started.ledger.clone());
-    if let (Some(url), Some(replica)) = (&plan.store, &plan.team_replica) {
-        dashboard = dashboard.with_team(url.clone(), replica.clone());
-    }
+    let dashboard = own_pages(plan, started, config)
+        .with_instance(Arc::clone(&instance), Arc::clone(&draining));
     let proxy = Proxy::bind(ProxyConfig {
         listen: plan.listen,
         anthropic: plan.anthropic.clone(),
@@ -266,6 +259,7 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
             .searches
             .clone()
             .map(|s| Arc::new(SearchTrip::new(s)) as Arc<dyn ResponseRewrites>),
+        searches: started.searches.clone().filter(SearchBlocks::is_shared),
         max_body: pith_proxy::DEFAULT_MAX_BODY,
         timeouts: plan.timeouts,
         token: plan.token.clone(),
@@ -275,7 +269,13 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
         },
     })
     .await?;
-    banner::print(plan, started, proxy.local_addr()?, &stages);
+    let addr = proxy.local_addr()?;
+    let name = plan.instance_name(addr);
+    if let Some(sink) = &started.ledger {
+        sink.name_instance(&name);
+    }
+    banner::print(plan, started, addr, &name, &stages);
+    let _ = instance.set(name);
     let activity = proxy.activity();
     let clients = crate::background::clients_lock_path(&pith_home()?);
     // Held from the idle decision until the process ends: a `pith run` starting meanwhile
@@ -293,18 +293,73 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
             None => std::future::pending().await,
         }
     };
+    let signals = Signals::listen();
+    let stop = async {
+        tokio::select! {
+            () = signals.received(1) => drain(plan, &draining, &signals).await,
+            () = idle => {}
+        }
+        if !plan.grace.is_zero() {
+            eprintln!(
+                "pith proxy stopping: no new connections; open requests get {} to finish \
+                 (a second Ctrl-C or SIGTERM cuts them now)",
+                crate::duration::format(plan.grace)
+            );
+        }
+    };
     proxy
-        .serve(
-            async {
-                tokio::select! {
-                    () = shutdown_signal() => {}
-                    () = idle => {}
-                }
-            },
-            Duration::from_secs(5),
-        )
+        .serve_until(stop, signals.received(2), plan.grace)
         .await?;
     Ok(())
+}
+
+/// Team mode: the round trip's blocks are shared, so any instance behind a load balancer can
+/// serve a session's next request (on the proxy's runtime: the store is read and written on
+/// the request path, bounded by `[store] timeout`).
+fn share_searches(plan: &Plan, started: &Started) -> anyhow::Result<()> {
+    if let (Some(searches), Some(url)) = (&started.searches, &plan.store) {
+        let store = pith_store::postgres::search_blocks::TeamSearchBlocks::new(url)
+            .context("cannot set up the team store for tool search blocks")?;
+        searches.share_with(store, plan.store_timeout);
+    }
+    Ok(())
+}
+
+/// pith's own pages over what this proxy writes (the team's, in team mode).
+fn own_pages(plan: &Plan, started: &Started, config: &Config) -> Dashboard {
+    let dashboard = Dashboard::new(
+        plan.ledger.clone(),
+        Prices::new(&config.prices),
+        Upstreams {
+            anthropic: plan.anthropic.to_string(),
+            openai: plan.openai.to_string(),
+            chatgpt: plan.chatgpt.to_string(),
+        },
+    )
+    .with_own_account(plan.account.clone())
+    .with_sink(started.ledger.clone());
+    match (&plan.store, &plan.team_replica) {
+        (Some(url), Some(replica)) => dashboard.with_team(url.clone(), replica.clone()),
+        _ => dashboard,
+    }
+}
+
+/// The drain: `/pith/health` answers 503 for `plan.drain` while requests are still served, so
+/// a load balancer's health check takes this instance out before it stops accepting (a second
+/// signal ends it early).
+async fn drain(plan: &Plan, draining: &AtomicBool, signals: &Signals) {
+    draining.store(true, std::sync::atomic::Ordering::SeqCst);
+    if plan.drain.is_zero() {
+        return;
+    }
+    eprintln!(
+        "pith proxy draining: /pith/health answers 503 for {} while requests are still served",
+        crate::duration::format(plan.drain)
+    );
+    tokio::select! {
+        () = tokio::time::sleep(plan.drain) => {}
+        () = signals.received(2) => {}
+    }
 }
 
 /// Raise the soft limit on open descriptors to the hard one: every connection, upstream
@@ -373,25 +428,52 @@ fn ledger_stats_line(sink: &LedgerSink) -> String {
     )
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+/// Ctrl-C and SIGTERM, counted from start: the first stops the proxy (drain, then the grace
+/// period), the second cuts what is still open.
+struct Signals {
+    count: tokio::sync::watch::Receiver<u32>,
+}
+
+impl Signals {
+    /// Listen from now on (a task counts each signal).
+    fn listen() -> Signals {
+        let (tx, count) = tokio::sync::watch::channel(0u32);
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            loop {
+                #[cfg(unix)]
+                let term_recv = async {
+                    match term.as_mut() {
+                        Some(t) => {
+                            t.recv().await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                #[cfg(not(unix))]
+                let term_recv = std::future::pending::<()>();
+                // Without a Ctrl-C handler, SIGTERM alone.
+                let ctrl_c = async {
+                    if tokio::signal::ctrl_c().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                };
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+                    () = ctrl_c => {}
+                    () = term_recv => {}
                 }
+                tx.send_modify(|n| *n += 1);
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        });
+        Signals { count }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves once `n` signals have come.
+    async fn received(&self, n: u32) {
+        let mut count = self.count.clone();
+        let _ = count.wait_for(|got| *got >= n).await;
     }
 }
 

@@ -44,7 +44,30 @@ pub struct Plan {
     pub searches: Option<PathBuf>,
     pub timeouts: Timeouts,
     pub token: Option<String>,
+    /// This instance's name on its ledger rows, when one is set ([`Plan::instance_name`]).
+    pub instance: Option<String>,
+    /// On SIGTERM: how long the health check fails while requests are still served, then how
+    /// long open requests get to finish.
+    pub drain: Duration,
+    pub grace: Duration,
+    /// How long a request waits for the team store on the request path.
+    pub store_timeout: Duration,
 }
+
+/// Longest instance name kept (it goes on every ledger row).
+const MAX_INSTANCE: usize = 64;
+/// The drain a proxy listening beyond loopback (a gateway behind a load balancer) gets by
+/// default: two or three health checks at a load balancer's usual interval of one or two
+/// seconds.
+const GATEWAY_DRAIN: Duration = Duration::from_secs(5);
+/// How long open requests get to finish on a stop, by default, on a gateway: a model's turn
+/// rarely takes longer to stream, and a service manager's stop timeout is longer (systemd:
+/// 90 s). A proxy on loopback (one person's) gets [`LOCAL_GRACE`]: its user stopped it.
+const GATEWAY_GRACE: Duration = Duration::from_secs(30);
+const LOCAL_GRACE: Duration = Duration::from_secs(5);
+/// How long a request waits for the team store by default: a loopback or LAN PostgreSQL
+/// answers in a millisecond or two.
+const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(100);
 
 impl Plan {
     pub fn resolve(args: &Args, config: &Config) -> anyhow::Result<Plan> {
@@ -81,6 +104,7 @@ impl Plan {
             );
         }
         let store = config.store_url()?;
+        let listen = listen_addr(args.listen, config)?;
         let defer = defer_on(config)?
             .then(|| defer_options(config))
             .transpose()?;
@@ -88,7 +112,7 @@ impl Plan {
             .then(|| pith_home().map(|h| h.join("search-blocks.db")))
             .transpose()?;
         Ok(Plan {
-            listen: listen_addr(args.listen, config)?,
+            listen,
             idle_stop,
             anthropic,
             openai,
@@ -110,6 +134,16 @@ impl Plan {
             searches,
             timeouts: timeouts(&config.proxy)?,
             token: config.proxy_token(),
+            instance: instance_name(config)?,
+            drain: drain_of(config, listen)?,
+            grace: grace_of(config, listen)?,
+            store_timeout: setting(
+                Var::StoreTimeout,
+                "store.timeout",
+                &config.store.timeout,
+                DEFAULT_STORE_TIMEOUT,
+                env::positive_duration,
+            )?,
         })
     }
 
@@ -117,6 +151,86 @@ impl Plan {
     pub fn history_path(&self) -> Option<&Path> {
         (self.history.record && self.ledger.is_some()).then_some(self.history.path.as_path())
     }
+}
+
+/// How long the health check fails on a stop before the proxy stops accepting.
+fn drain_of(config: &Config, listen: SocketAddr) -> anyhow::Result<Duration> {
+    let default = if listen.ip().is_loopback() {
+        Duration::ZERO
+    } else {
+        GATEWAY_DRAIN
+    };
+    setting(
+        Var::Drain,
+        "proxy.drain",
+        &config.proxy.drain,
+        default,
+        env::any_duration,
+    )
+}
+
+/// How long open requests get to finish on a stop.
+fn grace_of(config: &Config, listen: SocketAddr) -> anyhow::Result<Duration> {
+    let default = if listen.ip().is_loopback() {
+        LOCAL_GRACE
+    } else {
+        GATEWAY_GRACE
+    };
+    setting(
+        Var::ShutdownGrace,
+        "proxy.shutdown_grace",
+        &config.proxy.shutdown_grace,
+        default,
+        env::any_duration,
+    )
+}
+
+/// A duration setting: its variable, else its config key, else `default`; `parse` says which
+/// values are allowed (and names the source in its error).
+fn setting(
+    var: Var,
+    key: &str,
+    configured: &Option<String>,
+    default: Duration,
+    parse: fn(&str, &str) -> anyhow::Result<Duration>,
+) -> anyhow::Result<Duration> {
+    match (env::text(var), configured) {
+        (Some(text), _) => parse(text, var.name()),
+        (None, Some(text)) => parse(text, key),
+        (None, None) => Ok(default),
+    }
+}
+
+impl Plan {
+    /// This instance's name on its ledger rows: the one set, else the host name and the port
+    /// it listens on, `bound` (two instances on one machine differ).
+    pub fn instance_name(&self, bound: SocketAddr) -> String {
+        if let Some(name) = &self.instance {
+            return name.clone();
+        }
+        let port = format!(":{}", bound.port());
+        let mut host = pith_store::postgres::ship::host_name();
+        while host.len() + port.len() > MAX_INSTANCE {
+            host.pop();
+        }
+        host + &port
+    }
+}
+
+/// The instance name set: `PITH_INSTANCE`, else `[proxy] instance`; printable, at most 64
+/// bytes.
+fn instance_name(config: &Config) -> anyhow::Result<Option<String>> {
+    let (name, source) = match (env::text(Var::Instance), &config.proxy.instance) {
+        (Some(v), _) => (v.trim().to_owned(), "PITH_INSTANCE"),
+        (None, Some(v)) => (v.trim().to_owned(), "proxy.instance"),
+        (None, None) => return Ok(None),
+    };
+    anyhow::ensure!(
+        !name.is_empty() && name.len() <= MAX_INSTANCE && name.chars().all(|c| !c.is_control()),
+        "{source} = {name:?} is not an instance name: give up to {MAX_INSTANCE} printable \
+         characters (e.g. gw-1), or leave it unset for <host name>:<port>"
+    );
+    Ok(Some(name))
 }
 
 /// The address the proxy listens on: the flag, else `PITH_LISTEN`, else `proxy.listen`, else

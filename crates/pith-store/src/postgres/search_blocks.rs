@@ -1,0 +1,122 @@
+//! Hidden tool search blocks in the team store, so that any instance behind a load balancer
+//! can put back what another one took out of an answer (`crate::search_blocks` keeps the
+//! local cache in front of this).
+//!
+//! Unlike the ledger, which ships in the background, this is on the request path: a block is
+//! written before the answer that hid it goes on to the client (the caller holds the answer
+//! until the write is done or its bound passes), and read when a request names a `tool_use`
+//! this instance has not seen. So both are async, on the proxy's own runtime, each bounded by
+//! the caller.
+
+use deadpool_postgres::Pool;
+
+use super::{PgError, StoreUrl, migrate_on, pool};
+
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE search_blocks (
+    session     TEXT NOT NULL,
+    tool_use_id TEXT NOT NULL,
+    blocks      TEXT NOT NULL,
+    ts_ms       BIGINT NOT NULL,
+    PRIMARY KEY (session, tool_use_id)
+);
+CREATE INDEX search_blocks_ts ON search_blocks (ts_ms);
+"];
+
+/// The component name in `pith_schema`.
+const COMPONENT: &str = "search_blocks";
+
+/// Connections kept: a write and a read or two at once (each takes a millisecond or so).
+const POOL_SIZE: usize = 4;
+
+/// The team store's search blocks.
+pub struct TeamSearchBlocks {
+    pool: Pool,
+    url: StoreUrl,
+    /// Set once the schema is known to be current (the first call that gets a connection).
+    migrated: tokio::sync::OnceCell<()>,
+}
+
+impl TeamSearchBlocks {
+    /// For `url`; connects on first use.
+    pub fn new(url: &StoreUrl) -> Result<TeamSearchBlocks, PgError> {
+        Ok(TeamSearchBlocks {
+            pool: pool(url, POOL_SIZE)?,
+            url: url.clone(),
+            migrated: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// The URL (shown redacted).
+    pub fn url(&self) -> &StoreUrl {
+        &self.url
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, PgError> {
+        let mut client = self.pool.get().await.map_err(|source| PgError::Connect {
+            url: self.url.clone(),
+            source,
+        })?;
+        self.migrated
+            .get_or_try_init(|| migrate_on(&mut client, &self.url, COMPONENT, MIGRATIONS))
+            .await?;
+        Ok(client)
+    }
+
+    /// Connect and bring the schema up to date (at start, so the first request does not pay
+    /// for it).
+    pub async fn warm(&self) -> Result<(), PgError> {
+        self.client().await.map(drop)
+    }
+
+    /// Keep `blocks` for `tool_use_id` of `session` (replacing what was kept for it).
+    pub async fn put(
+        &self,
+        session: &str,
+        tool_use_id: &str,
+        blocks: &str,
+        ts_ms: i64,
+    ) -> Result<(), PgError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO search_blocks (session, tool_use_id, blocks, ts_ms)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (session, tool_use_id)
+                 DO UPDATE SET blocks = excluded.blocks, ts_ms = excluded.ts_ms",
+                &[&session, &tool_use_id, &blocks, &ts_ms],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// What is kept for each of `tool_use_ids` of `session` since `since_ms`: `(tool_use_id,
+    /// blocks, ts_ms)` for those that have blocks.
+    pub async fn get(
+        &self,
+        session: &str,
+        tool_use_ids: &[String],
+        since_ms: i64,
+    ) -> Result<Vec<(String, String, i64)>, PgError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT tool_use_id, blocks, ts_ms FROM search_blocks
+                 WHERE session = $1 AND tool_use_id = ANY($2) AND ts_ms >= $3",
+                &[&session, &tool_use_ids, &since_ms],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// Remove what is older than `before_ms`; the number removed.
+    pub async fn prune(&self, before_ms: i64) -> Result<u64, PgError> {
+        let client = self.client().await?;
+        Ok(client
+            .execute("DELETE FROM search_blocks WHERE ts_ms < $1", &[&before_ms])
+            .await?)
+    }
+}

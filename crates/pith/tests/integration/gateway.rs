@@ -1,0 +1,542 @@
+//! A team gateway: two pith instances on one PostgreSQL (as the team tests start it) behind a
+//! real HAProxy running the config the project ships (`scripts/gateway/haproxy.cfg`),
+//! round-robin per request. The real OpenCode 1.18.33 with a 40-tool MCP server goes through
+//! it in a session where the model searches for a deferred tool: whichever instance serves
+//! the next request puts the search blocks back (they are in the team store), deferral goes
+//! on, and nothing busts. Then one instance is stopped mid-session, and the session goes on
+//! through the other. Last, the stop itself: the health check fails first, then no new
+//! connection is accepted, and an open stream finishes.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use pith_store::ledger::{Row, TransformResult};
+use pith_testkit::fixtures::anthropic::{self, ToolSearch};
+use pith_testkit::fixtures::{ToolCall, Usage};
+use pith_testkit::haproxy::Haproxy;
+use pith_testkit::postgres::PgServer;
+use pith_testkit::upstream::Chunk;
+use pith_testkit::{MockUpstream, Reply};
+use serde_json::{Value, json};
+
+use crate::clients::{self, Launch};
+use crate::support::*;
+
+const TASK: &str = "find the open login bug in Jira";
+const FINAL: &str = "No open issue matches the login bug.";
+/// Health checks every 100 ms, two failures to take an instance out.
+const CHECK: Duration = Duration::from_millis(100);
+
+fn has_tools(body: &[u8]) -> bool {
+    body.windows(9).any(|w| w == b"\"tools\":[")
+}
+
+const USAGE: Usage = Usage {
+    input: 100,
+    output: 20,
+    cache_write: 0,
+    cache_write_1h: 0,
+    cache_read: 0,
+};
+
+/// The session the mock plays: turn 1 searches the deferred tools for the Jira one and calls
+/// it; turn 2 calls it again; turn 3 answers. `slow_second`: turn 2 streams over about 1.5 s
+/// (the stop test stops an instance while it streams).
+fn script_session(mock: &MockUpstream, slow_second: bool) {
+    let search = ToolSearch {
+        id: "srvtoolu_01Jira".to_owned(),
+        pattern: "jira".to_owned(),
+        found: vec!["demo_jira_op_7".to_owned()],
+    };
+    let first = ToolCall::new("toolu_01Jira", "demo_jira_op_7", r#"{"query":"login bug"}"#);
+    mock.push_when(
+        has_tools,
+        Reply::sse(anthropic::stream_with_tool_search(&search, &first, USAGE)),
+    );
+    let again = ToolCall::new(
+        "toolu_02Jira",
+        "demo_jira_op_7",
+        r#"{"query":"login bug","limit":50}"#,
+    );
+    let second = anthropic::stream_with_tool(&["Looking wider."], &again, USAGE);
+    mock.push_when(
+        has_tools,
+        if slow_second {
+            Reply::stream(pith_testkit::fixtures::split_at_events(
+                &second,
+                Duration::from_millis(150),
+            ))
+        } else {
+            Reply::sse(second)
+        },
+    );
+    mock.push_when(has_tools, Reply::sse(anthropic::stream(&[FINAL], USAGE)));
+}
+
+/// OpenCode with the 40-tool MCP server, its Anthropic provider at `base_url`.
+fn opencode_with_jira(base_url: &str) -> clients::Run {
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    clients::write_calc_project(work.path());
+    let mut config = clients::opencode_config(base_url, &Value::Null);
+    config["mcp"] = json!({"demo": {
+        "type": "local",
+        "command": [python().to_string_lossy(), python_script("mcp40_server.py").to_string_lossy()],
+        "enabled": true,
+    }});
+    clients::opencode_configured(
+        Launch::Direct,
+        work.path(),
+        home.path(),
+        &config,
+        &[],
+        TASK,
+        clients::LIMIT,
+    )
+}
+
+/// Two instances on one team database, and HAProxy in front with both taken in.
+struct Gateway {
+    mock: MockUpstream,
+    instances: Vec<PithProxy>,
+    haproxy: Haproxy,
+    url: String,
+}
+
+impl Gateway {
+    fn start(env: &[(&str, &str)]) -> Gateway {
+        let url = PgServer::shared().database().unwrap();
+        let mock = MockUpstream::start().unwrap();
+        let mut env = env.to_vec();
+        env.push(("PITH_STORE_URL", &url));
+        let instances: Vec<PithProxy> = (0..2)
+            .map(|_| PithProxy::start(&mock.url(), &env))
+            .collect();
+        let addrs: Vec<SocketAddr> = instances.iter().map(|p| p.addr).collect();
+        let haproxy = Haproxy::start(&addrs, CHECK).unwrap();
+        for name in ["pith1", "pith2"] {
+            assert!(
+                haproxy.wait_for(name, "UP", Duration::from_secs(10)),
+                "{name} not taken in: {:?}",
+                haproxy.servers()
+            );
+        }
+        Gateway {
+            mock,
+            instances,
+            haproxy,
+            url,
+        }
+    }
+
+    /// Every row of both instances (a stopped one wrote everything before it exited).
+    fn rows(&self) -> Vec<Row> {
+        let mut all = Vec::new();
+        for pith in &self.instances {
+            if pith.is_running() {
+                pith.flush();
+            }
+            all.extend(rows(&pith.ledger_path()));
+        }
+        all
+    }
+
+    fn logs(&self) -> String {
+        self.instances
+            .iter()
+            .map(PithProxy::stderr)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+
+    /// `pith stats --json` over the team database once it holds `requests` rows.
+    fn team_stats(&self, requests: u64) -> Value {
+        let home = tempfile::tempdir().unwrap();
+        let start = Instant::now();
+        loop {
+            let out = std::process::Command::new(pith_bin())
+                .args(["stats", "--json"])
+                .env("PITH_HOME", home.path())
+                .env("PITH_STORE_URL", &self.url)
+                .env_remove("PITH_CONFIG")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+            if report["total"]["requests"].as_u64() == Some(requests) {
+                return report;
+            }
+            assert!(
+                start.elapsed() < SHIPPED_WITHIN,
+                "the team ledger never held {requests} rows: {}",
+                report["total"]
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The block types of a body's messages, in order.
+fn block_types(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter_map(|b| b["type"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The session's main-loop bodies as the mock received them, checked: every turn after the
+/// first carries the search blocks back just before the tool_use they led to, with the same
+/// tools section (deferral kept, the Jira tools deferred).
+fn check_round_trip(mock: &MockUpstream) -> Vec<Value> {
+    let turns: Vec<Value> = mock
+        .received()
+        .into_iter()
+        .filter(|r| has_tools(&r.body))
+        .map(|r| r.body_json().unwrap())
+        .collect();
+    assert_eq!(turns.len(), 3, "three main-loop turns");
+    let deferred = turns[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t.get("defer_loading").is_some())
+        .count();
+    assert!(deferred >= 40, "the 40 Jira tools deferred ({deferred})");
+    for (n, turn) in turns.iter().enumerate().skip(1) {
+        let types = block_types(turn);
+        let at = types.iter().position(|t| t == "tool_use").unwrap();
+        assert!(
+            at >= 2
+                && types[at - 2..=at] == ["server_tool_use", "tool_search_tool_result", "tool_use"],
+            "turn {}: the search blocks are not back before the tool_use: {types:?}",
+            n + 1
+        );
+        assert_eq!(turns[0]["tools"], turn["tools"], "turn {}'s tools", n + 1);
+    }
+    turns
+}
+
+/// What `stage` did on `row`, if it reported.
+fn result_of<'a>(row: &'a Row, stage: &str) -> Option<&'a TransformResult> {
+    row.transforms
+        .iter()
+        .find(|t| t.stage == stage)
+        .map(|t| &t.result)
+}
+
+fn applied(row: &Row, stage: &str) -> bool {
+    matches!(result_of(row, stage), Some(TransformResult::Applied(_)))
+}
+
+#[test]
+fn opencode_through_haproxy_on_two_instances_keeps_deferral_and_busts_nothing() {
+    let gw = Gateway::start(&[]);
+    script_session(&gw.mock, false);
+    let run = opencode_with_jira(&format!("{}/v1", gw.haproxy.url()));
+    run.assert_ok(&gw.logs());
+    let said = format!("{}\n{}", run.stdout, run.stderr);
+    assert!(said.contains(FINAL), "{said}");
+    // OpenCode never saw the search: no failed `invalid` call.
+    assert!(!said.contains("invalid"), "{said}");
+    check_round_trip(&gw.mock);
+
+    // Round-robin per request: both instances served, and the blocks one instance hid were
+    // put back by the other from the team store.
+    let served = gw.mock.request_count() as u64;
+    let rows = gw.rows();
+    assert_eq!(rows.len() as u64, served, "each request a row, once");
+    let hid = rows.iter().find(|r| applied(r, "search_hide")).unwrap();
+    let fetched: Vec<&Row> = rows.iter().filter(|r| applied(r, "search_fetch")).collect();
+    assert!(
+        fetched.iter().any(|r| r.instance != hid.instance),
+        "no request was served by the instance that did not hide the search: {:?}",
+        rows.iter()
+            .map(|r| (r.instance.clone(), disclosed(r)))
+            .collect::<Vec<_>>()
+    );
+    for r in rows.iter().filter(|r| r.tools_bytes > 0) {
+        assert_ne!(
+            crate::support::unchanged_reason(r, "defer"),
+            Some("mid_session_join"),
+            "{:?}",
+            disclosed(r)
+        );
+    }
+    let per_server = gw.haproxy.servers().unwrap();
+    assert!(per_server.iter().all(|s| s.sessions > 0), "{per_server:?}");
+
+    // The team's stats count each request once, per instance too, and no bust.
+    let report = gw.team_stats(served);
+    let instances = report["by_instance"].as_array().unwrap();
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    let per_instance: u64 = instances
+        .iter()
+        .map(|i| i["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_instance, served);
+    assert_eq!(
+        report["cache_busts"]["by_pith"], 0,
+        "{}",
+        report["cache_busts"]
+    );
+    // And `pith stats` shows the requests per instance, by name.
+    let home = tempfile::tempdir().unwrap();
+    let text = std::process::Command::new(pith_bin())
+        .arg("stats")
+        .env("PITH_HOME", home.path())
+        .env("PITH_STORE_URL", &gw.url)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("INSTANCE"), "{text}");
+    for i in instances {
+        let name = i["instance"].as_str().unwrap();
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+}
+
+#[test]
+fn an_instance_stopped_mid_session_drains_and_the_session_goes_on_through_the_other() {
+    let mut gw = Gateway::start(&[("PITH_DRAIN", "1s"), ("PITH_SHUTDOWN_GRACE", "10s")]);
+    script_session(&gw.mock, true);
+    let base = format!("{}/v1", gw.haproxy.url());
+    let session = std::thread::spawn(move || opencode_with_jira(&base));
+    // Turn 2 is streaming (slowly): stop the first instance now.
+    let main_turns = |mock: &MockUpstream| {
+        mock.received()
+            .iter()
+            .filter(|r| has_tools(&r.body))
+            .count()
+    };
+    let start = Instant::now();
+    while main_turns(&gw.mock) < 2 {
+        assert!(start.elapsed() < clients::LIMIT, "turn 2 never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopping = &mut gw.instances[0];
+    let pid = stopping.pid();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // Its health check fails first: HAProxy takes it out while it still serves.
+    assert!(
+        gw.haproxy.wait_for("pith1", "DOWN", Duration::from_secs(5)),
+        "{:?}",
+        gw.haproxy.servers()
+    );
+    // Then kill, as a service manager does at the end of its stop timeout.
+    let exited = stopping.wait_exit(Duration::from_secs(15));
+    if exited.is_none() {
+        stopping.kill_9();
+    }
+    let run = session.join().unwrap();
+    run.assert_ok(&gw.logs());
+    let said = format!("{}\n{}", run.stdout, run.stderr);
+    assert!(said.contains(FINAL), "{said}");
+    assert!(!said.contains("invalid"), "{said}");
+    check_round_trip(&gw.mock);
+    assert!(
+        gw.instances[0].stderr().contains("draining"),
+        "{}",
+        gw.instances[0].stderr()
+    );
+    assert_eq!(exited.map(|s| s.success()), Some(true), "{}", gw.logs());
+    // Nothing cut, nothing lost: every request the mock answered is a row, and each ended ok.
+    let rows = gw.rows();
+    assert_eq!(rows.len(), gw.mock.request_count(), "{}", gw.logs());
+    assert!(
+        rows.iter()
+            .all(|r| r.outcome == pith_store::ledger::RequestOutcome::Ok),
+        "{:?}",
+        rows.iter().map(|r| r.outcome).collect::<Vec<_>>()
+    );
+}
+
+/// Send a Messages request on a fresh connection to `addr`; the raw response, read to its end.
+fn post_raw(addr: SocketAddr, body: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(
+        s,
+        "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         x-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// `GET /pith/health`'s status line on a fresh connection.
+fn health_status(addr: SocketAddr) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET /pith/health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out.lines().next().unwrap_or_default().to_owned())
+}
+
+#[test]
+fn sigterm_fails_the_health_check_first_then_stops_accepting_and_finishes_open_streams() {
+    let mock = MockUpstream::start().unwrap();
+    // A stream of 12 events, 250 ms apart: about 3 s, longer than the drain.
+    let sse = anthropic::stream(&["a"; 10], USAGE);
+    let chunks: Vec<Chunk> =
+        pith_testkit::fixtures::split_at_events(&sse, Duration::from_millis(250));
+    mock.push(Reply::stream(chunks));
+    let mut pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_DRAIN", "1s"), ("PITH_SHUTDOWN_GRACE", "20s")],
+    );
+    let addr = pith.addr;
+    assert!(health_status(addr).unwrap().contains(" 200 "));
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let open = std::thread::spawn(move || post_raw(addr, body));
+    assert!(mock.wait_requests(1, Duration::from_secs(10)));
+    let pid = pith.pid();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The drain: health answers 503 while a new request is still served.
+    let start = Instant::now();
+    let mut draining = false;
+    while start.elapsed() < Duration::from_millis(900) {
+        match health_status(addr) {
+            Ok(line) if line.contains(" 503 ") => {
+                draining = true;
+                break;
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    assert!(draining, "health never answered 503: {}", pith.stderr());
+    mock.push(Reply::sse(anthropic::stream(&["still served"], USAGE)));
+    let served = post_raw(addr, body).unwrap();
+    assert!(served.contains("still served"), "{served}");
+    // After the drain: no new connection, while the open stream goes on to its end.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(addr).is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after the drain");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let streamed = open.join().unwrap().unwrap();
+    assert!(streamed.contains("message_stop"), "{streamed}");
+    let exit = pith.wait_exit(Duration::from_secs(20)).unwrap();
+    assert!(exit.success(), "{}", pith.stderr());
+    let rows = rows(&pith.ledger_path());
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .all(|r| r.outcome == pith_store::ledger::RequestOutcome::Ok),
+        "{rows:?}"
+    );
+}
+
+/// A free loopback port (bound, then released for the script to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
+    let url = PgServer::shared().database().unwrap();
+    let mock = MockUpstream::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (listen, first) = (free_port(), free_port());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gateway/run");
+    let mut gateway = std::process::Command::new(script)
+        .args(["--store", &url, "--instances", "2", "--check", "100ms"])
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--first-port", &first.to_string()])
+        .arg("--home")
+        .arg(home.path())
+        .env("PITH_BIN", pith_bin())
+        .env("PITH_ANTHROPIC_UPSTREAM", mock.url())
+        .env_remove("PITH_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], listen).into();
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+    mock.set_default(Reply::json(anthropic::message("hello", USAGE)));
+    // Up once both instances answer through it (HAProxy takes each in after two checks).
+    let start = Instant::now();
+    let mut served = 0;
+    while served < 6 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the gateway did not serve 6 requests"
+        );
+        match post_raw(addr, body) {
+            Ok(reply) if reply.starts_with("HTTP/1.1 200") => served += 1,
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let instance_rows = |n: u32| {
+        let ledger = home.path().join(n.to_string()).join("ledger.db");
+        let port = first + n as u16 - 1;
+        wait_rows_at(([127, 0, 0, 1], port).into(), None, &ledger, 1)
+    };
+    let (one, two) = (instance_rows(1), instance_rows(2));
+    assert_eq!(one.len() + two.len(), 6);
+    assert_eq!(one[0].instance.as_deref(), Some("gw-1"));
+    assert_eq!(two[0].instance.as_deref(), Some("gw-2"));
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &gateway.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = gateway.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the gateway did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    gateway
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    assert!(status.success(), "{said}");
+    assert!(said.contains("[pith1] pith proxy stopped"), "{said}");
+    assert!(said.contains("[pith2] pith proxy stopped"), "{said}");
+    for port in [listen, first, first + 1] {
+        assert!(
+            TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "{port} still open"
+        );
+    }
+}

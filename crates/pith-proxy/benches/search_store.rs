@@ -10,7 +10,8 @@
 //!   asked before): the fetch phase reads the body's `tool_use` ids and asks nothing;
 //! - `store hit`: the last `tool_use` is new here, its blocks in the store (another instance
 //!   hid them): one query;
-//! - `store slow`: the same against a store that accepts and never answers: the bound.
+//! - `store slow`: the same against a store that accepts and never answers: the bound;
+//! - `resting`: the requests after that one, which do not wait for it (for 5 s).
 //!
 //! Writes (blocks kept per second): the local file's writer thread (N puts, then its flush),
 //! against the team store one at a time (an answer waits for its write) and 32 at once.
@@ -99,6 +100,7 @@ fn main() {
     let mut local_hit = Vec::new();
     let mut store_hit = Vec::new();
     let mut slow = Vec::new();
+    let mut resting = Vec::new();
     let mut local_writes = Vec::new();
     let mut one_by_one = Vec::new();
     let mut concurrent = Vec::new();
@@ -140,28 +142,44 @@ fn main() {
                     w.await;
                 }
             }
-            let here = shared(&url, bound);
+            // Every other id is known here already (kept before the store was shared, so
+            // nothing else is written): only the last is asked.
+            let here = SearchBlocks::in_memory(Limits::default());
             for session in &sessions {
-                // Every other id is known here already: only the last is asked.
                 for id in &ids[..ids.len() - 1] {
                     drop(here.put(session, id, KEPT));
                 }
             }
+            here.share_with(TeamSearchBlocks::new(&StoreUrl::new(&url)).unwrap(), bound);
             for session in &sessions {
                 let t = Instant::now();
                 let report = fetch(&here, Wire::AnthropicMessages, session, &body).await;
                 std::hint::black_box(here.get(session, &last));
                 store_hit.push(t.elapsed());
-                assert!(report.is_some(), "the store hit found nothing");
+                let fetched = report
+                    .is_some_and(|r| matches!(r.result, pith_transform::StageResult::Applied(_)));
+                assert!(
+                    fetched,
+                    "the store hit did not fetch: {:?}",
+                    here.team_stats()
+                );
             }
-            // A store that never answers: each call waits the bound.
-            let hung = shared(&silent_url, bound);
+            // A store that never answers: the first call waits the bound (a fresh instance
+            // each time), the next ones on that instance do not wait (it rests).
             for i in 0..5 {
+                let hung = shared(&silent_url, bound);
                 let t = Instant::now();
                 std::hint::black_box(
                     fetch(&hung, Wire::AnthropicMessages, &format!("x{i}"), &body).await,
                 );
                 slow.push(t.elapsed());
+                for j in 0..calls / 10 {
+                    let t = Instant::now();
+                    std::hint::black_box(
+                        fetch(&hung, Wire::AnthropicMessages, &format!("y{i}-{j}"), &body).await,
+                    );
+                    resting.push(t.elapsed());
+                }
             }
             // Writes: the local file's thread, then the team store.
             let file =
@@ -226,6 +244,7 @@ fn main() {
     line("local hit", &figures(local_hit));
     line("store hit", &figures(store_hit));
     line("store slow", &figures(slow));
+    line("resting", &figures(resting));
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]

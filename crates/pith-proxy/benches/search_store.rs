@@ -4,7 +4,7 @@
 //!
 //! Per request (wall time per call, p50 and p99 over PITH_BENCH_CALLS calls, rounds
 //! interleaved): what the request path does to have a session's blocks in memory before the
-//! restore stage reads them, on Claude Code's fix-calc req006 (57 KB, 4 `tool_use`s):
+//! restore stage reads them, on Claude Code's fix-calc req006 (57 KB, 5 `tool_use`s):
 //! - `local file`: no team store: the lookup the restore stage makes (the baseline);
 //! - `local hit`: a team store, every `tool_use` known here (this instance hid the blocks or
 //!   asked before): the fetch phase reads the body's `tool_use` ids and asks nothing;
@@ -71,7 +71,7 @@ fn shared(url: &str, bound: Duration) -> SearchBlocks {
 
 /// The ids the request names, the last one being the one a store hit asks for.
 fn ids_of(body: &[u8]) -> Vec<String> {
-    let ids = pith_transform::search_trip::restore::tool_use_ids(body);
+    let ids = pith_transform::search_trip::restore::tool_use_ids(body).ids;
     assert!(ids.len() >= 2, "{BODY} names too few tool_uses");
     ids
 }

@@ -22,8 +22,8 @@ use crate::rewrite::{
 /// The stage name of the answers' half, in the ledger.
 pub const HIDE: &str = "search_hide";
 
-/// The fetch phase's stage name in the ledger (a report only when the team store was read
-/// and had blocks, or failed).
+/// The fetch phase's stage name in the ledger (a report only when the team store had blocks,
+/// failed, missed its bound, or was resting after one of those).
 pub const FETCH: &str = "search_fetch";
 
 /// Before the pipeline, with a team store: a Messages request naming `tool_use`s this
@@ -40,11 +40,11 @@ pub async fn fetch(
     if wire != Wire::AnthropicMessages || !memory.is_shared() {
         return None;
     }
-    let ids = pith_transform::search_trip::restore::tool_use_ids(body);
-    if ids.is_empty() {
+    let uses = pith_transform::search_trip::restore::tool_use_ids(body);
+    if uses.ids.is_empty() {
         return None;
     }
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let ids: Vec<&str> = uses.ids.iter().map(String::as_str).collect();
     let failed = |why: String| {
         tracing::warn!("{why}; the request goes on without what the store may hold");
         Some(StageReport {
@@ -52,7 +52,7 @@ pub async fn fetch(
             result: StageResult::Failed(why),
         })
     };
-    match memory.fetch(session, &ids).await {
+    match memory.fetch(session, &ids, uses.newest).await {
         Fetch::NotShared | Fetch::Known | Fetch::Fetched { found: 0, .. } => None,
         Fetch::Fetched { found, .. } => Some(StageReport {
             stage: FETCH,
@@ -60,12 +60,17 @@ pub async fn fetch(
         }),
         Fetch::Slow => failed("the team store did not answer within its bound".to_owned()),
         Fetch::Failed(e) => failed(format!("the team store could not be read: {e}")),
-        Fetch::Resting => failed(
-            "the team store failed or was slow a moment ago; not asked for a few seconds"
-                .to_owned(),
-        ),
+        // Said once, when it failed or was slow; the requests after it are left as they are.
+        Fetch::Resting => Some(StageReport {
+            stage: FETCH,
+            result: StageResult::Unchanged(STORE_RESTING),
+        }),
     }
 }
+
+/// The fetch phase's reason for asking nothing: the team store failed or was slow a moment
+/// ago (for 5 s requests do not wait for it).
+pub const STORE_RESTING: &str = "store_resting";
 
 /// [`SearchBlocks`] as the restore stage's memory.
 pub struct StoredSearches(pub SearchBlocks);

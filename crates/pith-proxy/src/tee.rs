@@ -354,6 +354,9 @@ pub(crate) struct Tee<B: Body> {
     tail: Option<Bytes>,
     /// The upstream body has ended (a rewriter may still hold bytes to hand on).
     upstream_done: bool,
+    /// The upstream body ended complete while the rewriter asked to wait: the record is
+    /// finished once the wait is over, so its report has what the wait found.
+    end_after_hold: bool,
 }
 
 impl<B: Body> Tee<B> {
@@ -370,6 +373,7 @@ impl<B: Body> Tee<B> {
             tail: None,
             rewriting: rewriter.map(Rewriting::new),
             upstream_done: false,
+            end_after_hold: false,
         }
     }
 
@@ -414,6 +418,9 @@ where
             if self.rewriting.as_mut().is_some_and(|r| r.holding(cx)) {
                 return Poll::Pending;
             }
+            if std::mem::take(&mut self.end_after_hold) {
+                self.end(End::Complete, None);
+            }
             if let Some(ready) = self.rewriting.as_mut().and_then(Rewriting::drain) {
                 return Poll::Ready(Some(Ok(Frame::data(ready))));
             }
@@ -444,16 +451,16 @@ where
                 }
                 Poll::Ready(None) => {
                     self.upstream_done = true;
-                    let rewritten = match self.rewriting.as_mut() {
+                    match self.rewriting.as_mut() {
                         Some(rewriting) => {
                             rewriting.finish();
-                            true
+                            // Finished on the next turn of the loop, after any wait.
+                            self.end_after_hold = true;
                         }
-                        None => false,
-                    };
-                    self.end(End::Complete, None);
-                    if !rewritten {
-                        return Poll::Ready(None);
+                        None => {
+                            self.end(End::Complete, None);
+                            return Poll::Ready(None);
+                        }
                     }
                 }
                 Poll::Pending => {
@@ -519,7 +526,7 @@ impl<B: Body> Tee<B> {
             return false;
         }
         match &self.rewriting {
-            Some(r) => self.upstream_done && r.ready.is_empty(),
+            Some(r) => self.upstream_done && r.ready.is_empty() && r.hold.is_none(),
             None => self.upstream_done || self.inner.is_end_stream(),
         }
     }

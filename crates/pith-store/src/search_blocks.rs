@@ -143,10 +143,15 @@ struct Inner {
     team: OnceLock<Arc<Team>>,
 }
 
-/// How long a "the team store has nothing for this `tool_use`" answer is believed: a block is
-/// in the store before the answer naming its `tool_use` reaches the client, so a later look
-/// finds nothing new unless that write missed its bound and landed late.
+/// How long a "the team store has nothing for this `tool_use`" answer is believed for a
+/// `tool_use` of an earlier turn: its block, if any, was written while that turn's answer
+/// streamed, well before. A `tool_use` of the last assistant turn is believed absent only for
+/// the bound and [`REST`]: the write of a block an answer did not wait for (its instance was
+/// resting, or the write missed its bound) may land in that time.
 const NOTHING_FOR: Duration = Duration::from_secs(60);
+
+/// Absences remembered at most (about 100 bytes each); past it the expired go, then all.
+const MAX_ABSENT: usize = 100_000;
 
 /// Puts to the team store between two prunes of its old blocks.
 const TEAM_PRUNE_EVERY: u64 = 1_000;
@@ -160,7 +165,8 @@ struct Team {
     store: TeamSearchBlocks,
     /// How long a request waits for the store, reading or writing.
     bound: Duration,
-    /// `tool_use`s the store was asked about and had nothing for, with when.
+    /// `tool_use`s the store was asked about and had nothing for, with until when that is
+    /// believed.
     nothing: Mutex<HashMap<(String, String), Instant>>,
     /// Until when requests do not wait for the store (it failed or was slow just now).
     resting_until: Mutex<Option<Instant>>,
@@ -182,7 +188,7 @@ impl Team {
     }
 }
 
-/// What the team side has done since start (`pith doctor`, the log, tests).
+/// What the team side has done since start (the benchmark and tests read it).
 #[derive(Debug, Default)]
 struct TeamCounts {
     written: AtomicU64,
@@ -200,7 +206,8 @@ pub struct TeamStats {
     pub written: u64,
     /// Writes that failed.
     pub write_failed: u64,
-    /// Writes an answer stopped waiting for (the bound passed).
+    /// Writes an answer stopped waiting for (the bound passed; such a write may still land,
+    /// and then counts in `written` too).
     pub write_slow: u64,
     /// Blocks read from the team store (another instance hid them).
     pub fetched: u64,
@@ -250,14 +257,14 @@ pub enum Fetch {
     Resting,
 }
 
-/// An error with its sources, one line (a driver's error says little on its own).
-fn with_sources(e: &dyn std::error::Error) -> String {
+/// An error and each of its causes, `: `-joined (a driver's error says little alone).
+fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
+    let mut cause = e.source();
+    while let Some(c) = cause {
         text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+        text.push_str(&c.to_string());
+        cause = c.source();
     }
     text
 }
@@ -379,6 +386,8 @@ impl SearchBlocks {
     /// client's next request reaches finds them.
     pub fn put(&self, session: &str, tool_use_id: &str, blocks: &str) -> Option<Sharing> {
         let ts_ms = now_ms();
+        // The bound runs from now, however long the answer takes to ask for the wait.
+        let deadline = tokio::time::Instant::now();
         self.keep_here(session, tool_use_id, Arc::from(blocks), ts_ms);
         let team = Arc::clone(self.inner.team.get()?);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -422,7 +431,7 @@ impl SearchBlocks {
             return Some(Box::pin(std::future::ready(Shared::Resting)));
         }
         Some(Box::pin(async move {
-            match tokio::time::timeout(team.bound, write).await {
+            match tokio::time::timeout_at(deadline + team.bound, write).await {
                 Ok(Ok(shared)) => shared,
                 Ok(Err(_)) => Shared::Failed,
                 Err(_) => {
@@ -436,8 +445,9 @@ impl SearchBlocks {
 
     /// Ask the team store for the blocks of those of `tool_use_ids` (of `session`) this
     /// instance knows nothing about, within the bound; what it has goes into the local cache,
-    /// so the restore stage, which never waits on I/O, finds it.
-    pub async fn fetch(&self, session: &str, tool_use_ids: &[&str]) -> Fetch {
+    /// so the restore stage, which never waits on I/O, finds it. `tool_use_ids[newest..]` are
+    /// the last assistant turn's (see [`NOTHING_FOR`]).
+    pub async fn fetch(&self, session: &str, tool_use_ids: &[&str], newest: usize) -> Fetch {
         let Some(team) = self.inner.team.get() else {
             return Fetch::NotShared;
         };
@@ -449,13 +459,23 @@ impl SearchBlocks {
             return Fetch::Resting;
         }
         let since = now_ms().saturating_sub(age_ms(self.inner.limits));
-        let read = team.store.get(session, &asked, since);
+        // On a task of its own: when the bound passes, the query still ends (or its connection
+        // is dropped) there, never left half-read in the pool.
+        let reader = Arc::clone(team);
+        let (read_session, read_ids) = (session.to_owned(), asked.clone());
+        let read =
+            tokio::spawn(async move { reader.store.get(&read_session, &read_ids, since).await });
         let found = match tokio::time::timeout(team.bound, read).await {
-            Ok(Ok(found)) => found,
-            Ok(Err(e)) => {
+            Ok(Ok(Ok(found))) => found,
+            Ok(Err(_)) => {
                 team.counts.fetch_failed.fetch_add(1, Ordering::Relaxed);
                 team.rest();
-                return Fetch::Failed(with_sources(&e));
+                return Fetch::Failed("the read's task ended abnormally".to_owned());
+            }
+            Ok(Ok(Err(e))) => {
+                team.counts.fetch_failed.fetch_add(1, Ordering::Relaxed);
+                team.rest();
+                return Fetch::Failed(with_causes(&e));
             }
             Err(_) => {
                 team.counts.fetch_slow.fetch_add(1, Ordering::Relaxed);
@@ -477,14 +497,20 @@ impl SearchBlocks {
         }
         if let Ok(mut nothing) = team.nothing.lock() {
             let now = Instant::now();
-            if nothing.len() >= self.inner.limits.max_entries {
-                nothing.retain(|_, at| now.duration_since(*at) < NOTHING_FOR);
-                if nothing.len() >= self.inner.limits.max_entries {
+            if nothing.len() >= MAX_ABSENT {
+                nothing.retain(|_, until| now < *until);
+                if nothing.len() >= MAX_ABSENT {
                     nothing.clear();
                 }
             }
+            let recent = &tool_use_ids[newest.min(tool_use_ids.len())..];
             for id in asked.into_iter().filter(|id| !had.contains(id)) {
-                nothing.insert((session.to_owned(), id), now);
+                let believed = if recent.contains(&id.as_str()) {
+                    team.bound + REST
+                } else {
+                    NOTHING_FOR
+                };
+                nothing.insert((session.to_owned(), id), now + believed);
             }
         }
         result
@@ -504,7 +530,7 @@ impl SearchBlocks {
             let absent = nothing
                 .as_ref()
                 .and_then(|n| n.get(&key))
-                .is_some_and(|at| at.elapsed() < NOTHING_FOR);
+                .is_some_and(|until| Instant::now() < *until);
             if !cache.entries.contains_key(&key) && !absent && !unknown.iter().any(|u| u == id) {
                 unknown.push((*id).to_owned());
             }

@@ -60,8 +60,10 @@ pub struct ServerState {
     pub name: String,
     /// `UP`, `DOWN`, `MAINT`, or a transition such as `UP 1/2`.
     pub status: String,
-    /// Requests HAProxy sent it.
+    /// Sessions HAProxy sent it so far (`stot`; in HTTP mode a request each).
     pub sessions: u64,
+    /// Sessions on it now (`scur`: a request in flight, a stream open).
+    pub current: u64,
 }
 
 impl Haproxy {
@@ -152,18 +154,25 @@ impl Haproxy {
             .split(',')
             .collect();
         let col = |name: &str| header.iter().position(|h| *h == name);
-        let (Some(px), Some(sv), Some(status), Some(total)) =
-            (col("pxname"), col("svname"), col("status"), col("stot"))
-        else {
+        let (Some(px), Some(sv), Some(status), Some(total), Some(current)) = (
+            col("pxname"),
+            col("svname"),
+            col("status"),
+            col("stot"),
+            col("scur"),
+        ) else {
             return Err(std::io::Error::other(format!("unexpected stats: {csv}")));
         };
         Ok(lines
             .map(|l| l.split(',').collect::<Vec<_>>())
-            .filter(|f| f.len() > total && f[px] == "pith" && f[sv].starts_with("pith"))
+            .filter(|f| {
+                f.len() > total.max(current) && f[px] == "pith" && f[sv].starts_with("pith")
+            })
             .map(|f| ServerState {
                 name: f[sv].to_owned(),
                 status: f[status].to_owned(),
                 sessions: f[total].parse().unwrap_or(0),
+                current: f[current].parse().unwrap_or(0),
             })
             .collect())
     }

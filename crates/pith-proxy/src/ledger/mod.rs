@@ -75,9 +75,10 @@ struct Shared {
     store: Mutex<Store>,
     /// How recorded conversations are labelled (`None`: history is not recorded).
     history: Option<Labels>,
-    /// The name of the instance that serves the requests, on each row
-    /// ([`LedgerSink::name_instance`]). Rows a previous process left in the spool get the
-    /// name of the one that writes them (one home is one instance).
+    /// The name of the instance that serves the requests, on each row (given at start, or
+    /// by [`LedgerSink::name_instance`] once the proxy knows its port). Rows a previous process
+    /// left in the spool get the name of the one that writes them (one home is one instance);
+    /// written before the name is known, they have none.
     instance: std::sync::OnceLock<String>,
     /// Set by the writer before it parks; the request path that finds it set wakes the writer.
     parked: AtomicBool,
@@ -191,17 +192,19 @@ impl LedgerSink {
     /// Start the writer threads over `ledger`, with records waiting in the spool `spool`.
     /// Records a previous process left in the spool are written first.
     pub fn start(ledger: Ledger, spool: &SpoolConfig) -> Result<LedgerSink, StartError> {
-        Self::start_writers(ledger, spool, None, true)
+        Self::start_writers(ledger, spool, None, true, None)
     }
 
     /// [`LedgerSink::start`], and record each request's conversation in `history` on the
-    /// same threads, after its ledger row.
+    /// same threads, after its ledger row; every row names `instance` when it is known before
+    /// the writers start (rows a previous process left in the spool included).
     pub fn start_with_history(
         ledger: Ledger,
         spool: &SpoolConfig,
         history: Option<HistorySink>,
+        instance: Option<&str>,
     ) -> Result<LedgerSink, StartError> {
-        Self::start_writers(ledger, spool, history, true)
+        Self::start_writers(ledger, spool, history, true, instance)
     }
 
     /// `idle_writer_runs: false` stands in for a machine so busy that the idle-priority
@@ -211,6 +214,7 @@ impl LedgerSink {
         spool: &SpoolConfig,
         history: Option<HistorySink>,
         idle_writer_runs: bool,
+        instance: Option<&str>,
     ) -> Result<LedgerSink, StartError> {
         let resume = Position {
             generation: ledger.counter(SPOOL_GENERATION)?,
@@ -235,7 +239,9 @@ impl LedgerSink {
                 history: store,
             }),
             history,
-            instance: std::sync::OnceLock::new(),
+            instance: instance
+                .map(str::to_owned)
+                .map_or_else(std::sync::OnceLock::new, From::from),
             parked: AtomicBool::new(false),
             rescue_parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),

@@ -106,7 +106,7 @@ fn the_next_start_writes_what_the_last_left_in_the_spool_once() {
     drop(sink);
     // A writer that never runs stands in for a process killed before writing.
     let stuck =
-        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false).unwrap();
+        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false, None).unwrap();
     for i in 5..8 {
         stuck.submit(record(i));
     }
@@ -150,7 +150,7 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
     let path = dir.path().join("ledger.db");
     let spool = spool_in(dir.path(), 1 << 30);
     let sink =
-        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false).unwrap();
+        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false, None).unwrap();
     // The spool's clock stands still: a record grows old only when the test says so.
     sink.shared.spool.pause_clock();
     // A small backlog: only the record's age can bring the rescue writer in, and with the
@@ -166,7 +166,7 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
     // A large backlog wakes the rescue writer at once, the clock still standing: the request
     // that makes it so.
     let sink =
-        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false).unwrap();
+        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false, None).unwrap();
     sink.shared.spool.pause_clock();
     let mut r = record(2);
     r.request_body = bytes::Bytes::from(vec![b'x'; RESCUE_BACKLOG_BYTES as usize]);

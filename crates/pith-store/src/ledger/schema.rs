@@ -354,8 +354,8 @@ CREATE TABLE open_requests (
 ", "
 -- Schema 8: the instance that served each request (its name, `[proxy] instance`), so a team
 -- behind a load balancer sees the requests each instance served; NULL for the rows before it.
--- Totals per instance kept on write (k: the instance with NULL marked, as totals_key writes
--- it), so `pith stats` reads a row per instance, not a scan.
+-- Totals per instance kept on write (k: 'i' and the name, or '-' for none), so `pith stats`
+-- reads a row per instance, not a scan.
 ALTER TABLE requests ADD COLUMN instance TEXT;
 CREATE TABLE instance_totals (
     k        TEXT PRIMARY KEY,

@@ -31,6 +31,11 @@ use tokio_postgres::NoTls;
 /// How long connecting to the server may take before it counts as down (unless the URL sets
 /// `connect_timeout`): the shipper retries later, a reader says the server is unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// TCP keepalive probes start after this much silence on a connection.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// Unacknowledged data for this long closes the connection (Linux).
+#[cfg(target_os = "linux")]
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections a [`Pg`] keeps: each user of one (the shipper, a reader) runs one query at a time.
 const POOL_SIZE: usize = 2;
 
@@ -76,12 +81,18 @@ pub enum PgError {
     /// A query failed.
     #[error("PostgreSQL query failed")]
     Query(#[from] tokio_postgres::Error),
+    /// A statement took longer than its limit; its connection was dropped.
+    #[error("{url} did not answer in time; the connection was dropped")]
+    Hung {
+        /// The URL, password hidden.
+        url: StoreUrl,
+    },
     /// The database was migrated by a newer pith; it is left untouched.
     #[error(
         "the {component} schema in {url} is version {found}, newer than this pith knows ({known}); upgrade pith on this machine"
     )]
     TooNew {
-        /// `ledger` or `brain`.
+        /// The schema part: `ledger`, `brain`, `history`, `search_blocks`.
         component: &'static str,
         /// The URL, password hidden.
         url: StoreUrl,
@@ -93,7 +104,7 @@ pub enum PgError {
     /// A migration failed; its transaction was rolled back.
     #[error("cannot migrate the {component} schema in {url} to version {version}")]
     Migrate {
-        /// `ledger` or `brain`.
+        /// The schema part: `ledger`, `brain`, `history`, `search_blocks`.
         component: &'static str,
         /// The URL, password hidden.
         url: StoreUrl,
@@ -199,6 +210,12 @@ pub(crate) fn pool(url: &StoreUrl, size: usize) -> Result<Pool, PgError> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
+    // A server that vanished without a reset (a failover, a partition) is noticed instead of
+    // holding connections for good.
+    config.keepalives(true);
+    config.keepalives_idle(KEEPALIVE_IDLE);
+    #[cfg(target_os = "linux")]
+    config.tcp_user_timeout(TCP_USER_TIMEOUT);
     config.application_name("pith");
     let recycling = || ManagerConfig {
         recycling_method: RecyclingMethod::Fast,

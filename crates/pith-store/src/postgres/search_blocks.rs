@@ -29,6 +29,11 @@ const COMPONENT: &str = "search_blocks";
 /// Connections kept: a write and a read or two at once (each takes a millisecond or so).
 const POOL_SIZE: usize = 4;
 
+/// Longest a statement may take before its connection is dropped (not returned to the pool):
+/// a server gone without a reset, or one that hangs, would otherwise hold the pool's
+/// connections for good. Requests stopped waiting long before (their bound).
+const STATEMENT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The team store's search blocks.
 pub struct TeamSearchBlocks {
     pool: Pool,
@@ -69,6 +74,28 @@ impl TeamSearchBlocks {
         self.client().await.map(drop)
     }
 
+    /// `work` on a pooled connection, within [`STATEMENT_LIMIT`]; past it the connection is
+    /// dropped instead of going back to the pool.
+    async fn within_limit<T>(
+        &self,
+        work: impl AsyncFnOnce(&deadpool_postgres::Object) -> Result<T, PgError>,
+    ) -> Result<T, PgError> {
+        let client = tokio::time::timeout(STATEMENT_LIMIT, self.client())
+            .await
+            .map_err(|_| PgError::Hung {
+                url: self.url.clone(),
+            })??;
+        match tokio::time::timeout(STATEMENT_LIMIT, work(&client)).await {
+            Ok(done) => done,
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                Err(PgError::Hung {
+                    url: self.url.clone(),
+                })
+            }
+        }
+    }
+
     /// Keep `blocks` for `tool_use_id` of `session` (replacing what was kept for it).
     pub async fn put(
         &self,
@@ -77,17 +104,19 @@ impl TeamSearchBlocks {
         blocks: &str,
         ts_ms: i64,
     ) -> Result<(), PgError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO search_blocks (session, tool_use_id, blocks, ts_ms)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (session, tool_use_id)
-                 DO UPDATE SET blocks = excluded.blocks, ts_ms = excluded.ts_ms",
-                &[&session, &tool_use_id, &blocks, &ts_ms],
-            )
-            .await?;
-        Ok(())
+        self.within_limit(async |client| {
+            client
+                .execute(
+                    "INSERT INTO search_blocks (session, tool_use_id, blocks, ts_ms)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (session, tool_use_id)
+                     DO UPDATE SET blocks = excluded.blocks, ts_ms = excluded.ts_ms",
+                    &[&session, &tool_use_id, &blocks, &ts_ms],
+                )
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// What is kept for each of `tool_use_ids` of `session` since `since_ms`: `(tool_use_id,
@@ -98,25 +127,29 @@ impl TeamSearchBlocks {
         tool_use_ids: &[String],
         since_ms: i64,
     ) -> Result<Vec<(String, String, i64)>, PgError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT tool_use_id, blocks, ts_ms FROM search_blocks
-                 WHERE session = $1 AND tool_use_id = ANY($2) AND ts_ms >= $3",
-                &[&session, &tool_use_ids, &since_ms],
-            )
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect())
+        self.within_limit(async |client| {
+            let rows = client
+                .query(
+                    "SELECT tool_use_id, blocks, ts_ms FROM search_blocks
+                     WHERE session = $1 AND tool_use_id = ANY($2) AND ts_ms >= $3",
+                    &[&session, &tool_use_ids, &since_ms],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
+        })
+        .await
     }
 
     /// Remove what is older than `before_ms`; the number removed.
     pub async fn prune(&self, before_ms: i64) -> Result<u64, PgError> {
-        let client = self.client().await?;
-        Ok(client
-            .execute("DELETE FROM search_blocks WHERE ts_ms < $1", &[&before_ms])
-            .await?)
+        self.within_limit(async |client| {
+            Ok(client
+                .execute("DELETE FROM search_blocks WHERE ts_ms < $1", &[&before_ms])
+                .await?)
+        })
+        .await
     }
 }

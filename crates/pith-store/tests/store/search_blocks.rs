@@ -28,18 +28,21 @@ async fn what_one_instance_keeps_the_other_finds_and_nothing_is_asked_twice() {
     assert_eq!(sharing.await, Shared::Written);
     assert!(!b.has_session("s1"));
     // toolu_2 has no blocks: asked once, then known to have none.
-    let fetched = b.fetch("s1", &["toolu_1", "toolu_2"]).await;
+    let fetched = b.fetch("s1", &["toolu_1", "toolu_2"], 2).await;
     assert_eq!(fetched, Fetch::Fetched { asked: 2, found: 1 });
     assert_eq!(
         b.get("s1", "toolu_1").as_deref(),
         Some(r#"{"tool_use_at":0,"blocks":[]}"#)
     );
-    assert_eq!(b.fetch("s1", &["toolu_1", "toolu_2"]).await, Fetch::Known);
+    assert_eq!(
+        b.fetch("s1", &["toolu_1", "toolu_2"], 2).await,
+        Fetch::Known
+    );
     // A's own blocks are known to A without asking.
-    assert_eq!(a.fetch("s1", &["toolu_1"]).await, Fetch::Known);
+    assert_eq!(a.fetch("s1", &["toolu_1"], 1).await, Fetch::Known);
     // Another session's id is not this session's.
     assert_eq!(
-        b.fetch("s2", &["toolu_1"]).await,
+        b.fetch("s2", &["toolu_1"], 1).await,
         Fetch::Fetched { asked: 1, found: 0 }
     );
     let stats = b.team_stats();
@@ -66,8 +69,8 @@ async fn a_store_that_does_not_answer_is_waited_for_only_the_bound() {
     // Slow just now: the next requests do not wait for it (for a few seconds), and a slow
     // store is never taken for "nothing there".
     let start = Instant::now();
-    assert_eq!(blocks.fetch("s1", &["toolu_1"]).await, Fetch::Resting);
-    assert_eq!(blocks.fetch("s1", &["toolu_1"]).await, Fetch::Resting);
+    assert_eq!(blocks.fetch("s1", &["toolu_1"], 1).await, Fetch::Resting);
+    assert_eq!(blocks.fetch("s1", &["toolu_1"], 1).await, Fetch::Resting);
     let sharing = blocks.put("s1", "toolu_8", "{}").unwrap();
     assert_eq!(sharing.await, Shared::Resting);
     assert!(start.elapsed() < BOUND / 2, "waited {:?}", start.elapsed());
@@ -78,7 +81,7 @@ async fn a_store_that_does_not_answer_is_waited_for_only_the_bound() {
     // A read that finds it slow: the same bound.
     let other = instance(&url);
     let start = Instant::now();
-    assert_eq!(other.fetch("s1", &["toolu_1"]).await, Fetch::Slow);
+    assert_eq!(other.fetch("s1", &["toolu_1"], 1).await, Fetch::Slow);
     assert!(start.elapsed() < BOUND * 2, "waited {:?}", start.elapsed());
     drop(silent);
 }
@@ -89,8 +92,9 @@ async fn a_store_that_refuses_fails_at_once() {
     let addr = closed.local_addr().unwrap();
     drop(closed);
     let blocks = instance(&format!("postgres://pith@{addr}/pith"));
+    let start = Instant::now();
     assert!(matches!(
-        blocks.fetch("s1", &["toolu_1"]).await,
+        blocks.fetch("s1", &["toolu_1"], 1).await,
         Fetch::Failed(_)
     ));
     let other = instance(&format!("postgres://pith@{addr}/pith"));
@@ -98,7 +102,8 @@ async fn a_store_that_refuses_fails_at_once() {
         other.put("s1", "toolu_1", "{}").unwrap().await,
         Shared::Failed
     );
+    assert!(start.elapsed() < BOUND, "waited {:?}", start.elapsed());
     // Failed just now: not asked again for a few seconds.
-    assert_eq!(blocks.fetch("s1", &["toolu_2"]).await, Fetch::Resting);
-    assert_eq!(other.fetch("s1", &["toolu_2"]).await, Fetch::Resting);
+    assert_eq!(blocks.fetch("s1", &["toolu_2"], 1).await, Fetch::Resting);
+    assert_eq!(other.fetch("s1", &["toolu_2"], 1).await, Fetch::Resting);
 }

@@ -66,19 +66,27 @@ struct Block<'a> {
     name: Option<Cow<'a, str>>,
 }
 
-/// The ids of the `tool_use` blocks in a Messages request's assistant turns, in order, once
-/// each: what a shared memory is asked about before the stage runs. Empty for a body that
-/// names none, is not readable, or carries tool search blocks itself (the client round-trips
-/// them, so the stage will not look).
-pub fn tool_use_ids(body: &[u8]) -> Vec<String> {
-    let finder = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
-    if !finder(b"\"tool_use\"") || finder(b"\"tool_search_tool_result\"") {
-        return Vec::new();
+/// The `tool_use`s a Messages request's assistant turns name: what a shared memory is asked
+/// about before the stage runs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ToolUses {
+    /// Their ids, in order, once each.
+    pub ids: Vec<String>,
+    /// `ids[newest..]` are the last assistant turn's.
+    pub newest: usize,
+}
+
+/// The `tool_use`s of `body`'s assistant turns; none for a body that names none, is not
+/// readable, or whose assistant turns carry tool search blocks themselves (the client
+/// round-trips them, so the stage will not look).
+pub fn tool_use_ids(body: &[u8]) -> ToolUses {
+    if memchr::memmem::find(body, b"\"tool_use\"").is_none() {
+        return ToolUses::default();
     }
     let Ok(top) = std::str::from_utf8(body).map(serde_json::from_str::<Top<'_>>) else {
-        return Vec::new();
+        return ToolUses::default();
     };
-    let mut ids: Vec<String> = Vec::new();
+    let mut found = ToolUses::default();
     for message in top.ok().and_then(|t| t.messages).unwrap_or_default() {
         let Ok(message) = serde_json::from_str::<Message<'_>>(message.get()) else {
             continue;
@@ -92,16 +100,23 @@ pub fn tool_use_ids(body: &[u8]) -> Vec<String> {
         let Ok(blocks) = serde_json::from_str::<Vec<Block<'_>>>(content.get()) else {
             continue;
         };
+        if blocks
+            .iter()
+            .any(|b| super::is_search_block(b.kind.as_deref().unwrap_or(""), b.name.as_deref()))
+        {
+            return ToolUses::default();
+        }
+        found.newest = found.ids.len();
         for block in blocks {
             if block.kind.as_deref() == Some("tool_use")
                 && let Some(id) = block.id
-                && !ids.iter().any(|known| *known == id)
+                && !found.ids.iter().any(|known| *known == id)
             {
-                ids.push(id.into_owned());
+                found.ids.push(id.into_owned());
             }
         }
     }
-    ids
+    found
 }
 
 impl Stage for RestoreStage {

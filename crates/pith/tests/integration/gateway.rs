@@ -21,6 +21,7 @@ use pith_testkit::{MockUpstream, Reply};
 use serde_json::{Value, json};
 
 use crate::clients::{self, Launch};
+use crate::opencode::block_types;
 use crate::support::*;
 
 const TASK: &str = "find the open login bug in Jira";
@@ -155,19 +156,7 @@ impl Gateway {
         let home = tempfile::tempdir().unwrap();
         let start = Instant::now();
         loop {
-            let out = std::process::Command::new(pith_bin())
-                .args(["stats", "--json"])
-                .env("PITH_HOME", home.path())
-                .env("PITH_STORE_URL", &self.url)
-                .env_remove("PITH_CONFIG")
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let report = crate::team::team_stats(home.path(), &self.url, &[]);
             if report["total"]["requests"].as_u64() == Some(requests) {
                 return report;
             }
@@ -179,18 +168,6 @@ impl Gateway {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-}
-
-/// The block types of a body's messages, in order.
-fn block_types(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-        .filter_map(|b| b["type"].as_str().map(str::to_owned))
-        .collect()
 }
 
 /// The session's main-loop bodies as the mock received them, checked: every turn after the
@@ -311,7 +288,7 @@ fn an_instance_stopped_mid_session_drains_and_the_session_goes_on_through_the_ot
     script_session(&gw.mock, true);
     let base = format!("{}/v1", gw.haproxy.url());
     let session = std::thread::spawn(move || opencode_with_jira(&base));
-    // Turn 2 is streaming (slowly): stop the first instance now.
+    // Turn 2 is streaming (slowly): stop the instance streaming it, as HAProxy sees it.
     let main_turns = |mock: &MockUpstream| {
         mock.received()
             .iter()
@@ -319,11 +296,18 @@ fn an_instance_stopped_mid_session_drains_and_the_session_goes_on_through_the_ot
             .count()
     };
     let start = Instant::now();
-    while main_turns(&gw.mock) < 2 {
-        assert!(start.elapsed() < clients::LIMIT, "turn 2 never came");
+    let busy = loop {
+        assert!(start.elapsed() < clients::LIMIT, "turn 2 never streamed");
+        let streaming = gw.haproxy.servers().unwrap_or_default();
+        if main_turns(&gw.mock) >= 2
+            && let Some(busy) = streaming.iter().position(|s| s.current > 0)
+        {
+            break busy;
+        }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let stopping = &mut gw.instances[0];
+    };
+    let name = format!("pith{}", busy + 1);
+    let stopping = &mut gw.instances[busy];
     let pid = stopping.pid();
     let term = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -332,7 +316,7 @@ fn an_instance_stopped_mid_session_drains_and_the_session_goes_on_through_the_ot
     assert!(term.success());
     // Its health check fails first: HAProxy takes it out while it still serves.
     assert!(
-        gw.haproxy.wait_for("pith1", "DOWN", Duration::from_secs(5)),
+        gw.haproxy.wait_for(&name, "DOWN", Duration::from_secs(5)),
         "{:?}",
         gw.haproxy.servers()
     );
@@ -348,9 +332,9 @@ fn an_instance_stopped_mid_session_drains_and_the_session_goes_on_through_the_ot
     assert!(!said.contains("invalid"), "{said}");
     check_round_trip(&gw.mock);
     assert!(
-        gw.instances[0].stderr().contains("draining"),
+        gw.instances[busy].stderr().contains("draining"),
         "{}",
-        gw.instances[0].stderr()
+        gw.instances[busy].stderr()
     );
     assert_eq!(exited.map(|s| s.success()), Some(true), "{}", gw.logs());
     // Nothing cut, nothing lost: every request the mock answered is a row, and each ended ok.
@@ -396,14 +380,14 @@ fn health_status(addr: SocketAddr) -> std::io::Result<String> {
 #[test]
 fn sigterm_fails_the_health_check_first_then_stops_accepting_and_finishes_open_streams() {
     let mock = MockUpstream::start().unwrap();
-    // A stream of 12 events, 250 ms apart: about 3 s, longer than the drain.
-    let sse = anthropic::stream(&["a"; 10], USAGE);
+    // A stream of 30 events, 200 ms apart: about 6 s, longer than the drain.
+    let sse = anthropic::stream(&["a"; 28], USAGE);
     let chunks: Vec<Chunk> =
-        pith_testkit::fixtures::split_at_events(&sse, Duration::from_millis(250));
+        pith_testkit::fixtures::split_at_events(&sse, Duration::from_millis(200));
     mock.push(Reply::stream(chunks));
     let mut pith = PithProxy::start(
         &mock.url(),
-        &[("PITH_DRAIN", "1s"), ("PITH_SHUTDOWN_GRACE", "20s")],
+        &[("PITH_DRAIN", "3s"), ("PITH_SHUTDOWN_GRACE", "20s")],
     );
     let addr = pith.addr;
     assert!(health_status(addr).unwrap().contains(" 200 "));
@@ -421,7 +405,7 @@ fn sigterm_fails_the_health_check_first_then_stops_accepting_and_finishes_open_s
     // The drain: health answers 503 while a new request is still served.
     let start = Instant::now();
     let mut draining = false;
-    while start.elapsed() < Duration::from_millis(900) {
+    while start.elapsed() < Duration::from_millis(2_000) {
         match health_status(addr) {
             Ok(line) if line.contains(" 503 ") => {
                 draining = true;
@@ -462,12 +446,24 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Two free loopback ports in a row, neither `other`.
+fn free_pair(other: u16) -> u16 {
+    loop {
+        let first = free_port();
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if first < u16::MAX && first + 1 != other && first != other && free(first + 1) {
+            return first;
+        }
+    }
+}
+
 #[test]
 fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
     let url = PgServer::shared().database().unwrap();
     let mock = MockUpstream::start().unwrap();
     let home = tempfile::tempdir().unwrap();
-    let (listen, first) = (free_port(), free_port());
+    let listen = free_port();
+    let first = free_pair(listen);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gateway/run");
     let mut gateway = std::process::Command::new(script)
         .args(["--store", &url, "--instances", "2", "--check", "100ms"])
@@ -508,9 +504,11 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
     assert_eq!(one.len() + two.len(), 6);
     assert_eq!(one[0].instance.as_deref(), Some("gw-1"));
     assert_eq!(two[0].instance.as_deref(), Some("gw-2"));
+    // Ctrl-C, as a terminal sends it to the script (the instances run in sessions of their
+    // own, so the script alone hears it and stops each once, with its drain).
     assert!(
         std::process::Command::new("kill")
-            .args(["-TERM", &gateway.id().to_string()])
+            .args(["-INT", &gateway.id().to_string()])
             .status()
             .unwrap()
             .success()
@@ -531,6 +529,7 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
         .read_to_string(&mut said)
         .unwrap();
     assert!(status.success(), "{said}");
+    assert!(said.contains("[pith1] pith proxy draining"), "{said}");
     assert!(said.contains("[pith1] pith proxy stopped"), "{said}");
     assert!(said.contains("[pith2] pith proxy stopped"), "{said}");
     for port in [listen, first, first + 1] {

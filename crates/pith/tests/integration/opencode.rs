@@ -16,7 +16,8 @@ fn has_tools(body: &[u8]) -> bool {
     body.windows(9).any(|w| w == b"\"tools\":[")
 }
 
-fn block_types(body: &Value) -> Vec<String> {
+/// The block types of a body's messages, in order.
+pub(crate) fn block_types(body: &Value) -> Vec<String> {
     body["messages"]
         .as_array()
         .unwrap()

@@ -216,3 +216,55 @@ fn hidden_blocks_survive_a_restart_of_pith() {
         "{text}"
     );
 }
+
+#[test]
+fn a_team_store_that_does_not_answer_holds_a_search_answer_no_longer_than_its_bound_and_the_row_says_so()
+ {
+    // A PostgreSQL that accepts connections and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "postgres://pith@{}/pith?connect_timeout=30",
+        silent.local_addr().unwrap()
+    );
+    let mock = MockUpstream::start().unwrap();
+    let usage = fixtures::DEFAULT_USAGE;
+    mock.push(Reply::json(anthropic::message_with_tool_search(
+        &search(),
+        &ticket_call(),
+        usage,
+    )));
+    mock.push(Reply::sse(anthropic::stream_with_tool_search(
+        &search(),
+        &ticket_call(),
+        usage,
+    )));
+    let pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_STORE_URL", &url), ("PITH_STORE_TIMEOUT", "300ms")],
+    );
+    let first = json!([{"role": "user", "content": "update ticket A-1"}]);
+    let mut whole: Value = serde_json::from_str(&request_body(first.clone())).unwrap();
+    whole["stream"] = json!(false);
+    // The whole answer waits for the write, gives up at the bound, and goes on without it.
+    for body in [whole.to_string(), request_body(first)] {
+        let (status, answer) = post(&pith, body);
+        assert_eq!(status, 200);
+        assert!(
+            !mentions(&answer, "server_tool_use"),
+            "the client saw the search"
+        );
+        assert!(mentions(&answer, "toolu_01Ticket"));
+    }
+    // Each row says its block did not reach the team store (the first: the bound passed;
+    // the second: the store was resting after that).
+    let rows = pith.wait_rows(2);
+    let hid: Vec<String> = rows.iter().filter_map(disclosed).collect();
+    assert_eq!(hid.len(), 2, "{hid:?}");
+    for d in &hid {
+        assert!(
+            d.ends_with("search_hide;searches=1;not_shared=1"),
+            "{hid:?}"
+        );
+    }
+    drop(silent);
+}

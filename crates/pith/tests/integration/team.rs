@@ -147,7 +147,7 @@ fn conversations(
 }
 
 /// `pith stats --json ARGS` with `home` as PITH_HOME and `url` as the team store.
-fn team_stats(home: &std::path::Path, url: &str, args: &[&str]) -> Value {
+pub(crate) fn team_stats(home: &std::path::Path, url: &str, args: &[&str]) -> Value {
     let out = Command::new(pith_bin())
         .args(["stats", "--json"])
         .args(args)

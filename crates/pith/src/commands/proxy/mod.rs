@@ -171,7 +171,15 @@ impl Started {
                     }
                     None => None,
                 };
-                Some(LedgerSink::start_with_history(ledger, spool, sink)?)
+                // Named now when the port is known (it is unless the port is 0); else once the
+                // proxy listens.
+                let name = (plan.listen.port() != 0).then(|| plan.instance_name(plan.listen));
+                Some(LedgerSink::start_with_history(
+                    ledger,
+                    spool,
+                    sink,
+                    name.as_deref(),
+                )?)
             }
             _ => None,
         };

@@ -3,10 +3,18 @@
 //! and the term overlap that decides whether two headlines name the same failure.
 //!
 //! Lines are scored by the shape of the tools' own error lines (pytest, rustc and cargo, tsc,
-//! go, jest and vitest, eslint, mypy, ruff, Python tracebacks); the best-scoring line wins, the
-//! first of equals (a tool's first error is usually the cause of the rest). Generic lines
-//! (`make: *** Error 1`, `error: could not compile`) never count: with nothing more specific
-//! there is no headline, and recall stays silent.
+//! go, jest and vitest, node's test runner, eslint, mypy, ruff, gcc, Python tracebacks); the
+//! best-scoring line wins, the first of equals (a tool's first error is usually the cause of the
+//! rest). Generic lines (`make: *** Error 1`, `error: could not compile`, a TAP `error: |-`)
+//! never count: with nothing more specific there is no headline, and recall stays silent.
+//!
+//! A headline says what failed and how: where a tool names the failing test, the error's code
+//! or its location, the headline keeps it (`error[E0308]: mismatched types (at src/parse.rs:3:5)`,
+//! `● add › adds numbers - expect(received).toBe(expected)`). Two headlines name the same failure
+//! when their words overlap by [`SAME_FAILURE`] and everything both of them name agrees
+//! ([`named`], [`agree`]): `test_add` is not `test_add_zero`, E0308 in `parse.rs` is not E0308 in
+//! `main.rs`, an AssertionError is not a TypeError. Locations are compared by file name only
+//! (lines move with every edit, directories with every checkout), and are not words.
 
 use crate::MAX_HEADLINE_CHARS;
 use crate::render::clip;
@@ -54,15 +62,16 @@ fn score(line: &str, next: Option<&str>) -> Option<(u8, String)> {
     if t.starts_with("ERROR ") && t.contains(" - ") {
         return Some((9, t.to_owned()));
     }
-    // rustc: `error[E0308]: mismatched types`.
+    // rustc: `error[E0308]: mismatched types`, its location on the next line (` --> f:3:5`).
     if t.starts_with("error[E") && t.contains("]: ") {
-        return Some((10, t.to_owned()));
+        return Some((10, with_location(t, arrow_location(next))));
     }
     // tsc: `src/a.ts(3,7): error TS2322: ...` or `src/a.ts:3:7 - error TS2322: ...`.
     if let Some(at) = t.find("error TS")
         && t[at + 8..].starts_with(|c: char| c.is_ascii_digit())
     {
-        return Some((10, t[at..].to_owned()));
+        let place = tsc_location(t[..at].trim_end_matches([' ', '-', ':']));
+        return Some((10, with_location(&t[at..], place.as_deref())));
     }
     // A panic: `thread 'tests::adds' panicked at src/lib.rs:10:5:` then its message.
     // (Rust 1.95 adds the thread id: `thread 'main' (22726) panicked at ...`; it is left out.)
@@ -77,11 +86,25 @@ fn score(line: &str, next: Option<&str>) -> Option<(u8, String)> {
             _ => (8, head),
         });
     }
-    // mypy: `calc.py:3: error: Incompatible return value type ...  [return-value]`.
+    // mypy: `calc.py:3: error: Incompatible return value type ...  [return-value]`; gcc and
+    // clang: `calc.c:3:12: error: ...`.
     if let Some(at) = t.find(": error: ")
         && is_location(&t[..at])
     {
-        return Some((9, t[at + 2..].to_owned()));
+        return Some((9, with_location(&t[at + 2..], Some(&t[..at]))));
+    }
+    // node's test runner (TAP): `not ok 1 - adds numbers`; its `error: |-` names nothing.
+    if let Some(rest) = t.strip_prefix("not ok ") {
+        let name = rest
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .trim_start_matches([' ', '-']);
+        let name = name.split(" # ").next().unwrap_or(name).trim();
+        if !name.is_empty() {
+            return Some((9, format!("not ok - {name}")));
+        }
+    }
+    if t == "error: |-" || t == "error: >-" {
+        return None;
     }
     // go: `./calc.go:4:2: undefined: foo`, and a test's message `calc_test.go:8: got -1`.
     if let Some((location, message)) = split_location(t)
@@ -99,7 +122,14 @@ fn score(line: &str, next: Option<&str>) -> Option<(u8, String)> {
         if rest.starts_with("Test suite failed to run") {
             return next.map(|n| (8, n.trim().to_owned()));
         }
-        return Some((9, t.to_owned()));
+        // The error is on the next line: the test and how it failed.
+        return Some((
+            9,
+            match next {
+                Some(message) => format!("{t} - {}", message.trim()),
+                None => t.to_owned(),
+            },
+        ));
     }
     // vitest: ` FAIL  calc.test.js > add > adds numbers`.
     if let Some(rest) = t.strip_prefix("FAIL ")
@@ -117,10 +147,10 @@ fn score(line: &str, next: Option<&str>) -> Option<(u8, String)> {
         && starts_with_rule_code(message)
         && is_location(location)
     {
-        return Some((8, message.to_owned()));
+        return Some((8, with_location(message, Some(location))));
     }
     if starts_with_rule_code(t) && next.is_some_and(|n| n.trim_start().starts_with("--> ")) {
-        return Some((8, t.to_owned()));
+        return Some((8, with_location(t, arrow_location(next))));
     }
     // Python and JavaScript exceptions: `KeyError: 'x'`, `E   AssertionError: ...`,
     // `Error: Cannot find module 'x'`.
@@ -154,6 +184,202 @@ fn score(line: &str, next: Option<&str>) -> Option<(u8, String)> {
         return Some((2, t.to_owned()));
     }
     None
+}
+
+/// `message (at location)`, or the message alone without a location.
+fn with_location(message: &str, location: Option<&str>) -> String {
+    match location {
+        Some(place) => format!("{} (at {})", message.trim(), place.trim_start_matches("./")),
+        None => message.trim().to_owned(),
+    }
+}
+
+/// The location of a rustc or ruff ` --> path:3:5` line.
+fn arrow_location(next: Option<&str>) -> Option<&str> {
+    let place = next?.trim_start().strip_prefix("--> ")?.trim();
+    is_location(place).then_some(place)
+}
+
+/// tsc's `a.ts(3,7)` as `a.ts:3:7` (its `--pretty` form `a.ts:3:7` as it is).
+fn tsc_location(text: &str) -> Option<String> {
+    let text = text.trim();
+    let place = match text.split_once('(') {
+        Some((path, rest)) => {
+            let numbers = rest.trim_end_matches(')').replace(',', ":");
+            format!("{path}:{numbers}")
+        }
+        None => text.to_owned(),
+    };
+    is_location(&place).then_some(place)
+}
+
+/// What a headline names beside its words; each part `None` when it names none.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// The failing test: pytest's node id, a Rust test's thread name, go's, jest's, vitest's or
+    /// node's test name.
+    pub test: Option<String>,
+    /// The error's code: `E0308`, `TS2322`, mypy's `return-value`, ruff's `F401`.
+    pub code: Option<String>,
+    /// The file a location points at, by name (`parse.rs`).
+    pub file: Option<String>,
+    /// The exception's kind: `AssertionError`, `TypeError`, `KeyError`.
+    pub kind: Option<String>,
+    /// What a compiler's or linter's error is about, the names it quotes in order (`total` in
+    /// "cannot find value `total`", `'string'` and `'number'` in a TS2322): `None` for a test's
+    /// failure, whose quotes are values (`KeyError: 'title'` is the same failure as
+    /// `KeyError: 'name'` with other data).
+    pub subjects: Option<Vec<String>>,
+}
+
+/// What `headline` names: the test, the code, the file, the exception's kind.
+pub fn named(headline: &str) -> Named {
+    let h = headline.trim();
+    let first_word = |rest: &str| rest.split_whitespace().next().map(str::to_owned);
+    let test = if let Some(rest) = h
+        .strip_prefix("FAILED ")
+        .or_else(|| h.strip_prefix("ERROR "))
+    {
+        first_word(rest)
+    } else if let Some(rest) = h.strip_prefix("thread '") {
+        rest.split_once('\'')
+            .map(|(name, _)| name.to_owned())
+            .filter(|name| name != "main")
+    } else if let Some(rest) = h.strip_prefix("--- FAIL: ") {
+        first_word(rest)
+    } else if let Some(rest) = h.strip_prefix("● ").or_else(|| h.strip_prefix("not ok - ")) {
+        Some(rest.split(" - ").next().unwrap_or(rest).trim().to_owned())
+    } else {
+        h.strip_prefix("FAIL ")
+            .filter(|r| r.contains(" > "))
+            .map(|rest| rest.trim().to_owned())
+    };
+    Named {
+        test,
+        code: code_of(h),
+        file: h
+            .split_whitespace()
+            .map(|w| {
+                w.trim_matches(|c: char| "(),;'\"`".contains(c))
+                    .trim_end_matches(':')
+            })
+            .find(|w| is_location(w))
+            .and_then(|place| {
+                let path = place.split(':').next()?;
+                Some(path.rsplit('/').next().unwrap_or(path).to_owned())
+            }),
+        kind: kind_of(h),
+        subjects: subjects_of(h),
+    }
+}
+
+/// The quoted names of a compiler's or linter's error (an `error...` line, or one with a rule
+/// code), location left out.
+fn subjects_of(h: &str) -> Option<Vec<String>> {
+    let message = h.split(" (at ").next().unwrap_or(h);
+    if !(message.starts_with("error") || starts_with_rule_code(message)) {
+        return None;
+    }
+    let mut found = Vec::new();
+    let mut chars = message.char_indices();
+    while let Some((at, c)) = chars.next() {
+        let close = match c {
+            '`' => '`',
+            '\u{2018}' => '\u{2019}',
+            '\'' | '"' => c,
+            _ => continue,
+        };
+        // An apostrophe inside a word (`doesn't`) opens nothing.
+        if c == '\'' && message[..at].ends_with(char::is_alphanumeric) {
+            continue;
+        }
+        let start = at + c.len_utf8();
+        if let Some(len) = message[start..].find(close) {
+            found.push(message[start..start + len].to_owned());
+            for _ in message[start..start + len + close.len_utf8()].chars() {
+                chars.next();
+            }
+        }
+    }
+    Some(found)
+}
+
+/// The error code a headline names.
+fn code_of(h: &str) -> Option<String> {
+    if let Some(at) = h.find("error[") {
+        let rest = &h[at + 6..];
+        return rest.split_once(']').map(|(code, _)| code.to_owned());
+    }
+    if let Some(at) = h.find("error TS") {
+        let digits: String = h[at + 8..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if !digits.is_empty() {
+            return Some(format!("TS{digits}"));
+        }
+    }
+    if starts_with_rule_code(h) {
+        return h.split_whitespace().next().map(str::to_owned);
+    }
+    // mypy's `[return-value]` at the end of its message.
+    let message = h.split(" (at ").next().unwrap_or(h).trim_end();
+    if h.starts_with("error: ")
+        && let Some(code) = message
+            .strip_suffix(']')
+            .and_then(|m| m.rsplit_once('['))
+            .map(|(_, c)| c)
+        && !code.is_empty()
+        && code.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+    {
+        return Some(code.to_owned());
+    }
+    None
+}
+
+/// The exception's kind a headline names: an exception's name where the reason starts, or an
+/// assertion (pytest's `assert x == y` is an AssertionError).
+fn kind_of(h: &str) -> Option<String> {
+    let reason = h
+        .split_once(" - ")
+        .map_or(h, |(_, r)| r)
+        .trim_start_matches("E ")
+        .trim_start();
+    if reason.starts_with("assert ") {
+        return Some("AssertionError".to_owned());
+    }
+    let name = reason.split(": ").next().unwrap_or("");
+    is_exception_name(name).then(|| name.rsplit('.').next().unwrap_or(name).to_owned())
+}
+
+/// Whether everything both namings name is the same.
+pub fn agree(a: &Named, b: &Named) -> bool {
+    let same = |x: &Option<String>, y: &Option<String>| match (x, y) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    };
+    let subjects = match (&a.subjects, &b.subjects) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    };
+    same(&a.test, &b.test)
+        && same(&a.code, &b.code)
+        && same(&a.file, &b.file)
+        && same(&a.kind, &b.kind)
+        && subjects
+}
+
+/// Whether two headlines name the same failure, and how closely: what both name agrees, and
+/// their words overlap by [`SAME_FAILURE`], or both name one test (the strongest identity there
+/// is: a headline that adds how it failed to the test's name is still that test's failure).
+pub fn same_failure(a: &str, b: &str) -> Option<f64> {
+    let (na, nb) = (named(a), named(b));
+    if !agree(&na, &nb) {
+        return None;
+    }
+    let o = overlap(a, b);
+    let one_test = na.test.is_some() && na.test == nb.test;
+    (o >= SAME_FAILURE || one_test).then_some(o.max(SAME_FAILURE))
 }
 
 /// `path:12` or `path:12:5` (no spaces in the path).
@@ -247,10 +473,20 @@ fn strip_ansi(text: &str) -> String {
 }
 
 /// The terms overlap is measured over: lowercase runs of letters and digits, with runs of
-/// digits alone (line numbers, counts, values) and punctuation left out. `_` separates terms.
+/// digits alone (line numbers, counts, values), locations (`(at src/lib.rs:3:5)`, compared by
+/// [`agree`] instead) and punctuation left out. `_` separates terms.
 pub fn terms(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for word in text.split(|c: char| !c.is_alphanumeric()) {
+    let words = text
+        .split_whitespace()
+        .filter(|w| {
+            let bare = w
+                .trim_matches(|c: char| "(),;'\"`".contains(c))
+                .trim_end_matches(':');
+            *w != "(at" && !is_location(bare)
+        })
+        .flat_map(|w| w.split(|c: char| !c.is_alphanumeric()));
+    for word in words {
         if word.is_empty() || word.chars().all(|c| c.is_numeric()) {
             continue;
         }

@@ -51,6 +51,13 @@ pub const DEFAULT_VERDICT_COMMANDS: &[&str] = &[
     "mypy",
     "jest",
     "vitest",
+    "node --test",
+    "deno test",
+    "gcc",
+    "g++",
+    "cc",
+    "clang",
+    "clang++",
 ];
 
 /// Fix memories BM25 nominates for one failure; the overlap rule then decides.
@@ -196,14 +203,19 @@ fn read_note(
     if refs.is_empty() {
         return None;
     }
-    // Said once per file and set of memories: a memory saved on the file later in the session
-    // makes it worth saying again.
-    let ids: Vec<&str> = refs.iter().map(|r| r.id.as_str()).collect();
+    // One hook process per file and set of memories answers (several reading the file at once
+    // say one note); then each memory is said once per session, at whichever moment first
+    // names it (a memory saved on the file later in the session is said when it is read again).
     let session = Session::open(ws.root(), &event.session)?;
+    let ids: Vec<&str> = refs.iter().map(|r| r.id.as_str()).collect();
     if !session.claim(&format!("read\0{rel}\0{}", ids.join(","))) {
         return None;
     }
-    render::pointer_line(&refs, &HINTS)
+    let unsaid: Vec<MemoryRef> = refs
+        .into_iter()
+        .filter(|r| session.claim_memory(&r.id))
+        .collect();
+    render::pointer_line(&unsaid, &HINTS)
 }
 
 fn edit_note(
@@ -246,7 +258,7 @@ fn edit_note(
         return None;
     }
     let session = Session::open(ws.root(), &event.session)?;
-    failed.retain(|(_, r)| session.claim(&format!("failed\0{}", r.id)));
+    failed.retain(|(_, r)| session.claim_memory(&r.id));
     if failed.is_empty() {
         return None;
     }
@@ -304,7 +316,7 @@ fn failure_note(
     let session = Session::open(ws.root(), &event.session)?;
     let unsaid: Vec<String> = fixes
         .into_iter()
-        .filter(|m| session.claim(&format!("fix\0{}", m.id)))
+        .filter(|m| session.claim_memory(&m.id))
         .take(NAMED)
         .map(|m| render::headline_line(&brain.checked(m)))
         .collect();
@@ -329,10 +341,7 @@ fn same_failure(brain: &mut Brain, headline: &str) -> Option<Vec<crate::Memory>>
     let nominated = brain.nominate(&terms, Kind::Fix, NOMINATED).ok()?;
     let mut same: Vec<(f64, crate::Memory)> = nominated
         .into_iter()
-        .filter_map(|m| {
-            let o = headline::overlap(headline, m.headline.as_deref()?);
-            (o >= headline::SAME_FAILURE).then_some((o, m))
-        })
+        .filter_map(|m| Some((headline::same_failure(headline, m.headline.as_deref()?)?, m)))
         .collect();
     if same.is_empty() {
         return None;
@@ -389,7 +398,7 @@ fn passed_note(
         .ok()?;
     let id = &saved.memory.id;
     // The capture itself is said once per session, like every other note.
-    session.claim(&format!("fix\0{id}"));
+    session.claim_memory(id);
     Some(format!(
         "pith: recorded fix {id} (captured, unverified): `{}` passes after editing {}; `pith memory \
          show {id}` to review it",

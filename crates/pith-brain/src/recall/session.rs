@@ -92,6 +92,13 @@ impl Session {
         claimed
     }
 
+    /// Claim memory `id` for this session: true the first time any moment (a read's pointer,
+    /// an edit's failed attempt, a failure's recorded fix, a captured fix) names it, so the
+    /// model is told each memory's id once per session, whichever moment tells it.
+    pub fn claim_memory(&self, id: &str) -> bool {
+        self.claim(&format!("memory\0{id}"))
+    }
+
     /// Read the capture state, let `update` change it, and write it back if it did; `None`
     /// (nothing changed) when the lock could not be had in time or the state not read.
     pub fn with_capture<T>(&self, update: impl FnOnce(&mut CaptureState) -> T) -> Option<T> {

@@ -155,15 +155,20 @@ fn hook_answers_in_the_hosts_json_once_per_session() {
     let other = claude_payload(1, &s.root, "session-2");
     assert!(note(&hook(other.as_bytes(), &[]).0, &other).is_some());
 
-    // The other two moments, through the binary.
+    // The other two moments, through the binary. The Read names the memories on the file the
+    // session has not heard of yet (the fix was named one moment earlier).
     let read = claude_payload(2, &s.root, "session-1");
     let said = note(&hook(read.as_bytes(), &[]).0, &read).unwrap();
     assert!(
-        said.starts_with("pith: 3 memories on this file: "),
+        said.starts_with("pith: 2 memories on this file: ") && !said.contains(&s.fix),
         "{said}"
     );
     assert!(!said.contains("Details"), "titles, never bodies: {said}");
+    // Its failed attempt was named by that Read: the Edit in that session is silent, and in
+    // a session that edits first it is said.
     let edit = claude_payload(3, &s.root, "session-1");
+    assert_eq!(note(&hook(edit.as_bytes(), &[]).0, &edit), None);
+    let edit = claude_payload(3, &s.root, "session-3");
     let said = note(&hook(edit.as_bytes(), &[]).0, &edit).unwrap();
     assert!(
         said.contains(&s.failed) && !said.contains(&s.note),
@@ -352,7 +357,8 @@ fn the_hook_path_opens_no_socket_and_starts_no_thread() {
         .find(|p| Path::new(p).exists())
         .expect("strace is needed for this test (apt-get install strace)");
     let s = seeded();
-    for (i, payload) in [1, 2, 3].map(|i| (i, claude_payload(i, &s.root, "trace"))) {
+    // Each in a session of its own, so each is answered (a memory is named once per session).
+    for (i, payload) in [1, 2, 3].map(|i| (i, claude_payload(i, &s.root, &format!("trace-{i}")))) {
         let log = s.dir.path().join(format!("trace-{i}.log"));
         let input = s.dir.path().join(format!("payload-{i}.json"));
         std::fs::write(&input, &payload).unwrap();
@@ -541,19 +547,25 @@ fn claude_code_hears_each_note_through_pith_setup_and_shows_no_hook_error() {
         s.fix
     );
     assert_eq!(first_with(&received, &fix), (Some(1), 4), "the fix note");
+    // Each memory is named once per session: the Read names the two the model has not heard
+    // of (not the fix, named one call earlier), so the Edit has nothing new to say.
     let read = format!(
-        "PostToolUse:Read hook additional context: pith: 3 memories on this file: {} fix:",
-        s.fix
-    );
-    assert_eq!(first_with(&received, &read), (Some(2), 3), "the read note");
-    let edit = format!(
-        "PostToolUse:Edit hook additional context: pith: a failed attempt on record for the file just edited: {}",
+        "PostToolUse:Read hook additional context: pith: 2 memories on this file: {} failed:",
         s.failed
     );
-    assert_eq!(first_with(&received, &edit), (Some(3), 2), "the edit note");
-    // The passing test run is silent: the last request carries the three notes and no more.
+    assert_eq!(first_with(&received, &read), (Some(2), 3), "the read note");
+    assert!(
+        !received
+            .iter()
+            .any(|r| String::from_utf8_lossy(&r.body)
+                .contains(&format!("on this file: {} fix", s.fix))),
+        "the fix was named twice"
+    );
+    let edit = "PostToolUse:Edit hook additional context";
+    assert_eq!(first_with(&received, edit), (None, 0), "the edit note");
+    // The passing test run is silent: the last request carries the two notes and no more.
     let last = String::from_utf8_lossy(&received[4].body);
-    assert_eq!(last.matches("hook additional context").count(), 3, "{last}");
+    assert_eq!(last.matches("hook additional context").count(), 2, "{last}");
     // The note lands in a system message after the tool result.
     let body = received[1].body_json().unwrap();
     let messages = body["messages"].as_array().unwrap();
@@ -567,7 +579,7 @@ fn claude_code_hears_each_note_through_pith_setup_and_shows_no_hook_error() {
         "{body}"
     );
 
-    // No hook error anywhere: Claude Code recorded a success for each of the three notes, and
+    // No hook error anywhere: Claude Code recorded a success for each of the two notes, and
     // nothing at all for the silent calls (an empty stdout leaves no record).
     let records = claude_hook_records(home.path());
     let kinds: Vec<&str> = records.iter().filter_map(|r| r["type"].as_str()).collect();
@@ -581,7 +593,7 @@ fn claude_code_hears_each_note_through_pith_setup_and_shows_no_hook_error() {
         .iter()
         .filter(|r| r["type"] == "hook_success")
         .collect();
-    assert_eq!(successes.len(), 3, "{records:#?}");
+    assert_eq!(successes.len(), 2, "{records:#?}");
     assert!(
         successes
             .iter()
@@ -665,13 +677,11 @@ fn codex_hears_each_note_through_pith_setup_and_its_payloads_have_the_recorded_s
         s.fix
     );
     assert_eq!(first_with(&received, &fix), (Some(1), 4), "the fix note");
-    let read = format!("pith: 3 memories on this file: {} fix:", s.fix);
+    // Each memory once per session: the cat names the two not heard of yet, the patch nothing.
+    let read = format!("pith: 2 memories on this file: {} failed:", s.failed);
     assert_eq!(first_with(&received, &read), (Some(2), 3), "the read note");
-    let edit = format!(
-        "pith: a failed attempt on record for the file just edited: {}",
-        s.failed
-    );
-    assert_eq!(first_with(&received, &edit), (Some(3), 2), "the edit note");
+    let edit = "pith: a failed attempt on record for the file just edited:";
+    assert_eq!(first_with(&received, edit), (None, 0), "the edit note");
     let last = received[4].body_json().unwrap();
     let notes: Vec<&Value> = last["input"]
         .as_array()
@@ -684,7 +694,7 @@ fn codex_hears_each_note_through_pith_setup_and_its_payloads_have_the_recorded_s
                     .is_some_and(|t| t.starts_with("pith: "))
         })
         .collect();
-    assert_eq!(notes.len(), 3, "the passing test run is silent: {notes:#?}");
+    assert_eq!(notes.len(), 2, "the passing test run is silent: {notes:#?}");
     // Each sits between its tool call and the call's output.
     let input = last["input"].as_array().unwrap();
     let at = input

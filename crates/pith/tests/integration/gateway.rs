@@ -33,13 +33,7 @@ fn has_tools(body: &[u8]) -> bool {
     body.windows(9).any(|w| w == b"\"tools\":[")
 }
 
-const USAGE: Usage = Usage {
-    input: 100,
-    output: 20,
-    cache_write: 0,
-    cache_write_1h: 0,
-    cache_read: 0,
-};
+const USAGE: Usage = pith_testkit::fixtures::DEFAULT_USAGE;
 
 /// The session the mock plays: turn 1 searches the deferred tools for the Jira one and calls
 /// it; turn 2 calls it again; turn 3 answers. `slow_second`: turn 2 streams over about 1.5 s

@@ -26,8 +26,9 @@ fn mentions(body: &[u8], needle: &str) -> bool {
     body.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
-#[test]
-fn the_sdk_parses_answers_with_the_search_taken_out_streamed_and_not() {
+/// A mock whose next two answers search the deferred tools, then call the ticket tool: one
+/// whole JSON, one streamed.
+fn searching_mock() -> MockUpstream {
     let mock = MockUpstream::start().unwrap();
     let usage = fixtures::DEFAULT_USAGE;
     mock.push(Reply::json(anthropic::message_with_tool_search(
@@ -40,6 +41,13 @@ fn the_sdk_parses_answers_with_the_search_taken_out_streamed_and_not() {
         &ticket_call(),
         usage,
     )));
+    mock
+}
+
+#[test]
+fn the_sdk_parses_answers_with_the_search_taken_out_streamed_and_not() {
+    let mock = searching_mock();
+    let usage = fixtures::DEFAULT_USAGE;
     let pith = PithProxy::start(&mock.url(), &[]);
     let calls = "anthropic.messages.create.tool,anthropic.messages.stream.tool";
     let out = std::process::Command::new(python())
@@ -226,18 +234,7 @@ fn a_team_store_that_does_not_answer_holds_a_search_answer_no_longer_than_its_bo
         "postgres://pith@{}/pith?connect_timeout=30",
         silent.local_addr().unwrap()
     );
-    let mock = MockUpstream::start().unwrap();
-    let usage = fixtures::DEFAULT_USAGE;
-    mock.push(Reply::json(anthropic::message_with_tool_search(
-        &search(),
-        &ticket_call(),
-        usage,
-    )));
-    mock.push(Reply::sse(anthropic::stream_with_tool_search(
-        &search(),
-        &ticket_call(),
-        usage,
-    )));
+    let mock = searching_mock();
     let pith = PithProxy::start(
         &mock.url(),
         &[("PITH_STORE_URL", &url), ("PITH_STORE_TIMEOUT", "300ms")],

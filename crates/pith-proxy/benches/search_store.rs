@@ -32,15 +32,9 @@ use pith_proxy::search_trip::fetch;
 use pith_store::postgres::StoreUrl;
 use pith_store::postgres::search_blocks::TeamSearchBlocks;
 use pith_store::search_blocks::{Limits, SearchBlocks};
+use pith_testkit::bench::env_usize;
 use pith_testkit::postgres::PgServer;
 use pith_wire::Wire;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 const BODY: &str = "claude-code-2.1.328/fix-calc/req006";
 const KEPT: &str = r#"{"tool_use_at":1,"blocks":[[0,{"type":"server_tool_use","id":"srvtoolu_1","name":"tool_search_tool_regex","input":{"pattern":"x"}}]]}"#;

@@ -30,14 +30,8 @@ use pith_store::ledger::{Fact, Ledger, RequestOutcome, Row, RowUsage, Transform,
 use pith_store::postgres::StoreUrl;
 use pith_store::postgres::brain::TeamBrain;
 use pith_store::postgres::ship::{self, Shipper};
+use pith_testkit::bench::env_usize;
 use pith_testkit::postgres::PgServer;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A row like the proxy writes for a deferred Claude Code request.
 fn row(i: usize) -> Row {

@@ -257,18 +257,6 @@ pub enum Fetch {
     Resting,
 }
 
-/// An error and each of its causes, `: `-joined (a driver's error says little alone).
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
-}
-
 fn age_ms(limits: Limits) -> i64 {
     i64::try_from(limits.max_age.as_millis()).unwrap_or(i64::MAX)
 }
@@ -386,10 +374,10 @@ impl SearchBlocks {
     /// client's next request reaches finds them.
     pub fn put(&self, session: &str, tool_use_id: &str, blocks: &str) -> Option<Sharing> {
         let ts_ms = now_ms();
-        // The bound runs from now, however long the answer takes to ask for the wait.
-        let deadline = tokio::time::Instant::now();
         self.keep_here(session, tool_use_id, Arc::from(blocks), ts_ms);
         let team = Arc::clone(self.inner.team.get()?);
+        // The bound runs from now, however long the answer takes to ask for the wait.
+        let deadline = tokio::time::Instant::now();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             team.counts.write_failed.fetch_add(1, Ordering::Relaxed);
             return Some(Box::pin(std::future::ready(Shared::Failed)));
@@ -475,7 +463,7 @@ impl SearchBlocks {
             Ok(Ok(Err(e))) => {
                 team.counts.fetch_failed.fetch_add(1, Ordering::Relaxed);
                 team.rest();
-                return Fetch::Failed(with_causes(&e));
+                return Fetch::Failed(pith_brain::render::error_chain(&e));
             }
             Err(_) => {
                 team.counts.fetch_slow.fetch_add(1, Ordering::Relaxed);

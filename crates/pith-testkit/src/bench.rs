@@ -36,6 +36,14 @@ impl Measurement for ThreadCpu {
     }
 }
 
+/// A number from the environment (a benchmark's knob), or `default` when unset or not one.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The body of the capture `id` (`client/scenario/reqNNN`). Panics when it is missing: a
 /// benchmark without its input must stop loudly, not measure nothing.
 pub fn capture_body(id: &str) -> Vec<u8> {

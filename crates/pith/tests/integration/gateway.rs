@@ -147,20 +147,16 @@ impl Gateway {
 
     /// `pith stats --json` over the team database once it holds `requests` rows.
     fn team_stats(&self, requests: u64) -> Value {
+        // The shippers run in the instances' processes with no barrier to ask: as the team
+        // tests do, look again until the team ledger holds them.
         let home = tempfile::tempdir().unwrap();
-        let start = Instant::now();
-        loop {
-            let report = crate::team::team_stats(home.path(), &self.url, &[]);
-            if report["total"]["requests"].as_u64() == Some(requests) {
-                return report;
-            }
-            assert!(
-                start.elapsed() < SHIPPED_WITHIN,
-                "the team ledger never held {requests} rows: {}",
-                report["total"]
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let stats = || crate::team::team_stats(home.path(), &self.url, &[]);
+        crate::team::wait_for(
+            &format!("the team ledger holding {requests} rows"),
+            SHIPPED_WITHIN,
+            || stats()["total"]["requests"].as_u64() == Some(requests),
+        );
+        stats()
     }
 }
 
@@ -289,17 +285,21 @@ fn an_instance_stopped_mid_session_drains_and_the_session_goes_on_through_the_ot
             .filter(|r| has_tools(&r.body))
             .count()
     };
-    let start = Instant::now();
-    let busy = loop {
-        assert!(start.elapsed() < clients::LIMIT, "turn 2 never streamed");
-        let streaming = gw.haproxy.servers().unwrap_or_default();
-        if main_turns(&gw.mock) >= 2
-            && let Some(busy) = streaming.iter().position(|s| s.current > 0)
-        {
-            break busy;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // Each request the mock receives wakes this (the title call may come between the turns).
+    let mut received = 1;
+    while main_turns(&gw.mock) < 2 {
+        assert!(
+            gw.mock.wait_requests(received, clients::LIMIT),
+            "turn 2 never came"
+        );
+        received += 1;
+    }
+    // Turn 2 streams for 1.5 s: HAProxy has it on one instance now.
+    let streaming = gw.haproxy.servers().unwrap();
+    let busy = streaming
+        .iter()
+        .position(|s| s.current > 0)
+        .unwrap_or_else(|| panic!("no instance is streaming turn 2: {streaming:?}"));
     let name = format!("pith{}", busy + 1);
     let stopping = &mut gw.instances[busy];
     let pid = stopping.pid();
@@ -315,10 +315,7 @@ fn an_instance_stopped_mid_session_drains_and_the_session_goes_on_through_the_ot
         gw.haproxy.servers()
     );
     // Then kill, as a service manager does at the end of its stop timeout.
-    let exited = stopping.wait_exit(Duration::from_secs(15));
-    if exited.is_none() {
-        stopping.kill_9();
-    }
+    let exited = stopping.exit_or_kill(Duration::from_secs(15));
     let run = session.join().unwrap();
     run.assert_ok(&gw.logs());
     let said = format!("{}\n{}", run.stdout, run.stderr);
@@ -396,31 +393,34 @@ fn sigterm_fails_the_health_check_first_then_stops_accepting_and_finishes_open_s
             .unwrap()
             .success()
     );
-    // The drain: health answers 503 while a new request is still served.
-    let start = Instant::now();
-    let mut draining = false;
-    while start.elapsed() < Duration::from_millis(2_000) {
-        match health_status(addr) {
-            Ok(line) if line.contains(" 503 ") => {
-                draining = true;
-                break;
-            }
-            _ => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    assert!(draining, "health never answered 503: {}", pith.stderr());
+    // The drain (it says so once the health check fails): health answers 503 while a new
+    // request is still served.
+    assert!(
+        pith.wait_said("pith proxy draining", Duration::from_secs(2)),
+        "{}",
+        pith.stderr()
+    );
+    let health = health_status(addr).unwrap();
+    assert!(health.contains(" 503 "), "{health}: {}", pith.stderr());
     mock.push(Reply::sse(anthropic::stream(&["still served"], USAGE)));
     let served = post_raw(addr, body).unwrap();
     assert!(served.contains("still served"), "{served}");
-    // After the drain: no new connection, while the open stream goes on to its end.
+    // After the drain: no new connection (it says it stops accepting just before it closes
+    // the listener, so a connect may still get in for a moment), while the open stream goes
+    // on to its end.
+    assert!(
+        pith.wait_said("no new connections", Duration::from_secs(6)),
+        "{}",
+        pith.stderr()
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     while TcpStream::connect(addr).is_ok() {
         assert!(Instant::now() < deadline, "still accepting after the drain");
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::yield_now();
     }
     let streamed = open.join().unwrap().unwrap();
     assert!(streamed.contains("message_stop"), "{streamed}");
-    let exit = pith.wait_exit(Duration::from_secs(20)).unwrap();
+    let exit = pith.exit_or_kill(Duration::from_secs(20)).unwrap();
     assert!(exit.success(), "{}", pith.stderr());
     let rows = rows(&pith.ledger_path());
     assert_eq!(rows.len(), 2);
@@ -476,7 +476,8 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
     let addr: SocketAddr = ([127, 0, 0, 1], listen).into();
     let body = r#"{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
     mock.set_default(Reply::json(anthropic::message("hello", USAGE)));
-    // Up once both instances answer through it (HAProxy takes each in after two checks).
+    // Up once both instances answer through it (HAProxy takes each in after two checks; its
+    // health checks are another process's, with nothing to wait on but their effect).
     let start = Instant::now();
     let mut served = 0;
     while served < 6 {
@@ -507,21 +508,10 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
             .unwrap()
             .success()
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = gateway.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the gateway did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut stderr = gateway.stderr.take().unwrap();
+    let status = exit_within(gateway, Duration::from_secs(20)).expect("the gateway did not stop");
     let mut said = String::new();
-    gateway
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut said)
-        .unwrap();
+    stderr.read_to_string(&mut said).unwrap();
     assert!(status.success(), "{said}");
     assert!(said.contains("[pith1] pith proxy draining"), "{said}");
     assert!(said.contains("[pith1] pith proxy stopped"), "{said}");

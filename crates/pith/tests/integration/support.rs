@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,7 +26,8 @@ pub struct PithProxy {
     child: Option<Child>,
     pub addr: SocketAddr,
     pub home: tempfile::TempDir,
-    stderr: Arc<Mutex<String>>,
+    /// What it printed on stderr so far, and a signal for each line ([`PithProxy::wait_said`]).
+    stderr: Arc<(Mutex<String>, Condvar)>,
     /// The access token it was started with, for its own pages.
     token: Option<String>,
 }
@@ -69,7 +70,7 @@ impl PithProxy {
         }
         let mut child = cmd.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
+        let log = Arc::new((Mutex::new(String::new()), Condvar::new()));
         let (tx, rx) = mpsc::channel();
         let log2 = Arc::clone(&log);
         std::thread::spawn(move || {
@@ -78,16 +79,17 @@ impl PithProxy {
                 if let Some(rest) = line.strip_prefix("pith proxy listening on http://") {
                     let _ = tx.send(rest.trim().to_owned());
                 }
-                let mut l = log2.lock().unwrap();
+                let mut l = log2.0.lock().unwrap();
                 l.push_str(&line);
                 l.push('\n');
+                log2.1.notify_all();
             }
         });
         let addr = match rx.recv_timeout(Duration::from_secs(20)) {
             Ok(a) => a.parse().unwrap(),
             Err(_) => {
                 let _ = child.kill();
-                panic!("pith proxy did not start:\n{}", log.lock().unwrap());
+                panic!("pith proxy did not start:\n{}", log.0.lock().unwrap());
             }
         };
         PithProxy {
@@ -126,25 +128,29 @@ impl PithProxy {
     }
 
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.stderr.0.lock().unwrap().clone()
+    }
+
+    /// Block until its stderr holds `needle` (woken by each line it prints), at most `limit`;
+    /// whether it does.
+    pub fn wait_said(&self, needle: &str, limit: Duration) -> bool {
+        let (log, said) = &*self.stderr;
+        let held = log.lock().unwrap();
+        let (held, _) = said
+            .wait_timeout_while(held, limit, |l| !l.contains(needle))
+            .unwrap();
+        held.contains(needle)
     }
 
     /// SIGTERM, then wait for a clean exit. PITH_HOME stays until `self` is dropped.
     pub fn stop(&mut self) -> ExitStatus {
-        let mut child = self.child.take().unwrap();
+        let child = self.child.take().unwrap();
         let status = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "pith did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exit_within(child, Duration::from_secs(20)).expect("pith did not stop on SIGTERM")
     }
 }
 
@@ -154,21 +160,10 @@ impl PithProxy {
         self.child.is_some()
     }
 
-    /// Wait at most `limit` for the process to exit by itself; its status, or `None` if it
-    /// still runs.
-    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let child = self.child.as_mut()?;
-            if let Some(status) = child.try_wait().unwrap() {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// Wait at most `limit` for the process to exit by itself (after a signal sent to it), as a
+    /// service manager does: its status, or `None` when it had to be killed (`kill -9`).
+    pub fn exit_or_kill(&mut self, limit: Duration) -> Option<ExitStatus> {
+        exit_within(self.child.take()?, limit)
     }
 
     /// `kill -9`, and wait until the process is gone (its files closed).
@@ -195,6 +190,25 @@ impl Drop for PithProxy {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+}
+
+/// Wait for `child` to exit, at most `limit` (a thread waits on it and hands over its status:
+/// no polling); its status, or `None` when `limit` passed, and then it is killed (`kill -9`)
+/// and reaped before this returns.
+pub fn exit_within(mut child: Child, limit: Duration) -> Option<ExitStatus> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(status) => Some(status.unwrap()),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let _ = rx.recv();
+            None
         }
     }
 }

@@ -193,7 +193,7 @@ fn doctor(
         .collect()
 }
 
-fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
         assert!(start.elapsed() < limit, "not within {limit:?}: {what}");

@@ -4,7 +4,7 @@
 //! status refresh. As a PIE, each start had the dynamic loader apply about 41,000 relative
 //! relocations (`LD_DEBUG=statistics`: 96% of its 3.9 M cycles), writing into some 180 pages
 //! of `.data.rel.ro` and `.got`, each one a copy-on-write fault: 0.8 ms of CPU and 180 of the
-//! 348 page faults of `pith --version` (BENCHMARKS.md, "`pith hook`: linked without PIE").
+//! 348 page faults of `pith --version` (BENCHMARKS.md, "`pith hook` linked without PIE").
 //! Linked at a fixed address the linker resolves them once, and the loader applies 3.
 //!
 //! What it costs: the executable's own image is no longer placed at a random address (its heap,

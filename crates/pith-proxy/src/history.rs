@@ -42,27 +42,28 @@ impl HistorySink {
 
 impl Labels {
     /// The turn a finished record holds, if it is a conversation request on one of the wires
-    /// with a session. `response` is the decoded response body (when it was kept whole).
+    /// with a session. `messages` are its prompt's (the ledger's writer read them with the
+    /// fingerprint: the decoded body, or a socket's conversation); `response` is the decoded
+    /// response body (when it was kept whole).
     pub(crate) fn turn(
         &self,
         record: &Record,
         session: Option<&str>,
+        messages: Option<Vec<conversation::Message>>,
         response: Option<&[u8]>,
     ) -> Option<Turn> {
         let wire = record.wire?;
         let session = session?;
         // POST on HTTP; a socket's create (`WEBSOCKET`) with the conversation it continues (a
         // warm-up has none: it is no turn).
-        let body = match (record.method.as_str(), &record.conversation_body) {
-            ("POST", Some(decoded)) => decoded,
-            ("POST", None) => &record.request_body,
-            ("WEBSOCKET", Some(conversation)) => conversation,
+        match (record.method.as_str(), &record.conversation_body) {
+            ("POST", _) | ("WEBSOCKET", Some(_)) => {}
             _ => return None,
-        };
+        }
         if record.path.ends_with("/count_tokens") {
             return None;
         }
-        let messages = conversation::request_messages(wire, body)?;
+        let messages = messages?;
         // A side call of the client's (OpenCode's title call) is not a turn of the
         // conversation: recorded, it would take the conversation's place.
         if let Some(client) = pith_clients::Client::named(&record.client)
@@ -123,6 +124,13 @@ mod tests {
         let labels = Labels {
             agent_types: HashMap::new(),
         };
+        let turn_of = |record: &Record| {
+            let messages = conversation::request_messages(
+                pith_wire::Wire::AnthropicMessages,
+                &record.request_body,
+            );
+            labels.turn(record, Some("s"), messages, None)
+        };
         let conversation = serde_json::json!([
             {"role": "user", "content": "fix calc.py"},
             {"role": "assistant", "content": "Done."},
@@ -131,7 +139,7 @@ mod tests {
             "claude-code",
             serde_json::json!({"model": "m", "messages": conversation}),
         );
-        assert!(labels.turn(&turn, Some("s"), None).is_some());
+        assert!(turn_of(&turn).is_some());
         // Claude Code's compaction: the whole conversation, then its own instruction.
         let mut forked = conversation.as_array().cloned().unwrap_or_default();
         forked.push(
@@ -142,13 +150,13 @@ mod tests {
             "claude-code",
             serde_json::json!({"model": "m", "messages": forked}),
         );
-        assert!(labels.turn(&fork, Some("s"), None).is_none());
+        assert!(turn_of(&fork).is_none());
         // Its title call: one fresh message.
         let title = record(
             "claude-code",
             serde_json::json!({"model": "m", "messages": [
                 {"role": "user", "content": "<session>\nfix calc.py\n</session>"}]}),
         );
-        assert!(labels.turn(&title, Some("s"), None).is_none());
+        assert!(turn_of(&title).is_none());
     }
 }

@@ -74,18 +74,25 @@ fn text_part(kind: PartKind, text: &str) -> Part {
 /// half of a Claude Code body, are never built into a `Value` (this is the ledger writers'
 /// second-largest cost per request).
 pub fn request_messages(wire: Wire, body: &[u8]) -> Option<Vec<Message>> {
+    let value: Value = serde_json::from_slice(conversation_member(wire, body)?).ok()?;
+    messages_of(wire, &value)
+}
+
+/// The raw value of a request body's conversation member (`messages`, Responses' `input`),
+/// found by a skim of the top-level object: the last one when a key repeats, as a full parse
+/// would keep.
+pub fn conversation_member(wire: Wire, body: &[u8]) -> Option<&[u8]> {
     let key: &[u8] = match wire {
         Wire::Responses => b"input",
         _ => b"messages",
     };
     let members = crate::skim::object_members(body)?;
     let member = members.iter().rev().find(|m| &body[m.key.clone()] == key)?;
-    let value: Value = serde_json::from_slice(&body[member.value.clone()]).ok()?;
-    messages_of(wire, &value)
+    Some(&body[member.value.clone()])
 }
 
 /// The messages in a request's `messages` (or Responses' `input`) value.
-fn messages_of(wire: Wire, value: &Value) -> Option<Vec<Message>> {
+pub fn messages_of(wire: Wire, value: &Value) -> Option<Vec<Message>> {
     match wire {
         Wire::AnthropicMessages => Some(anthropic_messages(value.as_array()?)),
         Wire::ChatCompletions => Some(chat_messages(value.as_array()?)),

@@ -7,9 +7,11 @@
 //! order do not change it, and breakpoints move from turn to turn without changing the prompt.
 //!
 //! The hash is taken as the segment is parsed ([`Structure`]: each value reduced to 64 bits,
-//! an object's members in key order), never building a `serde_json::Value` or writing one back
-//! to text: the ledger's writers compute two fingerprints of every edited request, and that
-//! round trip cost 2.5 full parses of a 54 KB body (BENCHMARKS.md). The stored form says which
+//! an object's members in key order), never writing a `serde_json::Value` back to text: the
+//! ledger's writers compute two fingerprints of every edited request, and that round trip cost
+//! 2.5 full parses of a 54 KB body (BENCHMARKS.md). When the writer has parsed the conversation
+//! into a `Value` for the history anyway, [`Fingerprint::of_parsed`] takes the same hash over
+//! that value instead of parsing it again. The stored form says which
 //! hashing it holds; a fingerprint of an older one reads as none, so no bust is counted
 //! between hashes of two kinds.
 
@@ -17,6 +19,7 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::Wire;
@@ -143,6 +146,122 @@ impl Fingerprint {
         Some(fp)
     }
 
+    /// The fingerprint of `body` on `wire` when its conversation (Anthropic's and Chat's
+    /// `messages`, Responses' `input`) is already parsed: `conversation` is that member's value
+    /// (`None` when the body has none). The members before it are hashed from their text, the
+    /// conversation from the value, with the same hash [`Fingerprint::of`] takes as it parses,
+    /// so the two agree and a writer that parsed the conversation for the history reads the
+    /// body once. `None` when the body is not JSON of the wire's shape. They can differ only on
+    /// bodies no client sends: a key repeated inside a message or a block (the value keeps the
+    /// last, the text's hash both), a message written as an array.
+    pub fn of_parsed(wire: Wire, body: &[u8], conversation: Option<&Value>) -> Option<Fingerprint> {
+        let members = crate::skim::object_members(body)?;
+        // A member the whole parse reads twice is an error there: here too, so both ways agree.
+        const READ: [&[u8]; 6] = [
+            b"model",
+            b"tools",
+            b"system",
+            b"instructions",
+            b"messages",
+            b"input",
+        ];
+        for key in READ {
+            if members
+                .iter()
+                .filter(|m| &body[m.key.clone()] == key)
+                .count()
+                > 1
+            {
+                return None;
+            }
+        }
+        let last = |key: &[u8]| {
+            members
+                .iter()
+                .rev()
+                .find(|m| &body[m.key.clone()] == key)
+                .and_then(|m| std::str::from_utf8(&body[m.value.clone()]).ok())
+        };
+        // A member that is `null` counts as absent, as `Option` reads it in [`Top`].
+        let present = |key: &[u8]| last(key).filter(|raw| *raw != "null");
+        let mut fp = Fingerprint {
+            automatic: wire != Wire::AnthropicMessages,
+            ..Fingerprint::default()
+        };
+        fp.push(present(b"model").unwrap_or("null"))?;
+        let tools = |fp: &mut Fingerprint| -> Option<()> {
+            if let Some(raw) = present(b"tools") {
+                let tools: Vec<&RawValue> = serde_json::from_str(raw).ok()?;
+                for tool in tools {
+                    fp.push(tool.get())?;
+                }
+            }
+            Some(())
+        };
+        let conversation = conversation.filter(|v| !v.is_null());
+        match wire {
+            Wire::AnthropicMessages => {
+                tools(&mut fp)?;
+                if let Some(system) = present(b"system") {
+                    fp.push_content(system, "system")?;
+                }
+                for message in
+                    conversation.map_or(Some(&[][..]), |v| v.as_array().map(Vec::as_slice))?
+                {
+                    let message = message.as_object()?;
+                    let role = match message.get("role") {
+                        None | Some(Value::Null) => "",
+                        Some(Value::String(role)) => role,
+                        Some(_) => return None,
+                    };
+                    fp.push_content_value(message.get("content").unwrap_or(&Value::Null), role)?;
+                }
+            }
+            Wire::ChatCompletions => {
+                tools(&mut fp)?;
+                for message in
+                    conversation.map_or(Some(&[][..]), |v| v.as_array().map(Vec::as_slice))?
+                {
+                    let (hash, marked) = value_hash(message, true);
+                    fp.record(hash, marked)?;
+                }
+            }
+            Wire::Responses => {
+                fp.push(present(b"instructions").unwrap_or("null"))?;
+                tools(&mut fp)?;
+                match conversation {
+                    Some(Value::Array(items)) => {
+                        for item in items {
+                            let (hash, marked) = value_hash(item, true);
+                            fp.record(hash, marked)?;
+                        }
+                    }
+                    Some(input) => {
+                        let (hash, marked) = value_hash(input, true);
+                        fp.record(hash, marked)?;
+                    }
+                    None => {}
+                }
+            }
+        }
+        Some(fp)
+    }
+
+    /// [`Fingerprint::push_content`] over a parsed content value.
+    fn push_content_value(&mut self, content: &Value, role: &str) -> Option<()> {
+        let mut tagged = |block: &Value| -> Option<()> {
+            let (hash, marked) = value_hash(block, true);
+            let mut h = Fnv::new(b'r');
+            h.write_str(role);
+            h.write_u64(hash);
+            self.record(h.finish(), marked)
+        };
+        match content {
+            Value::Array(blocks) => blocks.iter().try_for_each(tagged),
+            other => tagged(other),
+        }
+    }
+
     /// One segment: its hash, and a breakpoint when it carries `cache_control`.
     fn push(&mut self, raw: &str) -> Option<()> {
         let (hash, marked) = segment(raw)?;
@@ -220,7 +339,7 @@ impl Fingerprint {
         for b in &self.breakpoints {
             out.extend_from_slice(&b.to_le_bytes());
         }
-        out.push(u8::from(self.automatic) | FORMAT_STRUCTURE);
+        out.push(u8::from(self.automatic) | FORMAT_STRUCTURE | FORMAT_WORDS);
         out
     }
 
@@ -248,8 +367,9 @@ impl Fingerprint {
             fp.breakpoints.push(u32::from_le_bytes(b));
         }
         let flags = *bytes.last()?;
-        if flags & FORMAT_STRUCTURE == 0 {
-            // Hashed the way before `Structure`: not comparable with today's.
+        if flags & (FORMAT_STRUCTURE | FORMAT_WORDS) != FORMAT_STRUCTURE | FORMAT_WORDS {
+            // Hashed another way (before `Structure`, or a byte a step): not comparable with
+            // today's.
             return None;
         }
         fp.automatic = flags & 1 == 1;
@@ -260,6 +380,10 @@ impl Fingerprint {
 /// The stored flag byte's bit saying the segments were hashed by [`Structure`] (bit 0 is
 /// `automatic`). Fingerprints stored without it hashed each segment's re-serialised `Value`.
 const FORMAT_STRUCTURE: u8 = 2;
+/// ... and this one that [`Fnv`] took 8 bytes a step. One stored with [`FORMAT_STRUCTURE`]
+/// alone hashed a byte a step: it reads as none (the first request of each session after the
+/// upgrade is not compared with the one before it).
+const FORMAT_WORDS: u8 = 4;
 
 /// A segment's hash with its own `cache_control` member left out, and whether it had a non-null
 /// one (a breakpoint); `None` when it is not JSON.
@@ -270,7 +394,11 @@ fn segment(raw: &str) -> Option<(u64, bool)> {
     Some((hash, marked))
 }
 
-/// FNV-1a, 64 bits: stable across builds and machines, so stored fingerprints compare.
+/// A 64-bit hash taking 8 bytes a step (xor, a multiply by an odd constant, a xor-shift: each
+/// step a bijection of the state, so two inputs that differ in one word never meet there), and
+/// FNV-1a's byte step for the last few bytes: stable across builds and machines, so stored
+/// fingerprints compare. Byte-at-a-time FNV-1a (the hashing before [`FORMAT_WORDS`]) was 43% of
+/// a fingerprint's CPU time on Claude Code's 54 KB body (BENCHMARKS.md, issue 33).
 struct Fnv(u64);
 
 impl Fnv {
@@ -282,7 +410,14 @@ impl Fnv {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(w);
+            self.0 = (self.0 ^ u64::from_le_bytes(word)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            self.0 ^= self.0 >> 32;
+        }
+        for b in words.remainder() {
             self.0 ^= u64::from(*b);
             self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
@@ -359,6 +494,54 @@ fn scalar(tag: u8, bytes: &[u8]) -> (u64, bool) {
     let mut h = Fnv::new(tag);
     h.write(bytes);
     (h.finish(), false)
+}
+
+/// A parsed value's hash: the one [`Structure`] takes of its text (objects by their members
+/// sorted by key; with `strip_marker`, the value's own `cache_control` left out and reported).
+fn value_hash(value: &Value, strip_marker: bool) -> (u64, bool) {
+    match value {
+        Value::Null => scalar(b'n', &[]),
+        Value::Bool(b) => scalar(b'b', &[u8::from(*b)]),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => scalar(b'u', &u.to_le_bytes()),
+            (None, Some(i)) => scalar(b'i', &i.to_le_bytes()),
+            (None, None) => scalar(b'f', &n.as_f64().unwrap_or(0.0).to_bits().to_le_bytes()),
+        },
+        Value::String(s) => {
+            let mut h = Fnv::new(b's');
+            h.write_str(s);
+            (h.finish(), false)
+        }
+        Value::Array(items) => {
+            let mut h = Fnv::new(b'a');
+            for item in items {
+                h.write_u64(value_hash(item, false).0);
+            }
+            h.write_u64(items.len() as u64);
+            (h.finish(), false)
+        }
+        Value::Object(map) => {
+            let mut marked = false;
+            let mut members: Vec<(&str, u64)> = Vec::with_capacity(map.len());
+            for (key, value) in map {
+                if strip_marker && key == "cache_control" {
+                    marked = !value.is_null();
+                    continue;
+                }
+                members.push((key, value_hash(value, false).0));
+            }
+            // A map keeps its keys sorted unless serde_json's `preserve_order` is on somewhere
+            // in the build: sort, as the text's hash does.
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let mut h = Fnv::new(b'o');
+            for (key, value) in &members {
+                h.write_str(key);
+                h.write_u64(*value);
+            }
+            h.write_u64(members.len() as u64);
+            (h.finish(), marked)
+        }
+    }
 }
 
 impl<'de> Visitor<'de> for Structure {
@@ -540,11 +723,13 @@ mod tests {
         assert_eq!(Fingerprint::from_bytes(b""), None);
         // One stored before `Structure` (its flag byte without the format bit) reads as none,
         // so no bust is counted between hashes of the two kinds.
-        let mut older = f.to_bytes();
-        if let Some(flags) = older.last_mut() {
-            *flags &= !FORMAT_STRUCTURE;
+        for format in [FORMAT_STRUCTURE, FORMAT_WORDS] {
+            let mut older = f.to_bytes();
+            if let Some(flags) = older.last_mut() {
+                *flags &= !format;
+            }
+            assert_eq!(Fingerprint::from_bytes(&older), None);
         }
-        assert_eq!(Fingerprint::from_bytes(&older), None);
         assert_eq!(Fingerprint::of(Wire::AnthropicMessages, b"not json"), None);
     }
 }

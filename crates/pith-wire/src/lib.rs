@@ -4,6 +4,7 @@
 pub mod conversation;
 pub mod encoding;
 pub mod fingerprint;
+pub mod prompt;
 pub mod reply;
 pub mod request;
 pub mod session;

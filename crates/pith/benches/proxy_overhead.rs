@@ -12,8 +12,8 @@
 //! PITH_BENCH_SUSTAINED_CONC connections (default 16), unstreamed, paced at
 //! PITH_BENCH_SUSTAINED_RATE requests/s when set).
 //! At the end it counts the requests sent through pith against the ledger's rows, the ones it
-//! lost and the ones left in its spool, the spool's peak size, and how long the writers took to
-//! empty the spool after the load.
+//! lost and the ones left in its spool, the spool's peak size, and how long after the burst (and
+//! the sustained load) every row was written and every row's derivations (busts, history).
 //! Body: Claude Code 2.1.328's 54 KB `fix-calc/req002.json` from `pith-testkit/fixtures/captures`.
 #![expect(
     clippy::unwrap_used,
@@ -164,6 +164,23 @@ fn stats(samples: &[Sample]) -> Stats {
     }
 }
 
+/// CPU time the process `pid` has used so far, user and system (Linux `/proc/PID/stat`, in
+/// clock ticks of 1/100 s); zero where it cannot be read.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime: fields 14 and 15 of the whole line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// Bytes in the spool directory beside the ledger now.
 fn spool_bytes(home: &std::path::Path) -> u64 {
     std::fs::read_dir(home.join("ledger.db-spool"))
@@ -186,21 +203,29 @@ fn report(home: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&stats.stdout).unwrap_or_default()
 }
 
-/// Wait until no request waits in the spool; how long that took.
-fn drained(home: &std::path::Path) -> Duration {
+/// How long, from now, until every request that waits in the spool has its row, and until
+/// every row has its derivations too (busts, history turns; a pith from before rows came first
+/// writes both at once and reports none waiting). Polled every 100 ms.
+fn drained(home: &std::path::Path) -> (Duration, Duration) {
     let start = Instant::now();
-    while report(home)["ledger_backlog"]["requests"]
-        .as_u64()
-        .unwrap_or(0)
-        > 0
-    {
+    let mut rows = None;
+    loop {
+        let backlog = report(home)["ledger_backlog"].clone();
+        let waiting = |what: &str| backlog[what].as_u64().unwrap_or(0);
+        if rows.is_none() && waiting("requests") == 0 {
+            rows = Some(start.elapsed());
+        }
+        if let Some(rows) = rows
+            && waiting("derivations") == 0
+        {
+            return (rows, start.elapsed());
+        }
         assert!(
             start.elapsed() < Duration::from_secs(600),
             "the spool never emptied"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    start.elapsed()
 }
 
 fn main() {
@@ -356,11 +381,23 @@ fn main() {
     } else {
         env_usize("PITH_BENCH_BURST", 2000)
     };
+    let ledger_on = !std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0");
     if burst > 0 {
         let (before, _) = memory_kib(pid);
         via_pith(&client(burst), &pith_url, &unstreamed, burst, 1);
+        let ended = Instant::now();
         let (right_after, peak) = memory_kib(pid);
-        std::thread::sleep(Duration::from_secs(if smoke { 0 } else { 10 }));
+        if ledger_on {
+            let (rows, derived) = drained(home.path());
+            println!(
+                "after the burst: every row written in {:.1} s, their derivations in {:.1} s",
+                rows.as_secs_f64(),
+                derived.as_secs_f64()
+            );
+        }
+        std::thread::sleep(
+            Duration::from_secs(if smoke { 0 } else { 10 }).saturating_sub(ended.elapsed()),
+        );
         let (later, _) = memory_kib(pid);
         println!(
             "burst of {burst} connections: RSS before {:.1} MiB; right after {:.1} MiB; peak {:.1} MiB; 10 s after {:.1} MiB",
@@ -368,14 +405,6 @@ fn main() {
             right_after as f64 / 1024.0,
             peak as f64 / 1024.0,
             later as f64 / 1024.0
-        );
-    }
-    let ledger_on = !std::env::var("PITH_BENCH_LEDGER").is_ok_and(|v| v == "0");
-    if ledger_on && burst > 0 {
-        let took = drained(home.path());
-        println!(
-            "the writers emptied the spool {:.1} s after the burst",
-            took.as_secs_f64()
         );
     }
     // Sustained: as fast as this machine lets the clients send, for a while.
@@ -387,6 +416,7 @@ fn main() {
     if sustained > 0 {
         let conc = env_usize("PITH_BENCH_SUSTAINED_CONC", 16);
         let c = client(conc);
+        let cpu_before = cpu_seconds(pid);
         let start = Instant::now();
         let before = sent.load(Ordering::Relaxed);
         // PITH_BENCH_SUSTAINED_RATE=N paces the load at N requests/s (0: as fast as it goes).
@@ -410,12 +440,19 @@ fn main() {
             peak as f64 / 1024.0
         );
         if ledger_on {
-            let took = drained(home.path());
+            let (rows, derived) = drained(home.path());
             println!(
-                "the writers emptied the spool {:.1} s after the sustained load",
-                took.as_secs_f64()
+                "after the sustained load: every row written in {:.1} s, their derivations in {:.1} s",
+                rows.as_secs_f64(),
+                derived.as_secs_f64()
             );
         }
+        // Serving and recording them, writers included (the ledger's work is done by now).
+        let cpu = cpu_seconds(pid) - cpu_before;
+        println!(
+            "pith's CPU time for the sustained load: {cpu:.1} s, {:.0} us per request",
+            cpu * 1e6 / n.max(1) as f64
+        );
     }
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.join();

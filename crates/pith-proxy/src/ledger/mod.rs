@@ -1,6 +1,8 @@
 //! The ledger writers: every finished request's [`Record`] goes to the spool on disk, and two
 //! threads turn the spool into rows, in order, each batch committed with the spool position
-//! it reached.
+//! it reached; rows first (a skim and the answer's usage), their derivations (the prompt's
+//! fingerprints and busts, the history turn: a parse of the whole prompt) after, from a second
+//! position, in the same turn once the rows are caught up.
 //!
 //! The request path only appends a record to the spool (`spool.rs`: a `write` into the page
 //! cache under a short lock, no parsing) and, while traffic flows, wakes no thread: the
@@ -23,14 +25,16 @@ use std::time::{Duration, Instant};
 
 use pith_outcome::{Refusal, RequestOutcome};
 use pith_store::history::{History, Turn};
-use pith_store::ledger::{DROPPED_ROWS, Ledger, Row, WriteBatch};
+use pith_store::ledger::{DROPPED_ROWS, Derivation, Ledger, Row, WriteBatch};
 
 use crate::history::{HistorySink, Labels};
 pub(crate) use record::{Record, Report, arrival_now};
 pub use spool::{
     DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError, dir_beside as spool_dir,
 };
-use spool::{NotKept, Position, SPOOL_GENERATION, SPOOL_OFFSET, Spool};
+use spool::{
+    DERIVED_GENERATION, DERIVED_OFFSET, NotKept, Position, SPOOL_GENERATION, SPOOL_OFFSET, Spool,
+};
 
 /// Rows written per transaction at most.
 const BATCH: usize = 256;
@@ -56,8 +60,15 @@ const LOST_LOG_EVERY: Duration = Duration::from_secs(10);
 /// told about; and the history, when conversations are recorded.
 struct Store {
     ledger: Ledger,
-    /// Where the next read of the spool starts: committed with the rows read before it.
+    /// Where the next read of the spool for rows starts: committed with the rows read before
+    /// it.
     position: Position,
+    /// Where the next read for derivations starts (at most `position`): committed with the
+    /// derivations read before it (and with every batch of rows). The spool keeps every entry
+    /// from here on.
+    derived: Position,
+    /// Rows left waiting for derivations no record will bring were looked for (once a start).
+    orphans_checked: bool,
     /// The first segment this process appends to: once the writers read there, every record a
     /// previous process left is written, and its requests still open were cut by its end.
     own_generation: u64,
@@ -100,7 +111,12 @@ struct Shared {
     /// at every tick (and said once, not at every try).
     counters_failing: AtomicBool,
     write_errors: AtomicU64,
+    /// Derivations the ledger refused (their rows are kept without them).
+    derivation_errors: AtomicU64,
     history_errors: AtomicU64,
+    /// Tests: write rows but no derivations while set.
+    #[cfg(test)]
+    hold_derivations: AtomicBool,
     /// When a lost record was last logged.
     lost_logged: Mutex<Option<Instant>>,
     /// Signalled after every commit that wrote rows: what a caller waiting for rows waits on.
@@ -144,9 +160,11 @@ pub struct LedgerStats {
     pub lost: u64,
     /// Rows the ledger refused alone (their records are skipped and counted as lost).
     pub write_errors: u64,
+    /// Rows whose derivations the ledger refused alone (kept without them).
+    pub derivation_errors: u64,
     /// History write transactions that failed; their turns are lost.
     pub history_errors: u64,
-    /// Records waiting in the spool now.
+    /// Records waiting in the spool now: for their rows, or for their derivations.
     pub backlog: u64,
     /// Their bytes.
     pub backlog_bytes: u64,
@@ -216,12 +234,21 @@ impl LedgerSink {
         idle_writer_runs: bool,
         instance: Option<&str>,
     ) -> Result<LedgerSink, StartError> {
-        let resume = Position {
-            generation: ledger.counter(SPOOL_GENERATION)?,
-            offset: ledger.counter(SPOOL_OFFSET)?,
+        let rows_through = last_committed(&ledger)?;
+        // Unset: a ledger from before the split (or new) has its derivations written with its
+        // rows (every batch of rows sets them from then on). Nothing is written here: another
+        // process may hold the ledger's lock, and the writers wait for it.
+        let derived_through = match (
+            ledger.counter_if_set(DERIVED_GENERATION)?,
+            ledger.counter_if_set(DERIVED_OFFSET)?,
+        ) {
+            (Some(generation), Some(offset)) => Position { generation, offset },
+            _ => rows_through,
         };
         let started_arrival = arrival_now();
-        let (spool, position) = Spool::open(spool, resume)?;
+        // The spool keeps what the derivations have not read yet.
+        let (spool, derived) = Spool::open(spool, derived_through.min(rows_through))?;
+        let position = rows_through.max(derived);
         let own_generation = spool.generation();
         let (store, history) = match history.map(HistorySink::into_parts) {
             Some((store, labels)) => (Some(store), Some(labels)),
@@ -232,6 +259,8 @@ impl LedgerSink {
             store: Mutex::new(Store {
                 ledger,
                 position,
+                derived,
+                orphans_checked: false,
                 own_generation,
                 recovered: false,
                 started_arrival,
@@ -253,7 +282,10 @@ impl LedgerSink {
             refused_kept: std::array::from_fn(|_| AtomicU64::new(0)),
             counters_failing: AtomicBool::new(false),
             write_errors: AtomicU64::new(0),
+            derivation_errors: AtomicU64::new(0),
             history_errors: AtomicU64::new(0),
+            #[cfg(test)]
+            hold_derivations: AtomicBool::new(false),
             lost_logged: Mutex::new(None),
             commits: (Mutex::new(()), std::sync::Condvar::new()),
         });
@@ -359,6 +391,7 @@ impl LedgerSink {
             written: self.shared.written.load(Ordering::Relaxed),
             lost: self.shared.lost.load(Ordering::Relaxed),
             write_errors: self.shared.write_errors.load(Ordering::Relaxed),
+            derivation_errors: self.shared.derivation_errors.load(Ordering::Relaxed),
             history_errors: self.shared.history_errors.load(Ordering::Relaxed),
             backlog,
             backlog_bytes,
@@ -538,8 +571,8 @@ enum Drained {
     Refused,
 }
 
-/// Read the next batch from the spool, parse it and write its rows with the position reached,
-/// then the history's turns. One writer at a time (the store's lock), so rows are written in
+/// Write what waits, rows first: the next batch of rows when records wait for theirs, else the
+/// next batch of derivations. One writer at a time (the store's lock), so each is written in
 /// spool order.
 fn drain(shared: &Shared) -> Drained {
     let mut store = shared.store();
@@ -557,10 +590,34 @@ fn drain(shared: &Shared) -> Drained {
             }
         }
     }
+    let rows = match drain_rows(&mut store, shared) {
+        // A whole batch: more rows may wait, and they go first.
+        (Drained::Some, true) => return Drained::Some,
+        (Drained::Refused, _) => return Drained::Refused,
+        (rows, _) => rows,
+    };
+    #[cfg(test)]
+    if shared.hold_derivations.load(Ordering::SeqCst) {
+        return rows;
+    }
+    // The rows are caught up: the derivations next, in the same turn (under a steady load
+    // rows never stop arriving, and the derivations must keep up with them).
+    match (rows, drain_derivations(&mut store, shared)) {
+        (_, Drained::Refused) => Drained::Refused,
+        (Drained::Some, _) | (_, Drained::Some) => Drained::Some,
+        _ => Drained::Nothing,
+    }
+}
+
+/// Read the next batch of records from the spool, and write their core rows with the position
+/// reached: the skim of each body and the usage of its answer, no parse of the whole prompt.
+/// Whether the batch was whole (as many records as a batch takes: more may wait).
+fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
     let mut batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
     if batch.end == store.position {
-        return Drained::Nothing;
+        return (Drained::Nothing, false);
     }
+    let whole_batch = batch.records.len() >= BATCH || batch.bytes() >= BATCH_BYTES;
     let mut encoded = Vec::new();
     let opened: Vec<(i64, Vec<u8>)> = batch
         .opened
@@ -580,27 +637,28 @@ fn drain(shared: &Shared) -> Drained {
              were skipped"
         );
     }
-    let (rows, turns): (Vec<Row>, Vec<Option<Turn>>) = std::mem::take(&mut batch.records)
-        .into_iter()
-        .map(|r| row::to_row(r, shared.history.as_ref()))
-        .map(|(mut row, turn)| {
+    let rows: Vec<Row> = std::mem::take(&mut batch.records)
+        .iter()
+        .map(row::core_row)
+        .map(|mut row| {
             row.instance = shared.instance.get().cloned();
-            (row, turn)
+            row
         })
-        .unzip();
+        .collect();
     let end = batch.end;
+    let counters = [position_counters(end), derived_counters(store.derived)].concat();
     let whole = WriteBatch {
         rows: &rows,
         opened: &opened,
         closed: &closed,
-        counters: &position_counters(end),
+        counters: &counters,
     };
     let written = match store.ledger.write_batch(&whole) {
         Ok(()) => rows.len() as u64,
         Err(e) if e.refuses_every_write() => {
             // Locked by another process, full or read-only: the records wait in the spool.
             tracing::warn!(error = %e, rows = rows.len(), "ledger write refused; will retry");
-            return Drained::Refused;
+            return (Drained::Refused, false);
         }
         Err(e) => {
             // One row may be what the ledger refuses: write them one at a time, and skip (and
@@ -613,13 +671,14 @@ fn drain(shared: &Shared) -> Drained {
                 ..WriteBatch::default()
             };
             if store.ledger.write_batch(&announced).is_err() {
-                return Drained::Refused;
+                return (Drained::Refused, false);
             }
             for ((row, at), arrival) in rows.iter().zip(&batch.ends).zip(&closed) {
+                let counters = [position_counters(*at), derived_counters(store.derived)].concat();
                 let one = WriteBatch {
                     rows: std::slice::from_ref(row),
                     closed: std::slice::from_ref(arrival),
-                    counters: &position_counters(*at),
+                    counters: &counters,
                     ..WriteBatch::default()
                 };
                 if store.ledger.write_batch(&one).is_ok() {
@@ -628,7 +687,7 @@ fn drain(shared: &Shared) -> Drained {
                 }
                 let skip = WriteBatch {
                     closed: std::slice::from_ref(arrival),
-                    counters: &position_counters(*at),
+                    counters: &counters,
                     ..WriteBatch::default()
                 };
                 if store.ledger.write_batch(&skip).is_err() {
@@ -636,7 +695,7 @@ fn drain(shared: &Shared) -> Drained {
                     // from the last position committed.
                     store.position = last_committed(&store.ledger).unwrap_or(store.position);
                     shared.wrote(written);
-                    return Drained::Refused;
+                    return (Drained::Refused, false);
                 }
                 shared.write_errors.fetch_add(1, Ordering::Relaxed);
                 shared.lost.fetch_add(1, Ordering::Relaxed);
@@ -645,7 +704,73 @@ fn drain(shared: &Shared) -> Drained {
         }
     };
     store.position = end;
-    persist_lost(&mut store, shared);
+    persist_lost(store, shared);
+    shared.spool.taken();
+    shared.wrote(written);
+    (Drained::Some, whole_batch)
+}
+
+/// Read the next batch of records whose rows are written, and write their derivations with
+/// the position reached: each prompt read once for its fingerprints (and the bust pairing and
+/// charge they decide) and its history turn.
+fn drain_derivations(store: &mut Store, shared: &Shared) -> Drained {
+    if store.derived >= store.position {
+        check_orphans(store);
+        return Drained::Nothing;
+    }
+    let batch = shared
+        .spool
+        .read_until(store.derived, Some(store.position), BATCH, BATCH_BYTES);
+    if batch.end == store.derived {
+        return Drained::Nothing;
+    }
+    let (derivations, turns): (Vec<Derivation>, Vec<Option<Turn>>) = batch
+        .records
+        .iter()
+        .filter(|r| row::has_derivations(r))
+        .map(|r| row::derivations(r, shared.history.as_ref()))
+        .unzip();
+    let end = batch.end;
+    match store
+        .ledger
+        .write_derived(&derivations, &derived_counters(end))
+    {
+        Ok(()) => {}
+        Err(e) if e.refuses_every_write() => {
+            tracing::warn!(error = %e, "ledger write refused; will retry");
+            return Drained::Refused;
+        }
+        Err(e) => {
+            // One row's derivations may be what the ledger refuses: one at a time, and a row
+            // refused alone is kept without them (counted), so it never waits for ever.
+            tracing::warn!(
+                error = %e,
+                rows = derivations.len(),
+                "ledger write of derivations failed; retrying row by row"
+            );
+            for d in &derivations {
+                if store
+                    .ledger
+                    .write_derived(std::slice::from_ref(d), &[])
+                    .is_ok()
+                {
+                    continue;
+                }
+                if store.ledger.abandon_derivation(d.arrival_us).is_err() {
+                    return Drained::Refused;
+                }
+                shared.derivation_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            if store
+                .ledger
+                .insert_and_set_counters(&[], &derived_counters(end))
+                .is_err()
+            {
+                return Drained::Refused;
+            }
+        }
+    }
+    store.derived = end;
     let turns: Vec<Turn> = turns.into_iter().flatten().collect();
     if let Some(history) = store.history.as_mut()
         && !turns.is_empty()
@@ -658,11 +783,37 @@ fn drain(shared: &Shared) -> Drained {
             "history write failed"
         );
     }
-    // Consumed once its rows and their history turns are written: a flush that sees the spool
-    // empty sees both.
+    // Consumed once its derivations and their history turns are written: a flush that sees
+    // the spool empty sees both.
     shared.spool.consumed(&batch);
-    shared.wrote(written);
+    if store.derived >= store.position {
+        // Caught up (under a steady load, the only moment it is): the check for rows left
+        // waiting by a previous process.
+        check_orphans(store);
+    }
+    shared.wrote(0);
     Drained::Some
+}
+
+/// Once a start, with the derivations caught up with the rows: a row still waiting for its
+/// derivations has no record left to bring them (a previous process's record that could not
+/// be read back), and would hold the team shipper back for ever: keep it without them.
+fn check_orphans(store: &mut Store) {
+    if store.orphans_checked {
+        return;
+    }
+    match store.ledger.abandon_derivations() {
+        Ok(0) => store.orphans_checked = true,
+        Ok(rows) => {
+            store.orphans_checked = true;
+            tracing::warn!(
+                rows,
+                "rows whose derivations (prompt fingerprints, busts) could not be made are \
+                 kept without them"
+            );
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot look for rows without derivations"),
+    }
 }
 
 /// Requests waiting in the spool at `dir` to be written to `ledger`, and their bytes (for
@@ -672,9 +823,17 @@ pub fn spool_backlog(dir: &std::path::Path, ledger: &Ledger) -> std::io::Result<
     spool::backlog(dir, from)
 }
 
-/// The counters that say the spool was read up to `at`.
+/// The counters that say the spool was read up to `at` for rows.
 fn position_counters(at: Position) -> [(&'static str, u64); 2] {
     [(SPOOL_GENERATION, at.generation), (SPOOL_OFFSET, at.offset)]
+}
+
+/// The counters that say the spool was read up to `at` for derivations.
+fn derived_counters(at: Position) -> [(&'static str, u64); 2] {
+    [
+        (DERIVED_GENERATION, at.generation),
+        (DERIVED_OFFSET, at.offset),
+    ]
 }
 
 /// The requests a previous process announced and never finished (it was killed or crashed
@@ -697,7 +856,9 @@ fn write_interrupted(store: &mut Store, shared: &Shared) -> Result<(), pith_stor
              response headers"
                 .to_owned(),
         );
-        let mut row = row::to_row(record, None).0;
+        // Announced without bodies: nothing to derive.
+        let mut row = row::core_row(&record);
+        row.derivations_pending = false;
         row.instance = shared.instance.get().cloned();
         rows.push(row);
     }

@@ -3,10 +3,10 @@
 
 use pith_store::history::Turn;
 use pith_store::ledger::{
-    self as store, RequestOutcome, Row, RowUsage, Transform, TransformResult,
+    self as store, Derivation, RequestOutcome, Row, RowUsage, Transform, TransformResult,
 };
 use pith_wire::fingerprint::Fingerprint;
-use pith_wire::{Wire, encoding, request, usage};
+use pith_wire::{Wire, encoding, prompt, request, usage};
 
 use super::record::{Record, Report, ReportResult};
 use crate::history::Labels;
@@ -18,32 +18,59 @@ pub(crate) const ANSWERED_FACT: &str = "answered";
 /// Largest decoded response body parsed for usage.
 const MAX_DECODED: u64 = 64 << 20;
 
-/// Parse a record into a ledger row, and the conversation turn it holds when history is
-/// recorded. Runs on a writer thread.
+/// Parse a record into a ledger row with its derivations, and the conversation turn it holds
+/// when history is recorded, in one go (tests; the writers take [`core_row`] and
+/// [`derivations`] apart).
+#[cfg(test)]
 pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>) {
+    let mut row = core_row(&r);
+    let (derivation, turn) = derivations(&r, history);
+    row.fingerprint = derivation.fingerprint;
+    row.client_fingerprint = derivation.client_fingerprint;
+    row.derivations_pending = false;
+    (row, turn)
+}
+
+/// Whether a record's row has derivations to wait for: a request on one of the three wires
+/// (other than `count_tokens`) has a prompt to fingerprint and maybe a turn to record.
+pub(super) fn has_derivations(r: &Record) -> bool {
+    r.wire.is_some() && !r.path.ends_with("/count_tokens")
+}
+
+/// The session a record belongs to: its header's, else its body's (`metadata.user_id`, else a
+/// hash of the first user message); and the request's facts read on the way.
+fn session_and_facts(r: &Record) -> (Option<String>, request::RequestFacts) {
     let session_need = match r.header_session {
         Some(_) => request::SessionNeed::Known,
         None => request::SessionNeed::FromBody,
     };
     // A WebSocket create's facts are its conversation's: the prompt the provider sees.
     let prompt = r.conversation_body.as_ref().unwrap_or(&r.request_body);
-    let facts = r
+    let mut facts = r
         .wire
         .map(|w| request::request_facts(w, prompt, session_need))
         .unwrap_or_default();
+    let session = r
+        .header_session
+        .clone()
+        .or(facts.metadata_session.take())
+        .or(facts.first_user_hash.take());
+    (session, facts)
+}
+
+/// A record's core row: what the ledger shows as soon as it can be written (time, wire, model,
+/// usage, timings, outcome, transforms and their savings), from a skim of the request and the
+/// response's usage. Its derivations (the prompt's fingerprints, with the bust pairing they
+/// decide, and the history turn) need a parse of the whole body and come after
+/// ([`derivations`]); `derivations_pending` says whether any will. Runs on a writer thread.
+pub(super) fn core_row(r: &Record) -> Row {
+    let (session, facts) = session_and_facts(r);
     let mut anatomy = facts.anatomy;
     if r.wire.is_none() {
         anatomy.other = r.request_body.len() as u64;
     }
-    let body = response_body(&r);
-    let response = response_facts(&r, body.as_deref());
-    let session = r
-        .header_session
-        .clone()
-        .or(facts.metadata_session)
-        .or(facts.first_user_hash);
-    let turn = history.and_then(|h| h.turn(&r, session.as_deref(), body.as_deref()));
-    let (fingerprint, client_fingerprint) = fingerprints(&r);
+    let body = response_body(r);
+    let response = response_facts(r, body.as_deref());
     let savings = match (r.wire, response.usage) {
         (Some(wire), Some(usage)) => savings(wire, &anatomy, &usage, &r.transforms),
         (Some(_), None) if r.outcome == RequestOutcome::Local => {
@@ -52,14 +79,14 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
         _ => Vec::new(),
     };
     let mut outcome = r.outcome;
-    let mut error = r.error;
+    let mut error = r.error.clone();
     if let Some(e) = &response.stream_error {
         outcome = RequestOutcome::StreamError;
         error = Some(e.clone());
     }
-    let row = Row {
+    Row {
         ts_ms: r.ts_ms,
-        client: capped(r.client),
+        client: capped(r.client.clone()),
         session: session.map(capped),
         wire: r.wire.map(|w| w.as_str().to_owned()),
         provider: r
@@ -67,8 +94,8 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
             .map(|p| p.as_str().to_owned())
             .unwrap_or_default(),
         model: facts.model.or(response.model).map(capped),
-        method: r.method,
-        path: r.path,
+        method: r.method.clone(),
+        path: r.path.clone(),
         status: r.status,
         outcome,
         error,
@@ -88,16 +115,47 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
         }),
         ttfb_ms: r.ttfb_ms,
         total_ms: r.total_ms,
-        transforms: r.transforms.into_iter().map(transform_entry).collect(),
-        fingerprint,
-        client_fingerprint,
+        transforms: r.transforms.iter().map(transform_entry).collect(),
+        fingerprint: None,
+        client_fingerprint: None,
         savings,
-        account: Some(r.account),
+        account: Some(r.account.clone()),
         arrival_us: Some(r.arrival_us),
         // The sink names it (one proxy, one name).
         instance: None,
+        derivations_pending: has_derivations(r),
+    }
+}
+
+/// The derivations of a record's core row: the prompt's fingerprints (as sent, and as the
+/// client sent it when a stage changed it), and the conversation turn it holds when history is
+/// recorded, the prompt read once for both. Runs on a writer thread, after the core row.
+pub(super) fn derivations(r: &Record, history: Option<&Labels>) -> (Derivation, Option<Turn>) {
+    let mut derivation = Derivation {
+        arrival_us: r.arrival_us,
+        ..Derivation::default()
     };
-    (row, turn)
+    let Some(wire) = r.wire.filter(|_| has_derivations(r)) else {
+        return (derivation, None);
+    };
+    // A WebSocket create: the prompt is the conversation, not the frame.
+    let asked = r.conversation_body.as_ref().unwrap_or(&r.request_body);
+    let read = prompt::derive(wire, asked, history.is_some());
+    let asked = read.fingerprint.map(|f| f.to_bytes());
+    match &r.upstream_body {
+        // A stage changed what was sent: its fingerprint too, from its own (hashing) parse.
+        Some(sent) => {
+            derivation.fingerprint = Fingerprint::of(wire, sent).map(|f| f.to_bytes());
+            derivation.client_fingerprint = asked;
+        }
+        None => derivation.fingerprint = asked,
+    }
+    let turn = history.and_then(|h| {
+        let (session, _) = session_and_facts(r);
+        let body = response_body(r);
+        h.turn(r, session.as_deref(), read.messages, body.as_deref())
+    });
+    (derivation, turn)
 }
 
 /// What each stage's edits are estimated to have saved on this request, by the rate the
@@ -225,25 +283,9 @@ fn answered_locally(anatomy: &request::Anatomy, reports: &[Report]) -> Vec<store
     }]
 }
 
-/// The prompt fingerprints of a request on one of the three wires (`count_tokens` and bodies
-/// that are not JSON have none): as sent, and as the client sent it when a stage changed it.
-fn fingerprints(r: &Record) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
-    let Some(wire) = r.wire.filter(|_| !r.path.ends_with("/count_tokens")) else {
-        return (None, None);
-    };
-    let of = |body: &[u8]| Fingerprint::of(wire, body).map(|f| f.to_bytes());
-    // A WebSocket create: the prompt is the conversation, not the frame (and what a stage
-    // changed, the conversation the provider saw).
-    let asked = r.conversation_body.as_ref().unwrap_or(&r.request_body);
-    match &r.upstream_body {
-        Some(sent) => (of(sent), of(asked)),
-        None => (of(asked), None),
-    }
-}
-
 /// A stage's report in the ledger's words.
-fn transform_entry(report: Report) -> Transform {
-    let result = match report.result {
+fn transform_entry(report: &Report) -> Transform {
+    let result = match report.result.clone() {
         ReportResult::Applied(facts) => TransformResult::Applied(
             facts
                 .into_iter()
@@ -258,7 +300,7 @@ fn transform_entry(report: Report) -> Transform {
         ReportResult::Failed(error) => TransformResult::Failed(error),
     };
     Transform {
-        stage: report.stage,
+        stage: report.stage.clone(),
         result,
     }
 }

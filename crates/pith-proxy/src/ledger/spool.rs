@@ -2,11 +2,13 @@
 //!
 //! The request path appends each finished [`Record`] to the current segment file
 //! (`$PITH_HOME/ledger-spool/<generation>.spool`) and returns: a `write` into the page cache,
-//! no parsing, no `fsync`. The writers read the segments in order, and commit each batch of
-//! rows with the spool position they reached (ledger counters `spool_generation` and
-//! `spool_offset`) in the same transaction, so after a crash or a `kill -9` the next proxy
-//! carries on from exactly there: every record is written once, none twice, in the order the
-//! request path appended them. Memory stays bounded however far the writers fall behind; the
+//! no parsing, no `fsync`. The writers read the segments in order, twice: once for the rows,
+//! committing each batch with the spool position they reached (ledger counters
+//! `spool_generation` and `spool_offset`) in the same transaction, and once, up to there, for
+//! the rows' derivations ([`DERIVED_GENERATION`], [`DERIVED_OFFSET`]), so after a crash or a
+//! `kill -9` the next proxy carries on from exactly there: every record is written once, none
+//! twice, in the order the request path appended them, and its segment is kept until both
+//! reads are past it. Memory stays bounded however far the writers fall behind; the
 //! disk holds the backlog, up to [`SpoolConfig::limit`]. A record that does not fit (the
 //! limit reached, the file system full or failing) is counted as lost, logged, and shown by
 //! `pith stats` and `/metrics`: never dropped silently.
@@ -35,6 +37,11 @@ use super::record::{Record, Report, ReportFact, ReportResult};
 pub const SPOOL_GENERATION: &str = "spool_generation";
 /// Ledger counter: how far into that segment, in bytes.
 pub const SPOOL_OFFSET: &str = "spool_offset";
+/// Ledger counter: the generation of the segment the derivations have been written through
+/// (never past [`SPOOL_GENERATION`]/[`SPOOL_OFFSET`]: a row comes before its derivations).
+pub const DERIVED_GENERATION: &str = "spool_derived_generation";
+/// Ledger counter: how far into that segment, in bytes.
+pub const DERIVED_OFFSET: &str = "spool_derived_offset";
 
 const MAGIC: u32 = 0x5053_5031; // "PSP1"
 const HEADER: usize = 12;
@@ -126,9 +133,10 @@ pub(crate) struct Spool {
     dir: PathBuf,
     limit: u64,
     appender: Mutex<Appender>,
-    /// Bytes appended and not yet read into committed rows.
+    /// Bytes appended whose rows or derivations are not committed yet (what the spool must
+    /// keep: its limit counts these).
     backlog: AtomicU64,
-    /// Entries appended and not yet read into committed rows.
+    /// Entries appended whose rows or derivations are not committed yet.
     pending: AtomicU64,
     /// The segment appended to and how much of it is written, packed (generation above
     /// [`LEN_BITS`]): what a writer may read, without taking the request path's lock (a writer
@@ -431,6 +439,18 @@ impl Spool {
     /// tail of a finished segment). Reading changes nothing; [`Spool::consumed`] does, once
     /// the rows are committed.
     pub fn read(&self, from: Position, max_entries: usize, max_bytes: u64) -> ReadBatch {
+        self.read_until(from, None, max_entries, max_bytes)
+    }
+
+    /// [`Spool::read`], reading no entry at or past `until` when one is given (the
+    /// derivations read only what the rows were written for).
+    pub fn read_until(
+        &self,
+        from: Position,
+        until: Option<Position>,
+        max_entries: usize,
+        max_bytes: u64,
+    ) -> ReadBatch {
         let mut batch = ReadBatch {
             records: Vec::new(),
             opened: Vec::new(),
@@ -442,7 +462,10 @@ impl Spool {
         };
         // Entries appended from here on are newer than anything this batch takes.
         self.oldest.store(0, Ordering::SeqCst);
-        let (current, current_len) = self.published();
+        let (current, current_len) = match (self.published(), until) {
+            (published, Some(until)) => published.min((until.generation, until.offset)),
+            (published, None) => published,
+        };
         let mut at = from;
         while batch.records.len() < max_entries && batch.bytes < max_bytes {
             if at.generation > current {
@@ -489,8 +512,16 @@ impl Spool {
         batch
     }
 
-    /// The rows of `batch` are committed: forget what it held, and remove the segments before
-    /// its end.
+    /// The rows of a batch are committed, their derivations still to come: its entries stay
+    /// (in the backlog, on disk) until [`Spool::consumed`], waiting from now.
+    pub fn taken(&self) {
+        if self.pending.load(Ordering::SeqCst) > 0 {
+            self.mark_waiting();
+        }
+    }
+
+    /// The derivations of `batch` are committed too: forget what it held, and remove the
+    /// segments before its end.
     pub fn consumed(&self, batch: &ReadBatch) {
         let through = batch.end;
         self.backlog.fetch_sub(
@@ -531,6 +562,13 @@ fn backlog_of(path: &Path, from: u64) -> std::io::Result<(u64, u64)> {
         at += size;
     }
     Ok((entries, bytes))
+}
+
+impl ReadBatch {
+    /// The bytes of spool it read.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
 }
 
 /// What [`Spool::read`] found.

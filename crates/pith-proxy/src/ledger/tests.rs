@@ -175,3 +175,193 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
     sink.shutdown(Duration::from_secs(5));
     assert_eq!(Ledger::open(&path).unwrap().rows().unwrap().len(), 2);
 }
+
+/// A Claude Code turn's record: the capture's body as sent, in session `s`, arriving at `i`,
+/// with an answer that read `cache_read` tokens from the cache.
+fn turn_record(i: usize, body: &bytes::Bytes, cache_read: u64) -> Record {
+    let answer = format!(
+        r#"{{"id":"msg_{i}","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{{"type":"text","text":"done {i}"}}],"stop_reason":"end_turn","usage":{{"input_tokens":10,"output_tokens":5,"cache_creation_input_tokens":100,"cache_read_input_tokens":{cache_read}}}}}"#
+    );
+    Record {
+        ts_ms: i as i64,
+        arrival_us: i as i64,
+        client: "claude-code".into(),
+        header_session: Some("s".into()),
+        wire: Some(pith_wire::Wire::AnthropicMessages),
+        provider: Some(pith_wire::Provider::Anthropic),
+        method: "POST".into(),
+        path: "/v1/messages".into(),
+        status: Some(200),
+        request_body: body.clone(),
+        response_bytes: answer.len() as u64,
+        response_chunks: vec![bytes::Bytes::from(answer)],
+        ..Record::default()
+    }
+}
+
+fn history_sink(dir: &std::path::Path) -> crate::history::HistorySink {
+    crate::history::HistorySink::new(
+        pith_store::history::History::open(&dir.join("history.db")).unwrap(),
+        std::collections::HashMap::new(),
+    )
+}
+
+/// Writers over the ledger, spool and history in `dir`.
+fn writers_in(dir: &std::path::Path) -> LedgerSink {
+    LedgerSink::start_with_history(
+        Ledger::open(&dir.join("ledger.db")).unwrap(),
+        &spool_in(dir, 1 << 30),
+        Some(history_sink(dir)),
+        None,
+    )
+    .unwrap()
+}
+
+/// Rows come first, their derivations after: with the derivations held back every row is in
+/// the ledger (time, model, usage, outcome) and marked as waiting, none shipped, no history
+/// turn yet; once let go, the fingerprints, busts and turns are exactly what a writer that
+/// parsed everything at once would have written.
+#[test]
+fn rows_are_written_before_their_derivations_and_end_up_the_same() {
+    let body = bytes::Bytes::from(pith_testkit::bench::capture_body(
+        "claude-code-2.1.328/fix-calc/req002",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let sink = writers_in(dir.path());
+    sink.shared.hold_derivations.store(true, Ordering::SeqCst);
+    for i in 1..=4 {
+        sink.submit(turn_record(i, &body, 0));
+    }
+    assert_eq!(sink.wait_written(4, Duration::from_secs(30)), 4);
+    {
+        let ledger = Ledger::open(&path).unwrap();
+        let rows = ledger.rows().unwrap();
+        assert_eq!(rows.len(), 4);
+        for row in &rows {
+            assert_eq!(
+                row.model.as_deref(),
+                Some("claude-opus-5-5"),
+                "the request's model"
+            );
+            assert_eq!(row.usage.map(|u| u.cache_write), Some(100));
+            assert_eq!(row.fingerprint, None, "derived before it was let");
+        }
+        assert_eq!(ledger.derivations_pending().unwrap(), 4);
+        assert!(
+            ledger.rows_after(0, 100).unwrap().is_empty(),
+            "shipped half"
+        );
+    }
+    assert!(
+        !sink.flush(Duration::from_millis(50)),
+        "a flush waits for derivations"
+    );
+    sink.shared.hold_derivations.store(false, Ordering::SeqCst);
+    assert!(sink.flush(Duration::from_secs(30)));
+    sink.shutdown(Duration::from_secs(30));
+    let ledger = Ledger::open(&path).unwrap();
+    assert_eq!(ledger.derivations_pending().unwrap(), 0);
+    let got = ledger.rows().unwrap();
+    assert_eq!(ledger.rows_after(0, 100).unwrap().len(), 4);
+    // The same records written whole, in one go.
+    let labels = history_sink(tempfile::tempdir().unwrap().path())
+        .into_parts()
+        .1;
+    let whole: Vec<Row> = (1..=4)
+        .map(|i| row::to_row(turn_record(i, &body, 0), Some(&labels)).0)
+        .collect();
+    for (got, whole) in got.iter().zip(&whole) {
+        assert_eq!(got.fingerprint, whole.fingerprint);
+        assert!(got.fingerprint.is_some());
+        assert_eq!(got.client_fingerprint, whole.client_fingerprint);
+    }
+    let busts = ledger
+        .cache_busts(&pith_store::ledger::Filter::default())
+        .unwrap();
+    assert_eq!(busts.pairs, 3, "each turn paired with the one before");
+    let history = pith_store::history::History::open(&dir.path().join("history.db")).unwrap();
+    let contents = history.contents().unwrap();
+    assert_eq!(contents.conversations.len(), 1);
+    assert!(contents.messages.iter().any(|m| m.3.contains("done 1")));
+}
+
+/// Killed between a batch of rows and its derivations: the next start writes the derivations
+/// once (a bust pair each, one history turn each) and no row twice.
+#[test]
+fn derivations_a_killed_process_left_are_written_once_by_the_next() {
+    let body = bytes::Bytes::from(pith_testkit::bench::capture_body(
+        "claude-code-2.1.328/fix-calc/req002",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let sink = writers_in(dir.path());
+    sink.shared.hold_derivations.store(true, Ordering::SeqCst);
+    for i in 1..=3 {
+        sink.submit(turn_record(i, &body, 0));
+    }
+    assert_eq!(sink.wait_written(3, Duration::from_secs(30)), 3);
+    sink.abandon();
+    drop(sink);
+    assert_eq!(
+        Ledger::open(&path).unwrap().derivations_pending().unwrap(),
+        3
+    );
+    let sink = writers_in(dir.path());
+    sink.submit(turn_record(4, &body, 0));
+    assert!(sink.flush(Duration::from_secs(30)));
+    sink.shutdown(Duration::from_secs(30));
+    // The same four records through writers never stopped.
+    let reference = tempfile::tempdir().unwrap();
+    let clean = writers_in(reference.path());
+    for i in 1..=4 {
+        clean.submit(turn_record(i, &body, 0));
+    }
+    assert!(clean.flush(Duration::from_secs(30)));
+    clean.shutdown(Duration::from_secs(30));
+    let ledger = Ledger::open(&path).unwrap();
+    let clean_ledger = Ledger::open(&reference.path().join("ledger.db")).unwrap();
+    assert_eq!(ledger.rows().unwrap().len(), 4);
+    assert_eq!(ledger.derivations_pending().unwrap(), 0);
+    let all = pith_store::ledger::Filter::default();
+    assert_eq!(ledger.cache_busts(&all).unwrap().pairs, 3);
+    assert_eq!(
+        ledger.groups(&all).unwrap(),
+        clean_ledger.groups(&all).unwrap()
+    );
+    let contents = |dir: &std::path::Path| {
+        pith_store::history::History::open(&dir.join("history.db"))
+            .unwrap()
+            .contents()
+            .unwrap()
+    };
+    assert_eq!(contents(dir.path()), contents(reference.path()));
+}
+
+/// A row a previous process left waiting for derivations no record will bring (its spool
+/// entry gone) is kept without them once the writers have caught up with this process's
+/// records: it would otherwise hold the team shipper back for ever.
+#[test]
+fn a_row_left_waiting_with_no_record_is_let_go_once_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    Ledger::open(&path)
+        .unwrap()
+        .insert(&[Row {
+            arrival_us: Some(1),
+            path: "/v1/messages".into(),
+            derivations_pending: true,
+            ..Row::default()
+        }])
+        .unwrap();
+    let sink = writers_in(dir.path());
+    for i in 10..40 {
+        sink.submit(record(i));
+    }
+    assert!(sink.flush(Duration::from_secs(30)));
+    sink.shutdown(Duration::from_secs(30));
+    let ledger = Ledger::open(&path).unwrap();
+    assert_eq!(ledger.rows().unwrap().len(), 31);
+    assert_eq!(ledger.derivations_pending().unwrap(), 0);
+    assert_eq!(ledger.rows_after(0, 100).unwrap().len(), 31);
+}

@@ -3,6 +3,10 @@
 /// Name of the counter of ledger rows dropped because the write queue was full.
 pub const DROPPED_ROWS: &str = "dropped_rows";
 
+/// The stage of a [`Saving`] that charges a cache bust pith caused to the stage that caused
+/// it: `bust:<stage>`. Derived where rows are paired (the writer, a replica), never shipped.
+pub const BUST_CHARGE: &str = "bust:";
+
 /// How a request ended and who caused it are the proxy's words, in a leaf both crates use
 /// (`pith-outcome`); the ledger stores them by name.
 pub use pith_outcome::{Party, RequestOutcome};
@@ -135,6 +139,22 @@ pub struct Row {
     /// The name of the proxy instance that served it (`[proxy] instance`); `None` for rows
     /// written before ledger schema 8.
     pub instance: Option<String>,
+    /// Its derivations (the prompt fingerprints, the bust pairing and charge) come later, by
+    /// [`Ledger::write_derived`]: the proxy's writers put the row in the ledger as soon as it
+    /// can be written and parse the body after. Such a row is not shipped to a team ledger
+    /// until they have come. Never set on a row read back.
+    pub derivations_pending: bool,
+}
+
+/// The derivations of a row written with [`Row::derivations_pending`], found by its arrival.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Derivation {
+    /// The row's [`Row::arrival_us`].
+    pub arrival_us: i64,
+    /// [`Row::fingerprint`].
+    pub fingerprint: Option<Vec<u8>>,
+    /// [`Row::client_fingerprint`].
+    pub client_fingerprint: Option<Vec<u8>>,
 }
 
 impl Row {

@@ -52,6 +52,11 @@ impl Ledger {
 
     /// The named counter's value; 0 if nothing was ever added to it.
     pub fn counter(&self, name: &str) -> Result<u64, StoreError> {
+        Ok(self.counter_if_set(name)?.unwrap_or(0))
+    }
+
+    /// The named counter's value; `None` when it was never set.
+    pub fn counter_if_set(&self, name: &str) -> Result<Option<u64>, StoreError> {
         let v: Option<i64> = self
             .conn
             .query_row(
@@ -63,7 +68,7 @@ impl Ledger {
                 rusqlite::Error::QueryReturnedNoRows => Ok(None),
                 e => Err(e),
             })?;
-        Ok(v.map(to_u64).unwrap_or(0))
+        Ok(v.map(to_u64))
     }
 
     /// Totals per (session, model), oldest session first.
@@ -471,7 +476,7 @@ impl Ledger {
     /// entries (tests and export).
     pub fn rows(&self) -> Result<Vec<Row>, StoreError> {
         let mut rows: Vec<Row> = self
-            .rows_after(0, usize::MAX)?
+            .read_rows(0, usize::MAX, false)?
             .into_iter()
             .map(|(_, row)| row)
             .collect();
@@ -481,12 +486,29 @@ impl Ledger {
     }
 
     /// At most `limit` rows with an id above `after_id`, oldest first, each with its id: how
-    /// the team ledger's shipper reads what it has not sent yet.
+    /// the team ledger's shipper reads what it has not sent yet. It stops before the first row
+    /// whose derivations are still to come ([`Row::derivations_pending`]): a row is shipped
+    /// whole, once.
     pub fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<(i64, Row)>, StoreError> {
+        self.read_rows(after_id, limit, true)
+    }
+
+    /// [`Ledger::rows_after`]; `whole_only: false` reads the rows still waiting for their
+    /// derivations too.
+    fn read_rows(
+        &self,
+        after_id: i64,
+        limit: usize,
+        whole_only: bool,
+    ) -> Result<Vec<(i64, Row)>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let last: Option<i64> = self.conn.query_row(
-            "SELECT max(id) FROM (SELECT id FROM requests WHERE id > ?1 ORDER BY id LIMIT ?2)",
-            params![after_id, limit],
+            "SELECT max(id) FROM (SELECT id FROM requests WHERE id > ?1
+                AND (?3 = 0 OR id < coalesce(
+                    (SELECT min(id) FROM requests WHERE derivations_pending = 1),
+                    9223372036854775807))
+             ORDER BY id LIMIT ?2)",
+            params![after_id, limit, i64::from(whole_only)],
             |r| r.get(0),
         )?;
         let Some(last) = last else {
@@ -550,6 +572,7 @@ impl Ledger {
                     account: r.get(28)?,
                     arrival_us: r.get(29)?,
                     instance: r.get(30)?,
+                    derivations_pending: false,
                 },
             ))
         })?;
@@ -567,9 +590,11 @@ impl Ledger {
             "SELECT s.request_id, s.stage, s.band, s.tokens FROM savings s
              LEFT JOIN transform_results t ON t.request_id = s.request_id AND t.stage = s.stage
              WHERE s.request_id > ?1 AND s.request_id <= ?2
+                AND substr(s.stage, 1, length(?3)) != ?3
              ORDER BY s.request_id, t.position, s.stage, s.band",
         )?;
-        let mut rows = stmt.query(params![after, last])?;
+        // Bust charges are the pairing's, made again wherever rows are paired: not a row's own.
+        let mut rows = stmt.query(params![after, last, BUST_CHARGE])?;
         while let Some(r) = rows.next()? {
             out.entry(r.get(0)?).or_default().push(Saving {
                 stage: r.get(1)?,

@@ -369,4 +369,11 @@ INSERT INTO instance_totals
 SELECT '-', NULL, count(*), coalesce(sum(outcome NOT IN ('ok', 'local')), 0), min(ts_ms),
        max(ts_ms)
 FROM requests HAVING count(*) > 0;
+", "
+-- Schema 9: rows written before their derivations (the proxy's writers put the core row in
+-- first, the prompt fingerprints and the bust pairing after, from one parse of the body). The
+-- partial index holds only the rows still waiting, which the derivations find by arrival and
+-- the team shipper stops before.
+ALTER TABLE requests ADD COLUMN derivations_pending INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX requests_derivations_pending ON requests (arrival_us) WHERE derivations_pending = 1;
 "];

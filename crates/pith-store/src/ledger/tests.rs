@@ -269,17 +269,19 @@ fn schema_one_rows_are_carried_over() {
 /// A session's requests are paired for busts in arrival order: a row written after one that
 /// arrived later (two writers, a long stream) is paired with what came before it, and the
 /// later one is paired again with it; totals kept on write still equal a scan.
+/// An Anthropic prompt fingerprint of `segments`, cached through the last one.
+fn cached_through_last(segments: &[u64]) -> Vec<u8> {
+    pith_wire::fingerprint::Fingerprint {
+        segments: segments.to_vec(),
+        breakpoints: vec![(segments.len() - 1) as u32],
+        automatic: false,
+    }
+    .to_bytes()
+}
+
 #[test]
 fn busts_pair_in_arrival_order_whatever_the_write_order() {
-    use pith_wire::fingerprint::Fingerprint;
-    let fp = |segments: &[u64]| {
-        Fingerprint {
-            segments: segments.to_vec(),
-            breakpoints: vec![(segments.len() - 1) as u32],
-            automatic: false,
-        }
-        .to_bytes()
-    };
+    let fp = cached_through_last;
     let row = |arrival: i64, segments: &[u64]| Row {
         ts_ms: arrival / 1000,
         arrival_us: Some(arrival),
@@ -366,5 +368,265 @@ fn timeline_from_hourly_totals_equals_a_scan() {
             assert_eq!(kept, scanned, "since {since:?}, width {width}");
             assert!(!kept.is_empty());
         }
+    }
+}
+
+/// A bust pith caused is charged to the stage that caused it: the tokens the previous request
+/// left cached that the next did not read, negative at the rate they were billed at and
+/// positive at the read rate; written in any order the charge is the same, a client's own bust
+/// is charged to no one, and rows read back (what a replica is sent) carry no charge.
+#[test]
+fn a_bust_pith_caused_is_charged_to_its_stage_in_any_write_order() {
+    let fp = cached_through_last;
+    let usage = |cache_write: u64, cache_read: u64| RowUsage {
+        input: 10,
+        output: 5,
+        cache_write,
+        cache_write_1h: 0,
+        cache_read,
+    };
+    let defer = |applied: bool| Transform {
+        stage: "defer".into(),
+        result: if applied {
+            TransformResult::Applied(vec![Fact {
+                name: "tools".into(),
+                kind: "count".into(),
+                value: 3,
+            }])
+        } else {
+            TransformResult::Unchanged("too_little_to_defer".into())
+        },
+    };
+    let row = |arrival: i64, sent: &[u64], client: Option<&[u64]>, u: RowUsage, applied| Row {
+        ts_ms: arrival / 1000,
+        arrival_us: Some(arrival),
+        session: Some("s".into()),
+        model: Some("m".into()),
+        wire: Some("anthropic".into()),
+        path: "/v1/messages".into(),
+        fingerprint: Some(fp(sent)),
+        client_fingerprint: client.map(fp),
+        usage: Some(u),
+        transforms: vec![defer(applied)],
+        ..Row::default()
+    };
+    // a cached 30,000 tokens; b (pith changed the tools, the client did not) read only 2,000
+    // and wrote 29,000: 28,000 billed again at the 5-minute write rate. c is the client's own
+    // change: a bust no one is charged for.
+    let a = row(1_000, &[1, 2, 3], None, usage(30_000, 0), false);
+    let b = row(
+        2_000,
+        &[1, 8, 3, 4],
+        Some(&[1, 2, 3, 4]),
+        usage(29_000, 2_000),
+        true,
+    );
+    let c = row(3_000, &[1, 5, 6], None, usage(31_000, 500), false);
+    let charges = |ledger: &Ledger| -> Vec<(String, String, i64)> {
+        let mut v: Vec<_> = ledger
+            .savings(&Filter::default())
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.stage, s.band, s.tokens))
+            .collect();
+        v.sort();
+        v
+    };
+    let expected = vec![
+        ("bust:defer".to_owned(), "cache_read".to_owned(), 28_000),
+        (
+            "bust:defer".to_owned(),
+            "cache_write_5m".to_owned(),
+            -28_000,
+        ),
+    ];
+    let mut in_order = Ledger::open_in_memory().unwrap();
+    in_order.insert(&[a.clone(), b.clone(), c.clone()]).unwrap();
+    assert_eq!(charges(&in_order), expected);
+    let busts = in_order.cache_busts(&Filter::default()).unwrap();
+    assert_eq!((busts.pairs, busts.by_client), (2, 1));
+    // b written first (paired with nothing), then c, then a: a's arrival re-pairs b.
+    let mut out_of_order = Ledger::open_in_memory().unwrap();
+    for r in [&b, &c, &a] {
+        out_of_order.insert(std::slice::from_ref(r)).unwrap();
+    }
+    assert_eq!(charges(&out_of_order), expected);
+    // ... and the totals kept on write equal a scan of the rows.
+    let scanned = Filter {
+        since_ms: Some(0),
+        ..Filter::default()
+    };
+    let mut by_scan: Vec<_> = out_of_order
+        .savings(&scanned)
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.stage, s.band, s.tokens))
+        .collect();
+    by_scan.sort();
+    assert_eq!(by_scan, expected);
+    // A request pith changed that busted nothing is charged nothing; after a re-pairing that
+    // clears the bust, the charge is taken back (a row that arrived between a and b, the same
+    // prompt as b as sent: b then busts nothing).
+    let between = row(
+        1_500,
+        &[1, 8, 3],
+        Some(&[1, 2, 3]),
+        usage(25_000, 5_000),
+        true,
+    );
+    out_of_order.insert(std::slice::from_ref(&between)).unwrap();
+    let after: Vec<_> = charges(&out_of_order)
+        .into_iter()
+        .filter(|(_, _, t)| *t != 0)
+        .collect();
+    assert_eq!(
+        after,
+        vec![
+            ("bust:defer".to_owned(), "cache_read".to_owned(), 25_000),
+            (
+                "bust:defer".to_owned(),
+                "cache_write_5m".to_owned(),
+                -25_000
+            ),
+        ],
+        "the charge moved from b to the row between (a left 30,000 cached, it read 5,000)"
+    );
+    // Rows read back carry no charge: a replica pairs them again itself.
+    assert!(
+        out_of_order
+            .rows()
+            .unwrap()
+            .iter()
+            .all(|r| r.savings.iter().all(|s| !s.stage.starts_with(BUST_CHARGE)))
+    );
+}
+
+/// The bust's cost: Anthropic's cached prefix is what the previous request read and wrote;
+/// OpenAI caches a whole prompt; capped at the next prompt; nothing when all of it was read.
+#[test]
+fn a_bust_costs_the_cached_prefix_the_next_request_did_not_read() {
+    use pith_wire::usage::{Band, Usage};
+    let u = |input, cache_write, cache_write_1h, cache_read| Usage {
+        input,
+        output: 0,
+        cache_write,
+        cache_write_1h,
+        cache_read,
+    };
+    let cost = super::write::bust_cost;
+    assert_eq!(
+        cost(false, &u(5, 1_000, 0, 9_000), &u(5, 9_500, 0, 500)),
+        Some((Band::CacheWrite5m, 9_500))
+    );
+    assert_eq!(
+        cost(false, &u(5, 1_000, 1_000, 9_000), &u(5, 9_500, 9_500, 500)),
+        Some((Band::CacheWrite1h, 9_500))
+    );
+    // The next prompt is shorter than what was cached: capped at it.
+    assert_eq!(
+        cost(false, &u(0, 10_000, 0, 0), &u(0, 4_000, 0, 1_000)),
+        Some((Band::CacheWrite5m, 4_000))
+    );
+    // It wrote nothing: billed again as input.
+    assert_eq!(
+        cost(false, &u(0, 10_000, 0, 0), &u(10_000, 0, 0, 0)),
+        Some((Band::Input, 10_000))
+    );
+    assert_eq!(
+        cost(true, &u(8_000, 0, 0, 4_000), &u(11_000, 0, 0, 2_000)),
+        Some((Band::Input, 10_000))
+    );
+    assert_eq!(cost(false, &u(0, 5_000, 0, 0), &u(0, 100, 0, 5_000)), None);
+}
+
+/// Rows written first and derived after, in any order of their derivations, end up as rows
+/// written whole: the same busts, totals, charges and prompts; a derivation whose row is not
+/// waiting changes nothing; rows still waiting are not shipped.
+#[test]
+fn derivations_written_after_their_rows_equal_rows_written_whole() {
+    let fp = cached_through_last;
+    let row = |arrival: i64, sent: &[u64], client: Option<&[u64]>, cache_read: u64| Row {
+        ts_ms: arrival / 1000,
+        arrival_us: Some(arrival),
+        session: Some("s".into()),
+        model: Some("m".into()),
+        wire: Some("anthropic".into()),
+        path: "/v1/messages".into(),
+        fingerprint: Some(fp(sent)),
+        client_fingerprint: client.map(fp),
+        usage: Some(RowUsage {
+            input: 10,
+            output: 5,
+            cache_write: 20_000,
+            cache_write_1h: 0,
+            cache_read,
+        }),
+        transforms: vec![Transform {
+            stage: "defer".into(),
+            result: TransformResult::Applied(Vec::new()),
+        }],
+        ..Row::default()
+    };
+    let rows = [
+        row(1_000, &[1, 2, 3], None, 0),
+        row(2_000, &[1, 8, 3, 4], Some(&[1, 2, 3, 4]), 1_000),
+        row(3_000, &[1, 5, 6], None, 500),
+        row(4_000, &[1, 5, 6, 7], None, 20_000),
+    ];
+    let mut whole = Ledger::open_in_memory().unwrap();
+    whole.insert(&rows).unwrap();
+    let all = Filter::default();
+    let summary = |l: &Ledger| {
+        let mut savings: Vec<_> = l
+            .savings(&all)
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.stage, s.band, s.tokens))
+            .filter(|s| s.2 != 0)
+            .collect();
+        savings.sort();
+        (
+            l.cache_busts(&all).unwrap(),
+            l.groups(&all).unwrap(),
+            savings,
+        )
+    };
+    let expected = summary(&whole);
+    assert_eq!((expected.0.pairs, expected.0.by_pith), (3, 1));
+    for order in [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]] {
+        let mut split = Ledger::open_in_memory().unwrap();
+        let pending: Vec<Row> = rows
+            .iter()
+            .map(|r| Row {
+                fingerprint: None,
+                client_fingerprint: None,
+                derivations_pending: true,
+                ..r.clone()
+            })
+            .collect();
+        split.insert(&pending).unwrap();
+        assert_eq!(split.derivations_pending().unwrap(), 4);
+        assert!(split.rows_after(0, 10).unwrap().is_empty());
+        for i in order {
+            let d = Derivation {
+                arrival_us: rows[i].arrival_us.unwrap(),
+                fingerprint: rows[i].fingerprint.clone(),
+                client_fingerprint: rows[i].client_fingerprint.clone(),
+            };
+            split
+                .write_derived(std::slice::from_ref(&d), &[("c", 1)])
+                .unwrap();
+            // Twice: the second finds no row waiting.
+            split.write_derived(&[d], &[]).unwrap();
+        }
+        assert_eq!(summary(&split), expected, "order {order:?}");
+        assert_eq!(split.derivations_pending().unwrap(), 0);
+        assert_eq!(split.counter("c").unwrap(), 1);
+        assert_eq!(split.rows_after(0, 10).unwrap().len(), 4);
+        assert_eq!(
+            split.rows().unwrap(),
+            whole.rows().unwrap(),
+            "order {order:?}"
+        );
     }
 }

@@ -154,10 +154,10 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                     tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                     output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
                     bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
-                    account, arrival_us, instance)
+                    account, arrival_us, instance, derivations_pending)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
                     ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31,
-                    ?32)",
+                    ?32, ?33)",
     )?;
     let mut result = tx.prepare_cached(
         "INSERT INTO transform_results (request_id, stage, position, result, detail)
@@ -170,18 +170,9 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
     // A session's requests are paired in arrival order: the previous one arrived before this
     // one (written before or after it), the next one after it and may be written already.
     let mut previous = tx.prepare_cached(
-        "SELECT sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
+        "SELECT sent, as_client, request_id FROM prompts WHERE session = ?1 AND model IS ?2
                     AND arrival_us <= ?3
                  ORDER BY arrival_us DESC, request_id DESC LIMIT 1",
-    )?;
-    let mut next = tx.prepare_cached(
-        "SELECT request_id, sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
-                    AND arrival_us > ?3
-                 ORDER BY arrival_us, request_id LIMIT 1",
-    )?;
-    let mut prompt = tx.prepare_cached(
-        "INSERT INTO prompts (request_id, session, model, sent, as_client, arrival_us)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     let mut saving = tx.prepare_cached(
         "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
@@ -256,14 +247,16 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
     for r in rows {
         let u = r.usage;
         let arrival = r.arrival_us.unwrap_or(r.ts_ms.saturating_mul(1000));
+        let mut previous_id = None;
         let bust = match (&r.session, &r.fingerprint) {
             (Some(session), Some(fp)) => {
-                let before: Option<(Vec<u8>, Option<Vec<u8>>)> = previous
+                let before: Option<(Vec<u8>, Option<Vec<u8>>, i64)> = previous
                     .query_row(params![session, r.model, arrival], |p| {
-                        Ok((p.get(0)?, p.get(1)?))
+                        Ok((p.get(0)?, p.get(1)?, p.get(2)?))
                     })
                     .optional()?;
-                before.map(|(sent, client)| {
+                before.map(|(sent, client, id)| {
+                    previous_id = Some(id);
                     bust_between(
                         (&sent, client.as_deref()),
                         (fp, r.client_fingerprint.as_deref()),
@@ -309,31 +302,8 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             r.account,
             r.arrival_us,
             r.instance,
+            i64::from(r.derivations_pending && r.arrival_us.is_some()),
         ])?;
-        if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
-            let after: Option<(i64, Vec<u8>, Option<Vec<u8>>)> = next
-                .query_row(params![session, r.model, arrival], |p| {
-                    Ok((p.get(0)?, p.get(1)?, p.get(2)?))
-                })
-                .optional()?;
-            if let Some((next_id, sent, client)) = after {
-                // The next request was written first and paired with an older one: pair it
-                // with this one instead.
-                let bust = bust_between(
-                    (fp, r.client_fingerprint.as_deref()),
-                    (&sent, client.as_deref()),
-                );
-                repair_bust(tx, next_id, bust)?;
-            }
-            prompt.execute(params![
-                id,
-                session,
-                r.model,
-                fp,
-                r.client_fingerprint,
-                arrival
-            ])?;
-        }
         let applied = r
             .transforms
             .iter()
@@ -401,7 +371,13 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         if let Some(ttfb) = r.ttfb_ms {
             latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
         }
-        for sv in &r.savings {
+        // A bust charge is the pairing's, made where rows are paired: one that came with a row
+        // (a replica's copy of an older pith's) is not counted twice.
+        for sv in r
+            .savings
+            .iter()
+            .filter(|s| !s.stage.starts_with(BUST_CHARGE))
+        {
             saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
             saving_total.execute(params![
                 key, r.session, r.model, sv.stage, sv.band, sv.tokens
@@ -452,8 +428,169 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
                 detail
             ])?;
         }
+        // Pairing last: a bust charge names the first stage that changed a request, read
+        // from the transform entries just written.
+        if let (Some((_, _, "pith")), Some(previous_id)) = (bust, previous_id) {
+            charge_bust(tx, id, previous_id)?;
+        }
+        if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
+            let keys = PromptKeys {
+                id,
+                session,
+                model: r.model.as_deref(),
+                arrival,
+            };
+            keep_prompt(tx, &keys, fp, r.client_fingerprint.as_deref())?;
+        }
     }
     Ok(())
+}
+
+/// Which row a prompt belongs to and where it sits in its session.
+struct PromptKeys<'a> {
+    id: i64,
+    session: &'a str,
+    model: Option<&'a str>,
+    arrival: i64,
+}
+
+/// Keep the prompt of row `keys.id` for pairing, after re-pairing the session's next request
+/// with it when that one was written first (and paired with an older one).
+fn keep_prompt(
+    tx: &Connection,
+    keys: &PromptKeys<'_>,
+    fp: &[u8],
+    client_fp: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    let after: Option<(i64, Vec<u8>, Option<Vec<u8>>)> = tx
+        .prepare_cached(
+            "SELECT request_id, sent, as_client FROM prompts WHERE session = ?1 AND model IS ?2
+                AND arrival_us > ?3
+             ORDER BY arrival_us, request_id LIMIT 1",
+        )?
+        .query_row(params![keys.session, keys.model, keys.arrival], |p| {
+            Ok((p.get(0)?, p.get(1)?, p.get(2)?))
+        })
+        .optional()?;
+    if let Some((next_id, sent, client)) = after {
+        let bust = bust_between((fp, client_fp), (&sent, client.as_deref()));
+        repair_bust(tx, next_id, bust, keys.id)?;
+    }
+    tx.prepare_cached(
+        "INSERT INTO prompts (request_id, session, model, sent, as_client, arrival_us)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        keys.id,
+        keys.session,
+        keys.model,
+        fp,
+        client_fp,
+        keys.arrival
+    ])?;
+    Ok(())
+}
+
+impl Ledger {
+    /// Write the derivations of rows written with [`Row::derivations_pending`], and set each
+    /// named counter, in one transaction: each row's prompt fingerprints, its bust paired with
+    /// the session's previous request (and the next one re-paired, when it was derived first),
+    /// and the bust's charge. A derivation whose row is not waiting for one (written already,
+    /// or never) changes nothing.
+    pub fn write_derived(
+        &mut self,
+        derived: &[Derivation],
+        counters: &[(&str, u64)],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for d in derived {
+            derive_row(&tx, d)?;
+        }
+        for (name, value) in counters {
+            set_counter(&tx, name, *value)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Give up the derivations still to come (their records are gone: the writers had
+    /// nothing more to read): the rows stay, without fingerprints, and ship. How many there were.
+    pub fn abandon_derivations(&mut self) -> Result<u64, StoreError> {
+        let n = self.conn.execute(
+            "UPDATE requests SET derivations_pending = 0 WHERE derivations_pending = 1",
+            [],
+        )?;
+        Ok(n as u64)
+    }
+
+    /// Keep the row that arrived at `arrival_us` and still waits for its derivations without
+    /// them (the ledger refused them alone): the oldest such row, as [`Ledger::write_derived`]
+    /// would have taken.
+    pub fn abandon_derivation(&mut self, arrival_us: i64) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE requests SET derivations_pending = 0 WHERE id =
+                (SELECT id FROM requests WHERE derivations_pending = 1 AND arrival_us = ?1
+                 ORDER BY id LIMIT 1)",
+            params![arrival_us],
+        )?;
+        Ok(())
+    }
+
+    /// Rows whose derivations are still to come.
+    pub fn derivations_pending(&self) -> Result<u64, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM requests WHERE derivations_pending = 1",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(to_u64(n))
+    }
+}
+
+fn derive_row(tx: &Connection, d: &Derivation) -> Result<(), StoreError> {
+    let row: Option<(i64, Option<String>, Option<String>)> = tx
+        .prepare_cached(
+            "SELECT id, session, model FROM requests
+             WHERE derivations_pending = 1 AND arrival_us = ?1
+             ORDER BY id LIMIT 1",
+        )?
+        .query_row(params![d.arrival_us], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
+    let Some((id, session, model)) = row else {
+        return Ok(());
+    };
+    tx.prepare_cached("UPDATE requests SET derivations_pending = 0 WHERE id = ?1")?
+        .execute(params![id])?;
+    let (Some(session), Some(fp)) = (session, &d.fingerprint) else {
+        return Ok(());
+    };
+    let previous: Option<(Vec<u8>, Option<Vec<u8>>, i64)> = tx
+        .prepare_cached(
+            "SELECT sent, as_client, request_id FROM prompts WHERE session = ?1 AND model IS ?2
+                AND arrival_us <= ?3
+             ORDER BY arrival_us DESC, request_id DESC LIMIT 1",
+        )?
+        .query_row(params![session, model, d.arrival_us], |p| {
+            Ok((p.get(0)?, p.get(1)?, p.get(2)?))
+        })
+        .optional()?;
+    if let Some((sent, client, previous_id)) = previous {
+        let bust = bust_between(
+            (&sent, client.as_deref()),
+            (fp, d.client_fingerprint.as_deref()),
+        );
+        // From unpaired: the same moves as a re-pairing.
+        repair_bust(tx, id, bust, previous_id)?;
+    }
+    let keys = PromptKeys {
+        id,
+        session: &session,
+        model: model.as_deref(),
+        arrival: d.arrival_us,
+    };
+    keep_prompt(tx, &keys, fp, d.client_fingerprint.as_deref())
 }
 
 /// What one commit of the proxy's writers holds ([`Ledger::write_batch`]).
@@ -470,13 +607,19 @@ pub struct WriteBatch<'a> {
     pub counters: &'a [(&'a str, u64)],
 }
 
-/// Set the bust of the row `id`, paired anew with a request that arrived before it but was
-/// written after it, and move the totals its old pairing had counted.
+/// Set the bust of the row `id`, paired anew with `previous_id`, a request that arrived before
+/// it but was written after it, and move the totals (and the bust charge) its old pairing had
+/// counted.
 fn repair_bust(
     tx: &Connection,
     id: i64,
     bust: Option<(usize, usize, &'static str)>,
+    previous_id: i64,
 ) -> Result<(), StoreError> {
+    uncharge_bust(tx, id)?;
+    if let Some((_, _, "pith")) = bust {
+        charge_bust(tx, id, previous_id)?;
+    }
     let (old_checked, old_cause, session, model, account): (
         i64,
         Option<String>,
@@ -537,4 +680,165 @@ fn totals_key(tag: char, first: Option<&str>, model: Option<&str>) -> String {
         first.map_or("-".to_owned(), |s| format!("{tag}{s}")),
         model.map_or("-".to_owned(), |m| format!("m{m}"))
     )
+}
+
+/// A row's usage and keys, as a bust charge needs them.
+struct Charged {
+    wire: Option<String>,
+    usage: Option<pith_wire::usage::Usage>,
+    session: Option<String>,
+    model: Option<String>,
+    account: Option<String>,
+}
+
+fn charged(tx: &Connection, id: i64) -> Result<Charged, StoreError> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT wire, input_tokens, cache_write_tokens, cache_write_1h_tokens,
+                    cache_read_tokens, session, model, account
+             FROM requests WHERE id = ?1",
+        )?
+        .query_row(params![id], |r| {
+            let input: Option<i64> = r.get(1)?;
+            let count = |i: usize| -> rusqlite::Result<u64> {
+                Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
+            };
+            Ok(Charged {
+                wire: r.get(0)?,
+                usage: match input {
+                    Some(input) => Some(pith_wire::usage::Usage {
+                        input: to_u64(input),
+                        output: 0,
+                        cache_write: count(2)?,
+                        cache_write_1h: count(3)?,
+                        cache_read: count(4)?,
+                    }),
+                    None => None,
+                },
+                session: r.get(5)?,
+                model: r.get(6)?,
+                account: r.get(7)?,
+            })
+        })?)
+}
+
+/// The first stage that changed the request `id`, by pipeline position.
+fn first_applied(tx: &Connection, id: i64) -> Result<Option<String>, StoreError> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT stage FROM transform_results WHERE request_id = ?1 AND result = 'applied'
+             ORDER BY position LIMIT 1",
+        )?
+        .query_row(params![id], |r| r.get(0))
+        .optional()?)
+}
+
+/// What a bust pith caused cost, in prompt tokens billed again: the prefix the previous
+/// request left in the cache (Anthropic: what it read and wrote there; OpenAI, which caches
+/// a prompt whole: its whole prompt) that this request, the same prefix as far as the client
+/// is concerned, did not read; and the rate they were billed at instead (this request's band
+/// just past what it read: a cache write, or uncached input). `None` when it read all of it
+/// or either request has no usage.
+pub(super) fn bust_cost(
+    automatic: bool,
+    previous: &pith_wire::usage::Usage,
+    next: &pith_wire::usage::Usage,
+) -> Option<(pith_wire::usage::Band, u64)> {
+    let left_cached = if automatic {
+        previous.prompt_total()
+    } else {
+        previous.cache_read + previous.cache_write
+    };
+    let billed_again = left_cached
+        .min(next.prompt_total())
+        .saturating_sub(next.cache_read);
+    (billed_again > 0).then(|| (next.band_at(next.cache_read), billed_again))
+}
+
+/// Charge the bust pith caused on row `id` (paired with `previous_id`) to the stage that
+/// caused it, as savings of stage `bust:<stage>`: the tokens billed again, negative at the
+/// rate they were billed at and positive at the cache-read rate they would have had (so the
+/// pair prices the difference, and adds no tokens). The stage is the first one that changed
+/// this request, else the first that changed the previous one (pith stopped changing
+/// something), else `pith`.
+fn charge_bust(tx: &Connection, id: i64, previous_id: i64) -> Result<(), StoreError> {
+    let next = charged(tx, id)?;
+    let previous = charged(tx, previous_id)?;
+    let (Some(next_usage), Some(previous_usage)) = (next.usage, previous.usage) else {
+        return Ok(());
+    };
+    let automatic = next.wire.as_deref() != Some(pith_wire::Wire::AnthropicMessages.as_str());
+    let Some((band, tokens)) = bust_cost(automatic, &previous_usage, &next_usage) else {
+        return Ok(());
+    };
+    let stage = match first_applied(tx, id)? {
+        Some(stage) => stage,
+        None => first_applied(tx, previous_id)?.unwrap_or_else(|| "pith".to_owned()),
+    };
+    let stage = format!("{BUST_CHARGE}{stage}");
+    let tokens = to_i64(tokens);
+    for (band, tokens) in [(band, -tokens), (pith_wire::usage::Band::CacheRead, tokens)] {
+        add_saving(tx, id, &next, &stage, band.as_str(), tokens)?;
+    }
+    Ok(())
+}
+
+/// Take back the bust charge of row `id` (its pairing is changing).
+fn uncharge_bust(tx: &Connection, id: i64) -> Result<(), StoreError> {
+    let charges: Vec<(String, String, i64)> = tx
+        .prepare_cached(
+            "SELECT stage, band, tokens FROM savings WHERE request_id = ?1
+                AND substr(stage, 1, length(?2)) = ?2",
+        )?
+        .query_map(params![id, BUST_CHARGE], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    if charges.is_empty() {
+        return Ok(());
+    }
+    let row = charged(tx, id)?;
+    for (stage, band, tokens) in &charges {
+        add_saving(tx, id, &row, stage, band, -tokens)?;
+    }
+    tx.execute(
+        "DELETE FROM savings WHERE request_id = ?1 AND substr(stage, 1, length(?2)) = ?2",
+        params![id, BUST_CHARGE],
+    )?;
+    Ok(())
+}
+
+/// Add `tokens` at `band` to the saving of `stage` on row `id` and to the totals it moves.
+fn add_saving(
+    tx: &Connection,
+    id: i64,
+    row: &Charged,
+    stage: &str,
+    band: &str,
+    tokens: i64,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (request_id, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens",
+    )?
+    .execute(params![id, stage, band, tokens])?;
+    for (table, key, first) in [
+        (
+            "saving_totals",
+            totals_key('s', row.session.as_deref(), row.model.as_deref()),
+            &row.session,
+        ),
+        (
+            "account_saving_totals",
+            totals_key('a', row.account.as_deref(), row.model.as_deref()),
+            &row.account,
+        ),
+    ] {
+        tx.prepare_cached(&format!(
+            "INSERT INTO {table} VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens"
+        ))?
+        .execute(params![key, first, row.model, stage, band, tokens])?;
+    }
+    Ok(())
 }

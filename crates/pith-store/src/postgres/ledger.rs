@@ -497,6 +497,7 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
             // Not shipped: a replica pairs the team's rows in `ts_ms` order.
             arrival_us: None,
             instance: r.try_get(31)?,
+            derivations_pending: false,
         },
     ))
 }

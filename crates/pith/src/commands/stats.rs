@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use pith_store::ledger::{DROPPED_ROWS, Filter, Group, Ledger};
+use pith_store::ledger::{BUST_CHARGE, DROPPED_ROWS, Filter, Group, Ledger};
 use pith_transform::FactKind;
 use serde::Serialize;
 
@@ -203,9 +203,22 @@ struct TransformTotals {
     /// `cache_write_5m`, `cache_write_1h`, `input`. Requests without usage are not in it.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     estimated_saved_tokens: BTreeMap<String, i64>,
-    /// Those tokens at each model's prices, USD; `None` when none had a known price.
+    /// Those tokens at each model's prices, USD, less what the cache busts it caused cost
+    /// (`bust_charged_usd`); `None` when none had a known price.
     #[serde(skip_serializing_if = "Option::is_none")]
     estimated_saved_usd: Option<f64>,
+    /// Prompt tokens billed again because of cache busts this transform caused (the prefix
+    /// the previous request had cached that the next did not read), when it caused any.
+    #[serde(skip_serializing_if = "is_zero")]
+    bust_tokens_billed_again: i64,
+    /// What that cost over the cache-read rate they would have had, USD (already taken off
+    /// `estimated_saved_usd`); `None` without a known price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bust_charged_usd: Option<f64>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// How the savings figures are estimated, shown beside them.
@@ -218,7 +231,12 @@ five-minute or one-hour write rate, otherwise as uncached input; then at the mod
 price. Negative when an edit added more than it kept out. Known limits: the place of pins' \
 edits is taken as the newest message (a turn it drops may sit earlier, in the cached part); on a \
 request whose cache pith itself busted the tokens are priced at the write rate that request \
-paid, and the bust's own cost is not subtracted (busts by pith are counted apart); defer's rows \
+paid. A cache bust pith caused (the client's own prompts kept their prefix, what pith sent did \
+not) is charged to the transform that caused it (the first that changed the busting request, \
+else the first that changed the one before): the prefix the previous request left cached that \
+this one did not read, capped at this prompt, billed again at this request's write or input \
+rate instead of the read rate; the difference is taken off that transform's saving \
+(bust_charged_usd). Defer's rows \
 recorded before ledger schema 4 count the tools it kept out without subtracting the search tool \
 it added (a few dozen characters). A turn pith answered itself (only pin commands) is priced \
 as the request it saved: its whole prompt at the cache-read rate, the lowest that request could \
@@ -491,10 +509,24 @@ fn add_savings(
 ) -> anyhow::Result<()> {
     for saving in ledger.savings(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
-        let t = transforms.entry(saving.stage.clone()).or_default();
-        *t.estimated_saved_tokens
-            .entry(saving.band.clone())
-            .or_default() += saving.tokens;
+        // A bust charge (`bust:<stage>`) belongs to its stage's saving, told apart.
+        let (stage, charge) = match saving.stage.strip_prefix(BUST_CHARGE) {
+            Some(stage) => (stage.to_owned(), true),
+            None => (saving.stage.clone(), false),
+        };
+        let t = transforms.entry(stage.clone()).or_default();
+        if charge {
+            if saving.band == Band::CacheRead.as_str() {
+                t.bust_tokens_billed_again += saving.tokens;
+            }
+            if let Some(usd) = usd {
+                *t.bust_charged_usd.get_or_insert(0.0) -= usd;
+            }
+        } else {
+            *t.estimated_saved_tokens
+                .entry(saving.band.clone())
+                .or_default() += saving.tokens;
+        }
         if let Some(usd) = usd {
             *t.estimated_saved_usd.get_or_insert(0.0) += usd;
         }
@@ -504,10 +536,7 @@ fn add_savings(
             .find(|s| s.session == saving.session);
         let mut targets: Vec<&mut Totals> = vec![&mut sums.total];
         if let Some(s) = session {
-            let by_stage = s
-                .saved_by_transform
-                .entry(saving.stage.clone())
-                .or_default();
+            let by_stage = s.saved_by_transform.entry(stage).or_default();
             by_stage.tokens += saving.tokens;
             if let Some(usd) = usd {
                 *by_stage.usd.get_or_insert(0.0) += usd;
@@ -539,19 +568,35 @@ fn refusals(ledger: &Ledger) -> anyhow::Result<BTreeMap<&'static str, u64>> {
 /// Requests waiting in a proxy's spool for the ledger's writers.
 #[derive(Debug, Default, Serialize)]
 struct LedgerBacklog {
+    /// Requests waiting for their rows.
     requests: u64,
+    /// Their bytes in the spool.
     bytes: u64,
+    /// Rows written whose derivations (prompt fingerprints and busts, history turns) the
+    /// writers have still to make: the rows come first, these after.
+    derivations: u64,
 }
 
 /// The spool beside the ledger at `path` (none beside a team replica): read-only, and a
 /// spool that cannot be read counts as empty rather than failing the report.
 fn ledger_backlog(path: &std::path::Path, ledger: &Ledger) -> LedgerBacklog {
     let dir = pith_proxy::spool_dir(path);
+    let derivations = ledger.derivations_pending().unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "cannot count the rows waiting for derivations");
+        0
+    });
     match pith_proxy::spool_backlog(&dir, ledger) {
-        Ok((requests, bytes)) => LedgerBacklog { requests, bytes },
+        Ok((requests, bytes)) => LedgerBacklog {
+            requests,
+            bytes,
+            derivations,
+        },
         Err(e) => {
             tracing::debug!(error = %e, "cannot read the ledger spool");
-            LedgerBacklog::default()
+            LedgerBacklog {
+                derivations,
+                ..LedgerBacklog::default()
+            }
         }
     }
 }
@@ -763,6 +808,14 @@ fn render_transform(out: &mut String, stage: &str, tt: &TransformTotals) {
             format_args!("; tokens {}", bands.join(", "))
         ));
     }
+    if tt.bust_tokens_billed_again != 0 {
+        out.push_str(&format!(
+            "  cache busts it caused: {} tokens billed again instead of read from the cache, {} (taken off saved)\n",
+            tt.bust_tokens_billed_again,
+            tt.bust_charged_usd
+                .map_or("unknown price".to_owned(), |u| format!("${u:.4}"))
+        ));
+    }
     if !tt.unchanged.is_empty() {
         let reasons: Vec<String> = tt
             .unchanged
@@ -824,6 +877,13 @@ fn render_tail(out: &mut String, r: &Report) {
             "ledger backlog: {} requests ({:.1} MB) wait in the spool to be written\n",
             r.ledger_backlog.requests,
             r.ledger_backlog.bytes as f64 / 1e6
+        ));
+    }
+    if r.ledger_backlog.derivations > 0 {
+        out.push_str(&format!(
+            "ledger backlog: {} rows written wait for their busts and history turns (the \
+             writers parse the bodies after the rows)\n",
+            r.ledger_backlog.derivations
         ));
     }
 }
@@ -1073,6 +1133,12 @@ fn ledger_families(r: &Report) -> Vec<Family> {
             "gauge",
             "Requests waiting in the spool to be written to the ledger.",
             single(r.ledger_backlog.requests as f64),
+        ),
+        family(
+            "pith_ledger_derivations_pending",
+            "gauge",
+            "Rows written whose derivations (prompt fingerprints and busts, history turns) wait.",
+            single(r.ledger_backlog.derivations as f64),
         ),
     ]
 }

@@ -51,10 +51,11 @@ struct Session {
 /// call (no tools) races turn 1 and takes the mock's default reply.
 fn search_session(env: &[(&str, &str)]) -> (Session, PithProxy) {
     let mock = MockUpstream::start().unwrap();
+    // Each turn writes its prompt to the cache: what a bust makes the next turn write again.
     let usage = Usage {
         input: 100,
         output: 20,
-        cache_write: 0,
+        cache_write: 2_000,
         cache_write_1h: 0,
         cache_read: 0,
     };
@@ -144,6 +145,21 @@ fn opencode_runs_a_tool_it_found_by_search_without_seeing_the_search_and_deferra
     pith.wait_rows(3);
     let busts = stats_busts(&pith);
     assert_eq!(busts["by_pith"], 1, "{busts}");
+    // The bust is charged to defer (it stopped deferring on turn 2): the 2,000 tokens turn 1
+    // left cached, billed again at the write rate instead of read, taken off its saving.
+    let out = pith_stats(&pith, &["--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let defer = &report["transforms"]["defer"];
+    assert_eq!(defer["bust_tokens_billed_again"], 2_000, "{defer}");
+    assert!(defer["bust_charged_usd"].as_f64().unwrap() > 0.0, "{defer}");
+    assert!(
+        report["transforms"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| !k.starts_with("bust:")),
+        "{report}"
+    );
     // Among the tools (segment 0 is the model; the first deferred tool is where it differs).
     let segment = busts["busts"][0]["segment"].as_u64().unwrap_or(0);
     let tools = control.turns[0]["tools"].as_array().unwrap().len() as u64;

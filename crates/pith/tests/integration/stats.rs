@@ -223,8 +223,8 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"]).unwrap();
 
     let new = dir.path().join("new.db");
-    // One version past the ledger's (schema 8).
-    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 9]).unwrap());
+    // One version past the ledger's (schema 9).
+    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 10]).unwrap());
     let err = refused(&new);
     assert!(err.contains("newer than this pith"), "{err}");
 }

@@ -202,14 +202,7 @@ pub fn path(var: Var) -> Option<PathBuf> {
         .map(|(_, raw)| PathBuf::from(raw))
 }
 
-/// The one grammar of a switch: `1/true/yes/on`, or `0/false/no/off` (and empty: off).
-pub fn parse_switch(text: &str) -> Option<bool> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" | "" => Some(false),
-        _ => None,
-    }
-}
+pub use crate::switch::parse_switch;
 
 /// A switch; anything else is an error naming the variable.
 pub fn flag(var: Var) -> anyhow::Result<Option<bool>> {

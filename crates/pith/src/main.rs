@@ -15,6 +15,7 @@ mod env;
 mod history_settings;
 mod logging;
 mod prices;
+mod switch;
 mod team;
 mod workspace;
 

@@ -752,7 +752,8 @@ fn shape(v: &Value) -> Vec<String> {
 
 /// The binary is linked at a fixed address (crates/pith/build.rs), so that a hook's start does
 /// not spend 0.8 ms relocating 41,000 pointers: its ELF type is `ET_EXEC`, not a PIE's
-/// `ET_DYN`, unless the build asked for a PIE with `PITH_BUILD_PIE`.
+/// `ET_DYN`, unless the build asked for a PIE with `PITH_BUILD_PIE` (a switch: `1`, `true`,
+/// `yes`, `on`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn the_binary_is_linked_at_a_fixed_address_unless_a_pie_is_asked_for() {
@@ -762,7 +763,10 @@ fn the_binary_is_linked_at_a_fixed_address_unless_a_pie_is_asked_for() {
     std::io::Read::read_exact(&mut std::fs::File::open(pith_bin()).unwrap(), &mut header).unwrap();
     assert_eq!(&header[..4], b"\x7fELF", "not an ELF file");
     let e_type = u16::from_le_bytes([header[16], header[17]]);
-    let pie_asked = option_env!("PITH_BUILD_PIE").is_some_and(|v| !v.is_empty() && v != "0");
-    let want = if pie_asked { ET_DYN } else { ET_EXEC };
+    // What build.rs decided (the one reading of PITH_BUILD_PIE).
+    let want = match env!("PITH_LINKED_PIE") {
+        "1" => ET_DYN,
+        _ => ET_EXEC,
+    };
     assert_eq!(e_type, want, "ELF type of {}", pith_bin());
 }

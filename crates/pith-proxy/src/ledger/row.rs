@@ -1,5 +1,7 @@
-//! A record parsed into its ledger row (and its history turn): everything costly the ledger
-//! does, on a writer thread, never on the request path.
+//! A record parsed into its ledger row, in two parts: the core row (`core_row`: a skim of the
+//! body and the answer's usage), written first, and its derivations (`derivations`: the
+//! prompt's fingerprints and the history turn, the prompt read once), written after.
+//! Everything costly the ledger does, on a writer thread, never on the request path.
 
 use pith_store::history::Turn;
 use pith_store::ledger::{

@@ -88,23 +88,30 @@ struct Top<'a> {
     input: Option<&'a RawValue>,
 }
 
+/// What comes before the conversation in a prompt, as raw JSON text (`None`: absent or
+/// `null`): the same for both ways of reading a body.
+struct Head<'a> {
+    model: Option<&'a str>,
+    tools: Vec<&'a RawValue>,
+    system: Option<&'a str>,
+    instructions: Option<&'a str>,
+}
+
 impl Fingerprint {
     /// The fingerprint of `body` on `wire`; `None` when it is not JSON of that shape.
     pub fn of(wire: Wire, body: &[u8]) -> Option<Fingerprint> {
         let top: Top<'_> = serde_json::from_slice(body).ok()?;
-        let mut fp = Fingerprint {
-            automatic: wire != Wire::AnthropicMessages,
-            ..Fingerprint::default()
-        };
-        fp.push(top.model.map(|m| m.get()).unwrap_or("null"))?;
+        let mut fp = Fingerprint::begin(
+            wire,
+            &Head {
+                model: top.model.map(RawValue::get),
+                tools: top.tools.unwrap_or_default(),
+                system: top.system.map(RawValue::get),
+                instructions: top.instructions.map(RawValue::get),
+            },
+        )?;
         match wire {
             Wire::AnthropicMessages => {
-                for tool in top.tools.unwrap_or_default() {
-                    fp.push(tool.get())?;
-                }
-                if let Some(system) = top.system {
-                    fp.push_content(system.get(), "system")?;
-                }
                 for message in top.messages.unwrap_or_default() {
                     #[derive(Deserialize)]
                     struct Message<'a> {
@@ -119,29 +126,20 @@ impl Fingerprint {
                 }
             }
             Wire::ChatCompletions => {
-                for tool in top.tools.unwrap_or_default() {
-                    fp.push(tool.get())?;
-                }
                 for message in top.messages.unwrap_or_default() {
                     fp.push(message.get())?;
                 }
             }
-            Wire::Responses => {
-                fp.push(top.instructions.map_or("null", |i| i.get()))?;
-                for tool in top.tools.unwrap_or_default() {
-                    fp.push(tool.get())?;
-                }
-                match top.input {
-                    Some(input) if input.get().starts_with('[') => {
-                        let items: Vec<&RawValue> = serde_json::from_str(input.get()).ok()?;
-                        for item in items {
-                            fp.push(item.get())?;
-                        }
+            Wire::Responses => match top.input {
+                Some(input) if input.get().starts_with('[') => {
+                    let items: Vec<&RawValue> = serde_json::from_str(input.get()).ok()?;
+                    for item in items {
+                        fp.push(item.get())?;
                     }
-                    Some(input) => fp.push(input.get())?,
-                    None => {}
                 }
-            }
+                Some(input) => fp.push(input.get())?,
+                None => {}
+            },
         }
         Some(fp)
     }
@@ -175,39 +173,32 @@ impl Fingerprint {
                 return None;
             }
         }
-        let last = |key: &[u8]| {
+        // A member that is `null` counts as absent, as `Option` reads it in [`Top`].
+        let present = |key: &[u8]| {
             members
                 .iter()
-                .rev()
                 .find(|m| &body[m.key.clone()] == key)
                 .and_then(|m| std::str::from_utf8(&body[m.value.clone()]).ok())
+                .filter(|raw| *raw != "null")
         };
-        // A member that is `null` counts as absent, as `Option` reads it in [`Top`].
-        let present = |key: &[u8]| last(key).filter(|raw| *raw != "null");
-        let mut fp = Fingerprint {
-            automatic: wire != Wire::AnthropicMessages,
-            ..Fingerprint::default()
+        let tools = match present(b"tools") {
+            Some(raw) => serde_json::from_str(raw).ok()?,
+            None => Vec::new(),
         };
-        fp.push(present(b"model").unwrap_or("null"))?;
-        let tools = |fp: &mut Fingerprint| -> Option<()> {
-            if let Some(raw) = present(b"tools") {
-                let tools: Vec<&RawValue> = serde_json::from_str(raw).ok()?;
-                for tool in tools {
-                    fp.push(tool.get())?;
-                }
-            }
-            Some(())
-        };
+        let mut fp = Fingerprint::begin(
+            wire,
+            &Head {
+                model: present(b"model"),
+                tools,
+                system: present(b"system"),
+                instructions: present(b"instructions"),
+            },
+        )?;
         let conversation = conversation.filter(|v| !v.is_null());
+        let items = || conversation.map_or(Some(&[][..]), |v| v.as_array().map(Vec::as_slice));
         match wire {
             Wire::AnthropicMessages => {
-                tools(&mut fp)?;
-                if let Some(system) = present(b"system") {
-                    fp.push_content(system, "system")?;
-                }
-                for message in
-                    conversation.map_or(Some(&[][..]), |v| v.as_array().map(Vec::as_slice))?
-                {
+                for message in items()? {
                     let message = message.as_object()?;
                     let role = match message.get("role") {
                         None | Some(Value::Null) => "",
@@ -218,33 +209,48 @@ impl Fingerprint {
                 }
             }
             Wire::ChatCompletions => {
-                tools(&mut fp)?;
-                for message in
-                    conversation.map_or(Some(&[][..]), |v| v.as_array().map(Vec::as_slice))?
-                {
-                    let (hash, marked) = value_hash(message, true);
-                    fp.record(hash, marked)?;
+                for message in items()? {
+                    fp.push_value(message)?;
                 }
             }
-            Wire::Responses => {
-                fp.push(present(b"instructions").unwrap_or("null"))?;
-                tools(&mut fp)?;
-                match conversation {
-                    Some(Value::Array(items)) => {
-                        for item in items {
-                            let (hash, marked) = value_hash(item, true);
-                            fp.record(hash, marked)?;
-                        }
+            Wire::Responses => match conversation {
+                Some(Value::Array(items)) => {
+                    for item in items {
+                        fp.push_value(item)?;
                     }
-                    Some(input) => {
-                        let (hash, marked) = value_hash(input, true);
-                        fp.record(hash, marked)?;
-                    }
-                    None => {}
                 }
-            }
+                Some(input) => fp.push_value(input)?,
+                None => {}
+            },
         }
         Some(fp)
+    }
+
+    /// A fingerprint of `wire`'s prompt up to its conversation: the model, then the segments
+    /// before the conversation in the order the provider caches them (Anthropic: each tool,
+    /// each system block; Chat: each tool; Responses: the instructions, each tool).
+    fn begin(wire: Wire, head: &Head<'_>) -> Option<Fingerprint> {
+        let mut fp = Fingerprint {
+            automatic: wire != Wire::AnthropicMessages,
+            ..Fingerprint::default()
+        };
+        fp.push(head.model.unwrap_or("null"))?;
+        if wire == Wire::Responses {
+            fp.push(head.instructions.unwrap_or("null"))?;
+        }
+        for tool in &head.tools {
+            fp.push(tool.get())?;
+        }
+        if let (Wire::AnthropicMessages, Some(system)) = (wire, head.system) {
+            fp.push_content(system, "system")?;
+        }
+        Some(fp)
+    }
+
+    /// One segment already parsed: its hash, and a breakpoint when it carries `cache_control`.
+    fn push_value(&mut self, value: &Value) -> Option<()> {
+        let (hash, marked) = value_hash(value, true);
+        self.record(hash, marked)
     }
 
     /// [`Fingerprint::push_content`] over a parsed content value.

@@ -613,7 +613,7 @@ fn drain(shared: &Shared) -> Drained {
 /// reached: the skim of each body and the usage of its answer, no parse of the whole prompt.
 /// Whether the batch was whole (as many records as a batch takes: more may wait).
 fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
-    let mut batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
+    let batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
     if batch.end == store.position {
         return (Drained::Nothing, false);
     }
@@ -637,7 +637,8 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
              were skipped"
         );
     }
-    let rows: Vec<Row> = std::mem::take(&mut batch.records)
+    let rows: Vec<Row> = batch
+        .records
         .iter()
         .map(row::core_row)
         .map(|mut row| {

@@ -153,7 +153,11 @@ pub(super) fn derivations(r: &Record, history: Option<&Labels>) -> (Derivation, 
         None => derivation.fingerprint = asked,
     }
     let turn = history.and_then(|h| {
-        let (session, _) = session_and_facts(r);
+        // The header's session needs no read of the body (the core row's skim is not kept).
+        let session = match &r.header_session {
+            Some(session) => Some(session.clone()),
+            None => session_and_facts(r).0,
+        };
         let body = response_body(r);
         h.turn(r, session.as_deref(), read.messages, body.as_deref())
     });

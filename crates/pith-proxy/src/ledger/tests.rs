@@ -217,23 +217,33 @@ fn writers_in(dir: &std::path::Path) -> LedgerSink {
     .unwrap()
 }
 
+/// Writers in `dir` holding derivations back, and the rows of turns 1 to `turns` of one
+/// session (Claude Code's req002 each time) written; and that body.
+fn turns_with_derivations_held(dir: &std::path::Path, turns: usize) -> (LedgerSink, bytes::Bytes) {
+    let body = bytes::Bytes::from(pith_testkit::bench::capture_body(
+        "claude-code-2.1.328/fix-calc/req002",
+    ));
+    let sink = writers_in(dir);
+    sink.shared.hold_derivations.store(true, Ordering::SeqCst);
+    for i in 1..=turns {
+        sink.submit(turn_record(i, &body, 0));
+    }
+    assert_eq!(
+        sink.wait_written(turns as u64, Duration::from_secs(30)),
+        turns as u64
+    );
+    (sink, body)
+}
+
 /// Rows come first, their derivations after: with the derivations held back every row is in
 /// the ledger (time, model, usage, outcome) and marked as waiting, none shipped, no history
 /// turn yet; once let go, the fingerprints, busts and turns are exactly what a writer that
 /// parsed everything at once would have written.
 #[test]
 fn rows_are_written_before_their_derivations_and_end_up_the_same() {
-    let body = bytes::Bytes::from(pith_testkit::bench::capture_body(
-        "claude-code-2.1.328/fix-calc/req002",
-    ));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
-    let sink = writers_in(dir.path());
-    sink.shared.hold_derivations.store(true, Ordering::SeqCst);
-    for i in 1..=4 {
-        sink.submit(turn_record(i, &body, 0));
-    }
-    assert_eq!(sink.wait_written(4, Duration::from_secs(30)), 4);
+    let (sink, body) = turns_with_derivations_held(dir.path(), 4);
     {
         let ledger = Ledger::open(&path).unwrap();
         let rows = ledger.rows().unwrap();
@@ -290,17 +300,9 @@ fn rows_are_written_before_their_derivations_and_end_up_the_same() {
 /// once (a bust pair each, one history turn each) and no row twice.
 #[test]
 fn derivations_a_killed_process_left_are_written_once_by_the_next() {
-    let body = bytes::Bytes::from(pith_testkit::bench::capture_body(
-        "claude-code-2.1.328/fix-calc/req002",
-    ));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
-    let sink = writers_in(dir.path());
-    sink.shared.hold_derivations.store(true, Ordering::SeqCst);
-    for i in 1..=3 {
-        sink.submit(turn_record(i, &body, 0));
-    }
-    assert_eq!(sink.wait_written(3, Duration::from_secs(30)), 3);
+    let (sink, body) = turns_with_derivations_held(dir.path(), 3);
     sink.abandon();
     drop(sink);
     assert_eq!(

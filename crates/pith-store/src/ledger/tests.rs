@@ -513,30 +513,49 @@ fn a_bust_costs_the_cached_prefix_the_next_request_did_not_read() {
         cache_write_1h,
         cache_read,
     };
-    let cost = super::write::bust_cost;
-    assert_eq!(
-        cost(false, &u(5, 1_000, 0, 9_000), &u(5, 9_500, 0, 500)),
-        Some((Band::CacheWrite5m, 9_500))
-    );
-    assert_eq!(
-        cost(false, &u(5, 1_000, 1_000, 9_000), &u(5, 9_500, 9_500, 500)),
-        Some((Band::CacheWrite1h, 9_500))
-    );
-    // The next prompt is shorter than what was cached: capped at it.
-    assert_eq!(
-        cost(false, &u(0, 10_000, 0, 0), &u(0, 4_000, 0, 1_000)),
-        Some((Band::CacheWrite5m, 4_000))
-    );
-    // It wrote nothing: billed again as input.
-    assert_eq!(
-        cost(false, &u(0, 10_000, 0, 0), &u(10_000, 0, 0, 0)),
-        Some((Band::Input, 10_000))
-    );
-    assert_eq!(
-        cost(true, &u(8_000, 0, 0, 4_000), &u(11_000, 0, 0, 2_000)),
-        Some((Band::Input, 10_000))
-    );
-    assert_eq!(cost(false, &u(0, 5_000, 0, 0), &u(0, 100, 0, 5_000)), None);
+    // (OpenAI's automatic cache, the previous request's usage, this one's, what it cost)
+    let cases = [
+        (
+            false,
+            u(5, 1_000, 0, 9_000),
+            u(5, 9_500, 0, 500),
+            Some((Band::CacheWrite5m, 9_500)),
+        ),
+        (
+            false,
+            u(5, 1_000, 1_000, 9_000),
+            u(5, 9_500, 9_500, 500),
+            Some((Band::CacheWrite1h, 9_500)),
+        ),
+        // The next prompt is shorter than what was cached: capped at it.
+        (
+            false,
+            u(0, 10_000, 0, 0),
+            u(0, 4_000, 0, 1_000),
+            Some((Band::CacheWrite5m, 4_000)),
+        ),
+        // It wrote nothing: billed again as input.
+        (
+            false,
+            u(0, 10_000, 0, 0),
+            u(10_000, 0, 0, 0),
+            Some((Band::Input, 10_000)),
+        ),
+        (
+            true,
+            u(8_000, 0, 0, 4_000),
+            u(11_000, 0, 0, 2_000),
+            Some((Band::Input, 10_000)),
+        ),
+        (false, u(0, 5_000, 0, 0), u(0, 100, 0, 5_000), None),
+    ];
+    for (automatic, previous, next, cost) in cases {
+        assert_eq!(
+            super::write::bust_cost(automatic, &previous, &next),
+            cost,
+            "{previous:?} then {next:?}"
+        );
+    }
 }
 
 /// Rows written first and derived after, in any order of their derivations, end up as rows

@@ -146,6 +146,20 @@ fn set_counter(conn: &Connection, name: &str, value: u64) -> Result<(), StoreErr
     Ok(())
 }
 
+/// Add tokens to a request's saving of one stage at one rate (`request_id`, `stage`, `band`,
+/// `tokens`).
+const ADD_SAVING: &str = "INSERT INTO savings (request_id, stage, band, tokens)
+    VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (request_id, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens";
+/// ... and to the totals per (session, model) (`k`, `session`, `model`, `stage`, `band`,
+/// `tokens`) ...
+const ADD_SAVING_TOTAL: &str = "INSERT INTO saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+    ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens";
+/// ... and per (account, model) (`k`, `account`, `model`, `stage`, `band`, `tokens`).
+const ADD_ACCOUNT_SAVING_TOTAL: &str =
+    "INSERT INTO account_saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+    ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens";
+
 /// Insert rows, with their transform entries and the totals they move, inside `tx`.
 fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
     let mut request = tx.prepare_cached(
@@ -167,26 +181,9 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    // A session's requests are paired in arrival order: the previous one arrived before this
-    // one (written before or after it), the next one after it and may be written already.
-    let mut previous = tx.prepare_cached(
-        "SELECT sent, as_client, request_id FROM prompts WHERE session = ?1 AND model IS ?2
-                    AND arrival_us <= ?3
-                 ORDER BY arrival_us DESC, request_id DESC LIMIT 1",
-    )?;
-    let mut saving = tx.prepare_cached(
-        "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (request_id, stage, band) DO UPDATE SET
-                    tokens = tokens + excluded.tokens",
-    )?;
-    let saving_total_sql = |table: &str| {
-        format!(
-            "INSERT INTO {table} VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens"
-        )
-    };
-    let mut saving_total = tx.prepare_cached(&saving_total_sql("saving_totals"))?;
-    let mut account_saving_total = tx.prepare_cached(&saving_total_sql("account_saving_totals"))?;
+    let mut saving = tx.prepare_cached(ADD_SAVING)?;
+    let mut saving_total = tx.prepare_cached(ADD_SAVING_TOTAL)?;
+    let mut account_saving_total = tx.prepare_cached(ADD_ACCOUNT_SAVING_TOTAL)?;
     let mut hour = tx.prepare_cached(
         "INSERT INTO hour_totals VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (hour_ms, k) DO UPDATE SET
@@ -250,11 +247,7 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         let mut previous_id = None;
         let bust = match (&r.session, &r.fingerprint) {
             (Some(session), Some(fp)) => {
-                let before: Option<(Vec<u8>, Option<Vec<u8>>, i64)> = previous
-                    .query_row(params![session, r.model, arrival], |p| {
-                        Ok((p.get(0)?, p.get(1)?, p.get(2)?))
-                    })
-                    .optional()?;
+                let before = previous_prompt(tx, session, r.model.as_deref(), arrival)?;
                 before.map(|(sent, client, id)| {
                     previous_id = Some(id);
                     bust_between(
@@ -446,6 +439,31 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A session's requests are paired in arrival order: the previous one arrived before this
+/// one (written before or after it), the next one after it and may be written already.
+/// A kept prompt: its fingerprint as sent, as the client sent it (when a stage changed it),
+/// and its row's id.
+type KeptPrompt = (Vec<u8>, Option<Vec<u8>>, i64);
+
+/// The prompt of the session's request that arrived last at or before `arrival`.
+fn previous_prompt(
+    tx: &Connection,
+    session: &str,
+    model: Option<&str>,
+    arrival: i64,
+) -> Result<Option<KeptPrompt>, StoreError> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT sent, as_client, request_id FROM prompts WHERE session = ?1 AND model IS ?2
+                AND arrival_us <= ?3
+             ORDER BY arrival_us DESC, request_id DESC LIMIT 1",
+        )?
+        .query_row(params![session, model, arrival], |p| {
+            Ok((p.get(0)?, p.get(1)?, p.get(2)?))
+        })
+        .optional()?)
+}
+
 /// Which row a prompt belongs to and where it sits in its session.
 struct PromptKeys<'a> {
     id: i64,
@@ -566,17 +584,9 @@ fn derive_row(tx: &Connection, d: &Derivation) -> Result<(), StoreError> {
     let (Some(session), Some(fp)) = (session, &d.fingerprint) else {
         return Ok(());
     };
-    let previous: Option<(Vec<u8>, Option<Vec<u8>>, i64)> = tx
-        .prepare_cached(
-            "SELECT sent, as_client, request_id FROM prompts WHERE session = ?1 AND model IS ?2
-                AND arrival_us <= ?3
-             ORDER BY arrival_us DESC, request_id DESC LIMIT 1",
-        )?
-        .query_row(params![session, model, d.arrival_us], |p| {
-            Ok((p.get(0)?, p.get(1)?, p.get(2)?))
-        })
-        .optional()?;
-    if let Some((sent, client, previous_id)) = previous {
+    if let Some((sent, client, previous_id)) =
+        previous_prompt(tx, &session, model.as_deref(), d.arrival_us)?
+    {
         let bust = bust_between(
             (&sent, client.as_deref()),
             (fp, d.client_fingerprint.as_deref()),
@@ -817,28 +827,22 @@ fn add_saving(
     band: &str,
     tokens: i64,
 ) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO savings (request_id, stage, band, tokens) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (request_id, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens",
-    )?
-    .execute(params![id, stage, band, tokens])?;
-    for (table, key, first) in [
+    tx.prepare_cached(ADD_SAVING)?
+        .execute(params![id, stage, band, tokens])?;
+    for (sql, key, first) in [
         (
-            "saving_totals",
+            ADD_SAVING_TOTAL,
             totals_key('s', row.session.as_deref(), row.model.as_deref()),
             &row.session,
         ),
         (
-            "account_saving_totals",
+            ADD_ACCOUNT_SAVING_TOTAL,
             totals_key('a', row.account.as_deref(), row.model.as_deref()),
             &row.account,
         ),
     ] {
-        tx.prepare_cached(&format!(
-            "INSERT INTO {table} VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens"
-        ))?
-        .execute(params![key, first, row.model, stage, band, tokens])?;
+        tx.prepare_cached(sql)?
+            .execute(params![key, first, row.model, stage, band, tokens])?;
     }
     Ok(())
 }

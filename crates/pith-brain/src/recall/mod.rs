@@ -207,14 +207,18 @@ fn read_note(
     // say one note); then each memory is said once per session, at whichever moment first
     // names it (a memory saved on the file later in the session is said when it is read again).
     let session = Session::open(ws.root(), &event.session)?;
+    let mut claims = session.claims()?;
     let ids: Vec<&str> = refs.iter().map(|r| r.id.as_str()).collect();
-    if !session.claim(&format!("read\0{rel}\0{}", ids.join(","))) {
+    if !claims.claim(&format!("read\0{rel}\0{}", ids.join(","))) {
         return None;
     }
     let unsaid: Vec<MemoryRef> = refs
         .into_iter()
-        .filter(|r| session.claim_memory(&r.id))
+        .filter(|r| claims.claim_memory(&r.id))
         .collect();
+    if !claims.commit() {
+        return None;
+    }
     render::pointer_line(&unsaid, &HINTS)
 }
 
@@ -258,8 +262,9 @@ fn edit_note(
         return None;
     }
     let session = Session::open(ws.root(), &event.session)?;
-    failed.retain(|(_, r)| session.claim_memory(&r.id));
-    if failed.is_empty() {
+    let mut claims = session.claims()?;
+    failed.retain(|(_, r)| claims.claim_memory(&r.id));
+    if failed.is_empty() || !claims.commit() {
         return None;
     }
     let n = failed.len();
@@ -314,15 +319,19 @@ fn failure_note(
     let mut brain = open(ws, Access::Read)?;
     let fixes = same_failure(&mut brain, headline)?;
     let session = Session::open(ws.root(), &event.session)?;
-    let unsaid: Vec<String> = fixes
+    let mut claims = session.claims()?;
+    let unsaid: Vec<crate::Memory> = fixes
         .into_iter()
-        .filter(|m| session.claim_memory(&m.id))
+        .filter(|m| claims.claim_memory(&m.id))
         .take(NAMED)
-        .map(|m| render::headline_line(&brain.checked(m)))
         .collect();
-    if unsaid.is_empty() {
+    if unsaid.is_empty() || !claims.commit() {
         return None;
     }
+    let unsaid: Vec<String> = unsaid
+        .into_iter()
+        .map(|m| render::headline_line(&brain.checked(m)))
+        .collect();
     Some(format!(
         "pith: {} this failure: {}; {} for details",
         if unsaid.len() == 1 {
@@ -397,8 +406,12 @@ fn passed_note(
         })
         .ok()?;
     let id = &saved.memory.id;
-    // The capture itself is said once per session, like every other note.
-    session.claim_memory(id);
+    // The capture itself is said once per session, like every other note (it is saved: the
+    // note is said even if the claim cannot be written).
+    if let Some(mut claims) = session.claims() {
+        claims.claim_memory(id);
+        claims.commit();
+    }
     Some(format!(
         "pith: recorded fix {id} (captured, unverified): `{}` passes after editing {}; `pith memory \
          show {id}` to review it",

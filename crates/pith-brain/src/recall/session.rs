@@ -1,20 +1,27 @@
 //! What recall already said in a host session, kept on disk because every hook call is a fresh
-//! process: `<workspace>/.pith/session/<session>/`, one directory per host session (its name a
-//! hash of the session id).
+//! process: `<workspace>/.pith/session/<session>.claims`, one file per host session (its name a
+//! hash of the session id), one line per note said (a hash of the note's key).
 //!
-//! Each note is a marker file created with `O_EXCL`: creating it is the right to say the note,
-//! so of any number of concurrent hook processes exactly one speaks, and an interrupted process
-//! leaves either a marker or none. A session holds at most [`MAX_MARKERS`] markers; sessions
-//! untouched for [`MAX_AGE`] are removed, and at most [`MAX_SESSIONS`] are kept, whenever a new
-//! session starts. Nothing is created unless the brain's `.pith/` already exists, and any
-//! failure to record means silence (a note that cannot be recorded would repeat on every call).
+//! A note is claimed under the file's lock (`flock`): read the lines, add the new ones, write
+//! them with one append; holding the claim is the right to say the note, so of any number of
+//! concurrent hook processes exactly one speaks. A claim that cannot be written means silence (a
+//! note that cannot be recorded would repeat on every call); a process killed in the middle of
+//! its append leaves a line without its end, which the next claim ends before writing its own.
+//! A host session costs one file, made at its first note: a file created per note (the first
+//! design) cost a new inode each, 0.1 to 0.2 ms apiece on ext4, and a Read naming 12 memories
+//! made 13 of them.
 //!
-//! The opt-in fix capture keeps a small state file per session (`capture.json`: failed verdict
-//! commands and the files edited since), read and replaced under a lock file, written to a
-//! temporary file and renamed.
+//! A session holds at most [`MAX_MARKERS`] claims; sessions untouched for [`MAX_AGE`] are
+//! removed, and at most [`MAX_SESSIONS`] are kept, whenever a new session starts. Nothing is
+//! created unless the brain's `.pith/` already exists.
+//!
+//! The opt-in fix capture keeps a small state file per session (`<session>.capture`: failed
+//! verdict commands and the files edited since), read and replaced under the same lock, written
+//! to a temporary file and renamed.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -29,19 +36,24 @@ pub const MAX_MARKERS: usize = 512;
 pub const MAX_SESSIONS: usize = 64;
 /// A session untouched this long is removed.
 pub const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Longest wait for the capture state's lock.
+/// Longest wait for a session's lock (another hook process of the same session holds it for a
+/// read and an append).
 const LOCK_WAIT: Duration = Duration::from_millis(200);
 /// Failed commands remembered per session for capture.
 const MAX_FAILURES: usize = 8;
 /// Edited files remembered per failure.
 const MAX_EDITED: usize = 32;
+/// The claims file's extension; the session's other files share its stem.
+const CLAIMS: &str = "claims";
+/// The capture state's extension.
+const CAPTURE: &str = "capture";
 
-/// One host session's record.
+/// One host session's record: its claims file, open for appending.
 #[derive(Debug)]
 pub struct Session {
-    dir: PathBuf,
-    /// Entries in `dir`, counted at the first claim and kept up to date by this process.
-    entries: std::cell::Cell<Option<usize>>,
+    /// `<hash>.claims`; the capture state is `<hash>.capture` beside it.
+    path: PathBuf,
+    file: File,
 }
 
 impl Session {
@@ -49,76 +61,73 @@ impl Session {
     /// the workspace has no `.pith/` or the record cannot be made.
     pub fn open(root: &Path, session_id: &str) -> Option<Session> {
         let base = root.join(BRAIN_DIR);
+        let sessions = base.join("session");
+        let path = sessions.join(format!("{}.{CLAIMS}", hash_hex(session_id)));
+        let append = || {
+            let mut options = OpenOptions::new();
+            options.read(true).append(true);
+            options
+        };
+        // A session's every call after its first: one `open`.
+        if let Ok(file) = append().open(&path) {
+            return Some(Session { path, file });
+        }
         if !base.is_dir() {
             return None;
         }
-        let sessions = base.join("session");
-        let dir = sessions.join(hash_hex(session_id));
-        let session = |dir| Session {
-            dir,
-            entries: std::cell::Cell::new(None),
-        };
-        if dir.is_dir() {
-            return Some(session(dir));
-        }
-        if !sessions.is_dir() {
-            create_private_dir(&sessions).ok()?;
-        }
-        match create_private_dir(&dir) {
-            Ok(()) => prune(&sessions, &dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        match create_private_dir(&sessions) {
+            // Made here, or by another hook process of any session a moment ago.
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && sessions.is_dir() => {}
             Err(_) => return None,
         }
-        Some(session(dir))
-    }
-
-    /// Whether this process is the one to say the note keyed `key` in this session: true once
-    /// per key, whatever the number of processes asking at the same time.
-    pub fn claim(&self, key: &str) -> bool {
-        let entries = self.entries.get().unwrap_or_else(|| {
-            std::fs::read_dir(&self.dir)
-                .map(|entries| entries.count())
-                .unwrap_or(usize::MAX)
-        });
-        if entries >= MAX_MARKERS {
-            return false;
-        }
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
+        let mut create = append();
+        create.create_new(true);
         #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let claimed = options.open(self.dir.join(hash_hex(key))).is_ok();
-        self.entries.set(Some(entries + usize::from(claimed)));
-        claimed
+        std::os::unix::fs::OpenOptionsExt::mode(&mut create, 0o600);
+        let file = match create.open(&path) {
+            Ok(file) => {
+                prune(&sessions, &path);
+                file
+            }
+            // Another process of this session made it first.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => append().open(&path).ok()?,
+            Err(_) => return None,
+        };
+        Some(Session { path, file })
     }
 
-    /// Claim memory `id` for this session: true the first time any moment (a read's pointer,
-    /// an edit's failed attempt, a failure's recorded fix, a captured fix) names it, so the
-    /// model is told each memory's id once per session, whichever moment tells it.
-    pub fn claim_memory(&self, id: &str) -> bool {
-        self.claim(&format!("memory\0{id}"))
+    /// The session's claims, locked until the returned [`Claims`] is committed or dropped;
+    /// `None` when the lock could not be had within [`LOCK_WAIT`] or the claims not read.
+    pub fn claims(&self) -> Option<Claims<'_>> {
+        lock(&self.file)?;
+        let mut locked = Claims {
+            file: &self.file,
+            held: HashSet::new(),
+            lines: String::new(),
+        };
+        let mut text = String::new();
+        (&self.file).seek(SeekFrom::Start(0)).ok()?;
+        (&self.file).read_to_string(&mut text).ok()?;
+        // A line a killed process left unended is ended before the new ones.
+        if !text.is_empty() && !text.ends_with('\n') {
+            locked.lines.push('\n');
+        }
+        locked.held = text.lines().map(str::to_owned).collect();
+        Some(locked)
     }
 
     /// Read the capture state, let `update` change it, and write it back if it did; `None`
     /// (nothing changed) when the lock could not be had in time or the state not read.
     pub fn with_capture<T>(&self, update: impl FnOnce(&mut CaptureState) -> T) -> Option<T> {
-        let lock = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.dir.join("capture.lock"))
-            .ok()?;
-        let deadline = Instant::now() + LOCK_WAIT;
-        loop {
-            match lock.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(_) => return None,
-            }
-        }
-        let path = self.dir.join("capture.json");
+        lock(&self.file)?;
+        let out = self.update_capture(update);
+        let _ = self.file.unlock();
+        out
+    }
+
+    fn update_capture<T>(&self, update: impl FnOnce(&mut CaptureState) -> T) -> Option<T> {
+        let path = self.path.with_extension(CAPTURE);
         let mut state: CaptureState = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => CaptureState::default(),
@@ -129,8 +138,8 @@ impl Session {
         state.bound();
         if state != before {
             let tmp = self
-                .dir
-                .join(format!("capture.json.{}.tmp", std::process::id()));
+                .path
+                .with_extension(format!("{CAPTURE}.{}.tmp", std::process::id()));
             let written = serde_json::to_vec(&state).ok().and_then(|bytes| {
                 let mut file = File::create(&tmp).ok()?;
                 file.write_all(&bytes).ok()?;
@@ -141,8 +150,73 @@ impl Session {
                 return None;
             }
         }
-        drop(lock);
         Some(out)
+    }
+}
+
+/// A session's claims under its lock: [`Claims::claim`] answers from what was read and what this
+/// process added, [`Claims::commit`] writes the additions in one append. Dropped uncommitted,
+/// nothing is recorded (and nothing may be said).
+#[derive(Debug)]
+pub struct Claims<'a> {
+    file: &'a File,
+    /// The hashes of the keys claimed before, one per line of the file.
+    held: HashSet<String>,
+    /// What this process claimed, as lines to append.
+    lines: String,
+}
+
+impl Claims<'_> {
+    /// Whether this process is the one to say the note keyed `key` in this session: true once
+    /// per key, whatever the number of processes asking at the same time (once committed).
+    pub fn claim(&mut self, key: &str) -> bool {
+        if self.held.len() >= MAX_MARKERS {
+            return false;
+        }
+        let hash = hash_hex(key);
+        if !self.held.insert(hash.clone()) {
+            return false;
+        }
+        self.lines.push_str(&hash);
+        self.lines.push('\n');
+        true
+    }
+
+    /// Claim memory `id` for this session: true the first time any moment (a read's pointer,
+    /// an edit's failed attempt, a failure's recorded fix, a captured fix) names it, so the
+    /// model is told each memory's id once per session, whichever moment tells it.
+    pub fn claim_memory(&mut self, id: &str) -> bool {
+        self.claim(&format!("memory\0{id}"))
+    }
+
+    /// Record this process's claims (one append) and let the session go: false when they could
+    /// not be written, and then none of them may be said.
+    pub fn commit(self) -> bool {
+        if self.lines.trim_start_matches('\n').is_empty() {
+            return true;
+        }
+        let mut file = self.file;
+        file.write_all(self.lines.as_bytes()).is_ok()
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
+/// Take `file`'s lock within [`LOCK_WAIT`]; `None` when another process holds it longer.
+fn lock(file: &File) -> Option<()> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Some(()),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            Err(_) => return None,
+        }
     }
 }
 
@@ -180,48 +254,77 @@ impl CaptureState {
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Remove sessions older than [`MAX_AGE`], then the oldest beyond [`MAX_SESSIONS`]; never
-/// `keep`. Ages are looked at when there are too many sessions or an hour after the last look
-/// (a new session is the first note of a host session: it should cost a directory listing,
-/// not a `stat` of every session). Failures are ignored: a session another process is
-/// removing is gone either way.
+/// `keep`'s. A session is every entry sharing its name's stem (`<hash>.claims`, `<hash>.capture`,
+/// a capture's temporary file; an earlier version's `<hash>/` directory), last used when the
+/// newest of them was changed. Ages are looked at when there are too many sessions or an hour
+/// after the last look (a new session is the first note of a host session: it should cost a
+/// directory listing, not a `stat` of every session). Failures are ignored: a session another
+/// process is removing is gone either way.
 fn prune(sessions: &Path, keep: &Path) {
     let Ok(entries) = std::fs::read_dir(sessions) else {
         return;
     };
-    let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+    let stem = |name: &str| name.split('.').next().unwrap_or_default().to_owned();
+    let keep = keep
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(stem)
+        .unwrap_or_default();
+    // Each session's entries (path, whether a directory), by stem; the stamp and other dot
+    // files are no session's.
+    let mut by_stem: std::collections::HashMap<String, Vec<(PathBuf, bool)>> =
+        std::collections::HashMap::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| !n.starts_with('.')) else {
+            continue;
+        };
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        by_stem
+            .entry(stem(name))
+            .or_default()
+            .push((entry.path(), is_dir));
+    }
+    by_stem.remove(&keep);
     let stamp = sessions.join(".pruned");
     let due = std::fs::metadata(&stamp)
         .and_then(|m| m.modified())
         .map_or(true, |at| {
             SystemTime::now().duration_since(at).unwrap_or_default() > PRUNE_EVERY
         });
-    // The stamp is one of the entries.
-    if !due && entries.len() <= MAX_SESSIONS + 1 {
+    if !due && by_stem.len() < MAX_SESSIONS {
         return;
     }
     let _ = File::create(&stamp);
     let now = SystemTime::now();
-    let mut live: Vec<(SystemTime, PathBuf)> = Vec::new();
-    for entry in entries {
-        let path = entry.path();
-        if path == keep || path == stamp {
-            continue;
+    let remove = |entries: &[(PathBuf, bool)]| {
+        for (path, is_dir) in entries {
+            let _ = if *is_dir {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
         }
-        let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
-            continue;
-        };
-        if now.duration_since(modified).unwrap_or_default() > MAX_AGE {
-            let _ = std::fs::remove_dir_all(&path);
-        } else {
-            live.push((modified, path));
+    };
+    let mut live: Vec<(SystemTime, Vec<(PathBuf, bool)>)> = Vec::new();
+    for entries in by_stem.into_values() {
+        let used = entries
+            .iter()
+            .filter_map(|(path, _)| std::fs::metadata(path).and_then(|m| m.modified()).ok())
+            .max();
+        match used {
+            Some(at) if now.duration_since(at).unwrap_or_default() <= MAX_AGE => {
+                live.push((at, entries));
+            }
+            _ => remove(&entries),
         }
     }
     // Down to three quarters, so that the next many new sessions find no work.
     if live.len() + 1 > MAX_SESSIONS {
-        live.sort();
+        live.sort_by_key(|(at, _)| *at);
         let keep = MAX_SESSIONS * 3 / 4;
-        for (_, path) in live.iter().take(live.len() + 1 - keep) {
-            let _ = std::fs::remove_dir_all(path);
+        for (_, entries) in live.iter().take(live.len() + 1 - keep) {
+            remove(entries);
         }
     }
 }
@@ -255,24 +358,53 @@ mod tests {
         dir
     }
 
+    /// Claim `key` alone and commit: what a hook call that names one memory does.
+    fn claim(session: &Session, key: &str) -> bool {
+        let mut claims = session.claims().unwrap();
+        let claimed = claims.claim(key);
+        claims.commit() && claimed
+    }
+
+    fn lines(session: &Session) -> Vec<String> {
+        std::fs::read_to_string(&session.path)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
     #[test]
     fn a_key_is_claimed_once_per_session_and_a_session_holds_a_bounded_number() {
         let ws = workspace();
         let a = Session::open(ws.path(), "session a").unwrap();
-        assert!(a.claim("k1"));
-        assert!(!a.claim("k1"));
-        assert!(!Session::open(ws.path(), "session a").unwrap().claim("k1"));
-        assert!(Session::open(ws.path(), "session b").unwrap().claim("k1"));
-        for i in 2..MAX_MARKERS + 10 {
-            a.claim(&format!("k{i}"));
-        }
-        let held = std::fs::read_dir(&a.dir).unwrap().count();
-        assert_eq!(held, MAX_MARKERS);
-        assert!(
-            !Session::open(ws.path(), "session a")
-                .unwrap()
-                .claim("one more")
+        assert!(claim(&a, "k1"));
+        assert!(!claim(&a, "k1"));
+        assert!(!claim(
+            &Session::open(ws.path(), "session a").unwrap(),
+            "k1"
+        ));
+        assert!(claim(&Session::open(ws.path(), "session b").unwrap(), "k1"));
+        // Several in one lock: each once, and all of them written by the one commit.
+        let mut claims = a.claims().unwrap();
+        assert_eq!(
+            ["k2", "k3", "k2", "k1"].map(|k| claims.claim(k)),
+            [true, true, false, false]
         );
+        assert!(claims.commit());
+        assert_eq!(lines(&a).len(), 3);
+        // Claims dropped without a commit record nothing.
+        let mut claims = a.claims().unwrap();
+        assert!(claims.claim("k4"));
+        drop(claims);
+        assert!(claim(&a, "k4"), "an uncommitted claim was never made");
+        for i in 5..MAX_MARKERS + 10 {
+            claim(&a, &format!("k{i}"));
+        }
+        assert_eq!(lines(&a).len(), MAX_MARKERS);
+        assert!(!claim(
+            &Session::open(ws.path(), "session a").unwrap(),
+            "one more"
+        ));
         // No `.pith/`, no record (and none is made).
         let bare = tempfile::tempdir().unwrap();
         assert!(Session::open(bare.path(), "s").is_none());
@@ -280,32 +412,105 @@ mod tests {
     }
 
     #[test]
+    fn of_threads_claiming_one_key_at_once_exactly_one_has_it() {
+        let ws = workspace();
+        for round in 0..5 {
+            let start = std::sync::Barrier::new(8);
+            let won: Vec<Option<usize>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            // Each its own open file, as each hook process has (the first
+                            // round also makes `.pith/session/` from eight threads at once).
+                            let session = Session::open(ws.path(), &format!("burst {round}"));
+                            start.wait();
+                            session.map(|s| usize::from(claim(&s, "the note")))
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(
+                won.iter().flatten().count(),
+                8,
+                "round {round}: each opened it"
+            );
+            assert_eq!(
+                won.iter().flatten().sum::<usize>(),
+                1,
+                "round {round}: {won:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_a_killed_process_left_unended_is_ended_before_the_next_claim() {
+        let ws = workspace();
+        let s = Session::open(ws.path(), "torn").unwrap();
+        assert!(claim(&s, "k1"));
+        let k1 = lines(&s)[0].clone();
+        // Half of a second claim's line, as a process killed in its append leaves it.
+        let mut file = OpenOptions::new().append(true).open(&s.path).unwrap();
+        file.write_all(&k1.as_bytes()[..7]).unwrap();
+        assert!(claim(&s, "k2"));
+        assert!(!claim(&s, "k1") && !claim(&s, "k2"));
+        let held = lines(&s);
+        assert_eq!(held.len(), 3, "{held:?}");
+        assert_eq!((held[0].len(), held[1].len(), held[2].len()), (16, 7, 16));
+    }
+
+    #[test]
     fn a_new_session_removes_old_ones_and_keeps_at_most_the_newest() {
         let ws = workspace();
         let sessions = ws.path().join(BRAIN_DIR).join("session");
         let old = Session::open(ws.path(), "old").unwrap();
-        assert!(old.claim("k"));
-        let long_ago = SystemTime::now() - MAX_AGE - Duration::from_secs(60);
-        File::open(&old.dir)
-            .unwrap()
-            .set_modified(long_ago)
+        assert!(claim(&old, "k"));
+        old.with_capture(|state| state.failures.push(failure(0, 1)))
             .unwrap();
-        let dirs = || {
-            std::fs::read_dir(&sessions)
+        // An earlier version's session: a directory of marker files.
+        let earlier = sessions.join(hash_hex("earlier"));
+        std::fs::create_dir(&earlier).unwrap();
+        std::fs::write(earlier.join(hash_hex("k")), "").unwrap();
+        let long_ago = SystemTime::now() - MAX_AGE - Duration::from_secs(60);
+        for path in [
+            old.path.clone(),
+            old.path.with_extension(CAPTURE),
+            earlier.clone(),
+        ] {
+            File::open(&path).unwrap().set_modified(long_ago).unwrap();
+        }
+        let held = || {
+            let names: HashSet<String> = std::fs::read_dir(&sessions)
                 .unwrap()
-                .filter(|e| e.as_ref().unwrap().path().is_dir())
-                .count()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .map(|n| n.split('.').next().unwrap().to_owned())
+                .collect();
+            names.len()
         };
         for i in 0..MAX_SESSIONS * 2 {
             Session::open(ws.path(), &format!("s{i}")).unwrap();
-            assert!(dirs() <= MAX_SESSIONS, "never more than the bound");
+            assert!(held() <= MAX_SESSIONS, "never more than the bound");
         }
-        assert!(!old.dir.exists(), "the old session is gone");
-        assert!(dirs() >= MAX_SESSIONS * 3 / 4, "{}", dirs());
+        assert!(!old.path.exists(), "the old session is gone");
+        assert!(
+            !old.path.with_extension(CAPTURE).exists(),
+            "with its capture"
+        );
+        assert!(!earlier.exists(), "an earlier version's too");
+        assert!(held() >= MAX_SESSIONS * 3 / 4, "{}", held());
         // The newest are the ones kept.
-        let newest = format!("s{}", MAX_SESSIONS * 2 - 1);
-        assert!(sessions.join(hash_hex(&newest)).is_dir());
-        assert!(!sessions.join(hash_hex("s0")).exists());
+        let claims = |name: &str| sessions.join(format!("{}.{CLAIMS}", hash_hex(name)));
+        assert!(claims(&format!("s{}", MAX_SESSIONS * 2 - 1)).is_file());
+        assert!(!claims("s0").exists());
+    }
+
+    fn failure(i: usize, edited: usize) -> Failure {
+        Failure {
+            command: format!("pytest {i}"),
+            headline: "h".into(),
+            edited: (0..edited).map(|f| format!("f{f}")).collect(),
+        }
     }
 
     #[test]
@@ -313,24 +518,21 @@ mod tests {
         let ws = workspace();
         let s = Session::open(ws.path(), "cap").unwrap();
         for i in 0..MAX_FAILURES + 3 {
-            s.with_capture(|state| {
-                state.failures.push(Failure {
-                    command: format!("pytest {i}"),
-                    headline: "h".into(),
-                    edited: (0..MAX_EDITED + 5).map(|f| format!("f{f}")).collect(),
-                });
-            })
-            .unwrap();
+            s.with_capture(|state| state.failures.push(failure(i, MAX_EDITED + 5)))
+                .unwrap();
         }
         let state = s.with_capture(|state| state.clone()).unwrap();
         assert_eq!(state.failures.len(), MAX_FAILURES);
         assert_eq!(state.failures[0].command, "pytest 3", "the oldest go first");
         assert!(state.failures.iter().all(|f| f.edited.len() == MAX_EDITED));
-        // Nothing temporary is left beside it.
-        let names: Vec<String> = std::fs::read_dir(&s.dir)
+        // Nothing temporary is left beside it, and the claims are untouched.
+        let names: Vec<String> = std::fs::read_dir(s.path.parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        assert!(lines(&s).is_empty());
+        // The capture's lock is let go: claims still work.
+        assert!(claim(&s, "k"));
     }
 }

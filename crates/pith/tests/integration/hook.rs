@@ -347,6 +347,41 @@ fn the_verdict_list_and_fix_capture_come_from_config() {
     );
     let cargo = failure.replace("python3 -m pytest -q test_calc.py", "cargo test");
     assert!(note(&hook(cargo.as_bytes(), &env).0, &cargo).is_some());
+    // `--config` names the same file (through the command-line parser, where the bare
+    // `pith hook` that `pith setup` writes does without it), and wins over `PITH_CONFIG`.
+    let elsewhere = s.dir.path().join("elsewhere.toml");
+    std::fs::write(&elsewhere, "[hook]\nverdict_commands = [\"make\"]\n").unwrap();
+    let mut child = Command::new(pith_bin())
+        .arg("--config")
+        .arg(&config)
+        .arg("hook")
+        .env("PITH_CONFIG", &elsewhere)
+        .env_remove("PITH_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(cargo.replace("\"cfg2\"", "\"cfg3\"").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(note(&out, &cargo).is_some(), "{out:?}");
+}
+
+#[test]
+fn hook_help_teaches_and_reads_nothing() {
+    let out = Command::new(pith_bin())
+        .args(["hook", "--help"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: pith hook"), "{help}");
 }
 
 #[cfg(target_os = "linux")]

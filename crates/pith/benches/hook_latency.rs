@@ -19,7 +19,10 @@
 //! Run: `cargo bench -p pith --bench hook_latency` (env `HOOK_BENCH_ROUNDS`, default 400;
 //! `HOOK_BENCH_DIR` builds the workspace there and keeps it, to look at it with other tools;
 //! `HOOK_BENCH_PITH` names another `pith` binary to measure; `HOOK_BENCH_COMPARE` adds the same
-//! cases for a second binary, interleaved with the first).
+//! cases for a second binary, interleaved with the first; `HOOK_BENCH_BRAIN` copies another
+//! brain file of the same workspace over the one built, such as one an older pith built).
+//! Binaries compared should sit in one directory: the same file under a deeper path started
+//! 0.1 ms slower here.
 #![expect(
     clippy::expect_used,
     clippy::print_stdout,
@@ -141,6 +144,19 @@ fn build(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The segments of the brain's full-text index: each costs every query a seek.
+fn index_segments(db: &Path) -> i64 {
+    rusqlite::Connection::open(db)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT count(DISTINCT segid) FROM memories_fts_idx",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .expect("the brain's index")
+}
+
 /// One timed run of `program args` with `input` on stdin: the wall time from spawn to exit,
 /// the CPU time the process used (its scheduler run time, read from `/proc/<pid>/schedstat`
 /// once it has exited and before it is reaped; zero where there is none), and its stdout.
@@ -230,12 +246,17 @@ fn main() {
     };
     let started = Instant::now();
     build(&root).expect("build the brain");
+    let db = root.join(".pith/brain.db");
+    // `HOOK_BENCH_BRAIN` measures another brain file of the same workspace (one an older
+    // pith built, say) in place of the one just built.
+    if let Some(other) = std::env::var_os("HOOK_BENCH_BRAIN") {
+        std::fs::copy(other, &db).expect("HOOK_BENCH_BRAIN");
+    }
     eprintln!(
-        "built a {MEMORIES}-memory brain in {:.1?} ({} KiB)",
+        "built a {MEMORIES}-memory brain in {:.1?} ({} KiB, its full-text index in {} segments)",
         started.elapsed(),
-        std::fs::metadata(root.join(".pith/brain.db"))
-            .map(|m| m.len() / 1024)
-            .unwrap_or(0)
+        std::fs::metadata(&db).map(|m| m.len() / 1024).unwrap_or(0),
+        index_segments(&db)
     );
 
     let payloads = claude_code_hook_payloads().expect("the capture's hook payloads");

@@ -83,9 +83,14 @@ fn retarget(payload: &str, root: &Path, session: &str) -> String {
 
 /// `pith hook` with `input` on stdin, in a clean environment of its own.
 pub fn hook(input: &[u8], env: &[(&str, &str)]) -> (Output, Duration) {
+    hook_with(&["hook"], input, env)
+}
+
+/// `pith <args>` (a hook call) with `input` on stdin, in a clean environment of its own.
+fn hook_with(args: &[&str], input: &[u8], env: &[(&str, &str)]) -> (Output, Duration) {
     let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(pith_bin());
-    cmd.arg("hook")
+    cmd.args(args)
         .env("PITH_HOME", home.path())
         .env_remove("PITH_CONFIG")
         .env_remove("PITH_LOG")
@@ -351,24 +356,11 @@ fn the_verdict_list_and_fix_capture_come_from_config() {
     // `pith hook` that `pith setup` writes does without it), and wins over `PITH_CONFIG`.
     let elsewhere = s.dir.path().join("elsewhere.toml");
     std::fs::write(&elsewhere, "[hook]\nverdict_commands = [\"make\"]\n").unwrap();
-    let mut child = Command::new(pith_bin())
-        .arg("--config")
-        .arg(&config)
-        .arg("hook")
-        .env("PITH_CONFIG", &elsewhere)
-        .env_remove("PITH_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(cargo.replace("\"cfg2\"", "\"cfg3\"").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let (out, _) = hook_with(
+        &["--config", config.to_str().unwrap(), "hook"],
+        cargo.replace("\"cfg2\"", "\"cfg3\"").as_bytes(),
+        &[("PITH_CONFIG", elsewhere.to_str().unwrap())],
+    );
     assert!(note(&out, &cargo).is_some(), "{out:?}");
 }
 

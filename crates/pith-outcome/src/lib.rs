@@ -89,6 +89,25 @@ impl RequestOutcome {
         }
     }
 
+    /// In words, for a person (the dashboard's requests).
+    pub fn describe(self) -> &'static str {
+        match self {
+            RequestOutcome::Ok => "answered",
+            RequestOutcome::Local => "answered by pith",
+            RequestOutcome::ClientClosed => "the client went away",
+            RequestOutcome::ClientError => "not forwardable",
+            RequestOutcome::ClientTimeout => "the client stopped sending",
+            RequestOutcome::UpstreamUnreachable => "provider unreachable",
+            RequestOutcome::UpstreamError => "provider error",
+            RequestOutcome::UpstreamBroken => "answer broke off",
+            RequestOutcome::StreamError => "error in the stream",
+            RequestOutcome::UpstreamTimeout => "provider too slow",
+            RequestOutcome::Shutdown => "pith shut down",
+            RequestOutcome::Interrupted => "pith stopped mid-answer",
+            RequestOutcome::PithError => "pith failed",
+        }
+    }
+
     /// The outcome stored as `name`; an unknown name (a newer pith wrote it) reads as a pith
     /// error rather than as success.
     pub fn parse(name: &str) -> RequestOutcome {

@@ -27,6 +27,7 @@ mod state;
 mod tee;
 pub mod upstream;
 mod websocket;
+pub mod words;
 
 pub use accounts::{AccountKeys, Accounts, KeyError};
 pub use config::{DEFAULT_MAX_BODY, ProxyConfig, Timeouts};

@@ -12,6 +12,7 @@ use pith_store::search_blocks::{Fetch, SearchBlocks, Shared, Sharing};
 use pith_transform::search_trip::SearchMemory;
 use pith_transform::search_trip::hide::{Action, StreamHider, hide_in_message};
 use pith_transform::search_trip::restore::{NAME as RESTORE, reason};
+use pith_transform::words::StageWords;
 use pith_transform::{Fact, StageReport, StageResult};
 use pith_wire::Wire;
 
@@ -194,6 +195,37 @@ impl Keeper {
 /// The hide report's fact for blocks that did not reach the team store in time: another
 /// instance serving the session's next request fails open for them.
 pub const NOT_SHARED: &str = "not_shared";
+
+/// What the hiding half is called for people.
+pub const HIDE_WORDS: StageWords = StageWords {
+    stage: HIDE,
+    name: "tool search hiding",
+    facts: &[
+        (
+            "searches",
+            "hid {n} tool search result{s} from the client's answers",
+        ),
+        (
+            NOT_SHARED,
+            "{n} of them not shared with the team store in time",
+        ),
+    ],
+    reasons: &[],
+};
+
+/// What the team store's fetch is called for people.
+pub const FETCH_WORDS: StageWords = StageWords {
+    stage: FETCH,
+    name: "tool search from the team store",
+    facts: &[(
+        "fetched",
+        "fetched {n} tool search result{s} another instance hid",
+    )],
+    reasons: &[(
+        STORE_RESTING,
+        "the team store failed or was slow a moment before, so it was not asked",
+    )],
+};
 
 /// A streamed answer's hider.
 struct HideEvents {

@@ -13,6 +13,7 @@ mod pipeline;
 pub mod search_trip;
 mod splice;
 mod stage;
+pub mod words;
 
 pub use defer::{DeferOptions, DeferStage, SearchVariant, ToolRanker, ToolText};
 pub use pins::{LocalAnswer, PinsStage};

@@ -90,6 +90,16 @@ impl Band {
         }
     }
 
+    /// The rate it stands for, as people read it: "at the cache-read rate".
+    pub fn words(self) -> &'static str {
+        match self {
+            Band::CacheRead => "at the cache-read rate",
+            Band::CacheWrite5m => "at the 5-minute cache-write rate",
+            Band::CacheWrite1h => "at the 1-hour cache-write rate",
+            Band::Input => "at the uncached input rate",
+        }
+    }
+
     /// The band named by [`Band::as_str`].
     pub fn parse(name: &str) -> Option<Band> {
         Band::ALL.into_iter().find(|b| b.as_str() == name)

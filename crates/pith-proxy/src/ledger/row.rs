@@ -15,7 +15,7 @@ use crate::history::Labels;
 
 /// The fact of a stage that answered the request itself: the ledger prices such a request as
 /// the request it saved.
-pub(crate) const ANSWERED_FACT: &str = "answered";
+pub(crate) use pith_transform::pins::ANSWERED_FACT;
 
 /// Largest decoded response body parsed for usage.
 const MAX_DECODED: u64 = 64 << 20;

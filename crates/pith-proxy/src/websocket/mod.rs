@@ -24,6 +24,9 @@ mod pump;
 mod transcript;
 mod turns;
 
+/// Why a socket's turn went up unchanged, in words (see [`crate::words`]).
+pub(crate) use turns::reason::WORDS as REASON_WORDS;
+
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -43,6 +43,22 @@ pub(super) mod reason {
     pub const ANSWER_NOT_REWRITTEN: &str = "answer_not_rewritten_on_a_socket";
     /// The body the stages made does not read back as a request: the client's own went up.
     pub const EDIT_UNREADABLE: &str = "edit_unreadable";
+
+    /// What they are called for people.
+    pub const WORDS: &[(&str, &str)] = &[
+        (
+            TRANSCRIPT_NOT_HELD,
+            "the socket's earlier turns were not held, so the frame went up as it came",
+        ),
+        (
+            ANSWER_NOT_REWRITTEN,
+            "the change needs an answer rewritten, which a socket's answers are not",
+        ),
+        (
+            EDIT_UNREADABLE,
+            "the changed body did not read back, so the client's own went up",
+        ),
+    ];
 }
 
 /// The method a socket's request is recorded with.

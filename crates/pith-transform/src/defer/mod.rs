@@ -70,7 +70,70 @@ pub mod reason {
     /// The history calls a tool that would be deferred and no tool search surfaced it: pith
     /// joined a session midway, and how the API treats such history is undocumented.
     pub const MID_SESSION_JOIN: &str = "mid_session_join";
+
+    /// Every reason, for the words' test.
+    pub const ALL: &[&str] = &[
+        NOT_APPLICABLE,
+        UNPARSEABLE,
+        NO_TOOLS,
+        SINGLE_TOOL,
+        ALREADY_DEFERRING,
+        TOOL_CHOICE_FORCED,
+        NOTHING_TO_DEFER,
+        NO_TOOL_LEFT_LOADED,
+        TOO_LITTLE_TO_DEFER,
+        TOO_MANY_TOOLS,
+        MID_SESSION_JOIN,
+    ];
 }
+
+/// What the stage, its facts and its reasons are called for people.
+pub const WORDS: crate::words::StageWords = crate::words::StageWords {
+    stage: NAME,
+    name: "tool deferral",
+    facts: &[
+        ("tools", "kept {n} tool definition{s} out of the prompt"),
+        ("chars", ""),
+        ("added", "added {n} character{s} for the tool search tool"),
+    ],
+    reasons: &[
+        (
+            reason::NOT_APPLICABLE,
+            "Chat Completions has no server-side tool search",
+        ),
+        (reason::UNPARSEABLE, "the body was not the JSON it expects"),
+        (reason::NO_TOOLS, "no tools were sent"),
+        (reason::SINGLE_TOOL, "only one tool was sent"),
+        (
+            reason::ALREADY_DEFERRING,
+            "the client already defers its tools",
+        ),
+        (
+            reason::TOOL_CHOICE_FORCED,
+            "the client forced a tool choice",
+        ),
+        (
+            reason::NOTHING_TO_DEFER,
+            "every tool was one the task needs loaded",
+        ),
+        (
+            reason::NO_TOOL_LEFT_LOADED,
+            "deferring would have left no tool loaded",
+        ),
+        (
+            reason::TOO_LITTLE_TO_DEFER,
+            "too few tool definitions to be worth a search",
+        ),
+        (
+            reason::TOO_MANY_TOOLS,
+            "more tools than the provider lets a request defer",
+        ),
+        (
+            reason::MID_SESSION_JOIN,
+            "pith joined the session midway, after tools it would defer were used",
+        ),
+    ],
+};
 
 /// Below this many characters of deferrable definitions (about 4k tokens) a request is left
 /// unchanged. Measured (BENCHMARKS.md): deferring OpenCode's 10 built-in tools (6 KB) made a

@@ -49,7 +49,62 @@ pub mod reason {
     /// The request is only a command turn (pith answers it; here it goes up as sent, e.g.
     /// to `count_tokens`).
     pub const COMMAND_TURN: &str = "command_turn";
+
+    /// Every reason, for the words' test.
+    pub const ALL: &[&str] = &[
+        NO_COMMANDS,
+        NO_COMMAND_LINES,
+        UNREADABLE,
+        NOWHERE_TO_LAND,
+        NOTHING_TO_MOVE,
+        ALREADY_PINNED,
+        COMMAND_TURN,
+    ];
 }
+
+/// The fact of a command turn pith answered itself (the proxy reports it under this stage).
+pub const ANSWERED_FACT: &str = "answered";
+
+/// What the stage, its facts and its reasons are called for people.
+pub const WORDS: crate::words::StageWords = crate::words::StageWords {
+    stage: NAME,
+    name: "pins",
+    facts: &[
+        ("pins", "{n} pin{s} held"),
+        (
+            "lines_moved",
+            "moved {n} pinned line{s} to the end of the prompt",
+        ),
+        (
+            "turns_dropped",
+            "dropped {n} command turn{s} from the history",
+        ),
+        ("chars_out", ""),
+        ("chars_in", "added {n} character{s}"),
+        (ANSWERED_FACT, "answered {n} command turn{s} itself"),
+    ],
+    reasons: &[
+        (reason::NO_COMMANDS, "no @pith command"),
+        (
+            reason::NO_COMMAND_LINES,
+            "@pith mentioned, but on no command line",
+        ),
+        (reason::UNREADABLE, "the body was not the JSON it expects"),
+        (
+            reason::NOWHERE_TO_LAND,
+            "the last message could not take the pins",
+        ),
+        (
+            reason::NOTHING_TO_MOVE,
+            "the commands were already answered by the model and no pins are held",
+        ),
+        (reason::ALREADY_PINNED, "the pins were already in place"),
+        (
+            reason::COMMAND_TURN,
+            "a command turn sent on as it came (a token count, say)",
+        ),
+    ],
+};
 
 /// The stage's name, in the `pith-transforms` header and the ledger.
 pub const NAME: &str = "pins";

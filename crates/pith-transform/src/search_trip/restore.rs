@@ -25,7 +25,39 @@ pub mod reason {
     pub const NONE_HERE: &str = "none_here";
     /// Not the shape of a Messages request.
     pub const UNREADABLE: &str = "unreadable";
+
+    /// Every reason, for the words' test.
+    pub const ALL: &[&str] = &[
+        NOT_APPLICABLE,
+        NOTHING_REMEMBERED,
+        CLIENT_ROUND_TRIPS,
+        NONE_HERE,
+        UNREADABLE,
+    ];
 }
+
+/// What the stage, its facts and its reasons are called for people.
+pub const WORDS: crate::words::StageWords = crate::words::StageWords {
+    stage: NAME,
+    name: "tool search restore",
+    facts: &[("searches", "restored {n} hidden tool search result{s}")],
+    reasons: &[
+        (reason::NOT_APPLICABLE, "not an Anthropic Messages request"),
+        (
+            reason::NOTHING_REMEMBERED,
+            "no tool search kept for the session",
+        ),
+        (
+            reason::CLIENT_ROUND_TRIPS,
+            "the client sends its tool searches back itself",
+        ),
+        (
+            reason::NONE_HERE,
+            "no kept tool search belongs in this history",
+        ),
+        (reason::UNREADABLE, "the body was not the JSON it expects"),
+    ],
+};
 
 /// The stage name, in `pith-transforms` and the ledger.
 pub const NAME: &str = "search_restore";

@@ -235,13 +235,13 @@ paid. A cache bust pith caused (the client's own prompts kept their prefix, what
 not) is charged to the transform that caused it (the first that changed the busting request, \
 else the first that changed the one before): the prefix the previous request left cached that \
 this one did not read, capped at this prompt, billed again at this request's write or input \
-rate instead of the read rate; the difference is taken off that transform's saving \
-(bust_charged_usd). Defer's rows \
+rate instead of the read rate; the difference is taken off that transform's saving and shown \
+apart. Defer's rows \
 recorded before ledger schema 4 count the tools it kept out without subtracting the search tool \
 it added (a few dozen characters). A turn pith answered itself (only pin commands) is priced \
 as the request it saved: its whole prompt at the cache-read rate, the lowest that request could \
 have paid (the output the model would have written is not counted). The provider's own cache \
-discount is reported apart (cache_discount_usd).";
+discount is reported apart.";
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
@@ -272,6 +272,8 @@ pub(crate) struct Report {
     latency: pith_store::ledger::Latency,
     /// How `estimated_saved_*` are estimated.
     savings_method: &'static str,
+    /// What people read for the codes above.
+    words: Words,
     /// Team mode: the team database, its proxies and their backlogs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) team: Option<crate::team::TeamInfo>,
@@ -422,9 +424,101 @@ fn build_report(
         cache_busts: ledger.cache_busts(filter)?,
         latency: ledger.latency(filter)?,
         savings_method: SAVINGS_METHOD,
+        words: Words::all(),
         team: None,
     })
 }
+
+/// What people read for the report's codes: stages, their facts and reasons, the rates savings
+/// are priced at. The codes stay the keys scripts read; the dashboard and the human output
+/// show these (`pith_proxy::words`, defined beside each code).
+#[derive(Debug, Serialize)]
+struct Words {
+    /// Each stage's name.
+    stages: BTreeMap<&'static str, &'static str>,
+    /// Each stage's facts in the order they read best: `[code, phrase]`, the phrase with `{n}`
+    /// for the number and `{s}` for a plural's `s` (empty: shown another way, as characters
+    /// kept out are shown as tokens).
+    facts: BTreeMap<&'static str, &'static [(&'static str, &'static str)]>,
+    /// Why each stage left requests unchanged, to follow "N requests: "; under `*`, reasons
+    /// given for every stage at once.
+    reasons: BTreeMap<&'static str, BTreeMap<&'static str, &'static str>>,
+    /// The rates savings are priced at (`estimated_saved_tokens`' keys).
+    bands: BTreeMap<&'static str, &'static str>,
+    /// How requests ended (the requests' `outcome`).
+    outcomes: BTreeMap<&'static str, &'static str>,
+}
+
+impl Words {
+    fn all() -> Words {
+        let mut reasons: BTreeMap<_, BTreeMap<_, _>> = pith_proxy::words::stages()
+            .map(|w| (w.stage, w.reasons.iter().copied().collect()))
+            .collect();
+        reasons.insert(ANY_STAGE, pith_proxy::words::any_stage().copied().collect());
+        Words {
+            stages: pith_proxy::words::stages()
+                .map(|w| (w.stage, w.name))
+                .collect(),
+            facts: pith_proxy::words::stages()
+                .map(|w| (w.stage, w.facts))
+                .collect(),
+            reasons,
+            bands: pith_wire::usage::Band::ALL
+                .into_iter()
+                .map(|b| (b.as_str(), b.words()))
+                .collect(),
+            outcomes: pith_outcome::RequestOutcome::ALL
+                .into_iter()
+                .map(|o| (o.as_str(), o.describe()))
+                .collect(),
+        }
+    }
+
+    /// `stage`'s name, or its code.
+    fn stage<'a>(&self, stage: &'a str) -> &'a str {
+        self.stages.get(stage).copied().unwrap_or(stage)
+    }
+
+    /// `stage`'s `facts` in words, in the stage's order; a fact without words as `name=n`.
+    fn facts(&self, stage: &str, facts: &BTreeMap<String, u64>) -> Vec<String> {
+        let known = self.facts.get(stage).copied().unwrap_or_default();
+        let mut out: Vec<String> = known
+            .iter()
+            .filter(|(_, phrase)| !phrase.is_empty())
+            .filter_map(|(name, phrase)| {
+                let n = facts.get(*name)?;
+                Some(
+                    phrase
+                        .replace("{n}", &n.to_string())
+                        .replace("{s}", if *n == 1 { "" } else { "s" }),
+                )
+            })
+            .collect();
+        out.extend(
+            facts
+                .iter()
+                .filter(|(name, _)| !known.iter().any(|(k, _)| k == name))
+                .map(|(name, n)| format!("{name}={n}")),
+        );
+        out
+    }
+
+    /// Why `stage` left requests unchanged, or the reason's code.
+    fn reason<'a>(&self, stage: &str, reason: &'a str) -> &'a str {
+        [stage, ANY_STAGE]
+            .iter()
+            .find_map(|s| self.reasons.get(*s).and_then(|r| r.get(reason)).copied())
+            .unwrap_or(reason)
+    }
+
+    /// A band's rate in words, or its code.
+    fn band<'a>(&self, band: &'a str) -> &'a str {
+        self.bands.get(band).copied().unwrap_or(band)
+    }
+}
+
+/// The key of [`Words::reasons`] for reasons any stage gives.
+const ANY_STAGE: &str = "*";
 
 /// The ledger's groups summed three ways: per session, per model, in all.
 struct Sums {
@@ -685,7 +779,7 @@ fn render(r: &Report, filtered_by_time: bool) -> String {
     render_tables(&mut out, r);
     render_notes(&mut out, &r.total);
     for (stage, tt) in &r.transforms {
-        render_transform(&mut out, stage, tt);
+        render_transform(&mut out, &r.words, stage, tt);
     }
     render_tail(&mut out, r);
     out
@@ -782,11 +876,20 @@ fn render_notes(out: &mut String, t: &Totals) {
 }
 
 /// What one transform stage did.
-fn render_transform(out: &mut String, stage: &str, tt: &TransformTotals) {
-    let facts: Vec<String> = tt.facts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+/// "1 request", "2 requests".
+fn requests(n: u64) -> String {
+    format!("{n} request{}", if n == 1 { "" } else { "s" })
+}
+
+fn render_transform(out: &mut String, words: &Words, stage: &str, tt: &TransformTotals) {
+    let facts = words.facts(stage, &tt.facts);
+    let name = match words.stage(stage) {
+        name if name == stage => stage.to_owned(),
+        name => format!("{name} ({stage})"),
+    };
     out.push_str(&format!(
-        "transform {stage}: changed {} requests{}{}\n",
-        tt.requests,
+        "transform {name}: changed {}{}{}\n",
+        requests(tt.requests),
         if facts.is_empty() { "" } else { "; " },
         facts.join(", ")
     ));
@@ -799,7 +902,7 @@ fn render_transform(out: &mut String, stage: &str, tt: &TransformTotals) {
         let bands: Vec<String> = tt
             .estimated_saved_tokens
             .iter()
-            .map(|(band, n)| format!("{n} at {band}"))
+            .map(|(band, n)| format!("{n} {}", words.band(band)))
             .collect();
         out.push_str(&format!(
             "  saved (estimate, at each request's cache state): {}{}\n",
@@ -820,9 +923,9 @@ fn render_transform(out: &mut String, stage: &str, tt: &TransformTotals) {
         let reasons: Vec<String> = tt
             .unchanged
             .iter()
-            .map(|(reason, n)| format!("{n} {reason}"))
+            .map(|(reason, n)| format!("{}: {}", requests(*n), words.reason(stage, reason)))
             .collect();
-        out.push_str(&format!("  left unchanged: {}\n", reasons.join(", ")));
+        out.push_str(&format!("  left unchanged: {}\n", reasons.join("; ")));
     }
 }
 

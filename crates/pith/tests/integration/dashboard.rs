@@ -202,30 +202,12 @@ fn with_a_token_the_pages_need_it_too() {
     assert_eq!(mock.request_count(), 0);
 }
 
-/// Debian's Chromium, which scripts/test installs and names in `PITH_TEST_CHROMIUM`.
-fn chromium() -> std::path::PathBuf {
-    match std::env::var_os("PITH_TEST_CHROMIUM") {
-        Some(p) => p.into(),
-        None => panic!(
-            "PITH_TEST_CHROMIUM is not set: run the tests through scripts/test, which installs \
-             Chromium and sets it"
-        ),
-    }
-}
-
 /// Headless Chromium on `url`, every network switch off, with `args`: (stdout, stderr).
 pub(crate) fn headless(url: &str, args: &[&str]) -> (String, String) {
     let profile = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(chromium())
+    let out = std::process::Command::new(crate::browser::chromium())
+        .args(crate::browser::HEADLESS)
         .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
             "--enable-logging=stderr",
             "--v=0",
             "--window-size=1280,1000",
@@ -300,27 +282,125 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
         "{dom}"
     );
     assert!(dom.contains(stats["savings_method"].as_str().unwrap()));
+    words_not_codes(&dom, &stats);
 
     // A new request reaches the live table.
     replay(&pith);
     pith.wait_rows(2 * sent);
     let (dom, _) = headless(&url, &["--virtual-time-budget=8000", "--dump-dom"]);
     assert_eq!(dom.matches("<tr data-id=").count(), 2 * sent);
-    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
-    let _ = std::fs::remove_file(&shot);
-    headless(
-        &url,
-        &[
-            "--virtual-time-budget=8000",
-            &format!("--screenshot={}", shot.display()),
-        ],
-    );
-    let png = std::fs::read(&shot).unwrap();
-    assert!(
-        png.starts_with(b"\x89PNG"),
-        "no screenshot at {}",
-        shot.display()
-    );
+}
+
+#[test]
+fn the_page_fits_a_phone_and_a_laptop_and_axe_finds_nothing_serious() {
+    let (_mock, pith, sent, _stats) = replayed_with_stats();
+    let url = format!("{}/?poll", pith.url());
+    for size in [(390, 844), (1280, 800)] {
+        let mut page = crate::browser::Page::open(&url, size);
+        page.until(
+            &format!("document.querySelectorAll('#requests tbody tr').length === {sent}"),
+            10_000,
+        );
+        // The page never scrolls sideways...
+        let widths = page
+            .eval("[document.documentElement.scrollWidth, document.documentElement.clientWidth]");
+        assert_eq!(widths[1].as_u64(), Some(u64::from(size.0)), "the viewport");
+        assert!(
+            widths[0].as_u64() <= widths[1].as_u64(),
+            "{size:?}: the page is {widths} wide"
+        );
+        // ...and a table wider than the page scrolls inside its own box.
+        let cut = page.eval(
+            "[...document.querySelectorAll('table')].filter(t => t.offsetParent !== null && \
+             t.scrollWidth > t.parentElement.clientWidth && \
+             getComputedStyle(t.parentElement).overflowX !== 'auto').map(t => t.id)",
+        );
+        assert_eq!(cut, serde_json::json!([]), "{size:?}: tables cut off");
+        // The whole page at this width, kept as the test's artifact.
+        page.screenshot(
+            &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("dashboard-{}x{}.png", size.0, size.1)),
+        );
+        assert_eq!(page.axe_serious(), Vec::<String>::new(), "{size:?}");
+    }
+}
+
+/// The text a person reads in `dom` (Chromium's dump): no script, no style, no tag or
+/// attribute (a tooltip's code is for the curious).
+fn visible_text(dom: &str) -> String {
+    let mut kept = dom.to_owned();
+    for (open, close) in [("<script", "</script>"), ("<style", "</style>")] {
+        while let Some(at) = kept.find(open) {
+            let end = kept[at..]
+                .find(close)
+                .map_or(kept.len(), |i| at + i + close.len());
+            kept.replace_range(at..end, "");
+        }
+    }
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in kept.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                out.push(' ');
+            }
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&amp;", "&")
+}
+
+/// The page says in words what the report gives as codes: no stage, reason, fact or rate code
+/// with an underscore, and no `name=value` fact, is in the text a person reads; the words for
+/// each reason the report holds are.
+fn words_not_codes(dom: &str, stats: &Value) {
+    let text = visible_text(dom);
+    let words = &stats["words"];
+    let mut codes: Vec<String> = Vec::new();
+    let mut said: Vec<String> = Vec::new();
+    for (stage, t) in stats["transforms"].as_object().unwrap() {
+        codes.push(stage.clone());
+        for (reason, n) in t["unchanged"].as_object().unwrap() {
+            codes.push(reason.clone());
+            let phrase = words["reasons"][stage][reason]
+                .as_str()
+                .or(words["reasons"]["*"][reason].as_str())
+                .unwrap_or_else(|| panic!("no words for {stage} {reason}"));
+            let requests = if n.as_u64() == Some(1) {
+                "request"
+            } else {
+                "requests"
+            };
+            said.push(format!("{n} {requests}: {phrase}"));
+        }
+        for (fact, n) in t["facts"].as_object().unwrap() {
+            codes.push(format!("{fact}={n}"));
+        }
+        for band in t["estimated_saved_tokens"]
+            .as_object()
+            .into_iter()
+            .flat_map(|b| b.keys())
+        {
+            codes.push(band.clone());
+        }
+    }
+    codes.extend(["cache_discount_usd", "bust_charged_usd"].map(String::from));
+    for code in codes.iter().filter(|c| c.contains('_') || c.contains('=')) {
+        assert!(
+            !text.contains(code.as_str()),
+            "the page shows the code {code}:\n{text}"
+        );
+    }
+    assert!(!said.is_empty(), "the replay leaves some request unchanged");
+    for sentence in &said {
+        assert!(
+            text.contains(sentence.as_str()),
+            "not said: {sentence}\n{text}"
+        );
+    }
 }
 
 /// A plain HTTP/1.1 client's `GET /pith/api/events`: the status line it got, and the rest of

@@ -184,8 +184,10 @@ fn small_tool_lists_pass_unchanged_unless_the_threshold_is_lowered() {
     assert_eq!(defer["unchanged"]["too_little_to_defer"], 1);
     let text = stats(false);
     assert!(
-        text.contains("transform defer: changed 0 requests")
-            && text.contains("left unchanged: 1 too_little_to_defer"),
+        text.contains("transform tool deferral (defer): changed 0 requests")
+            && text.contains(
+                "left unchanged: 1 request: too few tool definitions to be worth a search"
+            ),
         "{text}"
     );
 

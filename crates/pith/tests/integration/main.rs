@@ -6,6 +6,7 @@
 )]
 
 mod accounts;
+mod browser;
 mod chatgpt;
 mod claude_code;
 mod cli;

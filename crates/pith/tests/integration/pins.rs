@@ -76,7 +76,7 @@ fn a_pin_only_turn_is_answered_by_pith_on_every_wire_and_mode_and_the_sdks_parse
     let out = pith_stats(&pith, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("transform pins: changed 6 requests; answered=6\n"),
+        text.contains("transform pins: changed 6 requests; answered 6 command turns itself\n"),
         "{text}"
     );
 }

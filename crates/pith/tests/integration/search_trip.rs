@@ -105,7 +105,10 @@ fn the_sdk_parses_answers_with_the_search_taken_out_streamed_and_not() {
     let out = pith_stats(&pith, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("transform search_hide: changed 2 requests; searches=2\n"),
+        text.contains(
+            "transform tool search hiding (search_hide): changed 2 requests; hid 2 tool search \
+             results from the client's answers\n"
+        ),
         "{text}"
     );
 }
@@ -220,7 +223,10 @@ fn hidden_blocks_survive_a_restart_of_pith() {
     let out = pith_stats(&pith, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("transform search_restore: changed 1 requests; searches=1\n"),
+        text.contains(
+            "transform tool search restore (search_restore): changed 1 request; restored 1 hidden \
+             tool search result\n"
+        ),
         "{text}"
     );
 }

@@ -168,6 +168,15 @@ impl Page {
         assert_eq!(held, true, "not within {limit_ms} ms: {condition}");
     }
 
+    /// Show the page as under the system's dark (or light) colour scheme.
+    pub fn dark(&mut self, dark: bool) {
+        let scheme = if dark { "dark" } else { "light" };
+        self.call(
+            "Emulation.setEmulatedMedia",
+            json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]}),
+        );
+    }
+
     /// The whole page (beyond the viewport too) as a PNG at `path`.
     pub fn screenshot(&mut self, path: &std::path::Path) {
         use base64::Engine;

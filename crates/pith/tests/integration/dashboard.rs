@@ -316,12 +316,21 @@ fn the_page_fits_a_phone_and_a_laptop_and_axe_finds_nothing_serious() {
              getComputedStyle(t.parentElement).overflowX !== 'auto').map(t => t.id)",
         );
         assert_eq!(cut, serde_json::json!([]), "{size:?}: tables cut off");
-        // The whole page at this width, kept as the test's artifact.
-        page.screenshot(
-            &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("dashboard-{}x{}.png", size.0, size.1)),
-        );
-        assert_eq!(page.axe_serious(), Vec::<String>::new(), "{size:?}");
+        // The whole page at this width, light and dark, kept as the test's artifacts; axe-core
+        // in both (contrast is checked against the colours shown).
+        for dark in [false, true] {
+            page.dark(dark);
+            let scheme = if dark { "dark" } else { "light" };
+            page.screenshot(
+                &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join(format!("dashboard-{}x{}-{scheme}.png", size.0, size.1)),
+            );
+            assert_eq!(
+                page.axe_serious(),
+                Vec::<String>::new(),
+                "{size:?} {scheme}"
+            );
+        }
     }
 }
 

@@ -181,6 +181,14 @@ struct ModelTotals {
     totals: Totals,
 }
 
+/// One client's totals (every session it made), with what pith saved on them.
+#[derive(Debug, Serialize)]
+struct ClientTotals {
+    client: String,
+    #[serde(flatten)]
+    totals: Totals,
+}
+
 #[derive(Debug, Default, Serialize)]
 struct TransformTotals {
     /// Requests the transform changed.
@@ -250,6 +258,8 @@ pub(crate) struct Report {
     session: Option<String>,
     sessions: Vec<SessionTotals>,
     models: Vec<ModelTotals>,
+    /// Per client (Claude Code, OpenCode, Codex, an SDK), the busiest first.
+    clients: Vec<ClientTotals>,
     /// Per account (rows from before accounts were kept are the proxy's own account's).
     by_account: Vec<AccountTotals>,
     /// Per proxy instance that served the requests, the busiest first (several behind a load
@@ -413,6 +423,15 @@ fn build_report(
             .into_iter()
             .map(|(model, totals)| ModelTotals { model, totals })
             .collect(),
+        clients: {
+            let mut clients: Vec<ClientTotals> = sums
+                .clients
+                .into_iter()
+                .map(|(client, totals)| ClientTotals { client, totals })
+                .collect();
+            clients.sort_by_key(|c| std::cmp::Reverse(c.totals.requests));
+            clients
+        },
         by_account: Vec::new(),
         by_instance: ledger.instance_totals(filter)?,
         transform_failures: groups.iter().map(|g| g.transform_failures).sum(),
@@ -524,6 +543,7 @@ const ANY_STAGE: &str = "*";
 struct Sums {
     sessions: Vec<SessionTotals>,
     models: BTreeMap<Option<String>, Totals>,
+    clients: BTreeMap<String, Totals>,
     total: Totals,
 }
 
@@ -531,10 +551,15 @@ fn sum_groups(groups: &[Group], prices: &Prices) -> Sums {
     let mut sums = Sums {
         sessions: Vec::new(),
         models: BTreeMap::new(),
+        clients: BTreeMap::new(),
         total: Totals::default(),
     };
     for g in groups {
         sums.total.add(g, prices);
+        sums.clients
+            .entry(g.client.clone())
+            .or_default()
+            .add(g, prices);
         sums.models
             .entry(g.model.clone())
             .or_default()
@@ -629,6 +654,12 @@ fn add_savings(
             .iter_mut()
             .find(|s| s.session == saving.session);
         let mut targets: Vec<&mut Totals> = vec![&mut sums.total];
+        if let Some(c) = session
+            .as_ref()
+            .and_then(|s| sums.clients.get_mut(&s.client))
+        {
+            targets.push(c);
+        }
         if let Some(s) = session {
             let by_stage = s.saved_by_transform.entry(stage).or_default();
             by_stage.tokens += saving.tokens;
@@ -811,6 +842,13 @@ fn render_tables(out: &mut String, r: &Report) {
         })
         .collect();
     table(out, "MODEL", &model_rows);
+    out.push('\n');
+    let client_rows: Vec<Vec<String>> = r
+        .clients
+        .iter()
+        .map(|c| row(&shown(&c.client, NAME_CHARS), &c.totals))
+        .collect();
+    table(out, "CLIENT", &client_rows);
     out.push('\n');
     // One account is every install's case: the table says something only with several.
     if r.by_account.len() > 1 {

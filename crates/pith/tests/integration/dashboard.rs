@@ -265,6 +265,27 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
             "session {id} missing:\n{dom}"
         );
     }
+    // Each client and each model in its table, with its requests; they add up to the total,
+    // and so do their savings.
+    for (list, key) in [("clients", "client"), ("models", "model")] {
+        let mut requests = 0;
+        let mut saved = 0.0;
+        for x in stats[list].as_array().unwrap() {
+            let name = x[key].as_str().unwrap();
+            assert!(
+                dom.contains(&format!("<td>{name}</td><td>{}</td>", x["requests"])),
+                "{list}: {name} missing:\n{dom}"
+            );
+            requests += x["requests"].as_u64().unwrap();
+            saved += x["estimated_saved_usd"].as_f64().unwrap_or(0.0);
+        }
+        assert_eq!(requests, stats["total"]["requests"], "{list}");
+        let total = stats["total"]["estimated_saved_usd"].as_f64().unwrap();
+        assert!(
+            (saved - total).abs() < 1e-9,
+            "{list}: {saved} against {total}"
+        );
+    }
     let rows = dom.matches("<tr data-id=").count();
     assert_eq!(rows, sent, "the live table shows every request");
     // The chart's bars hold every request once.

@@ -101,6 +101,9 @@ impl Session {
     /// `None` when the lock could not be had within [`LOCK_WAIT`] or the claims not read.
     pub fn claims(&self) -> Option<Claims<'_>> {
         lock(&self.file)?;
+        // In use: a session is pruned by its file's age, and a quiet one (nothing new to say)
+        // is as alive as a talkative one.
+        let _ = self.file.set_modified(SystemTime::now());
         let mut locked = Claims {
             file: &self.file,
             held: HashSet::new(),

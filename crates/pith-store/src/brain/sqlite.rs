@@ -39,6 +39,8 @@ pub struct SqliteBrain {
     merged_at: Option<Instant>,
     /// Whether this connection changed the index since it last looked at its segments.
     unmerged: bool,
+    /// Whether this connection merges the index at all.
+    merges: bool,
 }
 
 impl SqliteBrain {
@@ -60,11 +62,13 @@ impl SqliteBrain {
         )?))
     }
 
-    /// [`SqliteBrain::open_existing`], waiting at most `busy` for another process's lock.
+    /// [`SqliteBrain::open_existing`], waiting at most `busy` for another process's lock:
+    /// `pith hook`'s writer for a captured fix. It never merges the index (a rewrite holds the
+    /// write lock longer than another hook waits for it); the next CLI or MCP write does.
     pub fn open_existing_waiting(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
-        Ok(SqliteBrain::with(open_existing_waiting(
-            path, MIGRATIONS, busy,
-        )?))
+        let mut brain = SqliteBrain::with(open_existing_waiting(path, MIGRATIONS, busy)?);
+        brain.merges = false;
+        Ok(brain)
     }
 
     /// A brain that lives in memory only (tests, benchmarks).
@@ -78,6 +82,7 @@ impl SqliteBrain {
             merge_every: MERGE_EVERY,
             merged_at: None,
             unmerged: false,
+            merges: true,
         }
     }
 
@@ -314,6 +319,9 @@ impl SqliteBrain {
     /// the index (11 ms for those 10,000 memories). A failure to merge leaves the index as it
     /// was, still correct, and is not the write's failure.
     fn merge_index(&mut self) {
+        if !self.merges {
+            return;
+        }
         self.unmerged = true;
         if self
             .merged_at
@@ -853,8 +861,36 @@ mod tests {
         drop(b);
         let b = SqliteBrain::open_existing(&path).unwrap();
         assert_eq!(segments(&b), 1);
-        // A connection that only read merges nothing as it closes.
-        assert!(!b.unmerged);
+        drop(b);
+        // A connection that does not merge (the hook's writer) leaves its writes' segments, and
+        // one that only reads changes nothing as it closes.
+        let mut hook =
+            SqliteBrain::open_existing_waiting(&path, Duration::from_millis(100)).unwrap();
+        let mut saved = 60;
+        while segments(&hook) <= MAX_INDEX_SEGMENTS && saved < 200 {
+            hook.insert(&memory(
+                &format!("m-{saved}"),
+                Kind::Note,
+                "retry upstream",
+                "",
+            ))
+            .unwrap();
+            saved += 1;
+        }
+        let left = segments(&hook);
+        assert!(left > MAX_INDEX_SEGMENTS, "{left} after {saved} saves");
+        drop(hook);
+        let mut reader = SqliteBrain::open_read_only(&path, Duration::from_millis(100)).unwrap();
+        let found = reader
+            .search(&SearchQuery {
+                terms: vec!["upstream".into()],
+                kind: None,
+                limit: 5,
+            })
+            .unwrap();
+        assert_eq!(found.total, saved);
+        drop(reader);
+        assert_eq!(segments(&SqliteBrain::open_existing(&path).unwrap()), left);
     }
 
     #[test]

@@ -258,7 +258,9 @@ pub(crate) struct Report {
     session: Option<String>,
     sessions: Vec<SessionTotals>,
     models: Vec<ModelTotals>,
-    /// Per client (Claude Code, OpenCode, Codex, an SDK), the busiest first.
+    /// Per client (Claude Code, OpenCode, Codex, an SDK), the busiest first. Summed from the
+    /// ledger's totals per (session, model): requests without a session from several clients
+    /// count for one of them (as in `sessions`' "(none)" row).
     clients: Vec<ClientTotals>,
     /// Per account (rows from before accounts were kept are the proxy's own account's).
     by_account: Vec<AccountTotals>,
@@ -913,12 +915,12 @@ fn render_notes(out: &mut String, t: &Totals) {
     }
 }
 
-/// What one transform stage did.
 /// "1 request", "2 requests".
 fn requests(n: u64) -> String {
     format!("{n} request{}", if n == 1 { "" } else { "s" })
 }
 
+/// What one transform stage did.
 fn render_transform(out: &mut String, words: &Words, stage: &str, tt: &TransformTotals) {
     let facts = words.facts(stage, &tt.facts);
     let name = match words.stage(stage) {

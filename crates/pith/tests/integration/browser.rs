@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{self, Message, WebSocket, stream::MaybeTlsStream};
@@ -32,6 +33,9 @@ pub const HEADLESS: &[&str] = &[
     "--disable-component-update",
     "--disable-sync",
 ];
+
+/// Longest a step may take (Chromium's start, a command's answer): past it the test fails.
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// One page in its own headless Chromium, closed on drop.
 pub struct Page {
@@ -62,32 +66,42 @@ impl Page {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Chromium names its DevTools port on stderr; the rest of stderr is drained after.
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let port = loop {
-            line.clear();
-            assert!(
-                stderr.read_line(&mut line).unwrap() > 0,
-                "chromium ended without a DevTools port"
-            );
-            if let Some(rest) = line
-                .trim()
-                .strip_prefix("DevTools listening on ws://127.0.0.1:")
-            {
-                break rest[..rest.find('/').unwrap()].parse::<u16>().unwrap();
+        // Chromium names its DevTools port on stderr; a thread reads it (the rest of stderr is
+        // drained), so a Chromium that never says fails the test instead of hanging it.
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let (said, heard) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some(rest) = line
+                    .trim()
+                    .strip_prefix("DevTools listening on ws://127.0.0.1:")
+                    && let Some(port) = rest.split('/').next().and_then(|p| p.parse::<u16>().ok())
+                {
+                    let _ = said.send(port);
+                }
             }
+        });
+        let port = heard
+            .recv_timeout(LIMIT)
+            .expect("chromium named no DevTools port");
+        // Its first tab is listed a moment after the port opens.
+        let deadline = Instant::now() + LIMIT;
+        let page = loop {
+            let targets: Value = serde_json::from_str(&http_get(port, "/json/list")).unwrap();
+            if let Some(page) = targets
+                .as_array()
+                .and_then(|t| t.iter().find(|t| t["type"] == "page"))
+            {
+                break page.clone();
+            }
+            assert!(Instant::now() < deadline, "no page among {targets}");
+            std::thread::sleep(Duration::from_millis(20));
         };
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        let targets: Value = serde_json::from_str(&http_get(port, "/json/list")).unwrap();
-        let page = targets
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["type"] == "page")
-            .unwrap_or_else(|| panic!("no page among {targets}"));
         let (socket, _) =
             tungstenite::connect(page["webSocketDebuggerUrl"].as_str().unwrap()).unwrap();
+        if let MaybeTlsStream::Plain(tcp) = socket.get_ref() {
+            tcp.set_read_timeout(Some(LIMIT)).unwrap();
+        }
         let mut page = Page {
             chromium: child,
             socket,

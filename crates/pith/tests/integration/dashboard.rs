@@ -407,6 +407,11 @@ fn words_not_codes(dom: &str, stats: &Value) {
             said.push(format!("{n} {requests}: {phrase}"));
         }
         for (fact, n) in t["facts"].as_object().unwrap() {
+            // Every fact has words (a fact without them would show as `name=n`).
+            let has_words = words["facts"][stage]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|pair| pair[0] == fact.as_str()));
+            assert!(has_words, "no words for {stage}'s fact {fact}");
             codes.push(format!("{fact}={n}"));
         }
         for band in t["estimated_saved_tokens"]

@@ -249,6 +249,21 @@ pub trait Stage: Send + Sync {
     fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError>;
 }
 
+/// A stage's words.
+#[derive(Debug, Clone, Copy)]
+pub struct StageWords {
+    /// The stage's code: its name in the ledger.
+    pub stage: &'static str,
+    /// What the stage is called.
+    pub name: &'static str,
+    /// Its facts: the code, and a phrase with `{n}` where the number goes and `{s}` where a
+    /// plural's `s` goes (none for one). An empty phrase is
+    /// a fact shown another way (characters kept out are shown as the tokens they stand for).
+    pub facts: &'static [(&'static str, &'static str)],
+    /// Why it left requests unchanged: the code, and what follows "N requests: ".
+    pub reasons: &'static [(&'static str, &'static str)],
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

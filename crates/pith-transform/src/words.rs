@@ -1,25 +1,11 @@
 //! What people read for the codes a stage reports: its name, its facts and why it left a
 //! request unchanged. The codes stay what scripts read (the ledger, `pith stats --json`, the
 //! `pith-transforms` header); these words are what the dashboard and `pith stats` show. Each
-//! stage's words sit beside the codes they explain (`defer::WORDS`, `pins::WORDS`, ...);
-//! this module holds their shape and the list.
+//! stage's words sit beside the codes they explain (`defer::WORDS`, `pins::WORDS`, ...; their
+//! shape is [`StageWords`]); this module lists them.
 
 use crate::pipeline::REFUSED_BY_PROVIDER;
-
-/// A stage's words.
-#[derive(Debug, Clone, Copy)]
-pub struct StageWords {
-    /// The stage's code: its name in the ledger.
-    pub stage: &'static str,
-    /// What the stage is called.
-    pub name: &'static str,
-    /// Its facts: the code, and a phrase with `{n}` where the number goes and `{s}` where a
-    /// plural's `s` goes (none for one). An empty phrase is
-    /// a fact shown another way (characters kept out are shown as the tokens they stand for).
-    pub facts: &'static [(&'static str, &'static str)],
-    /// Why it left requests unchanged: the code, and what follows "N requests: ".
-    pub reasons: &'static [(&'static str, &'static str)],
-}
+pub use crate::stage::StageWords;
 
 /// Reasons the proxy gives for every stage of a request at once, whichever stage it is.
 pub const ANY_STAGE: &[(&str, &str)] = &[(

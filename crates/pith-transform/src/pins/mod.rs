@@ -66,7 +66,7 @@ pub mod reason {
 pub const ANSWERED_FACT: &str = "answered";
 
 /// What the stage, its facts and its reasons are called for people.
-pub const WORDS: crate::words::StageWords = crate::words::StageWords {
+pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
     stage: NAME,
     name: "pins",
     facts: &[

@@ -37,7 +37,7 @@ pub mod reason {
 }
 
 /// What the stage, its facts and its reasons are called for people.
-pub const WORDS: crate::words::StageWords = crate::words::StageWords {
+pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
     stage: NAME,
     name: "tool search restore",
     facts: &[("searches", "restored {n} hidden tool search result{s}")],

@@ -33,14 +33,12 @@ const MERGE_EVERY: Duration = Duration::from_secs(1);
 /// The SQLite backend: one connection to `<workspace>/.pith/brain.db`.
 pub struct SqliteBrain {
     conn: Connection,
-    /// How often this connection's writes may merge the index ([`MERGE_EVERY`]).
-    merge_every: Duration,
+    /// How often this connection's writes may merge the index ([`MERGE_EVERY`]); `None`: never.
+    merge_every: Option<Duration>,
     /// When this connection last merged the index.
     merged_at: Option<Instant>,
     /// Whether this connection changed the index since it last looked at its segments.
     unmerged: bool,
-    /// Whether this connection merges the index at all.
-    merges: bool,
 }
 
 impl SqliteBrain {
@@ -67,7 +65,7 @@ impl SqliteBrain {
     /// write lock longer than another hook waits for it); the next CLI or MCP write does.
     pub fn open_existing_waiting(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
         let mut brain = SqliteBrain::with(open_existing_waiting(path, MIGRATIONS, busy)?);
-        brain.merges = false;
+        brain.merge_every = None;
         Ok(brain)
     }
 
@@ -79,10 +77,9 @@ impl SqliteBrain {
     fn with(conn: Connection) -> SqliteBrain {
         SqliteBrain {
             conn,
-            merge_every: MERGE_EVERY,
+            merge_every: Some(MERGE_EVERY),
             merged_at: None,
             unmerged: false,
-            merges: true,
         }
     }
 
@@ -319,14 +316,11 @@ impl SqliteBrain {
     /// the index (11 ms for those 10,000 memories). A failure to merge leaves the index as it
     /// was, still correct, and is not the write's failure.
     fn merge_index(&mut self) {
-        if !self.merges {
+        let Some(every) = self.merge_every else {
             return;
-        }
+        };
         self.unmerged = true;
-        if self
-            .merged_at
-            .is_some_and(|at| at.elapsed() < self.merge_every)
-        {
+        if self.merged_at.is_some_and(|at| at.elapsed() < every) {
             return;
         }
         self.merge_index_now();
@@ -851,7 +845,7 @@ mod tests {
         let path = dir.path().join("brain.db");
         let mut b = SqliteBrain::open(&path).unwrap();
         // A burst: one merge in it at most (the first write's), so segments pile up...
-        b.merge_every = Duration::from_secs(3600);
+        b.merge_every = Some(Duration::from_secs(3600));
         for i in 0..60 {
             b.insert(&memory(&format!("m-{i}"), Kind::Note, "retry upstream", ""))
                 .unwrap();
@@ -897,7 +891,7 @@ mod tests {
     fn the_index_stays_in_few_segments_as_memories_are_saved_and_trashed() {
         let mut b = SqliteBrain::in_memory().unwrap();
         // Writes further apart than a burst's.
-        b.merge_every = Duration::ZERO;
+        b.merge_every = Some(Duration::ZERO);
         let mut most = 0;
         for i in 0..100 {
             let title = format!("retry the upstream {i}");

@@ -511,7 +511,7 @@ impl Words {
                 Some(
                     phrase
                         .replace("{n}", &n.to_string())
-                        .replace("{s}", if *n == 1 { "" } else { "s" }),
+                        .replace("{s}", plural_s(*n)),
                 )
             })
             .collect();
@@ -917,7 +917,12 @@ fn render_notes(out: &mut String, t: &Totals) {
 
 /// "1 request", "2 requests".
 fn requests(n: u64) -> String {
-    format!("{n} request{}", if n == 1 { "" } else { "s" })
+    format!("{n} request{}", plural_s(n))
+}
+
+/// The `s` of a plural: none for one.
+fn plural_s(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// What one transform stage did.

@@ -1,12 +1,12 @@
-//! A page in headless Chromium, driven over the DevTools protocol on loopback: JavaScript
-//! evaluated in it (awaiting its promises) measures what a person would see, and runs axe-core
-//! in it. Chromium is Debian's (`PITH_TEST_CHROMIUM`), axe-core the npm package
+//! A page in headless Chromium, driven over the DevTools protocol's WebSocket on loopback:
+//! JavaScript evaluated in it (awaiting its promises) measures what a person would see, and
+//! runs axe-core in it. Chromium is Debian's (`PITH_TEST_CHROMIUM`), axe-core the npm package
 //! (`PITH_TEST_AXE`), both installed by scripts/test.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{self, Message, WebSocket, stream::MaybeTlsStream};
@@ -40,7 +40,10 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// One page in its own headless Chromium, closed on drop.
 pub struct Page {
     chromium: Child,
+    /// The page's DevTools connection.
     socket: WebSocket<MaybeTlsStream<TcpStream>>,
+    /// The browser's, kept open with the page it made.
+    browser: Option<WebSocket<MaybeTlsStream<TcpStream>>>,
     next_id: u64,
     /// Events that arrived while a command's result was awaited.
     events: Vec<Value>,
@@ -66,49 +69,37 @@ impl Page {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Chromium names its DevTools port on stderr; a thread reads it (the rest of stderr is
-        // drained), so a Chromium that never says fails the test instead of hanging it.
+        // Chromium names its DevTools endpoint on stderr; a thread reads it (the rest of stderr
+        // is drained), so a Chromium that never says fails the test instead of hanging it.
         let stderr = BufReader::new(child.stderr.take().unwrap());
         let (said, heard) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
-                if let Some(rest) = line
-                    .trim()
-                    .strip_prefix("DevTools listening on ws://127.0.0.1:")
-                    && let Some(port) = rest.split('/').next().and_then(|p| p.parse::<u16>().ok())
-                {
-                    let _ = said.send(port);
+                if let Some(url) = line.trim().strip_prefix("DevTools listening on ") {
+                    let _ = said.send(url.to_owned());
                 }
             }
         });
-        let port = heard
+        let browser_url = heard
             .recv_timeout(LIMIT)
-            .expect("chromium named no DevTools port");
-        // Its first tab is listed a moment after the port opens.
-        let deadline = Instant::now() + LIMIT;
-        let page = loop {
-            let targets: Value = serde_json::from_str(&http_get(port, "/json/list")).unwrap();
-            if let Some(page) = targets
-                .as_array()
-                .and_then(|t| t.iter().find(|t| t["type"] == "page"))
-            {
-                break page.clone();
-            }
-            assert!(Instant::now() < deadline, "no page among {targets}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let (socket, _) =
-            tungstenite::connect(page["webSocketDebuggerUrl"].as_str().unwrap()).unwrap();
-        if let MaybeTlsStream::Plain(tcp) = socket.get_ref() {
-            tcp.set_read_timeout(Some(LIMIT)).unwrap();
-        }
+            .expect("chromium named no DevTools endpoint");
+        // The browser makes the page the test drives (its target exists once this answers, so
+        // nothing waits for a tab to be listed).
         let mut page = Page {
             chromium: child,
-            socket,
+            socket: connect(&browser_url),
+            browser: None,
             next_id: 0,
             events: Vec::new(),
             _profile: profile,
         };
+        let target = page.call("Target.createTarget", json!({"url": "about:blank"}));
+        let origin = &browser_url[..browser_url.find("/devtools/").unwrap()];
+        let page_url = format!(
+            "{origin}/devtools/page/{}",
+            target["targetId"].as_str().unwrap()
+        );
+        page.browser = Some(std::mem::replace(&mut page.socket, connect(&page_url)));
         // The window's size is not the viewport's below 500 px (headless Chromium's smallest
         // window): the viewport is set as a phone's or a laptop's.
         page.call(
@@ -228,31 +219,11 @@ impl Drop for Page {
     }
 }
 
-/// The body of `GET path` from the DevTools HTTP endpoint on `port` (HTTP/1.1: it answers
-/// nothing to 1.0, and keeps the connection open, so the body is read by its length).
-fn http_get(port: u16, path: &str) -> String {
-    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        &stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut reader = BufReader::new(stream);
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap();
-        }
+/// A DevTools WebSocket at `url`, its reads limited to [`LIMIT`].
+fn connect(url: &str) -> WebSocket<MaybeTlsStream<TcpStream>> {
+    let (socket, _) = tungstenite::connect(url).unwrap();
+    if let MaybeTlsStream::Plain(tcp) = socket.get_ref() {
+        tcp.set_read_timeout(Some(LIMIT)).unwrap();
     }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).unwrap();
-    String::from_utf8(body).unwrap()
+    socket
 }

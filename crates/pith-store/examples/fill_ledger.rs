@@ -1,8 +1,9 @@
 //! Writes a ledger of N synthetic requests (1,000 sessions, Claude Code-sized prompt
 //! fingerprints, the defer and pins stages' reports) for the dashboard's benchmark
-//! (`scripts/bench-dashboard`).
+//! (`scripts/bench-dashboard`); LONG of them (default 0) in one more session, `ses_long`,
+//! whose prompt the client changes at a tool every tenth request (a cache bust each time).
 //!
-//! `cargo run --release -p pith-store --example fill_ledger -- PATH [N]`
+//! `cargo run --release -p pith-store --example fill_ledger -- PATH [N [LONG]]`
 #![expect(clippy::print_stdout, reason = "a report printed for a person")]
 
 use std::path::PathBuf;
@@ -19,9 +20,16 @@ fn main() -> Result<(), String> {
         Some(v) => v.parse().map_err(|e| format!("N={v}: {e}"))?,
         None => 100_000,
     };
+    let long: usize = match args.next() {
+        Some(v) => v.parse().map_err(|e| format!("LONG={v}: {e}"))?,
+        None => 0,
+    };
+    if long > n {
+        return Err(format!("LONG={long} is more than N={n}"));
+    }
     let mut ledger = Ledger::open(&path).map_err(|e| e.to_string())?;
     let sessions = 1_000;
-    let per_session = n.div_ceil(sessions);
+    let per_session = (n - long).div_ceil(sessions);
     let mut batch = Vec::with_capacity(1_000);
     let mut written = 0;
     'outer: for turn in 0..per_session {
@@ -37,6 +45,11 @@ fn main() -> Result<(), String> {
                 breakpoints: vec![(segments.len() - 1) as u32],
                 segments,
                 automatic: false,
+                layout: Some(pith_wire::fingerprint::Layout {
+                    tools_at: 1,
+                    system_at: 15,
+                    conversation_at: 18,
+                }),
             };
             batch.push(Row {
                 ts_ms: 1_790_000_000_000 + (turn * sessions + s) as i64 * 1_000,
@@ -109,6 +122,40 @@ fn main() -> Result<(), String> {
                 batch.clear();
             }
         }
+    }
+    ledger.insert(&batch).map_err(|e| e.to_string())?;
+    batch.clear();
+    // The long session, after the others: a prompt that grows, its tool 5 changed by the
+    // client every tenth request.
+    let template = ledger
+        .rows_after(0, 1)
+        .map_err(|e| e.to_string())?
+        .pop()
+        .map(|(_, row)| row);
+    for turn in 0..long {
+        let Some(mut row) = template.clone() else {
+            break;
+        };
+        let mut segments: Vec<u64> = (0..(18 + 2 * turn as u64)).collect();
+        segments[5] = (turn / 10) as u64 + 1_000;
+        row.session = Some("ses_long".into());
+        row.ts_ms = 1_800_000_000_000 + turn as i64 * 1_000;
+        row.arrival_us = Some(row.ts_ms * 1_000);
+        row.fingerprint = Some(
+            Fingerprint {
+                breakpoints: vec![(segments.len() - 1) as u32],
+                segments,
+                automatic: false,
+                layout: Some(pith_wire::fingerprint::Layout {
+                    tools_at: 1,
+                    system_at: 15,
+                    conversation_at: 18,
+                }),
+            }
+            .to_bytes(),
+        );
+        batch.push(row);
+        written += 1;
     }
     ledger.insert(&batch).map_err(|e| e.to_string())?;
     println!("{written} requests in {}", path.display());

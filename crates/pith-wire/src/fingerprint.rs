@@ -34,6 +34,78 @@ pub struct Fingerprint {
     /// Whether the provider caches automatically up to the end of the prompt (OpenAI) rather
     /// than up to explicit breakpoints (Anthropic).
     pub automatic: bool,
+    /// Where the tools, the system prompt and the conversation start among the segments, so a
+    /// segment can be named in words ([`Fingerprint::segment`]); `None` in a fingerprint stored
+    /// before it was kept.
+    pub layout: Option<Layout>,
+}
+
+/// The first segment of each part of a prompt after the model (and Responses' instructions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Layout {
+    /// The first tool's segment.
+    pub tools_at: u32,
+    /// The first system block's segment (Anthropic; elsewhere the same as `conversation_at`).
+    pub system_at: u32,
+    /// The first segment of the conversation (Anthropic's message content blocks, Chat's
+    /// messages, Responses' input items).
+    pub conversation_at: u32,
+}
+
+/// The part of a prompt a segment belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Segment 0.
+    Model,
+    /// Responses' `instructions`, segment 1.
+    Instructions,
+    /// One tool definition.
+    Tool,
+    /// One block of Anthropic's `system`.
+    System,
+    /// One segment of the conversation.
+    Conversation,
+}
+
+impl Part {
+    /// Its name in the ledger's JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::Model => "model",
+            Part::Instructions => "instructions",
+            Part::Tool => "tool",
+            Part::System => "system",
+            Part::Conversation => "conversation",
+        }
+    }
+}
+
+/// One segment named: its part, and its place in that part (from 1) of how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// The part.
+    pub part: Part,
+    /// Its place in the part, from 1.
+    pub index: usize,
+    /// The part's segments.
+    pub of: usize,
+}
+
+impl Segment {
+    /// The segment in words, as `wire` calls the part ("tool 3 of 40", "conversation block 7 of
+    /// 12" on Anthropic's Messages, where each content block is a segment).
+    pub fn words(&self, wire: Wire) -> String {
+        let item = match (self.part, wire) {
+            (Part::Model, _) => return "the model".to_owned(),
+            (Part::Instructions, _) => return "the instructions".to_owned(),
+            (Part::Tool, _) => "tool definition",
+            (Part::System, _) => "system prompt block",
+            (Part::Conversation, Wire::AnthropicMessages) => "conversation block",
+            (Part::Conversation, Wire::ChatCompletions) => "message",
+            (Part::Conversation, Wire::Responses) => "input item",
+        };
+        format!("{item} {} of {}", self.index, self.of)
+    }
 }
 
 /// A prompt-cache bust: the next request's prompt differs from the previous one's at
@@ -238,12 +310,20 @@ impl Fingerprint {
         if wire == Wire::Responses {
             fp.push(head.instructions.unwrap_or("null"))?;
         }
+        let here = |fp: &Fingerprint| u32::try_from(fp.segments.len()).ok();
+        let tools_at = here(&fp)?;
         for tool in &head.tools {
             fp.push(tool.get())?;
         }
+        let system_at = here(&fp)?;
         if let (Wire::AnthropicMessages, Some(system)) = (wire, head.system) {
             fp.push_content(system, "system")?;
         }
+        fp.layout = Some(Layout {
+            tools_at,
+            system_at,
+            conversation_at: here(&fp)?,
+        });
         Some(fp)
     }
 
@@ -326,6 +406,39 @@ impl Fingerprint {
             .unwrap_or_else(|| self.segments.len().min(next.segments.len()))
     }
 
+    /// Segment `at` named by its part (`None` when this fingerprint keeps no layout, or has no
+    /// such segment).
+    pub fn segment(&self, at: usize) -> Option<Segment> {
+        let layout = self.layout?;
+        if at >= self.segments.len() {
+            return None;
+        }
+        let [tools, system, conversation] =
+            [layout.tools_at, layout.system_at, layout.conversation_at].map(|b| b as usize);
+        let (part, first, end) = if at < tools {
+            (
+                if at == 0 {
+                    Part::Model
+                } else {
+                    Part::Instructions
+                },
+                at,
+                at + 1,
+            )
+        } else if at < system {
+            (Part::Tool, tools, system)
+        } else if at < conversation {
+            (Part::System, system, conversation)
+        } else {
+            (Part::Conversation, conversation, self.segments.len())
+        };
+        Some(Segment {
+            part,
+            index: at - first + 1,
+            of: end - first,
+        })
+    }
+
     /// Whether `next`, sent after `self` in one session, misses the cache `self` left.
     pub fn bust(&self, next: &Fingerprint) -> Option<Bust> {
         let cached_through = self.cached_through()?;
@@ -334,9 +447,10 @@ impl Fingerprint {
     }
 
     /// The fingerprint as bytes, to store: segments (8 bytes each, little endian), then the
-    /// breakpoints (4 bytes each), then one flag byte; preceded by the two counts.
+    /// breakpoints (4 bytes each), then the layout when there is one (3 times 4 bytes), then
+    /// one flag byte; preceded by the two counts.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(9 + self.segments.len() * 8 + self.breakpoints.len() * 4);
+        let mut out = Vec::with_capacity(21 + self.segments.len() * 8 + self.breakpoints.len() * 4);
         out.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.breakpoints.len() as u32).to_le_bytes());
         for s in &self.segments {
@@ -345,7 +459,14 @@ impl Fingerprint {
         for b in &self.breakpoints {
             out.extend_from_slice(&b.to_le_bytes());
         }
-        out.push(u8::from(self.automatic) | FORMAT_STRUCTURE | FORMAT_WORDS);
+        let mut flags = u8::from(self.automatic) | FORMAT_STRUCTURE | FORMAT_WORDS;
+        if let Some(l) = self.layout {
+            for at in [l.tools_at, l.system_at, l.conversation_at] {
+                out.extend_from_slice(&at.to_le_bytes());
+            }
+            flags |= FORMAT_LAYOUT;
+        }
+        out.push(flags);
         out
     }
 
@@ -356,10 +477,12 @@ impl Fingerprint {
             usize::try_from(u32::from_le_bytes(b)).ok()
         };
         let (n, m) = (count(0)?, count(4)?);
+        let flags = *bytes.last()?;
+        let layout_bytes = if flags & FORMAT_LAYOUT != 0 { 12 } else { 0 };
         let expected = 8usize
             .checked_add(n.checked_mul(8)?)?
             .checked_add(m.checked_mul(4)?)?;
-        if bytes.len() != expected + 1 {
+        if bytes.len() != expected + layout_bytes + 1 {
             return None;
         }
         let mut fp = Fingerprint::default();
@@ -372,7 +495,14 @@ impl Fingerprint {
             let b: [u8; 4] = bytes.get(base + i * 4..base + 4 + i * 4)?.try_into().ok()?;
             fp.breakpoints.push(u32::from_le_bytes(b));
         }
-        let flags = *bytes.last()?;
+        if layout_bytes > 0 {
+            let at = |i: usize| -> Option<u32> { count(expected + i * 4)?.try_into().ok() };
+            fp.layout = Some(Layout {
+                tools_at: at(0)?,
+                system_at: at(1)?,
+                conversation_at: at(2)?,
+            });
+        }
         if flags & (FORMAT_STRUCTURE | FORMAT_WORDS) != FORMAT_STRUCTURE | FORMAT_WORDS {
             // Hashed another way (before `Structure`, or a byte a step): not comparable with
             // today's.
@@ -390,6 +520,11 @@ const FORMAT_STRUCTURE: u8 = 2;
 /// alone hashed a byte a step: it reads as none (the first request of each session after the
 /// upgrade is not compared with the one before it).
 const FORMAT_WORDS: u8 = 4;
+/// ... and this one that a [`Layout`] follows the breakpoints. The hashes are the same with or
+/// without it: fingerprints stored before it compare with today's (their segments are not named).
+/// A pith from before it reads one stored with it as none (after a downgrade, the first request
+/// of each session is not compared with the one before it).
+const FORMAT_LAYOUT: u8 = 8;
 
 /// A segment's hash with its own `cache_control` member left out, and whether it had a non-null
 /// one (a breakpoint); `None` when it is not JSON.
@@ -737,5 +872,105 @@ mod tests {
             assert_eq!(Fingerprint::from_bytes(&older), None);
         }
         assert_eq!(Fingerprint::of(Wire::AnthropicMessages, b"not json"), None);
+    }
+
+    /// The layout is kept with the hashes, and a fingerprint stored before it (no layout, no
+    /// layout flag) still reads and compares: only its segments go unnamed.
+    #[test]
+    fn the_layout_round_trips_and_one_stored_without_it_still_compares() {
+        let f = fp(&turn(
+            json!([{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}}]}]),
+            json!([{"name": "a"}, {"name": "b"}]),
+        ));
+        assert_eq!(
+            f.layout,
+            Some(Layout {
+                tools_at: 1,
+                system_at: 3,
+                conversation_at: 4
+            })
+        );
+        assert_eq!(Fingerprint::from_bytes(&f.to_bytes()), Some(f.clone()));
+        let without = Fingerprint {
+            layout: None,
+            ..f.clone()
+        };
+        let stored = without.to_bytes();
+        assert_eq!(stored.len() + 12, f.to_bytes().len());
+        let read = Fingerprint::from_bytes(&stored).unwrap();
+        assert_eq!(read, without);
+        assert_eq!(read.segment(1), None, "no layout, no names");
+        assert_eq!(
+            read.first_difference(&f),
+            f.segments.len(),
+            "the same hashes"
+        );
+        // A layout flag with its bytes missing is garbage.
+        let mut torn = stored;
+        if let Some(flags) = torn.last_mut() {
+            *flags |= FORMAT_LAYOUT;
+        }
+        assert_eq!(Fingerprint::from_bytes(&torn), None);
+    }
+
+    /// Each wire's parts, named as the provider's request calls them.
+    #[test]
+    fn a_segment_is_named_by_its_part_on_each_wire() {
+        let named = |wire: Wire, body: Value, at: usize| {
+            let f = Fingerprint::of(wire, body.to_string().as_bytes()).unwrap();
+            let of_parsed = Fingerprint::of_parsed(
+                wire,
+                body.to_string().as_bytes(),
+                body.get(if wire == Wire::Responses {
+                    "input"
+                } else {
+                    "messages"
+                }),
+            )
+            .unwrap();
+            assert_eq!(f.layout, of_parsed.layout, "both ways agree");
+            f.segment(at).map(|s| s.words(wire))
+        };
+        let anthropic = json!({"model": "m", "tools": [{"name": "a"}, {"name": "b"}],
+            "system": [{"type": "text", "text": "s1"}, {"type": "text", "text": "s2"}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "q"},
+                                                       {"type": "text", "text": "r"}]}]});
+        let words: Vec<_> = (0..8)
+            .map(|at| named(Wire::AnthropicMessages, anthropic.clone(), at))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                Some("the model"),
+                Some("tool definition 1 of 2"),
+                Some("tool definition 2 of 2"),
+                Some("system prompt block 1 of 2"),
+                Some("system prompt block 2 of 2"),
+                Some("conversation block 1 of 2"),
+                Some("conversation block 2 of 2"),
+                None,
+            ]
+            .map(|w| w.map(str::to_owned))
+        );
+        let chat = json!({"model": "m", "tools": [{"type": "function"}],
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]});
+        assert_eq!(
+            named(Wire::ChatCompletions, chat.clone(), 1).as_deref(),
+            Some("tool definition 1 of 1")
+        );
+        assert_eq!(
+            named(Wire::ChatCompletions, chat, 3).as_deref(),
+            Some("message 2 of 2")
+        );
+        let responses = json!({"model": "m", "instructions": "be brief", "tools": [],
+            "input": [{"role": "user", "content": "q"}]});
+        assert_eq!(
+            named(Wire::Responses, responses.clone(), 1).as_deref(),
+            Some("the instructions")
+        );
+        assert_eq!(
+            named(Wire::Responses, responses, 2).as_deref(),
+            Some("input item 1 of 1")
+        );
     }
 }

@@ -49,6 +49,17 @@ impl Wire {
         }
     }
 
+    /// The wire [`Wire::as_str`] names (a ledger row's `wire`).
+    pub fn named(name: &str) -> Option<Wire> {
+        [
+            Wire::AnthropicMessages,
+            Wire::ChatCompletions,
+            Wire::Responses,
+        ]
+        .into_iter()
+        .find(|w| w.as_str() == name)
+    }
+
     /// Stable name used in the ledger and in `pith stats`.
     pub fn as_str(self) -> &'static str {
         match self {

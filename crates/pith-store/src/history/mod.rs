@@ -134,6 +134,22 @@ pub struct Message {
     pub ts_ms: i64,
 }
 
+/// One message of a request's turn, with its text (`History::turn`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnMessage {
+    /// Its place in the conversation, from 0.
+    pub position: u64,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Typed by a person.
+    pub real_user: bool,
+    /// Its text as kept (tool calls and results included; bounded as the index keeps it).
+    pub text: String,
+    /// When it was said.
+    pub ts_ms: i64,
+}
+
 /// One candidate of a selection.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -513,6 +529,38 @@ impl History {
             },
         )?;
         Ok(Some((conversation, messages)))
+    }
+
+    /// What one proxied request added to its session's conversation: the messages it was the
+    /// first to carry (said at `ts_ms`, when it arrived) and its reply (at `reply_ms`), in
+    /// order. Empty when the history holds none of it: not recorded, in the trash, purged, or
+    /// a request that added nothing new (a retry, a side call).
+    pub fn turn(
+        &self,
+        account: &str,
+        client: &str,
+        session_id: &str,
+        ts_ms: i64,
+        reply_ms: i64,
+    ) -> Result<Vec<TurnMessage>, StoreError> {
+        let id = conversation_id(account, Source::Proxy, client, session_id);
+        self.db.rows(
+            "SELECT m.position, m.role, m.real_user, m.body, m.ts_ms FROM messages m
+             JOIN conversations c ON c.id = m.conversation_id
+             WHERE m.conversation_id = ?1 AND c.trashed_ms IS NULL
+                AND (m.ts_ms = ?2 OR m.ts_ms = ?3)
+             ORDER BY m.position",
+            values![&id, ts_ms, reply_ms],
+            |r| {
+                Ok(TurnMessage {
+                    position: r.count(0)?,
+                    role: r.text(1)?,
+                    real_user: r.int(2)? != 0,
+                    text: r.text(3)?,
+                    ts_ms: r.int(4)?,
+                })
+            },
+        )
     }
 
     /// Select candidates with `filter` (and `agent_type`, when given) among the account's

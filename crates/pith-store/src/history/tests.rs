@@ -639,3 +639,79 @@ fn two_machines_recording_one_session_ship_one_conversation() {
     let (conversation, _) = team.show("alice", &id).unwrap().unwrap();
     assert_eq!(conversation.messages, 4);
 }
+
+/// A request's turn: the messages it was the first to carry and its reply, by the times the
+/// proxy gave them; nothing of another session's, and nothing once the conversation is in the
+/// trash.
+#[test]
+fn a_requests_turn_is_what_it_added_and_its_reply() {
+    each_backend(|mut h| {
+        let at = |ms: i64, role: &str, text: &str| NewMessage {
+            ts_ms: ms,
+            ..message(role, text)
+        };
+        let turn = |session: &str, ts: i64, messages: Vec<NewMessage>, reply: NewMessage| Turn {
+            ts_ms: ts,
+            reply: Some(reply),
+            ..proxy_turn("local", session, messages, "")
+        };
+        let first = at(NOW, "user", "fix <b>calc</b>");
+        h.record(&[
+            turn(
+                "s",
+                NOW,
+                vec![first.clone()],
+                at(NOW + 500, "assistant", "a1"),
+            ),
+            turn(
+                "s",
+                NOW + 1_000,
+                vec![
+                    at(NOW + 1_000, "user", "fix <b>calc</b>"),
+                    at(NOW + 1_000, "assistant", "a1"),
+                    at(NOW + 1_000, "user", "and the tests"),
+                ],
+                at(NOW + 1_700, "assistant", "a2"),
+            ),
+            turn(
+                "other",
+                NOW + 1_000,
+                vec![],
+                at(NOW + 1_700, "assistant", "x"),
+            ),
+        ])
+        .unwrap();
+        let texts = |h: &History, ts: i64, reply: i64, session: &str| {
+            h.turn("local", "claude-code", session, ts, reply)
+                .unwrap()
+                .into_iter()
+                .map(|m| (m.position, m.role, m.text))
+                .collect::<Vec<(u64, String, String)>>()
+        };
+        assert_eq!(
+            texts(&h, NOW, NOW + 500, "s"),
+            [
+                (0, "user".into(), "fix <b>calc</b>".into()),
+                (1, "assistant".into(), "a1".into())
+            ]
+        );
+        assert_eq!(
+            texts(&h, NOW + 1_000, NOW + 1_700, "s"),
+            [
+                (2, "user".into(), "and the tests".into()),
+                (3, "assistant".into(), "a2".into())
+            ]
+        );
+        assert!(
+            h.turn("bob", "claude-code", "s", NOW, NOW + 500)
+                .unwrap()
+                .is_empty()
+        );
+        // The other session's one reply is a single-assistant conversation: trash it.
+        assert_eq!(texts(&h, NOW + 1_000, NOW + 1_700, "other").len(), 1);
+        let found = find(&h, "local", Filter::SingleAssistant, false);
+        h.delete(&key(), "local", &found.filter_token, None, NOW + 2)
+            .unwrap();
+        assert!(texts(&h, NOW + 1_000, NOW + 1_700, "other").is_empty());
+    });
+}

@@ -5,6 +5,7 @@ mod model;
 mod query;
 mod readers;
 mod schema;
+mod session;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -12,6 +13,9 @@ mod write;
 pub use model::*;
 pub use readers::Readers;
 use schema::MIGRATIONS;
+pub use session::{
+    SESSION_REQUESTS_MAX, SavingEntry, SessionBust, SessionRequest, SessionRequests, StageEntry,
+};
 pub use write::WriteBatch;
 
 use std::collections::{BTreeMap, HashMap};

@@ -416,6 +416,8 @@ pub struct CacheBusts {
 /// One bust.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Bust {
+    /// The busting request's row id (`/pith/api/request?id=`).
+    pub id: i64,
     /// Its session.
     pub session: String,
     /// Its model.
@@ -428,4 +430,9 @@ pub struct Bust {
     pub cached_through: u64,
     /// `pith` or `client`.
     pub cause: String,
+    /// The segment in words ("tool definition 3 of 40"), when the busting request's
+    /// fingerprint keeps its layout.
+    pub segment_words: Option<String>,
+    /// The stage charged for it, when pith caused it.
+    pub stage: Option<String>,
 }

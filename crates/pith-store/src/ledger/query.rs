@@ -15,6 +15,58 @@ fn time_bucket(r: &rusqlite::Row<'_>) -> rusqlite::Result<TimeBucket> {
     })
 }
 
+/// The request's own columns [`recent_row`] reads, of `requests r` (a macro, to be `concat!`ed).
+macro_rules! recent_own_columns {
+    () => {
+        "r.id, r.ts_ms, r.client, r.session, r.wire, r.model, r.path, r.status, r.outcome,
+         r.input_tokens, r.output_tokens, r.cache_write_tokens, r.cache_read_tokens, r.ttfb_ms,
+         r.total_ms, r.tools_bytes, r.system_bytes, r.messages_bytes, r.other_bytes"
+    };
+}
+
+/// The columns [`recent_row`] reads, of `requests r`: the request's own, then the stages that
+/// changed it.
+pub(super) const RECENT_COLUMNS: &str = concat!(
+    recent_own_columns!(),
+    ", (SELECT group_concat(t.stage, ',') FROM transform_results t
+       WHERE t.request_id = r.id AND t.result = 'applied')"
+);
+
+/// [`RECENT_COLUMNS`] with `NULL` for the stages, for a caller that reads them otherwise.
+pub(super) const RECENT_WITHOUT_STAGES: &str = concat!(recent_own_columns!(), ", NULL");
+
+/// A request as a live view shows it, from [`RECENT_COLUMNS`].
+pub(super) fn recent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Recent> {
+    let n = |i: usize| -> rusqlite::Result<u64> {
+        Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
+    };
+    let transforms: Option<String> = r.get(19)?;
+    Ok(Recent {
+        id: r.get(0)?,
+        ts_ms: r.get(1)?,
+        client: r.get(2)?,
+        session: r.get(3)?,
+        wire: r.get(4)?,
+        model: r.get(5)?,
+        path: r.get(6)?,
+        status: r.get(7)?,
+        outcome: r.get(8)?,
+        input_tokens: n(9)?,
+        output_tokens: n(10)?,
+        cache_write_tokens: n(11)?,
+        cache_read_tokens: n(12)?,
+        ttfb_ms: r.get(13)?,
+        total_ms: r.get(14)?,
+        tools_bytes: n(15)?,
+        system_bytes: n(16)?,
+        messages_bytes: n(17)?,
+        other_bytes: n(18)?,
+        transforms: transforms
+            .map(|t| t.split(',').map(str::to_owned).collect())
+            .unwrap_or_default(),
+    })
+}
+
 fn group_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Group> {
     Ok(Group {
         session: r.get(0)?,
@@ -255,22 +307,35 @@ impl Ledger {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })?;
         let list = format!(
-            "SELECT session, model, ts_ms, bust_at, bust_cached_through, bust_cause FROM requests
-             WHERE bust_cause IS NOT NULL AND {FILTERED} ORDER BY id DESC LIMIT 100"
+            "SELECT session, model, ts_ms, bust_at, bust_cached_through, bust_cause, id, wire
+             FROM requests WHERE bust_cause IS NOT NULL AND {FILTERED} ORDER BY id DESC LIMIT 100"
         );
         let mut stmt = self.conn.prepare_cached(&list)?;
-        let busts = stmt
+        let mut busts = stmt
             .query_map(params![filter.since_ms, filter.session], |r| {
-                Ok(Bust {
-                    session: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                    model: r.get(1)?,
-                    ts_ms: r.get(2)?,
-                    segment: to_u64(r.get(3)?),
-                    cached_through: to_u64(r.get(4)?),
-                    cause: r.get(5)?,
-                })
+                Ok((
+                    Bust {
+                        session: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                        model: r.get(1)?,
+                        ts_ms: r.get(2)?,
+                        segment: to_u64(r.get(3)?),
+                        cached_through: to_u64(r.get(4)?),
+                        cause: r.get(5)?,
+                        id: r.get(6)?,
+                        segment_words: None,
+                        stage: None,
+                    },
+                    r.get::<_, Option<String>>(7)?,
+                ))
             })?
             .collect::<Result<Vec<_>, _>>()?;
+        for (bust, wire) in &mut busts {
+            bust.segment_words = self
+                .bust_segment(bust.id, wire.as_deref(), bust.segment)?
+                .map(|(_, words)| words);
+            bust.stage = self.bust_stage(bust.id)?;
+        }
+        let busts = busts.into_iter().map(|(bust, _)| bust).collect();
         Ok(CacheBusts {
             pairs: to_u64(pairs),
             by_pith: to_u64(by_pith),
@@ -429,46 +494,12 @@ impl Ledger {
     /// The newest requests, newest first, at most `limit`, only those after `after_id` when
     /// given (a live view polls with the last id it has).
     pub fn recent(&self, limit: usize, after_id: Option<i64>) -> Result<Vec<Recent>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT r.id, r.ts_ms, r.client, r.session, r.wire, r.model, r.path, r.status,
-                    r.outcome, r.input_tokens, r.output_tokens, r.cache_write_tokens,
-                    r.cache_read_tokens, r.ttfb_ms, r.total_ms, r.tools_bytes, r.system_bytes,
-                    r.messages_bytes, r.other_bytes,
-                    (SELECT group_concat(t.stage, ',') FROM transform_results t
-                     WHERE t.request_id = r.id AND t.result = 'applied')
-             FROM requests r WHERE (?1 IS NULL OR r.id > ?1) ORDER BY r.id DESC LIMIT ?2",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RECENT_COLUMNS} FROM requests r WHERE (?1 IS NULL OR r.id > ?1)
+             ORDER BY r.id DESC LIMIT ?2"
+        ))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt.query_map(params![after_id, limit], |r| {
-            let n = |i: usize| -> rusqlite::Result<u64> {
-                Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
-            };
-            let transforms: Option<String> = r.get(19)?;
-            Ok(Recent {
-                id: r.get(0)?,
-                ts_ms: r.get(1)?,
-                client: r.get(2)?,
-                session: r.get(3)?,
-                wire: r.get(4)?,
-                model: r.get(5)?,
-                path: r.get(6)?,
-                status: r.get(7)?,
-                outcome: r.get(8)?,
-                input_tokens: n(9)?,
-                output_tokens: n(10)?,
-                cache_write_tokens: n(11)?,
-                cache_read_tokens: n(12)?,
-                ttfb_ms: r.get(13)?,
-                total_ms: r.get(14)?,
-                tools_bytes: n(15)?,
-                system_bytes: n(16)?,
-                messages_bytes: n(17)?,
-                other_bytes: n(18)?,
-                transforms: transforms
-                    .map(|t| t.split(',').map(str::to_owned).collect())
-                    .unwrap_or_default(),
-            })
-        })?;
+        let rows = stmt.query_map(params![after_id, limit], recent_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -664,7 +695,7 @@ impl Ledger {
 
     /// The transform entries of the requests with ids in `(after, last]`, stages in the order
     /// they were written.
-    fn transforms_by_request(
+    pub(super) fn transforms_by_request(
         &self,
         after: i64,
         last: i64,

@@ -275,8 +275,18 @@ fn cached_through_last(segments: &[u64]) -> Vec<u8> {
         segments: segments.to_vec(),
         breakpoints: vec![(segments.len() - 1) as u32],
         automatic: false,
+        layout: None,
     }
     .to_bytes()
+}
+
+/// `busts` with each bust's row id cleared: ledgers written in another order number their rows
+/// otherwise.
+fn without_ids(mut busts: CacheBusts) -> CacheBusts {
+    for b in &mut busts.busts {
+        b.id = 0;
+    }
+    busts
 }
 
 #[test]
@@ -308,9 +318,12 @@ fn busts_pair_in_arrival_order_whatever_the_write_order() {
         since_ms: Some(0),
         ..Filter::default()
     };
-    let expected = in_order.cache_busts(&all).unwrap();
+    let expected = without_ids(in_order.cache_busts(&all).unwrap());
     assert_eq!((expected.pairs, expected.by_client), (2, 1));
-    assert_eq!(out_of_order.cache_busts(&all).unwrap(), expected);
+    assert_eq!(
+        without_ids(out_of_order.cache_busts(&all).unwrap()),
+        expected
+    );
     assert_eq!(
         out_of_order.groups(&all).unwrap(),
         out_of_order.groups(&scanned).unwrap()
@@ -605,7 +618,7 @@ fn derivations_written_after_their_rows_equal_rows_written_whole() {
             .collect();
         savings.sort();
         (
-            l.cache_busts(&all).unwrap(),
+            without_ids(l.cache_busts(&all).unwrap()),
             l.groups(&all).unwrap(),
             savings,
         )
@@ -648,4 +661,126 @@ fn derivations_written_after_their_rows_equal_rows_written_whole() {
             "order {order:?}"
         );
     }
+}
+
+/// A session's page: its requests in arrival order (whatever the write order), none of
+/// another session's, each with every stage's entry and its savings, and a bust pith caused
+/// with the segment named from the busting request's layout and the stage charged for it.
+#[test]
+fn a_sessions_requests_come_in_arrival_order_with_the_bust_named() {
+    use pith_wire::Wire;
+    use pith_wire::fingerprint::Fingerprint;
+    let body = |tools: serde_json::Value, text: &str| {
+        serde_json::json!({"model": "m", "tools": tools,
+            "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": text}]})
+        .to_string()
+    };
+    let fp = |b: &str| {
+        Fingerprint::of(Wire::AnthropicMessages, b.as_bytes())
+            .unwrap()
+            .to_bytes()
+    };
+    let tools = serde_json::json!([{"name": "a"}, {"name": "b"}]);
+    let row = |session: &str, arrival: i64, sent: &str, client: Option<&str>| Row {
+        ts_ms: arrival / 1000,
+        arrival_us: Some(arrival),
+        session: Some(session.into()),
+        model: Some("m".into()),
+        wire: Some("anthropic".into()),
+        method: "POST".into(),
+        path: "/v1/messages".into(),
+        fingerprint: Some(fp(sent)),
+        client_fingerprint: client.map(fp),
+        usage: Some(RowUsage {
+            input: 10,
+            cache_read: 100,
+            cache_write: 50,
+            ..RowUsage::default()
+        }),
+        transforms: if client.is_some() {
+            vec![applied("defer", &[("tools", "count", 1)])]
+        } else {
+            vec![Transform {
+                stage: "defer".into(),
+                result: TransformResult::Unchanged("too_little_to_defer".into()),
+            }]
+        },
+        ..Row::default()
+    };
+    let first = body(tools.clone(), "q");
+    // The client sent the same tools again; pith sent the second one changed.
+    let client = body(tools.clone(), "q");
+    let sent = body(serde_json::json!([{"name": "a"}, {"name": "b2"}]), "q");
+    let (a, other, b) = (
+        row("s", 1_000, &first, None),
+        row("t", 1_500, &first, None),
+        row("s", 2_000, &sent, Some(&client)),
+    );
+    let mut l = Ledger::open_in_memory().unwrap();
+    l.insert(std::slice::from_ref(&b)).unwrap();
+    l.insert(&[other, a]).unwrap();
+    let page = l.session_requests("s", 100).unwrap().unwrap();
+    assert_eq!(page.total, 2);
+    let arrivals: Vec<_> = page.requests.iter().map(|r| r.arrival_us).collect();
+    assert_eq!(arrivals, [Some(1_000), Some(2_000)], "arrival order");
+    let (first, second) = (&page.requests[0], &page.requests[1]);
+    assert!(first.bust.is_none());
+    assert_eq!(
+        first.stages,
+        [StageEntry {
+            stage: "defer".into(),
+            result: "unchanged".into(),
+            facts: Vec::new(),
+            detail: Some("too_little_to_defer".into()),
+        }]
+    );
+    assert!(second.compared);
+    assert_eq!(second.stages[0].facts, [("tools".to_owned(), 1)]);
+    assert_eq!(second.request.transforms, ["defer"]);
+    let bust = second.bust.as_ref().unwrap();
+    assert_eq!((bust.cause.as_str(), bust.segment), ("pith", 2));
+    assert_eq!(bust.part.as_deref(), Some("tool"));
+    assert_eq!(bust.part_words.as_deref(), Some("tool definition 2 of 2"));
+    assert_eq!(bust.stage.as_deref(), Some("defer"));
+    assert!(
+        second
+            .savings
+            .iter()
+            .any(|s| s.stage == "bust:defer" && s.tokens < 0),
+        "the bust's charge is listed: {:?}",
+        second.savings
+    );
+    // One request alone reads the same; a session or id the ledger lacks is none.
+    assert_eq!(
+        l.session_request(second.request.id).unwrap().as_ref(),
+        Some(second)
+    );
+    assert_eq!(l.session_request(9_999).unwrap(), None);
+    // The report's list of busts names them the same way.
+    let listed = l.cache_busts(&Filter::default()).unwrap().busts;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].id,
+            listed[0].segment_words.as_deref(),
+            listed[0].stage.as_deref()
+        ),
+        (
+            second.request.id,
+            Some("tool definition 2 of 2"),
+            Some("defer")
+        )
+    );
+    assert_eq!(l.session_requests("nope", 100).unwrap(), None);
+    // A limit keeps the newest, still oldest first.
+    let newest = l.session_requests("s", 1).unwrap().unwrap();
+    assert_eq!(
+        (
+            newest.total,
+            newest.requests.len(),
+            newest.requests[0].arrival_us
+        ),
+        (2, 1, Some(2_000))
+    );
 }

@@ -55,6 +55,7 @@ fn totals_kept_on_write_equal_a_scan_of_the_rows_on(backend: Backend) {
             segments: (0..(3 + i % 4)).map(|k| k * (1 + (i / 10) % 3)).collect(),
             breakpoints: vec![1],
             automatic: false,
+            layout: None,
         };
         rows.push(Row {
             ts_ms: 1_000 + (i as i64 * 7919) % 1000,
@@ -204,6 +205,7 @@ fn a_bust_is_decided_when_its_row_is_written_on(backend: Backend) {
             segments: segments.to_vec(),
             breakpoints: vec![(segments.len() - 1) as u32],
             automatic: false,
+            layout: None,
         }
         .to_bytes()
     };

@@ -1008,10 +1008,18 @@ fn render_tail(out: &mut String, r: &Report) {
         b.by_client
     ));
     for bust in b.busts.iter().filter(|b| b.cause == "pith") {
+        let by = bust
+            .stage
+            .as_deref()
+            .map(|s| format!(" ({})", r.words.stage(s)))
+            .unwrap_or_default();
+        let at = bust
+            .segment_words
+            .clone()
+            .unwrap_or_else(|| format!("prompt segment {}", bust.segment));
         out.push_str(&format!(
-            "  by pith: session {} at prompt segment {} (cached through {})\n",
+            "  by pith{by}: session {}, {at} changed (cached through segment {})\n",
             shown(&bust.session, NAME_CHARS),
-            bust.segment,
             bust.cached_through
         ));
     }

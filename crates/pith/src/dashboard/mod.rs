@@ -19,6 +19,7 @@ use crate::commands::stats;
 use crate::prices::Prices;
 use crate::team::TeamInfo;
 
+mod session;
 mod timeline;
 
 const PAGE: &str = include_str!("page.html");
@@ -26,6 +27,8 @@ const PAGE: &str = include_str!("page.html");
 /// The pages, over the ledger the proxy writes (or, in team mode, the team's).
 pub struct Dashboard {
     ledger: Option<PathBuf>,
+    /// The history the proxy records, for a request's turn text (`None`: it records none).
+    history: Option<PathBuf>,
     prices: Prices,
     upstreams: Upstreams,
     team: Option<Team>,
@@ -78,6 +81,7 @@ impl Dashboard {
     pub fn new(ledger: Option<PathBuf>, prices: Prices, upstreams: Upstreams) -> Dashboard {
         Dashboard {
             ledger,
+            history: None,
             prices,
             upstreams,
             team: None,
@@ -136,6 +140,12 @@ impl Dashboard {
         )
     }
 
+    /// Read a request's turn text from the history at `path` (what the proxy records).
+    pub fn with_history(mut self, path: Option<PathBuf>) -> Dashboard {
+        self.history = path;
+        self
+    }
+
     /// Rows that name no account (written before accounts were kept) are `account`'s.
     pub fn with_own_account(mut self, account: String) -> Dashboard {
         self.own_account = account;
@@ -172,11 +182,20 @@ impl Dashboard {
     }
 }
 
-fn json_page(status: StatusCode, value: &serde_json::Value) -> OwnPage {
-    OwnPage {
-        status,
-        content_type: "application/json",
-        body: Bytes::from(value.to_string()).into(),
+/// `value` as a JSON page, serialized straight to text (through a `serde_json::Value` tree a
+/// 1.7 MB session page took 25 ms instead of 3.5).
+fn json_page<T: serde::Serialize + ?Sized>(status: StatusCode, value: &T) -> OwnPage {
+    match serde_json::to_string(value) {
+        Ok(text) => OwnPage {
+            status,
+            content_type: "application/json",
+            body: Bytes::from(text).into(),
+        },
+        Err(e) => OwnPage {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            content_type: "application/json",
+            body: Bytes::from(json!({"error": e.to_string()}).to_string()).into(),
+        },
     }
 }
 
@@ -341,10 +360,7 @@ impl OwnPages for Dashboard {
                         content_type: "text/plain; version=0.0.4; charset=utf-8",
                         body: Bytes::from(stats::metrics(&report)).into(),
                     },
-                    Ok(report) => match serde_json::to_value(&report) {
-                        Ok(v) => json_page(StatusCode::OK, &v),
-                        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-                    },
+                    Ok(report) => json_page(StatusCode::OK, &report),
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
                 }
             }
@@ -386,9 +402,8 @@ impl OwnPages for Dashboard {
                 let read = self.readers.with(ledger, |l| {
                     timeline::timeline(l, &filter, width, &self.prices)
                 });
-                match read.map(|t| serde_json::to_value(&t)) {
-                    Ok(Ok(v)) => json_page(StatusCode::OK, &v),
-                    Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                match read {
+                    Ok(t) => json_page(StatusCode::OK, &t),
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
                 }
             }
@@ -403,11 +418,20 @@ impl OwnPages for Dashboard {
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
                 }
             }
+            "/pith/api/session" => session::session(&self.readers, ledger, query),
+            "/pith/api/request" => session::request(
+                &self.readers,
+                ledger,
+                self.history.as_deref(),
+                &self.own_account,
+                query,
+            ),
             other => error(
                 StatusCode::NOT_FOUND,
                 format!(
                     "no pith page {other}: the dashboard is /, its API /pith/api/stats, \
-                     /pith/api/timeline and /pith/api/requests, the metrics /metrics"
+                     /pith/api/timeline, /pith/api/requests, /pith/api/session?id= and \
+                     /pith/api/request?id=, the metrics /metrics"
                 ),
             ),
         };

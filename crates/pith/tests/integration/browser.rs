@@ -173,6 +173,24 @@ impl Page {
         assert_eq!(held, true, "not within {limit_ms} ms: {condition}");
     }
 
+    /// Press a key as the keyboard does (`Enter`, `Tab`): the browser's own input events, to
+    /// whatever element has the focus.
+    pub fn press(&mut self, key: &str) {
+        let (code, text) = match key {
+            "Enter" => (13, "\r"),
+            "Tab" => (9, ""),
+            " " => (32, " "),
+            other => panic!("no key code for {other:?} here"),
+        };
+        for kind in ["keyDown", "keyUp"] {
+            let mut event = json!({"type": kind, "key": key, "windowsVirtualKeyCode": code});
+            if kind == "keyDown" && !text.is_empty() {
+                event["text"] = json!(text);
+            }
+            self.call("Input.dispatchKeyEvent", event);
+        }
+    }
+
     /// Show the page as under the system's dark (or light) colour scheme.
     pub fn dark(&mut self, dark: bool) {
         let scheme = if dark { "dark" } else { "light" };

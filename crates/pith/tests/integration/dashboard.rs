@@ -250,7 +250,7 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
     let (dom, log) = headless(&url, &["--virtual-time-budget=8000", "--dump-dom"]);
     assert!(!log.contains("Uncaught"), "a script error:\n{log}");
     assert!(
-        dom.contains(r#"<p id="error"></p>"#),
+        dom.contains(r#"<p id="error" role="status"></p>"#),
         "the page reported an error:\n{dom}"
     );
     // The cards and the session table carry the ledger's numbers.
@@ -259,11 +259,12 @@ fn a_real_browser_shows_the_ledgers_numbers_with_no_script_error() {
         "{dom}"
     );
     for session in stats["sessions"].as_array().unwrap() {
-        let id = session["session"].as_str().unwrap_or("(none)");
-        assert!(
-            dom.contains(&format!("<td>{id}</td>")),
-            "session {id} missing:\n{dom}"
-        );
+        // A session is a link to its page; requests without one are a row of their own.
+        let shown = match session["session"].as_str() {
+            Some(id) => format!(">{id}</a></td>"),
+            None => "<td>(none)</td>".to_owned(),
+        };
+        assert!(dom.contains(&shown), "session {shown} missing:\n{dom}");
     }
     // Each client and each model in its table, with its requests; they add up to the total,
     // and so do their savings.
@@ -352,6 +353,155 @@ fn the_page_fits_a_phone_and_a_laptop_and_axe_finds_nothing_serious() {
                 "{size:?} {scheme}"
             );
         }
+    }
+}
+
+/// The drill-down, from the keyboard: Enter on a session in the sessions table shows that
+/// session's requests in arrival order with their cache and stages in words; Enter on a
+/// request's button shows its record and the text its turn added, markup in it shown as text.
+/// At a phone's width and a laptop's, nothing overflows and axe-core finds nothing serious,
+/// light and dark; screenshots kept.
+#[test]
+fn the_session_page_drills_down_from_the_keyboard_to_a_requests_record() {
+    let (_mock, pith, sent, stats) = replayed_with_stats();
+    let session = stats["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["client"] == "claude-code" && s["session"].is_string())
+        .expect("the replay has a Claude Code session")
+        .clone();
+    let id = session["session"].as_str().unwrap();
+    let requests = session["requests"].as_u64().unwrap();
+    // The API: the session's requests, oldest first; one of them added text with markup
+    // (Claude Code's `<system-reminder>`) to the history.
+    let (status, _, body) = get(&pith, &format!("/pith/api/session?id={id}"), &[]);
+    assert_eq!(status, 200, "{body}");
+    let page: Value = serde_json::from_str(&body).unwrap();
+    let rows = page["requests"].as_array().unwrap();
+    assert_eq!(rows.len() as u64, requests);
+    let arrivals: Vec<i64> = rows
+        .iter()
+        .map(|r| r["arrival_us"].as_i64().unwrap())
+        .collect();
+    assert!(arrivals.is_sorted(), "arrival order: {arrivals:?}");
+    let marked = rows
+        .iter()
+        .position(|r| {
+            let (_, _, body) = get(&pith, &format!("/pith/api/request?id={}", r["id"]), &[]);
+            let x: Value = serde_json::from_str(&body).unwrap();
+            x["turn"].as_array().is_some_and(|t| {
+                t.iter()
+                    .any(|m| m["text"].as_str().unwrap().contains("<system-reminder>"))
+            })
+        })
+        .expect("a request whose turn text holds markup");
+    // Bad questions get answers that say what to ask instead.
+    for (path, want) in [
+        ("/pith/api/session", 400),
+        ("/pith/api/session?id=no-such-session", 404),
+        ("/pith/api/session?id=x&limit=0", 400),
+        ("/pith/api/request?id=abc", 400),
+        ("/pith/api/request?id=999999", 404),
+    ] {
+        let (status, _, body) = get(&pith, path, &[]);
+        assert_eq!(status, want, "{path}: {body}");
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
+    }
+
+    let url = format!("{}/?poll", pith.url());
+    for size in [(390, 844), (1280, 800)] {
+        let mut page = crate::browser::Page::open(&url, size);
+        page.until(
+            &format!("document.querySelectorAll('#requests tbody tr').length === {sent}"),
+            10_000,
+        );
+        // Enter on the session's link, from the keyboard.
+        page.eval(&format!(
+            "document.querySelector('#sessions a[href=\"#session=' + encodeURIComponent({}) + '\"]').focus()",
+            Value::from(id)
+        ));
+        // A live update rebuilds the table: the link keeps the keyboard's focus.
+        let href = format!("#session={id}");
+        assert_eq!(
+            page.eval("refresh().then(() => document.activeElement.getAttribute('href'))"),
+            Value::from(href.as_str())
+        );
+        page.press("Enter");
+        page.until(
+            &format!(
+                "!document.getElementById('session-view').hidden && \
+                 document.getElementById('overview').hidden && \
+                 document.querySelectorAll('#session-requests tbody tr').length === {requests}"
+            ),
+            10_000,
+        );
+        assert_eq!(
+            page.eval("document.activeElement.id"),
+            "session-title",
+            "the focus moves to the session's heading"
+        );
+        // Each request says how the cache went and what pith did, in words.
+        let cells = page.eval(
+            "[...document.querySelectorAll('#session-requests tbody tr')].map(r => \
+             [r.cells[9].textContent, r.cells[10].textContent])",
+        );
+        for pair in cells.as_array().unwrap() {
+            let [cache, did] = [&pair[0], &pair[1]].map(|v| v.as_str().unwrap().to_owned());
+            assert!(
+                cache == "the cache held"
+                    || cache.starts_with("not compared")
+                    || cache.starts_with("cache bust by "),
+                "cache: {cache}"
+            );
+            assert!(!did.contains('_') && !did.contains('='), "codes: {did}");
+        }
+        // Enter on that request's button: its record and its turn's text, markup as text.
+        let request = rows[marked]["id"].as_i64().unwrap();
+        page.eval(&format!(
+            "document.querySelector('#session-requests tr[data-id=\"{request}\"] button').focus()"
+        ));
+        page.press("Enter");
+        page.until(
+            &format!("document.getElementById('record-{request}') !== null"),
+            10_000,
+        );
+        let record = page.eval(&format!(
+            "(() => {{ const box = document.getElementById('record-{request}'); return {{ \
+             text: box.textContent, elements: box.querySelectorAll('system-reminder').length, \
+             expanded: document.querySelector('[aria-controls=\"record-{request}\"]').getAttribute('aria-expanded') }}; }})()"
+        ));
+        assert!(
+            record["text"]
+                .as_str()
+                .unwrap()
+                .contains("<system-reminder>"),
+            "{record}"
+        );
+        assert_eq!(record["elements"], 0, "markup in the turn became elements");
+        assert_eq!(record["expanded"], "true");
+        let widths = page
+            .eval("[document.documentElement.scrollWidth, document.documentElement.clientWidth]");
+        assert!(
+            widths[0].as_u64() <= widths[1].as_u64(),
+            "{size:?}: the session page is {widths} wide"
+        );
+        for dark in [false, true] {
+            page.dark(dark);
+            let scheme = if dark { "dark" } else { "light" };
+            page.screenshot(
+                &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join(format!("session-{}x{}-{scheme}.png", size.0, size.1)),
+            );
+            assert_eq!(
+                page.axe_serious(),
+                Vec::<String>::new(),
+                "{size:?} {scheme}"
+            );
+        }
+        // Back to every session.
+        page.eval("location.hash = ''");
+        page.until("!document.getElementById('overview').hidden", 10_000);
     }
 }
 

@@ -145,6 +145,23 @@ fn opencode_runs_a_tool_it_found_by_search_without_seeing_the_search_and_deferra
     pith.wait_rows(3);
     let busts = stats_busts(&pith);
     assert_eq!(busts["by_pith"], 1, "{busts}");
+    // It is named as a person reads it: the tool definition that changed, and the stage.
+    let bust = busts["busts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["cause"] == "pith")
+        .unwrap();
+    assert_eq!(bust["stage"], "defer", "{bust}");
+    let at = bust["segment_words"].as_str().unwrap();
+    assert!(at.starts_with("tool definition "), "{bust}");
+    let text = pith_stats(&pith, &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("by pith (tool deferral): session ")
+            && text.contains(&format!("{at} changed")),
+        "{text}"
+    );
     // The bust is charged to defer (it stopped deferring on turn 2): the 2,000 tokens turn 1
     // left cached, billed again at the write rate instead of read, taken off its saving.
     let out = pith_stats(&pith, &["--json"]);

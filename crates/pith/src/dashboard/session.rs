@@ -1,0 +1,118 @@
+//! The session page's API: `/pith/api/session?id=` (a session's requests in arrival order,
+//! each with its stages, savings and cache bust) and `/pith/api/request?id=` (one request's
+//! record and the text its turn added to the history, when the history holds it).
+
+use std::path::Path;
+
+use http::StatusCode;
+use pith_proxy::own_pages::OwnPage;
+use pith_store::history::History;
+use pith_store::ledger::{Readers, SESSION_REQUESTS_MAX};
+use serde_json::json;
+
+use super::{error, json_page, query_value};
+
+/// Requests a session page shows unless asked (`limit`): the newest.
+const SESSION_REQUESTS: usize = 500;
+
+/// `/pith/api/session?id=SESSION[&limit=N]`.
+pub(super) fn session(readers: &Readers, ledger: &Path, query: &str) -> OwnPage {
+    let Some(id) = query_value(query, "id").filter(|s| !s.is_empty()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "which session? /pith/api/session?id=SESSION (the ids are in /pith/api/stats' \
+             sessions)"
+                .into(),
+        );
+    };
+    let limit = match query_value(query, "limit").map(|l| l.parse::<usize>()) {
+        None => SESSION_REQUESTS,
+        Some(Ok(n)) if (1..=SESSION_REQUESTS_MAX).contains(&n) => n,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("limit must be a whole number from 1 to {SESSION_REQUESTS_MAX}"),
+            );
+        }
+    };
+    match readers.with(ledger, |l| l.session_requests(&id, limit)) {
+        Ok(Some(page)) => json_page(StatusCode::OK, &page),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "the ledger has no request of session {}",
+                serde_json::Value::from(id)
+            ),
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `/pith/api/request?id=ROW`: the record, and `turn` (the messages the request added to its
+/// conversation and the reply, as the history keeps them) or `turn_missing` saying why not.
+pub(super) fn request(
+    readers: &Readers,
+    ledger: &Path,
+    history: Option<&Path>,
+    own_account: &str,
+    query: &str,
+) -> OwnPage {
+    let Some(Ok(id)) = query_value(query, "id").map(|i| i.parse::<i64>()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "which request? /pith/api/request?id=N (a request's id, as /pith/api/requests and \
+             /pith/api/session give it)"
+                .into(),
+        );
+    };
+    let request = match readers.with(ledger, |l| l.session_request(id)) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("the ledger has no request {id}"),
+            );
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let turn = match (history, &request.request.session) {
+        (None, _) => Err("this proxy records no history ([history] record = false)".to_owned()),
+        (_, None) => Err("the request has no session, so no conversation".to_owned()),
+        (Some(path), Some(session)) if path.exists() => {
+            let account = request.account.as_deref().unwrap_or(own_account);
+            // The reply is kept at the time the exchange ended, as the proxy computed it.
+            let reply_ms = request.request.ts_ms + request.request.total_ms as i64;
+            History::open_read_only(path)
+                .and_then(|h| {
+                    h.turn(
+                        account,
+                        &request.request.client,
+                        session,
+                        request.request.ts_ms,
+                        reply_ms,
+                    )
+                })
+                .map_err(|e| format!("the history cannot be read: {e}"))
+                .and_then(|messages| {
+                    if messages.is_empty() {
+                        Err(
+                            "the history holds no text of this request (it added nothing new, \
+                             was not a conversation's turn, or its conversation was deleted)"
+                                .to_owned(),
+                        )
+                    } else {
+                        Ok(messages)
+                    }
+                })
+        }
+        (Some(_), Some(_)) => Err("no history has been recorded yet".to_owned()),
+    };
+    let (turn, missing) = match turn {
+        Ok(messages) => (Some(messages), None),
+        Err(why) => (None, Some(why)),
+    };
+    json_page(
+        StatusCode::OK,
+        &json!({"request": request, "turn": turn, "turn_missing": missing}),
+    )
+}

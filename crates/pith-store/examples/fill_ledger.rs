@@ -34,23 +34,13 @@ fn main() -> Result<(), String> {
     let mut written = 0;
     'outer: for turn in 0..per_session {
         for s in 0..sessions {
-            if written == n {
+            if written == n - long {
                 break 'outer;
             }
             // A growing prompt: 14 tools, 3 system blocks, then two blocks a turn.
             let segments: Vec<u64> = (0..(18 + 2 * turn as u64))
                 .map(|i| (s as u64) << 32 | i)
                 .collect();
-            let fp = Fingerprint {
-                breakpoints: vec![(segments.len() - 1) as u32],
-                segments,
-                automatic: false,
-                layout: Some(pith_wire::fingerprint::Layout {
-                    tools_at: 1,
-                    system_at: 15,
-                    conversation_at: 18,
-                }),
-            };
             batch.push(Row {
                 ts_ms: 1_790_000_000_000 + (turn * sessions + s) as i64 * 1_000,
                 client: if s % 2 == 0 {
@@ -113,7 +103,7 @@ fn main() -> Result<(), String> {
                         ]),
                     },
                 ],
-                fingerprint: Some(fp.to_bytes()),
+                fingerprint: Some(claude_code_prompt(segments)),
                 ..Row::default()
             });
             written += 1;
@@ -141,23 +131,27 @@ fn main() -> Result<(), String> {
         row.session = Some("ses_long".into());
         row.ts_ms = 1_800_000_000_000 + turn as i64 * 1_000;
         row.arrival_us = Some(row.ts_ms * 1_000);
-        row.fingerprint = Some(
-            Fingerprint {
-                breakpoints: vec![(segments.len() - 1) as u32],
-                segments,
-                automatic: false,
-                layout: Some(pith_wire::fingerprint::Layout {
-                    tools_at: 1,
-                    system_at: 15,
-                    conversation_at: 18,
-                }),
-            }
-            .to_bytes(),
-        );
+        row.fingerprint = Some(claude_code_prompt(segments));
         batch.push(row);
         written += 1;
     }
     ledger.insert(&batch).map_err(|e| e.to_string())?;
     println!("{written} requests in {}", path.display());
     Ok(())
+}
+
+/// The stored fingerprint of an Anthropic prompt of `segments`: the model, 14 tools, 3 system
+/// blocks, then the conversation, cached through its last segment.
+fn claude_code_prompt(segments: Vec<u64>) -> Vec<u8> {
+    Fingerprint {
+        breakpoints: vec![(segments.len() - 1) as u32],
+        segments,
+        automatic: false,
+        layout: Some(pith_wire::fingerprint::Layout {
+            tools_at: 1,
+            system_at: 15,
+            conversation_at: 18,
+        }),
+    }
+    .to_bytes()
 }

@@ -323,36 +323,48 @@ fn the_page_fits_a_phone_and_a_laptop_and_axe_finds_nothing_serious() {
             &format!("document.querySelectorAll('#requests tbody tr').length === {sent}"),
             10_000,
         );
-        // The page never scrolls sideways...
-        let widths = page
-            .eval("[document.documentElement.scrollWidth, document.documentElement.clientWidth]");
-        assert_eq!(widths[1].as_u64(), Some(u64::from(size.0)), "the viewport");
-        assert!(
-            widths[0].as_u64() <= widths[1].as_u64(),
-            "{size:?}: the page is {widths} wide"
+        fits_and_axe_finds_nothing_serious(&mut page, size, "dashboard");
+    }
+}
+
+/// At the page's viewport `size`: the page never scrolls sideways and a table wider than the
+/// page scrolls inside its own box; the whole page, light and dark, kept as the test's
+/// artifacts (`{name}-{width}x{height}-{scheme}.png`), and axe-core finds no serious or
+/// critical violation in either (contrast is checked against the colours shown).
+fn fits_and_axe_finds_nothing_serious(
+    page: &mut crate::browser::Page,
+    size: (u32, u32),
+    name: &str,
+) {
+    let widths =
+        page.eval("[document.documentElement.scrollWidth, document.documentElement.clientWidth]");
+    assert_eq!(widths[1].as_u64(), Some(u64::from(size.0)), "the viewport");
+    assert!(
+        widths[0].as_u64() <= widths[1].as_u64(),
+        "{name} {size:?}: the page is {widths} wide"
+    );
+    let cut = page.eval(
+        "[...document.querySelectorAll('table')].filter(t => t.offsetParent !== null && \
+         t.scrollWidth > t.parentElement.clientWidth && \
+         getComputedStyle(t.parentElement).overflowX !== 'auto').map(t => t.id)",
+    );
+    assert_eq!(
+        cut,
+        serde_json::json!([]),
+        "{name} {size:?}: tables cut off"
+    );
+    for dark in [false, true] {
+        page.dark(dark);
+        let scheme = if dark { "dark" } else { "light" };
+        page.screenshot(
+            &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("{name}-{}x{}-{scheme}.png", size.0, size.1)),
         );
-        // ...and a table wider than the page scrolls inside its own box.
-        let cut = page.eval(
-            "[...document.querySelectorAll('table')].filter(t => t.offsetParent !== null && \
-             t.scrollWidth > t.parentElement.clientWidth && \
-             getComputedStyle(t.parentElement).overflowX !== 'auto').map(t => t.id)",
+        assert_eq!(
+            page.axe_serious(),
+            Vec::<String>::new(),
+            "{name} {size:?} {scheme}"
         );
-        assert_eq!(cut, serde_json::json!([]), "{size:?}: tables cut off");
-        // The whole page at this width, light and dark, kept as the test's artifacts; axe-core
-        // in both (contrast is checked against the colours shown).
-        for dark in [false, true] {
-            page.dark(dark);
-            let scheme = if dark { "dark" } else { "light" };
-            page.screenshot(
-                &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                    .join(format!("dashboard-{}x{}-{scheme}.png", size.0, size.1)),
-            );
-            assert_eq!(
-                page.axe_serious(),
-                Vec::<String>::new(),
-                "{size:?} {scheme}"
-            );
-        }
     }
 }
 
@@ -480,25 +492,7 @@ fn the_session_page_drills_down_from_the_keyboard_to_a_requests_record() {
         );
         assert_eq!(record["elements"], 0, "markup in the turn became elements");
         assert_eq!(record["expanded"], "true");
-        let widths = page
-            .eval("[document.documentElement.scrollWidth, document.documentElement.clientWidth]");
-        assert!(
-            widths[0].as_u64() <= widths[1].as_u64(),
-            "{size:?}: the session page is {widths} wide"
-        );
-        for dark in [false, true] {
-            page.dark(dark);
-            let scheme = if dark { "dark" } else { "light" };
-            page.screenshot(
-                &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                    .join(format!("session-{}x{}-{scheme}.png", size.0, size.1)),
-            );
-            assert_eq!(
-                page.axe_serious(),
-                Vec::<String>::new(),
-                "{size:?} {scheme}"
-            );
-        }
+        fits_and_axe_finds_nothing_serious(&mut page, size, "session");
         // Back to every session.
         page.eval("location.hash = ''");
         page.until("!document.getElementById('overview').hidden", 10_000);

@@ -439,6 +439,51 @@ impl Fingerprint {
         })
     }
 
+    /// Where `next`, sent after `self`, first differs from it (segment `at`), in words as
+    /// `wire` calls the part: the part both prompts have there ("tool definition 3 of 40"), or,
+    /// when a part grew or shrank so that the two name segment `at` differently (a tool
+    /// dropped: the later prompt has a system block where the earlier had its last tool), the
+    /// part whose count changed ("tool definitions: 40, then 39"). `None` when either prompt
+    /// keeps no layout.
+    pub fn change_words(&self, next: &Fingerprint, at: usize, wire: Wire) -> Option<String> {
+        let (before, after) = (self.layout?, next.layout?);
+        match (self.segment(at), next.segment(at)) {
+            (Some(a), Some(b)) if a.part == b.part && a.of == b.of => return Some(b.words(wire)),
+            _ => {}
+        }
+        let counts = |l: Layout, len: usize| {
+            [
+                (Part::Tool, l.system_at.saturating_sub(l.tools_at)),
+                (Part::System, l.conversation_at.saturating_sub(l.system_at)),
+                (
+                    Part::Conversation,
+                    u32::try_from(len)
+                        .unwrap_or(u32::MAX)
+                        .saturating_sub(l.conversation_at),
+                ),
+            ]
+        };
+        let changed = counts(before, self.segments.len())
+            .into_iter()
+            .zip(counts(after, next.segments.len()))
+            .find(|((_, a), (_, b))| a != b);
+        match changed {
+            Some(((part, a), (_, b))) if part != Part::Conversation => {
+                let plural = match part {
+                    Part::Tool => "tool definitions",
+                    _ => "system prompt blocks",
+                };
+                Some(format!("{plural}: {a}, then {b}"))
+            }
+            // The conversation alone changed length: the segment is the later prompt's, or the
+            // earlier's when the later ends before it.
+            _ => next
+                .segment(at)
+                .or_else(|| self.segment(at))
+                .map(|s| s.words(wire)),
+        }
+    }
+
     /// Whether `next`, sent after `self` in one session, misses the cache `self` left.
     pub fn bust(&self, next: &Fingerprint) -> Option<Bust> {
         let cached_through = self.cached_through()?;
@@ -497,11 +542,20 @@ impl Fingerprint {
         }
         if layout_bytes > 0 {
             let at = |i: usize| -> Option<u32> { count(expected + i * 4)?.try_into().ok() };
-            fp.layout = Some(Layout {
+            let layout = Layout {
                 tools_at: at(0)?,
                 system_at: at(1)?,
                 conversation_at: at(2)?,
-            });
+            };
+            // The parts follow the model in order and end within the prompt.
+            let in_order = 1 <= layout.tools_at
+                && layout.tools_at <= layout.system_at
+                && layout.system_at <= layout.conversation_at
+                && layout.conversation_at as usize <= n;
+            if !in_order {
+                return None;
+            }
+            fp.layout = Some(layout);
         }
         if flags & (FORMAT_STRUCTURE | FORMAT_WORDS) != FORMAT_STRUCTURE | FORMAT_WORDS {
             // Hashed another way (before `Structure`, or a byte a step): not comparable with
@@ -905,12 +959,74 @@ mod tests {
             f.segments.len(),
             "the same hashes"
         );
+        // A layout out of order, or past the prompt's end, is garbage too.
+        for bad in [[0, 1, 2], [2, 1, 3], [1, 2, 99]] {
+            let mut bytes = without.to_bytes();
+            let flags = bytes.pop().unwrap();
+            for at in bad {
+                bytes.extend_from_slice(&(at as u32).to_le_bytes());
+            }
+            bytes.push(flags | FORMAT_LAYOUT);
+            assert_eq!(Fingerprint::from_bytes(&bytes), None, "{bad:?}");
+        }
         // A layout flag with its bytes missing is garbage.
         let mut torn = stored;
         if let Some(flags) = torn.last_mut() {
             *flags |= FORMAT_LAYOUT;
         }
         assert_eq!(Fingerprint::from_bytes(&torn), None);
+    }
+
+    /// A change is named from both prompts: where a part shrank or grew so that the two call
+    /// the first differing segment by different parts, the part whose count changed.
+    #[test]
+    fn a_change_is_named_by_the_part_that_changed_in_either_prompt() {
+        let body = |tools: Value, messages: Value| {
+            fp(&json!({"model": "m", "tools": tools,
+                "system": [{"type": "text", "text": "s"}], "messages": messages}))
+        };
+        let q = json!([{"role": "user", "content": "q"}]);
+        let three = body(
+            json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]),
+            q.clone(),
+        );
+        let two = body(json!([{"name": "a"}, {"name": "b"}]), q.clone());
+        let at = three.first_difference(&two);
+        assert_eq!(at, 3, "the model, then tools a and b alike");
+        let wire = Wire::AnthropicMessages;
+        assert_eq!(
+            two.segment(at).map(|s| s.words(wire)).as_deref(),
+            Some("system prompt block 1 of 1"),
+            "the later prompt alone would blame the system prompt"
+        );
+        assert_eq!(
+            three.change_words(&two, at, wire).as_deref(),
+            Some("tool definitions: 3, then 2")
+        );
+        assert_eq!(
+            two.change_words(&three, at, wire).as_deref(),
+            Some("tool definitions: 2, then 3")
+        );
+        // The same parts: the segment itself.
+        let changed = body(
+            json!([{"name": "a"}, {"name": "B"}, {"name": "c"}]),
+            q.clone(),
+        );
+        assert_eq!(
+            three.change_words(&changed, 2, wire).as_deref(),
+            Some("tool definition 2 of 3")
+        );
+        // The conversation rewound: named from the earlier prompt, past the later's end.
+        let longer = body(
+            json!([{"name": "a"}]),
+            json!([{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}]),
+        );
+        let shorter = body(json!([{"name": "a"}]), json!([]));
+        let at = longer.first_difference(&shorter);
+        assert_eq!(
+            longer.change_words(&shorter, at, wire).as_deref(),
+            Some("conversation block 1 of 2")
+        );
     }
 
     /// Each wire's parts, named as the provider's request calls them.

@@ -534,7 +534,8 @@ impl History {
     /// What one proxied request added to its session's conversation: the messages it was the
     /// first to carry (said at `ts_ms`, when it arrived) and its reply (at `reply_ms`), in
     /// order. Empty when the history holds none of it: not recorded, in the trash, purged, or
-    /// a request that added nothing new (a retry, a side call).
+    /// a request that added nothing new (a retry, a side call). Matched by those times: a
+    /// neighbouring request's message stamped in the same millisecond would show here too.
     pub fn turn(
         &self,
         account: &str,
@@ -548,7 +549,7 @@ impl History {
             "SELECT m.position, m.role, m.real_user, m.body, m.ts_ms FROM messages m
              JOIN conversations c ON c.id = m.conversation_id
              WHERE m.conversation_id = ?1 AND c.trashed_ms IS NULL
-                AND (m.ts_ms = ?2 OR m.ts_ms = ?3)
+                AND (m.ts_ms = ?2 OR (m.ts_ms = ?3 AND m.role = 'assistant'))
              ORDER BY m.position",
             values![&id, ts_ms, reply_ms],
             |r| {

@@ -330,9 +330,7 @@ impl Ledger {
             })?
             .collect::<Result<Vec<_>, _>>()?;
         for (bust, wire) in &mut busts {
-            bust.segment_words = self
-                .bust_segment(bust.id, wire.as_deref(), bust.segment)?
-                .map(|(_, words)| words);
+            bust.segment_words = self.bust_words(bust.id, wire.as_deref(), bust.segment)?;
             bust.stage = self.bust_stage(bust.id)?;
         }
         let busts = busts.into_iter().map(|(bust, _)| bust).collect();

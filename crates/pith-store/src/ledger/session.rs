@@ -91,13 +91,15 @@ pub struct SessionBust {
     pub cached_through: u64,
     /// `pith` or `client`.
     pub cause: String,
-    /// The segment's part (`Part::as_str`), when its fingerprint keeps the layout.
-    pub part: Option<String>,
-    /// The segment in words ("tool definition 3 of 40"), likewise.
-    pub part_words: Option<String>,
+    /// Where the prompt changed, in words ("tool definition 3 of 40", "tool definitions: 40,
+    /// then 39"), when both prompts' fingerprints keep their layout.
+    pub segment_words: Option<String>,
     /// The stage charged for it, when pith caused it.
     pub stage: Option<String>,
 }
+
+/// A prompt as `prompts` keeps it: the fingerprint sent, its session, model and arrival.
+type KeptPrompt = (Vec<u8>, String, Option<String>, Option<i64>);
 
 const SESSION_COLUMNS: &str = "r.arrival_us, r.method, r.error, r.cache_write_1h_tokens,
     r.bytes_client, r.bytes_upstream, r.bytes_response, r.account, r.instance, r.bust_checked,
@@ -202,19 +204,6 @@ impl Ledger {
                 tokens: r.get(3)?,
             });
         }
-        let busted = ids(&mut requests
-            .iter()
-            .filter(|r| r.bust.is_some())
-            .map(|r| r.request.id));
-        let mut sent: HashMap<i64, Vec<u8>> = HashMap::new();
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT request_id, sent FROM prompts
-             WHERE request_id IN (SELECT value FROM json_each(?1))",
-        )?;
-        let mut rows = stmt.query(params![busted])?;
-        while let Some(r) = rows.next()? {
-            sent.insert(r.get(0)?, r.get(1)?);
-        }
         for request in requests {
             let id = request.request.id;
             request.stages = stages.remove(&id).unwrap_or_default();
@@ -233,29 +222,56 @@ impl Ledger {
                 .iter()
                 .find_map(|s| s.stage.strip_prefix(BUST_CHARGE))
                 .map(str::to_owned);
-            let wire = request.request.wire.as_deref();
-            if let Some((part, words)) = name_segment(sent.get(&id), wire, bust.segment) {
-                bust.part = Some(part.to_owned());
-                bust.part_words = Some(words);
-            }
+            bust.segment_words =
+                self.bust_words(id, request.request.wire.as_deref(), bust.segment)?;
         }
         Ok(())
     }
 
-    /// The segment `segment` of request `id`'s prompt as sent, named by its part and in words
-    /// (`None`: no fingerprint kept, or one kept without its layout).
-    pub(super) fn bust_segment(
+    /// Where request `id`'s prompt first differed (segment `segment`) from the prompt before
+    /// it in its session, in words ([`Fingerprint::change_words`], from both prompts as sent);
+    /// `None` without both fingerprints, or with one kept without its layout.
+    pub(super) fn bust_words(
         &self,
         id: i64,
         wire: Option<&str>,
         segment: u64,
-    ) -> Result<Option<(&'static str, String)>, StoreError> {
-        let sent: Option<Vec<u8>> = self
+    ) -> Result<Option<String>, StoreError> {
+        let Some(wire) = wire.and_then(Wire::named) else {
+            return Ok(None);
+        };
+        let kept: Option<KeptPrompt> = self
             .conn
-            .prepare_cached("SELECT sent FROM prompts WHERE request_id = ?1")?
-            .query_row(params![id], |r| r.get(0))
+            .prepare_cached(
+                "SELECT sent, session, model, arrival_us FROM prompts WHERE request_id = ?1",
+            )?
+            .query_row(params![id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
             .optional()?;
-        Ok(name_segment(sent.as_ref(), wire, segment))
+        let Some((sent, session, model, arrival)) = kept else {
+            return Ok(None);
+        };
+        // The request it was paired with: the one before it in arrival order.
+        let previous: Option<Vec<u8>> = self
+            .conn
+            .prepare_cached(
+                "SELECT sent FROM prompts WHERE session = ?1 AND model IS ?2
+                    AND (arrival_us < ?3 OR (arrival_us = ?3 AND request_id < ?4))
+                 ORDER BY arrival_us DESC, request_id DESC LIMIT 1",
+            )?
+            .query_row(params![session, model, arrival, id], |r| r.get(0))
+            .optional()?;
+        let (Some(next), Ok(at)) = (Fingerprint::from_bytes(&sent), usize::try_from(segment))
+        else {
+            return Ok(None);
+        };
+        Ok(
+            match previous.as_deref().and_then(Fingerprint::from_bytes) {
+                Some(before) => before.change_words(&next, at, wire),
+                None => next.segment(at).map(|s| s.words(wire)),
+            },
+        )
     }
 
     /// The stage a bust pith caused on request `id` was charged to.
@@ -270,19 +286,6 @@ impl Ledger {
             .optional()?;
         Ok(stage.and_then(|s| s.strip_prefix(BUST_CHARGE).map(str::to_owned)))
     }
-}
-
-/// Segment `segment` of the prompt fingerprinted as `sent` on `wire` (a row's names), named by
-/// its part and in words; `None` without a fingerprint or one kept without its layout.
-fn name_segment(
-    sent: Option<&Vec<u8>>,
-    wire: Option<&str>,
-    segment: u64,
-) -> Option<(&'static str, String)> {
-    let wire = wire.and_then(Wire::named)?;
-    let fp = Fingerprint::from_bytes(sent?)?;
-    let s = fp.segment(usize::try_from(segment).ok()?)?;
-    Some((s.part.as_str(), s.words(wire)))
 }
 
 /// A request from [`RECENT_WITHOUT_STAGES`] and [`SESSION_COLUMNS`], its stages and savings to come.
@@ -311,8 +314,7 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRequest> {
                 segment: n(10)?,
                 cached_through: n(11)?,
                 cause,
-                part: None,
-                part_words: None,
+                segment_words: None,
                 stage: None,
             }),
             None => None,

@@ -740,8 +740,10 @@ fn a_sessions_requests_come_in_arrival_order_with_the_bust_named() {
     assert_eq!(second.request.transforms, ["defer"]);
     let bust = second.bust.as_ref().unwrap();
     assert_eq!((bust.cause.as_str(), bust.segment), ("pith", 2));
-    assert_eq!(bust.part.as_deref(), Some("tool"));
-    assert_eq!(bust.part_words.as_deref(), Some("tool definition 2 of 2"));
+    assert_eq!(
+        bust.segment_words.as_deref(),
+        Some("tool definition 2 of 2")
+    );
     assert_eq!(bust.stage.as_deref(), Some("defer"));
     assert!(
         second
@@ -782,5 +784,16 @@ fn a_sessions_requests_come_in_arrival_order_with_the_bust_named() {
             newest.requests[0].arrival_us
         ),
         (2, 1, Some(2_000))
+    );
+    // pith drops the second tool: the later prompt has its system block where the earlier
+    // had that tool, and the bust is named by the part that shrank, from both prompts.
+    let dropped = body(serde_json::json!([{"name": "a"}]), "q");
+    l.insert(&[row("s", 3_000, &dropped, Some(&client))])
+        .unwrap();
+    let page = l.session_requests("s", 100).unwrap().unwrap();
+    let bust = page.requests[2].bust.as_ref().unwrap();
+    assert_eq!(
+        (bust.cause.as_str(), bust.segment_words.as_deref()),
+        ("pith", Some("tool definitions: 2, then 1"))
     );
 }

@@ -29,6 +29,8 @@ pub struct Dashboard {
     ledger: Option<PathBuf>,
     /// The history the proxy records, for a request's turn text (`None`: it records none).
     history: Option<PathBuf>,
+    /// Whether the proxy serves several accounts by key (no turn text on the pages then).
+    gateway: bool,
     prices: Prices,
     upstreams: Upstreams,
     team: Option<Team>,
@@ -82,6 +84,7 @@ impl Dashboard {
         Dashboard {
             ledger,
             history: None,
+            gateway: false,
             prices,
             upstreams,
             team: None,
@@ -140,9 +143,11 @@ impl Dashboard {
         )
     }
 
-    /// Read a request's turn text from the history at `path` (what the proxy records).
-    pub fn with_history(mut self, path: Option<PathBuf>) -> Dashboard {
+    /// Read a request's turn text from the history at `path` (what the proxy records); a
+    /// `gateway` (account keys) shows none, since every account's client holds the pages' token.
+    pub fn with_history(mut self, path: Option<PathBuf>, gateway: bool) -> Dashboard {
         self.history = path;
+        self.gateway = gateway;
         self
     }
 
@@ -424,6 +429,7 @@ impl OwnPages for Dashboard {
                 ledger,
                 self.history.as_deref(),
                 &self.own_account,
+                self.gateway,
                 query,
             ),
             other => error(

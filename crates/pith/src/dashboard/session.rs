@@ -50,11 +50,14 @@ pub(super) fn session(readers: &Readers, ledger: &Path, query: &str) -> OwnPage 
 
 /// `/pith/api/request?id=ROW`: the record, and `turn` (the messages the request added to its
 /// conversation and the reply, as the history keeps them) or `turn_missing` saying why not.
+/// A `gateway` (account keys: every account's client holds the pages' token) shows no turn
+/// text, which the history keeps per account.
 pub(super) fn request(
     readers: &Readers,
     ledger: &Path,
     history: Option<&Path>,
     own_account: &str,
+    gateway: bool,
     query: &str,
 ) -> OwnPage {
     let Some(Ok(id)) = query_value(query, "id").map(|i| i.parse::<i64>()) else {
@@ -76,12 +79,20 @@ pub(super) fn request(
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let turn = match (history, &request.request.session) {
+        (_, _) if gateway => Err(
+            "this proxy serves several accounts: a conversation's text is \
+                                  shown by `pith history` to its own account, not on these pages"
+                .to_owned(),
+        ),
         (None, _) => Err("this proxy records no history ([history] record = false)".to_owned()),
         (_, None) => Err("the request has no session, so no conversation".to_owned()),
         (Some(path), Some(session)) if path.exists() => {
             let account = request.account.as_deref().unwrap_or(own_account);
             // The reply is kept at the time the exchange ended, as the proxy computed it.
-            let reply_ms = request.request.ts_ms + request.request.total_ms as i64;
+            let reply_ms = request
+                .request
+                .ts_ms
+                .saturating_add(request.request.total_ms as i64);
             History::open_read_only(path)
                 .and_then(|h| {
                     h.turn(

@@ -421,6 +421,19 @@ fn a_gateway_maps_each_request_to_its_keys_account_and_refuses_the_rest() {
         let api: Value = serde_json::from_str(&get("/pith/api/stats")).unwrap();
         api["by_account"] == report["by_account"]
     });
+    // Every account's client holds the pages' way in: a request's record shows no
+    // conversation text, which the history keeps per account.
+    let latest: Value = serde_json::from_str(&get("/pith/api/requests?limit=1")).unwrap();
+    let id = &latest["requests"][0]["id"];
+    let record: Value = serde_json::from_str(&get(&format!("/pith/api/request?id={id}"))).unwrap();
+    assert_eq!(record["request"]["id"], *id, "{record}");
+    assert!(record["turn"].is_null(), "{record}");
+    assert!(
+        record["turn_missing"]
+            .as_str()
+            .is_some_and(|why| why.contains("several accounts")),
+        "{record}"
+    );
     let metrics = get("/metrics");
     assert!(
         metrics.contains("pith_account_requests_total{account=\"carol\"} 2")

@@ -345,7 +345,10 @@ fn own_pages(plan: &Plan, started: &Started, config: &Config) -> Dashboard {
         },
     )
     .with_own_account(plan.account.clone())
-    .with_history(plan.history_path().map(PathBuf::from))
+    .with_history(
+        plan.history_path().map(PathBuf::from),
+        !plan.keys.is_empty(),
+    )
     .with_sink(started.ledger.clone());
     match (&plan.store, &plan.team_replica) {
         (Some(url), Some(replica)) => dashboard.with_team(url.clone(), replica.clone()),

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pith_brain::render::{self, Hints};
 use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, NewMemory, Workspace};
-use pith_prefilter::{ModelRanker, PrefilterConfig};
+use pith_prefilter::{PrefilterConfig, PrefilterRanker};
 use pith_search::{RankPolicy, Ranker, SearchRequest};
 use pith_store::brain::{open_existing_workspace_brain, open_workspace_brain};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -95,8 +95,8 @@ type SharedBrain = Arc<Mutex<Option<Brain>>>;
 pub struct PithServer {
     ws: Workspace,
     brain: SharedBrain,
-    /// Set only when the user opted in to local-model ranking.
-    ranker: Option<ModelRanker>,
+    /// Set only when the user opted in to ranking (a local model, or the lexical ranking).
+    ranker: Option<PrefilterRanker>,
     rank_policy: RankPolicy,
     history: Arc<history::HistoryOptions>,
     tool_router: ToolRouter<Self>,
@@ -199,7 +199,7 @@ impl PithServer {
         PithServer {
             ws: options.workspace,
             brain: Arc::new(Mutex::new(None)),
-            ranker: ModelRanker::from_config(&options.prefilter),
+            ranker: PrefilterRanker::from_config(&options.prefilter),
             rank_policy: options.prefilter.policy,
             history: Arc::new(options.history),
             tool_router: Self::tool_router(),

@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use pith_prefilter::fusion::{Fusion, LexicalRanker};
 use pith_prefilter::{Api, ModelRanker, PrefilterConfig};
 use pith_search::{RankPolicy, Ranking, SearchReport, SearchRequest, search_workspace};
 use pith_transform::estimated_tokens;
@@ -45,6 +46,10 @@ struct Query {
 }
 
 struct Args {
+    /// `model` (through a server) or `lexical` (`fusion::LexicalRanker`, no model).
+    ranker: String,
+    per_file: usize,
+    fusion: Fusion,
     queries: PathBuf,
     trees: BTreeMap<String, PathBuf>,
     api: Api,
@@ -57,6 +62,9 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
+        ranker: "model".to_owned(),
+        per_file: pith_prefilter::fusion::DEFAULT_LINES_PER_FILE,
+        fusion: Fusion::default(),
         queries: PathBuf::from("scripts/eval/prefilter/queries.toml"),
         trees: BTreeMap::new(),
         api: Api::OpenAi,
@@ -97,11 +105,35 @@ fn parse_args() -> Result<Args, String> {
                     Duration::from_millis(v.parse().map_err(|_| format!("--timeout-ms {v}"))?);
             }
             "--only" => args.only = Some(value()?),
+            "--ranker" => args.ranker = value()?,
+            "--per-file" => {
+                let v = value()?;
+                args.per_file = v.parse().map_err(|_| format!("--per-file {v}"))?;
+            }
+            "--fusion" => {
+                // k=60,path=1,line=1,density=1,order=1,more=1 (any of them)
+                for pair in value()?.split(',') {
+                    let (key, v) = pair
+                        .split_once('=')
+                        .ok_or_else(|| format!("--fusion {pair}: use NAME=NUMBER"))?;
+                    let v: f64 = v.parse().map_err(|_| format!("--fusion {pair}"))?;
+                    let f = &mut args.fusion;
+                    *match key {
+                        "k" => &mut f.k,
+                        "path" => &mut f.path,
+                        "line" => &mut f.line,
+                        "density" => &mut f.density,
+                        "order" => &mut f.order,
+                        "more" => &mut f.more,
+                        other => return Err(format!("--fusion: no weight {other}")),
+                    } = v;
+                }
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if args.model.is_empty() {
-        return Err("--model is required".into());
+    if args.model.is_empty() && args.ranker == "model" {
+        return Err("--model is required (or --ranker lexical)".into());
     }
     Ok(args)
 }
@@ -176,19 +208,42 @@ fn main() -> Result<(), String> {
         load_timeout: Duration::from_secs(600),
         ..PrefilterConfig::default()
     };
-    let ranker = ModelRanker::new(config.clone()).map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    ranker
-        .load()
-        .map_err(|e| format!("the model server is not ready: {}", chain(&*e)))?;
-    println!(
-        "Model {} over {} at {}, loaded in {} ms. {} queries.\n",
-        args.model,
-        args.api.label(),
-        config.base_url(),
-        started.elapsed().as_millis(),
-        queries.len()
-    );
+    let lexical = LexicalRanker {
+        per_file: args.per_file,
+        fusion: args.fusion,
+    };
+    let model = match args.ranker.as_str() {
+        "model" => {
+            let ranker = ModelRanker::new(config.clone()).map_err(|e| e.to_string())?;
+            let started = Instant::now();
+            ranker
+                .load()
+                .map_err(|e| format!("the model server is not ready: {}", chain(&*e)))?;
+            println!(
+                "Model {} over {} at {}, loaded in {} ms. {} queries.\n",
+                args.model,
+                args.api.label(),
+                config.base_url(),
+                started.elapsed().as_millis(),
+                queries.len()
+            );
+            Some(ranker)
+        }
+        "lexical" => {
+            println!(
+                "Lexical file ranking (no model), {} lines a file, {:?}. {} queries.\n",
+                args.per_file,
+                args.fusion,
+                queries.len()
+            );
+            None
+        }
+        other => return Err(format!("--ranker {other}: model or lexical")),
+    };
+    let ranker: &dyn pith_search::Ranker = match &model {
+        Some(m) => m,
+        None => &lexical,
+    };
 
     let mut totals: BTreeMap<usize, Totals> = BTreeMap::new();
     println!(
@@ -224,7 +279,7 @@ fn main() -> Result<(), String> {
                 shown,
             };
             let t = Instant::now();
-            let ranked = search_workspace(root, &req, Some(&ranker), policy)
+            let ranked = search_workspace(root, &req, Some(ranker), policy)
                 .map_err(|e| format!("{}: {e}", q.pattern))?;
             let ms = t.elapsed().as_millis();
             let prefix: BTreeSet<&str> = everything
@@ -253,7 +308,7 @@ fn main() -> Result<(), String> {
                     *total.failures.entry(kind).or_default() += 1;
                     // A timeout starts a warm-up in the background; wait for it here, so the
                     // next query finds the model ready as a later search would.
-                    if let Err(err) = ranker.load() {
+                    if let Some(Err(err)) = model.as_ref().map(ModelRanker::load) {
                         return Err(format!("the model server went away: {}", chain(&*err)));
                     }
                     // Failed open: the agent sees the plain page.

@@ -24,6 +24,7 @@
 pub mod api;
 mod client;
 pub mod embed;
+pub mod fusion;
 mod prompt;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -56,6 +57,8 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 pub struct PrefilterConfig {
     /// Rank at all.
     pub enabled: bool,
+    /// Which ranker: a local model over its server's API, or the lexical file ranking.
+    pub ranker: RankerKind,
     /// Which API the server speaks.
     pub api: Api,
     /// The server's base URL (`http(s)://host:port`, optional path prefix; for the OpenAI API
@@ -75,6 +78,7 @@ impl Default for PrefilterConfig {
     fn default() -> Self {
         Self {
             enabled: false,
+            ranker: RankerKind::default(),
             api: Api::default(),
             url: None,
             model: DEFAULT_MODEL.to_owned(),
@@ -99,6 +103,94 @@ impl PrefilterConfig {
             // OpenAI clients take the base with `/v1`; pith appends `/v1/...` itself.
             Api::OpenAi => url.strip_suffix("/v1").unwrap_or(url).to_owned(),
             Api::Ollama => url.to_owned(),
+        }
+    }
+}
+
+/// Which ranker the prefilter uses (`[mcp] prefilter_ranker`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RankerKind {
+    /// A local model over Ollama's or the OpenAI-compatible API ([`ModelRanker`]).
+    #[default]
+    Model,
+    /// The query's words in each file's path and lines, fused by rank, in-process, no model
+    /// ([`fusion::LexicalRanker`]).
+    Lexical,
+}
+
+impl RankerKind {
+    /// Every kind, in the order help text lists them.
+    pub const ALL: [RankerKind; 2] = [RankerKind::Model, RankerKind::Lexical];
+
+    /// Its name in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RankerKind::Model => "model",
+            RankerKind::Lexical => "lexical",
+        }
+    }
+
+    /// The kind called `name` in config.
+    pub fn from_name(name: &str) -> Option<RankerKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name.trim())
+    }
+}
+
+/// The prefilter's ranker as configured: a local model, or the lexical file ranking.
+#[derive(Clone)]
+pub enum PrefilterRanker {
+    /// A local model behind a server.
+    Model(ModelRanker),
+    /// In-process, no model.
+    Lexical(fusion::LexicalRanker),
+}
+
+impl PrefilterRanker {
+    /// The ranker `config` asks for; `None` when the prefilter is off (or the model's URL is
+    /// unusable, logged).
+    pub fn from_config(config: &PrefilterConfig) -> Option<PrefilterRanker> {
+        if !config.enabled {
+            return None;
+        }
+        match config.ranker {
+            RankerKind::Model => ModelRanker::from_config(config).map(PrefilterRanker::Model),
+            RankerKind::Lexical => Some(PrefilterRanker::Lexical(fusion::LexicalRanker::default())),
+        }
+    }
+
+    /// Load a model in the background ([`ModelRanker::warm_up`]); the lexical ranking has
+    /// nothing to load.
+    pub fn warm_up(&self) {
+        if let PrefilterRanker::Model(model) = self {
+            model.warm_up();
+        }
+    }
+}
+
+impl Ranker for PrefilterRanker {
+    fn name(&self) -> String {
+        match self {
+            PrefilterRanker::Model(m) => m.name(),
+            PrefilterRanker::Lexical(l) => l.name(),
+        }
+    }
+
+    fn max_candidates(&self) -> usize {
+        match self {
+            PrefilterRanker::Model(m) => m.max_candidates(),
+            PrefilterRanker::Lexical(l) => l.max_candidates(),
+        }
+    }
+
+    fn rank(
+        &self,
+        query: &str,
+        candidates: &[Candidate],
+        want: usize,
+    ) -> Result<Vec<usize>, String> {
+        match self {
+            PrefilterRanker::Model(m) => m.rank(query, candidates, want),
+            PrefilterRanker::Lexical(l) => l.rank(query, candidates, want),
         }
     }
 }
@@ -430,7 +522,7 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 impl Ranker for ModelRanker {
     fn name(&self) -> String {
         let config = &self.inner.config;
-        format!("{} ({})", config.model, config.api.label())
+        format!("local model {} ({})", config.model, config.api.label())
     }
 
     fn max_candidates(&self) -> usize {
@@ -503,7 +595,7 @@ mod tests {
             ..PrefilterConfig::default()
         };
         let ranker = ModelRanker::from_config(&on).unwrap();
-        assert_eq!(ranker.name(), "qwen2.5-coder:1.5b (Ollama)");
+        assert_eq!(ranker.name(), "local model qwen2.5-coder:1.5b (Ollama)");
         let tls = PrefilterConfig {
             enabled: true,
             api: Api::OpenAi,
@@ -512,7 +604,28 @@ mod tests {
             ..PrefilterConfig::default()
         };
         let ranker = ModelRanker::from_config(&tls).unwrap();
-        assert_eq!(ranker.name(), "m (OpenAI-compatible API)");
+        assert_eq!(ranker.name(), "local model m (OpenAI-compatible API)"); // The lexical ranking needs no server: on whenever the prefilter is.
+        let lexical = PrefilterConfig {
+            enabled: true,
+            ranker: RankerKind::Lexical,
+            ..PrefilterConfig::default()
+        };
+        assert!(matches!(
+            PrefilterRanker::from_config(&lexical),
+            Some(PrefilterRanker::Lexical(_))
+        ));
+        assert!(
+            PrefilterRanker::from_config(&PrefilterConfig {
+                enabled: false,
+                ..lexical
+            })
+            .is_none()
+        );
+        assert_eq!(
+            RankerKind::from_name(" lexical "),
+            Some(RankerKind::Lexical)
+        );
+        assert_eq!(RankerKind::from_name("bm25"), None);
     }
 
     #[test]

@@ -83,14 +83,14 @@ fn assert_failed_open(report: &SearchReport, root: &Path, api: Api, model: &str)
     let Ranking::FailedOpen { by, reason } = &report.ranking else {
         panic!("not failed open: {:?}", report.ranking);
     };
-    assert_eq!(by, &format!("{model} ({})", label(api)));
+    assert_eq!(by, &format!("local model {model} ({})", label(api)));
     assert_eq!(report.matches, plain.matches);
     assert_eq!(report.withheld, plain.withheld);
     let text = report.render();
     let (first, rest) = text.split_once('\n').unwrap();
     assert_eq!(
         first,
-        format!("pith: not ranked by local model {by} ({reason}); matches in path order.")
+        format!("pith: not ranked by {by} ({reason}); matches in path order.")
     );
     assert_eq!(rest, plain.render());
     reason.clone()
@@ -108,7 +108,7 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
             &SearchRequest::new("dispatch"),
         );
 
-        let by = format!("ranker-ok:1b ({})", label(api));
+        let by = format!("local model ranker-ok:1b ({})", label(api));
         assert_eq!(report.ranking, Ranking::Ranked { by: by.clone() });
         assert_eq!(report.matches.len(), SHOWN);
         assert_eq!(report.withheld, (MATCHES - SHOWN) as u64);
@@ -136,7 +136,7 @@ fn success_shows_the_ranked_prefix_disclosure_and_withheld_count_on_both_apis() 
             first_lines,
             [
                 format!(
-                    "pith: ranked by local model {by}: the {SHOWN} most relevant of {MATCHES} \
+                    "pith: ranked by {by}: the {SHOWN} most relevant of {MATCHES} \
                      matches in {FILES} files, most relevant first; {} withheld. Pass all=true \
                      to list every match in path order.",
                     MATCHES - SHOWN

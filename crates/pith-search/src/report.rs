@@ -29,7 +29,8 @@ pub struct Candidate {
 /// Implementations must fail open: anything short of a definitive answer is an `Err` with the
 /// reason, which the report shows in one line above the plain page.
 pub trait Ranker {
-    /// Who ranked, for the disclosure line, e.g. `qwen2.5-coder:1.5b (Ollama)`.
+    /// Who ranked, for the disclosure line ("pith: ranked by NAME: ..."), e.g. `local model
+    /// qwen2.5-coder:1.5b (Ollama)`.
     fn name(&self) -> String;
 
     /// Largest candidate list this ranker accepts; broader searches are paged, not ranked.
@@ -254,7 +255,7 @@ impl SearchReport {
             Ranking::Ranked { by } => {
                 let _ = writeln!(
                     out,
-                    "pith: ranked by local model {by}: the {} most relevant of {matches} in \
+                    "pith: ranked by {by}: the {} most relevant of {matches} in \
                      {files}, most relevant first; {} withheld. Pass all=true to list every match \
                      in path order.",
                     self.matches.len(),
@@ -264,7 +265,7 @@ impl SearchReport {
             Ranking::FailedOpen { by, reason } => {
                 let _ = writeln!(
                     out,
-                    "pith: not ranked by local model {by} ({}); matches in path order.",
+                    "pith: not ranked by {by} ({}); matches in path order.",
                     one_line(reason)
                 );
             }

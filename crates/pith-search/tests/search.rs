@@ -482,7 +482,7 @@ impl Scripted {
 
 impl Ranker for Scripted {
     fn name(&self) -> String {
-        "scripted-model".to_owned()
+        "local model scripted-model".to_owned()
     }
     fn max_candidates(&self) -> usize {
         self.capacity
@@ -522,7 +522,7 @@ fn a_ranking_reorders_and_says_what_it_withheld() {
     assert_eq!(
         report.ranking,
         Ranking::Ranked {
-            by: "scripted-model".into()
+            by: "local model scripted-model".into()
         }
     );
     assert_eq!(report.matches.len(), 40);
@@ -676,7 +676,7 @@ fn a_bad_ranking_fails_open_with_nothing_withheld_beyond_the_page() {
         assert_eq!(
             report.ranking,
             Ranking::FailedOpen {
-                by: "scripted-model".into(),
+                by: "local model scripted-model".into(),
                 reason: reason.to_owned(),
             }
         );

@@ -232,6 +232,9 @@ pub struct TransformsConfig {
 pub struct McpConfig {
     /// Rank large search results with a local model (default off).
     pub local_prefilter: Option<bool>,
+    /// `model` (default: a local model behind `prefilter_api`) or `lexical` (the search's
+    /// words in each file's path and lines, in-process, no model).
+    pub prefilter_ranker: Option<String>,
     /// `ollama` (default: Ollama's `/api/chat`) or `openai` (`/v1/chat/completions`, as
     /// llama.cpp's server, LM Studio, vLLM and Ollama serve it).
     pub prefilter_api: Option<String>,

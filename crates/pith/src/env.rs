@@ -59,6 +59,7 @@ pub enum Var {
     HistoryTokenTtl,
     /// The local model behind `search_workspace`.
     LocalPrefilter,
+    PrefilterRanker,
     PrefilterApi,
     PrefilterUrl,
     /// The older name of [`Var::PrefilterUrl`].
@@ -75,7 +76,7 @@ pub enum Var {
 
 impl Var {
     /// Every variable, for the snapshot.
-    const ALL: [Var; 38] = [
+    const ALL: [Var; 39] = [
         Var::Home,
         Var::Listen,
         Var::AnthropicUpstream,
@@ -105,6 +106,7 @@ impl Var {
         Var::HistoryTokenKey,
         Var::HistoryTokenTtl,
         Var::LocalPrefilter,
+        Var::PrefilterRanker,
         Var::PrefilterApi,
         Var::PrefilterUrl,
         Var::OllamaUrl,
@@ -148,6 +150,7 @@ impl Var {
             Var::HistoryTokenKey => "PITH_HISTORY_TOKEN_KEY",
             Var::HistoryTokenTtl => "PITH_HISTORY_TOKEN_TTL",
             Var::LocalPrefilter => "PITH_LOCAL_PREFILTER",
+            Var::PrefilterRanker => "PITH_PREFILTER_RANKER",
             Var::PrefilterApi => "PITH_PREFILTER_API",
             Var::PrefilterUrl => "PITH_PREFILTER_URL",
             Var::OllamaUrl => "PITH_OLLAMA_URL",

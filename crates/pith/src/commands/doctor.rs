@@ -709,6 +709,13 @@ fn check_prefilter(report: &mut Report, config: &Config) {
         report.ok("local model", "the prefilter is off");
         return;
     }
+    if prefilter.ranker == pith_prefilter::RankerKind::Lexical {
+        report.ok(
+            "local model",
+            "none needed: the prefilter ranks lexically, in-process (prefilter_ranker = \"lexical\")",
+        );
+        return;
+    }
     let url = prefilter.base_url();
     let model = prefilter.model.clone();
     let mut quick = prefilter;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use pith_prefilter::{Api, PrefilterConfig};
+use pith_prefilter::{Api, PrefilterConfig, RankerKind};
 use pith_search::RankPolicy;
 
 use crate::config::{Config, McpConfig};
@@ -43,7 +43,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
 }
 
 /// `[mcp]` settings, then the environment over them (`PITH_LOCAL_PREFILTER=1` turns ranking on
-/// without a config file; `PITH_PREFILTER_API`, `PITH_PREFILTER_URL` (or the older
+/// without a config file; `PITH_PREFILTER_RANKER`, `PITH_PREFILTER_API`, `PITH_PREFILTER_URL` (or the older
 /// `PITH_OLLAMA_URL`), `PITH_PREFILTER_MODEL`, `PITH_PREFILTER_THRESHOLD`,
 /// `PITH_PREFILTER_SHOWN`, `PITH_PREFILTER_TIMEOUT_MS`). Values that cannot mean anything are
 /// errors naming the key or variable, not a silent default.
@@ -66,6 +66,11 @@ fn prefilter_config_with(
             })?),
             None => None,
         };
+    let ranker = match (env(Var::PrefilterRanker), mcp.prefilter_ranker.as_deref()) {
+        (Some(name), _) => ranker_named(name).context("PITH_PREFILTER_RANKER")?,
+        (None, Some(name)) => ranker_named(name).context("mcp.prefilter_ranker")?,
+        (None, None) => defaults.ranker,
+    };
     let api = match (env(Var::PrefilterApi), mcp.prefilter_api.as_deref()) {
         (Some(name), _) => api_named(name).context("PITH_PREFILTER_API")?,
         (None, Some(name)) => api_named(name).context("mcp.prefilter_api")?,
@@ -84,6 +89,7 @@ fn prefilter_config_with(
     let url = env(Var::PrefilterUrl).or(env(Var::OllamaUrl));
     let config = PrefilterConfig {
         enabled: switch.or(mcp.local_prefilter).unwrap_or(false),
+        ranker,
         api,
         url: url
             .map(|u| u.trim().to_owned())
@@ -112,6 +118,16 @@ fn prefilter_config_with(
         "mcp.prefilter_shown (or PITH_PREFILTER_SHOWN) must be at least 1"
     );
     Ok(config)
+}
+
+/// The ranker called `name` in config: `model` or `lexical`.
+fn ranker_named(name: &str) -> anyhow::Result<RankerKind> {
+    RankerKind::from_name(name).with_context(|| {
+        format!(
+            "{name:?} is not a ranker pith has: use \"model\" (a local model behind \
+             prefilter_api) or \"lexical\" (no model)"
+        )
+    })
 }
 
 /// The API called `name` in config: `ollama` or `openai`.
@@ -167,8 +183,33 @@ mod tests {
         // Set and empty, a switch is off (as every switch of pith's reads it).
         let empty = prefilter_config_with(&file, &with(&[(Var::LocalPrefilter, "")])).unwrap();
         assert!(!empty.enabled);
+        // The ranker: a model by default, the lexical ranking by name, from the file or the
+        // environment over it.
+        assert_eq!(empty.ranker, RankerKind::Model);
+        let lexical = McpConfig {
+            prefilter_ranker: Some("lexical".into()),
+            ..McpConfig::default()
+        };
+        let read = prefilter_config_with(&lexical, &with(&[])).unwrap();
+        assert_eq!(read.ranker, RankerKind::Lexical);
+        let over = prefilter_config_with(&lexical, &with(&[(Var::PrefilterRanker, "model")]));
+        assert_eq!(over.unwrap().ranker, RankerKind::Model);
+        let err = prefilter_config_with(
+            &McpConfig {
+                prefilter_ranker: Some("bm25".into()),
+                ..McpConfig::default()
+            },
+            &with(&[]),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("mcp.prefilter_ranker")
+                && format!("{err:#}").contains("\"lexical\""),
+            "{err:#}"
+        );
         for (var, junk) in [
             (Var::LocalPrefilter, "maybe"),
+            (Var::PrefilterRanker, "junk"),
             (Var::PrefilterApi, "junk"),
             (Var::PrefilterShown, "many"),
         ] {

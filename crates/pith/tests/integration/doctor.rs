@@ -290,3 +290,23 @@ fn doctor_reports_a_broken_config_and_goes_on() {
         "{text}"
     );
 }
+
+/// The lexical ranking needs no model server: doctor says so instead of probing one.
+#[test]
+fn doctor_checks_no_server_for_the_lexical_ranking() {
+    let env = Env::new();
+    let home = env.homes.path().join("pith");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        "[mcp]\nlocal_prefilter = true\nprefilter_ranker = \"lexical\"\n",
+    )
+    .unwrap();
+    let (_, checks) = env.doctor();
+    assert_eq!(status(&checks, "local model"), ["ok"], "{checks:#?}");
+    assert!(
+        detail(&checks, "local model").contains("none needed"),
+        "{}",
+        detail(&checks, "local model")
+    );
+}

@@ -182,6 +182,7 @@ impl RawClient {
             .env_remove("PITH_OLLAMA_URL")
             .env_remove("PITH_PREFILTER_URL")
             .env_remove("PITH_PREFILTER_API")
+            .env_remove("PITH_PREFILTER_RANKER")
             .env_remove("PITH_PREFILTER_MODEL")
             .env_remove("PITH_PREFILTER_THRESHOLD")
             .env_remove("PITH_PREFILTER_SHOWN")
@@ -306,6 +307,61 @@ fn search_needle_ranked(client: &mut RawClient) -> String {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// The lexical ranking, in-process: nothing to start, the file whose path and line carry the
+/// intent's words first though ripgrep lists it last, one line a file, the disclosure and the
+/// withheld count; `all=true` still lists every match.
+#[test]
+fn mcp_search_workspace_ranks_lexically_with_no_model() {
+    let ws = needle_workspace();
+    std::fs::write(
+        ws.path().join("src/zz_retry_backoff.rs"),
+        "let needle = backoff_delay(retry);\nlet other_needle = 1;\n",
+    )
+    .unwrap();
+    let mut client = RawClient::start(
+        ws.path(),
+        &[
+            ("PITH_LOCAL_PREFILTER", "1"),
+            ("PITH_PREFILTER_RANKER", "lexical"),
+        ],
+    );
+    let (text, is_error) = client.call(
+        "search_workspace",
+        serde_json::json!({"pattern": "needle", "intent": "where the retry backoff delay is computed"}),
+    );
+    assert!(!is_error, "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "pith: ranked by lexical file ranking (the search's words in paths and lines; no \
+             model): the 10 most relevant of {} matches in {} files, most relevant first; {} \
+             withheld. Pass all=true to list every match in path order.",
+            RANK_MATCHES + 2,
+            RANK_MATCHES + 1,
+            RANK_MATCHES + 2 - 10
+        )
+    );
+    assert_eq!(
+        lines[1], "src/zz_retry_backoff.rs:1: let needle = backoff_delay(retry);",
+        "{text}"
+    );
+    // One line a file: ten files.
+    let files: std::collections::BTreeSet<&str> = lines[1..11]
+        .iter()
+        .map(|l| l.split(':').next().unwrap())
+        .collect();
+    assert_eq!(files.len(), 10, "{text}");
+    let (every, _) = client.call(
+        "search_workspace",
+        serde_json::json!({"pattern": "needle", "all": true, "max_results": 500}),
+    );
+    assert_eq!(
+        every.lines().filter(|l| l.contains("needle")).count(),
+        RANK_MATCHES + 2
+    );
 }
 
 #[test]

@@ -1,0 +1,74 @@
+//! The lexical file ranking's cost: `LexicalRanker::rank` over 200 candidates (the most a
+//! ranker is given: `DEFAULT_MAX_RANK_CANDIDATES`), the first 200 matches of `timeout` in this
+//! repository's own source, beside copying those candidates (the least any ranker does with
+//! them) as the baseline. The benchmark thread's CPU time.
+//!
+//! `cargo bench -p pith-prefilter --bench fusion`
+#![expect(
+    clippy::unwrap_used,
+    reason = "a benchmark over this repository's own files"
+)]
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use pith_prefilter::fusion::LexicalRanker;
+use pith_search::{
+    Candidate, DEFAULT_MAX_RANK_CANDIDATES, RankPolicy, Ranker, SearchRequest, search_workspace,
+};
+use pith_testkit::bench::ThreadCpu;
+
+const PATTERN: &str = "timeout";
+const INTENT: &str = "where the proxy gives up waiting for the provider's response headers";
+
+fn bench(c: &mut Criterion<ThreadCpu>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let all = SearchRequest {
+        all: true,
+        max_results: DEFAULT_MAX_RANK_CANDIDATES,
+        ..SearchRequest::new(PATTERN)
+    };
+    let report = search_workspace(&root, &all, None, RankPolicy::default()).unwrap();
+    let candidates: Vec<Candidate> = report
+        .matches
+        .iter()
+        .enumerate()
+        .map(|(id, m)| Candidate {
+            id,
+            path: m.path.clone(),
+            summary: m.summary(),
+        })
+        .collect();
+    let files: std::collections::BTreeSet<&str> =
+        candidates.iter().map(|c| c.path.as_str()).collect();
+    println!(
+        "{} candidates in {} files ({PATTERN:?} in this repository)",
+        candidates.len(),
+        files.len()
+    );
+    let mut group = c.benchmark_group("fusion");
+    group.bench_function("copy the candidates (baseline)", |b| {
+        b.iter(|| black_box(&candidates).clone());
+    });
+    let lexical = LexicalRanker::default();
+    group.bench_function("LexicalRanker::rank", |b| {
+        b.iter(|| {
+            lexical
+                .rank(black_box(INTENT), black_box(&candidates), 10)
+                .unwrap()
+        });
+    });
+    group.finish();
+}
+
+fn config() -> Criterion<ThreadCpu> {
+    Criterion::default().with_measurement(ThreadCpu)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench
+}
+criterion_main!(benches);

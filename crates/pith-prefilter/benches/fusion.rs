@@ -8,6 +8,10 @@
     clippy::unwrap_used,
     reason = "a benchmark over this repository's own files"
 )]
+#![expect(
+    clippy::print_stdout,
+    reason = "the candidates' count, printed for a person"
+)]
 
 use std::hint::black_box;
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! The only crate that knows MCP: `pith mcp`, a stdio server (rmcp) giving agents the
-//! workspace (search, optionally ranked by a local model, and file reads) and the project
+//! workspace (search, optionally ranked by a local model or lexically, and file reads) and the project
 //! memory.
 //!
 //! Tool descriptions are kept to a line: clients resend them on every turn. Failures the model

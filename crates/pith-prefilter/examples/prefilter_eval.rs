@@ -1,10 +1,13 @@
 //! Does the local prefilter help? Runs broad searches over real source trees through the same
-//! path `pith mcp` takes (`search_workspace` with a `ModelRanker`) and measures, against files
-//! marked by hand as the ones that answer each search:
+//! path `pith mcp` takes (`search_workspace` with a `ModelRanker`, or with `--ranker lexical`
+//! the `fusion::LexicalRanker`, `--per-file N` lines a file, `--fusion k=60,path=1,...` its
+//! weights) and measures, against files marked by hand as the ones that answer each search:
 //!
 //! - recall: the share of a query's answer files that appear in what the agent is shown, for
-//!   the ranked prefix, for the plain first page (what it sees without ranking), and for a
-//!   path-order prefix as long as the ranked one (the same budget without a model);
+//!   the ranked prefix, for the plain first page (what it sees without ranking), for a
+//!   path-order prefix as long as the ranked one (the same budget without a model), and for
+//!   one line a file in path order, as many files as lines shown (what one line a file gives
+//!   with no ranking);
 //! - context: characters of the reply ranked and plain, and estimated tokens (characters / 4);
 //! - how long each ranking took, and every ranking that failed open, with its reason.
 //!
@@ -157,6 +160,7 @@ struct Totals {
     ranked: usize,
     recall_ranked: f64,
     recall_prefix: f64,
+    recall_files: f64,
     recall_page: f64,
     chars_ranked: usize,
     chars_page: usize,
@@ -247,9 +251,9 @@ fn main() -> Result<(), String> {
 
     let mut totals: BTreeMap<usize, Totals> = BTreeMap::new();
     println!(
-        "| tree | pattern | matches | answers | shown | recall ranked | recall path-order prefix | recall plain page | chars ranked | chars plain page | ms | failed open |"
+        "| tree | pattern | matches | answers | shown | recall ranked | recall path-order prefix | recall first files, a line each | recall plain page | chars ranked | chars plain page | ms | failed open |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for q in &queries {
         let root = &args.trees[&q.tree];
         let req = SearchRequest {
@@ -288,8 +292,22 @@ fn main() -> Result<(), String> {
                 .take(shown)
                 .map(|m| m.path.as_str())
                 .collect();
+            // One line a file in path order, as many files as lines shown: what showing one
+            // line a file alone gives, with no ranking.
+            let mut first_files: Vec<&str> = Vec::new();
+            for m in &everything.matches {
+                if first_files.len() == shown {
+                    break;
+                }
+                if !first_files.contains(&m.path.as_str()) {
+                    first_files.push(&m.path);
+                }
+            }
+            let first_files: BTreeSet<&str> = first_files.into_iter().collect();
             let total = totals.entry(shown).or_default();
             total.queries += 1;
+            let r_files = recall(&first_files, &q.answers);
+            total.recall_files += r_files;
             let r_prefix = recall(&prefix, &q.answers);
             let r_page = recall(&page_files, &q.answers);
             let chars_page = plain.render().chars().count();
@@ -319,13 +337,14 @@ fn main() -> Result<(), String> {
             total.recall_ranked += r_ranked;
             total.chars_ranked += chars_ranked;
             println!(
-                "| {} | `{}` | {} | {} | {shown} | {:.2} | {:.2} | {:.2} | {chars_ranked} | {chars_page} | {ms} | {} |",
+                "| {} | `{}` | {} | {} | {shown} | {:.2} | {:.2} | {:.2} | {:.2} | {chars_ranked} | {chars_page} | {ms} | {} |",
                 q.tree,
                 q.pattern.replace('|', "\\|"),
                 everything.total_matches,
                 q.answers.len(),
                 r_ranked,
                 r_prefix,
+                r_files,
                 r_page,
                 failed.replace('|', "\\|"),
             );
@@ -334,9 +353,9 @@ fn main() -> Result<(), String> {
 
     println!("\n## Summary\n");
     println!(
-        "| shown | queries | ranked (not failed open) | mean recall ranked | mean recall path-order prefix | mean recall plain page | reply chars ranked / plain | est. tokens per reply ranked / plain | ranking ms median / p90 / max | failed open |"
+        "| shown | queries | ranked (not failed open) | mean recall ranked | mean recall path-order prefix | mean recall first files, a line each | mean recall plain page | reply chars ranked / plain | est. tokens per reply ranked / plain | ranking ms median / p90 / max | failed open |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for (shown, t) in &mut totals {
         t.millis.sort_unstable();
         let pct = |p: f64| -> u128 {
@@ -353,11 +372,12 @@ fn main() -> Result<(), String> {
             .map(|(k, v)| format!("{v}x {k}"))
             .collect();
         println!(
-            "| {shown} | {} | {} | {:.2} | {:.2} | {:.2} | {} / {} ({:.0}% saved) | {} / {} | {} / {} / {} | {} |",
+            "| {shown} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} / {} ({:.0}% saved) | {} / {} | {} / {} / {} | {} |",
             t.queries,
             t.ranked,
             t.recall_ranked / n,
             t.recall_prefix / n,
+            t.recall_files / n,
             t.recall_page / n,
             t.chars_ranked,
             t.chars_page,

@@ -1,6 +1,6 @@
 //! Ranking a search's matches by file, from lexical signals fused by reciprocal rank fusion: the
 //! query's terms in each file's path and in its matched lines, how many lines of the file
-//! matched, and ripgrep's order. Files, not lines, are what an agent opens, and what the
+//! matched, and path order (the order the search lists files in). Files, not lines, are what an agent opens, and what the
 //! evaluation's answers are; each file's best line is then shown (more per file when asked),
 //! so the lines shown cover more files than a page in path order does.
 //!
@@ -26,7 +26,7 @@ pub struct Fusion {
     pub line: f64,
     /// How many of the file's lines matched.
     pub density: f64,
-    /// ripgrep's order.
+    /// Path order (the search lists files sorted by path).
     pub order: f64,
     /// Each further order given (a model's).
     pub more: f64,
@@ -58,16 +58,23 @@ const STOP_WORDS: &[&str] = &[
     "any", "all", "out", "use", "used", "uses", "can", "before", "gets", "get", "way",
 ];
 
+/// The longest query read (characters), as a model is shown it: an agent's `intent` is a
+/// sentence, and each term is checked against every candidate line.
+pub const MAX_QUERY_CHARS: usize = 300;
+/// The most terms read of a query.
+pub const MAX_TERMS: usize = 32;
+
 /// The query's terms: lower-case words of three letters or more, stop words left out, each
-/// once.
+/// once, from its first [`MAX_QUERY_CHARS`] characters, at most [`MAX_TERMS`].
 pub fn terms(query: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for word in words(query) {
-        if word.len() >= 3 && !STOP_WORDS.contains(&word.as_str()) && !out.contains(&word) {
-            out.push(word);
-        }
-    }
-    out
+    let cut: String = query.chars().take(MAX_QUERY_CHARS).collect();
+    let mut seen = std::collections::HashSet::new();
+    words(&cut)
+        .into_iter()
+        .filter(|w| w.len() >= 3 && !STOP_WORDS.contains(&w.as_str()))
+        .filter(|w| seen.insert(w.clone()))
+        .take(MAX_TERMS)
+        .collect()
 }
 
 /// Lower-case words of `text`, split at anything not a letter or digit and at a change from
@@ -135,7 +142,7 @@ fn line_text(candidate: &Candidate) -> &str {
 /// One file among the candidates, with what the signals read of it.
 struct File<'a> {
     path: &'a str,
-    /// Its candidates' ids, in ripgrep's order.
+    /// Its candidates' ids, in path order.
     lines: Vec<usize>,
     /// The query's terms in its path.
     in_path: usize,
@@ -296,8 +303,8 @@ impl Ranker for LexicalRanker {
         candidates: &[Candidate],
         want: usize,
     ) -> Result<Vec<usize>, String> {
-        if candidates.is_empty() {
-            return Err("no candidates".to_owned());
+        if candidates.is_empty() || want == 0 {
+            return Err("no candidates, or none wanted".to_owned());
         }
         let files = rank_files(query, candidates, &[], &self.fusion);
         Ok(pick_lines(&files, want, self.per_file))
@@ -330,9 +337,14 @@ mod tests {
         );
         assert!(names("defer", "deferral") && names("timeouts", "timeout"));
         assert!(!names("def", "default"), "three letters are not enough");
+        // A long query is cut: at most MAX_TERMS terms, from its first MAX_QUERY_CHARS.
+        let long: String = (0..5_000).map(|i| format!("word{i} ")).collect();
+        assert_eq!(terms(&long).len(), MAX_TERMS);
+        let late = format!("{} needle", " ".repeat(MAX_QUERY_CHARS));
+        assert!(terms(&late).is_empty(), "{:?}", terms(&late));
     }
 
-    /// The file whose path and lines hold the query's terms comes first, though ripgrep lists
+    /// The file whose path and lines hold the query's terms comes first, though the search lists
     /// it last and another file has more matches; its best line is shown first.
     #[test]
     fn the_file_that_names_the_query_comes_first_with_its_best_line() {
@@ -361,12 +373,22 @@ mod tests {
         // Two lines per file, then the files' further lines.
         assert_eq!(pick_lines(&files, 5, 2)[..2], [5, 4]);
         assert_eq!(pick_lines(&files, 6, 1).len(), 6);
-        let picked = LexicalRanker::default().rank("x", &candidates, 3).unwrap();
+        // One line a file by default: three files' best lines, the answer's first.
+        let picked = LexicalRanker::default()
+            .rank("the proxy's response headers", &candidates, 3)
+            .unwrap();
         assert_eq!(picked.len(), 3);
+        assert_eq!(picked[0], 5);
+        let paths: std::collections::BTreeSet<&str> = picked
+            .iter()
+            .map(|&id| candidates[id].path.as_str())
+            .collect();
+        assert_eq!(paths.len(), 3, "{picked:?}");
+        assert!(LexicalRanker::default().rank("x", &candidates, 0).is_err());
     }
 
     /// Another order (a model's) joins the fusion as one more list; signals that cannot tell
-    /// files apart leave ripgrep's order.
+    /// files apart leave path order.
     #[test]
     fn another_order_moves_its_first_file_up() {
         let candidates = vec![

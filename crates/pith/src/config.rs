@@ -230,7 +230,7 @@ pub struct TransformsConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpConfig {
-    /// Rank large search results with a local model (default off).
+    /// Rank large search results (default off), by `prefilter_ranker`.
     pub local_prefilter: Option<bool>,
     /// `model` (default: a local model behind `prefilter_api`) or `lexical` (the search's
     /// words in each file's path and lines, in-process, no model).
@@ -244,9 +244,9 @@ pub struct McpConfig {
     pub prefilter_url: Option<String>,
     /// Local model name, as the server lists it.
     pub model: Option<String>,
-    /// Matches above which the local model ranks (default 50, the page size).
+    /// Matches above which the prefilter ranks (default 50, the page size).
     pub prefilter_threshold: Option<usize>,
-    /// How many lines of the files the model picked are shown at most (default 10).
+    /// How many lines of the files the ranker picked are shown at most (default 10).
     pub prefilter_shown: Option<usize>,
     /// Ranking timeout in milliseconds (default 3000).
     pub prefilter_timeout_ms: Option<u64>,

@@ -45,6 +45,7 @@ impl Env {
             .env_remove("PITH_CONFIG")
             .env_remove("ANTHROPIC_BASE_URL")
             .env_remove("PITH_LOCAL_PREFILTER")
+            .env_remove("PITH_PREFILTER_RANKER")
             .output()
             .unwrap()
     }

@@ -208,6 +208,21 @@ pub struct SavingTotal {
     pub tokens: i64,
 }
 
+/// A [`Saving`] summed over the requests without a session of one (client, model) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSaving {
+    /// The client.
+    pub client: String,
+    /// The model; `None` for rows without one.
+    pub model: Option<String>,
+    /// The stage (`bust:<stage>` for a bust's charge).
+    pub stage: String,
+    /// The rate (`pith_wire::usage::Band::as_str`).
+    pub band: String,
+    /// The tokens, summed (signed).
+    pub tokens: i64,
+}
+
 /// Which rows a summary covers.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {

@@ -201,8 +201,61 @@ impl Ledger {
     /// [`Ledger::groups`] (or by `account`) computed from the requests themselves (any
     /// filter); `by` is read into `Group::session`.
     fn groups_scanned(&self, by: &str, filter: &Filter) -> Result<Vec<Group>, StoreError> {
+        self.groups_where(by, "min(client)", FILTERED, &format!("{by}, model"), filter)
+    }
+
+    /// Totals per (client, model) of the requests without a session that `filter` covers
+    /// (none when it names a session). [`Ledger::groups`] keeps those as one group per model,
+    /// named for the least of their clients; a report per client reads them here, from the
+    /// requests themselves (`requests_session` holds them together).
+    pub fn sessionless_by_client(&self, filter: &Filter) -> Result<Vec<Group>, StoreError> {
+        self.groups_where(
+            "NULL",
+            "client",
+            "requests.session IS NULL AND (?1 IS NULL OR requests.ts_ms >= ?1) AND ?2 IS NULL",
+            "client, model",
+            filter,
+        )
+    }
+
+    /// What the stages saved on the requests without a session that `filter` covers, per
+    /// (client, model, stage, rate).
+    pub fn sessionless_savings_by_client(
+        &self,
+        filter: &Filter,
+    ) -> Result<Vec<ClientSaving>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT requests.client, requests.model, s.stage, s.band, sum(s.tokens)
+             FROM requests JOIN savings s ON s.request_id = requests.id
+             WHERE requests.session IS NULL AND (?1 IS NULL OR requests.ts_ms >= ?1)
+                AND ?2 IS NULL
+             GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
+        )?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
+            Ok(ClientSaving {
+                client: r.get(0)?,
+                model: r.get(1)?,
+                stage: r.get(2)?,
+                band: r.get(3)?,
+                tokens: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Totals of the requests matching `condition` (parameters `?1`, `?2` as [`FILTERED`]'s),
+    /// grouped by `group`, with `first` read into `Group::session` and `client` into its
+    /// client.
+    fn groups_where(
+        &self,
+        first: &str,
+        client: &str,
+        condition: &str,
+        group: &str,
+        filter: &Filter,
+    ) -> Result<Vec<Group>, StoreError> {
         let sql = format!(
-            "SELECT {by}, min(client), model, count(*),
+            "SELECT {first}, {client}, model, count(*),
                     count(input_tokens),
                     coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
                     coalesce(sum(cache_write_tokens), 0), coalesce(sum(cache_read_tokens), 0),
@@ -215,9 +268,9 @@ impl Ledger {
                     sum(bust_checked), coalesce(sum(bust_cause = 'pith'), 0),
                     coalesce(sum(bust_cause = 'client'), 0)
              FROM requests
-             WHERE {FILTERED}
-             GROUP BY {by}, model
-             ORDER BY min(ts_ms), {by}, model"
+             WHERE {condition}
+             GROUP BY {group}
+             ORDER BY min(ts_ms), {group}"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params![filter.since_ms, filter.session], group_of)?;

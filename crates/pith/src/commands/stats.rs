@@ -258,9 +258,9 @@ pub(crate) struct Report {
     session: Option<String>,
     sessions: Vec<SessionTotals>,
     models: Vec<ModelTotals>,
-    /// Per client (Claude Code, OpenCode, Codex, an SDK), the busiest first. Summed from the
-    /// ledger's totals per (session, model): requests without a session from several clients
-    /// count for one of them (as in `sessions`' "(none)" row).
+    /// Per client (Claude Code, OpenCode, Codex, an SDK), the busiest first: a session's
+    /// requests and savings count for its client; requests without a session for the client
+    /// that sent each (`Ledger::sessionless_by_client`).
     clients: Vec<ClientTotals>,
     /// Per account (rows from before accounts were kept are the proxy's own account's).
     by_account: Vec<AccountTotals>,
@@ -413,8 +413,24 @@ fn build_report(
     prices: &Prices,
 ) -> anyhow::Result<Report> {
     let mut sums = sum_groups(groups, prices);
+    // The requests without a session, per the client that sent each (`groups` has them
+    // one group per model).
+    for g in ledger.sessionless_by_client(filter)? {
+        sums.clients
+            .entry(g.client.clone())
+            .or_default()
+            .add(&g, prices);
+    }
     let mut transforms = transform_totals(ledger, filter)?;
     add_savings(ledger, filter, prices, &mut transforms, &mut sums)?;
+    for saving in ledger.sessionless_savings_by_client(filter)? {
+        let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
+        let client = sums.clients.entry(saving.client).or_default();
+        client.estimated_saved_tokens += saving.tokens;
+        if let Some(usd) = usd {
+            *client.estimated_saved_usd.get_or_insert(0.0) += usd;
+        }
+    }
     Ok(Report {
         ledger: path.to_owned(),
         since_ms: filter.since_ms,
@@ -558,10 +574,13 @@ fn sum_groups(groups: &[Group], prices: &Prices) -> Sums {
     };
     for g in groups {
         sums.total.add(g, prices);
-        sums.clients
-            .entry(g.client.clone())
-            .or_default()
-            .add(g, prices);
+        // Requests without a session are added per client apart (`build_report`).
+        if g.session.is_some() {
+            sums.clients
+                .entry(g.client.clone())
+                .or_default()
+                .add(g, prices);
+        }
         sums.models
             .entry(g.model.clone())
             .or_default()
@@ -656,8 +675,11 @@ fn add_savings(
             .iter_mut()
             .find(|s| s.session == saving.session);
         let mut targets: Vec<&mut Totals> = vec![&mut sums.total];
+        // A session's saving counts for its client; one without a session is added per
+        // client apart (`build_report`).
         if let Some(c) = session
             .as_ref()
+            .filter(|s| s.session.is_some())
             .and_then(|s| sums.clients.get_mut(&s.client))
         {
             targets.push(c);

@@ -292,3 +292,99 @@ fn a_closed_pipe_ends_stats_quietly_and_long_names_are_cut() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!stderr.contains("Broken pipe"), "{stderr}");
 }
+
+/// Requests without a session count for the client that sent each (the ledger keeps them one
+/// group per model, whichever clients sent them), savings too; the clients add up to the
+/// total, over the totals kept on write and over a `--since` scan alike.
+#[test]
+fn requests_without_a_session_count_for_their_own_clients() {
+    use pith_store::ledger::{Ledger, Row, RowUsage, Saving};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let row = |client: &str, session: Option<&str>, saved: i64| Row {
+        ts_ms: pith_store::clock::now_ms(),
+        client: client.into(),
+        session: session.map(str::to_owned),
+        model: Some("claude-haiku-4-5".into()),
+        wire: Some("anthropic".into()),
+        method: "POST".into(),
+        path: "/v1/messages".into(),
+        status: Some(200),
+        usage: Some(RowUsage {
+            input: 100,
+            output: 10,
+            ..RowUsage::default()
+        }),
+        savings: if saved > 0 {
+            vec![Saving {
+                stage: "defer".into(),
+                band: "input".into(),
+                tokens: saved,
+            }]
+        } else {
+            Vec::new()
+        },
+        total_ms: 1.0,
+        ..Row::default()
+    };
+    let mut ledger = Ledger::open(&path).unwrap();
+    ledger
+        .insert(&[
+            row("sdk-b", None, 1_000),
+            row("sdk-a", None, 0),
+            row("sdk-a", None, 0),
+            row("claude-code", Some("ses_1"), 500),
+        ])
+        .unwrap();
+    drop(ledger);
+    for args in [&[][..], &["--since", "1h"][..]] {
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new(pith_bin())
+            .args(["stats", "--json", "--ledger"])
+            .arg(&path)
+            .args(args)
+            .env("PITH_HOME", home.path())
+            .env_remove("PITH_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let clients: Vec<(String, u64, i64)> = v["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["client"].as_str().unwrap().to_owned(),
+                    c["requests"].as_u64().unwrap(),
+                    c["estimated_saved_tokens"].as_i64().unwrap_or(0),
+                )
+            })
+            .collect();
+        assert_eq!(
+            clients,
+            [
+                ("sdk-a".to_owned(), 2, 0),
+                ("claude-code".to_owned(), 1, 500),
+                ("sdk-b".to_owned(), 1, 1_000),
+            ],
+            "{args:?}: {}",
+            v["clients"]
+        );
+        let saved: f64 = v["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["estimated_saved_usd"].as_f64().unwrap_or(0.0))
+            .sum();
+        let total = v["total"]["estimated_saved_usd"].as_f64().unwrap();
+        assert!(
+            (saved - total).abs() < 1e-12,
+            "{args:?}: {saved} vs {total}"
+        );
+    }
+}

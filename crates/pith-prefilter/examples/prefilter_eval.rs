@@ -1,7 +1,8 @@
 //! Does the local prefilter help? Runs broad searches over real source trees through the same
 //! path `pith mcp` takes (`search_workspace` with a `ModelRanker`, or with `--ranker lexical`
 //! the `fusion::LexicalRanker`, `--per-file N` lines a file, `--fusion k=60,path=1,...` its
-//! weights) and measures, against files marked by hand as the ones that answer each search:
+//! weights; `--no-intent` searches without the queries' intents, as an agent that gives none)
+//! and measures, against files marked by hand as the ones that answer each search:
 //!
 //! - recall: the share of a query's answer files that appear in what the agent is shown, for
 //!   the ranked prefix, for the plain first page (what it sees without ranking), for a
@@ -53,6 +54,8 @@ struct Args {
     ranker: String,
     per_file: usize,
     fusion: Fusion,
+    /// Search without the queries' intents (the ranker then ranks by the pattern).
+    no_intent: bool,
     queries: PathBuf,
     trees: BTreeMap<String, PathBuf>,
     api: Api,
@@ -68,6 +71,7 @@ fn parse_args() -> Result<Args, String> {
         ranker: "model".to_owned(),
         per_file: pith_prefilter::fusion::DEFAULT_LINES_PER_FILE,
         fusion: Fusion::default(),
+        no_intent: false,
         queries: PathBuf::from("scripts/eval/prefilter/queries.toml"),
         trees: BTreeMap::new(),
         api: Api::OpenAi,
@@ -109,6 +113,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--only" => args.only = Some(value()?),
             "--ranker" => args.ranker = value()?,
+            "--no-intent" => args.no_intent = true,
             "--per-file" => {
                 let v = value()?;
                 args.per_file = v.parse().map_err(|_| format!("--per-file {v}"))?;
@@ -258,7 +263,7 @@ fn main() -> Result<(), String> {
         let root = &args.trees[&q.tree];
         let req = SearchRequest {
             case_insensitive: q.case_insensitive,
-            intent: Some(q.intent.clone()),
+            intent: (!args.no_intent).then(|| q.intent.clone()),
             ..SearchRequest::new(q.pattern.clone())
         };
         let plain = search_workspace(root, &req, None, RankPolicy::default())

@@ -353,6 +353,17 @@ fn fits_and_axe_finds_nothing_serious(
         serde_json::json!([]),
         "{name} {size:?}: tables cut off"
     );
+    // No chart text shown smaller than 9 px: the chart's own labels scale with it, and below
+    // 700 px the line beneath it says the same.
+    let tiny = page.eval(
+        "[...document.querySelectorAll('svg text')].filter(t => { const b = \
+         t.getBoundingClientRect(); return b.width > 0 && b.height < 9; }).map(t => t.textContent)",
+    );
+    assert_eq!(
+        tiny,
+        serde_json::json!([]),
+        "{name} {size:?}: text too small to read"
+    );
     for dark in [false, true] {
         page.dark(dark);
         let scheme = if dark { "dark" } else { "light" };

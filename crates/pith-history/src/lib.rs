@@ -143,6 +143,13 @@ pub struct NewMessage {
     pub ts_ms: i64,
 }
 
+/// When a proxied request's reply is stamped in the history: when its exchange ended (`ts_ms`,
+/// its arrival, plus `total_ms`, whole milliseconds). The request's own messages are stamped
+/// `ts_ms`; the dashboard finds a request's turn by these two stamps.
+pub fn reply_ms(ts_ms: i64, total_ms: f64) -> i64 {
+    ts_ms.saturating_add(total_ms as i64)
+}
+
 impl NewMessage {
     /// A message from a wire message, classified, at `ts_ms`.
     pub fn from_wire(message: &pith_wire::conversation::Message, ts_ms: i64) -> NewMessage {

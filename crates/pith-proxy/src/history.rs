@@ -81,7 +81,9 @@ impl Labels {
         let reply = response
             .filter(|_| ok)
             .and_then(|body| conversation::reply_message(wire, body, record.response_is_sse))
-            .map(|m| NewMessage::from_wire(&m, record.ts_ms + record.total_ms as i64));
+            .map(|m| {
+                NewMessage::from_wire(&m, pith_history::reply_ms(record.ts_ms, record.total_ms))
+            });
         let agent_type = record
             .agent_type
             .as_deref()

@@ -155,10 +155,8 @@ impl Ledger {
     /// Add the requests' stages, savings and their busts' segments and stages: one query per
     /// table for all of them (the ids as a JSON array), not one per request.
     fn complete(&self, requests: &mut [SessionRequest]) -> Result<(), StoreError> {
-        let ids = |of: &mut dyn Iterator<Item = i64>| {
-            serde_json::Value::from(of.collect::<Vec<i64>>()).to_string()
-        };
-        let all = ids(&mut requests.iter().map(|r| r.request.id));
+        let ids: Vec<i64> = requests.iter().map(|r| r.request.id).collect();
+        let all = serde_json::Value::from(ids).to_string();
         let mut facts: HashMap<(i64, String), Vec<(String, u64)>> = HashMap::new();
         let mut stmt = self.conn.prepare_cached(
             "SELECT request_id, stage, name, value FROM transform_facts

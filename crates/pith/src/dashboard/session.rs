@@ -6,8 +6,8 @@ use std::path::Path;
 
 use http::StatusCode;
 use pith_proxy::own_pages::OwnPage;
-use pith_store::history::History;
-use pith_store::ledger::{Readers, SESSION_REQUESTS_MAX};
+use pith_store::history::{History, TurnMessage};
+use pith_store::ledger::{Readers, SESSION_REQUESTS_MAX, SessionRequest};
 use serde_json::json;
 
 use super::{error, json_page, query_value};
@@ -78,46 +78,7 @@ pub(super) fn request(
         }
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let turn = match (history, &request.request.session) {
-        (_, _) if gateway => Err(
-            "this proxy serves several accounts: a conversation's text is \
-                                  shown by `pith history` to its own account, not on these pages"
-                .to_owned(),
-        ),
-        (None, _) => Err("this proxy records no history ([history] record = false)".to_owned()),
-        (_, None) => Err("the request has no session, so no conversation".to_owned()),
-        (Some(path), Some(session)) if path.exists() => {
-            let account = request.account.as_deref().unwrap_or(own_account);
-            // The reply is kept at the time the exchange ended, as the proxy computed it.
-            let reply_ms = request
-                .request
-                .ts_ms
-                .saturating_add(request.request.total_ms as i64);
-            History::open_read_only(path)
-                .and_then(|h| {
-                    h.turn(
-                        account,
-                        &request.request.client,
-                        session,
-                        request.request.ts_ms,
-                        reply_ms,
-                    )
-                })
-                .map_err(|e| format!("the history cannot be read: {e}"))
-                .and_then(|messages| {
-                    if messages.is_empty() {
-                        Err(
-                            "the history holds no text of this request (it added nothing new, \
-                             was not a conversation's turn, or its conversation was deleted)"
-                                .to_owned(),
-                        )
-                    } else {
-                        Ok(messages)
-                    }
-                })
-        }
-        (Some(_), Some(_)) => Err("no history has been recorded yet".to_owned()),
-    };
+    let turn = turn_of(&request, history, own_account, gateway);
     let (turn, missing) = match turn {
         Ok(messages) => (Some(messages), None),
         Err(why) => (None, Some(why)),
@@ -126,4 +87,49 @@ pub(super) fn request(
         StatusCode::OK,
         &json!({"request": request, "turn": turn, "turn_missing": missing}),
     )
+}
+
+/// The text request `request` added to its conversation, or why the page shows none.
+fn turn_of(
+    request: &SessionRequest,
+    history: Option<&Path>,
+    own_account: &str,
+    gateway: bool,
+) -> Result<Vec<TurnMessage>, String> {
+    if gateway {
+        return Err(
+            "this proxy serves several accounts: a conversation's text is shown by \
+                    `pith history` to its own account, not on these pages"
+                .to_owned(),
+        );
+    }
+    let Some(path) = history else {
+        return Err("this proxy records no history ([history] record = false)".to_owned());
+    };
+    let Some(session) = &request.request.session else {
+        return Err("the request has no session, so no conversation".to_owned());
+    };
+    if !path.exists() {
+        return Err("no history has been recorded yet".to_owned());
+    }
+    let r = &request.request;
+    let messages = History::open_read_only(path)
+        .and_then(|h| {
+            h.turn(
+                request.account.as_deref().unwrap_or(own_account),
+                &r.client,
+                session,
+                r.ts_ms,
+                pith_history::reply_ms(r.ts_ms, r.total_ms),
+            )
+        })
+        .map_err(|e| format!("the history cannot be read: {e}"))?;
+    if messages.is_empty() {
+        return Err(
+            "the history holds no text of this request (it added nothing new, was not a \
+                    conversation's turn, or its conversation was deleted)"
+                .to_owned(),
+        );
+    }
+    Ok(messages)
 }

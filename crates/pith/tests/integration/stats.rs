@@ -129,10 +129,16 @@ fn stats_without_a_ledger_says_how_to_get_one() {
 
 /// `pith stats --ledger FILE` with no config from the environment.
 fn stats_of(ledger: &std::path::Path) -> std::process::Output {
+    stats_with(ledger, &[])
+}
+
+/// `pith stats --json --ledger LEDGER ARGS...`, with a home of its own.
+fn stats_with(ledger: &std::path::Path, args: &[&str]) -> std::process::Output {
     let home = tempfile::tempdir().unwrap();
     Command::new(pith_bin())
         .args(["stats", "--json", "--ledger"])
         .arg(ledger)
+        .args(args)
         .env("PITH_HOME", home.path())
         .env_remove("PITH_CONFIG")
         .output()
@@ -338,15 +344,7 @@ fn requests_without_a_session_count_for_their_own_clients() {
         .unwrap();
     drop(ledger);
     for args in [&[][..], &["--since", "1h"][..]] {
-        let home = tempfile::tempdir().unwrap();
-        let out = Command::new(pith_bin())
-            .args(["stats", "--json", "--ledger"])
-            .arg(&path)
-            .args(args)
-            .env("PITH_HOME", home.path())
-            .env_remove("PITH_CONFIG")
-            .output()
-            .unwrap();
+        let out = stats_with(&path, args);
         assert!(
             out.status.success(),
             "{}",

@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pith_prefilter::fusion::{Fusion, LexicalRanker};
+use pith_prefilter::local::LocalModelRanker;
 use pith_prefilter::{Api, ModelRanker, PrefilterConfig};
 use pith_search::{RankPolicy, Ranking, SearchReport, SearchRequest, search_workspace};
 use pith_transform::estimated_tokens;
@@ -64,6 +65,10 @@ struct Args {
     shown: Vec<usize>,
     timeout: Duration,
     only: Option<String>,
+    /// The in-process model's directory (`--ranker local`).
+    model_dir: Option<PathBuf>,
+    /// ONNX Runtime's threads (`--ranker local`).
+    threads: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +83,8 @@ fn parse_args() -> Result<Args, String> {
         url: None,
         model: String::new(),
         shown: vec![10, 20],
+        model_dir: None,
+        threads: 2,
         timeout: Duration::from_secs(120),
         only: None,
     };
@@ -113,6 +120,11 @@ fn parse_args() -> Result<Args, String> {
             }
             "--only" => args.only = Some(value()?),
             "--ranker" => args.ranker = value()?,
+            "--model-dir" => args.model_dir = Some(PathBuf::from(value()?)),
+            "--threads" => {
+                let v = value()?;
+                args.threads = v.parse().map_err(|_| format!("--threads {v}"))?;
+            }
             "--no-intent" => args.no_intent = true,
             "--per-file" => {
                 let v = value()?;
@@ -221,6 +233,31 @@ fn main() -> Result<(), String> {
         per_file: args.per_file,
         fusion: args.fusion,
     };
+    let local = match (args.ranker.as_str(), &args.model_dir) {
+        ("local", Some(dir)) => {
+            let ranker = LocalModelRanker::with(
+                dir.clone(),
+                args.timeout,
+                args.threads,
+                args.per_file,
+                args.fusion,
+            );
+            let started = Instant::now();
+            ranker.load()?;
+            println!(
+                "{}, loaded in {} ms, {} threads, fused with the lexical signals ({:?}), {} lines a file. {} queries.\n",
+                pith_search::Ranker::name(&ranker),
+                started.elapsed().as_millis(),
+                args.threads,
+                args.fusion,
+                args.per_file,
+                queries.len()
+            );
+            Some(ranker)
+        }
+        ("local", None) => return Err("--ranker local needs --model-dir DIR".into()),
+        _ => None,
+    };
     let model = match args.ranker.as_str() {
         "model" => {
             let ranker = ModelRanker::new(config.clone()).map_err(|e| e.to_string())?;
@@ -247,11 +284,13 @@ fn main() -> Result<(), String> {
             );
             None
         }
-        other => return Err(format!("--ranker {other}: model or lexical")),
+        "local" => None,
+        other => return Err(format!("--ranker {other}: model, lexical or local")),
     };
-    let ranker: &dyn pith_search::Ranker = match &model {
-        Some(m) => m,
-        None => &lexical,
+    let ranker: &dyn pith_search::Ranker = match (&model, &local) {
+        (Some(m), _) => m,
+        (None, Some(l)) => l,
+        (None, None) => &lexical,
     };
 
     let mut totals: BTreeMap<usize, Totals> = BTreeMap::new();

@@ -127,7 +127,7 @@ fn terms_in(terms: &[String], text: &str) -> usize {
 }
 
 /// The matched text of a candidate (its summary without `path:line: `).
-fn line_text(candidate: &Candidate) -> &str {
+pub fn line_text(candidate: &Candidate) -> &str {
     let rest = candidate
         .summary
         .strip_prefix(candidate.path.as_str())

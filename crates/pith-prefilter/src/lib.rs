@@ -25,6 +25,7 @@ pub mod api;
 mod client;
 pub mod embed;
 pub mod fusion;
+pub mod local;
 mod prompt;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -72,6 +73,9 @@ pub struct PrefilterConfig {
     pub timeout: Duration,
     /// Timeout for loading the model ([`ModelRanker::warm_up`]).
     pub load_timeout: Duration,
+    /// The in-process model's directory ([`RankerKind::Local`]; `pith model install` writes
+    /// one); `None` leaves that ranker off.
+    pub local_model: Option<std::path::PathBuf>,
 }
 
 impl Default for PrefilterConfig {
@@ -85,6 +89,7 @@ impl Default for PrefilterConfig {
             policy: pith_search::RankPolicy::default(),
             timeout: DEFAULT_TIMEOUT,
             load_timeout: DEFAULT_LOAD_TIMEOUT,
+            local_model: None,
         }
     }
 }
@@ -116,17 +121,21 @@ pub enum RankerKind {
     /// The query's words in each file's path and lines, fused by rank, in-process, no model
     /// ([`fusion::LexicalRanker`]).
     Lexical,
+    /// A small embedding model in pith's process, its order fused with the lexical signals
+    /// ([`local::LocalModelRanker`]).
+    Local,
 }
 
 impl RankerKind {
     /// Every kind, in the order help text lists them.
-    pub const ALL: [RankerKind; 2] = [RankerKind::Model, RankerKind::Lexical];
+    pub const ALL: [RankerKind; 3] = [RankerKind::Model, RankerKind::Lexical, RankerKind::Local];
 
     /// Its name in config.
     pub fn as_str(self) -> &'static str {
         match self {
             RankerKind::Model => "model",
             RankerKind::Lexical => "lexical",
+            RankerKind::Local => "local",
         }
     }
 
@@ -143,6 +152,8 @@ pub enum PrefilterRanker {
     Model(ModelRanker),
     /// In-process, no model.
     Lexical(fusion::LexicalRanker),
+    /// An embedding model in-process.
+    Local(local::LocalModelRanker),
 }
 
 impl PrefilterRanker {
@@ -155,14 +166,26 @@ impl PrefilterRanker {
         match config.ranker {
             RankerKind::Model => ModelRanker::from_config(config).map(PrefilterRanker::Model),
             RankerKind::Lexical => Some(PrefilterRanker::Lexical(fusion::LexicalRanker::default())),
+            RankerKind::Local => match &config.local_model {
+                Some(dir) => Some(PrefilterRanker::Local(local::LocalModelRanker::new(
+                    dir.clone(),
+                    config.timeout,
+                ))),
+                None => {
+                    tracing::warn!("local prefilter: no model directory; ranking off");
+                    None
+                }
+            },
         }
     }
 
-    /// Load a model in the background ([`ModelRanker::warm_up`]); the lexical ranking has
-    /// nothing to load.
+    /// Load a model in the background ([`ModelRanker::warm_up`],
+    /// [`local::LocalModelRanker::warm_up`]); the lexical ranking has nothing to load.
     pub fn warm_up(&self) {
-        if let PrefilterRanker::Model(model) = self {
-            model.warm_up();
+        match self {
+            PrefilterRanker::Model(model) => model.warm_up(),
+            PrefilterRanker::Local(model) => model.warm_up(),
+            PrefilterRanker::Lexical(_) => {}
         }
     }
 }
@@ -172,6 +195,7 @@ impl Ranker for PrefilterRanker {
         match self {
             PrefilterRanker::Model(m) => m.name(),
             PrefilterRanker::Lexical(l) => l.name(),
+            PrefilterRanker::Local(l) => l.name(),
         }
     }
 
@@ -179,6 +203,7 @@ impl Ranker for PrefilterRanker {
         match self {
             PrefilterRanker::Model(m) => m.max_candidates(),
             PrefilterRanker::Lexical(l) => l.max_candidates(),
+            PrefilterRanker::Local(l) => l.max_candidates(),
         }
     }
 
@@ -191,6 +216,7 @@ impl Ranker for PrefilterRanker {
         match self {
             PrefilterRanker::Model(m) => m.rank(query, candidates, want),
             PrefilterRanker::Lexical(l) => l.rank(query, candidates, want),
+            PrefilterRanker::Local(l) => l.rank(query, candidates, want),
         }
     }
 }

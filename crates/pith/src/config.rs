@@ -232,9 +232,13 @@ pub struct TransformsConfig {
 pub struct McpConfig {
     /// Rank large search results (default off), by `prefilter_ranker`.
     pub local_prefilter: Option<bool>,
-    /// `model` (default: a local model behind `prefilter_api`) or `lexical` (the search's
-    /// words in each file's path and lines, in-process, no model).
+    /// `model` (default: a local model behind `prefilter_api`), `lexical` (the search's
+    /// words in each file's path and lines, in-process, no model) or `local` (an embedding
+    /// model in pith's process, fused with the lexical ranking; `pith model install`).
     pub prefilter_ranker: Option<String>,
+    /// The in-process model for `prefilter_ranker = "local"`: the name of one `pith model
+    /// install` installed (default `minilm`), or its directory.
+    pub prefilter_model: Option<String>,
     /// `ollama` (default: Ollama's `/api/chat`) or `openai` (`/v1/chat/completions`, as
     /// llama.cpp's server, LM Studio, vLLM and Ollama serve it).
     pub prefilter_api: Option<String>,

@@ -65,6 +65,8 @@ pub enum Var {
     /// The older name of [`Var::PrefilterUrl`].
     OllamaUrl,
     PrefilterModel,
+    /// The in-process model's name or directory.
+    PrefilterLocalModel,
     PrefilterThreshold,
     PrefilterShown,
     PrefilterTimeoutMs,
@@ -76,7 +78,7 @@ pub enum Var {
 
 impl Var {
     /// Every variable, for the snapshot.
-    const ALL: [Var; 39] = [
+    const ALL: [Var; 40] = [
         Var::Home,
         Var::Listen,
         Var::AnthropicUpstream,
@@ -111,6 +113,7 @@ impl Var {
         Var::PrefilterUrl,
         Var::OllamaUrl,
         Var::PrefilterModel,
+        Var::PrefilterLocalModel,
         Var::PrefilterThreshold,
         Var::PrefilterShown,
         Var::PrefilterTimeoutMs,
@@ -155,6 +158,7 @@ impl Var {
             Var::PrefilterUrl => "PITH_PREFILTER_URL",
             Var::OllamaUrl => "PITH_OLLAMA_URL",
             Var::PrefilterModel => "PITH_PREFILTER_MODEL",
+            Var::PrefilterLocalModel => "PITH_PREFILTER_LOCAL_MODEL",
             Var::PrefilterThreshold => "PITH_PREFILTER_THRESHOLD",
             Var::PrefilterShown => "PITH_PREFILTER_SHOWN",
             Var::PrefilterTimeoutMs => "PITH_PREFILTER_TIMEOUT_MS",

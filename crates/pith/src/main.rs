@@ -57,6 +57,8 @@ enum Command {
     Run(commands::run::Args),
     /// Keep `pith proxy` running as your user's service (systemd on Linux, launchd on macOS).
     Service(commands::service::Args),
+    /// Install, check or list the embedding model the search prefilter can run in-process.
+    Model(commands::model::Args),
     /// Check pith's setup: config, proxy, each client's wiring, ledger, brain, local model.
     Doctor(commands::doctor::Args),
     /// Register pith with a coding agent (claude-code, opencode, codex).
@@ -141,6 +143,7 @@ fn run(command: Command, config: &config::Config) -> anyhow::Result<ExitCode> {
         Command::Stats(args) => commands::stats::run(args, config),
         Command::Mcp(args) => commands::mcp::run(args, config),
         Command::Memory(cmd) => commands::memory::run(cmd, config),
+        Command::Model(args) => commands::model::run(args, config),
         Command::History(args) => commands::history::run(args, config),
         Command::Setup(args) => commands::setup::run(args, config),
         Command::Service(args) => commands::service::run(args, config),

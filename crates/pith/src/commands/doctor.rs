@@ -693,6 +693,35 @@ fn check_brain(report: &mut Report, workspace: Option<pith_brain::Workspace>) {
     }
 }
 
+/// The in-process model: its files against their checksums, then loaded and run once.
+fn check_local_model(report: &mut Report, dir: &std::path::Path) {
+    let started = std::time::Instant::now();
+    let loaded = pith_model::Encoder::load(dir, 1).and_then(|mut encoder| {
+        encoder.embed(&["fn main() {}"])?;
+        Ok(encoder.name().to_owned())
+    });
+    match loaded {
+        Ok(name) => report.ok(
+            "local model",
+            format!(
+                "{name} in {} (in-process): checksums match, loads and embeds in {} ms",
+                dir.display(),
+                started.elapsed().as_millis()
+            ),
+        ),
+        Err(e @ pith_model::ModelError::NotInstalled(_)) => report.fail(
+            "local model",
+            e.to_string(),
+            "run `pith model install`, or set mcp.prefilter_model to an installed model",
+        ),
+        Err(e) => report.fail(
+            "local model",
+            format!("{}: {e}", dir.display()),
+            "reinstall it with `pith model install` (searches are shown unranked until then)",
+        ),
+    }
+}
+
 fn check_prefilter(report: &mut Report, config: &Config) {
     let prefilter = match super::mcp::prefilter_config(&config.mcp) {
         Ok(p) => p,
@@ -714,6 +743,12 @@ fn check_prefilter(report: &mut Report, config: &Config) {
             "local model",
             "none needed: the prefilter ranks lexically, in-process (prefilter_ranker = \"lexical\")",
         );
+        return;
+    }
+    if let (pith_prefilter::RankerKind::Local, Some(dir)) =
+        (prefilter.ranker, &prefilter.local_model)
+    {
+        check_local_model(report, dir);
         return;
     }
     let url = prefilter.base_url();

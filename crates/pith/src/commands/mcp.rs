@@ -44,7 +44,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
 
 /// `[mcp]` settings, then the environment over them (`PITH_LOCAL_PREFILTER=1` turns ranking on
 /// without a config file; `PITH_PREFILTER_RANKER`, `PITH_PREFILTER_API`, `PITH_PREFILTER_URL` (or the older
-/// `PITH_OLLAMA_URL`), `PITH_PREFILTER_MODEL`, `PITH_PREFILTER_THRESHOLD`,
+/// `PITH_OLLAMA_URL`), `PITH_PREFILTER_MODEL`, `PITH_PREFILTER_LOCAL_MODEL`, `PITH_PREFILTER_THRESHOLD`,
 /// `PITH_PREFILTER_SHOWN`, `PITH_PREFILTER_TIMEOUT_MS`). Values that cannot mean anything are
 /// errors naming the key or variable, not a silent default.
 pub(crate) fn prefilter_config(mcp: &McpConfig) -> anyhow::Result<PrefilterConfig> {
@@ -112,6 +112,23 @@ fn prefilter_config_with(
             .or(mcp.prefilter_timeout_ms)
             .map_or(defaults.timeout, Duration::from_millis),
         load_timeout: defaults.load_timeout,
+        local_model: None,
+    };
+    let config = PrefilterConfig {
+        local_model: if config.ranker == RankerKind::Local {
+            let (name, key) = match (
+                env(Var::PrefilterLocalModel),
+                mcp.prefilter_model.as_deref(),
+            ) {
+                (Some(v), _) => (v, "PITH_PREFILTER_LOCAL_MODEL"),
+                (None, Some(v)) => (v, "mcp.prefilter_model"),
+                (None, None) => (super::model::DEFAULT_MODEL, "the default model"),
+            };
+            Some(super::model::model_dir(name).context(key)?)
+        } else {
+            None
+        },
+        ..config
     };
     anyhow::ensure!(
         config.policy.shown > 0,
@@ -120,12 +137,13 @@ fn prefilter_config_with(
     Ok(config)
 }
 
-/// The ranker called `name` in config: `model` or `lexical`.
+/// The ranker called `name` in config: `model`, `lexical` or `local`.
 fn ranker_named(name: &str) -> anyhow::Result<RankerKind> {
     RankerKind::from_name(name).with_context(|| {
         format!(
             "{name:?} is not a ranker pith has: use \"model\" (a local model behind \
-             prefilter_api) or \"lexical\" (no model)"
+             prefilter_api), \"lexical\" (no model) or \"local\" (an embedding model in \
+             pith's process; `pith model install`)"
         )
     })
 }

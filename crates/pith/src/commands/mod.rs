@@ -5,6 +5,7 @@ pub mod history;
 pub mod hook;
 pub mod mcp;
 pub mod memory;
+pub mod model;
 pub mod proxy;
 pub mod run;
 pub mod service;

@@ -46,6 +46,7 @@ impl Env {
             .env_remove("ANTHROPIC_BASE_URL")
             .env_remove("PITH_LOCAL_PREFILTER")
             .env_remove("PITH_PREFILTER_RANKER")
+            .env_remove("PITH_PREFILTER_LOCAL_MODEL")
             .output()
             .unwrap()
     }
@@ -309,5 +310,32 @@ fn doctor_checks_no_server_for_the_lexical_ranking() {
         detail(&checks, "local model").contains("none needed"),
         "{}",
         detail(&checks, "local model")
+    );
+}
+
+/// The in-process model: doctor checks its files and runs it; with none installed it fails,
+/// naming the command that installs one.
+#[test]
+fn doctor_checks_the_in_process_model() {
+    let env = Env::new();
+    let home = env.homes.path().join("pith");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        "[mcp]\nlocal_prefilter = true\nprefilter_ranker = \"local\"\n",
+    )
+    .unwrap();
+    let (_, checks) = env.doctor();
+    assert_eq!(status(&checks, "local model"), ["fail"], "{checks:#?}");
+    assert!(
+        detail(&checks, "local model").contains("pith model install"),
+        "{checks:#?}"
+    );
+    crate::support::install_test_model(&home);
+    let (_, checks) = env.doctor();
+    assert_eq!(status(&checks, "local model"), ["ok"], "{checks:#?}");
+    assert!(
+        detail(&checks, "local model").contains("(in-process): checksums match, loads and embeds"),
+        "{checks:#?}"
     );
 }

@@ -22,6 +22,7 @@ mod hook;
 mod ledger;
 mod mcp;
 mod memory;
+mod model;
 #[cfg(unix)]
 mod modes;
 mod opencode;

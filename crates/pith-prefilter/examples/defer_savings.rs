@@ -8,7 +8,10 @@
 //!
 //! With `PITH_EMBED_URL` (an Ollama `/api/embed` endpoint, e.g. `scripts/eval/minilm_embed_server.py`)
 //! and optionally `PITH_EMBED_MODEL`, tools are ranked by pith's embedding client instead of
-//! BM25, the way `[transforms] embeddings_url` makes the proxy rank them.
+//! BM25, the way `[transforms] embeddings_url` makes the proxy rank them. With
+//! `PITH_EMBED_LOCAL_MODEL` (a directory `pith model install` wrote), by the in-process model
+//! over the same text (name and description), to measure whether the deferral would gain from
+//! it.
 #![expect(clippy::print_stdout, reason = "a report printed for a person")]
 
 #[path = "../../pith-transform/tests/defer/sim.rs"]
@@ -185,6 +188,16 @@ fn round_trip_report(stage: &DeferStage, folder: &str, label: &str) -> Result<()
 
 /// The stage with `options`, ranking by embeddings when `PITH_EMBED_URL` is set.
 fn stage(cache_dir: &std::path::Path, options: DeferOptions) -> Result<DeferStage, String> {
+    if let Ok(dir) = std::env::var("PITH_EMBED_LOCAL_MODEL") {
+        println!("Ranking: the in-process model in {dir}.\n");
+        let encoder =
+            pith_model::Encoder::load(std::path::Path::new(&dir), 2).map_err(|e| e.to_string())?;
+        return Ok(
+            DeferStage::new(options).with_ranker(std::sync::Arc::new(InProcess(
+                std::sync::Mutex::new(encoder),
+            ))),
+        );
+    }
     match std::env::var("PITH_EMBED_URL") {
         Ok(url) => println!("Ranking: embeddings from {url}.\n"),
         Err(_) => println!("Ranking: BM25 (set PITH_EMBED_URL to rank by embeddings).\n"),
@@ -212,6 +225,39 @@ fn stage_with(cache_dir: &std::path::Path, options: DeferOptions) -> Result<Defe
     })
     .map_err(|e| e.to_string())?;
     Ok(stage.with_ranker(std::sync::Arc::new(ranker)))
+}
+
+/// Tools ranked by the in-process model: the cosine of the task with each tool's name and
+/// description (the text the embedding ranker embeds).
+struct InProcess(std::sync::Mutex<pith_model::Encoder>);
+
+impl pith_rank::ToolRanker for InProcess {
+    fn scores(&self, task: &str, tools: &[pith_rank::ToolText<'_>]) -> Option<Vec<f64>> {
+        if tools.is_empty() {
+            return Some(Vec::new());
+        }
+        if task.trim().is_empty() {
+            return None;
+        }
+        let mut texts: Vec<String> = vec![task.chars().take(2_000).collect()];
+        texts.extend(tools.iter().map(|t| {
+            if t.description.is_empty() {
+                t.name.to_owned()
+            } else {
+                format!("{}: {}", t.name, t.description)
+            }
+        }));
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut encoder = self.0.lock().ok()?;
+        let vectors = encoder.embed(&refs).ok()?;
+        let (task, tools) = vectors.split_first()?;
+        Some(
+            tools
+                .iter()
+                .map(|v| f64::from(pith_model::cosine(task, v)))
+                .collect(),
+        )
+    }
 }
 
 /// Cache-weighted prompt cost of one Anthropic session before and after deferral.

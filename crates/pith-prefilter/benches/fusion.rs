@@ -14,36 +14,19 @@
 )]
 
 use std::hint::black_box;
-use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use pith_prefilter::fusion::LexicalRanker;
-use pith_search::{
-    Candidate, DEFAULT_MAX_RANK_CANDIDATES, RankPolicy, Ranker, SearchRequest, search_workspace,
-};
+use pith_search::Ranker;
 use pith_testkit::bench::ThreadCpu;
 
-const PATTERN: &str = "timeout";
-const INTENT: &str = "where the proxy gives up waiting for the provider's response headers";
+#[path = "support/candidates.rs"]
+mod support;
+
+use support::{INTENT, PATTERN};
 
 fn bench(c: &mut Criterion<ThreadCpu>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let all = SearchRequest {
-        all: true,
-        max_results: DEFAULT_MAX_RANK_CANDIDATES,
-        ..SearchRequest::new(PATTERN)
-    };
-    let report = search_workspace(&root, &all, None, RankPolicy::default()).unwrap();
-    let candidates: Vec<Candidate> = report
-        .matches
-        .iter()
-        .enumerate()
-        .map(|(id, m)| Candidate {
-            id,
-            path: m.path.clone(),
-            summary: m.summary(),
-        })
-        .collect();
+    let candidates = support::candidates();
     let files: std::collections::BTreeSet<&str> =
         candidates.iter().map(|c| c.path.as_str()).collect();
     println!(

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use cpu_time::ProcessTime;
 use pith_prefilter::fusion::{self, Fusion, LexicalRanker};
 use pith_prefilter::local::LocalModelRanker;
-use pith_search::{
-    Candidate, DEFAULT_MAX_RANK_CANDIDATES, RankPolicy, Ranker, SearchRequest, search_workspace,
-};
+use pith_search::{Candidate, Ranker};
 
-const PATTERN: &str = "timeout";
-const INTENT: &str = "where the proxy gives up waiting for the provider's response headers";
+#[path = "support/candidates.rs"]
+mod support;
+
+use support::{INTENT, PATTERN};
 
 fn model_dir(root: &Path) -> PathBuf {
     if let Some(dir) = std::env::var_os("PITH_BENCH_MODEL_DIR") {
@@ -77,7 +77,7 @@ fn measure(ranker: &dyn Ranker, candidates: &[Candidate], runs: usize) -> Figure
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = support::root();
     let runs: usize = std::env::var("PITH_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -86,22 +86,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
-    let all = SearchRequest {
-        all: true,
-        max_results: DEFAULT_MAX_RANK_CANDIDATES,
-        ..SearchRequest::new(PATTERN)
-    };
-    let report = search_workspace(&root, &all, None, RankPolicy::default()).unwrap();
-    let candidates: Vec<Candidate> = report
-        .matches
-        .iter()
-        .enumerate()
-        .map(|(id, m)| Candidate {
-            id,
-            path: m.path.clone(),
-            summary: m.summary(),
-        })
-        .collect();
+    let candidates = support::candidates();
     let dir = model_dir(&root);
     let local = LocalModelRanker::with(
         dir,

@@ -122,9 +122,9 @@ fn prefilter_config_with(
             ) {
                 (Some(v), _) => (v, "PITH_PREFILTER_LOCAL_MODEL"),
                 (None, Some(v)) => (v, "mcp.prefilter_model"),
-                (None, None) => (super::model::DEFAULT_MODEL, "the default model"),
+                (None, None) => (DEFAULT_MODEL, "the default model"),
             };
-            Some(super::model::model_dir(name).context(key)?)
+            Some(model_dir(name).context(key)?)
         } else {
             None
         },
@@ -135,6 +135,23 @@ fn prefilter_config_with(
         "mcp.prefilter_shown (or PITH_PREFILTER_SHOWN) must be at least 1"
     );
     Ok(config)
+}
+
+/// The model `prefilter_ranker = "local"` uses unless `prefilter_model` names another.
+pub(crate) const DEFAULT_MODEL: &str = "minilm";
+
+/// The directory a `prefilter_model` value means: a path (it has a `/` or starts with `.` or
+/// `~`) as it is, else the name of an installed model under `$PITH_HOME/models`.
+pub(crate) fn model_dir(value: &str) -> anyhow::Result<PathBuf> {
+    let value = value.trim();
+    anyhow::ensure!(
+        !value.is_empty(),
+        "the model's name is empty: use a name from `pith model list` or a directory"
+    );
+    if value.contains('/') || value.contains(std::path::MAIN_SEPARATOR) || value.starts_with('.') {
+        return Ok(PathBuf::from(value));
+    }
+    Ok(crate::config::pith_home()?.join("models").join(value))
 }
 
 /// The ranker called `name` in config: `model`, `lexical` or `local`.
@@ -161,6 +178,37 @@ mod tests {
 
     fn with(vars: &'static [(Var, &'static str)]) -> impl Fn(Var) -> Option<&'static str> {
         move |var| vars.iter().find(|(v, _)| *v == var).map(|(_, text)| *text)
+    }
+
+    /// `prefilter_model` is read for the in-process ranker only: a directory as given, the
+    /// environment over the file, an empty value refused naming the key.
+    #[test]
+    fn the_in_process_models_directory_comes_from_the_file_or_the_environment() {
+        let file = McpConfig {
+            prefilter_ranker: Some("local".into()),
+            prefilter_model: Some("./models/mine".into()),
+            ..McpConfig::default()
+        };
+        let read = prefilter_config_with(&file, &with(&[])).unwrap();
+        assert_eq!(read.ranker, RankerKind::Local);
+        assert_eq!(read.local_model, Some(PathBuf::from("./models/mine")));
+        let over = prefilter_config_with(
+            &file,
+            &with(&[(Var::PrefilterLocalModel, "/srv/models/minilm")]),
+        )
+        .unwrap();
+        assert_eq!(over.local_model, Some(PathBuf::from("/srv/models/minilm")));
+        let lexical = prefilter_config_with(&file, &with(&[(Var::PrefilterRanker, "lexical")]));
+        assert_eq!(lexical.unwrap().local_model, None);
+        let empty = McpConfig {
+            prefilter_model: Some(" ".into()),
+            ..file
+        };
+        let err = prefilter_config_with(&empty, &with(&[])).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("mcp.prefilter_model"),
+            "{err:#}"
+        );
     }
 
     #[test]

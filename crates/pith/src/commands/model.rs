@@ -12,7 +12,8 @@ use std::time::Instant;
 use anyhow::Context;
 use pith_model::install::{self, Known, Role};
 
-use crate::config::{Config, pith_home};
+use super::mcp::{DEFAULT_MODEL, model_dir};
+use crate::config::Config;
 
 /// Install, check or list the in-process model for the search prefilter.
 #[derive(Debug, clap::Args)]
@@ -93,20 +94,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     }
 }
 
-/// The directory a `prefilter_model` value means: a path (it has a `/` or starts with `.` or
-/// `~`) as it is, else the name of an installed model under `$PITH_HOME/models`.
-pub(crate) fn model_dir(value: &str) -> anyhow::Result<PathBuf> {
-    let value = value.trim();
-    anyhow::ensure!(
-        !value.is_empty(),
-        "the model's name is empty: use a name from `pith model list` or a directory"
-    );
-    if value.contains('/') || value.contains(std::path::MAIN_SEPARATOR) || value.starts_with('.') {
-        return Ok(PathBuf::from(value));
-    }
-    Ok(pith_home()?.join("models").join(value))
-}
-
 /// The model directory the config names (`[mcp] prefilter_model`, `PITH_PREFILTER_LOCAL_MODEL`),
 /// else the default model's.
 fn configured_dir(config: &Config) -> anyhow::Result<PathBuf> {
@@ -116,9 +103,6 @@ fn configured_dir(config: &Config) -> anyhow::Result<PathBuf> {
         None => model_dir(DEFAULT_MODEL),
     }
 }
-
-/// The model `prefilter_ranker = "local"` uses unless `prefilter_model` names another.
-pub(crate) const DEFAULT_MODEL: &str = "minilm";
 
 fn known(name: &str) -> anyhow::Result<&'static Known> {
     pith_model::known(name).with_context(|| {

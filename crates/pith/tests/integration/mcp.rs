@@ -310,17 +310,44 @@ fn search_needle_ranked(client: &mut RawClient) -> String {
     }
 }
 
-/// The lexical ranking, in-process: nothing to start, the file whose path and line carry the
-/// intent's words first though ripgrep lists it last, one line a file, the disclosure and the
-/// withheld count; `all=true` still lists every match.
-#[test]
-fn mcp_search_workspace_ranks_lexically_with_no_model() {
+/// The needle workspace with one more file, the answer to "where the retry backoff delay is
+/// computed", last in path order.
+fn backoff_workspace() -> tempfile::TempDir {
     let ws = needle_workspace();
     std::fs::write(
         ws.path().join("src/zz_retry_backoff.rs"),
         "let needle = backoff_delay(retry);\nlet other_needle = 1;\n",
     )
     .unwrap();
+    ws
+}
+
+fn search_backoff(client: &mut RawClient) -> String {
+    let (text, is_error) = client.call(
+        "search_workspace",
+        serde_json::json!({"pattern": "needle", "intent": "where the retry backoff delay is computed"}),
+    );
+    assert!(!is_error, "{text}");
+    text
+}
+
+/// The disclosure line of a ranked `backoff_workspace` search by `ranker`.
+fn ranked_header(ranker: &str) -> String {
+    format!(
+        "pith: ranked by {ranker}: the 10 most relevant of {} matches in {} files, most relevant \
+         first; {} withheld. Pass all=true to list every match in path order.",
+        RANK_MATCHES + 2,
+        RANK_MATCHES + 1,
+        RANK_MATCHES + 2 - 10
+    )
+}
+
+/// The lexical ranking, in-process: nothing to start, the file whose path and line carry the
+/// intent's words first though ripgrep lists it last, one line a file, the disclosure and the
+/// withheld count; `all=true` still lists every match.
+#[test]
+fn mcp_search_workspace_ranks_lexically_with_no_model() {
+    let ws = backoff_workspace();
     let mut client = RawClient::start(
         ws.path(),
         &[
@@ -328,22 +355,11 @@ fn mcp_search_workspace_ranks_lexically_with_no_model() {
             ("PITH_PREFILTER_RANKER", "lexical"),
         ],
     );
-    let (text, is_error) = client.call(
-        "search_workspace",
-        serde_json::json!({"pattern": "needle", "intent": "where the retry backoff delay is computed"}),
-    );
-    assert!(!is_error, "{text}");
+    let text = search_backoff(&mut client);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        format!(
-            "pith: ranked by lexical file ranking (the search's words in paths and lines; no \
-             model): the 10 most relevant of {} matches in {} files, most relevant first; {} \
-             withheld. Pass all=true to list every match in path order.",
-            RANK_MATCHES + 2,
-            RANK_MATCHES + 1,
-            RANK_MATCHES + 2 - 10
-        )
+        ranked_header("lexical file ranking (the search's words in paths and lines; no model)")
     );
     assert_eq!(
         lines[1], "src/zz_retry_backoff.rs:1: let needle = backoff_delay(retry);",
@@ -370,12 +386,7 @@ fn mcp_search_workspace_ranks_lexically_with_no_model() {
 /// disclosure names the model. With no model where the config points, the plain page says why.
 #[test]
 fn mcp_search_workspace_ranks_with_the_in_process_model() {
-    let ws = needle_workspace();
-    std::fs::write(
-        ws.path().join("src/zz_retry_backoff.rs"),
-        "let needle = backoff_delay(retry);\nlet other_needle = 1;\n",
-    )
-    .unwrap();
+    let ws = backoff_workspace();
     crate::support::install_test_model(&ws.path().join(".pith-home"));
     let mut client = RawClient::start(
         ws.path(),
@@ -384,22 +395,11 @@ fn mcp_search_workspace_ranks_with_the_in_process_model() {
             ("PITH_PREFILTER_RANKER", "local"),
         ],
     );
-    let (text, is_error) = client.call(
-        "search_workspace",
-        serde_json::json!({"pattern": "needle", "intent": "where the retry backoff delay is computed"}),
-    );
-    assert!(!is_error, "{text}");
+    let text = search_backoff(&mut client);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        format!(
-            "pith: ranked by local model all-MiniLM-L6-v2 (int8 ONNX) (in-process): the 10 most \
-             relevant of {} matches in {} files, most relevant first; {} withheld. Pass all=true \
-             to list every match in path order.",
-            RANK_MATCHES + 2,
-            RANK_MATCHES + 1,
-            RANK_MATCHES + 2 - 10
-        )
+        ranked_header("local model all-MiniLM-L6-v2 (int8 ONNX) (in-process)")
     );
     assert_eq!(
         lines[1], "src/zz_retry_backoff.rs:1: let needle = backoff_delay(retry);",

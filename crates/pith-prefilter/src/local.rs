@@ -128,6 +128,7 @@ impl LocalModelRanker {
             });
         if let Err(err) = spawned {
             *self.state() = State::Failed(format!("cannot start the loading thread: {err}"));
+            self.inner.changed.notify_all();
         }
     }
 

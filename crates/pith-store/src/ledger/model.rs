@@ -193,27 +193,14 @@ pub struct Saving {
     pub tokens: i64,
 }
 
-/// A [`Saving`] summed over the rows of one (session, model) pair.
+/// A [`Saving`] summed over the rows sharing one key and model: what the stages saved per
+/// (key, model, stage, rate). The key says whose rows: [`SessionSaving`], [`AccountSaving`],
+/// [`ClientSaving`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SavingTotal {
-    /// The session; `None` for rows without one.
-    pub session: Option<String>,
+pub struct SavingSum<K> {
+    /// Whose rows: a session, an account or a client (see the aliases).
+    pub key: K,
     /// The model (what prices the tokens); `None` for rows without one.
-    pub model: Option<String>,
-    /// The stage.
-    pub stage: String,
-    /// The rate (`pith_wire::usage::Band::as_str`).
-    pub band: String,
-    /// The tokens, summed (signed).
-    pub tokens: i64,
-}
-
-/// A [`Saving`] summed over the requests without a session of one (client, model) pair.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientSaving {
-    /// The client.
-    pub client: String,
-    /// The model; `None` for rows without one.
     pub model: Option<String>,
     /// The stage (`bust:<stage>` for a bust's charge).
     pub stage: String,
@@ -222,6 +209,14 @@ pub struct ClientSaving {
     /// The tokens, summed (signed).
     pub tokens: i64,
 }
+
+/// Savings per (session, model): the key is the session, `None` for rows without one.
+pub type SessionSaving = SavingSum<Option<String>>;
+/// Savings per (account, model): the key is the account, `None` for rows written before
+/// accounts were kept (the ledger's own).
+pub type AccountSaving = SavingSum<Option<String>>;
+/// Savings of the requests without a session per (client, model): the key is the client.
+pub type ClientSaving = SavingSum<String>;
 
 /// Which rows a summary covers.
 #[derive(Debug, Clone, Default)]
@@ -283,21 +278,6 @@ pub struct AccountGroup {
     pub account: Option<String>,
     /// The totals.
     pub totals: Group,
-}
-
-/// A [`Saving`] summed over the rows of one (account, model) pair.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccountSaving {
-    /// The account; `None` for rows written before accounts were kept (the ledger's own).
-    pub account: Option<String>,
-    /// The model (what prices the tokens); `None` for rows without one.
-    pub model: Option<String>,
-    /// The stage.
-    pub stage: String,
-    /// The rate (`pith_wire::usage::Band::as_str`).
-    pub band: String,
-    /// The tokens, summed (signed).
-    pub tokens: i64,
 }
 
 /// What one stage did over the rows a filter covers.

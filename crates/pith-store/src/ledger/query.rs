@@ -2,6 +2,19 @@
 
 use super::*;
 
+/// A `SELECT key, model, stage, band, sum(tokens)` row.
+fn saving_sum<K: rusqlite::types::FromSql>(
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<SavingSum<K>> {
+    Ok(SavingSum {
+        key: r.get(0)?,
+        model: r.get(1)?,
+        stage: r.get(2)?,
+        band: r.get(3)?,
+        tokens: r.get(4)?,
+    })
+}
+
 fn time_bucket(r: &rusqlite::Row<'_>) -> rusqlite::Result<TimeBucket> {
     Ok(TimeBucket {
         start_ms: r.get(0)?,
@@ -231,15 +244,7 @@ impl Ledger {
                 AND ?2 IS NULL
              GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
         )?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok(ClientSaving {
-                client: r.get(0)?,
-                model: r.get(1)?,
-                stage: r.get(2)?,
-                band: r.get(3)?,
-                tokens: r.get(4)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], saving_sum)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -689,7 +694,7 @@ impl Ledger {
 
     /// What the stages saved over the rows `filter` covers, per (session, model, stage, rate),
     /// ordered by those.
-    pub fn savings(&self, filter: &Filter) -> Result<Vec<SavingTotal>, StoreError> {
+    pub fn savings(&self, filter: &Filter) -> Result<Vec<SessionSaving>, StoreError> {
         let sql = if filter.since_ms.is_none() {
             // The totals kept as rows were written.
             "SELECT session, model, stage, band, tokens FROM saving_totals
@@ -704,15 +709,7 @@ impl Ledger {
             )
         };
         let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok(SavingTotal {
-                session: r.get(0)?,
-                model: r.get(1)?,
-                stage: r.get(2)?,
-                band: r.get(3)?,
-                tokens: r.get(4)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], saving_sum)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -732,15 +729,7 @@ impl Ledger {
             )
         };
         let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session], |r| {
-            Ok(AccountSaving {
-                account: r.get(0)?,
-                model: r.get(1)?,
-                stage: r.get(2)?,
-                band: r.get(3)?,
-                tokens: r.get(4)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session], saving_sum)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -199,10 +199,8 @@ fn schema_five_rows_are_the_ledgers_own_accounts() {
     assert_eq!(by, [(None, 30), (Some("alice"), 7)]);
     let saved = l.account_savings(&Filter::default()).unwrap();
     assert_eq!(saved, l.account_savings(&scanned).unwrap());
-    let saved: Vec<(Option<&str>, i64)> = saved
-        .iter()
-        .map(|s| (s.account.as_deref(), s.tokens))
-        .collect();
+    let saved: Vec<(Option<&str>, i64)> =
+        saved.iter().map(|s| (s.key.as_deref(), s.tokens)).collect();
     assert_eq!(saved, [(None, 5), (Some("alice"), 3)]);
 }
 

@@ -170,7 +170,7 @@ fn totals_kept_on_write_equal_a_scan_of_the_rows_on(backend: Backend) {
         ..Filter::default()
     };
     let s3 = ledger.savings(&by_session).unwrap();
-    assert!(!s3.is_empty() && s3.iter().all(|s| s.session.as_deref() == Some("s3")));
+    assert!(!s3.is_empty() && s3.iter().all(|s| s.key.as_deref() == Some("s3")));
     assert_eq!(
         s3,
         ledger

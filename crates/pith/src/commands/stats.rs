@@ -384,7 +384,7 @@ fn by_account(
     }
     for saving in ledger.account_savings(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
-        if let Some(totals) = accounts.get_mut(&name(saving.account)) {
+        if let Some(totals) = accounts.get_mut(&name(saving.key)) {
             totals.estimated_saved_tokens += saving.tokens;
             if let Some(usd) = usd {
                 *totals.estimated_saved_usd.get_or_insert(0.0) += usd;
@@ -398,7 +398,12 @@ fn by_account(
 }
 
 /// `tokens` saved at `band` on `model`, in USD at its price; `None` when it has none.
-fn saving_usd(prices: &Prices, model: Option<&str>, band: &str, tokens: i64) -> Option<f64> {
+pub(crate) fn saving_usd(
+    prices: &Prices,
+    model: Option<&str>,
+    band: &str,
+    tokens: i64,
+) -> Option<f64> {
     model
         .and_then(|m| prices.lookup(m))
         .zip(Band::parse(band))
@@ -425,7 +430,7 @@ fn build_report(
     add_savings(ledger, filter, prices, &mut transforms, &mut sums)?;
     for saving in ledger.sessionless_savings_by_client(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
-        let client = sums.clients.entry(saving.client).or_default();
+        let client = sums.clients.entry(saving.key).or_default();
         client.estimated_saved_tokens += saving.tokens;
         if let Some(usd) = usd {
             *client.estimated_saved_usd.get_or_insert(0.0) += usd;
@@ -670,10 +675,7 @@ fn add_savings(
         if let Some(usd) = usd {
             *t.estimated_saved_usd.get_or_insert(0.0) += usd;
         }
-        let session = sums
-            .sessions
-            .iter_mut()
-            .find(|s| s.session == saving.session);
+        let session = sums.sessions.iter_mut().find(|s| s.session == saving.key);
         let mut targets: Vec<&mut Totals> = vec![&mut sums.total];
         // A session's saving counts for its client; one without a session is added per
         // client apart (`build_report`).

@@ -11,7 +11,6 @@ use pith_store::ledger::{Filter, Ledger};
 
 use crate::config::{Config, pith_home};
 use crate::prices::{Prices, Tokens};
-use pith_wire::usage::Band;
 
 /// Print one status line for the Claude Code session on stdin.
 #[derive(Debug, clap::Args)]
@@ -75,9 +74,9 @@ fn line(args: &Args, config: &Config, input: &[u8]) -> Option<String> {
     let (mut saved_tokens, mut saved_usd) = (0i64, None::<f64>);
     for s in ledger.savings(&filter).ok()? {
         saved_tokens += s.tokens;
-        let price = s.model.as_deref().and_then(|m| prices.lookup(m));
-        if let (Some(p), Some(band)) = (price, Band::parse(&s.band)) {
-            *saved_usd.get_or_insert(0.0) += s.tokens as f64 * p.rate(band) / 1_000_000.0;
+        if let Some(usd) = super::stats::saving_usd(&prices, s.model.as_deref(), &s.band, s.tokens)
+        {
+            *saved_usd.get_or_insert(0.0) += usd;
         }
     }
     let hit = if prompt == 0 {

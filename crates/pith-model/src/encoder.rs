@@ -5,7 +5,7 @@
 //! one (ONNX Runtime allows one environment per process).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
@@ -51,7 +51,7 @@ fn runtime(library: &Path) -> Result<ort::environment::Environment, ModelError> 
 /// share it behind a lock.
 pub struct Encoder {
     session: Session,
-    tokenizer: Arc<WordPiece>,
+    tokenizer: WordPiece,
     /// Whether the graph takes `token_type_ids` (BERT exports usually do).
     token_types: bool,
     name: String,
@@ -109,7 +109,7 @@ impl Encoder {
         let token_types = names.contains(&"token_type_ids");
         Ok(Encoder {
             session,
-            tokenizer: Arc::new(tokenizer),
+            tokenizer,
             token_types,
             name: model.name.clone(),
         })
@@ -130,40 +130,37 @@ impl Encoder {
         order.sort_by_key(|&i| ids[i].len());
         let mut out = vec![Vec::new(); texts.len()];
         for batch in order.chunks(BATCH) {
-            let vectors = self.run(batch.iter().map(|&i| ids[i].as_slice()))?;
-            for (&i, v) in batch.iter().zip(vectors) {
+            let rows: Vec<&[i64]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
+            for (&i, v) in batch.iter().zip(self.run(&rows)?) {
                 out[i] = v;
             }
         }
         Ok(out)
     }
 
-    /// One run over a batch of id sequences, padded to the longest.
-    fn run<'a>(
-        &mut self,
-        batch: impl Iterator<Item = &'a [i64]> + Clone,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let rows = batch.clone().count();
-        let width = batch.clone().map(<[i64]>::len).max().unwrap_or(0);
-        if rows == 0 || width == 0 {
+    /// One run over a batch of id sequences, padded to the longest; each row's vector is the
+    /// mean of its own tokens' hidden states (the padding is masked out), at unit length.
+    fn run(&mut self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        if rows.is_empty() || width == 0 {
             return Ok(Vec::new());
         }
-        let mut input = vec![0_i64; rows * width];
-        let mut mask = vec![0_i64; rows * width];
-        for (r, ids) in batch.enumerate() {
+        let mut input = vec![0_i64; rows.len() * width];
+        let mut mask = vec![0_i64; rows.len() * width];
+        for (r, ids) in rows.iter().enumerate() {
             input[r * width..r * width + ids.len()].copy_from_slice(ids);
             mask[r * width..r * width + ids.len()].fill(1);
         }
-        let shape = [rows as i64, width as i64];
+        let shape = [rows.len() as i64, width as i64];
         let err = |e: ort::Error| ModelError::Runtime(e.to_string());
         let mut inputs = ort::inputs![
             "input_ids" => Tensor::from_array((shape, input)).map_err(err)?,
-            "attention_mask" => Tensor::from_array((shape, mask.clone())).map_err(err)?,
+            "attention_mask" => Tensor::from_array((shape, mask)).map_err(err)?,
         ];
         if self.token_types {
             inputs.push((
                 "token_type_ids".into(),
-                Tensor::from_array((shape, vec![0_i64; rows * width]))
+                Tensor::from_array((shape, vec![0_i64; rows.len() * width]))
                     .map_err(err)?
                     .into(),
             ));
@@ -176,27 +173,25 @@ impl Encoder {
                 "the model's first output has shape {dims:?}, not [batch, tokens, dimension]"
             )));
         };
-        if r as usize != rows || w as usize != width || d <= 0 {
+        if r as usize != rows.len() || w as usize != width || d <= 0 {
             return Err(ModelError::Runtime(format!(
-                "the model's first output has shape {dims:?} for a batch of {rows} x {width}"
+                "the model's first output has shape {dims:?} for a batch of {} x {width}",
+                rows.len()
             )));
         }
         let d = d as usize;
-        Ok((0..rows)
-            .map(|row| {
+        Ok(rows
+            .iter()
+            .enumerate()
+            .map(|(row, ids)| {
                 let mut pooled = vec![0.0_f32; d];
-                let mut count = 0.0_f32;
-                for t in 0..width {
-                    if mask[row * width + t] == 0 {
-                        continue;
-                    }
-                    count += 1.0;
+                for t in 0..ids.len() {
                     let at = (row * width + t) * d;
                     for (p, h) in pooled.iter_mut().zip(&hidden[at..at + d]) {
                         *p += h;
                     }
                 }
-                let count = count.max(1e-9);
+                let count = ids.len().max(1) as f32;
                 pooled.iter_mut().for_each(|p| *p /= count);
                 let norm = pooled.iter().map(|p| p * p).sum::<f32>().sqrt().max(1e-12);
                 pooled.iter_mut().for_each(|p| *p /= norm);

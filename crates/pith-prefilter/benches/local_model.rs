@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cpu_time::ProcessTime;
-use pith_prefilter::fusion::{self, Fusion, LexicalRanker};
+use pith_prefilter::fusion::LexicalRanker;
 use pith_prefilter::local::LocalModelRanker;
 use pith_search::{Candidate, Ranker};
 
@@ -92,8 +92,7 @@ fn main() {
         dir,
         Duration::from_secs(60),
         threads,
-        fusion::DEFAULT_LINES_PER_FILE,
-        Fusion::default(),
+        LexicalRanker::default(),
     );
     let loading = Instant::now();
     local.load().unwrap();

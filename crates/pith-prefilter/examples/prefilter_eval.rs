@@ -235,13 +235,7 @@ fn main() -> Result<(), String> {
     };
     let local = match (args.ranker.as_str(), &args.model_dir) {
         ("local", Some(dir)) => {
-            let ranker = LocalModelRanker::with(
-                dir.clone(),
-                args.timeout,
-                args.threads,
-                args.per_file,
-                args.fusion,
-            );
+            let ranker = LocalModelRanker::with(dir.clone(), args.timeout, args.threads, lexical);
             let started = Instant::now();
             ranker.load()?;
             println!(

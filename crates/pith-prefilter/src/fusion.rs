@@ -273,6 +273,14 @@ pub fn pick_lines(files: &[(&str, Vec<usize>)], want: usize, per_file: usize) ->
     picked
 }
 
+/// Refuse a ranking with nothing to rank or nothing wanted (before any costly work).
+pub(crate) fn check_wanted(candidates: &[Candidate], want: usize) -> Result<(), String> {
+    if candidates.is_empty() || want == 0 {
+        return Err("no candidates, or none wanted".to_owned());
+    }
+    Ok(())
+}
+
 /// [`rank_files`] with the lexical signals alone, as a [`Ranker`]: no model, microseconds. The
 /// evaluation's baseline (`prefilter_eval --ranker lexical`) for what a model must add.
 #[derive(Debug, Clone, Copy)]
@@ -292,6 +300,21 @@ impl Default for LexicalRanker {
     }
 }
 
+impl LexicalRanker {
+    /// At most `want` candidate ids: the files ranked by the lexical signals and the `more`
+    /// orders given (a model's), then their lines picked, `per_file` a file.
+    pub fn pick(
+        &self,
+        query: &str,
+        candidates: &[Candidate],
+        more: &[Vec<&str>],
+        want: usize,
+    ) -> Vec<usize> {
+        let files = rank_files(query, candidates, more, &self.fusion);
+        pick_lines(&files, want, self.per_file)
+    }
+}
+
 impl Ranker for LexicalRanker {
     fn name(&self) -> String {
         "lexical file ranking (the search's words in paths and lines; no model)".to_owned()
@@ -303,11 +326,8 @@ impl Ranker for LexicalRanker {
         candidates: &[Candidate],
         want: usize,
     ) -> Result<Vec<usize>, String> {
-        if candidates.is_empty() || want == 0 {
-            return Err("no candidates, or none wanted".to_owned());
-        }
-        let files = rank_files(query, candidates, &[], &self.fusion);
-        Ok(pick_lines(&files, want, self.per_file))
+        check_wanted(candidates, want)?;
+        Ok(self.pick(query, candidates, &[], want))
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use pith_model::Encoder;
 use pith_search::{Candidate, Ranker};
 
-use crate::fusion::{self, Fusion};
+use crate::fusion::{self, LexicalRanker};
 
 /// The state of the model.
 enum State {
@@ -35,8 +35,8 @@ struct Inner {
     dir: PathBuf,
     threads: usize,
     timeout: Duration,
-    per_file: usize,
-    fusion: Fusion,
+    /// The lexical ranking the model's order joins, and how many lines a file it shows.
+    lexical: LexicalRanker,
     name: Mutex<String>,
     state: Mutex<State>,
     /// Signalled when the state changes: a load ends, a ranking gives the model back.
@@ -68,25 +68,13 @@ impl LocalModelRanker {
     /// A ranker over the model installed in `dir`, each ranking given `timeout`. Nothing is
     /// loaded until [`LocalModelRanker::warm_up`] or the first ranking.
     pub fn new(dir: PathBuf, timeout: Duration) -> Self {
-        Self::with(
-            dir,
-            timeout,
-            default_threads(),
-            fusion::DEFAULT_LINES_PER_FILE,
-            Fusion::default(),
-        )
+        Self::with(dir, timeout, default_threads(), LexicalRanker::default())
     }
 
-    /// The same with ONNX Runtime's thread count, the lines shown per file and the fusion's
-    /// weights given (the model's order is [`Fusion::more`]; the lexical weights at 0 leave the
-    /// model alone).
-    pub fn with(
-        dir: PathBuf,
-        timeout: Duration,
-        threads: usize,
-        per_file: usize,
-        fusion: Fusion,
-    ) -> Self {
+    /// The same with ONNX Runtime's thread count and the lexical ranking the model's order
+    /// joins given (its lines a file and weights; the model's order is
+    /// [`fusion::Fusion::more`], and the lexical weights at 0 leave the model alone).
+    pub fn with(dir: PathBuf, timeout: Duration, threads: usize, lexical: LexicalRanker) -> Self {
         Self {
             inner: Arc::new(Inner {
                 name: Mutex::new(manifest_name(&dir).map_or_else(
@@ -96,8 +84,7 @@ impl LocalModelRanker {
                 dir,
                 threads,
                 timeout,
-                per_file,
-                fusion,
+                lexical,
                 state: Mutex::new(State::Cold),
                 changed: Condvar::new(),
             }),
@@ -253,9 +240,7 @@ impl Ranker for LocalModelRanker {
         candidates: &[Candidate],
         want: usize,
     ) -> Result<Vec<usize>, String> {
-        if candidates.is_empty() || want == 0 {
-            return Err("no candidates, or none wanted".to_owned());
-        }
+        fusion::check_wanted(candidates, want)?;
         let deadline = Instant::now() + self.inner.timeout;
         let mut encoder = self.take(deadline)?;
         let (tx, rx) = mpsc::channel();
@@ -288,8 +273,7 @@ impl Ranker for LocalModelRanker {
             }
         };
         let order: Vec<&str> = order.iter().map(String::as_str).collect();
-        let files = fusion::rank_files(query, candidates, &[order], &self.inner.fusion);
-        Ok(fusion::pick_lines(&files, want, self.inner.per_file))
+        Ok(self.inner.lexical.pick(query, candidates, &[order], want))
     }
 }
 

@@ -112,23 +112,10 @@ fn prefilter_config_with(
             .or(mcp.prefilter_timeout_ms)
             .map_or(defaults.timeout, Duration::from_millis),
         load_timeout: defaults.load_timeout,
-        local_model: None,
-    };
-    let config = PrefilterConfig {
-        local_model: if config.ranker == RankerKind::Local {
-            let (name, key) = match (
-                env(Var::PrefilterLocalModel),
-                mcp.prefilter_model.as_deref(),
-            ) {
-                (Some(v), _) => (v, "PITH_PREFILTER_LOCAL_MODEL"),
-                (None, Some(v)) => (v, "mcp.prefilter_model"),
-                (None, None) => (DEFAULT_MODEL, "the default model"),
-            };
-            Some(model_dir(name).context(key)?)
-        } else {
-            None
+        local_model: match ranker {
+            RankerKind::Local => Some(local_model_with(mcp, raw)?),
+            _ => None,
         },
-        ..config
     };
     anyhow::ensure!(
         config.policy.shown > 0,
@@ -140,8 +127,27 @@ fn prefilter_config_with(
 /// The model `prefilter_ranker = "local"` uses unless `prefilter_model` names another.
 pub(crate) const DEFAULT_MODEL: &str = "minilm";
 
-/// The directory a `prefilter_model` value means: a path (it has a `/` or starts with `.` or
-/// `~`) as it is, else the name of an installed model under `$PITH_HOME/models`.
+/// The in-process model's directory: `PITH_PREFILTER_LOCAL_MODEL`, else `[mcp]
+/// prefilter_model`, else [`DEFAULT_MODEL`]'s (each as [`model_dir`] reads it).
+pub(crate) fn local_model(mcp: &McpConfig) -> anyhow::Result<PathBuf> {
+    local_model_with(mcp, &|var| crate::env::raw(var))
+}
+
+fn local_model_with(
+    mcp: &McpConfig,
+    raw: &dyn Fn(Var) -> Option<&'static str>,
+) -> anyhow::Result<PathBuf> {
+    let set = raw(Var::PrefilterLocalModel).filter(|v| !v.trim().is_empty());
+    let (name, key) = match (set, mcp.prefilter_model.as_deref()) {
+        (Some(v), _) => (v, "PITH_PREFILTER_LOCAL_MODEL"),
+        (None, Some(v)) => (v, "mcp.prefilter_model"),
+        (None, None) => (DEFAULT_MODEL, "the default model"),
+    };
+    model_dir(name).context(key)
+}
+
+/// The directory a `prefilter_model` value means: a path (it has a `/` or starts with `.`) as
+/// it is, else the name of an installed model under `$PITH_HOME/models`.
 pub(crate) fn model_dir(value: &str) -> anyhow::Result<PathBuf> {
     let value = value.trim();
     anyhow::ensure!(

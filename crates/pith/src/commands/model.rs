@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::Context;
 use pith_model::install::{self, Known, Role};
 
-use super::mcp::{DEFAULT_MODEL, model_dir};
+use super::mcp::{DEFAULT_MODEL, local_model, model_dir};
 use crate::config::Config;
 
 /// Install, check or list the in-process model for the search prefilter.
@@ -86,21 +86,11 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             let dir = match (a.dir, a.name) {
                 (Some(dir), _) => dir,
                 (None, Some(name)) => model_dir(&name)?,
-                (None, None) => configured_dir(config)?,
+                (None, None) => local_model(&config.mcp)?,
             };
             check(&dir, a.json)
         }
         Sub::List(a) => list(a.json),
-    }
-}
-
-/// The model directory the config names (`[mcp] prefilter_model`, `PITH_PREFILTER_LOCAL_MODEL`),
-/// else the default model's.
-fn configured_dir(config: &Config) -> anyhow::Result<PathBuf> {
-    let prefilter = super::mcp::prefilter_config(&config.mcp)?;
-    match prefilter.local_model {
-        Some(dir) => Ok(dir),
-        None => model_dir(DEFAULT_MODEL),
     }
 }
 

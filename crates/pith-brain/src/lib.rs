@@ -13,6 +13,7 @@ mod chain;
 pub mod evidence;
 mod id;
 pub mod model;
+pub mod origin;
 pub mod recall;
 pub mod render;
 pub mod store;
@@ -105,6 +106,13 @@ pub enum BrainError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// `.pith/` or a file of the brain's is not what pith makes (a link, a hard link, not a
+    /// file): the project is a stranger's, so pith neither reads nor writes through it.
+    #[error("{found}; move it aside to let pith make its own")]
+    NotOwn {
+        /// What was found, naming the path.
+        found: std::io::Error,
+    },
 }
 
 /// A memory to save, as a caller gives it.
@@ -181,6 +189,10 @@ pub struct Verification {
 pub struct Brain {
     ws: Workspace,
     store: Box<dyn BrainStore>,
+    /// Whether this open made the brain's file (the caller records it as its user's).
+    created: bool,
+    /// Where its notes come from ([`origin`]); the opener sets it, [`Origin::Own`] until then.
+    origin: origin::Origin,
 }
 
 impl Brain {
@@ -191,12 +203,15 @@ impl Brain {
         ws: Workspace,
         open_store: impl FnOnce(&Path) -> Result<Box<dyn BrainStore>, StoreError>,
     ) -> Result<Brain, BrainError> {
-        let dir = ws.root().join(BRAIN_DIR);
-        if !dir.exists() {
-            create_brain_dir(&dir)?;
+        if !own_brain_files(ws.root())? {
+            create_brain_dir(ws.root())?;
         }
-        let store = open_store(&dir.join(BRAIN_FILE))?;
-        Ok(Brain::with_store(ws, store))
+        let db = Brain::db_path(ws.root());
+        let existed = db.exists();
+        let store = open_store(&db)?;
+        let mut brain = Brain::with_store(ws, store);
+        brain.created = !existed;
+        Ok(brain)
     }
 
     /// Like [`Brain::open_with`], only if the workspace already has a brain, and creating
@@ -207,7 +222,7 @@ impl Brain {
         open_store: impl FnOnce(&Path) -> Result<Box<dyn BrainStore>, StoreError>,
     ) -> Result<Option<Brain>, BrainError> {
         let db = Brain::db_path(ws.root());
-        if !db.exists() {
+        if !own_brain_files(ws.root())? || !db.exists() {
             return Ok(None);
         }
         let store = open_store(&db)?;
@@ -221,7 +236,28 @@ impl Brain {
 
     /// A brain over any store (tests, benchmarks, other backends).
     pub fn with_store(ws: Workspace, store: Box<dyn BrainStore>) -> Brain {
-        Brain { ws, store }
+        Brain {
+            ws,
+            store,
+            created: false,
+            origin: origin::Origin::Own,
+        }
+    }
+
+    /// Whether this open made the brain's file: the caller then records it as its user's
+    /// ([`origin::Origins::remember`]).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Where this brain's notes come from.
+    pub fn origin(&self) -> origin::Origin {
+        self.origin
+    }
+
+    /// Say where this brain's notes come from (the opener looks it up in [`origin::Origins`]).
+    pub fn set_origin(&mut self, origin: origin::Origin) {
+        self.origin = origin;
     }
 
     /// The workspace this brain belongs to.
@@ -494,26 +530,39 @@ impl Brain {
     }
 }
 
+/// The files SQLite opens by path for a brain: the database and its side files.
+const BRAIN_FILES: &[&str] = &[
+    "brain.db",
+    "brain.db-wal",
+    "brain.db-shm",
+    "brain.db-journal",
+];
+
+/// Whether `root` has a `.pith/` directory whose brain files are pith's to open: each absent
+/// or a regular file with one name. SQLite follows links to all of them, so a `.pith` or a
+/// `brain.db-wal` committed as a link would make a save write outside the project: refused
+/// ([`BrainError::NotOwn`]). `Ok(false)`: no `.pith/` at all.
+fn own_brain_files(root: &Path) -> Result<bool, BrainError> {
+    debug_assert_eq!(BRAIN_FILES[0], BRAIN_FILE);
+    pith_paths::own::own_files_or_none(root, BRAIN_DIR, BRAIN_FILES)
+        .map_err(|found| BrainError::NotOwn { found })
+}
+
 /// The `.pith` directory (0700), with a `.gitignore` (0600) so the database never shows up as
-/// untracked; both private whatever the umask.
-fn create_brain_dir(dir: &Path) -> Result<(), BrainError> {
+/// untracked; both private whatever the umask, made without following a link.
+fn create_brain_dir(root: &Path) -> Result<(), BrainError> {
+    use pith_paths::own::{Access, OwnDir};
+    let dir = root.join(BRAIN_DIR);
     let io = |source| BrainError::Io {
-        path: dir.to_owned(),
+        path: dir.clone(),
         source,
     };
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(io)?;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
-        .open(dir.join(".gitignore"))
-        .and_then(|mut f| std::io::Write::write_all(&mut f, b"*\n"))
-        .map_err(io)?;
+    let own = OwnDir::open(root, &[BRAIN_DIR], true).map_err(io)?;
+    match own.file(".gitignore", Access::CreateNew) {
+        Ok(mut file) => std::io::Write::write_all(&mut file, b"*\n").map_err(io)?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
     Ok(())
 }
 

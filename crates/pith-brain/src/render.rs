@@ -289,6 +289,20 @@ pub fn verification(v: &Verification, hints: &Hints) -> String {
     out
 }
 
+/// A note from a brain that came with the project ([`crate::origin::Origin::Project`]) says so
+/// in its first words, so the model reads the titles as the project's text, not as pith's; a
+/// note from the user's own brain is unchanged.
+pub fn from_origin(note: String, origin: crate::origin::Origin) -> String {
+    match origin {
+        crate::origin::Origin::Own => note,
+        crate::origin::Origin::Project => format!(
+            "pith, quoting a memory file that came with this project (not written by your \
+             pith; `pith memory trust` once reviewed): {}",
+            note.strip_prefix("pith: ").unwrap_or(&note)
+        ),
+    }
+}
+
 /// The one line appended to a file read when memories cite that file: ids and titles only.
 pub fn pointer_line(refs: &[MemoryRef], hints: &Hints) -> Option<String> {
     const SHOWN: usize = 5;

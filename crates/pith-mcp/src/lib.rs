@@ -13,6 +13,7 @@ mod stdio;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use pith_brain::origin::{Origin, Origins};
 use pith_brain::render::{self, Hints};
 use pith_brain::{Brain, BrainError, EvidenceSpec, Kind, NewMemory, Workspace};
 use pith_prefilter::{PrefilterConfig, PrefilterRanker};
@@ -33,6 +34,9 @@ pub struct ServerOptions {
     pub prefilter: PrefilterConfig,
     /// The conversation history the history tools serve.
     pub history: history::HistoryOptions,
+    /// The records of the brains this user's pith made; `None`: no brain is known as theirs,
+    /// so every note says it quotes the project's file.
+    pub origins: Option<Origins>,
 }
 
 /// The server could not start or the transport failed.
@@ -88,7 +92,13 @@ const HINTS: Hints = Hints {
 };
 
 /// The brain is opened on first use, so starting `pith mcp` in a workspace creates nothing.
-type SharedBrain = Arc<Mutex<Option<Brain>>>;
+type SharedBrain = Arc<BrainSlot>;
+
+/// The workspace's brain once opened, and where to look up (and record) whose it is.
+struct BrainSlot {
+    brain: Mutex<Option<Brain>>,
+    origins: Option<Origins>,
+}
 
 /// The MCP handler: the tools over one workspace and its brain.
 #[derive(Clone)]
@@ -198,7 +208,10 @@ impl PithServer {
     pub fn new(options: ServerOptions) -> PithServer {
         PithServer {
             ws: options.workspace,
-            brain: Arc::new(Mutex::new(None)),
+            brain: Arc::new(BrainSlot {
+                brain: Mutex::new(None),
+                origins: options.origins,
+            }),
             ranker: PrefilterRanker::from_config(&options.prefilter),
             rank_policy: options.prefilter.policy,
             history: Arc::new(options.history),
@@ -259,7 +272,12 @@ impl PithServer {
                 })
                 .unwrap_or_default();
             let mut text = read.text;
+            let origin = with_brain(&brain, &ws, false, |b| Ok(b.origin()))
+                .ok()
+                .flatten()
+                .unwrap_or(Origin::Own);
             if let Some(line) = render::pointer_line(&pointers, &HINTS) {
+                let line = render::from_origin(line, origin);
                 text.push_str(&line);
                 text.push('\n');
             }
@@ -421,6 +439,20 @@ impl PithServer {
 )]
 impl ServerHandler for PithServer {}
 
+/// Where a just-opened brain came from: one this open made is recorded as the user's (a record
+/// that cannot be written leaves it unknown, so its notes say where they come from).
+fn brain_origin(origins: Option<&Origins>, brain: &Brain, ws: &Workspace) -> Origin {
+    let Some(origins) = origins else {
+        return Origin::Project;
+    };
+    if brain.created()
+        && let Err(e) = origins.remember(ws.root())
+    {
+        tracing::warn!("cannot record the new brain as this user's: {e}");
+    }
+    origins.of(ws.root())
+}
+
 /// Run `f` on the brain, opening it first (`create`: make `.pith/brain.db` if missing;
 /// otherwise a workspace without a brain yields `None`).
 fn with_brain<T>(
@@ -429,13 +461,17 @@ fn with_brain<T>(
     create: bool,
     f: impl FnOnce(&mut Brain) -> Result<T, BrainError>,
 ) -> Result<Option<T>, BrainError> {
-    let mut guard = brain.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut guard = brain.brain.lock().unwrap_or_else(PoisonError::into_inner);
     if guard.is_none() {
-        *guard = if create {
+        let mut opened = if create {
             Some(open_workspace_brain(ws.clone())?)
         } else {
             open_existing_workspace_brain(ws.clone())?
         };
+        if let Some(b) = &mut opened {
+            b.set_origin(brain_origin(brain.origins.as_ref(), b, ws));
+        }
+        *guard = opened;
     }
     match guard.as_mut() {
         Some(b) => f(b).map(Some),

@@ -8,6 +8,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
+#[cfg(unix)]
+pub mod own;
+
 /// Why a path is not an existing path inside the root.
 #[derive(Debug)]
 pub enum Refused {

@@ -91,7 +91,16 @@ pub(crate) fn sync_brain(
     let Some(repo) = repository_of(ws.root()) else {
         return Ok(None);
     };
+    let root = ws.root().to_path_buf();
+    let existed = pith_brain::Brain::db_path(&root).exists();
     let mut local = pith_store::brain::open_workspace_sqlite(ws)?;
+    // A brain the sync made holds the team's memories, from the database the user named:
+    // recorded as theirs, like one their own save made.
+    if !existed {
+        pith_brain::origin::Origins::new(&crate::config::pith_home()?)
+            .remember(&root)
+            .map_err(|e| anyhow::anyhow!("cannot record the new brain as yours: {e}"))?;
+    }
     let team = TeamBrain::open(url)?;
     Ok(Some(team.sync(&repo, &mut local)?))
 }

@@ -199,7 +199,8 @@ fn read_note(
     open: &mut dyn FnMut(&Workspace, Access) -> Option<Brain>,
 ) -> Option<String> {
     let rel = relative(ws, event, path)?;
-    let refs = open(ws, Access::Read)?.pointers(&rel).ok()?;
+    let mut brain = open(ws, Access::Read)?;
+    let refs = brain.pointers(&rel).ok()?;
     if refs.is_empty() {
         return None;
     }
@@ -219,7 +220,7 @@ fn read_note(
     if !claims.commit() {
         return None;
     }
-    render::pointer_line(&unsaid, &HINTS)
+    render::pointer_line(&unsaid, &HINTS).map(|note| render::from_origin(note, brain.origin()))
 }
 
 fn edit_note(
@@ -283,7 +284,7 @@ fn edit_note(
     if n > NAMED {
         items.push(format!("{} more", n - NAMED));
     }
-    Some(format!(
+    let note = format!(
         "pith: {} on record for the file just edited: {}; {} before repeating it",
         if n == 1 {
             "a failed attempt"
@@ -292,7 +293,8 @@ fn edit_note(
         },
         items.join("; "),
         HINTS.get
-    ))
+    );
+    Some(render::from_origin(note, brain.origin()))
 }
 
 fn failure_note(
@@ -332,7 +334,7 @@ fn failure_note(
         .into_iter()
         .map(|m| render::headline_line(&brain.checked(m)))
         .collect();
-    Some(format!(
+    let note = format!(
         "pith: {} this failure: {}; {} for details",
         if unsaid.len() == 1 {
             "a recorded fix matches"
@@ -341,7 +343,8 @@ fn failure_note(
         },
         unsaid.join("; "),
         HINTS.get
-    ))
+    );
+    Some(render::from_origin(note, brain.origin()))
 }
 
 /// Fix memories whose headline names the same failure as `headline`, best overlap first.

@@ -15,15 +15,25 @@
 //! removed, and at most [`MAX_SESSIONS`] are kept, whenever a new session starts. Nothing is
 //! created unless the brain's `.pith/` already exists.
 //!
+//! The project is a stranger's (DESIGN principle 13): `.pith/` and `.pith/session/` are reached
+//! without following a link ([`OwnDir`]), every file is opened through the session directory's
+//! descriptor with `O_NOFOLLOW`, and pruning removes only regular files named as this module
+//! names them (a hash, then `.claims`, `.capture` or a capture's temporary name), never a
+//! directory. Kept in the project rather than in `$PITH_HOME`: a session's notes are about this
+//! project, deleting the clone takes them along, and the hook's cost is the same either way
+//! (a claim is one `openat` more than before).
+//!
 //! The opt-in fix capture keeps a small state file per session (`<session>.capture`: failed
 //! verdict commands and the files edited since), read and replaced under the same lock, written
 //! to a temporary file and renamed.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
+
+use pith_paths::own::{Access, EntryKind, OwnDir};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -47,54 +57,51 @@ const MAX_EDITED: usize = 32;
 const CLAIMS: &str = "claims";
 /// The capture state's extension.
 const CAPTURE: &str = "capture";
+/// The largest capture state read (it holds at most [`MAX_FAILURES`] bounded entries).
+const MAX_CAPTURE_BYTES: u64 = 1024 * 1024;
+/// The directory in `.pith/` that holds the sessions.
+const SESSIONS: &str = "session";
+/// The prune stamp's name in it.
+const STAMP: &str = ".pruned";
 
 /// One host session's record: its claims file, open for appending.
 #[derive(Debug)]
 pub struct Session {
-    /// `<hash>.claims`; the capture state is `<hash>.capture` beside it.
-    path: PathBuf,
+    /// `.pith/session/`, reached without following a link.
+    dir: OwnDir,
+    /// The session's hash: `<stem>.claims`, `<stem>.capture`.
+    stem: String,
     file: File,
 }
 
 impl Session {
-    /// The record of `session_id` in the workspace at `root`, created if needed. `None` when
-    /// the workspace has no `.pith/` or the record cannot be made.
+    /// The record of `session_id` in the workspace at `root` (canonical), created if needed.
+    /// `None` when the workspace has no `.pith/` (a real directory, not a link) or the record
+    /// cannot be made.
     pub fn open(root: &Path, session_id: &str) -> Option<Session> {
-        let base = root.join(BRAIN_DIR);
-        let sessions = base.join("session");
-        let path = sessions.join(format!("{}.{CLAIMS}", hash_hex(session_id)));
-        let append = || {
-            let mut options = OpenOptions::new();
-            options.read(true).append(true);
-            options
-        };
-        // A session's every call after its first: one `open`.
-        if let Ok(file) = append().open(&path) {
-            return Some(Session { path, file });
-        }
-        if !base.is_dir() {
-            return None;
-        }
-        match create_private_dir(&sessions) {
-            // Made here, or by another hook process of any session a moment ago.
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && sessions.is_dir() => {}
-            Err(_) => return None,
-        }
-        let mut create = append();
-        create.create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut create, 0o600);
-        let file = match create.open(&path) {
-            Ok(file) => {
-                prune(&sessions, &path);
-                file
+        let stem = hash_hex(session_id);
+        let claims = format!("{stem}.{CLAIMS}");
+        let base = OwnDir::open(root, &[BRAIN_DIR], false).ok()?;
+        let dir = base.subdir(SESSIONS, true).ok()?;
+        // A session's every call after its first: one `openat`.
+        let file = match dir.file(&claims, Access::Append) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match dir.file(&claims, Access::CreateNew) {
+                    Ok(file) => {
+                        prune(&dir, &stem);
+                        file
+                    }
+                    // Another process of this session made it first.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        dir.file(&claims, Access::Append).ok()?
+                    }
+                    Err(_) => return None,
+                }
             }
-            // Another process of this session made it first.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => append().open(&path).ok()?,
             Err(_) => return None,
         };
-        Some(Session { path, file })
+        Some(Session { dir, stem, file })
     }
 
     /// The session's claims, locked until the returned [`Claims`] is committed or dropped;
@@ -130,9 +137,13 @@ impl Session {
     }
 
     fn update_capture<T>(&self, update: impl FnOnce(&mut CaptureState) -> T) -> Option<T> {
-        let path = self.path.with_extension(CAPTURE);
-        let mut state: CaptureState = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+        let name = format!("{}.{CAPTURE}", self.stem);
+        let mut state: CaptureState = match self.dir.file(&name, Access::Read) {
+            Ok(file) => {
+                let mut bytes = Vec::new();
+                file.take(MAX_CAPTURE_BYTES).read_to_end(&mut bytes).ok()?;
+                serde_json::from_slice(&bytes).unwrap_or_default()
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => CaptureState::default(),
             Err(_) => return None,
         };
@@ -140,16 +151,14 @@ impl Session {
         let out = update(&mut state);
         state.bound();
         if state != before {
-            let tmp = self
-                .path
-                .with_extension(format!("{CAPTURE}.{}.tmp", std::process::id()));
+            let tmp = format!("{name}.{}.tmp", std::process::id());
             let written = serde_json::to_vec(&state).ok().and_then(|bytes| {
-                let mut file = File::create(&tmp).ok()?;
+                let mut file = self.dir.file(&tmp, Access::Replace).ok()?;
                 file.write_all(&bytes).ok()?;
-                std::fs::rename(&tmp, &path).ok()
+                self.dir.rename(&tmp, &name).ok()
             });
             if written.is_none() {
-                let _ = std::fs::remove_file(&tmp);
+                let _ = self.dir.remove_file(&tmp);
                 return None;
             }
         }
@@ -257,86 +266,81 @@ impl CaptureState {
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Remove sessions older than [`MAX_AGE`], then the oldest beyond [`MAX_SESSIONS`]; never
-/// `keep`'s. A session is every entry sharing its name's stem (`<hash>.claims`, `<hash>.capture`,
-/// a capture's temporary file; an earlier version's `<hash>/` directory), last used when the
-/// newest of them was changed. Ages are looked at when there are too many sessions or an hour
+/// `keep`'s. A session is every regular file named by its stem ([`session_stem`]:
+/// `<hash>.claims`, `<hash>.capture`, a capture's temporary file), last used when the newest of
+/// them was changed; anything else in the directory (a link, a directory, another name) is no
+/// session's and is left alone. Ages are looked at when there are too many sessions or an hour
 /// after the last look (a new session is the first note of a host session: it should cost a
 /// directory listing, not a `stat` of every session). Failures are ignored: a session another
 /// process is removing is gone either way.
-fn prune(sessions: &Path, keep: &Path) {
-    let Ok(entries) = std::fs::read_dir(sessions) else {
+fn prune(dir: &OwnDir, keep: &str) {
+    let Ok(entries) = dir.entries() else {
         return;
     };
-    let stem = |name: &str| name.split('.').next().unwrap_or_default().to_owned();
-    let keep = keep
-        .file_name()
-        .and_then(|n| n.to_str())
-        .map(stem)
-        .unwrap_or_default();
-    // Each session's entries (path, whether a directory), by stem; the stamp and other dot
-    // files are no session's.
-    let mut by_stem: std::collections::HashMap<String, Vec<(PathBuf, bool)>> =
+    let mut by_stem: std::collections::HashMap<String, Vec<(String, SystemTime)>> =
         std::collections::HashMap::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str().filter(|n| !n.starts_with('.')) else {
+    let mut stamped = None;
+    for entry in entries {
+        if entry.kind != EntryKind::File {
             continue;
-        };
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        by_stem
-            .entry(stem(name))
-            .or_default()
-            .push((entry.path(), is_dir));
+        }
+        if entry.name == STAMP {
+            stamped = Some(entry.modified);
+            continue;
+        }
+        if let Some(stem) = session_stem(&entry.name).filter(|stem| *stem != keep) {
+            by_stem
+                .entry(stem.to_owned())
+                .or_default()
+                .push((entry.name, entry.modified));
+        }
     }
-    by_stem.remove(&keep);
-    let stamp = sessions.join(".pruned");
-    let due = std::fs::metadata(&stamp)
-        .and_then(|m| m.modified())
-        .map_or(true, |at| {
-            SystemTime::now().duration_since(at).unwrap_or_default() > PRUNE_EVERY
-        });
+    let now = SystemTime::now();
+    let due = stamped.is_none_or(|at| now.duration_since(at).unwrap_or_default() > PRUNE_EVERY);
     if !due && by_stem.len() < MAX_SESSIONS {
         return;
     }
-    let _ = File::create(&stamp);
-    let now = SystemTime::now();
-    let remove = |entries: &[(PathBuf, bool)]| {
-        for (path, is_dir) in entries {
-            let _ = if *is_dir {
-                std::fs::remove_dir_all(path)
-            } else {
-                std::fs::remove_file(path)
-            };
+    let _ = dir.touch(STAMP);
+    let remove = |files: &[(String, SystemTime)]| {
+        for (name, _) in files {
+            let _ = dir.remove_file(name);
         }
     };
-    let mut live: Vec<(SystemTime, Vec<(PathBuf, bool)>)> = Vec::new();
-    for entries in by_stem.into_values() {
-        let used = entries
-            .iter()
-            .filter_map(|(path, _)| std::fs::metadata(path).and_then(|m| m.modified()).ok())
-            .max();
+    let mut live: Vec<(SystemTime, Vec<(String, SystemTime)>)> = Vec::new();
+    for files in by_stem.into_values() {
+        let used = files.iter().map(|(_, at)| *at).max();
         match used {
             Some(at) if now.duration_since(at).unwrap_or_default() <= MAX_AGE => {
-                live.push((at, entries));
+                live.push((at, files));
             }
-            _ => remove(&entries),
+            _ => remove(&files),
         }
     }
     // Down to three quarters, so that the next many new sessions find no work.
     if live.len() + 1 > MAX_SESSIONS {
         live.sort_by_key(|(at, _)| *at);
         let keep = MAX_SESSIONS * 3 / 4;
-        for (_, entries) in live.iter().take(live.len() + 1 - keep) {
-            remove(entries);
+        for (_, files) in live.iter().take(live.len() + 1 - keep) {
+            remove(files);
         }
     }
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
+/// The session a file of this module's naming belongs to: `<16 hex>.claims`,
+/// `<16 hex>.capture` or `<16 hex>.capture.<pid>.tmp`; `None` for any other name.
+fn session_stem(name: &str) -> Option<&str> {
+    let (stem, rest) = name.split_once('.')?;
+    if stem.len() != 16 || !stem.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let ours = rest == CLAIMS
+        || rest == CAPTURE
+        || rest
+            .strip_prefix(CAPTURE)
+            .and_then(|r| r.strip_prefix('.'))
+            .and_then(|r| r.strip_suffix(".tmp"))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+    ours.then_some(stem)
 }
 
 /// The first 16 hex digits of the SHA-256 of `text`: a file name whatever the text holds.
@@ -354,6 +358,15 @@ fn hash_hex(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
+    use std::path::PathBuf;
+
+    impl Session {
+        /// The claims file's path.
+        fn path(&self) -> PathBuf {
+            self.dir.path().join(format!("{}.{CLAIMS}", self.stem))
+        }
+    }
 
     fn workspace() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -369,7 +382,7 @@ mod tests {
     }
 
     fn lines(session: &Session) -> Vec<String> {
-        std::fs::read_to_string(&session.path)
+        std::fs::read_to_string(session.path())
             .unwrap()
             .lines()
             .map(str::to_owned)
@@ -453,7 +466,7 @@ mod tests {
         assert!(claim(&s, "k1"));
         let k1 = lines(&s)[0].clone();
         // Half of a second claim's line, as a process killed in its append leaves it.
-        let mut file = OpenOptions::new().append(true).open(&s.path).unwrap();
+        let mut file = OpenOptions::new().append(true).open(s.path()).unwrap();
         file.write_all(&k1.as_bytes()[..7]).unwrap();
         assert!(claim(&s, "k2"));
         assert!(!claim(&s, "k1") && !claim(&s, "k2"));
@@ -476,8 +489,8 @@ mod tests {
         std::fs::write(earlier.join(hash_hex("k")), "").unwrap();
         let long_ago = SystemTime::now() - MAX_AGE - Duration::from_secs(60);
         for path in [
-            old.path.clone(),
-            old.path.with_extension(CAPTURE),
+            old.path(),
+            old.path().with_extension(CAPTURE),
             earlier.clone(),
         ] {
             File::open(&path).unwrap().set_modified(long_ago).unwrap();
@@ -486,7 +499,7 @@ mod tests {
             let names: HashSet<String> = std::fs::read_dir(&sessions)
                 .unwrap()
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| !n.starts_with('.'))
+                .filter(|n| n.contains(".claims") || n.contains(".capture"))
                 .map(|n| n.split('.').next().unwrap().to_owned())
                 .collect();
             names.len()
@@ -495,12 +508,13 @@ mod tests {
             Session::open(ws.path(), &format!("s{i}")).unwrap();
             assert!(held() <= MAX_SESSIONS, "never more than the bound");
         }
-        assert!(!old.path.exists(), "the old session is gone");
+        assert!(!old.path().exists(), "the old session is gone");
         assert!(
-            !old.path.with_extension(CAPTURE).exists(),
+            !old.path().with_extension(CAPTURE).exists(),
             "with its capture"
         );
-        assert!(!earlier.exists(), "an earlier version's too");
+        // A directory is never removed (an earlier version's session, or anyone's).
+        assert!(earlier.join(hash_hex("k")).exists());
         assert!(held() >= MAX_SESSIONS * 3 / 4, "{}", held());
         // The newest are the ones kept.
         let claims = |name: &str| sessions.join(format!("{}.{CLAIMS}", hash_hex(name)));
@@ -529,7 +543,7 @@ mod tests {
         assert_eq!(state.failures[0].command, "pytest 3", "the oldest go first");
         assert!(state.failures.iter().all(|f| f.edited.len() == MAX_EDITED));
         // Nothing temporary is left beside it, and the claims are untouched.
-        let names: Vec<String> = std::fs::read_dir(s.path.parent().unwrap())
+        let names: Vec<String> = std::fs::read_dir(s.path().parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();

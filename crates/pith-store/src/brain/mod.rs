@@ -13,8 +13,8 @@ use std::time::Duration;
 use pith_brain::recall::Access;
 use pith_brain::{Brain, BrainError, BrainStore, Workspace};
 
-pub use schema::MIGRATIONS;
-pub use sqlite::{Applied, SqliteBrain, Versioned};
+pub use schema::{MIGRATIONS, OBJECTS};
+pub use sqlite::{Applied, HOOK_STATEMENT_LIMIT, STATEMENT_LIMIT, SqliteBrain, Versioned};
 
 use crate::StoreError;
 

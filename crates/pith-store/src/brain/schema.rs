@@ -96,3 +96,51 @@ WHEN new.changed_ms = old.changed_ms BEGIN
 END;
 "#,
 ];
+
+/// Every object the newest schema holds (SQLite's own `sqlite_*` aside), as `(type, name)`:
+/// a brain that comes with a project must hold exactly these before pith reads it
+/// ([`crate::sqlite::distrust`]). A unit test derives the list from [`MIGRATIONS`], so the two
+/// cannot drift apart.
+pub const OBJECTS: &[(&str, &str)] = &[
+    ("table", "memories"),
+    ("table", "evidence"),
+    ("index", "evidence_by_path"),
+    ("table", "memories_fts"),
+    ("table", "memories_fts_data"),
+    ("table", "memories_fts_idx"),
+    ("table", "memories_fts_docsize"),
+    ("table", "memories_fts_config"),
+    ("trigger", "memories_fts_insert"),
+    ("trigger", "memories_fts_delete"),
+    ("trigger", "memories_fts_unindex"),
+    ("trigger", "memories_fts_reindex"),
+    ("index", "memories_by_rev"),
+    ("table", "sync_state"),
+    ("trigger", "memories_changed_insert"),
+    ("trigger", "memories_changed_update"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_objects_list_is_what_the_migrations_make() {
+        let conn = crate::sqlite::open_in_memory(MIGRATIONS).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+            .unwrap();
+        let mut made: Vec<(String, String)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let mut listed: Vec<(String, String)> = OBJECTS
+            .iter()
+            .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+            .collect();
+        made.sort();
+        listed.sort();
+        assert_eq!(made, listed);
+    }
+}

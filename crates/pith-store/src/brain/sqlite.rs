@@ -13,8 +13,10 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::excerpt::excerpt;
 use super::schema::MIGRATIONS;
+use super::schema::OBJECTS;
 use crate::sqlite::{
-    StoreError, open, open_existing, open_existing_waiting, open_in_memory, open_read_only_waiting,
+    Deadline, StoreError, distrust, open, open_existing, open_existing_waiting, open_in_memory,
+    open_read_only_waiting,
 };
 
 /// What upgrades a brain an older pith wrote: any command that saves to it.
@@ -26,6 +28,13 @@ const RANK: &str = "bm25(memories_fts, 4.0, 1.0, 2.0, 3.0, 0.0)";
 
 /// Segments the full-text index may hold before a write merges it ([`SqliteBrain::merge_index`]).
 const MAX_INDEX_SEGMENTS: i64 = 4;
+/// The longest one call of the CLI or the MCP server may spend in a brain's statements (a
+/// brain comes with the project, a stranger's data): pith's own take milliseconds on ten
+/// thousand memories.
+pub const STATEMENT_LIMIT: Duration = Duration::from_secs(2);
+/// The same for `pith hook`, whose answer the host waits for on every tool call.
+pub const HOOK_STATEMENT_LIMIT: Duration = Duration::from_millis(250);
+
 /// A connection's writes merge the index at most this often; what a burst leaves unmerged is
 /// merged when the connection closes.
 const MERGE_EVERY: Duration = Duration::from_secs(1);
@@ -39,34 +48,56 @@ pub struct SqliteBrain {
     merged_at: Option<Instant>,
     /// Whether this connection changed the index since it last looked at its segments.
     unmerged: bool,
+    /// Armed before each call: a statement past it is interrupted.
+    deadline: Option<Deadline>,
 }
 
 impl SqliteBrain {
     /// Open (creating if needed) a brain database file.
     pub fn open(path: &Path) -> Result<SqliteBrain, StoreError> {
-        Ok(SqliteBrain::with(open(path, MIGRATIONS)?))
+        SqliteBrain::checked(open(path, MIGRATIONS)?, path, STATEMENT_LIMIT)
     }
 
     /// Open a brain database file only if it exists; never creates or chmods a file (reads).
     pub fn open_existing(path: &Path) -> Result<SqliteBrain, StoreError> {
-        Ok(SqliteBrain::with(open_existing(path, MIGRATIONS)?))
+        SqliteBrain::checked(open_existing(path, MIGRATIONS)?, path, STATEMENT_LIMIT)
     }
 
     /// Open an existing brain database file to read it, changing nothing (no file, mode or
     /// schema), waiting at most `busy` for another process's lock: the hook's way in.
     pub fn open_read_only(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
-        Ok(SqliteBrain::with(open_read_only_waiting(
-            path, MIGRATIONS, UPGRADE, busy,
-        )?))
+        let conn = open_read_only_waiting(path, MIGRATIONS, UPGRADE, busy)?;
+        SqliteBrain::checked(conn, path, HOOK_STATEMENT_LIMIT)
     }
 
     /// [`SqliteBrain::open_existing`], waiting at most `busy` for another process's lock:
     /// `pith hook`'s writer for a captured fix. It never merges the index (a rewrite holds the
     /// write lock longer than another hook waits for it); the next CLI or MCP write does.
     pub fn open_existing_waiting(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
-        let mut brain = SqliteBrain::with(open_existing_waiting(path, MIGRATIONS, busy)?);
+        let conn = open_existing_waiting(path, MIGRATIONS, busy)?;
+        let mut brain = SqliteBrain::checked(conn, path, HOOK_STATEMENT_LIMIT)?;
         brain.merge_every = None;
         Ok(brain)
+    }
+
+    /// A brain file is a stranger's data ([`distrust`]): its schema must be exactly the one
+    /// pith makes, and each call's statements are bounded by `limit`.
+    fn checked(
+        mut conn: Connection,
+        path: &Path,
+        limit: Duration,
+    ) -> Result<SqliteBrain, StoreError> {
+        let deadline = distrust(&mut conn, path, OBJECTS, true, limit)?;
+        let mut brain = SqliteBrain::with(conn);
+        brain.deadline = Some(deadline);
+        Ok(brain)
+    }
+
+    /// Give the next call its time ([`STATEMENT_LIMIT`] or the hook's).
+    fn arm(&self) {
+        if let Some(deadline) = &self.deadline {
+            deadline.arm();
+        }
     }
 
     /// A brain that lives in memory only (tests, benchmarks).
@@ -80,6 +111,7 @@ impl SqliteBrain {
             merge_every: Some(MERGE_EVERY),
             merged_at: None,
             unmerged: false,
+            deadline: None,
         }
     }
 
@@ -258,6 +290,7 @@ const ON_PATH: &str = "SELECT m.id, m.kind, m.title FROM memories m
 impl Drop for SqliteBrain {
     fn drop(&mut self) {
         if self.unmerged {
+            self.arm();
             self.merge_index_now();
         }
     }
@@ -268,6 +301,7 @@ impl Drop for SqliteBrain {
 impl SqliteBrain {
     /// Store a new memory under `memory.id` unless that id is taken.
     pub fn insert(&mut self, memory: &Memory) -> Result<Inserted, StoreError> {
+        self.arm();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -343,6 +377,7 @@ impl SqliteBrain {
 
     /// A memory by id, trashed ones included.
     pub fn get(&mut self, id: &str) -> Result<Option<Memory>, StoreError> {
+        self.arm();
         match self.seq_of(id)? {
             Some(seq) => self.load(seq),
             None => Ok(None),
@@ -351,6 +386,7 @@ impl SqliteBrain {
 
     /// Full-text search: every term first, any term when too few memories hold them all.
     pub fn search(&mut self, query: &SearchQuery) -> Result<SearchHits, StoreError> {
+        self.arm();
         let (Some(all), Some(any)) = (fts_match(query, " "), fts_match(query, " OR ")) else {
             return Ok(SearchHits {
                 total: 0,
@@ -397,6 +433,7 @@ impl SqliteBrain {
     /// any. Common terms never nominate: only memories sharing what sets a failure apart are
     /// ranked, so the cost does not grow with how many headlines say `FAILED` or `test`.
     pub fn by_headline(&mut self, query: &HeadlineQuery) -> Result<Vec<Memory>, StoreError> {
+        self.arm();
         let mut selective: Vec<String> = Vec::new();
         for term in query
             .terms
@@ -473,6 +510,7 @@ impl SqliteBrain {
 
     /// Memories newest first (live ones, or the trash).
     pub fn list(&mut self, filter: &ListFilter) -> Result<Vec<Memory>, StoreError> {
+        self.arm();
         let seqs: Vec<i64> = {
             let mut stmt = self.conn.prepare_cached(
                 "SELECT seq FROM memories
@@ -499,6 +537,7 @@ impl SqliteBrain {
 
     /// Live memories with evidence on `path` (workspace-relative), oldest first.
     pub fn on_path(&mut self, path: &str) -> Result<Vec<MemoryRef>, StoreError> {
+        self.arm();
         let mut stmt = self.conn.prepare_cached(ON_PATH)?;
         let rows = stmt.query_map([path], |r| {
             let kind: String = r.get(1)?;
@@ -513,6 +552,7 @@ impl SqliteBrain {
 
     /// Move each hit counter by one: called only when memories were returned to a caller.
     pub fn credit(&mut self, ids: &[&str], at: i64) -> Result<(), StoreError> {
+        self.arm();
         if ids.is_empty() {
             return Ok(());
         }
@@ -533,6 +573,7 @@ impl SqliteBrain {
 
     /// Trash (`Some(time)`) or restore (`None`). Returns false for an unknown id.
     pub fn set_trashed(&mut self, id: &str, trashed_at: Option<i64>) -> Result<bool, StoreError> {
+        self.arm();
         let n = self.conn.execute(
             "UPDATE memories SET trashed_at = ?2 WHERE id = ?1",
             params![id, trashed_at],
@@ -548,6 +589,7 @@ impl SqliteBrain {
         evidence: &[Evidence],
         check: &LastCheck,
     ) -> Result<bool, StoreError> {
+        self.arm();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -567,6 +609,7 @@ impl SqliteBrain {
 
     /// Number of live memories.
     pub fn count(&mut self) -> Result<u64, StoreError> {
+        self.arm();
         let n: i64 = self.conn.query_row(
             "SELECT count(*) FROM memories WHERE trashed_at IS NULL",
             [],
@@ -609,6 +652,7 @@ impl SqliteBrain {
         rev: i64,
         limit: usize,
     ) -> Result<Vec<(i64, Versioned)>, StoreError> {
+        self.arm();
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, rev, changed_ms FROM memories WHERE rev > ?1 ORDER BY rev LIMIT ?2",
         )?;
@@ -635,6 +679,7 @@ impl SqliteBrain {
     /// and verifications stay as they are here; evidence is taken as recorded where it was
     /// saved, without its file times, so it is checked against this checkout's files.
     pub fn apply_remote(&mut self, items: &[Versioned]) -> Result<Applied, StoreError> {
+        self.arm();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -716,6 +761,7 @@ impl SqliteBrain {
 
     /// A value the sync keeps here (its cursors), 0 if never set.
     pub fn sync_value(&self, name: &str) -> Result<i64, StoreError> {
+        self.arm();
         Ok(self
             .conn
             .prepare_cached("SELECT value FROM sync_state WHERE name = ?1")?
@@ -726,6 +772,7 @@ impl SqliteBrain {
 
     /// Set a value the sync keeps here.
     pub fn set_sync_value(&mut self, name: &str, value: i64) -> Result<(), StoreError> {
+        self.arm();
         self.conn.execute(
             "INSERT INTO sync_state (name, value) VALUES (?1, ?2)
              ON CONFLICT (name) DO UPDATE SET value = excluded.value",
@@ -1226,6 +1273,81 @@ mod tests {
         );
         let got = s.get("m-new1").unwrap().unwrap();
         assert_eq!((got.hits, got.evidence[0].mtime_ns), (0, None));
+    }
+
+    /// A brain file with one memory, and a raw connection to change its schema as a stranger's
+    /// repository could.
+    fn planted() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("brain.db");
+        SqliteBrain::open(&path)
+            .unwrap()
+            .insert(&memory("m-1", Kind::Note, "a note", ""))
+            .unwrap();
+        let conn = Connection::open(&path).unwrap();
+        (dir, path, conn)
+    }
+
+    #[test]
+    fn a_brain_whose_table_is_a_recursive_view_is_refused_before_any_read() {
+        let (_dir, path, conn) = planted();
+        conn.execute_batch(
+            "DROP TABLE evidence;
+             CREATE VIEW evidence(memory_seq, ord, path, line_start, line_end, hash, size,
+                                  mtime_ns) AS
+             WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r)
+             SELECT x, 0, 'README.md', NULL, NULL, NULL, NULL, NULL FROM r;",
+        )
+        .unwrap();
+        drop(conn);
+        for opened in [
+            SqliteBrain::open_read_only(&path, Duration::from_millis(100)).map(drop),
+            SqliteBrain::open_existing(&path).map(drop),
+            SqliteBrain::open(&path).map(drop),
+        ] {
+            let err = opened.unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("`evidence` is a view, not a table"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_object_pith_does_not_make_is_refused_with_its_name_escaped() {
+        let (_dir, path, conn) = planted();
+        conn.execute_batch("CREATE TABLE \"x\x1b[31m\" (a);")
+            .unwrap();
+        drop(conn);
+        let err = SqliteBrain::open_existing(&path).map(drop).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("that pith does not make"), "{text}");
+        assert!(!text.contains('\x1b'), "escaped: {text:?}");
+    }
+
+    #[test]
+    fn a_statement_past_the_deadline_is_interrupted() {
+        let (_dir, path, conn) = planted();
+        // pith's own trigger, by name, with an endless body: it passes the schema check and
+        // runs on pith's next save.
+        conn.execute_batch(
+            "DROP TRIGGER memories_changed_insert;
+             CREATE TRIGGER memories_changed_insert AFTER INSERT ON memories BEGIN
+                 SELECT count(*) FROM (WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL
+                                       SELECT x + 1 FROM r) SELECT x FROM r);
+             END;",
+        )
+        .unwrap();
+        drop(conn);
+        let mut brain =
+            SqliteBrain::open_existing_waiting(&path, Duration::from_millis(100)).unwrap();
+        let err = brain
+            .insert(&memory("m-2", Kind::Note, "another", ""))
+            .unwrap_err();
+        assert!(err.to_string().contains("interrupt"), "{err}");
+        // The next call has its own time, and reads work.
+        assert!(brain.get("m-1").unwrap().is_some());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use pith_brain::Workspace;
+use pith_brain::origin::{Origin, Origins};
 use pith_brain::recall::{self, Settings};
 use pith_store::brain::open_workspace_brain_for_hook;
 
@@ -35,9 +36,22 @@ pub fn run(_args: Args, config: Option<&HookConfig>) {
         return;
     };
     let settings = settings(config);
+    // Where each brain came from: without a home of pith's own, none is known as the user's.
+    let origins = crate::config::pith_home()
+        .ok()
+        .map(|home| Origins::new(&home));
     let note = recall::recall(&input, &settings, &mut |ws: &Workspace, access| {
         match open_workspace_brain_for_hook(ws.clone(), access, BUSY) {
-            Ok(brain) => brain,
+            Ok(mut brain) => {
+                if let Some(brain) = &mut brain {
+                    brain.set_origin(
+                        origins
+                            .as_ref()
+                            .map_or(Origin::Project, |o| o.of(ws.root())),
+                    );
+                }
+                brain
+            }
             Err(e) => {
                 tracing::debug!(error = &e as &dyn std::error::Error, "brain not opened");
                 None

@@ -33,6 +33,9 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         workspace,
         prefilter: prefilter_config(&config.mcp)?,
         history: crate::history_settings::HistorySettings::resolve(config)?.mcp_options(),
+        origins: crate::config::pith_home()
+            .ok()
+            .map(|home| pith_brain::origin::Origins::new(&home)),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

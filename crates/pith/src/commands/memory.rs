@@ -42,6 +42,9 @@ enum MemoryCommand {
     Forget(IdArgs),
     /// Bring a memory back from the trash.
     Restore(IdArgs),
+    /// Say that this workspace's brain is yours, once you have read it (`pith memory list`):
+    /// notes from a brain that came with the project (a clone, an archive) say so until then.
+    Trust(TrustArgs),
     /// Team mode: send this workspace's memory changes to the team database and take the
     /// changes other clones of the repository made (`pith mcp` does this in the background).
     Sync(SyncArgs),
@@ -55,6 +58,18 @@ verifications stay on each machine, and evidence is checked against this checkou
 a memory can be fresh here and stale elsewhere. Needs [store] url or PITH_STORE_URL."
 )]
 struct SyncArgs {
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "pith remembers the brains it creates (in $PITH_HOME/brains/). A .pith/brain.db
+that arrived with a repository is another author's text: until you trust it, the notes pith
+adds to the agent's context from it begin \"pith, quoting a memory file that came with this
+project\". A brain made by a pith from before this record needs the same one-time trust."
+)]
+struct TrustArgs {
     #[arg(long)]
     json: bool,
 }
@@ -162,8 +177,28 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let Some(mut brain) = brain else {
         return without_brain(args.command, &root, config);
     };
+    if brain.created() {
+        origins()?.remember(&root).with_context(|| {
+            format!("cannot record the new brain of {} as yours", root.display())
+        })?;
+    }
     match args.command {
         MemoryCommand::Add(a) => add(&mut brain, a),
+        MemoryCommand::Trust(a) => {
+            let memories = brain.count()?;
+            origins()?.remember(&root).with_context(|| {
+                format!("cannot record the brain of {} as yours", root.display())
+            })?;
+            let db = pith_brain::Brain::db_path(&root);
+            let value = json!({"brain": db, "memories": memories, "trusted": true});
+            emit(a.json, value, || {
+                format!(
+                    "trusted {} ({memories} {}): pith's notes quote it as your own",
+                    render::one_line(&db.display().to_string(), 300),
+                    if memories == 1 { "memory" } else { "memories" }
+                )
+            })
+        }
         MemoryCommand::Search(a) => {
             let query = a.query.join(" ");
             let found = brain.search(&query, a.kind, a.limit)?;
@@ -200,6 +235,13 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     }
 }
 
+/// The records of the brains this user's pith made.
+fn origins() -> anyhow::Result<pith_brain::origin::Origins> {
+    Ok(pith_brain::origin::Origins::new(
+        &crate::config::pith_home()?
+    ))
+}
+
 /// A read in a workspace with no brain: what the same command says over an empty one.
 fn without_brain(command: MemoryCommand, root: &Path, config: &Config) -> anyhow::Result<()> {
     let unknown = |id: &str| {
@@ -212,6 +254,10 @@ fn without_brain(command: MemoryCommand, root: &Path, config: &Config) -> anyhow
     };
     match command {
         MemoryCommand::Add(_) => anyhow::bail!("the project memory could not be created"),
+        MemoryCommand::Trust(_) => anyhow::bail!(
+            "{} has no brain to trust (`pith memory add` makes one, and records it as yours)",
+            render::one_line(&root.display().to_string(), 300)
+        ),
         MemoryCommand::Sync(a) => sync(config, root, a.json),
         MemoryCommand::Search(a) => {
             let found = SearchResult {

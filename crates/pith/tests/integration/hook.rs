@@ -25,6 +25,13 @@ pub struct Seeded {
     pub note: String,
 }
 
+/// One PITH_HOME for every hook this test process runs, as a user has one: the brains
+/// [`seeded`] makes are recorded in it as the user's own, so their notes speak as pith.
+pub fn test_home() -> &'static Path {
+    static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
 pub const FIX_HEADLINE: &str = "FAILED test_calc.py::test_add - assert -1 == 5";
 
 pub fn seeded() -> Seeded {
@@ -59,6 +66,10 @@ pub fn seeded() -> Seeded {
     );
     let failed = save(Kind::Failed, "abs() in add broke negative inputs", None);
     let note = save(Kind::Note, "calc.py is the public API", None);
+    drop(brain);
+    pith_brain::origin::Origins::new(test_home())
+        .remember(&root)
+        .unwrap();
     Seeded {
         dir,
         root,
@@ -88,10 +99,9 @@ pub fn hook(input: &[u8], env: &[(&str, &str)]) -> (Output, Duration) {
 
 /// `pith <args>` (a hook call) with `input` on stdin, in a clean environment of its own.
 fn hook_with(args: &[&str], input: &[u8], env: &[(&str, &str)]) -> (Output, Duration) {
-    let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(pith_bin());
     cmd.args(args)
-        .env("PITH_HOME", home.path())
+        .env("PITH_HOME", test_home())
         .env_remove("PITH_CONFIG")
         .env_remove("PITH_LOG")
         .stdin(Stdio::piped())
@@ -553,7 +563,10 @@ fn claude_code_hears_each_note_through_pith_setup_and_shows_no_hook_error() {
         &["--allowedTools", "Bash Edit Read", "--"],
         "the test fails, fix calc.py",
         crate::clients::LIMIT,
-        &[("PATH", path.as_os_str())],
+        &[
+            ("PATH", path.as_os_str()),
+            ("PITH_HOME", test_home().as_os_str()),
+        ],
     );
     run.assert_ok("");
     assert_eq!(run.stdout, "Fixed.\n", "{}", run.stderr);
@@ -685,7 +698,10 @@ fn codex_hears_each_note_through_pith_setup_and_its_payloads_have_the_recorded_s
         &["--dangerously-bypass-hook-trust"],
         "the test fails, fix calc.py",
         crate::clients::LIMIT,
-        &[("PATH", path.as_os_str())],
+        &[
+            ("PATH", path.as_os_str()),
+            ("PITH_HOME", test_home().as_os_str()),
+        ],
     );
     run.assert_ok("");
     assert_eq!(run.stdout, "Fixed.\n", "{}", run.stderr);

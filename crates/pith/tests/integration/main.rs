@@ -35,5 +35,6 @@ mod setup;
 mod stats;
 mod support;
 mod team;
+mod untrusted_project;
 mod websocket;
 mod websocket_turns;

@@ -10,11 +10,13 @@
 //! in no conversation.
 
 use std::path::Path;
+use std::time::Duration;
 
 use pith_clients::Client;
+use pith_sqlite_guard::{Schema, distrust};
 use pith_wire::Wire;
 use pith_wire::conversation;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, params};
 use serde_json::{Value, json};
 
 use crate::NewMessage;
@@ -22,24 +24,63 @@ use crate::import::Imported;
 
 /// Why OpenCode's database could not be read.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read OpenCode's session database {path}")]
-pub struct OpencodeError {
-    path: String,
-    #[source]
-    source: rusqlite::Error,
+pub enum OpencodeError {
+    /// SQLite could not open or read it (a statement past its time says "interrupted").
+    #[error("cannot read OpenCode's session database {path}")]
+    Read {
+        /// The database.
+        path: String,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// It is not the database OpenCode writes (a table is a view, or missing).
+    #[error(transparent)]
+    Unexpected(#[from] pith_sqlite_guard::Unexpected),
 }
 
-/// Every session in the database at `path`, oldest first.
-pub fn read(path: &Path) -> Result<Vec<Imported>, OpencodeError> {
-    let error = |source| OpencodeError {
+/// The tables read, each required to be a table: a recursive view named `session` once made
+/// an import run forever and fill the disk with its sort.
+const TABLES: &[(&str, &str)] = &[
+    ("table", "session"),
+    ("table", "message"),
+    ("table", "part"),
+];
+/// The longest one statement may run: a real database of thousands of sessions reads each
+/// session's messages in milliseconds.
+const STATEMENT_LIMIT: Duration = Duration::from_secs(10);
+/// A part (or a message's own data) larger than this is left out, unread: the history keeps
+/// at most 16 KiB of a message, and a 200 MB part cost its whole size in memory several times.
+pub const MAX_PART_BYTES: i64 = 8 << 20;
+/// What one session may read in all; the parts past it are left out (a session is imported
+/// and let go before the next is read, so this bounds the import's memory).
+pub const MAX_SESSION_BYTES: i64 = 64 << 20;
+
+/// What [`read`] read, beside the sessions it handed over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadSummary {
+    /// Sessions handed to the caller.
+    pub sessions: usize,
+    /// Parts and messages left out unread: over [`MAX_PART_BYTES`], or past their session's
+    /// [`MAX_SESSION_BYTES`].
+    pub left_out: usize,
+}
+
+/// Every session in the database at `path`, oldest first, each handed to `each` as soon as it
+/// is read (one session in memory at a time); `each` returns false to stop.
+pub fn read(
+    path: &Path,
+    mut each: impl FnMut(Imported) -> bool,
+) -> Result<ReadSummary, OpencodeError> {
+    let error = |source| OpencodeError::Read {
         path: path.display().to_string(),
         source,
     };
-    let db = Connection::open_with_flags(
+    let mut db = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(error)?;
+    let deadline = distrust(&mut db, path, Schema::AtLeast(TABLES), STATEMENT_LIMIT)?;
     let sessions: Vec<(String, i64)> = db
         .prepare("SELECT id, time_created FROM session ORDER BY time_created, id")
         .and_then(|mut s| {
@@ -47,46 +88,79 @@ pub fn read(path: &Path) -> Result<Vec<Imported>, OpencodeError> {
                 .collect::<Result<_, _>>()
         })
         .map_err(error)?;
+    // Each value's size is read from its record header (`octet_length`) before the value: one
+    // too large is never loaded.
+    // Of a message only its role is read (its text is in its parts).
     let mut messages = db
         .prepare(
-            "SELECT id, time_created, data FROM message WHERE session_id = ?1
+            "SELECT id, time_created, octet_length(data) > ?2,
+                    CASE WHEN octet_length(data) > ?2 THEN NULL
+                         WHEN json_valid(data) THEN json_extract(data, '$.role') END
+             FROM message WHERE session_id = ?1
              ORDER BY time_created, id",
         )
         .map_err(error)?;
     let mut parts = db
-        .prepare("SELECT data FROM part WHERE message_id = ?1 ORDER BY id")
+        .prepare(
+            "SELECT octet_length(data), CASE WHEN octet_length(data) <= ?2 THEN data END
+             FROM part WHERE message_id = ?1 ORDER BY id",
+        )
         .map_err(error)?;
-    let mut out = Vec::with_capacity(sessions.len());
+    let mut summary = ReadSummary::default();
     for (session_id, started_ms) in sessions {
-        let rows: Vec<(String, i64, String)> = messages
-            .query_map([&session_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .and_then(|rows| rows.collect())
+        deadline.arm();
+        // Read as they come, not collected: a session's messages are many.
+        let rows = messages
+            .query_map(params![&session_id, MAX_PART_BYTES], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, bool>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            })
             .map_err(error)?;
+        let mut budget = MAX_SESSION_BYTES;
         let mut wire = Vec::new();
-        for (id, ts, data) in rows {
-            let parts: Vec<Value> = parts
-                .query_map([&id], |r| r.get::<_, String>(0))
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(error)?
-                .iter()
-                .filter_map(|p| serde_json::from_str(p).ok())
-                .collect();
-            let role = serde_json::from_str::<Value>(&data)
-                .ok()
-                .and_then(|d| d["role"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            for message in as_sent(&role, &parts) {
+        for row in rows {
+            let (id, ts, too_large, role) = row.map_err(error)?;
+            if too_large {
+                summary.left_out += 1;
+                continue;
+            }
+            let role = role.unwrap_or_default();
+            let read: Vec<(i64, Option<String>)> = parts
+                .query_map(params![&id, MAX_PART_BYTES.min(budget)], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .and_then(|rows| rows.collect())
+                .map_err(error)?;
+            let mut kept = Vec::with_capacity(read.len());
+            for (size, part) in read {
+                match part.filter(|_| size <= budget) {
+                    Some(part) => {
+                        budget -= size;
+                        kept.extend(serde_json::from_str::<Value>(&part).ok());
+                    }
+                    None => summary.left_out += 1,
+                }
+            }
+            for message in as_sent(&role, &kept) {
                 wire.push((message, ts));
             }
         }
-        out.push(Imported {
+        summary.sessions += 1;
+        let go_on = each(Imported {
             session_id,
             client: Client::Opencode.name(),
             started_ms,
             messages: read_wire(&wire),
         });
+        if !go_on {
+            break;
+        }
     }
-    Ok(out)
+    Ok(summary)
 }
 
 /// An OpenCode message as its Anthropic requests send it: one message, and for an assistant

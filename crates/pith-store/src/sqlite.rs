@@ -11,9 +11,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -99,13 +97,8 @@ pub enum StoreError {
     },
     /// A database from a project is not what pith expects there: another schema (a table
     /// that is a view, an object pith does not make). It is not read.
-    #[error("{path} is not a database pith can read safely: {what}")]
-    Unexpected {
-        /// The database file.
-        path: PathBuf,
-        /// What was found.
-        what: String,
-    },
+    #[error(transparent)]
+    Unexpected(#[from] pith_sqlite_guard::Unexpected),
     /// Any other SQLite failure, such as a query on an open database.
     #[error(transparent)]
     Sql(#[from] rusqlite::Error),
@@ -358,99 +351,6 @@ fn create_private_file(path: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         other => other.map(drop),
     }
-}
-
-/// The time one call may spend in statements on a database from a project, armed before each
-/// call ([`Deadline::arm`]); SQLite's progress handler interrupts a statement past it.
-#[derive(Debug, Clone)]
-pub struct Deadline {
-    /// Microseconds from `base` at which the running call must stop.
-    until_us: Arc<AtomicU64>,
-    base: Instant,
-    limit: Duration,
-}
-
-impl Deadline {
-    /// Give the next call `limit` from now.
-    pub fn arm(&self) {
-        let until = self.base.elapsed() + self.limit;
-        self.until_us.store(
-            u64::try_from(until.as_micros()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-    }
-
-    fn passed(&self) -> bool {
-        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
-            > self.until_us.load(Ordering::Relaxed)
-    }
-}
-
-/// How often (in SQLite virtual machine steps) the progress handler looks at the clock: a
-/// few microseconds of work between looks.
-const PROGRESS_STEPS: i32 = 1000;
-
-/// Treat `conn`'s database as a stranger's (DESIGN principle 13: a `brain.db` that came with a
-/// clone, an OpenCode database): functions with side effects are not run from its schema
-/// (`trusted_schema = OFF`), the objects named in `expected` must be exactly what is there, of
-/// the kinds named (a table pith reads that is a recursive view hung the hook forever), and a
-/// statement running past the armed [`Deadline`] (`limit` from each [`Deadline::arm`]) is
-/// interrupted. With `exact`, nothing but `expected` (and SQLite's own `sqlite_*` objects) may
-/// be in the schema: a pith database; without, other objects are allowed (another program's).
-pub fn distrust(
-    conn: &mut Connection,
-    path: &Path,
-    expected: &[(&str, &str)],
-    exact: bool,
-    limit: Duration,
-) -> Result<Deadline, StoreError> {
-    let deadline = Deadline {
-        until_us: Arc::new(AtomicU64::new(0)),
-        base: Instant::now(),
-        limit,
-    };
-    deadline.arm();
-    let check = deadline.clone();
-    let open_error = |source| StoreError::Open {
-        path: path.to_owned(),
-        source,
-    };
-    conn.progress_handler(PROGRESS_STEPS, Some(move || check.passed()))
-        .map_err(open_error)?;
-    conn.pragma_update(None, "trusted_schema", "OFF")
-        .map_err(open_error)?;
-    let mut stmt = conn
-        .prepare("SELECT type, name FROM sqlite_master")
-        .map_err(open_error)?;
-    let found: Vec<(String, String)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .and_then(|rows| rows.collect())
-        .map_err(open_error)?;
-    drop(stmt);
-    let unexpected = |what: String| StoreError::Unexpected {
-        path: path.to_owned(),
-        what,
-    };
-    for (kind, name) in expected {
-        match found.iter().find(|(_, n)| n == name) {
-            Some((k, _)) if k == kind => {}
-            Some((k, _)) => return Err(unexpected(format!("`{name}` is a {k}, not a {kind}"))),
-            None => return Err(unexpected(format!("it has no {kind} `{name}`"))),
-        }
-    }
-    if exact
-        && let Some((kind, name)) = found.iter().find(|(k, n)| {
-            !n.starts_with("sqlite_") && !expected.iter().any(|(ek, en)| ek == k && en == n)
-        })
-    {
-        // Names are the stranger's text: quoted and escaped, and cut short.
-        let name: String = name.chars().take(80).collect();
-        let kind: String = kind.chars().take(16).collect();
-        return Err(unexpected(format!(
-            "it holds a {kind:?} {name:?} that pith does not make"
-        )));
-    }
-    Ok(deadline)
 }
 
 /// Open an in-memory database with the same schema (tests and benchmarks).

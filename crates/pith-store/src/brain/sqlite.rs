@@ -15,9 +15,9 @@ use super::excerpt::excerpt;
 use super::schema::MIGRATIONS;
 use super::schema::OBJECTS;
 use crate::sqlite::{
-    Deadline, StoreError, distrust, open, open_existing, open_existing_waiting, open_in_memory,
-    open_read_only_waiting,
+    StoreError, open, open_existing, open_existing_waiting, open_in_memory, open_read_only_waiting,
 };
+use pith_sqlite_guard::{Deadline, Schema, distrust};
 
 /// What upgrades a brain an older pith wrote: any command that saves to it.
 const UPGRADE: &str = "save a memory once (`pith memory add`) to upgrade it";
@@ -87,7 +87,7 @@ impl SqliteBrain {
         path: &Path,
         limit: Duration,
     ) -> Result<SqliteBrain, StoreError> {
-        let deadline = distrust(&mut conn, path, OBJECTS, true, limit)?;
+        let deadline = distrust(&mut conn, path, Schema::Exactly(OBJECTS), limit)?;
         let mut brain = SqliteBrain::with(conn);
         brain.deadline = Some(deadline);
         Ok(brain)

@@ -283,18 +283,39 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
     // OpenCode keeps its sessions in a database, each session one conversation.
     let mut opencode_sessions = 0usize;
     if let Some(db) = pith_clients::opencode::database(&places).filter(|db| db.is_file()) {
-        match pith_history::opencode::read(&db) {
-            Ok(sessions) => {
-                for imported in &sessions {
-                    let outcome = history
-                        .import(&settings.account, a.agent_type, imported)
-                        .with_context(|| {
-                            format!("cannot import OpenCode's session {}", imported.session_id)
-                        })?;
+        // Each session imported as it is read, so one session at a time is in memory.
+        let mut failure = None;
+        let read = pith_history::opencode::read(&db, |imported| {
+            match history.import(&settings.account, a.agent_type, &imported) {
+                Ok(outcome) => {
                     created += usize::from(outcome.created);
                     added += outcome.added;
+                    true
                 }
-                opencode_sessions = sessions.len();
+                Err(e) => {
+                    failure = Some(anyhow::Error::new(e).context(format!(
+                        "cannot import OpenCode's session {}",
+                        imported.session_id
+                    )));
+                    false
+                }
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        match read {
+            Ok(summary) => {
+                opencode_sessions = summary.sessions;
+                if summary.left_out > 0 {
+                    eprintln!(
+                        "pith: left out {} OpenCode messages or parts over {} MiB (or past {} MiB \
+                         in one session): the history keeps at most 16 KiB of a message",
+                        summary.left_out,
+                        pith_history::opencode::MAX_PART_BYTES >> 20,
+                        pith_history::opencode::MAX_SESSION_BYTES >> 20
+                    );
+                }
             }
             Err(e) => {
                 eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));

@@ -73,15 +73,10 @@ fn finding_2_the_hook_truncates_nothing_through_a_linked_prune_stamp() {
     );
 }
 
-/// `pith ARGS` in `dir` with `input` on stdin, given at most `within` (then killed): `None`
-/// when it did not end in time.
-fn run_within(dir: &Path, args: &[&str], input: &[u8], within: Duration) -> Option<Output> {
-    let mut child = Command::new(pith_bin())
-        .args(args)
-        .current_dir(dir)
-        .env("PITH_HOME", test_home())
-        .env_remove("PITH_CONFIG")
-        .env_remove("PITH_LOG")
+/// `cmd`'s output with `input` on its stdin, given at most `within` (then killed): `None` when
+/// it did not end in time.
+fn output_within(mut cmd: Command, input: &[u8], within: Duration) -> Option<Output> {
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -103,6 +98,17 @@ fn run_within(dir: &Path, args: &[&str], input: &[u8], within: Duration) -> Opti
             None
         }
     }
+}
+
+/// `pith ARGS` in `dir` with `input` on stdin, given at most `within`.
+fn run_within(dir: &Path, args: &[&str], input: &[u8], within: Duration) -> Option<Output> {
+    let mut cmd = Command::new(pith_bin());
+    cmd.args(args)
+        .current_dir(dir)
+        .env("PITH_HOME", test_home())
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_LOG");
+    output_within(cmd, input, within)
 }
 
 #[test]
@@ -218,4 +224,88 @@ fn finding_7_notes_from_a_brain_that_came_with_the_clone_say_so_until_trusted() 
         said.starts_with("pith: 3 memories on this file: "),
         "{said}"
     );
+}
+
+/// An OpenCode database with the tables pith reads, one session of one user message.
+fn opencode_db(dir: &Path) -> (PathBuf, rusqlite::Connection) {
+    let path = dir.join("opencode.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        r#"CREATE TABLE session (id TEXT PRIMARY KEY, time_created INTEGER);
+           CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER,
+                                 data TEXT);
+           CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, data TEXT);
+           INSERT INTO session VALUES ('ses_1', 1000);
+           INSERT INTO message VALUES ('msg_1', 'ses_1', 1000, '{"role":"user"}');
+           INSERT INTO part VALUES ('prt_1', 'msg_1', '{"type":"text","text":"fix the bug"}');"#,
+    )
+    .unwrap();
+    (path, conn)
+}
+
+/// `pith history import` of only the OpenCode database at `db`, given at most `within`.
+fn import_opencode(home: &Path, db: &Path, within: Duration) -> Option<Output> {
+    let nowhere = home.join("nowhere");
+    let nowhere = nowhere.to_str().unwrap();
+    let mut cmd = Command::new(pith_bin());
+    cmd.args(["history", "import", "--json", "--claude-dir", nowhere])
+        .args([
+            "--codex-home",
+            nowhere,
+            "--opencode-db",
+            db.to_str().unwrap(),
+        ])
+        .env("PITH_HOME", home)
+        .env_remove("PITH_CONFIG");
+    output_within(cmd, b"", within)
+}
+
+#[test]
+fn finding_17_an_opencode_database_with_a_recursive_view_is_refused_and_huge_parts_left_out() {
+    let home = tempfile::tempdir().unwrap();
+    let (db, conn) = opencode_db(home.path());
+    conn.execute_batch(
+        "ALTER TABLE session RENAME TO real_session;
+         CREATE VIEW session(id, time_created) AS
+         WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r)
+         SELECT 'ses_' || x, x FROM r;",
+    )
+    .unwrap();
+    drop(conn);
+    // Milliseconds with the fix; before it, endless (and its sort's temporary file grew until
+    // the disk was full), so not long.
+    let out = import_opencode(home.path(), &db, Duration::from_secs(15))
+        .expect("the import ends in time");
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`session` is a view, not a table"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["opencodeSessions"], 0, "{report}");
+
+    // Three parts far over what the history keeps of a message: left out unread, and said.
+    let home = tempfile::tempdir().unwrap();
+    let (db, conn) = opencode_db(home.path());
+    let huge = format!(r#"{{"type":"text","text":"{}"}}"#, "x".repeat(9 << 20));
+    for i in 2..5 {
+        conn.execute(
+            "INSERT INTO part VALUES (?1, 'msg_1', ?2)",
+            rusqlite::params![format!("prt_{i}"), huge],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let out = import_opencode(home.path(), &db, Duration::from_secs(60))
+        .expect("the import ends in time");
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("left out 3 OpenCode messages or parts over 8 MiB"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["opencodeSessions"], 1, "{report}");
+    assert_eq!(report["messagesAdded"], 1, "{report}");
 }

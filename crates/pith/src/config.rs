@@ -322,9 +322,62 @@ impl Config {
             .with_context(|| format!("cannot read config file {}", path.display()))?;
         let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
+        let path = std::path::absolute(&path)
+            .with_context(|| format!("cannot tell where config file {} is", path.display()))?;
+        if let Some(dir) = path.parent() {
+            config.resolve_paths(dir)?;
+        }
         config.source = Some(path);
         Ok(config)
     }
+
+    /// Every path the file names, made absolute against the file's own directory (`dir`): the
+    /// one rule for a configured path, so that a relative one means the same wherever pith
+    /// runs; for `pith mcp`, `pith doctor` and `pith model check` that is a project's directory,
+    /// a stranger's, and a model's directory holds a library pith loads. The path settings:
+    /// `ledger.path`, `store.replica`, `history.path`, and `mcp.prefilter_model` when it names
+    /// a directory ([`is_model_path`]) rather than an installed model.
+    fn resolve_paths(&mut self, dir: &Path) -> anyhow::Result<()> {
+        let resolve = |path: &Path| {
+            std::path::absolute(dir.join(path)).with_context(|| {
+                format!(
+                    "cannot resolve {} against {}",
+                    path.display(),
+                    dir.display()
+                )
+            })
+        };
+        for path in [
+            &mut self.ledger.path,
+            &mut self.store.replica,
+            &mut self.history.path,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *path = resolve(path)?;
+        }
+        if let Some(model) = &mut self.mcp.prefilter_model
+            && is_model_path(model)
+        {
+            let resolved = resolve(Path::new(model.trim()))?;
+            *model = resolved.into_os_string().into_string().map_err(|path| {
+                anyhow::anyhow!(
+                    "mcp.prefilter_model: {} is not valid UTF-8 once resolved against the config \
+                     file's directory; give an absolute path",
+                    Path::new(&path).display()
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a `prefilter_model` value names a directory (it has a `/` or starts with `.`) rather
+/// than a model installed under `$PITH_HOME/models`.
+pub fn is_model_path(value: &str) -> bool {
+    let value = value.trim();
+    value.contains('/') || value.contains(std::path::MAIN_SEPARATOR) || value.starts_with('.')
 }
 
 /// The file `PITH_ACCOUNT_KEYS` names: `account = "key"` lines, as `[account.keys]` holds them.
@@ -511,6 +564,30 @@ mod tests {
         );
         let digest = refused("[account.keys]\nalice = \"sha256:abcd\"\n");
         assert!(digest.contains("64 hex digits"), "{digest}");
+    }
+
+    /// Every path a config file names is read against the file's own directory, never the
+    /// directory pith runs in (a project's, for `pith mcp`); absolute paths and a model's name
+    /// stay as written.
+    #[test]
+    fn relative_paths_in_a_config_file_are_read_against_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[ledger]\npath = \"data/ledger.db\"\n[store]\nreplica = \"./team.db\"\n\
+             [history]\npath = \"/srv/history.db\"\n[mcp]\nprefilter_model = \"./models/mine\"\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&file)).unwrap();
+        assert_eq!(c.ledger.path, Some(dir.path().join("data/ledger.db")));
+        assert_eq!(c.store.replica, Some(dir.path().join("team.db")));
+        assert_eq!(c.history.path, Some(PathBuf::from("/srv/history.db")));
+        let model = dir.path().join("models/mine");
+        assert_eq!(c.mcp.prefilter_model.as_deref(), model.to_str());
+        std::fs::write(&file, "[mcp]\nprefilter_model = \"minilm\"\n").unwrap();
+        let c = Config::load(Some(&file)).unwrap();
+        assert_eq!(c.mcp.prefilter_model.as_deref(), Some("minilm"));
     }
 
     #[test]

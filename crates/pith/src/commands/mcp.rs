@@ -8,7 +8,7 @@ use anyhow::Context;
 use pith_prefilter::{Api, PrefilterConfig, RankerKind};
 use pith_search::RankPolicy;
 
-use crate::config::{Config, McpConfig};
+use crate::config::{Config, McpConfig, is_model_path};
 use crate::env::Var;
 
 #[derive(Debug, clap::Args)]
@@ -131,7 +131,10 @@ fn prefilter_config_with(
 pub(crate) const DEFAULT_MODEL: &str = "minilm";
 
 /// The in-process model's directory: `PITH_PREFILTER_LOCAL_MODEL`, else `[mcp]
-/// prefilter_model`, else [`DEFAULT_MODEL`]'s (each as [`model_dir`] reads it).
+/// prefilter_model`, else [`DEFAULT_MODEL`]'s (each as [`model_dir`] reads it). A relative
+/// path is refused: the config file's are made absolute against its directory when it is read
+/// (`Config::load`), and one from the environment would be read against whatever directory pith
+/// runs in, for `pith mcp` and `pith doctor` a project's, whose library pith would then load.
 pub(crate) fn local_model(mcp: &McpConfig) -> anyhow::Result<PathBuf> {
     local_model_with(mcp, &|var| crate::env::raw(var))
 }
@@ -146,18 +149,26 @@ fn local_model_with(
         (None, Some(v)) => (v, "mcp.prefilter_model"),
         (None, None) => (DEFAULT_MODEL, "the default model"),
     };
-    model_dir(name).context(key)
+    let dir = model_dir(name).context(key)?;
+    anyhow::ensure!(
+        !is_model_path(name) || dir.is_absolute(),
+        "{key} = {:?} is a relative path: pith would read it against the directory it runs in \
+         (for `pith mcp` and `pith doctor`, a project's) and load the library there; give an \
+         absolute path, or the name of an installed model (`pith model list`)",
+        name.trim()
+    );
+    Ok(dir)
 }
 
-/// The directory a `prefilter_model` value means: a path (it has a `/` or starts with `.`) as
-/// it is, else the name of an installed model under `$PITH_HOME/models`.
+/// The directory a `prefilter_model` value means: a path ([`is_model_path`]) as it is, else the
+/// name of an installed model under `$PITH_HOME/models`.
 pub(crate) fn model_dir(value: &str) -> anyhow::Result<PathBuf> {
     let value = value.trim();
     anyhow::ensure!(
         !value.is_empty(),
         "the model's name is empty: use a name from `pith model list` or a directory"
     );
-    if value.contains('/') || value.contains(std::path::MAIN_SEPARATOR) || value.starts_with('.') {
+    if is_model_path(value) {
         return Ok(PathBuf::from(value));
     }
     Ok(crate::config::pith_home()?.join("models").join(value))
@@ -190,17 +201,22 @@ mod tests {
     }
 
     /// `prefilter_model` is read for the in-process ranker only: a directory as given, the
-    /// environment over the file, an empty value refused naming the key.
+    /// environment over the file, an empty value refused naming the key; a relative directory
+    /// (from the environment, or left relative with no config file to resolve it against) is
+    /// refused naming where it came from.
     #[test]
     fn the_in_process_models_directory_comes_from_the_file_or_the_environment() {
         let file = McpConfig {
             prefilter_ranker: Some("local".into()),
-            prefilter_model: Some("./models/mine".into()),
+            prefilter_model: Some("/home/me/models/mine".into()),
             ..McpConfig::default()
         };
         let read = prefilter_config_with(&file, &with(&[])).unwrap();
         assert_eq!(read.ranker, RankerKind::Local);
-        assert_eq!(read.local_model, Some(PathBuf::from("./models/mine")));
+        assert_eq!(
+            read.local_model,
+            Some(PathBuf::from("/home/me/models/mine"))
+        );
         let over = prefilter_config_with(
             &file,
             &with(&[(Var::PrefilterLocalModel, "/srv/models/minilm")]),
@@ -209,6 +225,24 @@ mod tests {
         assert_eq!(over.local_model, Some(PathBuf::from("/srv/models/minilm")));
         let lexical = prefilter_config_with(&file, &with(&[(Var::PrefilterRanker, "lexical")]));
         assert_eq!(lexical.unwrap().local_model, None);
+        let relative =
+            prefilter_config_with(&file, &with(&[(Var::PrefilterLocalModel, "./models/mine")]))
+                .unwrap_err();
+        assert!(
+            format!("{relative:#}")
+                .contains("PITH_PREFILTER_LOCAL_MODEL = \"./models/mine\" is a relative path"),
+            "{relative:#}"
+        );
+        let unresolved = McpConfig {
+            prefilter_ranker: Some("local".into()),
+            prefilter_model: Some("models/mine".into()),
+            ..McpConfig::default()
+        };
+        let err = prefilter_config_with(&unresolved, &with(&[])).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("mcp.prefilter_model"),
+            "{err:#}"
+        );
         let empty = McpConfig {
             prefilter_model: Some(" ".into()),
             ..file

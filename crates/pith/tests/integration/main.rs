@@ -24,6 +24,8 @@ mod mcp;
 mod memory;
 mod model;
 #[cfg(unix)]
+mod model_hostile;
+#[cfg(unix)]
 mod modes;
 mod opencode;
 mod pins;

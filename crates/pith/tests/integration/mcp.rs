@@ -407,20 +407,22 @@ fn mcp_search_workspace_ranks_with_the_in_process_model() {
     );
     drop(client);
 
+    let missing = ws.path().join(".pith-home/no-such-model");
+    let missing = missing.to_str().unwrap();
     let mut client = RawClient::start(
         ws.path(),
         &[
             ("PITH_LOCAL_PREFILTER", "1"),
             ("PITH_PREFILTER_RANKER", "local"),
-            ("PITH_PREFILTER_LOCAL_MODEL", "./no-such-model"),
+            ("PITH_PREFILTER_LOCAL_MODEL", missing),
         ],
     );
     let text = search_needle(&mut client);
     assert!(
-        text.starts_with("pith: not ranked by local model in ./no-such-model")
-            && text.contains(
-                "no model is installed in ./no-such-model (install one with `pith model install`)"
-            ),
+        text.starts_with(&format!("pith: not ranked by local model in {missing}"))
+            && text.contains(&format!(
+                "no model is installed in {missing} (install one with `pith model install`)"
+            )),
         "{text}"
     );
     assert_eq!(

@@ -165,6 +165,7 @@ fn run(program: &str, args: &[&str], input: &[u8]) -> (Duration, Duration, Vec<u
     let start = Instant::now();
     let mut child = Command::new(program)
         .args(args)
+        .env("PITH_HOME", PITH_HOME.get().expect("PITH_HOME set in main"))
         .env_remove("PITH_CONFIG")
         .env_remove("PITH_LOG")
         .stdin(Stdio::piped())
@@ -225,6 +226,10 @@ struct Case {
     cpu: Vec<Duration>,
 }
 
+/// The PITH_HOME every run shares, as a user's hook calls do: it records the brain built as
+/// the user's own ([`pith_brain::origin`]), so the note is the one a user's own brain gives.
+static PITH_HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is taken.
     let rounds: usize = std::env::var("HOOK_BENCH_ROUNDS")
@@ -247,11 +252,16 @@ fn main() {
     let started = Instant::now();
     build(&root).expect("build the brain");
     let db = root.join(".pith/brain.db");
+    let home = tempfile::tempdir().expect("temp dir");
+    PITH_HOME.get_or_init(|| home.path().to_owned());
     // `HOOK_BENCH_BRAIN` measures another brain file of the same workspace (one an older
     // pith built, say) in place of the one just built.
     if let Some(other) = std::env::var_os("HOOK_BENCH_BRAIN") {
         std::fs::copy(other, &db).expect("HOOK_BENCH_BRAIN");
     }
+    pith_brain::origin::Origins::new(home.path())
+        .remember(&root)
+        .expect("record the brain as the user's");
     eprintln!(
         "built a {MEMORIES}-memory brain in {:.1?} ({} KiB, its full-text index in {} segments)",
         started.elapsed(),

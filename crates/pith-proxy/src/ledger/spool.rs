@@ -1200,7 +1200,8 @@ mod tests {
     #[test]
     fn a_body_the_writer_decodes_is_read_in_a_batch_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
-        let (spool, start) = Spool::open(&config(dir.path(), 1 << 30), Position::default()).unwrap();
+        let (spool, start) =
+            Spool::open(&config(dir.path(), 1 << 30), Position::default()).unwrap();
         for i in 0..4 {
             let record = Record {
                 request_encoding: (i == 1).then(|| "zstd".to_owned()),

@@ -123,9 +123,9 @@ fn sockets_full(max: usize) -> Response<ProxyBody> {
         StatusCode::UPGRADE_REQUIRED,
         "invalid_request_error",
         format!(
-            "pith: {max} WebSockets are open through this proxy already (its cap, from the \
-             descriptor limit); send this request over HTTP (POST /v1/responses), or close \
-             idle sessions"
+            "pith: {max} WebSockets are open through this proxy already, its cap (an eighth of \
+             its open-file limit): send this request over HTTP (POST /v1/responses), close idle \
+             sessions, or start pith under a higher `ulimit -n`"
         ),
     )
     .response(Provider::OpenAi)

@@ -155,15 +155,19 @@ pub enum Refusal {
     AccountKeyMissing,
     /// A key that is none of the gateway's.
     AccountKeyUnknown,
+    /// A WebSocket upgrade while the proxy's cap of open sockets is reached (the client falls
+    /// back to HTTP).
+    SocketsFull,
 }
 
 impl Refusal {
     /// Every reason, in the order they are listed.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::Method,
         Refusal::AccessToken,
         Refusal::AccountKeyMissing,
         Refusal::AccountKeyUnknown,
+        Refusal::SocketsFull,
     ];
 
     /// The stable name (in the ledger's counters, `pith stats --json` and `/metrics`).
@@ -173,6 +177,7 @@ impl Refusal {
             Refusal::AccessToken => "access_token",
             Refusal::AccountKeyMissing => "account_key_missing",
             Refusal::AccountKeyUnknown => "account_key_unknown",
+            Refusal::SocketsFull => "websockets_full",
         }
     }
 
@@ -183,6 +188,7 @@ impl Refusal {
             Refusal::AccessToken => "no or a wrong access token",
             Refusal::AccountKeyMissing => "no account key",
             Refusal::AccountKeyUnknown => "an unknown account key",
+            Refusal::SocketsFull => "a WebSocket past the proxy's cap (sent over HTTP instead)",
         }
     }
 
@@ -193,6 +199,7 @@ impl Refusal {
             Refusal::AccessToken => 1,
             Refusal::AccountKeyMissing => 2,
             Refusal::AccountKeyUnknown => 3,
+            Refusal::SocketsFull => 4,
         }
     }
 

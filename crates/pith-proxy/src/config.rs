@@ -46,6 +46,21 @@ impl Default for Timeouts {
     }
 }
 
+/// The most WebSockets relayed at once, whatever the descriptor limit: each holds a task, two
+/// connections and its transcripts.
+pub const MAX_SOCKETS: usize = 1024;
+
+/// The most WebSockets relayed at once under a limit of `descriptors` open descriptors: each
+/// holds two (the client's and the upstream's), and together they take at most a quarter of
+/// the limit, so held sockets never leave an ordinary request without a descriptor (500 held
+/// sockets under 1,024 made agent requests fail with "Too many open files"). At least one;
+/// at most [`MAX_SOCKETS`].
+pub fn max_sockets(descriptors: u64) -> usize {
+    usize::try_from(descriptors / 8)
+        .unwrap_or(MAX_SOCKETS)
+        .clamp(1, MAX_SOCKETS)
+}
+
 /// Everything a proxy needs; the binary builds it from config and flags.
 pub struct ProxyConfig {
     /// Address to listen on, e.g. `127.0.0.1:8787` (port 0 picks a free one).
@@ -77,6 +92,9 @@ pub struct ProxyConfig {
     /// Largest client request body accepted, in bytes (a larger one is answered 413);
     /// usually [`DEFAULT_MAX_BODY`].
     pub max_body: usize,
+    /// Most WebSockets relayed at once; an upgrade past it is refused with `426` (the client
+    /// falls back to HTTP). Usually [`max_sockets`] of the process's descriptor limit.
+    pub max_sockets: usize,
     /// Where the proxy stops waiting.
     pub timeouts: Timeouts,
     /// When set, every request must carry it in the [`TOKEN_HEADER`] header (the header is

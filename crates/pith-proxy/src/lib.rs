@@ -17,6 +17,7 @@ mod fault;
 pub mod history;
 mod last_check;
 pub mod ledger;
+mod memory;
 mod own_headers;
 pub mod own_pages;
 mod request;
@@ -30,7 +31,7 @@ mod websocket;
 pub mod words;
 
 pub use accounts::{AccountKeys, Accounts, KeyError};
-pub use config::{DEFAULT_MAX_BODY, ProxyConfig, Timeouts};
+pub use config::{DEFAULT_MAX_BODY, MAX_SOCKETS, ProxyConfig, Timeouts, max_sockets};
 pub use history::HistorySink;
 pub use ledger::{
     DEFAULT_SPOOL_LIMIT, LedgerSink, LedgerStats, SpoolConfig, SpoolError, StartError,

@@ -81,7 +81,13 @@ impl Proxy {
             addr: config.listen,
             source,
         })?;
+        let decode_budget = crate::request::budget::DecodeBudget::new(
+            config
+                .max_body
+                .saturating_mul(crate::request::budget::BODIES_AT_THE_LIMIT),
+        );
         let state = Arc::new(State {
+            decode_budget,
             client: upstream::client(config.timeouts.pool_idle)?,
             ws_client: upstream::http1_client(config.timeouts.pool_idle)?,
             config,

@@ -28,6 +28,18 @@ pub(crate) struct State {
     pub refused: crate::last_check::Refused,
     /// Tells the WebSocket relays where the shutdown is.
     pub relay_stop: tokio::sync::watch::Sender<Stop>,
+    /// The memory compressed request bodies may take decoded, all at once.
+    pub decode_budget: Arc<crate::request::budget::DecodeBudget>,
+}
+
+/// One relayed WebSocket, counted among the open ones ([`Activity::admit_relay`]) while it
+/// lives.
+pub(crate) struct RelayPlace(Arc<Activity>);
+
+impl Drop for RelayPlace {
+    fn drop(&mut self) {
+        self.0.relay_ended();
+    }
 }
 
 /// Where the proxy's shutdown is, as the WebSocket relays hear it.
@@ -86,11 +98,18 @@ impl Activity {
         self.open.store(open, Ordering::Relaxed);
     }
 
-    pub(crate) fn relay_started(&self) {
-        self.relays.fetch_add(1, Ordering::SeqCst);
+    /// A place for one more relayed socket, when fewer than `max` are open: counted until the
+    /// place is dropped.
+    pub(crate) fn admit_relay(self: &Arc<Self>, max: usize) -> Option<RelayPlace> {
+        self.relays
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| RelayPlace(Arc::clone(self)))
     }
 
-    pub(crate) fn relay_ended(&self) {
+    fn relay_ended(&self) {
         if self.relays.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.mark_idle_now();
             self.no_relays.notify_waiters();

@@ -112,6 +112,7 @@ async fn start_with(
         searches: None,
         ledger: Some(sink.clone()),
         max_body: pith_proxy::DEFAULT_MAX_BODY,
+        max_sockets: pith_proxy::MAX_SOCKETS,
         timeouts: pith_proxy::Timeouts::default(),
         token: None,
         accounts: pith_proxy::Accounts::default(),

@@ -2,6 +2,7 @@
 //! mock Ollama, on loopback; the real captures; what the benchmarks share.
 
 pub mod bench;
+pub mod bombs;
 pub mod cache_sim;
 pub mod errors;
 pub mod fixtures;

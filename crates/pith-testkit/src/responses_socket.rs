@@ -124,7 +124,12 @@ async fn serve(
             .collect();
         Ok(res)
     };
-    let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, record).await else {
+    // Frames as large as pith's body limit (tungstenite's default cuts one over 16 MiB).
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(64 << 20))
+        .max_frame_size(Some(64 << 20));
+    let accepted = tokio_tungstenite::accept_hdr_async_with_config(tcp, record, Some(config));
+    let Ok(mut ws) = accepted.await else {
         return;
     };
     let mut n = 0;

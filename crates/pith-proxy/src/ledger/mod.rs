@@ -340,7 +340,11 @@ impl LedgerSink {
     /// Keep a record without waiting for the writers: append it to the spool. One that cannot
     /// be kept is counted and logged.
     pub(crate) fn submit(&self, record: Record) {
-        if let Err(why) = self.shared.spool.append(&record) {
+        let appended = self.shared.spool.append(&record);
+        let size = crate::memory::bodies_of(&record);
+        drop(record);
+        crate::memory::freed(size);
+        if let Err(why) = appended {
             self.lose(&why);
             return;
         }
@@ -613,11 +617,13 @@ fn drain(shared: &Shared) -> Drained {
 /// reached: the skim of each body and the usage of its answer, no parse of the whole prompt.
 /// Whether the batch was whole (as many records as a batch takes: more may wait).
 fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
+    let mut freed = crate::memory::FreedAfter::default();
     let batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
+    freed.note(&batch.records);
     if batch.end == store.position {
         return (Drained::Nothing, false);
     }
-    let whole_batch = batch.records.len() >= BATCH || batch.bytes() >= BATCH_BYTES;
+    let whole_batch = batch.records.len() >= BATCH || batch.weight() >= BATCH_BYTES;
     let mut encoded = Vec::new();
     let opened: Vec<(i64, Vec<u8>)> = batch
         .opened
@@ -719,9 +725,11 @@ fn drain_derivations(store: &mut Store, shared: &Shared) -> Drained {
         check_orphans(store);
         return Drained::Nothing;
     }
+    let mut freed = crate::memory::FreedAfter::default();
     let batch = shared
         .spool
         .read_until(store.derived, Some(store.position), BATCH, BATCH_BYTES);
+    freed.note(&batch.records);
     if batch.end == store.derived {
         return Drained::Nothing;
     }

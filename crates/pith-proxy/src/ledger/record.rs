@@ -38,9 +38,12 @@ pub(crate) struct Record {
     pub upstream_body: Option<Bytes>,
     /// The prompt as the client means it, when the request's own body is not it (a WebSocket
     /// create's whole conversation, a chained one carrying only its newest part; a body sent
-    /// compressed, decoded): history, the request's facts and the prompt fingerprint read it
-    /// instead of `request_body`.
+    /// compressed is not here but decoded by the writer, see `request_encoding`): history, the
+    /// request's facts and the prompt fingerprint read it instead of `request_body`.
     pub conversation_body: Option<Bytes>,
+    /// The `content-encoding` of a `request_body` on one of the wires that came compressed:
+    /// the writer decodes it to read the prompt (`row::prompt_of`).
+    pub request_encoding: Option<String>,
     pub bytes_upstream: u64,
     pub response_chunks: Vec<Bytes>,
     pub response_bytes: u64,

@@ -47,10 +47,10 @@ fn session_and_facts(r: &Record) -> (Option<String>, request::RequestFacts) {
         None => request::SessionNeed::FromBody,
     };
     // A WebSocket create's facts are its conversation's: the prompt the provider sees.
-    let prompt = r.conversation_body.as_ref().unwrap_or(&r.request_body);
+    let prompt = prompt_of(r);
     let mut facts = r
         .wire
-        .map(|w| request::request_facts(w, prompt, session_need))
+        .map(|w| request::request_facts(w, &prompt, session_need))
         .unwrap_or_default();
     let session = r
         .header_session
@@ -58,6 +58,25 @@ fn session_and_facts(r: &Record) -> (Option<String>, request::RequestFacts) {
         .or(facts.metadata_session.take())
         .or(facts.first_user_hash.take());
     (session, facts)
+}
+
+/// The prompt a record holds: a socket's conversation; the client's body decoded, when it came
+/// compressed (decoded here, on a writer, up to [`MAX_DECODED`]: the spool keeps the client's
+/// bytes, never what they decode to); else the client's body. A body that does not decode is
+/// read as it came (and found unreadable), as the request path left it.
+fn prompt_of(r: &Record) -> std::borrow::Cow<'_, [u8]> {
+    if let Some(conversation) = &r.conversation_body {
+        return std::borrow::Cow::Borrowed(conversation);
+    }
+    match &r.request_encoding {
+        Some(enc) => {
+            match encoding::decode_within(enc, &r.request_body, MAX_DECODED, &mut |_| true) {
+                Ok(decoded) => std::borrow::Cow::Owned(decoded),
+                Err(_) => std::borrow::Cow::Borrowed(&r.request_body),
+            }
+        }
+        None => std::borrow::Cow::Borrowed(&r.request_body),
+    }
 }
 
 /// A record's core row: what the ledger shows as soon as it can be written (time, wire, model,
@@ -141,8 +160,8 @@ pub(super) fn derivations(r: &Record, history: Option<&Labels>) -> (Derivation, 
         return (derivation, None);
     };
     // A WebSocket create: the prompt is the conversation, not the frame.
-    let asked = r.conversation_body.as_ref().unwrap_or(&r.request_body);
-    let read = prompt::derive(wire, asked, history.is_some());
+    let asked = prompt_of(r);
+    let read = prompt::derive(wire, &asked, history.is_some());
     let asked = read.fingerprint.map(|f| f.to_bytes());
     match &r.upstream_body {
         // A stage changed what was sent: its fingerprint too, from its own (hashing) parse.

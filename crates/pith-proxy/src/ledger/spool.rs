@@ -458,6 +458,7 @@ impl Spool {
             end: from,
             skipped: 0,
             bytes: 0,
+            weight: 0,
             entries: 0,
         };
         // Entries appended from here on are newer than anything this batch takes.
@@ -467,7 +468,7 @@ impl Spool {
             (published, None) => published,
         };
         let mut at = from;
-        while batch.records.len() < max_entries && batch.bytes < max_bytes {
+        while batch.records.len() < max_entries && batch.weight < max_bytes {
             if at.generation > current {
                 break;
             }
@@ -565,9 +566,10 @@ fn backlog_of(path: &Path, from: u64) -> std::io::Result<(u64, u64)> {
 }
 
 impl ReadBatch {
-    /// The bytes of spool it read.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
+    /// What it weighs against a read's `max_bytes`: its bytes, and a whole batch for each body
+    /// the writer will decode.
+    pub fn weight(&self) -> u64 {
+        self.weight
     }
 }
 
@@ -583,6 +585,9 @@ pub(crate) struct ReadBatch {
     /// Entries that could not be read back, skipped.
     pub skipped: u64,
     bytes: u64,
+    /// What the batch costs the writers in memory, bounded by a read's `max_bytes`: its bytes,
+    /// and a whole batch for each body the writer will decode.
+    weight: u64,
     entries: u64,
 }
 
@@ -724,11 +729,14 @@ fn site_of(c: u8) -> Option<Site> {
 /// Set in an entry's kind byte when it ends with the record's `conversation_body` (entries an
 /// older pith wrote do not).
 const WITH_CONVERSATION: u8 = 0x80;
+/// Set in an entry's kind byte when the record's `request_encoding` follows the conversation
+/// (entries an older pith wrote do not).
+const WITH_REQUEST_ENCODING: u8 = 0x40;
 
 /// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.
 pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     let bodies = kind == FINISHED;
-    put_u8(b, kind | WITH_CONVERSATION);
+    put_u8(b, kind | WITH_CONVERSATION | WITH_REQUEST_ENCODING);
     put_i64(b, r.ts_ms);
     put_i64(b, r.arrival_us);
     put_bytes(b, r.client.as_bytes());
@@ -793,6 +801,9 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
         r.conversation_body.as_deref().filter(|_| bodies),
         put_bytes,
     );
+    put_opt(b, r.request_encoding.as_deref(), |b, v| {
+        put_bytes(b, v.as_bytes())
+    });
 }
 
 /// Reads a payload front to back; every read checks the length left.
@@ -851,16 +862,26 @@ fn read_segment(
     (max_entries, max_bytes): (usize, u64),
 ) -> bool {
     let mut advanced = false;
-    while batch.records.len() < max_entries && batch.bytes < max_bytes {
+    while batch.records.len() < max_entries && batch.weight < max_bytes {
         match read_entry(file, at.offset, len) {
             Entry::Opened(record, size) => {
                 batch.opened.push(*record);
                 at.offset += size;
                 batch.bytes += size;
+                batch.weight += size;
                 batch.entries += 1;
                 advanced = true;
             }
             Entry::Record(record, size) => {
+                // A body the writer decodes may decode to the body limit, and a batch's
+                // prompts are held together while its derivations are read: it weighs a
+                // whole batch, whatever its size on disk.
+                let decoded = if record.request_encoding.is_some() {
+                    max_bytes
+                } else {
+                    0
+                };
+                batch.weight += size.max(decoded);
                 batch.records.push(*record);
                 at.offset += size;
                 batch.ends.push(*at);
@@ -872,6 +893,7 @@ fn read_segment(
                 // A readable frame whose payload does not decode: skip just it.
                 at.offset += size;
                 batch.bytes += size;
+                batch.weight += size;
                 batch.entries += 1;
                 batch.skipped += 1;
                 advanced = true;
@@ -924,7 +946,7 @@ fn read_reports(r: &mut Reader<'_>) -> Option<Vec<Report>> {
 pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let mut r = Reader { rest: payload };
     let tagged = r.u8()?;
-    let kind = tagged & !WITH_CONVERSATION;
+    let kind = tagged & !(WITH_CONVERSATION | WITH_REQUEST_ENCODING);
     if kind != FINISHED && kind != OPENED {
         return None;
     }
@@ -966,6 +988,11 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     } else {
         None
     };
+    let request_encoding = if tagged & WITH_REQUEST_ENCODING != 0 {
+        r.opt(Reader::string)?
+    } else {
+        None
+    };
     if !r.rest.is_empty() {
         return None;
     }
@@ -988,6 +1015,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
             request_body,
             upstream_body,
             conversation_body,
+            request_encoding,
             bytes_upstream,
             response_chunks,
             response_bytes,
@@ -1023,6 +1051,7 @@ mod tests {
             request_body: Bytes::from(vec![b'{'; 1000 + i as usize]),
             upstream_body: Some(Bytes::from_static(b"{\"x\":1}")),
             conversation_body: Some(Bytes::from_static(b"{\"input\":[]}")),
+            request_encoding: None,
             bytes_upstream: 7,
             response_chunks: vec![Bytes::from_static(b"data: a\n\n"), Bytes::from_static(b"b")],
             response_bytes: 10,
@@ -1057,7 +1086,10 @@ mod tests {
     /// come back as one).
     #[test]
     fn a_record_round_trips() {
-        let record = full_record(3);
+        let record = Record {
+            request_encoding: Some("zstd".into()),
+            ..full_record(3)
+        };
         let mut buf = Vec::new();
         encode(&record, FINISHED, &mut buf);
         let (kind, back) = decode(&buf).unwrap();
@@ -1073,7 +1105,10 @@ mod tests {
         buf.clear();
         encode(&minimal, FINISHED, &mut buf);
         assert_eq!(decode(&buf).unwrap(), (FINISHED, minimal.clone()));
-        // An entry an older pith spooled: no flag, no conversation at its end.
+        // An entry an older pith spooled: no request encoding at its end, then no conversation.
+        buf[0] &= !WITH_REQUEST_ENCODING;
+        assert_eq!(buf.pop(), Some(0), "the absent request encoding's marker");
+        assert_eq!(decode(&buf).unwrap(), (FINISHED, minimal.clone()));
         buf[0] &= !WITH_CONVERSATION;
         assert_eq!(buf.pop(), Some(0), "the absent conversation's marker");
         assert_eq!(decode(&buf).unwrap(), (FINISHED, minimal));
@@ -1162,6 +1197,28 @@ mod tests {
     }
 
     /// Past its limit the spool refuses a record instead of growing.
+    #[test]
+    fn a_body_the_writer_decodes_is_read_in_a_batch_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, start) =
+            Spool::open(&config(dir.path(), 1 << 30), Position::default()).unwrap();
+        for i in 0..4 {
+            let record = Record {
+                request_encoding: (i == 1).then(|| "zstd".to_owned()),
+                ..full_record(i)
+            };
+            spool.append(&record).unwrap();
+        }
+        let sizes: Vec<usize> = std::iter::successors(Some(spool.read(start, 100, 1 << 20)), |b| {
+            (!b.records.is_empty()).then(|| spool.read(b.end, 100, 1 << 20))
+        })
+        .map(|b| b.records.len())
+        .take_while(|n| *n > 0)
+        .collect();
+        // The plain record before it shares its batch; the compressed one ends it.
+        assert_eq!(sizes, [2, 2]);
+    }
+
     #[test]
     fn the_limit_refuses_without_writing() {
         let dir = tempfile::tempdir().unwrap();

@@ -42,6 +42,10 @@ pub(crate) struct Context {
     /// conversation (a chained one carries only its newest part), or a body the client sent
     /// compressed, decoded. Read through [`Context::prompt`].
     pub whole_prompt: Option<Bytes>,
+    /// The `content-encoding` of a body on one of the wires that came compressed: the record
+    /// keeps the client's bytes and this, and the ledger's writer decodes them itself (a
+    /// decoded body, which may be a thousand times the client's, is never spooled).
+    pub request_encoding: Option<String>,
     /// Length of the body sent upstream (differs from `body` when a stage changed it).
     pub bytes_upstream: u64,
     /// The body sent upstream, when a stage changed it.
@@ -82,6 +86,7 @@ impl Context {
             headers,
             body: Bytes::new(),
             whole_prompt: None,
+            request_encoding: None,
             bytes_upstream: 0,
             upstream_body: None,
             transforms: Vec::new(),
@@ -109,6 +114,12 @@ impl Context {
     /// it made. This is the one place a record is built; it is built once.
     pub fn take_pending(&mut self, outcome: RequestOutcome) -> Option<Pending> {
         let recorder = self.recorder.take()?;
+        let request_encoding = self.request_encoding.take();
+        // A decoded body is the ledger's to decode again from the client's bytes.
+        let conversation_body = self
+            .whole_prompt
+            .take()
+            .filter(|_| request_encoding.is_none());
         let record = Record {
             ts_ms: self.ts_ms,
             arrival_us: self.arrival_us,
@@ -128,7 +139,8 @@ impl Context {
             bytes_upstream: self.bytes_upstream,
             request_body: std::mem::take(&mut self.body),
             upstream_body: self.upstream_body.take(),
-            conversation_body: self.whole_prompt.take(),
+            conversation_body,
+            request_encoding,
             response_is_sse: self.response_is_sse,
             content_encoding: self.content_encoding.take(),
             transforms: self.transforms.iter().map(Report::from).collect(),
@@ -147,7 +159,18 @@ impl Drop for Context {
     fn drop(&mut self) {
         let end = match &self.recorder {
             Some(recorder) => recorder.cut_short(),
-            None => return,
+            None => {
+                // No record takes the bodies (no ledger kept): they are freed here.
+                let bodies = [
+                    Some(std::mem::take(&mut self.body)),
+                    self.whole_prompt.take(),
+                    self.upstream_body.take(),
+                ];
+                let size = bodies.iter().flatten().map(Bytes::len).sum();
+                drop(bodies);
+                crate::memory::freed(size);
+                return;
+            }
         };
         if let Some(pending) = self.take_pending(RequestOutcome::Ok) {
             let error = "the request ended before the provider's response headers arrived";

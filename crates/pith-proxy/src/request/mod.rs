@@ -8,6 +8,7 @@
 //! provider's own error shape), and the request ends there with its ledger row. Every wait on
 //! a peer is bounded by a [`crate::Timeouts`] limit.
 
+pub(crate) mod budget;
 mod context;
 pub(crate) mod headers;
 pub(crate) mod token;
@@ -354,9 +355,11 @@ async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Fault> {
 
 /// Read body, continued: a body on one of the three wires that came compressed (Codex signed in
 /// with ChatGPT sends zstd) is decoded for the phases to read, on the blocking pool, up to the
-/// body limit and through at most [`MAX_CODINGS`] codings. The client's bytes are still what
-/// goes up while no stage changes them; a body pith cannot decode is left as it came (the
-/// stages find it unreadable and leave it).
+/// body limit, through at most [`MAX_CODINGS`] codings, and within the proxy's decode budget
+/// (`budget.rs`): the decoded body holds its bytes of it while it lives. The client's bytes
+/// are still what goes up while no stage changes them, and what the ledger keeps (its writer
+/// decodes them again: a decoded body is never spooled). A body pith cannot decode, or cannot
+/// afford to now, is forwarded as it came (the stages find it unreadable and leave it).
 async fn decode_body(state: &State, ctx: &mut Context) {
     let Some(encoding) = ctx
         .wire
@@ -374,20 +377,29 @@ async fn decode_body(state: &State, ctx: &mut Context) {
         );
         return;
     }
+    ctx.request_encoding = Some(encoding.clone());
     let limit = state.config.max_body;
     let body = ctx.body.clone();
+    let mut held = state.decode_budget.hold();
     let decode = tokio::task::spawn_blocking(move || {
-        let decoded = pith_wire::encoding::decode(&encoding, body.to_vec(), limit as u64 + 1);
-        (encoding, decoded)
+        let decoded =
+            pith_wire::encoding::decode_within(&encoding, &body, limit as u64 + 1, &mut |n| {
+                held.grow(n)
+            });
+        (encoding, decoded.map(|d| (d.len(), held.into_bytes(d))))
     });
     match decode.await {
-        Ok((_, Ok(decoded))) if decoded.len() <= limit => {
-            ctx.whole_prompt = Some(Bytes::from(decoded));
-        }
+        Ok((_, Ok((len, decoded)))) if len <= limit => ctx.whole_prompt = Some(decoded),
         Ok((encoding, Ok(_))) => tracing::warn!(
             encoding,
             limit,
             "a compressed request body decodes past the body limit; forwarded unread"
+        ),
+        Ok((encoding, Err(pith_wire::encoding::DecodeError::OverBudget))) => tracing::warn!(
+            encoding,
+            budget = state.decode_budget.total(),
+            "the bodies being decoded hold the proxy's decode budget (4 times proxy.max_body): \
+             this compressed request body is forwarded as it came, unread by pith's stages"
         ),
         Ok((_, Err(e))) => {
             tracing::warn!(%e, "a compressed request body does not decode; forwarded unread");

@@ -44,7 +44,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use crate::fault::Fault;
 use crate::own_headers::TOKEN_HEADER;
 use crate::request::{self, headers::end_to_end};
-use crate::state::State;
+use crate::state::{RelayPlace, State};
 use crate::tee::{Idle, ProxyBody, Tee};
 
 /// Whether `req` asks to open the Responses API's WebSocket.
@@ -82,7 +82,7 @@ fn crossing(headers: &HeaderMap) -> impl Iterator<Item = (header::HeaderName, He
 }
 
 /// Serve one upgrade: admitted as any request is (the access token, the account its key
-/// names), then relayed.
+/// names), and while fewer than the proxy's cap of sockets are open; then relayed.
 pub(crate) async fn serve(
     state: Arc<State>,
     req: Request<Incoming>,
@@ -105,15 +105,39 @@ pub(crate) async fn serve(
             return Ok(fault.response(Provider::OpenAi));
         }
     };
-    Ok(relay(state, req, account).await)
+    let Some(place) = state.activity.admit_relay(state.config.max_sockets) else {
+        request::count_refusal(&state, Refusal::SocketsFull);
+        return Ok(sockets_full(state.config.max_sockets));
+    };
+    Ok(relay(state, req, account, place).await)
+}
+
+/// The refusal of an upgrade past the cap of open sockets: `426 Upgrade Required`, the status
+/// on which Codex falls back to HTTP for the rest of its session at once, without retrying the
+/// upgrade (openai/codex, `codex-rs/core/src/client.rs`, `stream_responses_websocket`: an
+/// `ApiError::Transport(TransportError::Http { status })` with `status ==
+/// StatusCode::UPGRADE_REQUIRED` returns `WebsocketStreamOutcome::FallbackToHttp`, and `stream`
+/// then calls `try_switch_fallback_transport`). Any other status it retries first.
+fn sockets_full(max: usize) -> Response<ProxyBody> {
+    Fault::client(
+        StatusCode::UPGRADE_REQUIRED,
+        "invalid_request_error",
+        format!(
+            "pith: {max} WebSockets are open through this proxy already, its cap (an eighth of \
+             its open-file limit): send this request over HTTP (POST /v1/responses), close idle \
+             sessions, or start pith under a higher `ulimit -n`"
+        ),
+    )
+    .response(Provider::OpenAi)
 }
 
 /// Relay one WebSocket session: the upstream's handshake first, then the client's. Its
-/// requests belong to `account`.
+/// requests belong to `account`; `place` counts it among the open sockets until it ends.
 async fn relay(
     state: Arc<State>,
     mut req: Request<Incoming>,
     account: String,
+    place: RelayPlace,
 ) -> Response<ProxyBody> {
     let refused = |fault: Fault| {
         turns::refused_upgrade(
@@ -170,9 +194,9 @@ async fn relay(
         max_frame: state.config.max_body,
     };
     let stop = state.relay_stop.subscribe();
-    let activity = Arc::clone(&state.activity);
-    activity.relay_started();
     tokio::spawn(async move {
+        // Counted until the relay ends, however it ends.
+        let _place = place;
         let (client, upstream) = match tokio::join!(client_upgrade, upstream_upgrade) {
             (Ok(c), Ok(u)) => (c, u),
             (c, u) => {
@@ -181,7 +205,6 @@ async fn relay(
                     upstream = u.is_ok(),
                     "websocket upgrade failed"
                 );
-                activity.relay_ended();
                 return;
             }
         };
@@ -197,7 +220,6 @@ async fn relay(
             WebSocketStream::from_raw_socket(TokioIo::new(upstream), Role::Client, Some(config))
                 .await;
         pump::pump(client, upstream, turns, limits, stop).await;
-        activity.relay_ended();
     });
     switching_protocols(&upstream_headers, &key)
 }

@@ -18,9 +18,11 @@ use super::turns::{FromClient, FromUpstream, Turns};
 use crate::state::Stop;
 use crate::tee::End;
 
-/// How long a socket with no request open may stay idle before pith closes it. Codex opens a
-/// new one for its next turn when it finds this one closed.
-pub(crate) const IDLE_BETWEEN_TURNS: Duration = Duration::from_secs(30 * 60);
+/// How long a socket with no request open may stay idle before pith closes it: five minutes,
+/// a pause to read an answer or think, not a session left open overnight (each socket holds
+/// two descriptors and its transcripts). Codex opens a new one for its next turn when it finds
+/// this one closed, and sends its whole input on it.
+pub(crate) const IDLE_BETWEEN_TURNS: Duration = Duration::from_secs(5 * 60);
 
 /// The bounds one socket is relayed within.
 pub(super) struct Limits {

@@ -50,7 +50,39 @@ impl PithProxy {
         openai: &str,
         env: &[(&str, &str)],
     ) -> PithProxy {
-        let mut cmd = Command::new(pith_bin());
+        Self::spawn(home, anthropic, openai, env, None)
+    }
+
+    /// [`PithProxy::start_with`], under a limit (soft and hard) of `descriptors` open files.
+    pub fn start_limited(
+        anthropic: &str,
+        openai: &str,
+        env: &[(&str, &str)],
+        descriptors: u64,
+    ) -> PithProxy {
+        let home = tempfile::tempdir().unwrap();
+        Self::spawn(home, anthropic, openai, env, Some(descriptors))
+    }
+
+    fn spawn(
+        home: tempfile::TempDir,
+        anthropic: &str,
+        openai: &str,
+        env: &[(&str, &str)],
+        descriptors: Option<u64>,
+    ) -> PithProxy {
+        let mut cmd = match descriptors {
+            None => Command::new(pith_bin()),
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.args([
+                    "-c",
+                    &format!("ulimit -Sn {n} && ulimit -Hn {n} && exec \"$0\" \"$@\""),
+                    &pith_bin(),
+                ]);
+                sh
+            }
+        };
         cmd.args(["proxy", "--listen", "127.0.0.1:0"])
             .args([
                 "--anthropic-upstream",

@@ -269,6 +269,7 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
             .map(|s| Arc::new(SearchTrip::new(s)) as Arc<dyn ResponseRewrites>),
         searches: started.searches.clone().filter(SearchBlocks::is_shared),
         max_body: pith_proxy::DEFAULT_MAX_BODY,
+        max_sockets: pith_proxy::max_sockets(descriptor_limit()),
         timeouts: plan.timeouts,
         token: plan.token.clone(),
         accounts: pith_proxy::Accounts {
@@ -407,6 +408,21 @@ fn raise_descriptor_limit() {
                 Err(e) => tracing::debug!(error = %e, "descriptor limit left as it is"),
             }
         }
+    }
+}
+
+/// The soft limit on open descriptors (after [`raise_descriptor_limit`]); unlimited reads as
+/// `u64::MAX`.
+fn descriptor_limit() -> u64 {
+    #[cfg(unix)]
+    {
+        rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX)
+    }
+    #[cfg(not(unix))]
+    {
+        u64::MAX
     }
 }
 

@@ -5,6 +5,11 @@
 //! the CLI's evidence paths all go through here; each caller words the refusal itself. It is a
 //! leaf of its own so that the brain (and through it the store and the proxy) does not link
 //! the search crate's ripgrep libraries for one rule.
+//!
+//! [`private`] holds the other rule for paths: how pith creates and opens files of its own.
+
+#[cfg(unix)]
+pub mod private;
 
 use std::path::{Component, Path, PathBuf};
 

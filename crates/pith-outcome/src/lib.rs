@@ -155,15 +155,19 @@ pub enum Refusal {
     AccountKeyMissing,
     /// A key that is none of the gateway's.
     AccountKeyUnknown,
+    /// A request-target pith does not route: a path with dot segments (`/chatgpt/../v1`),
+    /// `*` with another method than OPTIONS, an absolute URL naming another host.
+    RequestTarget,
 }
 
 impl Refusal {
     /// Every reason, in the order they are listed.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::Method,
         Refusal::AccessToken,
         Refusal::AccountKeyMissing,
         Refusal::AccountKeyUnknown,
+        Refusal::RequestTarget,
     ];
 
     /// The stable name (in the ledger's counters, `pith stats --json` and `/metrics`).
@@ -173,6 +177,7 @@ impl Refusal {
             Refusal::AccessToken => "access_token",
             Refusal::AccountKeyMissing => "account_key_missing",
             Refusal::AccountKeyUnknown => "account_key_unknown",
+            Refusal::RequestTarget => "request_target",
         }
     }
 
@@ -183,6 +188,7 @@ impl Refusal {
             Refusal::AccessToken => "no or a wrong access token",
             Refusal::AccountKeyMissing => "no account key",
             Refusal::AccountKeyUnknown => "an unknown account key",
+            Refusal::RequestTarget => "a request-target pith does not route",
         }
     }
 
@@ -193,6 +199,7 @@ impl Refusal {
             Refusal::AccessToken => 1,
             Refusal::AccountKeyMissing => 2,
             Refusal::AccountKeyUnknown => 3,
+            Refusal::RequestTarget => 4,
         }
     }
 

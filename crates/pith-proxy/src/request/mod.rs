@@ -115,7 +115,7 @@ pub(crate) fn recorder(state: &State) -> Option<Recorder> {
 }
 
 /// Anthropic when the request carries Anthropic's headers, else OpenAI (for pass-through paths).
-fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
+pub(crate) fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
     match wire {
         Some(w) => w.provider(),
         None if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") => {

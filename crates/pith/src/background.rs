@@ -93,6 +93,11 @@ fn parse_health(reply: &[u8]) -> Probe {
     }
     let code = status.split_whitespace().nth(1).unwrap_or("");
     let health: Option<Value> = serde_json::from_str(body.trim()).ok();
+    // The liveness answer (`{"status": ...}` alone) is what pith tells a caller its page rules
+    // do not admit: here, a probe without the proxy's access token.
+    let liveness_only = health
+        .as_ref()
+        .is_some_and(|h| h.get("status").is_some() && h.get("pith").is_none());
     match health
         .as_ref()
         .and_then(|h| h.get("pith"))
@@ -119,6 +124,16 @@ fn parse_health(reply: &[u8]) -> Probe {
         Some(_) if code == "503" => Probe::Other(
             "a pith proxy that is stopping (its health check fails while it drains); try again \
              once it has stopped"
+                .to_owned(),
+        ),
+        None if liveness_only && code == "503" => Probe::Other(
+            "a pith proxy that is stopping (its health check fails while it drains); try again \
+             once it has stopped"
+                .to_owned(),
+        ),
+        None if liveness_only => Probe::Other(
+            "a pith proxy that shows its details only with its access token (set \
+             PITH_PROXY_TOKEN or [proxy] token to the one it was started with)"
                 .to_owned(),
         ),
         _ if code == "401" => {
@@ -249,5 +264,10 @@ mod tests {
                 String::from_utf8_lossy(other)
             );
         }
+        // The liveness answer a proxy gives a probe without its token says so.
+        let liveness = b"HTTP/1.1 200 OK\r\n\r\n{\"status\":\"ok\"}";
+        assert!(
+            matches!(parse_health(liveness), Probe::Other(why) if why.contains("access token"))
+        );
     }
 }

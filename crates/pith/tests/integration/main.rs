@@ -19,6 +19,7 @@ mod gateway;
 mod hardening;
 mod history;
 mod hook;
+mod hostile_peers;
 mod ledger;
 mod mcp;
 mod memory;

@@ -169,7 +169,8 @@ pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", dir.display()))
 }
 
-/// Open (creating) a file of pith's: the directory 0700 and the file 0600 whatever the umask.
+/// Open (creating) a file of pith's: the directory 0700 and the file 0600 whatever the umask,
+/// never through a link ([`pith_paths::private::open`], which the proxy's spool uses too).
 pub fn open_private(path: &Path, append: bool) -> anyhow::Result<File> {
     if let Some(dir) = path.parent() {
         create_private_dir(dir)?;
@@ -184,14 +185,10 @@ pub fn open_private(path: &Path, append: bool) -> anyhow::Result<File> {
     // A link in its place is never followed: it could lead pith to create or lock a file
     // elsewhere (another user's, in a shared directory).
     #[cfg(unix)]
-    {
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        std::os::unix::fs::OpenOptionsExt::custom_flags(
-            &mut options,
-            i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0),
-        );
-    }
-    options.open(path).with_context(|| {
+    let opened = pith_paths::private::open(path, &mut options);
+    #[cfg(not(unix))]
+    let opened = options.open(path);
+    opened.with_context(|| {
         if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
             format!(
                 "cannot open {}: it is a link, and pith opens no file of its own through one; \

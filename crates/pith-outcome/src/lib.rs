@@ -158,16 +158,20 @@ pub enum Refusal {
     /// A WebSocket upgrade while the proxy's cap of open sockets is reached (the client falls
     /// back to HTTP).
     SocketsFull,
+    /// A request-target pith does not route: a path with dot segments (`/chatgpt/../v1`),
+    /// `*` with another method than OPTIONS, an absolute URL naming another host.
+    RequestTarget,
 }
 
 impl Refusal {
     /// Every reason, in the order they are listed.
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 6] = [
         Refusal::Method,
         Refusal::AccessToken,
         Refusal::AccountKeyMissing,
         Refusal::AccountKeyUnknown,
         Refusal::SocketsFull,
+        Refusal::RequestTarget,
     ];
 
     /// The stable name (in the ledger's counters, `pith stats --json` and `/metrics`).
@@ -178,6 +182,7 @@ impl Refusal {
             Refusal::AccountKeyMissing => "account_key_missing",
             Refusal::AccountKeyUnknown => "account_key_unknown",
             Refusal::SocketsFull => "websockets_full",
+            Refusal::RequestTarget => "request_target",
         }
     }
 
@@ -189,6 +194,7 @@ impl Refusal {
             Refusal::AccountKeyMissing => "no account key",
             Refusal::AccountKeyUnknown => "an unknown account key",
             Refusal::SocketsFull => "a WebSocket past the proxy's cap (sent over HTTP instead)",
+            Refusal::RequestTarget => "a request-target pith does not route",
         }
     }
 
@@ -200,6 +206,7 @@ impl Refusal {
             Refusal::AccountKeyMissing => 2,
             Refusal::AccountKeyUnknown => 3,
             Refusal::SocketsFull => 4,
+            Refusal::RequestTarget => 5,
         }
     }
 

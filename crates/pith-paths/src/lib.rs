@@ -5,11 +5,16 @@
 //! the CLI's evidence paths all go through here; each caller words the refusal itself. It is a
 //! leaf of its own so that the brain (and through it the store and the proxy) does not link
 //! the search crate's ripgrep libraries for one rule.
-
-use std::path::{Component, Path, PathBuf};
+//!
+//! [`private`] and [`own`] hold the other rules for paths: how pith creates and opens files of
+//! its own, in its own home ([`private`]) and in a project, a stranger's ([`own`]).
 
 #[cfg(unix)]
 pub mod own;
+#[cfg(unix)]
+pub mod private;
+
+use std::path::{Component, Path, PathBuf};
 
 /// Why a path is not an existing path inside the root.
 #[derive(Debug)]

@@ -25,6 +25,7 @@ pub mod rewrite;
 pub mod search_trip;
 mod server;
 mod state;
+mod target;
 mod tee;
 pub mod upstream;
 mod websocket;

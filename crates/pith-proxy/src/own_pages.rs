@@ -2,6 +2,12 @@
 //! `/metrics`. The proxy only routes them (GET, after the access-token check, so a proxy bound
 //! beyond loopback serves them only with its token); what they say comes from an [`OwnPages`]
 //! the binary provides, run on the blocking pool because it reads the ledger.
+//!
+//! One answer is for anyone: `GET /pith/health` from a caller the page rules do not admit (a
+//! load balancer's check with no Host header or a pod IP for a name, a probe without the
+//! token) gets [`OwnPages::liveness`], which says only whether the instance is up. The
+//! rules protect what a browser could read (DNS rebinding) and what the instance is (its
+//! upstreams, version, pid); "up" or "stopping" gives neither away.
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -33,8 +39,22 @@ impl From<Bytes> for OwnBody {
     }
 }
 
+/// The health path: the full answer under the page rules, [`OwnPages::liveness`] to anyone.
+pub const HEALTH_PATH: &str = "/pith/health";
+
 /// What pith serves on its own paths.
 pub trait OwnPages: Send + Sync {
+    /// `/pith/health` for a caller the page rules do not admit: whether the instance is up
+    /// (200) or stopping (503), and nothing else. Answered on the event loop: it must not
+    /// block.
+    fn liveness(&self) -> OwnPage {
+        OwnPage {
+            status: StatusCode::OK,
+            content_type: "application/json",
+            body: Bytes::from_static(br#"{"status":"ok"}"#).into(),
+        }
+    }
+
     /// The answer for a GET of `path` with `query` (without the `?`); `None` hands the request
     /// on to the provider as any other.
     fn get(&self, path: &str, query: &str) -> Option<OwnPage>;

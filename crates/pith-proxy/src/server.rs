@@ -170,6 +170,15 @@ impl Proxy {
                         let state = Arc::clone(&state);
                         // An upgrade to the Responses WebSocket, or a request of the phases.
                         async move {
+                            // The target first: everything after routes on its path.
+                            if let Some(answer) = crate::target::check(
+                                &state,
+                                req.method(),
+                                req.uri(),
+                                req.headers(),
+                            ) {
+                                return Ok(answer);
+                            }
                             if crate::websocket::is_upgrade(&req) {
                                 crate::websocket::serve(state, req).await
                             } else {

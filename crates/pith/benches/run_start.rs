@@ -36,10 +36,10 @@ fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
-/// The pid in `/pith/health` on `addr`, if pith answers.
+/// The pid in `/pith/health` on `addr`, if pith answers (its details need a loopback name).
 fn proxy_pid(addr: SocketAddr) -> Option<u64> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
-    s.write_all(b"GET /pith/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    s.write_all(b"GET /pith/health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
         .ok()?;
     let mut reply = String::new();
     s.read_to_string(&mut reply).ok()?;

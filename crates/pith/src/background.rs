@@ -93,6 +93,11 @@ fn parse_health(reply: &[u8]) -> Probe {
     }
     let code = status.split_whitespace().nth(1).unwrap_or("");
     let health: Option<Value> = serde_json::from_str(body.trim()).ok();
+    // The liveness answer (`{"status": ...}` alone) is what pith tells a caller its page rules
+    // do not admit: here, a probe without the proxy's access token.
+    let liveness_only = health
+        .as_ref()
+        .is_some_and(|h| h.get("status").is_some() && h.get("pith").is_none());
     match health
         .as_ref()
         .and_then(|h| h.get("pith"))
@@ -119,6 +124,16 @@ fn parse_health(reply: &[u8]) -> Probe {
         Some(_) if code == "503" => Probe::Other(
             "a pith proxy that is stopping (its health check fails while it drains); try again \
              once it has stopped"
+                .to_owned(),
+        ),
+        None if liveness_only && code == "503" => Probe::Other(
+            "a pith proxy that is stopping (its health check fails while it drains); try again \
+             once it has stopped"
+                .to_owned(),
+        ),
+        None if liveness_only => Probe::Other(
+            "a pith proxy that shows its details only with its access token (set \
+             PITH_PROXY_TOKEN or [proxy] token to the one it was started with)"
                 .to_owned(),
         ),
         _ if code == "401" => {
@@ -154,7 +169,8 @@ pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", dir.display()))
 }
 
-/// Open (creating) a file of pith's: the directory 0700 and the file 0600 whatever the umask.
+/// Open (creating) a file of pith's: the directory 0700 and the file 0600 whatever the umask,
+/// never through a link ([`pith_paths::private::open`], which the proxy's spool uses too).
 pub fn open_private(path: &Path, append: bool) -> anyhow::Result<File> {
     if let Some(dir) = path.parent() {
         create_private_dir(dir)?;
@@ -169,14 +185,10 @@ pub fn open_private(path: &Path, append: bool) -> anyhow::Result<File> {
     // A link in its place is never followed: it could lead pith to create or lock a file
     // elsewhere (another user's, in a shared directory).
     #[cfg(unix)]
-    {
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        std::os::unix::fs::OpenOptionsExt::custom_flags(
-            &mut options,
-            i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0),
-        );
-    }
-    options.open(path).with_context(|| {
+    let opened = pith_paths::private::open(path, &mut options);
+    #[cfg(not(unix))]
+    let opened = options.open(path);
+    opened.with_context(|| {
         if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
             format!(
                 "cannot open {}: it is a link, and pith opens no file of its own through one; \
@@ -249,5 +261,10 @@ mod tests {
                 String::from_utf8_lossy(other)
             );
         }
+        // The liveness answer a proxy gives a probe without its token says so.
+        let liveness = b"HTTP/1.1 200 OK\r\n\r\n{\"status\":\"ok\"}";
+        assert!(
+            matches!(parse_health(liveness), Probe::Other(why) if why.contains("access token"))
+        );
     }
 }

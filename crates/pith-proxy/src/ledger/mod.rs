@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use pith_outcome::{Refusal, RequestOutcome};
 use pith_store::history::{History, Turn};
-use pith_store::ledger::{DROPPED_ROWS, Derivation, Ledger, Row, WriteBatch};
+use pith_store::ledger::{DAMAGED_ENTRIES, DROPPED_ROWS, Derivation, Ledger, Row, WriteBatch};
 
 use crate::history::{HistorySink, Labels};
 pub(crate) use record::{Record, Report, arrival_now};
@@ -55,6 +55,10 @@ const RESCUE_BACKLOG_BYTES: u64 = 8 << 20;
 const RETRY_AFTER: Duration = Duration::from_millis(250);
 /// Lost records are logged at most this often (each with the count so far).
 const LOST_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Lost records whose announcement the writers still have to close, at most (16 bytes each):
+/// past it (a ledger locked for hours with the spool full) a lost request whose answer had
+/// started may come back as `interrupted` after a restart.
+const LOST_OPEN_MAX: usize = 1 << 16;
 
 /// The ledger, what the writers have read of the spool, and how many lost records it has been
 /// told about; and the history, when conversations are recorded.
@@ -77,6 +81,7 @@ struct Store {
     /// Requests that arrived before this are a previous process's.
     started_arrival: i64,
     lost_persisted: u64,
+    damaged_persisted: u64,
     history: Option<History>,
 }
 
@@ -102,6 +107,14 @@ struct Shared {
     written: AtomicU64,
     /// Records lost since start (the ledger's `dropped_rows` counter keeps the total).
     lost: AtomicU64,
+    /// Records lost since start whose answer may have been announced ([`LedgerSink::opened`]),
+    /// each with where the spool ended when it was lost (its announcement lies before): the
+    /// writers close the announcement once they have read that far, so the next start does not
+    /// write it as `interrupted` (it is counted as lost already).
+    lost_open: Mutex<Vec<(Position, i64)>>,
+    /// Spool entries found damaged and skipped since start (the ledger's
+    /// `damaged_spool_entries` counter keeps the total): kept, but unreadable.
+    damaged: AtomicU64,
     /// Requests refused since start, per reason (the ledger's `refused:*` counters keep the
     /// totals).
     refused: [AtomicU64; Refusal::ALL.len()],
@@ -139,6 +152,33 @@ impl Shared {
         self.spool.backlog().0 == 0
     }
 
+    fn lost_open(&self) -> MutexGuard<'_, Vec<(Position, i64)>> {
+        self.lost_open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lost records whose announcements lie before `through` (taken: handed back with
+    /// [`Shared::lost_open_back`] when their batch is not written).
+    fn lost_open_through(&self, through: Position) -> Vec<i64> {
+        let mut open = self.lost_open();
+        let mut due = Vec::new();
+        open.retain(|&(at, arrival)| {
+            let read = at <= through;
+            if read {
+                due.push(arrival);
+            }
+            !read
+        });
+        due
+    }
+
+    /// Lost records taken by [`Shared::lost_open_through`] whose batch was not written.
+    fn lost_open_back(&self, through: Position, arrivals: &[i64]) {
+        self.lost_open()
+            .extend(arrivals.iter().map(|&arrival| (through, arrival)));
+    }
+
     /// Count `n` rows written and wake whoever waits for rows.
     fn wrote(&self, n: u64) {
         self.written.fetch_add(n, Ordering::Relaxed);
@@ -158,6 +198,8 @@ pub struct LedgerStats {
     pub written: u64,
     /// Records that could not be kept (the spool's limit reached, or the disk refused them).
     pub lost: u64,
+    /// Spool entries found damaged and skipped (a write torn when pith was killed).
+    pub damaged: u64,
     /// Rows the ledger refused alone (their records are skipped and counted as lost).
     pub write_errors: u64,
     /// Rows whose derivations the ledger refused alone (kept without them).
@@ -265,6 +307,7 @@ impl LedgerSink {
                 recovered: false,
                 started_arrival,
                 lost_persisted: 0,
+                damaged_persisted: 0,
                 history: store,
             }),
             history,
@@ -278,6 +321,8 @@ impl LedgerSink {
             abandoned: AtomicBool::new(false),
             written: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            lost_open: Mutex::new(Vec::new()),
+            damaged: AtomicU64::new(0),
             refused: std::array::from_fn(|_| AtomicU64::new(0)),
             refused_kept: std::array::from_fn(|_| AtomicU64::new(0)),
             counters_failing: AtomicBool::new(false),
@@ -341,11 +386,11 @@ impl LedgerSink {
     /// be kept is counted and logged.
     pub(crate) fn submit(&self, record: Record) {
         let appended = self.shared.spool.append(&record);
-        let size = crate::memory::bodies_of(&record);
+        let (size, arrival_us) = (crate::memory::bodies_of(&record), record.arrival_us);
         drop(record);
         crate::memory::freed(size);
         if let Err(why) = appended {
-            self.lose(&why);
+            self.lose(&why, arrival_us);
             return;
         }
         if self.shared.needs_rescue() && self.shared.rescue_parked.swap(false, Ordering::SeqCst) {
@@ -358,8 +403,14 @@ impl LedgerSink {
         }
     }
 
-    fn lose(&self, why: &NotKept) {
+    fn lose(&self, why: &NotKept, arrival_us: i64) {
         let lost = self.shared.lost.fetch_add(1, Ordering::Relaxed) + 1;
+        {
+            let mut open = self.shared.lost_open();
+            if open.len() < LOST_OPEN_MAX {
+                open.push((self.shared.spool.end(), arrival_us));
+            }
+        }
         let mut logged = self
             .shared
             .lost_logged
@@ -394,6 +445,7 @@ impl LedgerSink {
         LedgerStats {
             written: self.shared.written.load(Ordering::Relaxed),
             lost: self.shared.lost.load(Ordering::Relaxed),
+            damaged: self.shared.damaged.load(Ordering::Relaxed),
             write_errors: self.shared.write_errors.load(Ordering::Relaxed),
             derivation_errors: self.shared.derivation_errors.load(Ordering::Relaxed),
             history_errors: self.shared.history_errors.load(Ordering::Relaxed),
@@ -620,7 +672,21 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
     let mut freed = crate::memory::FreedAfter::default();
     let batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
     freed.note(&batch.records);
+    // Requests lost after their answer was announced, announcements read by now: closed with
+    // this batch, so none comes back as `interrupted` (each is counted as lost already).
+    let lost_open = shared.lost_open_through(batch.end);
     if batch.end == store.position {
+        if lost_open.is_empty() {
+            return (Drained::Nothing, false);
+        }
+        let close = WriteBatch {
+            closed: &lost_open,
+            ..WriteBatch::default()
+        };
+        if store.ledger.write_batch(&close).is_err() {
+            shared.lost_open_back(batch.end, &lost_open);
+            return (Drained::Refused, false);
+        }
         return (Drained::Nothing, false);
     }
     let whole_batch = batch.records.len() >= BATCH || batch.weight() >= BATCH_BYTES;
@@ -634,13 +700,15 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
             (r.arrival_us, encoded.clone())
         })
         .collect();
-    let closed: Vec<i64> = batch.records.iter().map(|r| r.arrival_us).collect();
+    let mut closed: Vec<i64> = batch.records.iter().map(|r| r.arrival_us).collect();
+    closed.extend_from_slice(&lost_open);
     if batch.skipped > 0 {
-        shared.lost.fetch_add(batch.skipped, Ordering::Relaxed);
+        // Kept once, unreadable now: not a record the spool refused (its own counter).
+        shared.damaged.fetch_add(batch.skipped, Ordering::Relaxed);
         tracing::warn!(
             skipped = batch.skipped,
-            "unreadable entries in the ledger spool (a torn write when pith was killed?) \
-             were skipped"
+            "damaged entries in the ledger spool (a write torn when pith was killed, or a \
+             damaged disk) were skipped: those requests have no row"
         );
     }
     let rows: Vec<Row> = batch
@@ -665,6 +733,7 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
         Err(e) if e.refuses_every_write() => {
             // Locked by another process, full or read-only: the records wait in the spool.
             tracing::warn!(error = %e, rows = rows.len(), "ledger write refused; will retry");
+            shared.lost_open_back(end, &lost_open);
             return (Drained::Refused, false);
         }
         Err(e) => {
@@ -675,9 +744,11 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
             // The announcements first, alone (they are what a row written later may need).
             let announced = WriteBatch {
                 opened: &opened,
+                closed: &lost_open,
                 ..WriteBatch::default()
             };
             if store.ledger.write_batch(&announced).is_err() {
+                shared.lost_open_back(end, &lost_open);
                 return (Drained::Refused, false);
             }
             for ((row, at), arrival) in rows.iter().zip(&batch.ends).zip(&closed) {
@@ -905,6 +976,16 @@ fn persist_lost(store: &mut Store, shared: &Shared) {
         {
             Ok(()) => store.lost_persisted = lost,
             Err(e) => tracing::warn!(error = %e, "cannot record lost ledger rows"),
+        }
+    }
+    let damaged = shared.damaged.load(Ordering::Relaxed);
+    if damaged > store.damaged_persisted {
+        match store
+            .ledger
+            .add_counter(DAMAGED_ENTRIES, damaged - store.damaged_persisted)
+        {
+            Ok(()) => store.damaged_persisted = damaged,
+            Err(e) => tracing::warn!(error = %e, "cannot record damaged spool entries"),
         }
     }
     let mut kept = false;

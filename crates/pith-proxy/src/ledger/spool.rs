@@ -17,6 +17,12 @@
 //! A segment is never appended to by a later process: each start opens a new generation, so
 //! a torn last entry (the process killed mid-write) can only be at the end of a segment that
 //! is already complete, where the reader skips it and counts it.
+//!
+//! Generations are a run: each segment is the one before plus one, from the ledger's
+//! position on, and pith never skips one. A file that has a segment's name but lies beyond a
+//! gap in that run (or is not a plain file) was not written by pith: it is set aside
+//! (renamed `*.not-pith`, named in the log) and never read, counted or numbered after, so a
+//! stray `18446744073709551615.spool` cannot make the next generation wrap.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -57,6 +63,13 @@ pub(super) const OPENED: u8 = 2;
 const SEGMENT_BYTES: u64 = 8 << 20;
 /// [`Spool::published`] packs a generation above this many bits of length.
 const LEN_BITS: u32 = 40;
+/// The highest generation [`Spool::published`] can hold (about 16.7 million segments: 128 TiB
+/// of rotations, or a start a minute for 31 years).
+const MAX_GENERATION: u64 = (1 << (64 - LEN_BITS)) - 1;
+/// The digits of a segment's name (`{generation:016}.spool`): the only names pith reads.
+const NAME_DIGITS: usize = 16;
+/// What a file set aside as not pith's own gets appended to its name.
+const NOT_PITH: &str = ".not-pith";
 
 /// The spool directory of the ledger at `ledger`: beside it, named after it
 /// (`ledger.db-spool`, as SQLite names its `-wal`).
@@ -97,6 +110,18 @@ pub enum SpoolError {
         dir: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// Its generations reached what a position can hold (only a planted segment near the
+    /// limit can bring that about).
+    #[error(
+        "the ledger spool in {dir} has reached segment number {generation}, the last pith can \
+         count to: stop pith, move the *.spool files there aside, and start it again"
+    )]
+    Exhausted {
+        /// The spool's directory.
+        dir: PathBuf,
+        /// The last generation found.
+        generation: u64,
     },
     /// Another process holds it.
     #[error(
@@ -161,8 +186,10 @@ fn segment_name(generation: u64) -> String {
     format!("{generation:016}.spool")
 }
 
-/// The segments in `dir`, oldest first.
-fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+/// The files in `dir` named as pith names its segments (`{generation:016}.spool`, a
+/// generation a position can hold), oldest first, and whether each is a plain file (a link or
+/// anything else is not pith's). Other names are not looked at.
+fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf, bool)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -170,21 +197,57 @@ fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
         let Some(generation) = name
             .to_str()
             .and_then(|n| n.strip_suffix(".spool"))
+            .filter(|n| n.len() == NAME_DIGITS && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok())
+            .filter(|&g| g <= MAX_GENERATION)
         else {
             continue;
         };
-        found.push((generation, entry.path()));
+        // `file_type` does not follow a link.
+        let plain = entry.file_type().is_ok_and(|t| t.is_file());
+        found.push((generation, entry.path(), plain));
     }
     found.sort();
     Ok(found)
 }
 
+/// The segments pith wrote from generation `from` on, and the files it did not: the run
+/// starts at the first segment at or after `from` (the ledger's own, or the first after it
+/// when the ledger is new) and goes on while each is the one before plus one; a segment
+/// beyond a gap, and any that is not a plain file, is not pith's.
+fn own_run(found: Vec<(u64, PathBuf, bool)>, from: u64) -> (Vec<(u64, PathBuf)>, Vec<PathBuf>) {
+    let (mut own, mut stray) = (Vec::<(u64, PathBuf)>::new(), Vec::new());
+    for (generation, path, plain) in found {
+        let follows = own.last().is_none_or(|(last, _)| generation == last + 1);
+        if generation >= from && plain && follows && stray.is_empty() {
+            own.push((generation, path));
+        } else if generation >= from || !plain {
+            stray.push(path);
+        }
+    }
+    (own, stray)
+}
+
+fn segment_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(segment_name(generation))
+}
+
 fn create_segment(dir: &Path, generation: u64) -> std::io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.append(true).create_new(true);
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(dir.join(segment_name(generation)))
+    if generation > MAX_GENERATION {
+        return Err(std::io::Error::other(format!(
+            "the ledger spool has reached segment number {MAX_GENERATION}, the last pith can \
+             count to: restart pith after moving the *.spool files in {dir:?} aside"
+        )));
+    }
+    pith_paths::private::create_new(&segment_path(dir, generation))
+}
+
+/// Open segment `generation` for reading (never through a link).
+fn open_segment(dir: &Path, generation: u64) -> std::io::Result<File> {
+    pith_paths::private::open(
+        &segment_path(dir, generation),
+        OpenOptions::new().read(true),
+    )
 }
 
 /// What the spool holds beyond `from`: entries and bytes, counted by walking the entries'
@@ -197,10 +260,7 @@ pub fn backlog(dir: &Path, from: Position) -> std::io::Result<(u64, u64)> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
         Err(e) => return Err(e),
     };
-    for (generation, path) in list {
-        if generation < from.generation {
-            continue;
-        }
+    for (generation, path) in own_run(list, from.generation).0 {
         let start = if generation == from.generation {
             from.offset
         } else {
@@ -237,14 +297,9 @@ impl Spool {
             dir: config.dir.clone(),
             source,
         };
-        pith_store::sqlite::create_private_dir(&config.dir).map_err(error)?;
+        pith_paths::private::create_dir(&config.dir).map_err(error)?;
         // One process per spool: its writers own every segment in it.
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(config.dir.join("lock"))
-            .map_err(error)?;
+        let lock = pith_paths::private::create_or_open(&config.dir.join("lock")).map_err(error)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -258,12 +313,16 @@ impl Spool {
         let mut pending = 0;
         let mut newest = resume.generation;
         let mut start = None;
-        for (generation, path) in segments(&config.dir).map_err(error)? {
-            newest = newest.max(generation);
-            if generation < resume.generation {
-                std::fs::remove_file(&path).map_err(error)?;
-                continue;
+        let found = segments(&config.dir).map_err(error)?;
+        for (generation, path, plain) in &found {
+            if *generation < resume.generation && *plain {
+                std::fs::remove_file(path).map_err(error)?;
             }
+        }
+        let (own, stray) = own_run(found, resume.generation);
+        set_aside(&stray);
+        for (generation, path) in own {
+            newest = newest.max(generation);
             start.get_or_insert(generation);
             let from = if generation == resume.generation {
                 resume.offset
@@ -275,6 +334,12 @@ impl Spool {
             backlog += bytes;
         }
         let generation = newest + 1;
+        if generation > MAX_GENERATION {
+            return Err(SpoolError::Exhausted {
+                dir: config.dir.clone(),
+                generation: newest,
+            });
+        }
         let file = create_segment(&config.dir, generation).map_err(error)?;
         // The writers start where the ledger says, or at the first segment after it.
         let read_from = match start {
@@ -313,6 +378,12 @@ impl Spool {
     fn published(&self) -> (u64, u64) {
         let p = self.published.load(Ordering::SeqCst);
         (p >> LEN_BITS, p & ((1 << LEN_BITS) - 1))
+    }
+
+    /// Where the spool ends now: every entry appended so far lies before it.
+    pub fn end(&self) -> Position {
+        let (generation, offset) = self.published();
+        Position { generation, offset }
     }
 
     /// The segment appended to now.
@@ -407,7 +478,7 @@ impl Spool {
 
     /// Close the current segment and append to a new one from now on.
     fn rotate(&self, a: &mut Appender) -> std::io::Result<()> {
-        let file = create_segment(&self.dir, a.generation + 1)?;
+        let file = create_segment(&self.dir, a.generation.saturating_add(1))?;
         a.file = file;
         a.generation += 1;
         a.len = 0;
@@ -472,8 +543,7 @@ impl Spool {
             if at.generation > current {
                 break;
             }
-            let path = self.dir.join(segment_name(at.generation));
-            let file = match File::open(&path) {
+            let file = match open_segment(&self.dir, at.generation) {
                 Ok(f) => f,
                 Err(_) if at.generation < current => {
                     at = Position {
@@ -540,8 +610,8 @@ impl Spool {
             < through.generation
             && let Ok(list) = segments(&self.dir)
         {
-            for (generation, path) in list {
-                if generation < through.generation {
+            for (generation, path, plain) in list {
+                if generation < through.generation && plain {
                     let _ = std::fs::remove_file(path);
                 }
             }
@@ -553,8 +623,30 @@ impl Spool {
     }
 }
 
+/// Rename files that are not pith's segments aside (`*.not-pith`), saying so: never read,
+/// never removed (they are someone else's), never in the way of a generation pith numbers.
+fn set_aside(stray: &[PathBuf]) {
+    for path in stray {
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(NOT_PITH);
+        match std::fs::rename(path, &aside) {
+            Ok(()) => tracing::warn!(
+                file = ?path,
+                "a file in the ledger spool that pith did not write (beyond the segments it \
+                 numbered, or not a plain file) was set aside as *.not-pith and not read"
+            ),
+            Err(e) => tracing::warn!(
+                file = ?path,
+                error = &e as &dyn std::error::Error,
+                "a file in the ledger spool that pith did not write is ignored (it could not \
+                 be renamed aside)"
+            ),
+        }
+    }
+}
+
 fn backlog_of(path: &Path, from: u64) -> std::io::Result<(u64, u64)> {
-    let file = File::open(path)?;
+    let file = pith_paths::private::open(path, OpenOptions::new().read(true))?;
     let len = file.metadata()?.len();
     let (mut entries, mut bytes, mut at) = (0, 0, from);
     while let Some(size) = entry_size(&file, at, len) {
@@ -1180,7 +1272,7 @@ mod tests {
         spool.append(&full_record(1)).unwrap();
         spool.append(&full_record(2)).unwrap();
         drop(spool);
-        let (_, path) = segments(&spool_dir).unwrap().pop().unwrap();
+        let (_, path, _) = segments(&spool_dir).unwrap().pop().unwrap();
         let len = std::fs::metadata(&path).unwrap().len();
         OpenOptions::new()
             .write(true)
@@ -1194,6 +1286,36 @@ mod tests {
         let got: Vec<i64> = batch.records.iter().map(|r| r.ts_ms % 1000).collect();
         assert_eq!(got, [1, 3]);
         assert_eq!(batch.skipped, 1);
+    }
+
+    /// Files named as segments that pith did not write (beyond a gap in its run, past what a
+    /// position holds, or a link) are set aside or ignored: the next generation follows pith's
+    /// own, and every record appended is read back.
+    #[test]
+    fn segments_pith_did_not_write_steer_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        let (spool, start) =
+            Spool::open(&config(&spool_dir, 1 << 30), Position::default()).unwrap();
+        spool.append(&full_record(1)).unwrap();
+        let own = spool.generation();
+        drop(spool);
+        let beyond_gap = spool_dir.join(segment_name(own + 5));
+        std::fs::write(&beyond_gap, b"not pith's").unwrap();
+        std::fs::write(spool_dir.join(format!("{}.spool", u64::MAX)), b"").unwrap();
+        std::fs::write(spool_dir.join(segment_name(MAX_GENERATION + 1)), b"").unwrap();
+        std::os::unix::fs::symlink("/dev/null", spool_dir.join(segment_name(own + 1))).unwrap();
+        let (spool, from) = Spool::open(&config(&spool_dir, 1 << 30), start).unwrap();
+        assert!(!beyond_gap.exists(), "set aside");
+        let mut aside = beyond_gap.into_os_string();
+        aside.push(NOT_PITH);
+        assert!(Path::new(&aside).exists());
+        assert_eq!(spool.generation(), own + 1);
+        spool.append(&full_record(2)).unwrap();
+        let batch = spool.read(from, 100, u64::MAX);
+        let got: Vec<i64> = batch.records.iter().map(|r| r.ts_ms % 1000).collect();
+        assert_eq!(got, [1, 2]);
+        assert_eq!(batch.skipped, 0);
     }
 
     /// Past its limit the spool refuses a record instead of growing.

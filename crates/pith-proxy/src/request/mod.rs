@@ -49,6 +49,11 @@ pub(crate) async fn serve(
 ) -> Result<Response<ProxyBody>, Infallible> {
     let (parts, body) = req.into_parts();
     let mut ctx = route(&state, parts);
+    if let Some(answer) = liveness(&state, &ctx) {
+        // A load balancer's check: not traffic, not refused.
+        ctx.forget();
+        return Ok(answer);
+    }
     if let Err((reason, fault)) = admit(&state, &ctx) {
         return Ok(refuse(&state, ctx, reason, &fault));
     }
@@ -116,7 +121,7 @@ pub(crate) fn recorder(state: &State) -> Option<Recorder> {
 }
 
 /// Anthropic when the request carries Anthropic's headers, else OpenAI (for pass-through paths).
-fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
+pub(crate) fn provider_for(wire: Option<Wire>, headers: &HeaderMap) -> Provider {
     match wire {
         Some(w) => w.provider(),
         None if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") => {
@@ -215,6 +220,30 @@ pub(crate) fn account_of(state: &State, headers: &HeaderMap) -> Result<String, (
     }
 }
 
+/// Whether a request may read pith's own pages: with the proxy's access token when it has
+/// one, else under a loopback host name (see [`own_pages::host_is_loopback`]).
+fn pages_admitted(state: &State, headers: &HeaderMap) -> bool {
+    match state.config.token.as_deref() {
+        Some(expected) => token::matches(headers, expected),
+        None => own_pages::host_is_loopback(headers),
+    }
+}
+
+/// Liveness: `GET /pith/health` from a caller the page rules do not admit (HAProxy's
+/// `option httpchk GET /pith/health` sends no Host header; a Kubernetes probe names the pod's
+/// IP; neither carries the token) gets whether the instance is up, and nothing more. A
+/// caller the rules admit gets the whole health page from [`own_page`].
+fn liveness(state: &State, ctx: &Context) -> Option<Response<ProxyBody>> {
+    let pages = state.config.own_pages.as_ref()?;
+    if ctx.path != own_pages::HEALTH_PATH
+        || !own_pages::is_served(&ctx.method)
+        || pages_admitted(state, &ctx.headers)
+    {
+        return None;
+    }
+    Some(own_response(pages.liveness(), None))
+}
+
 /// Own pages: the dashboard, its API and `/metrics`, answered by pith (read on the blocking
 /// pool: they read the ledger).
 async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBody>> {
@@ -232,7 +261,7 @@ async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBod
             .insert(header::ALLOW, HeaderValue::from_static("GET"));
         return Some(response);
     }
-    if state.config.token.is_none() && !own_pages::host_is_loopback(&ctx.headers) {
+    if !pages_admitted(state, &ctx.headers) {
         return Some(own_error(
             StatusCode::FORBIDDEN,
             "pith serves its pages to loopback host names only (localhost, 127.0.0.1, [::1]) \
@@ -252,6 +281,11 @@ async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBod
     let page = tokio::task::spawn_blocking(move || pages.get(&path, &query))
         .await
         .ok()??;
+    Some(own_response(page, csp))
+}
+
+/// An answer of pith's own, with its headers ([`own_headers`]; `csp` on an HTML page).
+fn own_response(page: own_pages::OwnPage, csp: Option<String>) -> Response<ProxyBody> {
     let body = match page.body {
         own_pages::OwnBody::Full(bytes) => ProxyBody::full(bytes),
         own_pages::OwnBody::Stream(rx) => ProxyBody::Events(rx),
@@ -270,7 +304,7 @@ async fn own_page(state: &Arc<State>, ctx: &Context) -> Option<Response<ProxyBod
             .headers_mut()
             .insert(header::CONTENT_SECURITY_POLICY, csp);
     }
-    Some(response)
+    response
 }
 
 /// The headers every answer on pith's own paths carries: never cached, never sniffed as

@@ -3,6 +3,11 @@
 /// Name of the counter of ledger rows dropped because the write queue was full.
 pub const DROPPED_ROWS: &str = "dropped_rows";
 
+/// Name of the counter of spool entries found damaged (a write torn when the proxy was killed,
+/// a damaged disk) and skipped: records that were kept and could not be read back, told apart
+/// from [`DROPPED_ROWS`] (records never kept).
+pub const DAMAGED_ENTRIES: &str = "damaged_spool_entries";
+
 /// The stage of a [`Saving`] that charges a cache bust pith caused to the stage that caused
 /// it: `bust:<stage>`. Derived where rows are paired (the writer, a replica), never shipped.
 pub const BUST_CHARGE: &str = "bust:";

@@ -559,6 +559,15 @@ fn check_spool(report: &mut Report, path: &std::path::Path, ledger: &pith_store:
              the free space beside the ledger",
         ),
     }
+    match ledger.counter(pith_store::ledger::DAMAGED_ENTRIES) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => report.warn(
+            "ledger spool damage",
+            format!("{n} requests kept in the spool were found damaged and skipped"),
+            "a write torn when pith was killed mid-write, or a failing disk: stop pith with \
+             SIGTERM rather than kill -9, and check the disk beside the ledger",
+        ),
+    }
 }
 
 /// Team mode: how many of this machine's history messages wait to ship.

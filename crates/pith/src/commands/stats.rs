@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use pith_store::ledger::{BUST_CHARGE, DROPPED_ROWS, Filter, Group, Ledger};
+use pith_store::ledger::{BUST_CHARGE, DAMAGED_ENTRIES, DROPPED_ROWS, Filter, Group, Ledger};
 use pith_transform::FactKind;
 use serde::Serialize;
 
@@ -273,6 +273,9 @@ pub(crate) struct Report {
     /// Requests the proxy served but could not keep for the ledger (its spool at its limit or
     /// its disk refusing the write; before the spool, a full write queue).
     dropped_rows: u64,
+    /// Entries the proxy had kept in its spool and found damaged when it read them (a write
+    /// torn when it was killed): requests with no row, for another cause than `dropped_rows`.
+    damaged_spool_entries: u64,
     /// Requests refused before they were served, by reason (counted, not rows: a flood of
     /// unauthenticated requests does not grow the ledger).
     refused_requests: BTreeMap<&'static str, u64>,
@@ -461,6 +464,7 @@ fn build_report(
         total: sums.total,
         transforms,
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
+        damaged_spool_entries: ledger.counter(DAMAGED_ENTRIES)?,
         refused_requests: refusals(ledger)?,
         ledger_backlog: ledger_backlog(path, ledger),
         cache_busts: ledger.cache_busts(filter)?,
@@ -1051,6 +1055,12 @@ fn render_tail(out: &mut String, r: &Report) {
         "transform failures: {}   requests lost to the ledger: {}\n",
         r.transform_failures, r.dropped_rows
     ));
+    if r.damaged_spool_entries > 0 {
+        out.push_str(&format!(
+            "damaged in the ledger spool and skipped: {} (entries torn when pith was killed)\n",
+            r.damaged_spool_entries
+        ));
+    }
     render_refused(out, r);
     if r.ledger_backlog.requests > 0 {
         out.push_str(&format!(
@@ -1290,6 +1300,12 @@ fn ledger_families(r: &Report) -> Vec<Family> {
             "counter",
             "Requests served but not kept for the ledger (spool at its limit, or disk refused).",
             single(r.dropped_rows as f64),
+        ),
+        family(
+            "pith_ledger_damaged_spool_entries_total",
+            "counter",
+            "Requests kept in the spool but found damaged when read (a write torn by a kill), skipped.",
+            single(r.damaged_spool_entries as f64),
         ),
         family(
             "pith_refused_requests_total",

@@ -291,6 +291,18 @@ impl OwnPages for Dashboard {
         Some(page_policy())
     }
 
+    fn liveness(&self) -> OwnPage {
+        let draining = self.draining.load(Ordering::SeqCst);
+        json_page(
+            if draining {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            },
+            &json!({ "status": if draining { "draining" } else { "ok" } }),
+        )
+    }
+
     fn get(&self, path: &str, query: &str) -> Option<OwnPage> {
         if path == "/" {
             return Some(OwnPage {

@@ -293,10 +293,12 @@ fn a_full_disk_under_the_spool_keeps_serving_and_counts_what_it_lost() {
     let mock = MockUpstream::start().unwrap();
     mock.set_recording(false);
     let home = tempfile::tempdir().unwrap();
-    let small = tempfile::tempdir().unwrap();
+    // The tmpfs is mounted where the spool lives (pith opens its own files through no link).
+    let small = home.path().join("ledger.db-spool");
+    std::fs::create_dir(&small).unwrap();
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
-        .arg(small.path())
+        .args(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs"])
+        .arg(&small)
         .status()
         .unwrap();
     assert!(
@@ -309,8 +311,7 @@ fn a_full_disk_under_the_spool_keeps_serving_and_counts_what_it_lost() {
             let _ = Command::new("umount").arg(&self.0).status();
         }
     }
-    let _unmount = Unmount(small.path().to_owned());
-    std::os::unix::fs::symlink(small.path(), home.path().join("ledger.db-spool")).unwrap();
+    let _unmount = Unmount(small.clone());
     let pith = PithProxy::start_in(home, &mock.url(), &mock.url(), &[]);
     let db = pith.ledger_path();
     let lock = WriteLock::take(&db);

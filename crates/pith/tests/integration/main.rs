@@ -20,6 +20,7 @@ mod hardening;
 mod history;
 mod hook;
 mod hostile_bodies;
+mod hostile_peers;
 mod ledger;
 mod mcp;
 mod memory;

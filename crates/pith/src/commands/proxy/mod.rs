@@ -451,9 +451,9 @@ fn ledger_stats_line(sink: &LedgerSink) -> String {
         n => format!(", {n} left in the spool for the next start"),
     };
     format!(
-        "ledger: {} rows written, {} lost, {} write errors, {} rows kept without their \
-         derivations{waiting}; history: {} write errors",
-        s.written, s.lost, s.write_errors, s.derivation_errors, s.history_errors
+        "ledger: {} rows written, {} lost, {} damaged in the spool, {} write errors, {} rows \
+         kept without their derivations{waiting}; history: {} write errors",
+        s.written, s.lost, s.damaged, s.write_errors, s.derivation_errors, s.history_errors
     )
 }
 

@@ -808,15 +808,9 @@ mod tests {
         }
     }
 
-    /// A runtime library that is not the catalog's loads only from a directory only this user
-    /// can change: not one others can write, not through a link.
-    #[cfg(unix)]
-    #[test]
-    fn a_runtime_library_not_the_catalogs_loads_only_from_the_users_own_directory() {
-        use std::os::unix::fs::PermissionsExt;
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("model");
-        std::fs::create_dir(&dir).unwrap();
+    /// A model directory made by hand in `dir` (three one-byte files and their manifest); its
+    /// manifest.
+    fn hand_made(dir: &Path) -> Manifest {
         let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
         write("model.onnx", "m");
         write("tokenizer.json", "t");
@@ -841,6 +835,19 @@ mod tests {
             sources: vec![],
         };
         write(MANIFEST, &serde_json::to_string(&manifest).unwrap());
+        manifest
+    }
+
+    /// A runtime library that is not the catalog's loads only from a directory only this user
+    /// can change: not one others can write, not through a link.
+    #[cfg(unix)]
+    #[test]
+    fn a_runtime_library_not_the_catalogs_loads_only_from_the_users_own_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("model");
+        std::fs::create_dir(&dir).unwrap();
+        hand_made(&dir);
         let chmod = |path: &Path, mode| {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
         };
@@ -877,29 +884,7 @@ mod tests {
     fn a_changed_file_or_a_path_outside_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
-        write("model.onnx", "m");
-        write("tokenizer.json", "t");
-        write("libonnxruntime.so.1", "r");
-        let entry = |role, file: &str| {
-            let (bytes, sha256) = digest(&dir.path().join(file)).unwrap();
-            ManifestFile {
-                role,
-                file: file.to_owned(),
-                bytes,
-                sha256,
-            }
-        };
-        let mut manifest = Manifest {
-            id: None,
-            name: "hand-made".into(),
-            files: vec![
-                entry(Role::Model, "model.onnx"),
-                entry(Role::Tokenizer, "tokenizer.json"),
-                entry(Role::Runtime, "libonnxruntime.so.1"),
-            ],
-            sources: vec![],
-        };
-        write(MANIFEST, &serde_json::to_string(&manifest).unwrap());
+        let mut manifest = hand_made(dir.path());
         let ok = verify(dir.path()).unwrap();
         assert_eq!(ok.tokenizer, dir.path().join("tokenizer.json"));
         write("tokenizer.json", "T");

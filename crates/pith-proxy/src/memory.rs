@@ -9,8 +9,6 @@
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::ledger::Record;
-
 /// How long after the last large body was freed memory is handed back.
 const QUIET: Duration = Duration::from_millis(500);
 
@@ -106,22 +104,15 @@ impl Releaser {
     }
 }
 
-/// The bytes a record's bodies take.
-pub(crate) fn bodies_of(r: &Record) -> usize {
-    r.request_body.len()
-        + r.upstream_body.as_ref().map_or(0, |b| b.len())
-        + r.conversation_body.as_ref().map_or(0, |b| b.len())
-        + r.response_chunks.iter().map(|c| c.len()).sum::<usize>()
-}
-
 /// Says how large each of the records it noted was ([`freed`]) when it is dropped: declared
 /// before the records, it is dropped after them, on every way out of a function.
 #[derive(Default)]
 pub(crate) struct FreedAfter(Vec<usize>);
 
 impl FreedAfter {
-    pub(crate) fn note(&mut self, records: &[Record]) {
-        self.0.extend(records.iter().map(bodies_of));
+    /// Note the sizes of what will be freed (each record's `body_bytes`).
+    pub(crate) fn note(&mut self, sizes: impl IntoIterator<Item = usize>) {
+        self.0.extend(sizes);
     }
 }
 

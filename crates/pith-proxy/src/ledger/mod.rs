@@ -386,7 +386,7 @@ impl LedgerSink {
     /// be kept is counted and logged.
     pub(crate) fn submit(&self, record: Record) {
         let appended = self.shared.spool.append(&record);
-        let (size, arrival_us) = (crate::memory::bodies_of(&record), record.arrival_us);
+        let (size, arrival_us) = (record.body_bytes(), record.arrival_us);
         drop(record);
         crate::memory::freed(size);
         if let Err(why) = appended {
@@ -671,7 +671,7 @@ fn drain(shared: &Shared) -> Drained {
 fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
     let mut freed = crate::memory::FreedAfter::default();
     let batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
-    freed.note(&batch.records);
+    freed.note(batch.records.iter().map(Record::body_bytes));
     // Requests lost after their answer was announced, announcements read by now: closed with
     // this batch, so none comes back as `interrupted` (each is counted as lost already).
     let lost_open = shared.lost_open_through(batch.end);
@@ -800,7 +800,7 @@ fn drain_derivations(store: &mut Store, shared: &Shared) -> Drained {
     let batch = shared
         .spool
         .read_until(store.derived, Some(store.position), BATCH, BATCH_BYTES);
-    freed.note(&batch.records);
+    freed.note(batch.records.iter().map(Record::body_bytes));
     if batch.end == store.derived {
         return Drained::Nothing;
     }

@@ -58,6 +58,14 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// The bytes its bodies take (what freeing it gives back: `crate::memory`).
+    pub(crate) fn body_bytes(&self) -> usize {
+        self.request_body.len()
+            + self.upstream_body.as_ref().map_or(0, |b| b.len())
+            + self.conversation_body.as_ref().map_or(0, |b| b.len())
+            + self.response_chunks.iter().map(|c| c.len()).sum::<usize>()
+    }
+
     /// The provider answered with a 4xx or 5xx.
     pub fn upstream_status_failed(&self) -> bool {
         self.status.is_some_and(|s| !(200..300).contains(&s))

@@ -34,24 +34,33 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
 }
 
 /// Whether a record's row has derivations to wait for: a request on one of the three wires
-/// (other than `count_tokens`) has a prompt to fingerprint and maybe a turn to record.
+/// (other than `count_tokens`) has a prompt to fingerprint and maybe a turn to record, unless
+/// the record kept only its prompt's facts ([`Record::conversation_as_facts`]).
 pub(super) fn has_derivations(r: &Record) -> bool {
-    r.wire.is_some() && !r.path.ends_with("/count_tokens")
+    r.wire.is_some() && !r.path.ends_with("/count_tokens") && r.prompt_facts.is_none()
+}
+
+/// The facts of `prompt`, the prompt of `r`, as its row reads them: the session is looked for
+/// in the body only when no header named it.
+pub(super) fn facts_of(r: &Record, prompt: &[u8]) -> request::RequestFacts {
+    let session_need = match r.header_session {
+        Some(_) => request::SessionNeed::Known,
+        None => request::SessionNeed::FromBody,
+    };
+    r.wire
+        .map(|w| request::request_facts(w, prompt, session_need))
+        .unwrap_or_default()
 }
 
 /// The session a record belongs to: its header's, else its body's (`metadata.user_id`, else a
 /// hash of the first user message); and the request's facts read on the way.
 fn session_and_facts(r: &Record) -> (Option<String>, request::RequestFacts) {
-    let session_need = match r.header_session {
-        Some(_) => request::SessionNeed::Known,
-        None => request::SessionNeed::FromBody,
+    // A WebSocket create's facts are its conversation's: the prompt the provider sees (read
+    // when pith answered the turn itself, the conversation not kept).
+    let mut facts = match &r.prompt_facts {
+        Some(facts) => facts.clone(),
+        None => facts_of(r, &prompt_of(r)),
     };
-    // A WebSocket create's facts are its conversation's: the prompt the provider sees.
-    let prompt = prompt_of(r);
-    let mut facts = r
-        .wire
-        .map(|w| request::request_facts(w, &prompt, session_need))
-        .unwrap_or_default();
     let session = r
         .header_session
         .clone()
@@ -417,6 +426,50 @@ mod tests {
         );
         let other = [applied("pins", vec![Fact::level("pins", 2)])];
         assert!(answered_locally(&anatomy, &other).is_empty());
+    }
+
+    /// A turn pith answered on a socket keeps its conversation's facts instead of the
+    /// conversation: its row reads the same (model, session, anatomy, the saving priced on the
+    /// conversation), and has no derivations to wait for.
+    #[test]
+    fn a_record_keeping_its_conversations_facts_reads_as_its_conversation() {
+        let conversation = serde_json::json!({"model": "gpt-5.5", "instructions": "be brief",
+            "tools": [{"type": "function", "name": "ls"}], "input": [
+                {"type": "message", "role": "user", "content": "x".repeat(40_000)},
+                {"type": "message", "role": "user", "content": "@pith pin be concise"}]});
+        let whole = Record {
+            wire: Some(Wire::Responses),
+            method: "WEBSOCKET".into(),
+            path: "/v1/responses".into(),
+            status: Some(200),
+            outcome: RequestOutcome::Local,
+            request_body: bytes::Bytes::from_static(br#"{"type":"response.create"}"#),
+            conversation_body: Some(bytes::Bytes::from(conversation.to_string())),
+            transforms: vec![applied(
+                "pins",
+                vec![Fact::count(ANSWERED_FACT, 1), Fact::level("pins", 1)],
+            )],
+            ..Record::default()
+        };
+        let mut facts = whole.clone();
+        facts.conversation_as_facts();
+        assert_eq!(facts.conversation_body, None);
+        let mut expected = core_row(&whole);
+        assert!(expected.derivations_pending);
+        assert!(
+            expected
+                .session
+                .as_deref()
+                .is_some_and(|s| s.starts_with("h-"))
+        );
+        let prompt = expected.tools_bytes + expected.system_bytes + expected.messages_bytes;
+        assert!(prompt > 40_000, "{expected:?}");
+        let tokens = i64::try_from(prompt.div_ceil(4)).unwrap();
+        assert_eq!(bands(&expected.savings), [("pins", "cache_read", tokens)]);
+        expected.derivations_pending = false;
+        assert_eq!(core_row(&facts), expected);
+        let (derivation, turn) = derivations(&facts, None);
+        assert_eq!((derivation.fingerprint, turn.is_none()), (None, true));
     }
 
     fn applied(stage: &'static str, facts: Vec<Fact>) -> Report {

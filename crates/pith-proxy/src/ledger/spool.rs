@@ -35,6 +35,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use pith_outcome::RequestOutcome;
 use pith_transform::{FactKind, Site};
+use pith_wire::request::{Anatomy, RequestFacts};
 use pith_wire::{Provider, Wire};
 
 use super::record::{Record, Report, ReportFact, ReportResult};
@@ -824,11 +825,19 @@ const WITH_CONVERSATION: u8 = 0x80;
 /// Set in an entry's kind byte when the record's `request_encoding` follows the conversation
 /// (entries an older pith wrote do not).
 const WITH_REQUEST_ENCODING: u8 = 0x40;
+/// Set in an entry's kind byte when the record's `prompt_facts` follow its request encoding
+/// (only then: an entry without them reads as an older pith wrote it).
+const WITH_PROMPT_FACTS: u8 = 0x20;
 
 /// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.
 pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     let bodies = kind == FINISHED;
-    put_u8(b, kind | WITH_CONVERSATION | WITH_REQUEST_ENCODING);
+    let facts = if r.prompt_facts.is_some() {
+        WITH_PROMPT_FACTS
+    } else {
+        0
+    };
+    put_u8(b, kind | WITH_CONVERSATION | WITH_REQUEST_ENCODING | facts);
     put_i64(b, r.ts_ms);
     put_i64(b, r.arrival_us);
     put_bytes(b, r.client.as_bytes());
@@ -896,6 +905,16 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     put_opt(b, r.request_encoding.as_deref(), |b, v| {
         put_bytes(b, v.as_bytes())
     });
+    if let Some(f) = &r.prompt_facts {
+        let put_str = |b: &mut Vec<u8>, v: &str| put_bytes(b, v.as_bytes());
+        put_opt(b, f.model.as_deref(), put_str);
+        let a = &f.anatomy;
+        for n in [a.tools, a.system, a.messages, a.other] {
+            put_u64(b, n);
+        }
+        put_opt(b, f.metadata_session.as_deref(), put_str);
+        put_opt(b, f.first_user_hash.as_deref(), put_str);
+    }
 }
 
 /// Reads a payload front to back; every read checks the length left.
@@ -1038,7 +1057,7 @@ fn read_reports(r: &mut Reader<'_>) -> Option<Vec<Report>> {
 pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let mut r = Reader { rest: payload };
     let tagged = r.u8()?;
-    let kind = tagged & !(WITH_CONVERSATION | WITH_REQUEST_ENCODING);
+    let kind = tagged & !(WITH_CONVERSATION | WITH_REQUEST_ENCODING | WITH_PROMPT_FACTS);
     if kind != FINISHED && kind != OPENED {
         return None;
     }
@@ -1085,6 +1104,21 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     } else {
         None
     };
+    let prompt_facts = if tagged & WITH_PROMPT_FACTS != 0 {
+        Some(RequestFacts {
+            model: r.opt(Reader::string)?,
+            anatomy: Anatomy {
+                tools: r.u64()?,
+                system: r.u64()?,
+                messages: r.u64()?,
+                other: r.u64()?,
+            },
+            metadata_session: r.opt(Reader::string)?,
+            first_user_hash: r.opt(Reader::string)?,
+        })
+    } else {
+        None
+    };
     if !r.rest.is_empty() {
         return None;
     }
@@ -1108,6 +1142,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
             upstream_body,
             conversation_body,
             request_encoding,
+            prompt_facts,
             bytes_upstream,
             response_chunks,
             response_bytes,
@@ -1144,6 +1179,7 @@ mod tests {
             upstream_body: Some(Bytes::from_static(b"{\"x\":1}")),
             conversation_body: Some(Bytes::from_static(b"{\"input\":[]}")),
             request_encoding: None,
+            prompt_facts: None,
             bytes_upstream: 7,
             response_chunks: vec![Bytes::from_static(b"data: a\n\n"), Bytes::from_static(b"b")],
             response_bytes: 10,
@@ -1180,6 +1216,17 @@ mod tests {
     fn a_record_round_trips() {
         let record = Record {
             request_encoding: Some("zstd".into()),
+            prompt_facts: Some(RequestFacts {
+                model: Some("gpt-5.5".into()),
+                anatomy: Anatomy {
+                    tools: 1,
+                    system: 2,
+                    messages: 3 << 20,
+                    other: 4,
+                },
+                metadata_session: None,
+                first_user_hash: Some("h-0123456789abcdef".into()),
+            }),
             ..full_record(3)
         };
         let mut buf = Vec::new();

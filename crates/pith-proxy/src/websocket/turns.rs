@@ -7,7 +7,8 @@
 //! relative to what the provider holds), **respond** (the provider's events, one per frame; the
 //! provider's refusal of a changed frame answered by sending the client's own: the last check),
 //! **record** (the one record builder, `Context::take_pending`, shaped as the SSE stream of a
-//! `POST /v1/responses` so usage and errors are read as for HTTP). Only framing and the
+//! `POST /v1/responses` so usage and errors are read as for HTTP; a turn pith answered keeps
+//! its frame and the facts of its conversation, not the conversation). Only framing and the
 //! transcript are the socket's own.
 
 use std::sync::Arc;
@@ -328,12 +329,15 @@ impl Turns {
         ctx.response_is_sse = true;
         ctx.bytes_upstream = 0;
         if let Some(mut pending) = ctx.take_pending(RequestOutcome::Local) {
-            let chunks: Vec<Bytes> = events
+            // The frame and the conversation's facts, as pith's answer over HTTP is recorded
+            // (its size, not its events: they list the pins, which the conversation holds, and
+            // bill nothing): what a turn that went nowhere spools is bounded by its frame, not
+            // by the conversation the socket holds.
+            pending.record.conversation_as_facts();
+            pending.record.response_bytes = events
                 .iter()
-                .map(|e| sse_chunk(&event_type(e).0, e))
-                .collect();
-            pending.record.response_bytes = chunks.iter().map(|c| c.len() as u64).sum();
-            pending.record.response_chunks = chunks;
+                .map(|e| sse_chunk(&event_type(e).0, e).len() as u64)
+                .sum();
             pending.record.ttfb_ms = Some(0.0);
             pending.finish(End::Complete, None);
         }

@@ -1,7 +1,7 @@
 //! Bodies and sockets a client can send to cost the proxy memory, disk or descriptors (issue
-//! 45, findings 11, 13 and 16): compressed bodies that decode to gigabytes, sockets held open
-//! by the hundred, large bodies that leave their pages behind. Memory is read from the
-//! proxy's own `/proc/PID/status`.
+//! 45, findings 11, 12, 13 and 16): compressed bodies that decode to gigabytes, tiny frames
+//! that spooled a whole conversation each, sockets held open by the hundred, large bodies that
+//! leave their pages behind. Memory is read from the proxy's own `/proc/PID/status`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -321,4 +321,112 @@ fn memory_taken_by_large_bodies_goes_back_when_they_are_done() {
         at_rest / MIB,
         peak / MIB
     );
+}
+
+/// The bytes of the files in `dir` (none when it does not exist).
+fn size_of_dir(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map(|e| e.unwrap().metadata().unwrap())
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Finding 12: each `@pith pin` create pith answered itself on a socket (a frame of about 150
+/// bytes) put the whole conversation the socket holds in the ledger's spool: 100 such frames
+/// wrote 1.58 GB to disk with no call upstream. A turn pith answers spools its frame, its
+/// answer and the few facts its row reads from the conversation; every turn is still one row,
+/// its saving priced on the conversation.
+#[test]
+fn pin_turns_on_a_socket_spool_their_frame_not_the_conversation_it_holds() {
+    let rt = runtime();
+    let sockets = rt
+        .block_on(SocketMock::start(Arc::new(|_: &Value, _| {
+            frames_of(&responses::stream(&["Hi."], fixtures::DEFAULT_USAGE))
+        })))
+        .unwrap();
+    let pith = PithProxy::start_with(&sockets.url(), &sockets.url(), &[]);
+    let held = 2 * MIB;
+    let create = |previous: Option<&str>, text: &str| {
+        let mut c = json!({"type": "response.create", "model": "gpt-5.5", "stream": true,
+            "store": false, "input": [{"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]}]});
+        if let Some(id) = previous {
+            c["previous_response_id"] = json!(id);
+        }
+        c.to_string()
+    };
+    let id_of = |events: &[String]| -> String {
+        let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+        assert_eq!(last["type"], "response.completed", "{events:?}");
+        last["response"]["id"].as_str().unwrap().to_owned()
+    };
+    let mut ws = rt.block_on(crate::websocket::open_with(&pith, &[]));
+    // One turn that goes up, with a large input: the socket holds a conversation of 2 MiB.
+    let mut previous = rt.block_on(async {
+        let big = "x".repeat(usize::try_from(held).unwrap());
+        ws.send(Message::text(create(None, &big))).await.unwrap();
+        id_of(&crate::websocket::answer(&mut ws).await)
+    });
+    pith.wait_rows(1);
+    // The ledger's writers locked out: what the pin turns spool stays in the spool.
+    let mut lock = rusqlite::Connection::open(pith.ledger_path()).unwrap();
+    lock.busy_timeout(Duration::from_secs(20)).unwrap();
+    let lock = lock
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
+        .unwrap();
+    let spool = pith.home.path().join("ledger.db-spool");
+    let before = size_of_dir(&spool);
+    let pins = 50;
+    let mut frames = 0;
+    rt.block_on(async {
+        for _ in 0..pins {
+            let frame = create(Some(&previous), crate::pins::PIN);
+            frames += frame.len() as u64;
+            ws.send(Message::text(frame)).await.unwrap();
+            let events = crate::websocket::answer(&mut ws).await;
+            previous = id_of(&events);
+            assert!(previous.starts_with("resp_pith_"), "{events:?}");
+        }
+    });
+    // Each record is in the spool before its answer is sent.
+    let grown = size_of_dir(&spool).saturating_sub(before);
+    drop(lock);
+    // Its frame and a few facts each; before, the conversation each (100 MiB here).
+    assert!(
+        grown < frames + pins * 1024,
+        "{pins} pin turns of {frames} bytes in all grew the spool by {grown} bytes"
+    );
+    assert_eq!(sockets.seen().creates().len(), 1, "a pin turn went up");
+    // Every turn a row, once: the pin turns pith's own, priced on the conversation they saved.
+    let rows = pith.wait_rows(1 + pins as usize);
+    pith.flush();
+    let rows_now = support::rows(&pith.ledger_path());
+    assert_eq!(rows_now.len(), rows.len());
+    assert_eq!(rows.len(), 1 + pins as usize, "{rows:?}");
+    let mut arrivals: Vec<Option<i64>> = rows.iter().map(|r| r.arrival_us).collect();
+    arrivals.sort_unstable();
+    arrivals.dedup();
+    assert_eq!(arrivals.len(), rows.len(), "a turn recorded twice");
+    assert_eq!(rows[0].outcome.as_str(), "ok");
+    for row in &rows[1..] {
+        assert_eq!(row.outcome.as_str(), "local", "{row:?}");
+        assert_eq!(row.model.as_deref(), Some("gpt-5.5"), "{row:?}");
+        assert_eq!(row.session.as_deref(), Some("019-session"), "{row:?}");
+        assert!(row.messages_bytes > held, "{row:?}");
+        let prompt = row.tools_bytes + row.system_bytes + row.messages_bytes;
+        let saved: Vec<(&str, &str, i64)> = row
+            .savings
+            .iter()
+            .map(|s| (s.stage.as_str(), s.band.as_str(), s.tokens))
+            .collect();
+        let tokens = i64::try_from(prompt.div_ceil(4)).unwrap();
+        assert_eq!(saved, [("pins", "cache_read", tokens)], "{row:?}");
+    }
+    let report: Value =
+        serde_json::from_slice(&support::pith_stats(&pith, &["--json"]).stdout).unwrap();
+    assert_eq!(report["dropped_rows"], 0, "{report}");
 }

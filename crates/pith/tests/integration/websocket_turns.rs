@@ -150,12 +150,14 @@ fn a_pin_turn_between_two_real_turns_is_answered_on_the_socket_and_the_chain_sta
         ["first", "answer 1", "second", "answer 2", "third"]
     );
 
-    // One row per create: the pin turn pith's own, the others the provider's, with usage.
+    // One row per create: the pin turn pith's own (no usage, as over HTTP: it billed nothing),
+    // the others the provider's, with usage.
     let rows = pith.wait_rows(4);
     let outcomes: Vec<&str> = rows.iter().map(|r| r.outcome.as_str()).collect();
     assert_eq!(outcomes, ["ok", "local", "ok", "ok"], "{rows:?}");
     assert!(rows.iter().all(|r| r.method == "WEBSOCKET"));
-    assert!(rows.iter().all(|r| r.usage.is_some()), "{rows:?}");
+    let usages: Vec<bool> = rows.iter().map(|r| r.usage.is_some()).collect();
+    assert_eq!(usages, [true, false, true, true], "{rows:?}");
     for row in [&rows[2], &rows[3]] {
         assert!(
             row.transforms.iter().any(|t| t.stage == "pins"
@@ -373,16 +375,16 @@ fn the_real_codex_pins_on_its_websocket_and_the_pin_rides_the_resumed_session() 
     assert!(seen.connections >= 2, "{}", seen.connections);
     drop(seen);
 
-    // One row per create (two warm-ups, pith's answer, the turn), each with usage.
+    // One row per create (two warm-ups, pith's answer, the turn), the provider's with usage
+    // (pith's own has none, as over HTTP: it billed nothing).
     let rows = pith.wait_rows(creates.len() + 1);
     let ws: Vec<_> = rows.iter().filter(|r| r.method == "WEBSOCKET").collect();
     assert_eq!(ws.len(), creates.len() + 1, "{rows:?}");
-    assert!(ws.iter().all(|r| r.usage.is_some()), "{ws:?}");
-    assert_eq!(
-        ws.iter().filter(|r| r.outcome.as_str() == "local").count(),
-        1,
-        "{ws:?}"
-    );
+    let (local, provider): (Vec<&&pith_store::ledger::Row>, Vec<_>) =
+        ws.iter().partition(|r| r.outcome.as_str() == "local");
+    assert_eq!(local.len(), 1, "{ws:?}");
+    assert!(local[0].usage.is_none(), "{ws:?}");
+    assert!(provider.iter().all(|r| r.usage.is_some()), "{ws:?}");
     // History holds both turns.
     let session = ws[0].session.clone().unwrap();
     let recorded = crate::history::wait_recorded(&pith, &session, 4);

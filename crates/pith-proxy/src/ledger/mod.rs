@@ -29,6 +29,7 @@ use pith_store::ledger::{DAMAGED_ENTRIES, DROPPED_ROWS, Derivation, Ledger, Row,
 
 use crate::history::{HistorySink, Labels};
 pub(crate) use record::{Record, Report, arrival_now};
+pub(crate) use row::keep_conversation_facts;
 pub use spool::{
     DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError, dir_beside as spool_dir,
 };

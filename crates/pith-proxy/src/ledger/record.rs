@@ -46,7 +46,7 @@ pub(crate) struct Record {
     /// the writer decodes it to read the prompt (`row::prompt_of`).
     pub request_encoding: Option<String>,
     /// The prompt's facts, read when the request was answered, for a record that does not
-    /// carry its prompt ([`Record::conversation_as_facts`]): the row reads these instead.
+    /// carry its prompt (`row::keep_conversation_facts`): the row reads these instead.
     pub prompt_facts: Option<RequestFacts>,
     pub bytes_upstream: u64,
     pub response_chunks: Vec<Bytes>,
@@ -73,25 +73,6 @@ impl Record {
     /// The provider answered with a 4xx or 5xx.
     pub fn upstream_status_failed(&self) -> bool {
         self.status.is_some_and(|s| !(200..300).contains(&s))
-    }
-
-    /// Keep the facts the row reads from the conversation (model, session, anatomy, so the
-    /// saving of a turn pith answered is priced on the conversation), not the conversation.
-    /// For a WebSocket turn pith answers itself: a frame of a few hundred bytes continues a
-    /// conversation the socket holds (up to 16 MiB), and kept whole it went to the spool at
-    /// every such turn with no call upstream (100 pin frames wrote 1.58 GB). So what the
-    /// turn spools is its frame and these facts. The row has no derivations: no
-    /// provider's cache saw the prompt, so its fingerprint is paired with nothing, and the
-    /// turn reaches history with the conversation of the socket's next turn that goes up (a
-    /// pin turn that is the socket's last has its row, and no history turn).
-    pub fn conversation_as_facts(&mut self) {
-        let Some(conversation) = self.conversation_body.take() else {
-            return;
-        };
-        self.prompt_facts = Some(super::row::facts_of(self, &conversation));
-        let size = conversation.len();
-        drop(conversation);
-        crate::memory::freed(size);
     }
 }
 

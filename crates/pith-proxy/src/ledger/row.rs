@@ -33,9 +33,28 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
     (row, turn)
 }
 
+/// Keep the facts the row reads from the conversation (model, session, anatomy, so the
+/// saving of a turn pith answered is priced on the conversation), not the conversation.
+/// For a WebSocket turn pith answers itself: a frame of a few hundred bytes continues a
+/// conversation the socket holds (up to 16 MiB), and kept whole it went to the spool at
+/// every such turn with no call upstream (100 pin frames wrote 1.58 GB). So what the
+/// turn spools is its frame and these facts. The row has no derivations: no
+/// provider's cache saw the prompt, so its fingerprint is paired with nothing, and the
+/// turn reaches history with the conversation of the socket's next turn that goes up (a
+/// pin turn that is the socket's last has its row, and no history turn).
+pub(crate) fn keep_conversation_facts(r: &mut Record) {
+    let Some(conversation) = r.conversation_body.take() else {
+        return;
+    };
+    r.prompt_facts = Some(facts_of(r, &conversation));
+    let size = conversation.len();
+    drop(conversation);
+    crate::memory::freed(size);
+}
+
 /// Whether a record's row has derivations to wait for: a request on one of the three wires
 /// (other than `count_tokens`) has a prompt to fingerprint and maybe a turn to record, unless
-/// the record kept only its prompt's facts ([`Record::conversation_as_facts`]).
+/// the record kept only its prompt's facts ([`keep_conversation_facts`]).
 pub(super) fn has_derivations(r: &Record) -> bool {
     r.wire.is_some() && !r.path.ends_with("/count_tokens") && r.prompt_facts.is_none()
 }
@@ -452,7 +471,7 @@ mod tests {
             ..Record::default()
         };
         let mut facts = whole.clone();
-        facts.conversation_as_facts();
+        keep_conversation_facts(&mut facts);
         assert_eq!(facts.conversation_body, None);
         let mut expected = core_row(&whole);
         assert!(expected.derivations_pending);

@@ -333,7 +333,7 @@ impl Turns {
             // (its size, not its events: they list the pins, which the conversation holds, and
             // bill nothing): what a turn that went nowhere spools is bounded by its frame, not
             // by the conversation the socket holds.
-            pending.record.conversation_as_facts();
+            crate::ledger::keep_conversation_facts(&mut pending.record);
             pending.record.response_bytes = events
                 .iter()
                 .map(|e| sse_chunk(&event_type(e).0, e).len() as u64)

@@ -58,21 +58,18 @@ impl Origins {
                 format!("{} is not a brain file", Brain::db_path(root).display()),
             )
         })?;
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(&self.dir)?;
+        pith_paths::private::create_dir(&self.dir)?;
         let path = self.record(root);
         let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let written = options
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(format!("{id}\n").as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, &path));
+        let written = pith_paths::private::open(
+            &tmp,
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true),
+        )
+        .and_then(|mut f| f.write_all(format!("{id}\n").as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
         if written.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }

@@ -261,21 +261,19 @@ impl PithServer {
         blocking(move || {
             let read = files::read(&ws, &a.path, a.start_line, a.end_line)?;
             // A pointer must never cost the read: a brain that cannot be opened adds nothing.
-            let pointers = with_brain(&brain, &ws, false, |b| b.pointers(&read.rel))
-                .unwrap_or_else(|e| {
-                    tracing::warn!(
-                        "memory pointers for {}: {}",
-                        read.rel,
-                        render::error_chain(&e)
-                    );
-                    None
-                })
-                .unwrap_or_default();
+            let (pointers, origin) = with_brain(&brain, &ws, false, |b| {
+                Ok((b.pointers(&read.rel)?, b.origin()))
+            })
+            .unwrap_or_else(|e| {
+                tracing::warn!(
+                    "memory pointers for {}: {}",
+                    read.rel,
+                    render::error_chain(&e)
+                );
+                None
+            })
+            .unwrap_or((Vec::new(), Origin::Own));
             let mut text = read.text;
-            let origin = with_brain(&brain, &ws, false, |b| Ok(b.origin()))
-                .ok()
-                .flatten()
-                .unwrap_or(Origin::Own);
             if let Some(line) = render::pointer_line(&pointers, &HINTS) {
                 let line = render::from_origin(line, origin);
                 text.push_str(&line);

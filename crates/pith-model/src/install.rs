@@ -584,11 +584,7 @@ impl Drop for Scratch {
 /// `dir` and its missing parents, made 0700 whatever the umask (which can only take bits
 /// away): a model's files are the user's alone, as everything under `$PITH_HOME` is.
 pub fn create_private_dir_all(dir: &Path) -> Result<(), ModelError> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(|source| ModelError::Io {
+    pith_paths::private::create_dir(dir).map_err(|source| ModelError::Io {
         path: dir.to_owned(),
         source,
     })
@@ -596,11 +592,7 @@ pub fn create_private_dir_all(dir: &Path) -> Result<(), ModelError> {
 
 /// A new file, 0600 whatever the umask; never one already there (nor a link in its place).
 fn create_private_file(path: &Path) -> Result<std::fs::File, ModelError> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path).map_err(|source| ModelError::Io {
+    pith_paths::private::create_new(path).map_err(|source| ModelError::Io {
         path: path.to_owned(),
         source,
     })

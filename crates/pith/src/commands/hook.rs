@@ -36,19 +36,14 @@ pub fn run(_args: Args, config: Option<&HookConfig>) {
         return;
     };
     let settings = settings(config);
-    // Where each brain came from: without a home of pith's own, none is known as the user's.
-    let origins = crate::config::pith_home()
-        .ok()
-        .map(|home| Origins::new(&home));
     let note = recall::recall(&input, &settings, &mut |ws: &Workspace, access| {
         match open_workspace_brain_for_hook(ws.clone(), access, BUSY) {
             Ok(mut brain) => {
+                // Where it came from, looked up only once a brain is open (most calls find
+                // none): without a home of pith's own, none is known as the user's.
                 if let Some(brain) = &mut brain {
-                    brain.set_origin(
-                        origins
-                            .as_ref()
-                            .map_or(Origin::Project, |o| o.of(ws.root())),
-                    );
+                    let origins = crate::config::pith_home().ok().map(|h| Origins::new(&h));
+                    brain.set_origin(origins.map_or(Origin::Project, |o| o.of(ws.root())));
                 }
                 brain
             }

@@ -51,6 +51,14 @@ fn zstd_post(pith: &PithProxy, body: Vec<u8>) -> http::Request<http_body_util::F
     )
 }
 
+/// A Responses WebSocket upstream that answers every turn "Hi.".
+fn saying_hi(rt: &tokio::runtime::Runtime) -> SocketMock {
+    rt.block_on(SocketMock::start(Arc::new(|_: &Value, _| {
+        frames_of(&responses::stream(&["Hi."], fixtures::DEFAULT_USAGE))
+    })))
+    .unwrap()
+}
+
 /// Finding 11, memory: 48 bodies of 131 KB that each decode to 4 GiB, sent at once, took the
 /// proxy to 7.2 GB (each decode grew to the 64 MiB body limit, 512 of them allowed at once by
 /// the blocking pool). Decodes now share one budget (4 bodies at the limit): the proxy's peak
@@ -181,11 +189,7 @@ async fn upgrade(
 #[test]
 fn held_websockets_are_capped_with_a_refusal_codex_falls_back_from() {
     let rt = runtime();
-    let sockets = rt
-        .block_on(SocketMock::start(Arc::new(|_: &Value, _| {
-            frames_of(&responses::stream(&["Hi."], fixtures::DEFAULT_USAGE))
-        })))
-        .unwrap();
+    let sockets = saying_hi(&rt);
     let http = MockUpstream::start().unwrap();
     http.set_default(Reply::sse(pith_testkit::fixtures::anthropic::stream(
         &["Hi."],
@@ -272,11 +276,7 @@ fn held_websockets_are_capped_with_a_refusal_codex_falls_back_from() {
 #[test]
 fn memory_taken_by_large_bodies_goes_back_when_they_are_done() {
     let rt = runtime();
-    let sockets = rt
-        .block_on(SocketMock::start(Arc::new(|_: &Value, _| {
-            frames_of(&responses::stream(&["Hi."], fixtures::DEFAULT_USAGE))
-        })))
-        .unwrap();
+    let sockets = saying_hi(&rt);
     let pith = PithProxy::start_with(&sockets.url(), &sockets.url(), &[]);
     let at_rest = memory(pith.pid(), "VmRSS");
     // 60 MiB of conversation, as a long session holds it: many items of 20 KiB.
@@ -343,11 +343,7 @@ fn size_of_dir(dir: &std::path::Path) -> u64 {
 #[test]
 fn pin_turns_on_a_socket_spool_their_frame_not_the_conversation_it_holds() {
     let rt = runtime();
-    let sockets = rt
-        .block_on(SocketMock::start(Arc::new(|_: &Value, _| {
-            frames_of(&responses::stream(&["Hi."], fixtures::DEFAULT_USAGE))
-        })))
-        .unwrap();
+    let sockets = saying_hi(&rt);
     let pith = PithProxy::start_with(&sockets.url(), &sockets.url(), &[]);
     let held = 2 * MIB;
     let create = |previous: Option<&str>, text: &str| {

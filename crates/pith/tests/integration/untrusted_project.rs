@@ -260,6 +260,16 @@ fn import_opencode(home: &Path, db: &Path, within: Duration) -> Option<Output> {
     output_within(cmd, b"", within)
 }
 
+/// The report of an import of `db` that ended within `within`, succeeded and said `said` on
+/// stderr.
+fn import_saying(home: &Path, db: &Path, within: Duration, said: &str) -> serde_json::Value {
+    let out = import_opencode(home, db, within).expect("the import ends in time");
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(said), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn finding_17_an_opencode_database_with_a_recursive_view_is_refused_and_huge_parts_left_out() {
     let home = tempfile::tempdir().unwrap();
@@ -274,15 +284,12 @@ fn finding_17_an_opencode_database_with_a_recursive_view_is_refused_and_huge_par
     drop(conn);
     // Milliseconds with the fix; before it, endless (and its sort's temporary file grew until
     // the disk was full), so not long.
-    let out = import_opencode(home.path(), &db, Duration::from_secs(15))
-        .expect("the import ends in time");
-    assert!(out.status.success(), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("`session` is a view, not a table"),
-        "{stderr}"
+    let report = import_saying(
+        home.path(),
+        &db,
+        Duration::from_secs(15),
+        "`session` is a view, not a table",
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["opencodeSessions"], 0, "{report}");
 
     // Three parts far over what the history keeps of a message: left out unread, and said.
@@ -297,15 +304,12 @@ fn finding_17_an_opencode_database_with_a_recursive_view_is_refused_and_huge_par
         .unwrap();
     }
     drop(conn);
-    let out = import_opencode(home.path(), &db, Duration::from_secs(60))
-        .expect("the import ends in time");
-    assert!(out.status.success(), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("left out 3 OpenCode messages or parts over 8 MiB"),
-        "{stderr}"
+    let report = import_saying(
+        home.path(),
+        &db,
+        Duration::from_secs(60),
+        "left out 3 OpenCode messages or parts over 8 MiB",
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["opencodeSessions"], 1, "{report}");
     assert_eq!(report["messagesAdded"], 1, "{report}");
 }

@@ -207,7 +207,7 @@ impl Pipeline {
             };
             if let Some(b) = &new_body {
                 // A stage only edits what it parsed, so an unparseable result is the stage's bug.
-                if serde_json::from_slice::<serde::de::IgnoredAny>(b).is_err() {
+                if !still_json(b, &edit) {
                     let error = "edit produced invalid JSON".to_owned();
                     result.reports.push(report(StageResult::Failed(error)));
                     continue;
@@ -229,6 +229,33 @@ impl Pipeline {
         for edit in &result.header_edits {
             edit.apply(headers);
         }
+    }
+}
+
+/// Whether `edited` (the body after `edit`'s splices) is JSON: the value the edit says it
+/// stays inside ([`Edit::within`], the stage's word that the span was one whole value of the
+/// body it parsed) is still one value, or, without one, the whole body parses.
+fn still_json(edited: &[u8], edit: &crate::stage::Edit) -> bool {
+    let is_json = |b: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok();
+    let Some(within) = &edit.within else {
+        return is_json(edited);
+    };
+    if !edit
+        .splices
+        .iter()
+        .all(|s| s.range.start >= within.start && s.range.end <= within.end)
+    {
+        return is_json(edited);
+    }
+    let grown: isize = edit
+        .splices
+        .iter()
+        .map(|s| s.replacement.len() as isize - s.range.len() as isize)
+        .sum();
+    let end = within.end.checked_add_signed(grown);
+    match end.and_then(|end| edited.get(within.start..end)) {
+        Some(value) => is_json(value),
+        None => false,
     }
 }
 
@@ -265,6 +292,7 @@ mod tests {
                 }],
                 headers: vec![],
                 facts: vec![Fact::count("n", 1)],
+                within: None,
             }))
         }
     }
@@ -329,5 +357,60 @@ mod tests {
         assert_eq!(result.body.as_deref(), Some(&br#"{"x": "new"}"#[..]));
         assert_eq!(result.transforms_header().as_deref(), Some("replace;n=1"));
         assert_eq!(result.failures().count(), 1);
+    }
+
+    /// Replaces `"old"` inside the array `"a"` and says so ([`Edit::within`] the array), or
+    /// claims a span that does not hold its splice.
+    struct ReplaceInArray {
+        with: &'static str,
+        claim_elsewhere: bool,
+    }
+    impl Stage for ReplaceInArray {
+        fn name(&self) -> &'static str {
+            "in_array"
+        }
+        fn apply(&self, r: &Request<'_>) -> Result<Outcome, StageError> {
+            let body = std::str::from_utf8(r.body).map_err(|e| StageError(e.to_string()))?;
+            let at = body.find("\"old\"").ok_or(StageError("no old".into()))?;
+            let open = body.find('[').ok_or(StageError("no array".into()))?;
+            let close = body.find(']').ok_or(StageError("no array".into()))? + 1;
+            let within = match self.claim_elsewhere {
+                true => 0..1,
+                false => open..close,
+            };
+            Ok(Outcome::Edited(Edit {
+                splices: vec![Splice {
+                    range: at..at + 5,
+                    replacement: self.with.to_owned(),
+                }],
+                within: Some(within),
+                ..Edit::default()
+            }))
+        }
+    }
+
+    #[test]
+    fn an_edit_within_a_value_is_checked_there_and_a_broken_one_still_fails() {
+        let headers = HeaderMap::new();
+        let body = br#"{"x": 1, "a": ["old", 2], "y": "tail"}"#;
+        let run = |with, claim_elsewhere| {
+            Pipeline::new()
+                .with_stage(Box::new(ReplaceInArray {
+                    with,
+                    claim_elsewhere,
+                }))
+                .run(&request(body, &headers))
+        };
+        let good = run("{\"new\": [3]}", false);
+        assert_eq!(
+            good.body.as_deref(),
+            Some(&br#"{"x": 1, "a": [{"new": [3]}, 2], "y": "tail"}"#[..])
+        );
+        // Invalid inside the value: caught by the value's check.
+        assert_eq!(run("\"unclosed", false).failures().count(), 1);
+        assert_eq!(run("1, 2]", false).failures().count(), 1);
+        // A span that does not hold the splice is not trusted: the whole body is checked.
+        assert_eq!(run("\"unclosed", true).failures().count(), 1);
+        assert!(run("\"fine\"", true).body.is_some());
     }
 }

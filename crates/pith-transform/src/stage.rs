@@ -211,6 +211,24 @@ pub struct Edit {
     pub headers: Vec<HeaderEdit>,
     /// What the edit did, for the `pith-transforms` header and the ledger, in header order.
     pub facts: Vec<Fact>,
+    /// The span of one whole JSON value of the body (e.g. the `tools` array) that every splice
+    /// lies inside, when the stage knows it: the pipeline then checks that this value is still
+    /// one JSON value after the edit, not the whole body (a value replaced by a value leaves a
+    /// document valid; a whole-body check costs a parse of the conversation on every request).
+    /// `None`: the whole edited body is checked.
+    pub within: Option<std::ops::Range<usize>>,
+}
+
+impl Edit {
+    /// The same edit for a body where what it edits starts `offset` bytes later (an edit made
+    /// on one part of the body, e.g. the `tools` array's text alone, placed in the whole).
+    pub fn moved_to(mut self, offset: usize) -> Edit {
+        for splice in &mut self.splices {
+            splice.range = splice.range.start + offset..splice.range.end + offset;
+        }
+        self.within = self.within.map(|w| w.start + offset..w.end + offset);
+        self
+    }
 }
 
 /// What a stage decided for one request.

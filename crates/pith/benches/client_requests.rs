@@ -1,14 +1,30 @@
-//! The request path's added time on what real clients send: the captures' own headers (user
-//! agent, betas, session id), a body whose last user message changes on every request (as a
-//! session's do), and a long conversation; concurrency 1, back to back. Three targets in one
-//! run, interleaved request by request: the mock upstream directly, this build's `pith proxy`,
-//! and, with `PITH_BENCH_BEFORE`, another `pith` binary (the build before a change).
+//! The request path's added time on what real clients send (issue 46): the captures' own
+//! headers (user agent, betas, session id), a body whose last message changes on every request
+//! (as a session's do), the three clients' bodies and a long conversation. Every target in one
+//! run, interleaved request by request, concurrency 1, so each figure has its baseline beside
+//! it:
 //!
-//! Bodies: Claude Code 2.1.328 `fix-calc/req006` (56 KB) and the same conversation grown to
-//! about 1 MB (its first user message's text repeated), each with the capture's headers.
+//! - `direct`: the mock upstream itself;
+//! - `pith`: this build's `pith proxy` on its defaults (ledger, history, pins, deferral);
+//! - `pith --no-ledger`: the same without its ledger (the ledger's own cost, paced);
+//! - `bare relay`: this build with every stage, the ledger and history off (what forwarding
+//!   alone costs, the floor the stages are measured against);
+//! - `build before`: with `PITH_BENCH_BEFORE=/path/to/pith`, another binary on its defaults.
+//!
+//! Two modes: back to back (the next request as soon as the last answer's last byte is in),
+//! and paced (a request every 10 ms, 100 a second, so the ledger's writers run between
+//! requests as they do in a session, and a p99 measures what they take from the path).
+//!
+//! Bodies: Claude Code 2.1.328 `fix-calc/req006` (56 KB), OpenCode 1.18.33
+//! `anthropic-fix-calc/req003` (31 KB, 10 tools, none deferred), Codex 0.169.0
+//! `responses-fix-calc/req002` (39 KB), and req006 grown to about 1.3 MB by Read round trips
+//! (150 more tool calls whose results are 8 KB of source each), as a long session's are.
 //!
 //! Run: `PITH_BENCH_BEFORE=/path/to/old/pith cargo bench -p pith --bench client_requests`
-//! (env `PITH_BENCH_ROUNDS`, default 400 requests per target and body).
+//! (env: `PITH_BENCH_ROUNDS`, default 400 requests per target, body and mode;
+//! `PITH_BENCH_MODES=back-to-back,paced` for a subset; `PITH_BENCH_BODIES=claude,opencode,
+//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before` likewise).
+//! The older figures' method (one identical body, no user agent) is `proxy_overhead`'s.
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -28,33 +44,134 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pith_testkit::MockUpstream;
 use pith_testkit::fixtures::captures;
+use serde_json::{Value, json};
 use support::{env_usize, memory_kib, spawn_pith};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-/// A `pith proxy` of `bin` in front of `mock`, with a ledger in a home of its own.
-fn start(bin: &str, mock: &str, home: &std::path::Path) -> (Child, String) {
+/// The first requests of each body and target warm connections and the proxies' once-only work.
+const WARM_UP: usize = 20;
+
+/// The paced mode's gap between request starts.
+const PACE: Duration = Duration::from_millis(10);
+
+/// A comma-separated list from the environment, or every item of `all`.
+fn selected(name: &str, all: &[&str]) -> Vec<String> {
+    match std::env::var(name) {
+        Ok(list) => list
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        Err(_) => all.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+/// One `pith proxy` under measurement.
+struct Target {
+    name: &'static str,
+    url: String,
+    child: Child,
+    _home: tempfile::TempDir,
+}
+
+/// A `pith proxy` of `bin` in front of `mock`, in a home of its own, with `flags` and `env`.
+fn start(
+    name: &'static str,
+    bin: &str,
+    mock: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> Target {
+    let home = tempfile::tempdir().expect("home");
     let mut cmd = Command::new(bin);
     cmd.args(["proxy", "--listen", "127.0.0.1:0"])
         .args(["--anthropic-upstream", mock, "--openai-upstream", mock])
-        .env("PITH_HOME", home)
+        .args(flags)
+        .env("PITH_HOME", home.path())
         .env_remove("PITH_CONFIG");
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
     let (child, addr) = spawn_pith(cmd);
-    (child, format!("http://{addr}"))
+    Target {
+        name,
+        url: format!("http://{addr}"),
+        child,
+        _home: home,
+    }
 }
 
-/// `body` with its last occurrence of `marker` replaced by `marker` and `n`: a new last user
-/// message each request, the prefix unchanged (as a session's next turn).
-fn unique(body: &str, marker: &str, n: usize) -> Bytes {
-    match body.rfind(marker) {
-        Some(at) => {
-            let mut out = String::with_capacity(body.len() + 16);
-            out.push_str(&body[..at + marker.len()]);
-            out.push_str(&format!(" (turn {n})"));
-            out.push_str(&body[at + marker.len()..]);
-            Bytes::from(out)
+/// A client's request: its path, its headers, and its body as text.
+struct ClientBody {
+    name: &'static str,
+    path: String,
+    headers: Vec<(String, String)>,
+    text: String,
+}
+
+impl ClientBody {
+    /// The body with its last string value (the last message's text, a tool result, a function
+    /// call's output) starting with a new mark: a new last message each request, the prefix
+    /// unchanged, as a session's next turn.
+    fn unique(&self, n: usize) -> Bytes {
+        let at = ["\"text\":\"", "\"content\":\"", "\"output\":\""]
+            .iter()
+            .filter_map(|m| self.text.rfind(m).map(|at| at + m.len()))
+            .max()
+            .expect("a string value to vary");
+        let mut out = String::with_capacity(self.text.len() + 16);
+        out.push_str(&self.text[..at]);
+        out.push_str(&format!("(turn {n}) "));
+        out.push_str(&self.text[at..]);
+        Bytes::from(out)
+    }
+}
+
+fn capture(id: &str, name: &'static str) -> ClientBody {
+    let capture = captures()
+        .expect("captures")
+        .into_iter()
+        .find(|c| c.id() == id)
+        .unwrap_or_else(|| panic!("capture {id}"));
+    ClientBody {
+        name,
+        path: capture.path.clone(),
+        headers: capture.headers.clone(),
+        text: String::from_utf8(capture.body.to_vec()).expect("utf-8"),
+    }
+}
+
+/// req006 grown by `calls` Read round trips before its last exchange, each result `size` bytes
+/// of distinct source lines: a long session's transcript, mostly tool output.
+fn grown(base: &ClientBody, calls: usize, size: usize) -> ClientBody {
+    let mut body: Value = serde_json::from_str(&base.text).expect("json");
+    let messages = body["messages"].as_array_mut().expect("messages");
+    let tail = messages.split_off(messages.len() - 2);
+    for i in 0..calls {
+        let id = format!("toolu_bench_{i:04}");
+        let path = format!("/home/dev/calc/src/module_{i}.py");
+        let mut source = String::with_capacity(size + 80);
+        let mut line = 0;
+        while source.len() < size {
+            line += 1;
+            source.push_str(&format!(
+                "{line:>6}\tdef handler_{i}_{line}(value):  # returns value scaled by {line}\n"
+            ));
         }
-        None => Bytes::from(body.to_owned()),
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": path}}
+        ]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": source}
+        ]}));
+    }
+    messages.extend(tail);
+    ClientBody {
+        name: "Claude Code req006 grown to ~1.3 MB",
+        path: base.path.clone(),
+        headers: base.headers.clone(),
+        text: serde_json::to_string(&body).expect("json"),
     }
 }
 
@@ -83,122 +200,223 @@ async fn one(
     start.elapsed()
 }
 
-fn pct(mut v: Vec<Duration>, p: f64) -> f64 {
+/// Time a process has spent on a CPU, in microseconds: its main thread (pith's event loop)
+/// and all its other threads (ledger writers, the blocking pool), from `/proc` (Linux).
+fn cpu_us(pid: u32) -> (u64, u64) {
+    let on_cpu = |task: &std::path::Path| {
+        std::fs::read_to_string(task.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+            / 1000
+    };
+    let mut main = 0;
+    let mut others = 0;
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let us = on_cpu(&task.path());
+        if task.file_name().to_str() == Some(&pid.to_string()) {
+            main += us;
+        } else {
+            others += us;
+        }
+    }
+    (main, others)
+}
+
+fn pct(v: &[Duration], p: f64) -> f64 {
+    let mut v = v.to_vec();
     v.sort();
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i].as_secs_f64() * 1000.0
 }
 
+/// Every target's times for one body in one mode: `rounds` requests each, interleaved.
+async fn measure(
+    client: &HttpClient,
+    mock: &str,
+    targets: &[Target],
+    body: &ClientBody,
+    rounds: usize,
+    paced: bool,
+) -> Vec<Vec<Duration>> {
+    let mut times = vec![Vec::with_capacity(rounds); targets.len() + 1];
+    let mut next = tokio::time::Instant::now();
+    for n in 0..rounds + WARM_UP {
+        let b = body.unique(n);
+        for (i, base) in std::iter::once(mock)
+            .chain(targets.iter().map(|t| t.url.as_str()))
+            .enumerate()
+        {
+            if paced {
+                next += PACE;
+                tokio::time::sleep_until(next).await;
+            }
+            let took = one(
+                client,
+                &format!("{base}{}", body.path),
+                &body.headers,
+                b.clone(),
+            )
+            .await;
+            if n >= WARM_UP {
+                times[i].push(took);
+            }
+        }
+    }
+    times
+}
+
 fn main() {
     let rounds = env_usize("PITH_BENCH_ROUNDS", 400);
-    let capture = captures()
-        .expect("captures")
-        .into_iter()
-        .find(|c| c.id() == "claude-code-2.1.328/fix-calc/req006")
-        .expect("req006");
-    let text = std::str::from_utf8(&capture.body)
-        .expect("utf-8")
-        .to_owned();
-    // The last user text of req006 is the marker each request changes after.
-    let marker = "\"type\":\"text\",\"text\":\"";
-    let long = {
-        // About 1 MB: the first text block repeated, as a long session's transcript grows.
-        let at = text.find(marker).expect("a text block") + marker.len();
-        let filler = "the agent read a file and this is its output line; ".repeat(20_000);
-        format!("{}{filler}{}", &text[..at], &text[at..])
-    };
-    let bodies = [
-        ("Claude Code req006, 56 KB", text),
-        ("the same grown to ~1 MB", long),
-    ];
+    let modes = selected("PITH_BENCH_MODES", &["back-to-back", "paced"]);
+    let wanted_bodies = selected(
+        "PITH_BENCH_BODIES",
+        &["claude", "opencode", "codex", "long"],
+    );
+    let wanted_targets = selected(
+        "PITH_BENCH_TARGETS",
+        &["pith", "no-ledger", "bare", "before"],
+    );
+
+    let claude = capture(
+        "claude-code-2.1.328/fix-calc/req006",
+        "Claude Code req006, 56 KB",
+    );
+    let long = grown(&claude, 150, 8 * 1024);
+    let mut bodies = Vec::new();
+    for (key, body) in [
+        ("claude", claude),
+        (
+            "opencode",
+            capture(
+                "opencode-1.18.33/anthropic-fix-calc/req003",
+                "OpenCode req003, 31 KB",
+            ),
+        ),
+        (
+            "codex",
+            capture(
+                "codex-0.169.0/responses-fix-calc/req002",
+                "Codex req002, 39 KB",
+            ),
+        ),
+        ("long", long),
+    ] {
+        if wanted_bodies.iter().any(|w| w == key) {
+            bodies.push(body);
+        }
+    }
 
     let mock = MockUpstream::start().expect("mock");
     mock.set_recording(false);
-    let home_after = tempfile::tempdir().expect("home");
-    let home_before = tempfile::tempdir().expect("home");
-    let (mut after, after_url) = start(env!("CARGO_BIN_EXE_pith"), &mock.url(), home_after.path());
-    let before = std::env::var("PITH_BENCH_BEFORE")
-        .ok()
-        .map(|bin| start(&bin, &mock.url(), home_before.path()));
+    let this = env!("CARGO_BIN_EXE_pith");
+    let bare_env = [
+        ("PITH_PINS", "off"),
+        ("PITH_DEFER_TOOLS", "off"),
+        ("PITH_HISTORY", "off"),
+        ("PITH_TOOL_SEARCH_ROUND_TRIP", "off"),
+    ];
+    let mut targets = Vec::new();
+    for want in &wanted_targets {
+        match want.as_str() {
+            "pith" => targets.push(start("pith", this, &mock.url(), &[], &[])),
+            "no-ledger" => targets.push(start(
+                "pith --no-ledger",
+                this,
+                &mock.url(),
+                &["--no-ledger"],
+                &[],
+            )),
+            "bare" => targets.push(start(
+                "bare relay",
+                this,
+                &mock.url(),
+                &["--no-ledger"],
+                &bare_env,
+            )),
+            "before" => {
+                if let Ok(bin) = std::env::var("PITH_BENCH_BEFORE") {
+                    targets.push(start("build before", &bin, &mock.url(), &[], &[]));
+                }
+            }
+            other => panic!("PITH_BENCH_TARGETS: unknown target {other}"),
+        }
+    }
+    let idle: Vec<u64> = targets
+        .iter()
+        .map(|t| memory_kib(t.child.id()).0 / 1024)
+        .collect();
+
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
-    println!(
-        "concurrency 1, back to back, {rounds} requests per target and body, targets interleaved; \
-         the capture's headers; a new last message each request"
-    );
-    println!();
-    println!(
-        "| body | direct p50 | this build p50 | added p50 | added p99 | build before p50 | added p50 | added p99 |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (name, body) in &bodies {
-        let path = &capture.path;
-        let mut direct = Vec::new();
-        let mut via_after = Vec::new();
-        let mut via_before = Vec::new();
-        rt.block_on(async {
-            for n in 0..rounds + 20 {
-                let b = unique(body, marker, n);
-                let d = one(
-                    &client,
-                    &format!("{}{path}", mock.url()),
-                    &capture.headers,
-                    b.clone(),
-                )
-                .await;
-                let a = one(
-                    &client,
-                    &format!("{after_url}{path}"),
-                    &capture.headers,
-                    b.clone(),
-                )
-                .await;
-                let o = match &before {
-                    Some((_, url)) => {
-                        Some(one(&client, &format!("{url}{path}"), &capture.headers, b).await)
-                    }
-                    None => None,
-                };
-                // The first 20 warm the connections and the proxies.
-                if n >= 20 {
-                    direct.push(d);
-                    via_after.push(a);
-                    via_before.extend(o);
-                }
-            }
-        });
-        let d50 = pct(direct.clone(), 0.5);
-        let d99 = pct(direct, 0.99);
-        let a50 = pct(via_after.clone(), 0.5);
-        let a99 = pct(via_after, 0.99);
-        let before_cells = if via_before.is_empty() {
-            "| | | ".to_owned()
-        } else {
-            let b50 = pct(via_before.clone(), 0.5);
-            let b99 = pct(via_before, 0.99);
-            format!("| {b50:.2} | +{:.2} | +{:.2} ", b50 - d50, b99 - d99)
+    for mode in &modes {
+        let paced = match mode.as_str() {
+            "back-to-back" => false,
+            "paced" => true,
+            other => panic!("PITH_BENCH_MODES: unknown mode {other}"),
         };
+        println!();
         println!(
-            "| {name} | {d50:.2} | {a50:.2} | +{:.2} | +{:.2} {before_cells}|",
-            a50 - d50,
-            a99 - d99
+            "{mode}{}: concurrency 1, {rounds} requests per target and body after {WARM_UP} \
+             to warm up, targets interleaved; the capture's headers; a new last message each \
+             request; times in ms, added = target minus direct; CPU per request from /proc",
+            if paced {
+                " (a request every 10 ms)"
+            } else {
+                ""
+            }
+        );
+        println!();
+        println!(
+            "| body | target | p50 | p99 | added p50 | added p99 | CPU µs/request, event loop | \
+             other threads |"
+        );
+        println!("|---|---|---:|---:|---:|---:|---:|---:|");
+        for body in &bodies {
+            let cpu_before: Vec<_> = targets.iter().map(|t| cpu_us(t.child.id())).collect();
+            let times = rt.block_on(measure(&client, &mock.url(), &targets, body, rounds, paced));
+            let sent = (rounds + WARM_UP) as u64;
+            let cpu: Vec<(u64, u64)> = targets
+                .iter()
+                .zip(cpu_before)
+                .map(|(t, (main, others))| {
+                    let (main_after, others_after) = cpu_us(t.child.id());
+                    (
+                        main_after.saturating_sub(main) / sent,
+                        others_after.saturating_sub(others) / sent,
+                    )
+                })
+                .collect();
+            let (d50, d99) = (pct(&times[0], 0.5), pct(&times[0], 0.99));
+            println!("| {} | direct | {d50:.3} | {d99:.3} | | | | |", body.name);
+            for ((target, t), (main, others)) in targets.iter().zip(&times[1..]).zip(&cpu) {
+                let (p50, p99) = (pct(t, 0.5), pct(t, 0.99));
+                println!(
+                    "| {} | {} | {p50:.3} | {p99:.3} | {:+.3} | {:+.3} | {main} | {others} |",
+                    body.name,
+                    target.name,
+                    p50 - d50,
+                    p99 - d99
+                );
+            }
+        }
+    }
+    println!();
+    for (target, idle) in targets.iter().zip(idle) {
+        let (_, peak) = memory_kib(target.child.id());
+        println!(
+            "{}: resident {idle} MiB idle, peak {} MiB",
+            target.name,
+            peak / 1024
         );
     }
-    let peak = |child: &Child| memory_kib(child.id()).1 / 1024;
-    println!();
-    match &before {
-        Some((child, _)) => println!(
-            "peak resident: this build {} MiB, the build before {} MiB",
-            peak(&after),
-            peak(child)
-        ),
-        None => println!("peak resident: this build {} MiB", peak(&after)),
-    }
-    let _ = after.kill();
-    if let Some((mut child, _)) = before {
-        let _ = child.kill();
+    for mut target in targets {
+        let _ = target.child.kill();
     }
 }

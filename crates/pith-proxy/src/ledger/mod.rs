@@ -5,7 +5,8 @@
 //! position, in the same turn once the rows are caught up.
 //!
 //! The request path only appends a record to the spool (`spool.rs`: a `write` into the page
-//! cache under a short lock, no parsing) and, while traffic flows, wakes no thread: the
+//! cache under a short lock, no parsing), once the answer's last byte is out
+//! ([`LedgerSink::submit`]), and, while traffic flows, wakes no writer: the
 //! idle-priority writer reads the spool on its own clock. Only a backlog (the spool holding
 //! [`RESCUE_BACKLOG_BYTES`], or an entry waiting [`MAX_WAIT`]) or the first record after a
 //! pause makes a request wake a writer. Everything costly (JSON and SSE parsing,
@@ -135,6 +136,9 @@ struct Shared {
     lost_logged: Mutex<Option<Instant>>,
     /// Signalled after every commit that wrote rows: what a caller waiting for rows waits on.
     commits: (Mutex<()>, std::sync::Condvar),
+    /// Records handed over by [`LedgerSink::submit`] and not yet appended: the spool is not
+    /// idle while one waits.
+    submitting: AtomicU64,
 }
 
 impl Shared {
@@ -150,7 +154,7 @@ impl Shared {
     }
 
     fn idle(&self) -> bool {
-        self.spool.backlog().0 == 0
+        self.submitting.load(Ordering::SeqCst) == 0 && self.spool.backlog().0 == 0
     }
 
     fn lost_open(&self) -> MutexGuard<'_, Vec<(Position, i64)>> {
@@ -225,6 +229,35 @@ pub struct LedgerSink {
     writer: std::thread::Thread,
     rescue: std::thread::Thread,
     handles: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+/// Records with at least this many bytes of bodies are appended on the blocking pool (a thread
+/// woken per request, worth it only when the write is long), smaller ones on the proxy's own
+/// thread after their answer.
+const APPEND_BESIDE_BYTES: usize = 256 << 10;
+
+/// A record on its way to the spool ([`LedgerSink::submit`]): appended when run, or when
+/// dropped unrun.
+struct Submission {
+    sink: LedgerSink,
+    record: Option<Record>,
+}
+
+impl Submission {
+    fn append(mut self) {
+        if let Some(record) = self.record.take() {
+            self.sink.append_now(record);
+        }
+    }
+}
+
+impl Drop for Submission {
+    fn drop(&mut self) {
+        if let Some(record) = self.record.take() {
+            self.sink.append_now(record);
+        }
+        self.sink.shared.submitting.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// How often the writer drains the spool while requests keep coming. Requests then never pay
@@ -334,6 +367,7 @@ impl LedgerSink {
             hold_derivations: AtomicBool::new(false),
             lost_logged: Mutex::new(None),
             commits: (Mutex::new(()), std::sync::Condvar::new()),
+            submitting: AtomicU64::new(0),
         });
         let thread_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
@@ -383,9 +417,35 @@ impl LedgerSink {
         }
     }
 
-    /// Keep a record without waiting for the writers: append it to the spool. One that cannot
-    /// be kept is counted and logged.
+    /// Keep a finished request's record: appended to the spool once the answer's last byte is
+    /// out, never before. `finish` runs while the body's end is polled, before hyper writes the
+    /// closing chunk, so an append there would hold the answer's end back by a write of the
+    /// whole conversation (a 1.3 MB session: about a millisecond). Inside the proxy's runtime
+    /// the append is a task that runs once the connection's task yields (after its flush); a
+    /// record of [`APPEND_BESIDE_BYTES`] or more goes to the blocking pool instead, so its
+    /// write runs beside the session's next request rather than before it. A submission that
+    /// never runs (the runtime shutting down) appends when it is dropped: nothing is lost, and
+    /// [`LedgerSink::flush`] waits for every submission.
     pub(crate) fn submit(&self, record: Record) {
+        self.shared.submitting.fetch_add(1, Ordering::SeqCst);
+        let large = record.body_bytes() >= APPEND_BESIDE_BYTES;
+        let submission = Submission {
+            sink: self.clone(),
+            record: Some(record),
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if large => {
+                runtime.spawn_blocking(move || submission.append());
+            }
+            Ok(runtime) => {
+                runtime.spawn(async move { submission.append() });
+            }
+            Err(_) => submission.append(),
+        }
+    }
+
+    /// Append a record to the spool now. One that cannot be kept is counted and logged.
+    fn append_now(&self, record: Record) {
         let appended = self.shared.spool.append(&record);
         let (size, arrival_us) = (record.body_bytes(), record.arrival_us);
         drop(record);

@@ -19,6 +19,7 @@
 //! Whenever deferral could be wrong the request is left unchanged, with a [`reason`].
 
 pub(crate) mod history;
+mod plans;
 mod rank;
 mod view;
 
@@ -207,6 +208,8 @@ impl Default for DeferOptions {
 pub struct DeferStage {
     options: DeferOptions,
     ranker: Option<Arc<dyn ToolRanker>>,
+    /// Loaded sets decided on earlier turns.
+    plans: plans::Plans,
 }
 
 impl DeferStage {
@@ -215,6 +218,7 @@ impl DeferStage {
         Self {
             options,
             ranker: None,
+            plans: plans::Plans::default(),
         }
     }
 
@@ -258,6 +262,19 @@ enum Decision {
     Defer(Edit),
 }
 
+/// What a tool list and task decide, whatever the rest of the request: kept per session
+/// ([`plans`]).
+#[derive(Clone)]
+enum Planned {
+    Unchanged(&'static str),
+    /// The edit, its splices counted from the start of the `tools` array, and the names of the
+    /// tools it defers (a history that called one joined midway).
+    Defer {
+        edit: Edit,
+        deferred: Vec<String>,
+    },
+}
+
 /// The body is not the shape the stage understands; the request passes unchanged.
 struct Unparseable;
 
@@ -285,12 +302,58 @@ struct Entry<'a> {
 }
 
 impl DeferStage {
+    /// One request: its history read, then the plan for its tool list and task (made once per
+    /// session, [`plans`]), checked against the history and placed where the tools are.
     fn plan(&self, wire: Wire, body: &str) -> Result<Decision, Unparseable> {
         let top: Top<'_> = serde_json::from_str(body)?;
-        let raws = top.tools.unwrap_or_default();
+        let Some(tools_raw) = top.tools.filter(|t| t.get() != "null") else {
+            return Ok(Decision::Unchanged(reason::NO_TOOLS));
+        };
+        let tools_array = span_of(body, tools_raw).ok_or(Unparseable)?;
+        let history = match wire {
+            Wire::AnthropicMessages => top.messages.map(history::anthropic).transpose()?,
+            Wire::Responses | Wire::ChatCompletions => {
+                top.input.map(history::responses).transpose()?
+            }
+        }
+        .unwrap_or_default();
+        let task = history.task.as_deref().unwrap_or("");
+        let planned = self.plans.planned(wire, task, tools_raw.get(), || {
+            self.plan_tools(wire, tools_raw.get(), task)
+                .unwrap_or(Planned::Unchanged(reason::UNPARSEABLE))
+        });
+        let (edit, deferred) = match planned {
+            Planned::Unchanged(reason::ALREADY_DEFERRING) => {
+                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
+            }
+            Planned::Unchanged(reason::UNPARSEABLE) => return Err(Unparseable),
+            _ if top
+                .tool_choice
+                .map(|choice| forces_a_tool(wire, choice))
+                .transpose()?
+                .unwrap_or(false) =>
+            {
+                return Ok(Decision::Unchanged(reason::TOOL_CHOICE_FORCED));
+            }
+            Planned::Unchanged(why) => return Ok(Decision::Unchanged(why)),
+            Planned::Defer { edit, deferred } => (edit, deferred),
+        };
+        if joined_midway(&deferred, &history) {
+            return Ok(Decision::Unchanged(reason::MID_SESSION_JOIN));
+        }
+        Ok(Decision::Defer(edit.moved_to(tools_array.start)))
+    }
+
+    /// The plan for one tool list (`tools`, the `tools` array's text) and task: what the tools
+    /// alone decide, the loaded set, and the edit, its splices counted from the array's start.
+    fn plan_tools(&self, wire: Wire, tools: &str, task: &str) -> Result<Planned, Unparseable> {
+        if !tools.starts_with('[') {
+            return Err(Unparseable);
+        }
+        let raws: Vec<&RawValue> = serde_json::from_str(tools)?;
         match raws.len() {
-            0 => return Ok(Decision::Unchanged(reason::NO_TOOLS)),
-            1 => return Ok(Decision::Unchanged(reason::SINGLE_TOOL)),
+            0 => return Ok(Planned::Unchanged(reason::NO_TOOLS)),
+            1 => return Ok(Planned::Unchanged(reason::SINGLE_TOOL)),
             _ => {}
         }
         let mut entries = Vec::with_capacity(raws.len());
@@ -301,7 +364,7 @@ impl DeferStage {
             let tool: Tool<'_> = serde_json::from_str(raw.get())?;
             let kind = tool.kind.as_ref().map(Str::as_str);
             if is_search_tool(wire, kind) {
-                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
+                return Ok(Planned::Unchanged(reason::ALREADY_DEFERRING));
             }
             let client_deferred = tool.defer_loading.is_some_and(|d| d.get() == "true");
             let own_search = tool
@@ -323,32 +386,22 @@ impl DeferStage {
                 own_search,
             });
         }
-        if let Some(choice) = top.tool_choice
-            && forces_a_tool(wire, choice)?
-        {
-            return Ok(Decision::Unchanged(reason::TOOL_CHOICE_FORCED));
+        if let Some(why) = self.nothing_to_do(&entries) {
+            return Ok(Planned::Unchanged(why));
         }
-        let history = match wire {
-            Wire::AnthropicMessages => top.messages.map(history::anthropic).transpose()?,
-            Wire::Responses | Wire::ChatCompletions => {
-                top.input.map(history::responses).transpose()?
-            }
-        }
-        .unwrap_or_default();
-
-        let loaded = self.loaded_set(&entries, history.task.as_deref().unwrap_or(""));
+        let loaded = self.loaded_set(&entries, task);
         let deferred: Vec<usize> = (0..entries.len())
             .filter(|&i| entries[i].deferrable && !loaded[i])
             .collect();
         if deferred.is_empty() {
-            return Ok(Decision::Unchanged(reason::NOTHING_TO_DEFER));
+            return Ok(Planned::Unchanged(reason::NOTHING_TO_DEFER));
         }
         let client_deferred = entries.iter().filter(|e| e.client_deferred).count();
         if deferred.len() + client_deferred == entries.len() {
-            return Ok(Decision::Unchanged(reason::NO_TOOL_LEFT_LOADED));
+            return Ok(Planned::Unchanged(reason::NO_TOOL_LEFT_LOADED));
         }
         if deferred.len() + client_deferred > MAX_DEFERRED {
-            return Ok(Decision::Unchanged(reason::TOO_MANY_TOOLS));
+            return Ok(Planned::Unchanged(reason::TOO_MANY_TOOLS));
         }
         if self.options.min_deferred_chars > 0 {
             // What is out of context, whoever marked it: a tool pith deferred that the client
@@ -361,14 +414,39 @@ impl DeferStage {
                 .map(|i| entries[i].raw.get().chars().count())
                 .sum();
             if chars < self.options.min_deferred_chars {
-                return Ok(Decision::Unchanged(reason::TOO_LITTLE_TO_DEFER));
+                return Ok(Planned::Unchanged(reason::TOO_LITTLE_TO_DEFER));
             }
         }
-        if joined_midway(&entries, &deferred, &history) {
-            return Ok(Decision::Unchanged(reason::MID_SESSION_JOIN));
+        let names = deferred
+            .iter()
+            .filter_map(|&i| entries[i].tool.name.as_ref())
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        let edit = self.edit(wire, tools, &entries, &deferred)?;
+        Ok(Planned::Defer {
+            edit,
+            deferred: names,
+        })
+    }
+
+    /// The reason to leave the request unchanged when the tools alone decide it, before the
+    /// history is read and the tools ranked (what costs): every tool pith may defer stays
+    /// loaded by the options, or all the stage could keep out of context is below
+    /// `min_deferred_chars` (a character is at least a byte, so bytes bound it).
+    fn nothing_to_do(&self, entries: &[Entry<'_>]) -> Option<&'static str> {
+        let deferrable = entries.iter().filter(|e| e.deferrable);
+        let keep = self.options.keep_relevant;
+        if deferrable.clone().count() <= keep
+            || deferrable.clone().all(|e| self.is_small(e.raw.get()))
+        {
+            return Some(reason::NOTHING_TO_DEFER);
         }
-        self.edit(wire, body, &entries, &deferred)
-            .map(Decision::Defer)
+        let at_most: usize = entries
+            .iter()
+            .filter(|e| e.client_deferred || (e.deferrable && !self.is_small(e.raw.get())))
+            .map(|e| e.raw.get().len())
+            .sum();
+        (at_most < self.options.min_deferred_chars).then_some(reason::TOO_LITTLE_TO_DEFER)
     }
 
     /// `loaded[i]` for every tool in context: not deferrable (server tools, the client's own
@@ -514,6 +592,7 @@ impl DeferStage {
                 Fact::chars_kept_out("chars", chars, Site::Tools),
                 Fact::chars_added("added", added, Site::Tools),
             ],
+            within: Some(0..body.len()),
         })
     }
 }
@@ -676,11 +755,9 @@ fn words(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
 }
 
 /// The history called a tool that would be deferred and that no tool search surfaced.
-fn joined_midway(entries: &[Entry<'_>], deferred: &[usize], history: &History<'_>) -> bool {
+fn joined_midway(deferred: &[String], history: &History<'_>) -> bool {
     history.called.iter().any(|called| {
-        deferred
-            .iter()
-            .any(|&i| entries[i].tool.name.as_ref().map(Str::as_str) == Some(called.as_ref()))
+        deferred.iter().any(|name| name == called.as_ref())
             && !history.surfaced.iter().any(|s| s == called)
     })
 }

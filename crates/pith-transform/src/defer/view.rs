@@ -20,9 +20,9 @@ impl Str<'_> {
 /// The top-level keys the stage cares about; everything else is skipped unread.
 #[derive(Deserialize)]
 pub(super) struct Top<'a> {
-    /// `null` reads as absent.
+    /// The `tools` array as sent (`null` reads as absent): its span bounds the edit's check.
     #[serde(borrow, default)]
-    pub tools: Option<Vec<&'a RawValue>>,
+    pub tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub tool_choice: Option<&'a RawValue>,
     /// Anthropic Messages history, read in this pass.

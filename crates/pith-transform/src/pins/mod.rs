@@ -240,6 +240,7 @@ impl Stage for PinsStage {
             splices: plan.splices,
             headers: Vec::new(),
             facts,
+            within: None,
         }))
     }
 }

@@ -239,6 +239,7 @@ impl Stage for RestoreStage {
             splices,
             headers: Vec::new(),
             facts: vec![Fact::count("searches", searches)],
+            within: None,
         }))
     }
 }

@@ -549,3 +549,65 @@ fn a_tool_a_loaded_tool_tells_the_model_to_use_stays_loaded() {
         ["jira_login", "Lookup", "audit", "tool_search_tool_regex"]
     );
 }
+
+/// A ranker that counts its calls and ranks by the order the tools came in.
+#[derive(Default)]
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl ToolRanker for Counting {
+    fn scores(&self, _task: &str, tools: &[ToolText<'_>]) -> Option<Vec<f64>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some((0..tools.len()).rev().map(|i| i as f64).collect())
+    }
+}
+
+fn turn(stage: &DeferStage, tools: Vec<Value>, prompt: &str) -> Outcome {
+    let body = anthropic_body(
+        tools,
+        json!({"messages": [{"role": "user", "content": prompt}]}),
+    );
+    stage
+        .apply(&Request {
+            wire: Wire::AnthropicMessages,
+            path: "/v1/messages",
+            headers: &HeaderMap::new(),
+            body: body.as_bytes(),
+        })
+        .expect("stage runs")
+}
+
+#[test]
+fn a_sessions_tools_are_ranked_once_and_each_turn_defers_the_same() {
+    let ranker = Arc::new(Counting::default());
+    let stage = DeferStage::new(DeferOptions {
+        keep_relevant: 2,
+        ..any_size()
+    })
+    .with_ranker(ranker.clone());
+    let first = edit_of(turn(&stage, many_tools(8), "fix the login"), "turn 1");
+    let second = edit_of(turn(&stage, many_tools(8), "fix the login"), "turn 2");
+    assert_eq!(first.facts, second.facts);
+    assert_eq!(ranker.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Another task is another decision.
+    edit_of(
+        turn(&stage, many_tools(8), "write the docs"),
+        "another task",
+    );
+    assert_eq!(ranker.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[test]
+fn too_little_to_defer_is_decided_before_the_tools_are_ranked() {
+    let ranker = Arc::new(Counting::default());
+    let stage = DeferStage::new(DeferOptions {
+        keep_relevant: 2,
+        min_deferred_chars: 1_000_000,
+        ..any_size()
+    })
+    .with_ranker(ranker.clone());
+    assert_eq!(
+        reason_of(turn(&stage, many_tools(8), "fix the login"), "small"),
+        reason::TOO_LITTLE_TO_DEFER
+    );
+    assert_eq!(ranker.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+}

@@ -134,7 +134,11 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(&plan, &started, config))?;
+    let served = runtime.block_on(serve(&plan, &started, config));
+    // Records whose spool appends still wait on the runtime are appended as it shuts down
+    // (`LedgerSink::submit`), before the writers' last drain.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    served?;
     started.stop();
     Ok(())
 }

@@ -48,7 +48,6 @@ pub fn span_of(body: &str, raw: &RawValue) -> Option<Range<usize>> {
 pub fn apply_splices(body: &[u8], splices: &[Splice]) -> Result<Vec<u8>, SpliceError> {
     let mut order: Vec<&Splice> = splices.iter().collect();
     order.sort_by_key(|s| (s.range.start, s.range.end));
-    let text = std::str::from_utf8(body).ok();
     let extra: usize = splices.iter().map(|s| s.replacement.len()).sum();
     let mut out = Vec::with_capacity(body.len() + extra);
     let mut cursor = 0usize;
@@ -64,11 +63,11 @@ pub fn apply_splices(body: &[u8], splices: &[Splice]) -> Result<Vec<u8>, SpliceE
         if start < cursor {
             return Err(SpliceError::Overlap { at: start });
         }
-        if let Some(text) = text {
-            for at in [start, end] {
-                if !text.is_char_boundary(at) {
-                    return Err(SpliceError::NotCharBoundary { at });
-                }
+        // Read at the two ends only (what `str::is_char_boundary` reads): validating the whole
+        // body first would cost a pass over a conversation on every edited request.
+        for at in [start, end] {
+            if body.get(at).is_some_and(|&b| is_continuation(b)) {
+                return Err(SpliceError::NotCharBoundary { at });
             }
         }
         out.extend_from_slice(&body[cursor..start]);
@@ -77,6 +76,11 @@ pub fn apply_splices(body: &[u8], splices: &[Splice]) -> Result<Vec<u8>, SpliceE
     }
     out.extend_from_slice(&body[cursor..]);
     Ok(out)
+}
+
+/// A UTF-8 continuation byte (`10xxxxxx`): no character starts there.
+fn is_continuation(byte: u8) -> bool {
+    byte & 0b1100_0000 == 0b1000_0000
 }
 
 /// The byte ranges that remove the elements `mask` marks from a JSON array whose elements are at

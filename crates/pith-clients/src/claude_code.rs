@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use crate::registration::{HOOK_TIMEOUT_SECS, key, lookup, pith_command};
 use crate::wiring::trimmed;
 use crate::{
-    Files, HookEvent, HookSetting, HookTool, McpSetting, Places, Profile, Registration, RunContext,
-    Scope, ScopeError, Setting, Wiring,
+    Files, GitIgnored, HookEvent, HookSetting, HookTool, McpSetting, Places, Profile, Registration,
+    RunContext, Scope, ScopeError, Setting, Wiring,
 };
 
 /// How Claude Code opens the context it adds to a user message.
@@ -154,6 +154,14 @@ pub fn settings_file(scope: Scope, places: &Places) -> Result<PathBuf, ScopeErro
     })
 }
 
+/// The rule Claude Code 2.1.328 adds to git's global excludes file when it saves local
+/// settings: its bundled code takes the file `core.excludesfile` names (`git config --global`;
+/// a leading `~/` is the home directory), else `$XDG_CONFIG_HOME/git/ignore`, else
+/// `~/.config/git/ignore`, and appends this line unless a line of the file already is it (or
+/// `git check-ignore` says the file is ignored already), creating the file and its directory
+/// when missing. The project's own `.gitignore` is left alone.
+pub const LOCAL_SETTINGS_IGNORED: &str = "**/.claude/settings.local.json";
+
 pub(crate) fn registration(
     scope: Scope,
     places: &Places,
@@ -208,6 +216,10 @@ pub(crate) fn registration(
             file: settings.clone(),
             key: key(&["statusLine"]),
             value: json!({"type": "command", "command": pith_command(command, "statusline")}),
+        }),
+        git_ignored: (scope == Scope::Local).then(|| GitIgnored {
+            file: settings.clone(),
+            rule: LOCAL_SETTINGS_IGNORED,
         }),
         files: vec![file, settings],
         next: next.to_owned(),

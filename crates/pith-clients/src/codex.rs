@@ -140,6 +140,7 @@ pub(crate) fn registration(
             timeout_secs: HOOK_TIMEOUT_SECS,
         }),
         status_line: None,
+        git_ignored: None,
         // The hooks may be in either file, whichever was in use then.
         files: vec![config, hooks_json],
         next: "Codex starts `pith mcp` in every project; the workspace is found from where \

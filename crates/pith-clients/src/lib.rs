@@ -28,8 +28,8 @@ pub use harness::{
 };
 pub use places::Places;
 pub use registration::{
-    ENTRY_NAME, HOOK_TIMEOUT_SECS, HookSetting, McpSetting, Registration, Scope, ScopeError,
-    Setting, first_word, lookup, pith_command, runs_pith, shell_word,
+    ENTRY_NAME, GitIgnored, HOOK_TIMEOUT_SECS, HookSetting, McpSetting, Registration, Scope,
+    ScopeError, Setting, first_word, lookup, pith_command, runs_pith, shell_word,
 };
 pub use wiring::{RunContext, Wiring};
 
@@ -145,11 +145,28 @@ impl Client {
         self.profile().program
     }
 
-    /// The client a command line names: pith's name for it or its executable's.
+    /// The client a command line names: pith's name for it or its executable's. Every
+    /// command that takes a client takes both (`pith run claude`, `pith setup claude`).
     pub fn named(name: &str) -> Option<Client> {
         Client::ALL
             .into_iter()
             .find(|c| c.name() == name || c.program() == name)
+    }
+
+    /// The names [`Client::named`] takes, as help and errors list them:
+    /// `claude-code (or claude), opencode, codex`.
+    pub fn names() -> String {
+        Client::ALL
+            .iter()
+            .map(|c| {
+                if c.name() == c.program() {
+                    c.name().to_owned()
+                } else {
+                    format!("{} (or {})", c.name(), c.program())
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The client a user agent belongs to, by its first product token.
@@ -392,6 +409,7 @@ mod tests {
         assert_eq!(Client::named("codex"), Some(Client::Codex));
         assert_eq!(Client::named("opencode"), Some(Client::Opencode));
         assert_eq!(Client::named("cursor"), None);
+        assert_eq!(Client::names(), "claude-code (or claude), opencode, codex");
         for c in Client::ALL {
             assert!(c.profile().scopes.contains(&c.profile().default_scope));
         }

@@ -134,6 +134,7 @@ pub(crate) fn registration(
         status_line: None,
         files: vec![file],
         next: next.to_owned(),
+        git_ignored: None,
     })
 }
 

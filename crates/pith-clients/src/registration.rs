@@ -58,6 +58,18 @@ pub struct Registration {
     pub files: Vec<PathBuf>,
     /// What the person should know once it is written (an approval the client asks for).
     pub next: String,
+    /// A file of this scope that is one person's and must not be committed, with the rule
+    /// the client itself adds to git's global excludes when it creates the file.
+    pub git_ignored: Option<GitIgnored>,
+}
+
+/// A project file git should not offer for commit ([`Registration::git_ignored`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GitIgnored {
+    /// The file.
+    pub file: PathBuf,
+    /// The line for git's global excludes file (`**/.claude/settings.local.json`).
+    pub rule: &'static str,
 }
 
 /// The `pith` entry of a client's MCP servers.

@@ -65,11 +65,15 @@ pub trait OwnPages: Send + Sync {
     }
 }
 
-/// Whether a path is one of pith's own: no provider API lives at `/`, under `/pith/`, at
-/// `/metrics` or at `/favicon.ico` (which a browser asks for with the page). Any method on
-/// them is pith's to answer (only GET is served), never the provider's.
+/// Whether a path is one of pith's own: no provider API lives at `/`, at `/pith` or under
+/// `/pith/`, at `/metrics` or at `/favicon.ico` (which a browser asks for with the page). Any
+/// method on them is pith's to answer (only GET is served), never the provider's.
 pub fn is_own_path(path: &str) -> bool {
-    path == "/" || path == "/metrics" || path == "/favicon.ico" || path.starts_with("/pith/")
+    path == "/"
+        || path == "/pith"
+        || path == "/metrics"
+        || path == "/favicon.ico"
+        || path.starts_with("/pith/")
 }
 
 /// Whether the request names a loopback host (`localhost`, `*.localhost`, `127.0.0.0/8`,

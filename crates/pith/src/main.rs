@@ -52,8 +52,8 @@ enum Command {
     Memory(commands::memory::Args),
     /// Search, import and clean up the conversation history (recorded by the proxy).
     History(commands::history::Args),
-    /// Run a coding agent (claude, opencode, codex) through pith's proxy, starting a shared one
-    /// in the background when none is running.
+    /// Run a coding agent (claude-code or claude, opencode, codex) through pith's proxy,
+    /// starting a shared one in the background when none is running.
     Run(commands::run::Args),
     /// Keep `pith proxy` running as your user's service (systemd on Linux, launchd on macOS).
     Service(commands::service::Args),
@@ -61,7 +61,7 @@ enum Command {
     Model(commands::model::Args),
     /// Check pith's setup: config, proxy, each client's wiring, ledger, brain, local model.
     Doctor(commands::doctor::Args),
-    /// Register pith with a coding agent (claude-code, opencode, codex).
+    /// Register pith with a coding agent (claude-code or claude, opencode, codex).
     Setup(commands::setup::Args),
     /// Answer a coding agent's tool-call hook (run by Claude Code and Codex; reads stdin).
     Hook(commands::hook::Args),

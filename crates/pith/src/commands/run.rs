@@ -57,9 +57,14 @@ Wiring is per process: Claude Code gets ANTHROPIC_BASE_URL, Codex `-c openai_bas
 the client's settings."
 )]
 pub struct Args {
-    /// The coding agent to run (claude, opencode or codex), then its own arguments, passed on
-    /// as they are (`--help`, `--version` and `--` included).
+    /// The coding agent to run, then its own arguments, passed on as they are (`--help`,
+    /// `--version` and `--` included).
     #[arg(
+        help = format!(
+            "The coding agent to run: {}; then its own arguments, passed on as they are \
+             (`--help`, `--version` and `--` included)",
+            Client::names()
+        ),
         required = true,
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -72,8 +77,13 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + START_WAIT;
     let (client, client_args) = match args.command.split_first() {
         Some((name, rest)) => (named(&name.to_string_lossy())?, rest.to_vec()),
-        None => anyhow::bail!("name the client to run: claude, opencode or codex"),
+        None => anyhow::bail!("name the client to run: {}", Client::names()),
     };
+    // Before anything starts: a proxy started for a client that is not there would stay up,
+    // unused, until its idle stop.
+    if crate::client_files::on_path(client.program()).is_none() {
+        return Err(not_found(client.program()));
+    }
     let listen = super::proxy::listen_addr(None, config)?;
     let addr = reachable(listen);
     let home = pith_home()?;
@@ -154,9 +164,13 @@ fn exec(
     })
 }
 
+fn not_found(program: &str) -> anyhow::Error {
+    anyhow::anyhow!("{program} is not on PATH: install it, or add its directory to PATH")
+}
+
 fn not_started(e: std::io::Error, program: &str) -> anyhow::Error {
     if e.kind() == std::io::ErrorKind::NotFound {
-        anyhow::anyhow!("{program} is not on PATH: install it, or add its directory to PATH")
+        not_found(program)
     } else {
         anyhow::Error::new(e).context(format!("cannot run {program}"))
     }
@@ -264,8 +278,8 @@ fn start_detached(listen: SocketAddr, config: &Config, idle: &str) -> anyhow::Re
 fn named(name: &str) -> anyhow::Result<Client> {
     Client::named(name).ok_or_else(|| {
         anyhow::anyhow!(
-            "pith run does not know a client {name:?}: name claude, opencode or codex \
-             (e.g. `pith run claude`)"
+            "pith run does not know a client {name:?}: name {} (e.g. `pith run claude`)",
+            Client::names()
         )
     })
 }

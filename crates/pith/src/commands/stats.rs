@@ -318,11 +318,6 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         Some((replica, info)) => (replica, Some(info)),
         None => (path, None),
     };
-    anyhow::ensure!(
-        path.exists(),
-        "no ledger at {}: run `pith proxy` and send requests through it first (or pass --ledger FILE)",
-        path.display()
-    );
     let now_ms = pith_store::clock::now_ms();
     let filter = Filter {
         since_ms: args
@@ -331,7 +326,24 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
         session: args.session.clone(),
     };
     let own_account = config.account_id()?;
-    let mut report = report(&path, &filter, &Prices::new(&config.prices), &own_account)?;
+    let prices = Prices::new(&config.prices);
+    // Nothing recorded yet is not an error (as `pith history list` has it): one line says how
+    // to get a ledger, and --json gets the report of an empty one.
+    let mut report = if path.exists() {
+        report(&path, &filter, &prices, &own_account)?
+    } else {
+        eprintln!(
+            "pith: no ledger at {} yet: requests are recorded as they pass through pith's proxy; \
+             run your agent through it (`pith run claude`) or start `pith proxy` (or pass \
+             --ledger FILE)",
+            path.display()
+        );
+        if !args.json {
+            return Ok(());
+        }
+        let empty = Ledger::open_in_memory().context("internal error: an empty ledger")?;
+        report_over(&empty, &path, &filter, &prices, &own_account)?
+    };
     report.team = team;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

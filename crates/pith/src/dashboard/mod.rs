@@ -304,7 +304,8 @@ impl OwnPages for Dashboard {
     }
 
     fn get(&self, path: &str, query: &str) -> Option<OwnPage> {
-        if path == "/" {
+        // The page at `/`, and where a person looks for it beside its API (`/pith/`).
+        if path == "/" || path == "/pith/" || path == "/pith" {
             return Some(OwnPage {
                 status: StatusCode::OK,
                 content_type: "text/html; charset=utf-8",

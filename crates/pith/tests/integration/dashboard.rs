@@ -171,6 +171,16 @@ fn the_api_agrees_with_pith_stats_and_metrics_parse_and_pages_are_not_traffic() 
     let (status, kind, page) = get(&pith, "/", &[]);
     assert_eq!((status, kind.as_str()), (200, "text/html; charset=utf-8"));
     assert!(page.contains("<title>pith</title>") && page.contains("/pith/api/stats"));
+    // Where a person looks for it beside its API, the same page.
+    for path in ["/pith/", "/pith"] {
+        let (status, kind, body) = get(&pith, path, &[]);
+        assert_eq!(
+            (status, kind.as_str()),
+            (200, "text/html; charset=utf-8"),
+            "{path}"
+        );
+        assert_eq!(body, page, "{path}");
+    }
     let (status, _, body) = get(&pith, "/pith/nothing", &[]);
     assert_eq!(status, 404);
     assert!(body.contains("/pith/api/stats"), "{body}");

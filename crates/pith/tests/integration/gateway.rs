@@ -451,6 +451,98 @@ fn free_pair(other: u16) -> u16 {
     }
 }
 
+/// A script the test started, with everything it started: stopped (SIGKILL) when dropped, so
+/// a failing test leaves no pith proxy or HAProxy on a port. The script leads its own process
+/// group, but the instances and HAProxy run in sessions of their own (`setsid`), out of reach
+/// of a group kill: they are found as its descendants while it runs.
+struct ScriptTree {
+    pid: u32,
+    /// The script's status, from a thread that waits on it.
+    exited: std::sync::mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    done: bool,
+}
+
+impl ScriptTree {
+    fn spawn(mut cmd: std::process::Command) -> (ScriptTree, std::process::ChildStderr) {
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let pid = child.id();
+        let (tx, exited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let tree = ScriptTree {
+            pid,
+            exited,
+            done: false,
+        };
+        (tree, stderr)
+    }
+
+    /// Its status once it exits by itself within `limit`; `None` when it did not.
+    fn exit_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let status = self.exited.recv_timeout(limit).ok()?.unwrap();
+        self.done = true;
+        Some(status)
+    }
+}
+
+/// Every process below `pid` (children, theirs, ...), from /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses, so after the last.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((child, ppid));
+        }
+    }
+    let mut found = vec![pid];
+    let mut at = 0;
+    while at < found.len() {
+        let parent = found[at];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        at += 1;
+    }
+    found.split_off(1)
+}
+
+impl Drop for ScriptTree {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut pids: Vec<String> = descendants(self.pid).iter().map(u32::to_string).collect();
+        pids.push(format!("-{}", self.pid));
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .arg("--")
+            .args(&pids)
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = self.exited.recv();
+    }
+}
+
 #[test]
 fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
     let url = PgServer::shared().database().unwrap();
@@ -459,7 +551,17 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
     let listen = free_port();
     let first = free_pair(listen);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gateway/run");
-    let mut gateway = std::process::Command::new(script)
+    // The test plays a person at a terminal pressing Ctrl-C, so it starts the script as an
+    // interactive shell starts a foreground job: with SIGINT at its default. The suite itself
+    // may have been started with SIGINT ignored (a background job of a non-interactive shell,
+    // as CI wrappers start it, POSIX), that disposition is inherited across exec, and bash
+    // cannot trap a signal ignored at its start: the script would never hear the Ctrl-C.
+    // Sending SIGTERM instead would leave the script's documented stop (Ctrl-C) untested.
+    // GNU env's --default-signal resets it (coreutils 8.31 and later; Debian has it).
+    let mut gateway = std::process::Command::new("env");
+    gateway
+        .arg("--default-signal=INT")
+        .arg(script)
         .args(["--store", &url, "--instances", "2", "--check", "100ms"])
         .args(["--listen", &format!("127.0.0.1:{listen}")])
         .args(["--first-port", &first.to_string()])
@@ -469,10 +571,8 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
         .env("PITH_ANTHROPIC_UPSTREAM", mock.url())
         .env_remove("PITH_CONFIG")
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(std::process::Stdio::null());
+    let (mut gateway, mut stderr) = ScriptTree::spawn(gateway);
     let addr: SocketAddr = ([127, 0, 0, 1], listen).into();
     let body = r#"{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
     mock.set_default(Reply::json(anthropic::message("hello", USAGE)));
@@ -503,13 +603,14 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
     // own, so the script alone hears it and stops each once, with its drain).
     assert!(
         std::process::Command::new("kill")
-            .args(["-INT", &gateway.id().to_string()])
+            .args(["-INT", &gateway.pid.to_string()])
             .status()
             .unwrap()
             .success()
     );
-    let mut stderr = gateway.stderr.take().unwrap();
-    let status = exit_within(gateway, Duration::from_secs(20)).expect("the gateway did not stop");
+    let status = gateway
+        .exit_within(Duration::from_secs(20))
+        .expect("the gateway did not stop");
     let mut said = String::new();
     stderr.read_to_string(&mut said).unwrap();
     assert!(status.success(), "{said}");
@@ -522,4 +623,39 @@ fn the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all() {
             "{port} still open"
         );
     }
+}
+
+/// CI wrappers start the suite as a background job of a non-interactive shell, which starts it
+/// with SIGINT ignored (POSIX): the gateway's test, run that way, still stops the gateway with
+/// its Ctrl-C. This runs it so, in a test binary of its own (this one, with only that test).
+#[test]
+fn the_gateway_test_passes_in_a_suite_started_in_the_background_by_a_script() {
+    let name = "gateway::the_shipped_example_runs_two_instances_behind_haproxy_and_stops_them_all";
+    // The background job (a simple command: bash ignores SIGINT in those, not in a `{ }`
+    // group) says what it ignores, then becomes the test binary.
+    let out = std::process::Command::new("bash")
+        .args([
+            "-c",
+            r#"sh -c 'grep "^SigIgn:" /proc/self/status >&2; exec "$@"' sh "$@" & wait $!"#,
+            "bash",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--test-threads", "1"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The premise: the suite really started with SIGINT (signal 2, bit 1) ignored.
+    let ignored = said
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no SigIgn line: {said}"));
+    assert_ne!(ignored & 0b10, 0, "SIGINT not ignored at start: {said}");
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 passed"), "{said}");
 }

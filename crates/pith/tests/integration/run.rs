@@ -515,6 +515,24 @@ fn the_clients_exit_code_comes_back_and_a_missing_client_is_named() {
     );
 }
 
+/// A client that is not on PATH is named before anything starts: no proxy is left up for it.
+#[test]
+fn a_missing_client_starts_no_proxy() {
+    let mock = MockUpstream::start().unwrap();
+    let shared = Shared::new(&mock, free_port(), tempfile::tempdir().unwrap());
+    let empty = tempfile::tempdir().unwrap();
+    for name in ["claude", "claude-code", "opencode"] {
+        let out = pith_run(&shared, &empty.path().as_os_str().to_owned(), &[name])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("is not on PATH"), "{err}");
+    }
+    assert_eq!(shared.started(), 0, "{}", shared.log());
+    assert!(health(shared.addr).is_none(), "a proxy answers");
+}
+
 #[test]
 fn a_proxy_that_does_not_come_up_means_straight_to_the_provider_after_two_seconds() {
     let mock = MockUpstream::start().unwrap();

@@ -696,7 +696,7 @@ fn setup_opencode_writes_the_users_config_by_default_and_has_no_local_scope() {
     assert!(err.contains("--scope user"), "{err}");
     let err = fails(dir, codex, &["cursor"]);
     assert!(
-        err.contains("name one of claude-code, opencode, codex"),
+        err.contains("name one of claude-code (or claude), opencode, codex"),
         "{err}"
     );
     let out = ok(dir, codex, &["--undo", "opencode"]);
@@ -800,4 +800,117 @@ fn two_projects_in_one_global_config_each_undo_their_own_entry() {
     let v = jsonc(&std::fs::read_to_string(&global).unwrap());
     assert!(v["projects"][&kb]["mcpServers"]["pith"].is_null(), "{v:#}");
     assert_eq!(v["numStartups"], 1);
+}
+
+/// `pith setup claude` is Claude Code, as `pith run claude` is: each command takes a client's
+/// name and its executable's alike, and says both in its help.
+#[test]
+fn setup_takes_a_clients_executable_name_as_run_does() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let out = ok(dir, codex, &["claude", "--dry-run", "--command", "pith"]);
+    assert!(out.contains("settings.local.json"), "{out}");
+    let help = ok(dir, codex, &["--help"]);
+    assert!(help.contains("claude-code (or claude)"), "{help}");
+    let refused = fails(dir, codex, &["cursor"]);
+    assert!(
+        refused.contains("claude-code (or claude), opencode, codex"),
+        "{refused}"
+    );
+}
+
+/// Undo takes out the directories setup created once they are empty (`.claude/` in a project
+/// that had none), never one that was there before, nor one holding anything else.
+#[test]
+fn undo_removes_the_directories_setup_created_when_they_are_empty() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let claude = dir.join(".claude");
+    ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(claude.join("settings.local.json").exists());
+    let out = ok(dir, codex, &["--undo", "claude-code"]);
+    assert!(!claude.exists(), "{out}");
+    assert!(
+        out.contains("pith setup created it, and it is empty"),
+        "{out}"
+    );
+
+    // Created by setup, then used: it stays with what it holds.
+    ok(dir, codex, &["claude-code", "--command", "pith"]);
+    std::fs::create_dir(claude.join("commands")).unwrap();
+    std::fs::write(claude.join("commands/fix.md"), "fix it\n").unwrap();
+    ok(dir, codex, &["--undo", "claude-code"]);
+    assert!(claude.join("commands/fix.md").exists());
+    assert!(!claude.join("settings.local.json").exists());
+    std::fs::remove_dir_all(&claude).unwrap();
+
+    // There before setup, empty: it stays.
+    std::fs::create_dir(&claude).unwrap();
+    ok(dir, codex, &["claude-code", "--command", "pith"]);
+    ok(dir, codex, &["--undo", "claude-code"]);
+    assert!(claude.is_dir());
+    assert!(!claude.join("settings.local.json").exists());
+}
+
+/// `git init` in `dir`, with git's config from the test's home only.
+fn git(dir: &Path, home: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `.claude/settings.local.json` is one person's: setup has git ignore it the way Claude Code
+/// does when it creates the file (a line in git's global excludes file), so `git status` does
+/// not offer it; in a directory that is not a git repository nothing of git's is touched.
+#[test]
+fn the_local_settings_setup_writes_are_ignored_by_git_as_claude_code_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let codex = tempfile::tempdir().unwrap();
+    let (dir, codex) = (dir.path(), codex.path());
+    let home = codex.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    git(dir, &home, &["init", "-q"]);
+    let out = ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert!(dir.join(".claude/settings.local.json").exists());
+    let status = git(
+        dir,
+        &home,
+        &["status", "--porcelain", "--untracked-files=all"],
+    );
+    assert!(!status.contains("settings.local.json"), "{status}\n{out}");
+    let excludes = home.join(".config/git/ignore");
+    assert_eq!(
+        std::fs::read_to_string(&excludes).unwrap(),
+        "**/.claude/settings.local.json\n"
+    );
+    // Once only, whatever setup runs again.
+    ok(dir, codex, &["--undo", "claude-code"]);
+    ok(dir, codex, &["claude-code", "--command", "pith"]);
+    assert_eq!(
+        std::fs::read_to_string(&excludes).unwrap(),
+        "**/.claude/settings.local.json\n"
+    );
+
+    // Not a git repository: git's files are not touched.
+    let plain = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(other.path().join("home")).unwrap();
+    ok(
+        plain.path(),
+        other.path(),
+        &["claude-code", "--command", "pith"],
+    );
+    assert!(plain.path().join(".claude/settings.local.json").exists());
+    assert!(!other.path().join("home/.config/git").exists());
 }

@@ -111,19 +111,38 @@ fn stats_totals_per_session_and_model_with_cost_and_unknown_prices() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("use a number with ms, s, m, h, d or w"));
 }
 
+/// Nothing recorded yet is not an error (as `pith history list` has it): one line says how to
+/// get a ledger, status 0, and `--json` prints the report of an empty ledger.
 #[test]
 fn stats_without_a_ledger_says_how_to_get_one() {
     let home = tempfile::tempdir().unwrap();
-    let out = Command::new(pith_bin())
-        .arg("stats")
-        .env("PITH_HOME", home.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
+    let stats = |args: &[&str]| {
+        Command::new(pith_bin())
+            .arg("stats")
+            .args(args)
+            .env("PITH_HOME", home.path())
+            .env_remove("PITH_CONFIG")
+            .env_remove("PITH_STORE_URL")
+            .output()
+            .unwrap()
+    };
+    let out = stats(&[]);
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("no ledger at") && err.contains("pith proxy"),
+        err.contains("no ledger at") && err.contains("pith run claude"),
         "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = stats(&["--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["total"]["requests"], 0, "{v:#}");
+    assert_eq!(v["sessions"], serde_json::json!([]));
+    assert!(
+        !home.path().join("ledger.db").exists(),
+        "stats made no ledger"
     );
 }
 

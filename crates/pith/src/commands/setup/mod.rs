@@ -11,6 +11,7 @@ mod edit;
 mod record;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::{Context, anyhow, bail};
 use pith_clients::{Client, Registration, Scope, Setting};
@@ -37,8 +38,8 @@ Examples:
   pith setup claude-code --scope project --dry-run
   pith setup --undo claude-code")]
 pub struct Args {
-    /// The coding agent to register pith with: claude-code, opencode or codex.
-    #[arg(value_parser = parse_client)]
+    /// The coding agent to register pith with.
+    #[arg(value_parser = parse_client, help = format!("The coding agent to register pith with: {}", Client::names()))]
     client: Client,
     /// Where to write: project, local or user (default: where the client keeps your own
     /// settings; see below).
@@ -67,13 +68,7 @@ pub struct Args {
 }
 
 fn parse_client(name: &str) -> Result<Client, String> {
-    Client::ALL
-        .into_iter()
-        .find(|c| c.name() == name)
-        .ok_or_else(|| {
-            let names: Vec<&str> = Client::ALL.iter().map(|c| c.name()).collect();
-            format!("name one of {}", names.join(", "))
-        })
+    Client::named(name).ok_or_else(|| format!("name one of {}", Client::names()))
 }
 
 fn parse_scope(name: &str) -> Result<Scope, String> {
@@ -363,8 +358,9 @@ fn write(
     // Recorded first: a record that cannot be written leaves every file as it was.
     let mut record = Record::load()?;
     let mut writes = Vec::new();
-    for f in changes {
+    for mut f in changes {
         let new = f.planned.unwrap_or_default();
+        f.added.created_dirs = missing_dirs(&record::landing(&f.path, project)?);
         record.wrote(
             (client, registration.scope, project),
             &f.path,
@@ -378,6 +374,11 @@ fn write(
         write_file(path, new, project)?;
         println!("wrote {}.", path.display());
     }
+    if let Some(ignored) = &registration.git_ignored
+        && writes.iter().any(|(path, _)| *path == ignored.file)
+    {
+        git_ignore(ignored, project)?;
+    }
     println!("{}", registration.next);
     let scope = if registration.scope == client.profile().default_scope {
         String::new()
@@ -386,6 +387,85 @@ fn write(
     };
     println!("`pith setup --undo {client}{scope}` takes out what this added.");
     Ok(())
+}
+
+/// The directories writing a file at `target` creates: its missing ancestors, deepest first.
+fn missing_dirs(target: &Path) -> Vec<PathBuf> {
+    target
+        .ancestors()
+        .skip(1)
+        .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
+        .map(Path::to_path_buf)
+        .collect()
+}
+
+/// Have git ignore a file that is one person's, as the client itself does when it creates the
+/// file (Claude Code: [`pith_clients::claude_code::LOCAL_SETTINGS_IGNORED`]): the rule goes
+/// into git's global excludes file unless a line there is it already. Only in a git
+/// repository (a project with `.git`). Unlike Claude Code, pith runs no git command in the
+/// project (`git check-ignore` there reads the project's own git config, and a project is a
+/// stranger's): a rule already in the project's `.gitignore` gets the global line all the
+/// same, which ignores nothing more. Undo leaves the line: it is the one Claude Code adds.
+fn git_ignore(ignored: &pith_clients::GitIgnored, project: Option<&Path>) -> anyhow::Result<()> {
+    if !project.is_some_and(|p| p.join(".git").exists()) {
+        return Ok(());
+    }
+    let Some(excludes) = git_excludes_file() else {
+        return Ok(());
+    };
+    let text = read_config(&excludes)?.unwrap_or_default();
+    if text.lines().any(|l| l.trim() == ignored.rule) {
+        return Ok(());
+    }
+    let mut new = text;
+    if !new.is_empty() && !new.ends_with('\n') {
+        new.push('\n');
+    }
+    new.push_str(ignored.rule);
+    new.push('\n');
+    write_file(&excludes, &new, None)?;
+    println!(
+        "git ignores {} now: added `{}` to {}, as the client does when it creates the file.",
+        ignored.file.display(),
+        ignored.rule,
+        excludes.display()
+    );
+    Ok(())
+}
+
+/// git's global excludes file: the one `core.excludesfile` names in the user's git config
+/// (`~/` is the home directory; a relative path is not taken), else
+/// `$XDG_CONFIG_HOME/git/ignore`, else `~/.config/git/ignore`; `None` without a home.
+fn git_excludes_file() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    // Asked from the home directory, away from the project's own git config.
+    let configured = Command::new("git")
+        .args(["config", "--global", "--get", "core.excludesfile"])
+        .current_dir(home.as_deref().unwrap_or(Path::new("/")))
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default();
+    if configured == "~" {
+        return home;
+    }
+    if let Some(rest) = configured.strip_prefix("~/") {
+        return home.map(|h| h.join(rest));
+    }
+    if Path::new(&configured).is_absolute() {
+        return Some(PathBuf::from(configured));
+    }
+    if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from)
+        && xdg.is_absolute()
+    {
+        return Some(xdg.join("git").join("ignore"));
+    }
+    home.map(|h| h.join(".config").join("git").join("ignore"))
 }
 
 /// `pith setup --undo <client>`: every file setup changed for this client in this scope goes
@@ -433,13 +513,27 @@ fn undo(
                 .with_context(|| format!("cannot remove {}", path.display()))?,
             None => {}
         }
-        record.files.remove(key);
+        let created = record
+            .files
+            .remove(key)
+            .map(|r| r.created_dirs)
+            .unwrap_or_default();
         let done = if text.is_some() {
             "restored"
         } else {
             "removed"
         };
         println!("{done} {}.", path.display());
+        // The directories setup created for it, deepest first, each only when nothing is left
+        // in it (remove_dir removes no directory that holds anything).
+        for dir in created.iter().map(Path::new) {
+            if std::fs::remove_dir(dir).is_ok() {
+                println!(
+                    "removed {} (pith setup created it, and it is empty).",
+                    dir.display()
+                );
+            }
+        }
     }
     record.save()?;
     if !left.is_empty() {

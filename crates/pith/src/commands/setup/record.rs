@@ -31,6 +31,10 @@ pub struct RecordedFile {
     /// The hook command pith added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_command: Option<String>,
+    /// The directories writing the file created (none existed before), deepest first: undo
+    /// removes each that is empty once the file is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_dirs: Vec<PathBuf>,
 }
 
 impl RecordedFile {
@@ -45,6 +49,7 @@ impl RecordedFile {
 pub struct Added {
     pub members: Vec<(Vec<String>, Value)>,
     pub hook_command: Option<String>,
+    pub created_dirs: Vec<PathBuf>,
 }
 
 impl Record {
@@ -124,10 +129,14 @@ impl Record {
         added: Added,
     ) {
         let key = Record::key(path, client, scope, project);
-        let (before, mut members, mut hook_command) = match self.files.remove(&key) {
-            Some(r) if before == Some(r.after.as_str()) => (r.before, r.members, r.hook_command),
-            _ => (before.map(str::to_owned), Vec::new(), None),
-        };
+        let (before, mut members, mut hook_command, mut created_dirs) =
+            match self.files.remove(&key) {
+                Some(r) if before == Some(r.after.as_str()) => {
+                    (r.before, r.members, r.hook_command, r.created_dirs)
+                }
+                _ => (before.map(str::to_owned), Vec::new(), None, Vec::new()),
+            };
+        created_dirs.extend(added.created_dirs);
         for m in added.members {
             if !members.contains(&m) {
                 members.push(m);
@@ -143,6 +152,7 @@ impl Record {
                 after: after.to_owned(),
                 members,
                 hook_command,
+                created_dirs,
             },
         );
     }

@@ -645,6 +645,11 @@ fn defer_rules(wire: Wire, body: &[u8], out: &[u8], edit: &Edit, strict: bool) -
         if a == b {
             continue;
         }
+        // Only a tool pith deferred must lose its breakpoint: one the client sent deferred
+        // (`defer_loading` of its own) is the client's, left as it came.
+        if b.get("cache_control").is_some() {
+            violations.push(format!("cache_control on a deferred tool: {b}"));
+        }
         let (mut a, mut b) = (a.clone(), b.clone());
         let marked = b.get("defer_loading") == Some(&Value::Bool(true));
         if let (Some(a), Some(b)) = (a.as_object_mut(), b.as_object_mut()) {
@@ -658,11 +663,6 @@ fn defer_rules(wire: Wire, body: &[u8], out: &[u8], edit: &Edit, strict: bool) -
     }
     if deferred == before.len() {
         violations.push("every client tool deferred".into());
-    }
-    for t in after {
-        if t.get("defer_loading").is_some() && t.get("cache_control").is_some() {
-            violations.push(format!("cache_control on a deferred tool: {t}"));
-        }
     }
     let search = after
         .last()

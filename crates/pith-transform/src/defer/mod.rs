@@ -36,6 +36,7 @@ use crate::stage::{Edit, Fact, HeaderEdit, Outcome, Request, Site, Splice, Stage
 pub use rank::{ToolRanker, ToolText, bm25_scores};
 
 use history::History;
+use plans::Planned;
 use view::{Str, Tool, ToolProbe, Top, TypeOnly, member_removal};
 
 /// The `anthropic-beta` value that enables the tool search tool and `defer_loading`.
@@ -260,19 +261,6 @@ impl Stage for DeferStage {
 enum Decision {
     Unchanged(&'static str),
     Defer(Edit),
-}
-
-/// What a tool list and task decide, whatever the rest of the request: kept per session
-/// ([`plans`]).
-#[derive(Clone)]
-enum Planned {
-    Unchanged(&'static str),
-    /// The edit, its splices counted from the start of the `tools` array, and the names of the
-    /// tools it defers (a history that called one joined midway).
-    Defer {
-        edit: Edit,
-        deferred: Vec<String>,
-    },
 }
 
 /// The body is not the shape the stage understands; the request passes unchanged.

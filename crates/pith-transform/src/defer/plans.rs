@@ -13,7 +13,19 @@ use std::sync::{Mutex, PoisonError};
 
 use pith_wire::Wire;
 
-use super::Planned;
+use crate::stage::Edit;
+
+/// What a tool list and task decide, whatever the rest of the request.
+#[derive(Clone)]
+pub(super) enum Planned {
+    Unchanged(&'static str),
+    /// The edit, its splices counted from the start of the `tools` array, and the names of the
+    /// tools it defers (a history that called one joined midway).
+    Defer {
+        edit: Edit,
+        deferred: Vec<String>,
+    },
+}
 
 /// Plans kept at most (the sessions a proxy serves at once, with room; the oldest goes): each
 /// holds its tool list's text, tens of kilobytes.

@@ -36,6 +36,22 @@ impl Measurement for ThreadCpu {
     }
 }
 
+/// A comma-separated list from the environment (a benchmark's selection), or `default`'s.
+pub fn env_list(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The `p` quantile (0 to 1, nearest rank) of `sorted` times, in milliseconds.
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
 /// A number from the environment (a benchmark's knob), or `default` when unset or not one.
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)

@@ -43,6 +43,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pith_testkit::MockUpstream;
+use pith_testkit::bench::{env_list, percentile_ms};
 use pith_testkit::fixtures::captures;
 use serde_json::{Value, json};
 use support::{env_usize, memory_kib, spawn_pith};
@@ -54,18 +55,6 @@ const WARM_UP: usize = 20;
 
 /// The paced mode's gap between request starts.
 const PACE: Duration = Duration::from_millis(10);
-
-/// A comma-separated list from the environment, or every item of `all`.
-fn selected(name: &str, all: &[&str]) -> Vec<String> {
-    match std::env::var(name) {
-        Ok(list) => list
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        Err(_) => all.iter().map(|s| (*s).to_owned()).collect(),
-    }
-}
 
 /// One `pith proxy` under measurement.
 struct Target {
@@ -229,8 +218,7 @@ fn cpu_us(pid: u32) -> (u64, u64) {
 fn pct(v: &[Duration], p: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort();
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i].as_secs_f64() * 1000.0
+    percentile_ms(&v, p)
 }
 
 /// Every target's times for one body in one mode: `rounds` requests each, interleaved.
@@ -271,15 +259,9 @@ async fn measure(
 
 fn main() {
     let rounds = env_usize("PITH_BENCH_ROUNDS", 400);
-    let modes = selected("PITH_BENCH_MODES", &["back-to-back", "paced"]);
-    let wanted_bodies = selected(
-        "PITH_BENCH_BODIES",
-        &["claude", "opencode", "codex", "long"],
-    );
-    let wanted_targets = selected(
-        "PITH_BENCH_TARGETS",
-        &["pith", "no-ledger", "bare", "before"],
-    );
+    let modes = env_list("PITH_BENCH_MODES", "back-to-back,paced");
+    let wanted_bodies = env_list("PITH_BENCH_BODIES", "claude,opencode,codex,long");
+    let wanted_targets = env_list("PITH_BENCH_TARGETS", "pith,no-ledger,bare,before");
 
     let claude = capture(
         "claude-code-2.1.328/fix-calc/req006",

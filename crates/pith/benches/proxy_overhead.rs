@@ -36,6 +36,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pith_testkit::MockUpstream;
+use pith_testkit::bench::{env_list, percentile_ms as pct};
 use pith_testkit::fixtures as captures;
 use support::{env_usize, memory_kib, spawn_pith};
 
@@ -44,16 +45,6 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 struct Sample {
     total: Duration,
     ttfb: Duration,
-}
-
-/// A comma-separated list from the environment, or `default`.
-fn env_list(name: &str, default: &str) -> Vec<String> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_owned())
-        .split(',')
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .collect()
 }
 
 /// The binary measured: this build's, or `PITH_BENCH_BIN` (to measure an older build with the
@@ -137,11 +128,6 @@ async fn round(
         all.extend(t.await.unwrap());
     }
     all
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1e3
 }
 
 struct Stats {

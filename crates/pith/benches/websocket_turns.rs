@@ -38,6 +38,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use pith_testkit::bench::percentile_ms;
 use pith_testkit::fixtures::{self as captures, ToolCall, responses};
 use pith_testkit::responses_socket::{SocketMock, frames_of};
 use pith_testkit::{MockUpstream, Reply};
@@ -155,8 +156,7 @@ async fn tool_loop(addr: &str, first: &Bytes, turns: usize, pin: bool) -> Vec<Du
 
 fn pct(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort();
-    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[i].as_secs_f64() * 1e3
+    percentile_ms(samples, p)
 }
 
 /// Samples of one mode, direct and through pith.

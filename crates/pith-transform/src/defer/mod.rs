@@ -311,10 +311,10 @@ impl DeferStage {
                 .unwrap_or(Planned::Unchanged(reason::UNPARSEABLE))
         });
         let (edit, deferred) = match planned {
-            Planned::Unchanged(reason::ALREADY_DEFERRING) => {
-                return Ok(Decision::Unchanged(reason::ALREADY_DEFERRING));
+            // What the tools say before tool_choice is read, as when they were parsed first.
+            Planned::Unchanged(why @ (reason::ALREADY_DEFERRING | reason::UNPARSEABLE)) => {
+                return Ok(Decision::Unchanged(why));
             }
-            Planned::Unchanged(reason::UNPARSEABLE) => return Err(Unparseable),
             _ if top
                 .tool_choice
                 .map(|choice| forces_a_tool(wire, choice))

@@ -16,7 +16,7 @@ use pith_wire::Wire;
 use crate::stage::Edit;
 
 /// What a tool list and task decide, whatever the rest of the request.
-#[derive(Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Planned {
     Unchanged(&'static str),
     /// The edit, its splices counted from the start of the `tools` array, and the names of the
@@ -32,27 +32,20 @@ pub(super) enum Planned {
 const KEPT: usize = 32;
 
 /// One plan: for this wire, task and tools array.
-struct Decided<T> {
+struct Decided {
     wire: Wire,
     task: String,
     tools: String,
-    plan: T,
+    plan: Planned,
 }
 
 /// Recently made plans, the most recently used first.
-pub(super) struct Plans<T = Planned> {
-    kept: Mutex<VecDeque<Decided<T>>>,
+#[derive(Default)]
+pub(super) struct Plans {
+    kept: Mutex<VecDeque<Decided>>,
 }
 
-impl<T> Default for Plans<T> {
-    fn default() -> Self {
-        Self {
-            kept: Mutex::new(VecDeque::new()),
-        }
-    }
-}
-
-impl<T: Clone> Plans<T> {
+impl Plans {
     /// The plan made for `tools` (the `tools` array's text) and `task` on `wire`, or
     /// `decide`'s, which is then kept.
     pub(super) fn planned(
@@ -60,8 +53,8 @@ impl<T: Clone> Plans<T> {
         wire: Wire,
         task: &str,
         tools: &str,
-        decide: impl FnOnce() -> T,
-    ) -> T {
+        decide: impl FnOnce() -> Planned,
+    ) -> Planned {
         {
             let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(at) = kept
@@ -98,34 +91,45 @@ mod tests {
 
     #[test]
     fn a_decision_is_made_once_per_tools_and_task_and_the_oldest_goes() {
-        let plans = Plans::<Vec<bool>>::default();
+        let plans = Plans::default();
         let decided = std::cell::Cell::new(0);
-        let decide = |loaded: Vec<bool>| {
+        let decide = |plan: Planned| {
             decided.set(decided.get() + 1);
-            loaded
+            plan
         };
         let a = plans.planned(Wire::AnthropicMessages, "fix it", "[A]", || {
-            decide(vec![true])
+            decide(Planned::Unchanged("first"))
         });
         let again = plans.planned(Wire::AnthropicMessages, "fix it", "[A]", || {
-            decide(vec![false])
+            decide(Planned::Unchanged("second"))
         });
-        assert_eq!((a, again), (vec![true], vec![true]));
+        assert_eq!(
+            (a, again),
+            (Planned::Unchanged("first"), Planned::Unchanged("first"))
+        );
         // Another task, tool list or wire is another decision.
         plans.planned(Wire::AnthropicMessages, "other", "[A]", || {
-            decide(vec![false])
+            decide(Planned::Unchanged("second"))
         });
         plans.planned(Wire::AnthropicMessages, "fix it", "[B]", || {
-            decide(vec![false])
+            decide(Planned::Unchanged("second"))
         });
-        plans.planned(Wire::Responses, "fix it", "[A]", || decide(vec![false]));
+        plans.planned(Wire::Responses, "fix it", "[A]", || {
+            decide(Planned::Unchanged("second"))
+        });
         assert_eq!(decided.get(), 4);
         for n in 0..KEPT {
-            plans.planned(Wire::Responses, &n.to_string(), "[A]", || decide(vec![]));
+            plans.planned(Wire::Responses, &n.to_string(), "[A]", || {
+                decide(Planned::Unchanged("filler"))
+            });
         }
         let first = plans.planned(Wire::AnthropicMessages, "fix it", "[A]", || {
-            decide(vec![false])
+            decide(Planned::Unchanged("second"))
         });
-        assert_eq!(first, vec![false], "the oldest decision was let go");
+        assert_eq!(
+            first,
+            Planned::Unchanged("second"),
+            "the oldest decision was let go"
+        );
     }
 }

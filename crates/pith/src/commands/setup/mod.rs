@@ -347,9 +347,11 @@ fn write(
     if changes.is_empty() {
         return Ok(());
     }
-    // Where each lands is checked before anything is recorded or written.
+    // Where each lands is checked before anything is recorded or written, with the
+    // directories writing it will create.
+    let mut created = Vec::with_capacity(changes.len());
     for f in &changes {
-        record::landing(&f.path, project)?;
+        created.push(missing_dirs(&record::landing(&f.path, project)?));
     }
     if dry_run {
         println!("dry run: nothing written.");
@@ -358,9 +360,9 @@ fn write(
     // Recorded first: a record that cannot be written leaves every file as it was.
     let mut record = Record::load()?;
     let mut writes = Vec::new();
-    for mut f in changes {
+    for (mut f, created_dirs) in changes.into_iter().zip(created) {
         let new = f.planned.unwrap_or_default();
-        f.added.created_dirs = missing_dirs(&record::landing(&f.path, project)?);
+        f.added.created_dirs = created_dirs;
         record.wrote(
             (client, registration.scope, project),
             &f.path,

@@ -852,6 +852,24 @@ fn undo_removes_the_directories_setup_created_when_they_are_empty() {
     assert!(!claude.join("settings.local.json").exists());
 }
 
+/// A directory setup created that the repository then turns into a link out of the project
+/// (a pull, a checkout): undo deletes nothing there, neither the file nor the directory, and
+/// says why.
+#[test]
+fn undo_deletes_nothing_through_a_created_directory_the_repository_turned_into_a_link() {
+    let (dir, codex) = project();
+    let (dir, codex) = (dir.path(), codex.path());
+    let outside = tempfile::tempdir().unwrap();
+    let elsewhere = outside.path().join("claude");
+    ok(dir, codex, &["claude-code", "--command", "pith"]);
+    std::fs::rename(dir.join(".claude"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join(".claude")).unwrap();
+    let err = fails(dir, codex, &["--undo", "claude-code"]);
+    assert!(err.contains("leads out of the project"), "{err}");
+    assert!(elsewhere.join("settings.local.json").exists(), "{err}");
+    assert!(elsewhere.is_dir());
+}
+
 /// `git init` in `dir`, with git's config from the test's home only.
 fn git(dir: &Path, home: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

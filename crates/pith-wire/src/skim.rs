@@ -81,6 +81,76 @@ pub fn array_elements(json: &[u8]) -> Option<Vec<Range<usize>>> {
     }
 }
 
+/// The first member of the object that `json` holds whose key's bytes are `key`, found from
+/// the front: the values before it are skimmed and the ones after it never read. Clients send
+/// the history array near the front of the body and the tools after it, so this finds a
+/// history's start without reading the history.
+pub fn member_forward(json: &[u8], key: &[u8]) -> Option<Member> {
+    let mut at = skip_ws(json, 0);
+    if json.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_ws(json, at + 1);
+    loop {
+        if json.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(json, at)?;
+        let found = at + 1..key_end - 1;
+        at = skip_ws(json, key_end);
+        if json.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_ws(json, at + 1);
+        let end = value_end(json, start)?;
+        if &json[found.clone()] == key {
+            return Some(Member {
+                key: found,
+                value: start..end,
+            });
+        }
+        at = skip_ws(json, end);
+        match json.get(at) {
+            Some(b',') => at = skip_ws(json, at + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The elements of an array from a point inside it to its end: `after` is just past the
+/// array's `[` (`first`) or just past one of its elements. Returns the spans of the elements
+/// that follow and the index of the array's `]`, reading nothing before `after`: a caller that
+/// read an array's first elements on an earlier request reads only the ones added since.
+pub fn elements_after(
+    json: &[u8],
+    after: usize,
+    first: bool,
+) -> Option<(Vec<Range<usize>>, usize)> {
+    let mut at = skip_ws(json, after);
+    let mut elements = Vec::new();
+    if first {
+        if json.get(at) == Some(&b']') {
+            return Some((elements, at));
+        }
+    } else {
+        match json.get(at) {
+            Some(b']') => return Some((elements, at)),
+            Some(b',') => at = skip_ws(json, at + 1),
+            _ => return None,
+        }
+    }
+    loop {
+        let end = value_end(json, at)?;
+        elements.push(at..end);
+        at = skip_ws(json, end);
+        match json.get(at) {
+            Some(b',') => at = skip_ws(json, at + 1),
+            Some(b']') => return Some((elements, at)),
+            _ => return None,
+        }
+    }
+}
+
 /// The members of the object that `json` holds, read from its end: the last member first.
 /// Clients put `tools` after the history, so a caller looking for it stops long before the
 /// history, whatever its size. The walk ends early (yields no more) at a malformed structure;
@@ -324,6 +394,31 @@ mod tests {
             .into_iter()
             .map(|m| (&json[m.key], &json[m.value]))
             .collect()
+    }
+
+    #[test]
+    fn a_member_is_found_from_the_front_and_an_array_read_from_inside() {
+        let json = br#"{"model":"m", "messages" : [ {"a":"]"} , [1,2] ,"x" ] , "tools":[]}"#;
+        let member = member_forward(json, b"messages").unwrap();
+        let array = &json[member.value.clone()];
+        assert_eq!(array, br#"[ {"a":"]"} , [1,2] ,"x" ]"#);
+        let start = member.value.start;
+        let (all, close) = elements_after(json, start + 1, true).unwrap();
+        let texts: Vec<&[u8]> = all.iter().map(|r| &json[r.clone()]).collect();
+        assert_eq!(texts, [&br#"{"a":"]"}"#[..], b"[1,2]", br#""x""#]);
+        assert_eq!(close + 1, member.value.end);
+        // From the end of the first element: the two after it, and the same close.
+        let (rest, again) = elements_after(json, all[0].end, false).unwrap();
+        assert_eq!((rest, again), (all[1..].to_vec(), close));
+        // From the last element's end, nothing is left; from the middle of one, a malformed read.
+        assert_eq!(
+            elements_after(json, all[2].end, false),
+            Some((vec![], close))
+        );
+        assert_eq!(elements_after(json, all[0].start + 1, false), None);
+        assert_eq!(elements_after(b"[ ]", 1, true), Some((vec![], 2)));
+        assert_eq!(member_forward(json, b"absent"), None);
+        assert_eq!(member_forward(br#"{"a":1 "b":2}"#, b"b"), None);
     }
 
     #[test]

@@ -1,22 +1,25 @@
 //! What the conversation history says: the task (the first real user prompt) and which tools
-//! were called or surfaced by a tool search.
+//! were called or surfaced by a tool search. Read one message (or Responses item) at a time, so
+//! a turn can go on from what an earlier turn read ([`super::conversations`]).
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 
+use pith_wire::Wire;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::view::{Block, Content, Message, Str};
 
-/// The parts of a conversation the defer stage decides on.
-#[derive(Debug, Default)]
-pub(super) struct History<'a> {
+/// The parts of a conversation the defer stage decides on, as of some message.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct History {
     /// The first real user prompt, `None` when there is none.
     pub task: Option<String>,
-    /// Names of tools the model called, in order, with repeats.
-    pub called: Vec<Cow<'a, str>>,
+    /// Names of tools the model called.
+    pub called: BTreeSet<String>,
     /// Names of tools a tool search (server or client side) made available.
-    pub surfaced: Vec<Cow<'a, str>>,
+    pub surfaced: BTreeSet<String>,
 }
 
 #[derive(Deserialize)]
@@ -61,43 +64,60 @@ fn is_array(raw: &RawValue) -> bool {
     raw.get().starts_with('[')
 }
 
-/// Anthropic Messages `messages`, as read with the body.
-pub(super) fn anthropic(messages: Vec<Message<'_>>) -> Result<History<'_>, serde_json::Error> {
-    let mut history = History::default();
-    for message in messages {
+fn add(names: &mut BTreeSet<String>, name: &str) {
+    if !names.contains(name) {
+        names.insert(name.to_owned());
+    }
+}
+
+impl History {
+    /// Reads one element of the history array (`text`, its JSON): an Anthropic message, or an
+    /// OpenAI Responses input item.
+    pub fn read(&mut self, wire: Wire, text: &str) -> Result<(), serde_json::Error> {
+        match wire {
+            Wire::AnthropicMessages => self.read_message(serde_json::from_str(text)?),
+            Wire::Responses | Wire::ChatCompletions => self.read_item(serde_json::from_str(text)?),
+        }
+    }
+
+    /// A Responses `input` that is one string: the prompt itself.
+    pub fn of_prompt(input: &str) -> Result<Self, serde_json::Error> {
+        Ok(History {
+            task: real_prompt(&serde_json::from_str::<Cow<'_, str>>(input)?),
+            ..History::default()
+        })
+    }
+
+    fn read_message(&mut self, message: Message<'_>) -> Result<(), serde_json::Error> {
         let Some(content) = message.content else {
-            continue;
+            return Ok(());
         };
         let from_user = is(message.role.as_ref(), "user");
         let blocks = match content {
             Content::Text(text) => {
-                if from_user && history.task.is_none() {
-                    history.task = real_prompt(&text);
+                if from_user && self.task.is_none() {
+                    self.task = real_prompt(&text);
                 }
-                continue;
+                return Ok(());
             }
             Content::Blocks(blocks) => blocks,
         };
         for block in blocks {
             match block.kind.as_ref().map(Str::as_str) {
-                Some("text") if from_user && history.task.is_none() => {
+                Some("text") if from_user && self.task.is_none() => {
                     if let Some(text) = block.text {
-                        history.task =
-                            real_prompt(&serde_json::from_str::<Cow<'_, str>>(text.get())?);
+                        self.task = real_prompt(&serde_json::from_str::<Cow<'_, str>>(text.get())?);
                     }
                 }
                 Some("tool_use") => {
                     if let Some(name) = block.name {
-                        history.called.push(name.0);
+                        add(&mut self.called, name.as_str());
                     }
                 }
                 Some("tool_search_tool_result") => {
                     if let Some(content) = block.content.filter(|c| c.get().starts_with('{')) {
                         let result: SearchResult<'_> = serde_json::from_str(content.get())?;
-                        push_references(
-                            &mut history.surfaced,
-                            result.tool_references.unwrap_or_default(),
-                        );
+                        self.add_references(result.tool_references.unwrap_or_default());
                     }
                 }
                 Some("tool_result") => {
@@ -107,56 +127,49 @@ pub(super) fn anthropic(messages: Vec<Message<'_>>) -> Result<History<'_>, serde
                         .filter(|c| is_array(c) && c.get().contains("\"tool_reference\""))
                     {
                         let refs: Vec<Reference<'_>> = serde_json::from_str(content.get())?;
-                        push_references(&mut history.surfaced, refs);
+                        self.add_references(refs);
                     }
                 }
                 _ => {}
             }
         }
+        Ok(())
     }
-    Ok(history)
-}
 
-fn push_references<'a>(out: &mut Vec<Cow<'a, str>>, refs: Vec<Reference<'a>>) {
-    out.extend(
-        refs.into_iter()
-            .filter(|r| is(r.kind.as_ref(), "tool_reference"))
-            .filter_map(|r| r.tool_name.map(|n| n.0)),
-    );
-}
-
-/// OpenAI Responses `input`.
-pub(super) fn responses(input: &RawValue) -> Result<History<'_>, serde_json::Error> {
-    let mut history = History::default();
-    if input.get().starts_with('"') {
-        history.task = real_prompt(&serde_json::from_str::<Cow<'_, str>>(input.get())?);
-        return Ok(history);
+    fn add_references(&mut self, refs: Vec<Reference<'_>>) {
+        for reference in refs {
+            if is(reference.kind.as_ref(), "tool_reference")
+                && let Some(name) = reference.tool_name
+            {
+                add(&mut self.surfaced, name.as_str());
+            }
+        }
     }
-    let items: Vec<Item<'_>> = serde_json::from_str(input.get())?;
-    for item in items {
+
+    fn read_item(&mut self, item: Item<'_>) -> Result<(), serde_json::Error> {
         match item.kind.as_ref().map(Str::as_str) {
-            None | Some("message") if history.task.is_none() && is(item.role.as_ref(), "user") => {
+            None | Some("message") if self.task.is_none() && is(item.role.as_ref(), "user") => {
                 if let Some(content) = item.content {
-                    history.task = responses_prompt(content)?;
+                    self.task = responses_prompt(content)?;
                 }
             }
             Some("function_call") => {
                 if let Some(name) = item.name {
-                    history.called.push(name.0);
+                    add(&mut self.called, name.as_str());
                 }
             }
             Some("tool_search_output") => {
                 if let Some(tools) = item.tools {
                     let tools: Vec<Named<'_>> = serde_json::from_str(tools.get())?;
-                    history
-                        .surfaced
-                        .extend(tools.into_iter().filter_map(|t| t.name.map(|n| n.0)));
+                    for name in tools.iter().filter_map(|t| t.name.as_ref()) {
+                        add(&mut self.surfaced, name.as_str());
+                    }
                 }
             }
             _ => {}
         }
+        Ok(())
     }
-    Ok(history)
 }
 
 fn responses_prompt(content: &RawValue) -> Result<Option<String>, serde_json::Error> {
@@ -275,7 +288,8 @@ mod tests {
 
     #[test]
     fn anthropic_history_skips_reminders_and_collects_calls_and_references() {
-        let messages: Vec<Message<'_>> = serde_json::from_str(
+        let history = read_all(
+            Wire::AnthropicMessages,
             r#"[{"role":"user","content":[{"type":"text","text":"<system-reminder>x</system-reminder>"},
                  {"type":"text","text":"list jira issues"}]},
                {"role":"assistant","content":[
@@ -283,27 +297,42 @@ mod tests {
                  {"type":"tool_search_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"tool_search_tool_search_result","tool_references":[{"type":"tool_reference","tool_name":"jira_a"}]}},
                  {"type":"tool_use","id":"toolu_1","name":"jira_a","input":{}}]},
                {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"tool_reference","tool_name":"jira_b"}]}]}]"#,
-        )
-        .unwrap();
-        let history = anthropic(messages).unwrap();
+        );
         assert_eq!(history.task.as_deref(), Some("list jira issues"));
-        assert_eq!(history.called, ["jira_a"]);
-        assert_eq!(history.surfaced, ["jira_a", "jira_b"]);
+        assert_eq!(history.called, set(&["jira_a"]));
+        assert_eq!(history.surfaced, set(&["jira_a", "jira_b"]));
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    /// Every element of a history array, read in order.
+    fn read_all(wire: Wire, array: &str) -> History {
+        let elements: Vec<&RawValue> = serde_json::from_str(array).unwrap();
+        let mut history = History::default();
+        for element in elements {
+            history.read(wire, element.get()).unwrap();
+        }
+        history
     }
 
     #[test]
     fn responses_history_finds_the_prompt_after_agents_md() {
-        let raw: Box<RawValue> = serde_json::from_str(
+        let history = read_all(
+            Wire::Responses,
             r##"[{"type":"message","role":"developer","content":[{"type":"input_text","text":"sys"}]},
                {"type":"message","role":"user","content":[{"type":"input_text","text":"# AGENTS.md instructions for /x\n"},{"type":"input_text","text":"<environment_context>e</environment_context>"}]},
                {"type":"message","role":"user","content":[{"type":"input_text","text":"fix calc"}]},
                {"type":"function_call","call_id":"c1","name":"exec","arguments":"{}"},
                {"type":"tool_search_output","tools":[{"type":"function","name":"jira_a"}]}]"##,
-        )
-        .unwrap();
-        let history = responses(&raw).unwrap();
+        );
         assert_eq!(history.task.as_deref(), Some("fix calc"));
-        assert_eq!(history.called, ["exec"]);
-        assert_eq!(history.surfaced, ["jira_a"]);
+        assert_eq!(history.called, set(&["exec"]));
+        assert_eq!(history.surfaced, set(&["jira_a"]));
+        assert_eq!(
+            History::of_prompt(r#""fix calc""#).unwrap().task.as_deref(),
+            Some("fix calc")
+        );
     }
 }

@@ -18,6 +18,7 @@
 //!
 //! Whenever deferral could be wrong the request is left unchanged, with a [`reason`].
 
+mod conversations;
 pub(crate) mod history;
 mod plans;
 mod rank;
@@ -37,7 +38,7 @@ pub use rank::{ToolRanker, ToolText, bm25_scores};
 
 use history::History;
 use plans::Planned;
-use view::{Str, Tool, ToolProbe, Top, TypeOnly, member_removal};
+use view::{Str, Tool, ToolProbe, TypeOnly, member_removal};
 
 /// The `anthropic-beta` value that enables the tool search tool and `defer_loading`.
 pub const ANTHROPIC_BETA: &str = "advanced-tool-use-2025-11-20";
@@ -211,6 +212,8 @@ pub struct DeferStage {
     ranker: Option<Arc<dyn ToolRanker>>,
     /// Loaded sets decided on earlier turns.
     plans: plans::Plans,
+    /// Histories read on earlier turns.
+    conversations: conversations::Conversations,
 }
 
 impl DeferStage {
@@ -220,6 +223,7 @@ impl DeferStage {
             options,
             ranker: None,
             plans: plans::Plans::default(),
+            conversations: conversations::Conversations::default(),
         }
     }
 
@@ -290,24 +294,18 @@ struct Entry<'a> {
 }
 
 impl DeferStage {
-    /// One request: its history read, then the plan for its tool list and task (made once per
-    /// session, [`plans`]), checked against the history and placed where the tools are.
+    /// One request: its history read (from where this conversation's last turn left off,
+    /// [`conversations`]), then the plan for its tool list and task (made once per session,
+    /// [`plans`]), checked against the history and placed where the tools are.
     fn plan(&self, wire: Wire, body: &str) -> Result<Decision, Unparseable> {
-        let top: Top<'_> = serde_json::from_str(body)?;
-        let Some(tools_raw) = top.tools.filter(|t| t.get() != "null") else {
+        let read = self.conversations.read(wire, body).ok_or(Unparseable)?;
+        let Some(tools_array) = read.tools.filter(|t| &body[t.clone()] != "null") else {
             return Ok(Decision::Unchanged(reason::NO_TOOLS));
         };
-        let tools_array = span_of(body, tools_raw).ok_or(Unparseable)?;
-        let history = match wire {
-            Wire::AnthropicMessages => top.messages.map(history::anthropic).transpose()?,
-            Wire::Responses | Wire::ChatCompletions => {
-                top.input.map(history::responses).transpose()?
-            }
-        }
-        .unwrap_or_default();
-        let task = history.task.as_deref().unwrap_or("");
-        let planned = self.plans.planned(wire, task, tools_raw.get(), || {
-            self.plan_tools(wire, tools_raw.get(), task)
+        let tools = &body[tools_array.clone()];
+        let task = read.history.task.as_deref().unwrap_or("");
+        let planned = self.plans.planned(wire, task, tools, || {
+            self.plan_tools(wire, tools, task)
                 .unwrap_or(Planned::Unchanged(reason::UNPARSEABLE))
         });
         let (edit, deferred) = match planned {
@@ -315,9 +313,9 @@ impl DeferStage {
             Planned::Unchanged(why @ (reason::ALREADY_DEFERRING | reason::UNPARSEABLE)) => {
                 return Ok(Decision::Unchanged(why));
             }
-            _ if top
+            _ if read
                 .tool_choice
-                .map(|choice| forces_a_tool(wire, choice))
+                .map(|choice| forces_a_tool(wire, &body[choice]))
                 .transpose()?
                 .unwrap_or(false) =>
             {
@@ -326,7 +324,7 @@ impl DeferStage {
             Planned::Unchanged(why) => return Ok(Decision::Unchanged(why)),
             Planned::Defer { edit, deferred } => (edit, deferred),
         };
-        if joined_midway(&deferred, &history) {
+        if joined_midway(&deferred, &read.history) {
             return Ok(Decision::Unchanged(reason::MID_SESSION_JOIN));
         }
         Ok(Decision::Defer(edit.moved_to(tools_array.start)))
@@ -636,8 +634,7 @@ fn is_search_tool(wire: Wire, kind: Option<&str>) -> bool {
 }
 
 /// Whether `tool_choice` makes the model call a particular tool (or is not understood).
-fn forces_a_tool(wire: Wire, choice: &RawValue) -> Result<bool, Unparseable> {
-    let text = choice.get();
+fn forces_a_tool(wire: Wire, text: &str) -> Result<bool, Unparseable> {
     if text == "null" {
         return Ok(false);
     }
@@ -743,9 +740,8 @@ fn words(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
 }
 
 /// The history called a tool that would be deferred and that no tool search surfaced.
-fn joined_midway(deferred: &[String], history: &History<'_>) -> bool {
-    history.called.iter().any(|called| {
-        deferred.iter().any(|name| name == called.as_ref())
-            && !history.surfaced.iter().any(|s| s == called)
-    })
+fn joined_midway(deferred: &[String], history: &History) -> bool {
+    deferred
+        .iter()
+        .any(|name| history.called.contains(name) && !history.surfaced.contains(name))
 }

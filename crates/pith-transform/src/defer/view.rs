@@ -25,16 +25,16 @@ pub(super) struct Top<'a> {
     pub tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub tool_choice: Option<&'a RawValue>,
-    /// Anthropic Messages history, read in this pass.
+    /// Anthropic Messages history, read message by message afterwards (the spans of its
+    /// messages are where later turns go on from).
     #[serde(borrow, default)]
-    pub messages: Option<Vec<Message<'a>>>,
+    pub messages: Option<&'a RawValue>,
     /// OpenAI Responses history.
     #[serde(borrow, default)]
     pub input: Option<&'a RawValue>,
 }
 
-/// One Anthropic message, read in the same pass as the rest of the body (its blocks too, not
-/// kept as raw text to parse again: a Claude Code history grows to megabytes).
+/// One Anthropic message with its blocks.
 #[derive(Deserialize)]
 pub(super) struct Message<'a> {
     #[serde(borrow, default)]

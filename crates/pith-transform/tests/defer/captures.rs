@@ -749,3 +749,33 @@ fn a_tool_claude_code_adds_deferred_mid_session_moves_no_other_tool() {
     assert_eq!(tools.last(), Some(&found));
     assert_eq!(search, before.last().expect("the search tool"));
 }
+
+/// One stage kept across a session's turns (it reads each turn from where the one before left
+/// off) decides every request exactly as a stage that sees that request alone: on every
+/// captured session of the three clients, and on the sessions as they look with pith deferring
+/// (tool searches and their results in the history).
+#[test]
+fn a_session_read_turn_by_turn_decides_each_request_as_one_read_alone() {
+    let mut sessions: Vec<(String, Vec<Capture>)> = capture_folders()
+        .expect("capture folders")
+        .into_iter()
+        .map(|folder| {
+            let captures = load(&folder);
+            (folder, captures)
+        })
+        .collect();
+    for folder in [MCP40, "claude-code-2.1.328/fix-calc"] {
+        sessions.push((format!("{folder}, deferred"), deferred_session(folder)));
+    }
+    let mut requests = 0;
+    for (folder, captures) in &sessions {
+        let kept = stage();
+        for capture in captures {
+            let turn = capture.run(&kept).expect("stage runs");
+            let alone = capture.run(&stage()).expect("stage runs");
+            assert_eq!(turn, alone, "{folder} {}", capture.file);
+            requests += 1;
+        }
+    }
+    assert!(requests > 40, "{requests} requests replayed");
+}

@@ -103,10 +103,19 @@ impl ClientBody {
     /// The body with its last string value (the last message's text, a tool result, a function
     /// call's output) starting with a new mark: a new last message each request, the prefix
     /// unchanged, as a session's next turn.
+    ///
+    /// Only the history array is searched: Claude Code's system prompt, after its messages,
+    /// has text blocks too, and varying those would be a new system prompt every turn, which
+    /// no client sends (the captures of all three repeat everything after the history).
     fn unique(&self, n: usize) -> Bytes {
+        let history = ["messages", "input"]
+            .iter()
+            .find_map(|key| pith_wire::skim::member_forward(self.text.as_bytes(), key.as_bytes()))
+            .expect("a history array");
+        let within = &self.text[..history.value.end];
         let at = ["\"text\":\"", "\"content\":\"", "\"output\":\""]
             .iter()
-            .filter_map(|m| self.text.rfind(m).map(|at| at + m.len()))
+            .filter_map(|m| within.rfind(m).map(|at| at + m.len()))
             .max()
             .expect("a string value to vary");
         let mut out = String::with_capacity(self.text.len() + 16);

@@ -34,22 +34,9 @@ pub fn object_members(json: &[u8]) -> Option<Vec<Member>> {
         return only_ws_after(json, at + 1).then_some(members);
     }
     loop {
-        if json.get(at) != Some(&b'"') {
-            return None;
-        }
-        let key_end = string_end(json, at)?;
-        let key = at + 1..key_end - 1;
-        at = skip_ws(json, key_end);
-        if json.get(at) != Some(&b':') {
-            return None;
-        }
-        let start = skip_ws(json, at + 1);
-        let end = value_end(json, start)?;
-        members.push(Member {
-            key,
-            value: start..end,
-        });
-        at = skip_ws(json, end);
+        let member = member_at(json, at)?;
+        at = skip_ws(json, member.value.end);
+        members.push(member);
         match json.get(at) {
             Some(b',') => at = skip_ws(json, at + 1),
             Some(b'}') => return only_ws_after(json, at + 1).then_some(members),
@@ -58,27 +45,32 @@ pub fn object_members(json: &[u8]) -> Option<Vec<Member>> {
     }
 }
 
-/// The spans of the elements of the array that `json` holds (whitespace around it allowed).
-pub fn array_elements(json: &[u8]) -> Option<Vec<Range<usize>>> {
-    let mut at = skip_ws(json, 0);
-    if json.get(at) != Some(&b'[') {
+/// The member whose key's opening quote is at `at`: its key and its value's span.
+fn member_at(json: &[u8], at: usize) -> Option<Member> {
+    if json.get(at) != Some(&b'"') {
         return None;
     }
-    at = skip_ws(json, at + 1);
-    let mut elements = Vec::new();
-    if json.get(at) == Some(&b']') {
-        return only_ws_after(json, at + 1).then_some(elements);
+    let key_end = string_end(json, at)?;
+    let colon = skip_ws(json, key_end);
+    if json.get(colon) != Some(&b':') {
+        return None;
     }
-    loop {
-        let end = value_end(json, at)?;
-        elements.push(at..end);
-        at = skip_ws(json, end);
-        match json.get(at) {
-            Some(b',') => at = skip_ws(json, at + 1),
-            Some(b']') => return only_ws_after(json, at + 1).then_some(elements),
-            _ => return None,
-        }
+    let start = skip_ws(json, colon + 1);
+    let end = value_end(json, start)?;
+    Some(Member {
+        key: at + 1..key_end - 1,
+        value: start..end,
+    })
+}
+
+/// The spans of the elements of the array that `json` holds (whitespace around it allowed).
+pub fn array_elements(json: &[u8]) -> Option<Vec<Range<usize>>> {
+    let open = skip_ws(json, 0);
+    if json.get(open) != Some(&b'[') {
+        return None;
     }
+    let (elements, close) = elements_after(json, open + 1, true)?;
+    only_ws_after(json, close + 1).then_some(elements)
 }
 
 /// The first member of the object that `json` holds whose key's bytes are `key`, found from
@@ -92,29 +84,26 @@ pub fn member_forward(json: &[u8], key: &[u8]) -> Option<Member> {
     }
     at = skip_ws(json, at + 1);
     loop {
-        if json.get(at) != Some(&b'"') {
-            return None;
+        let member = member_at(json, at)?;
+        if json[member.key.clone()] == *key {
+            return Some(member);
         }
-        let key_end = string_end(json, at)?;
-        let found = at + 1..key_end - 1;
-        at = skip_ws(json, key_end);
-        if json.get(at) != Some(&b':') {
-            return None;
-        }
-        let start = skip_ws(json, at + 1);
-        let end = value_end(json, start)?;
-        if &json[found.clone()] == key {
-            return Some(Member {
-                key: found,
-                value: start..end,
-            });
-        }
-        at = skip_ws(json, end);
+        at = skip_ws(json, member.value.end);
         match json.get(at) {
             Some(b',') => at = skip_ws(json, at + 1),
             _ => return None,
         }
     }
+}
+
+/// The span of the first element of the array whose `[` is at `open`, reading nothing after
+/// it; `None` when the array is empty or malformed there.
+pub fn first_element(json: &[u8], open: usize) -> Option<Range<usize>> {
+    let at = skip_ws(json, open + 1);
+    if json.get(at) == Some(&b']') {
+        return None;
+    }
+    Some(at..value_end(json, at)?)
 }
 
 /// The elements of an array from a point inside it to its end: `after` is just past the
@@ -417,6 +406,8 @@ mod tests {
         );
         assert_eq!(elements_after(json, all[0].start + 1, false), None);
         assert_eq!(elements_after(b"[ ]", 1, true), Some((vec![], 2)));
+        assert_eq!(first_element(json, start), Some(all[0].clone()));
+        assert_eq!(first_element(b"[ ]", 0), None);
         assert_eq!(member_forward(json, b"absent"), None);
         assert_eq!(member_forward(br#"{"a":1 "b":2}"#, b"b"), None);
     }

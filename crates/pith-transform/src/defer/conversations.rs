@@ -106,8 +106,8 @@ impl Conversations {
         if bytes.get(array.start) != Some(&b'[') {
             return None;
         }
-        let (mut first, _) = skim::elements_after(bytes, array.start + 1, true)?;
-        let first = first.drain(..).next()?;
+        // Only the first message is skimmed here: the rest is read from the mark on.
+        let first = skim::first_element(bytes, array.start)?;
         let mut hasher = XxHash3_128::new();
         hasher.write(&bytes[..first.end]);
         let opening = hasher.finish_128();

@@ -5,8 +5,8 @@
 //! position, in the same turn once the rows are caught up.
 //!
 //! The request path only appends a record to the spool (`spool.rs`: a `write` into the page
-//! cache under a short lock, no parsing), once the answer's last byte is out
-//! ([`LedgerSink::submit`]), and, while traffic flows, wakes no writer: the
+//! cache under a short lock, no parsing) as the answer ends ([`LedgerSink::submit`]), and,
+//! while traffic flows, wakes no writer: the
 //! idle-priority writer reads the spool on its own clock. Only a backlog (the spool holding
 //! [`RESCUE_BACKLOG_BYTES`], or an entry waiting [`MAX_WAIT`]) or the first record after a
 //! pause makes a request wake a writer. Everything costly (JSON and SSE parsing,
@@ -233,7 +233,7 @@ pub struct LedgerSink {
 
 /// Records with at least this many bytes of bodies are appended on the blocking pool (a thread
 /// woken per request, worth it only when the write is long), smaller ones on the proxy's own
-/// thread after their answer.
+/// thread before their answer's end.
 const APPEND_BESIDE_BYTES: usize = 256 << 10;
 
 /// A record on its way to the spool ([`LedgerSink::submit`]): appended when run, or when
@@ -414,31 +414,29 @@ impl LedgerSink {
         }
     }
 
-    /// Keep a finished request's record: appended to the spool once the answer's last byte is
-    /// out, never before. `finish` runs while the body's end is polled, before hyper writes the
-    /// closing chunk, so an append there would hold the answer's end back by a write of the
-    /// whole conversation (a 1.3 MB session: about a millisecond). Inside the proxy's runtime
-    /// the append is a task that runs once the connection's task yields (after its flush); a
-    /// record of [`APPEND_BESIDE_BYTES`] or more goes to the blocking pool instead, so its
-    /// write runs beside the session's next request rather than before it. A submission that
-    /// never runs (the runtime shutting down) appends when it is dropped: nothing is lost, and
+    /// Keep a finished request's record. `finish` calls this while the body's end is polled,
+    /// before hyper writes the closing chunk, so a record appended here is in the spool before
+    /// the client has its answer's end: a kill -9 after an answer reached the client finds it
+    /// finished, never interrupted. That costs the answer's end a `write` of the record into
+    /// the page cache, a few microseconds for a usual turn. A record of
+    /// [`APPEND_BESIDE_BYTES`] or more (a 1.3 MB session: about a millisecond of writing) goes
+    /// to the blocking pool instead, so its write runs beside the session's next request
+    /// rather than before the answer's end; a kill -9 within that millisecond leaves its row
+    /// `interrupted` (the `opened` entry), still in the ledger once. A submission that never
+    /// runs (the runtime shutting down) appends when it is dropped: nothing is lost, and
     /// [`LedgerSink::flush`] waits for every submission.
     pub(crate) fn submit(&self, record: Record) {
-        self.shared.submitting.fetch_add(1, Ordering::SeqCst);
         let large = record.body_bytes() >= APPEND_BESIDE_BYTES;
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if large => runtime,
+            _ => return self.append_now(record),
+        };
+        self.shared.submitting.fetch_add(1, Ordering::SeqCst);
         let submission = Submission {
             sink: self.clone(),
             record: Some(record),
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if large => {
-                runtime.spawn_blocking(move || submission.append());
-            }
-            Ok(runtime) => {
-                runtime.spawn(async move { submission.append() });
-            }
-            Err(_) => submission.append(),
-        }
+        runtime.spawn_blocking(move || submission.append());
     }
 
     /// Append a record to the spool now. One that cannot be kept is counted and logged.

@@ -26,7 +26,7 @@ use pith_brain::{Evidence, Kind, LineRange, Memory};
 use pith_history::{AgentType, NewMessage};
 use pith_store::brain::SqliteBrain;
 use pith_store::history::{History, Turn};
-use pith_store::ledger::{Fact, Ledger, RequestOutcome, Row, RowUsage, Transform, TransformResult};
+use pith_store::ledger::{Fact, Ledger, RequestOutcome, Row, Transform, TransformResult, Usage};
 use pith_store::postgres::StoreUrl;
 use pith_store::postgres::brain::TeamBrain;
 use pith_store::postgres::ship::{self, Shipper};
@@ -53,7 +53,7 @@ fn row(i: usize) -> Row {
         system_bytes: 10_000,
         messages_bytes: 4_000,
         other_bytes: 672,
-        usage: Some(RowUsage {
+        usage: Some(Usage {
             input: 10,
             output: 200,
             cache_write: 1_000,

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use pith_store::ledger::{
-    Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
+    Fact, Ledger, RequestOutcome, Row, Saving, Transform, TransformResult, Usage,
 };
 use pith_wire::fingerprint::Fingerprint;
 
@@ -63,7 +63,7 @@ fn main() -> Result<(), String> {
                 tools_bytes: 35_000,
                 system_bytes: 15_000,
                 messages_bytes: 10_000,
-                usage: Some(RowUsage {
+                usage: Some(Usage {
                     input: 25,
                     output: 300,
                     cache_write: 500,

@@ -5,12 +5,22 @@
 //! counters (Anthropic's convention), so the prompt total is `input + cache_write + cache_read`
 //! on every wire.
 
+use std::iter::Sum;
+use std::ops::{Add, AddAssign};
+
 use serde::Deserialize;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::Wire;
 use crate::sse::{Event, SseDecoder};
 
-/// Billed tokens of one response. All four counters are disjoint.
+/// Billed tokens of one response, or of many summed (`+`, `+=`, `.sum()`): the one type every
+/// place that holds or adds token counts uses (the ledger's rows and totals, `pith stats`, the
+/// dashboard, prices). All four counters are disjoint.
+///
+/// It serializes as the reports print it: `input_tokens`, `cache_write_tokens`,
+/// `cache_write_1h_tokens`, `cache_read_tokens`, `output_tokens` (flattened into the report's
+/// own object where it is a field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Usage {
     /// Uncached prompt tokens.
@@ -55,6 +65,49 @@ impl Usage {
         } else {
             Band::Input
         }
+    }
+}
+
+impl AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_write += other.cache_write;
+        self.cache_write_1h += other.cache_write_1h;
+        self.cache_read += other.cache_read;
+    }
+}
+
+impl Add for Usage {
+    type Output = Usage;
+
+    fn add(mut self, other: Usage) -> Usage {
+        self += other;
+        self
+    }
+}
+
+impl Sum for Usage {
+    fn sum<I: Iterator<Item = Usage>>(iter: I) -> Usage {
+        iter.fold(Usage::default(), Add::add)
+    }
+}
+
+impl<'a> Sum<&'a Usage> for Usage {
+    fn sum<I: Iterator<Item = &'a Usage>>(iter: I) -> Usage {
+        iter.copied().sum()
+    }
+}
+
+impl Serialize for Usage {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Usage", 5)?;
+        s.serialize_field("input_tokens", &self.input)?;
+        s.serialize_field("cache_write_tokens", &self.cache_write)?;
+        s.serialize_field("cache_write_1h_tokens", &self.cache_write_1h)?;
+        s.serialize_field("cache_read_tokens", &self.cache_read)?;
+        s.serialize_field("output_tokens", &self.output)?;
+        s.end()
     }
 }
 
@@ -356,6 +409,41 @@ fn on_event(wire: Wire, facts: &mut ResponseFacts, e: &Event) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usages_add_counter_by_counter_and_serialize_as_the_reports_name_them() {
+        let a = Usage {
+            input: 1,
+            output: 2,
+            cache_write: 30,
+            cache_write_1h: 10,
+            cache_read: 400,
+        };
+        let b = Usage {
+            input: 5,
+            output: 6,
+            cache_write: 7,
+            cache_write_1h: 0,
+            cache_read: 8,
+        };
+        let total = Usage {
+            input: 6,
+            output: 8,
+            cache_write: 37,
+            cache_write_1h: 10,
+            cache_read: 408,
+        };
+        assert_eq!(a + b, total);
+        assert_eq!([a, b].iter().sum::<Usage>(), total);
+        assert_eq!([a, b].into_iter().sum::<Usage>(), total);
+        let mut c = a;
+        c += b;
+        assert_eq!(c, total);
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"input_tokens":1,"cache_write_tokens":30,"cache_write_1h_tokens":10,"cache_read_tokens":400,"output_tokens":2}"#
+        );
+    }
 
     #[test]
     fn anthropic_json() {

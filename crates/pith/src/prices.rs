@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pith_wire::usage::Band;
+use pith_wire::usage::{Band, Usage};
 
 use crate::config::PriceConfig;
 
@@ -18,18 +18,6 @@ pub struct Price {
     /// One-hour cache writes.
     pub cache_write_1h: f64,
     pub cache_read: f64,
-}
-
-/// Billed tokens of one request or many, by rate.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tokens {
-    pub input: u64,
-    pub output: u64,
-    /// Every cache write, one-hour ones included.
-    pub cache_write: u64,
-    /// The one-hour part of `cache_write`.
-    pub cache_write_1h: u64,
-    pub cache_read: u64,
 }
 
 impl Price {
@@ -56,7 +44,7 @@ impl Price {
     }
 
     /// Cost in USD of the given token counts, each write at its lifetime's rate.
-    pub fn cost(&self, t: Tokens) -> f64 {
+    pub fn cost(&self, t: Usage) -> f64 {
         let write_1h = t.cache_write_1h.min(t.cache_write);
         (t.input as f64 * self.input
             + t.output as f64 * self.output
@@ -79,7 +67,7 @@ impl Price {
     /// What the provider's prompt cache changed the cost of `t` by, in USD, against the same
     /// prompt billed as uncached input: reads' discount less writes' surcharge. Negative when a
     /// cache was written and never read.
-    pub fn cache_discount(&self, t: Tokens) -> f64 {
+    pub fn cache_discount(&self, t: Usage) -> f64 {
         let write_1h = t.cache_write_1h.min(t.cache_write);
         (t.cache_read as f64 * (self.input - self.cache_read)
             - (t.cache_write - write_1h) as f64 * (self.cache_write - self.input)
@@ -161,18 +149,18 @@ mod tests {
         assert_eq!(prices.lookup("claude-opus-45"), None);
         assert_eq!(prices.lookup("gpt-5.5"), None);
         let p = prices.lookup("claude-haiku-4-5").unwrap();
-        let million = Tokens {
+        let million = Usage {
             input: 1_000_000,
             cache_write: 1_000_000,
             cache_read: 1_000_000,
-            ..Tokens::default()
+            ..Usage::default()
         };
         assert!((p.cost(million) - (1.0 + 1.25 + 0.1)).abs() < 1e-9);
         // A one-hour write is billed at its own rate, not the five-minute one.
-        let hour = Tokens {
+        let hour = Usage {
             cache_write: 1_000_000,
             cache_write_1h: 1_000_000,
-            ..Tokens::default()
+            ..Usage::default()
         };
         assert!((p.cost(hour) - 2.0).abs() < 1e-9);
         assert!((p.cache_discount(million) - (0.9 - 0.25)).abs() < 1e-9);

@@ -5,7 +5,7 @@
 
 use pith_store::history::Turn;
 use pith_store::ledger::{
-    self as store, Derivation, RequestOutcome, Row, RowUsage, Transform, TransformResult,
+    self as store, Derivation, RequestOutcome, Row, Transform, TransformResult,
 };
 use pith_wire::fingerprint::Fingerprint;
 use pith_wire::{Wire, encoding, prompt, request, usage};
@@ -155,13 +155,7 @@ pub(super) fn core_row(r: &Record) -> Row {
         system_bytes: anatomy.system,
         messages_bytes: anatomy.messages,
         other_bytes: anatomy.other,
-        usage: response.usage.map(|u| RowUsage {
-            input: u.input,
-            output: u.output,
-            cache_write: u.cache_write,
-            cache_write_1h: u.cache_write_1h,
-            cache_read: u.cache_read,
-        }),
+        usage: response.usage,
         ttfb_ms: r.ttfb_ms,
         total_ms: r.total_ms,
         transforms: r.transforms.iter().map(transform_entry).collect(),

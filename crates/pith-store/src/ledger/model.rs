@@ -15,6 +15,7 @@ pub const BUST_CHARGE: &str = "bust:";
 /// How a request ended and who caused it are the proxy's words, in a leaf both crates use
 /// (`pith-outcome`); the ledger stores them by name.
 pub use pith_outcome::{Party, RequestOutcome};
+pub use pith_wire::usage::Usage;
 
 /// One number a transform reported, e.g. `tools = 48` of kind `count`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +118,7 @@ pub struct Row {
     pub other_bytes: u64,
     /// Billed tokens the response reported; `None` when it reported none or was not read (an
     /// error status, `count_tokens`, a pass-through path, a body too large to keep).
-    pub usage: Option<RowUsage>,
+    pub usage: Option<Usage>,
     /// Milliseconds from arrival to the provider's first body chunk; `None` if none came.
     pub ttfb_ms: Option<f64>,
     /// Milliseconds from arrival until the exchange ended (last byte out, a failure, or the client
@@ -170,21 +171,6 @@ impl Row {
             .find(|t| t.stage == stage)
             .map(|t| &t.result)
     }
-}
-
-/// Disjoint token counters (see `pith_wire::usage::Usage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RowUsage {
-    /// Uncached prompt tokens.
-    pub input: u64,
-    /// Output tokens.
-    pub output: u64,
-    /// Prompt tokens written to the cache.
-    pub cache_write: u64,
-    /// The part of `cache_write` written with the one-hour lifetime.
-    pub cache_write_1h: u64,
-    /// Prompt tokens read from the cache.
-    pub cache_read: u64,
 }
 
 /// What one stage's edits of one request are estimated to have saved at one rate.
@@ -245,16 +231,8 @@ pub struct Group {
     pub requests: u64,
     /// Requests whose response carried usage.
     pub with_usage: u64,
-    /// Uncached prompt tokens, summed.
-    pub input: u64,
-    /// Output tokens, summed.
-    pub output: u64,
-    /// Prompt tokens written to the cache, summed.
-    pub cache_write: u64,
-    /// The one-hour part of `cache_write`, summed.
-    pub cache_write_1h: u64,
-    /// Prompt tokens read from the cache, summed.
-    pub cache_read: u64,
+    /// Their tokens, summed.
+    pub usage: Usage,
     /// Requests compared with the previous one of the group for a cache bust.
     pub bust_pairs: u64,
     /// Busts only in what pith sent.
@@ -354,14 +332,9 @@ pub struct Recent {
     pub status: Option<u16>,
     /// How it ended (`RequestOutcome` name).
     pub outcome: String,
-    /// Uncached prompt tokens (0 without usage).
-    pub input_tokens: u64,
-    /// Output tokens.
-    pub output_tokens: u64,
-    /// Prompt tokens written to the cache.
-    pub cache_write_tokens: u64,
-    /// Prompt tokens read from the cache.
-    pub cache_read_tokens: u64,
+    /// Its tokens (all 0 without usage).
+    #[serde(flatten)]
+    pub usage: Usage,
     /// Milliseconds to the provider's first byte.
     pub ttfb_ms: Option<f64>,
     /// Milliseconds until the exchange ended.
@@ -387,16 +360,8 @@ pub struct TimeBucket {
     pub model: Option<String>,
     /// Requests that arrived in it.
     pub requests: u64,
-    /// Uncached prompt tokens, summed.
-    pub input: u64,
-    /// Output tokens, summed.
-    pub output: u64,
-    /// Cache writes, summed (one-hour ones included).
-    pub cache_write: u64,
-    /// The one-hour part of `cache_write`.
-    pub cache_write_1h: u64,
-    /// Cache reads, summed.
-    pub cache_read: u64,
+    /// Their tokens, summed.
+    pub usage: Usage,
 }
 
 /// Prompt-cache busts: a request whose prompt differs from the previous request of its

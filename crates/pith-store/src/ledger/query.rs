@@ -20,11 +20,13 @@ fn time_bucket(r: &rusqlite::Row<'_>) -> rusqlite::Result<TimeBucket> {
         start_ms: r.get(0)?,
         model: r.get(1)?,
         requests: to_u64(r.get(2)?),
-        input: to_u64(r.get(3)?),
-        output: to_u64(r.get(4)?),
-        cache_write: to_u64(r.get(5)?),
-        cache_write_1h: to_u64(r.get(6)?),
-        cache_read: to_u64(r.get(7)?),
+        usage: Usage {
+            input: to_u64(r.get(3)?),
+            output: to_u64(r.get(4)?),
+            cache_write: to_u64(r.get(5)?),
+            cache_write_1h: to_u64(r.get(6)?),
+            cache_read: to_u64(r.get(7)?),
+        },
     })
 }
 
@@ -33,7 +35,8 @@ macro_rules! recent_own_columns {
     () => {
         "r.id, r.ts_ms, r.client, r.session, r.wire, r.model, r.path, r.status, r.outcome,
          r.input_tokens, r.output_tokens, r.cache_write_tokens, r.cache_read_tokens, r.ttfb_ms,
-         r.total_ms, r.tools_bytes, r.system_bytes, r.messages_bytes, r.other_bytes"
+         r.total_ms, r.tools_bytes, r.system_bytes, r.messages_bytes, r.other_bytes,
+         r.cache_write_1h_tokens"
     };
 }
 
@@ -53,7 +56,7 @@ pub(super) fn recent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Recent> {
     let n = |i: usize| -> rusqlite::Result<u64> {
         Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
     };
-    let transforms: Option<String> = r.get(19)?;
+    let transforms: Option<String> = r.get(20)?;
     Ok(Recent {
         id: r.get(0)?,
         ts_ms: r.get(1)?,
@@ -64,10 +67,13 @@ pub(super) fn recent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Recent> {
         path: r.get(6)?,
         status: r.get(7)?,
         outcome: r.get(8)?,
-        input_tokens: n(9)?,
-        output_tokens: n(10)?,
-        cache_write_tokens: n(11)?,
-        cache_read_tokens: n(12)?,
+        usage: Usage {
+            input: n(9)?,
+            output: n(10)?,
+            cache_write: n(11)?,
+            cache_write_1h: n(19)?,
+            cache_read: n(12)?,
+        },
         ttfb_ms: r.get(13)?,
         total_ms: r.get(14)?,
         tools_bytes: n(15)?,
@@ -87,17 +93,19 @@ fn group_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Group> {
         model: r.get(2)?,
         requests: to_u64(r.get(3)?),
         with_usage: to_u64(r.get(4)?),
-        input: to_u64(r.get(5)?),
-        output: to_u64(r.get(6)?),
-        cache_write: to_u64(r.get(7)?),
-        cache_read: to_u64(r.get(8)?),
+        usage: Usage {
+            input: to_u64(r.get(5)?),
+            output: to_u64(r.get(6)?),
+            cache_write: to_u64(r.get(7)?),
+            cache_write_1h: to_u64(r.get(15)?),
+            cache_read: to_u64(r.get(8)?),
+        },
         errors: to_u64(r.get(9)?),
         local: to_u64(r.get(10)?),
         transformed: to_u64(r.get(11)?),
         transform_failures: to_u64(r.get(12)?),
         first_ms: r.get(13)?,
         last_ms: r.get(14)?,
-        cache_write_1h: to_u64(r.get(15)?),
         bust_pairs: to_u64(r.get(16)?),
         busts_pith: to_u64(r.get(17)?),
         busts_client: to_u64(r.get(18)?),
@@ -421,11 +429,7 @@ impl Ledger {
                     ..TimeBucket::default()
                 });
             into.requests += b.requests;
-            into.input += b.input;
-            into.output += b.output;
-            into.cache_write += b.cache_write;
-            into.cache_write_1h += b.cache_write_1h;
-            into.cache_read += b.cache_read;
+            into.usage += b.usage;
         };
         if let Some(until) = first_hour.filter(|h| filter.since_ms != Some(*h)) {
             for b in self.timeline_scan(filter, width, Some(until))? {
@@ -618,7 +622,7 @@ impl Ledger {
         let rows = stmt.query_map(params![after_id, last], |r| {
             let input: Option<i64> = r.get(18)?;
             let usage = match input {
-                Some(input) => Some(RowUsage {
+                Some(input) => Some(Usage {
                     input: to_u64(input),
                     output: to_u64(r.get::<_, Option<i64>>(19)?.unwrap_or(0)),
                     cache_write: to_u64(r.get::<_, Option<i64>>(20)?.unwrap_or(0)),

@@ -35,8 +35,6 @@ pub struct SessionRequest {
     pub method: String,
     /// The error, when it did not end `ok`.
     pub error: Option<String>,
-    /// Of `cache_write_tokens`, those written for an hour.
-    pub cache_write_1h_tokens: u64,
     /// Bytes the client sent, pith sent on, and the response.
     pub bytes_client: u64,
     /// See `bytes_client`.
@@ -101,9 +99,9 @@ pub struct SessionBust {
 /// A prompt as `prompts` keeps it: the fingerprint sent, its session, model and arrival.
 type KeptPrompt = (Vec<u8>, String, Option<String>, Option<i64>);
 
-const SESSION_COLUMNS: &str = "r.arrival_us, r.method, r.error, r.cache_write_1h_tokens,
-    r.bytes_client, r.bytes_upstream, r.bytes_response, r.account, r.instance, r.bust_checked,
-    r.bust_at, r.bust_cached_through, r.bust_cause";
+const SESSION_COLUMNS: &str = "r.arrival_us, r.method, r.error, r.bytes_client,
+    r.bytes_upstream, r.bytes_response, r.account, r.instance, r.bust_checked, r.bust_at,
+    r.bust_cached_through, r.bust_cause";
 
 impl Ledger {
     /// The newest `limit` (at most [`SESSION_REQUESTS_MAX`]) requests of `session`, oldest
@@ -288,29 +286,28 @@ impl Ledger {
 
 /// A request from [`RECENT_WITHOUT_STAGES`] and [`SESSION_COLUMNS`], its stages and savings to come.
 fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRequest> {
-    const AT: usize = 20;
+    const AT: usize = 21;
     let n = |i: usize| -> rusqlite::Result<u64> {
         Ok(to_u64(r.get::<_, Option<i64>>(AT + i)?.unwrap_or(0)))
     };
-    let cause: Option<String> = r.get(AT + 12)?;
+    let cause: Option<String> = r.get(AT + 11)?;
     Ok(SessionRequest {
         request: recent_row(r)?,
         arrival_us: r.get(AT)?,
         method: r.get(AT + 1)?,
         error: r.get(AT + 2)?,
-        cache_write_1h_tokens: n(3)?,
-        bytes_client: n(4)?,
-        bytes_upstream: n(5)?,
-        bytes_response: n(6)?,
-        account: r.get(AT + 7)?,
-        instance: r.get(AT + 8)?,
+        bytes_client: n(3)?,
+        bytes_upstream: n(4)?,
+        bytes_response: n(5)?,
+        account: r.get(AT + 6)?,
+        instance: r.get(AT + 7)?,
         stages: Vec::new(),
         savings: Vec::new(),
-        compared: r.get::<_, i64>(AT + 9)? != 0,
+        compared: r.get::<_, i64>(AT + 8)? != 0,
         bust: match cause {
             Some(cause) => Some(SessionBust {
-                segment: n(10)?,
-                cached_through: n(11)?,
+                segment: n(9)?,
+                cached_through: n(10)?,
                 cause,
                 segment_words: None,
                 stage: None,

@@ -99,11 +99,11 @@ fn schema_three_defer_rows_get_their_savings() {
         ts_ms: 10,
         session: Some("s".into()),
         model: Some("m".into()),
-        usage: Some(RowUsage {
+        usage: Some(Usage {
             input: 1,
             cache_write: 50,
             cache_write_1h: 20,
-            ..RowUsage::default()
+            ..Usage::default()
         }),
         savings: vec![Saving {
             stage: "defer".into(),
@@ -121,7 +121,7 @@ fn schema_three_defer_rows_get_their_savings() {
     assert_eq!(kept, l.savings(&scanned).unwrap());
     assert_eq!(kept.len(), 3, "{kept:?}");
     assert_eq!(kept[0].tokens, 1007, "{kept:?}");
-    assert_eq!(l.groups(&scanned).unwrap()[0].cache_write_1h, 20);
+    assert_eq!(l.groups(&scanned).unwrap()[0].usage.cache_write_1h, 20);
     // The latency histograms the migration made from the old rows, plus the new row.
     let (kept, scan) = (
         l.latency(&Filter::default()).unwrap(),
@@ -166,7 +166,7 @@ fn schema_five_rows_are_the_ledgers_own_accounts() {
         (
             groups[0].account.as_deref(),
             groups[0].totals.requests,
-            groups[0].totals.input
+            groups[0].totals.usage.input
         ),
         (None, 2, 30)
     );
@@ -174,9 +174,9 @@ fn schema_five_rows_are_the_ledgers_own_accounts() {
         ts_ms: 3,
         model: Some("m".into()),
         account: Some("alice".into()),
-        usage: Some(RowUsage {
+        usage: Some(Usage {
             input: 7,
-            ..RowUsage::default()
+            ..Usage::default()
         }),
         savings: vec![Saving {
             stage: "defer".into(),
@@ -194,7 +194,7 @@ fn schema_five_rows_are_the_ledgers_own_accounts() {
     assert_eq!(kept, l.account_groups(&scanned).unwrap());
     let by: Vec<(Option<&str>, u64)> = kept
         .iter()
-        .map(|g| (g.account.as_deref(), g.totals.input))
+        .map(|g| (g.account.as_deref(), g.totals.usage.input))
         .collect();
     assert_eq!(by, [(None, 30), (Some("alice"), 7)]);
     let saved = l.account_savings(&Filter::default()).unwrap();
@@ -352,7 +352,7 @@ fn timeline_from_hourly_totals_equals_a_scan() {
             model: (i % 3 != 0).then(|| format!("m{}", i % 2)),
             session: Some(format!("s{}", i % 7)),
             path: "/v1/messages".into(),
-            usage: (i % 5 != 0).then_some(RowUsage {
+            usage: (i % 5 != 0).then_some(Usage {
                 input: i as u64,
                 output: 2,
                 cache_write: 3 * i as u64,
@@ -389,7 +389,7 @@ fn timeline_from_hourly_totals_equals_a_scan() {
 #[test]
 fn a_bust_pith_caused_is_charged_to_its_stage_in_any_write_order() {
     let fp = cached_through_last;
-    let usage = |cache_write: u64, cache_read: u64| RowUsage {
+    let usage = |cache_write: u64, cache_read: u64| Usage {
         input: 10,
         output: 5,
         cache_write,
@@ -408,7 +408,7 @@ fn a_bust_pith_caused_is_charged_to_its_stage_in_any_write_order() {
             TransformResult::Unchanged("too_little_to_defer".into())
         },
     };
-    let row = |arrival: i64, sent: &[u64], client: Option<&[u64]>, u: RowUsage, applied| Row {
+    let row = |arrival: i64, sent: &[u64], client: Option<&[u64]>, u: Usage, applied| Row {
         ts_ms: arrival / 1000,
         arrival_us: Some(arrival),
         session: Some("s".into()),
@@ -584,7 +584,7 @@ fn derivations_written_after_their_rows_equal_rows_written_whole() {
         path: "/v1/messages".into(),
         fingerprint: Some(fp(sent)),
         client_fingerprint: client.map(fp),
-        usage: Some(RowUsage {
+        usage: Some(Usage {
             input: 10,
             output: 5,
             cache_write: 20_000,
@@ -690,11 +690,11 @@ fn a_sessions_requests_come_in_arrival_order_with_the_bust_named() {
         path: "/v1/messages".into(),
         fingerprint: Some(fp(sent)),
         client_fingerprint: client.map(fp),
-        usage: Some(RowUsage {
+        usage: Some(Usage {
             input: 10,
             cache_read: 100,
             cache_write: 50,
-            ..RowUsage::default()
+            ..Usage::default()
         }),
         transforms: if client.is_some() {
             vec![applied("defer", &[("tools", "count", 1)])]

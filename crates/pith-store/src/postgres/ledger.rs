@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::{Pg, PgError, StoreUrl};
 use crate::clock::now_ms;
 use crate::ledger::{
-    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, RowUsage, Saving, Transform, TransformResult,
+    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, Saving, Transform, TransformResult, Usage,
 };
 
 const MIGRATIONS: &[&str] = &[
@@ -453,7 +453,7 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
         .map(|s| u16::try_from(s).map_err(|_| PgError::Corrupt(format!("status {s}"))))
         .transpose()?;
     let usage = match opt(19)? {
-        Some(input) => Some(RowUsage {
+        Some(input) => Some(Usage {
             input,
             output: opt(20)?.unwrap_or(0),
             cache_write: opt(21)?.unwrap_or(0),

@@ -3,8 +3,8 @@
 //! results sum per stage.
 
 use pith_store::ledger::{
-    Fact, Filter, Group, RequestOutcome, Row, RowUsage, Saving, StageTotals, Transform,
-    TransformResult,
+    Fact, Filter, Group, RequestOutcome, Row, Saving, StageTotals, Transform, TransformResult,
+    Usage,
 };
 
 use crate::backend::{BACKENDS, Backend, Subject};
@@ -66,7 +66,7 @@ fn totals_kept_on_write_equal_a_scan_of_the_rows_on(backend: Backend) {
             outcome: outcomes[(i % 4) as usize],
             total_ms: (i * 977 % 40_000) as f64 + 0.25,
             ttfb_ms: (i % 4 != 0).then_some((i * 131 % 3_000) as f64 + 0.5),
-            usage: (i % 3 != 2).then_some(RowUsage {
+            usage: (i % 3 != 2).then_some(Usage {
                 input: i,
                 output: 2 * i,
                 cache_write: i % 10,
@@ -151,8 +151,8 @@ fn totals_kept_on_write_equal_a_scan_of_the_rows_on(backend: Backend) {
         let timeline = ledger.timeline(&all, width).unwrap();
         assert_eq!(timeline.iter().map(|b| b.requests).sum::<u64>(), 200);
         assert_eq!(
-            timeline.iter().map(|b| b.cache_write_1h).sum::<u64>(),
-            groups.iter().map(|g| g.cache_write_1h).sum::<u64>()
+            timeline.iter().map(|b| b.usage).sum::<Usage>(),
+            groups.iter().map(|g| g.usage).sum::<Usage>()
         );
         assert!(timeline.iter().all(|b| b.start_ms % width == 0));
     }
@@ -242,7 +242,7 @@ fn round_trip_and_groups() {
 
 fn round_trip_and_groups_on(backend: Backend) {
     let mut l = Subject::new(backend);
-    let u = RowUsage {
+    let u = Usage {
         input: 10,
         output: 5,
         cache_write: 100,
@@ -261,7 +261,7 @@ fn round_trip_and_groups_on(backend: Backend) {
     let all = l.groups(&Filter::default()).unwrap();
     assert_eq!(all.len(), 3);
     assert_eq!(
-        (all[0].requests, all[0].input, all[0].cache_read),
+        (all[0].requests, all[0].usage.input, all[0].usage.cache_read),
         (2, 20, 2000)
     );
     assert_eq!((all[1].requests, all[1].with_usage), (1, 0));
@@ -374,7 +374,7 @@ fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on(backend
             session: Some(format!("s{}", i % 4)),
             model: Some(format!("m{}", i % 2)),
             outcome: [RequestOutcome::Ok, RequestOutcome::UpstreamError][(i % 5 == 0) as usize],
-            usage: (i % 7 != 0).then_some(RowUsage {
+            usage: (i % 7 != 0).then_some(Usage {
                 input: i,
                 output: 1,
                 cache_write: i % 3,
@@ -424,18 +424,18 @@ fn each_request_keeps_its_account_and_totals_per_account_equal_a_scan_on(backend
         .filter(|g| g.account.as_deref() == Some("alice"))
         .collect();
     assert_eq!(alice.iter().map(|g| g.totals.requests).sum::<u64>(), 20);
-    let alice_input: u64 = rows
+    let alice_usage: Usage = rows
         .iter()
         .filter(|r| r.account.as_deref() == Some("alice"))
-        .filter_map(|r| r.usage.map(|u| u.input))
+        .filter_map(|r| r.usage)
         .sum();
     assert_eq!(
-        alice.iter().map(|g| g.totals.input).sum::<u64>(),
-        alice_input
+        alice.iter().map(|g| g.totals.usage).sum::<Usage>(),
+        alice_usage
     );
     // Every row is in exactly one account's totals, and they add up to the sessions' totals.
     let sessions = read.groups(&all).unwrap();
-    let fields: [fn(&Group) -> u64; 3] = [|g| g.requests, |g| g.input, |g| g.errors];
+    let fields: [fn(&Group) -> u64; 3] = [|g| g.requests, |g| g.usage.input, |g| g.errors];
     for field in fields {
         assert_eq!(
             kept.iter().map(|g| field(&g.totals)).sum::<u64>(),
@@ -524,7 +524,7 @@ fn each_request_names_the_instance_that_served_it_and_totals_per_instance_equal_
     assert_eq!(late.iter().map(|i| i.requests).sum::<u64>(), 10);
 }
 
-fn row(session: &str, model: &str, ts: i64, usage: Option<RowUsage>) -> Row {
+fn row(session: &str, model: &str, ts: i64, usage: Option<Usage>) -> Row {
     Row {
         account: Some("alice".into()),
         ts_ms: ts,

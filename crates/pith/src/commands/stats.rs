@@ -10,8 +10,8 @@ use pith_transform::FactKind;
 use serde::Serialize;
 
 use crate::config::{Config, pith_home};
-use crate::prices::{Prices, Tokens};
-use pith_wire::usage::Band;
+use crate::prices::Prices;
+use pith_wire::usage::{Band, Usage};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -72,13 +72,10 @@ struct Totals {
     requests: u64,
     requests_with_usage: u64,
     errors: u64,
-    input_tokens: u64,
-    /// Every cache write, the one-hour ones included.
-    cache_write_tokens: u64,
-    /// The one-hour part of `cache_write_tokens` (billed at its own rate).
-    cache_write_1h_tokens: u64,
-    cache_read_tokens: u64,
-    output_tokens: u64,
+    /// The tokens, by rate (`input_tokens`, `cache_write_tokens` with the one-hour ones
+    /// included, `cache_write_1h_tokens`, `cache_read_tokens`, `output_tokens`).
+    #[serde(flatten)]
+    usage: Usage,
     prompt_tokens: u64,
     /// Share of prompt tokens read from the provider's cache.
     cache_hit_share: f64,
@@ -108,33 +105,22 @@ impl Totals {
         self.requests += g.requests;
         self.requests_with_usage += g.with_usage;
         self.errors += g.errors;
-        self.input_tokens += g.input;
-        self.cache_write_tokens += g.cache_write;
-        self.cache_write_1h_tokens += g.cache_write_1h;
-        self.cache_read_tokens += g.cache_read;
-        self.output_tokens += g.output;
+        self.usage += g.usage;
         self.cache_bust_pairs += g.bust_pairs;
         self.cache_busts_by_pith += g.busts_pith;
         self.cache_busts_by_client += g.busts_client;
-        self.prompt_tokens = self.input_tokens + self.cache_write_tokens + self.cache_read_tokens;
+        self.prompt_tokens = self.usage.prompt_total();
         self.cache_hit_share = if self.prompt_tokens == 0 {
             0.0
         } else {
-            self.cache_read_tokens as f64 / self.prompt_tokens as f64
+            self.usage.cache_read as f64 / self.prompt_tokens as f64
         };
         let model = g.model.clone().unwrap_or_else(|| "(none)".to_owned());
         let has_tokens = g.with_usage > 0;
         match g.model.as_deref().and_then(|m| prices.lookup(m)) {
             Some(p) => {
-                let t = Tokens {
-                    input: g.input,
-                    output: g.output,
-                    cache_write: g.cache_write,
-                    cache_write_1h: g.cache_write_1h,
-                    cache_read: g.cache_read,
-                };
-                *self.cost_usd.get_or_insert(0.0) += p.cost(t);
-                *self.cache_discount_usd.get_or_insert(0.0) += p.cache_discount(t);
+                *self.cost_usd.get_or_insert(0.0) += p.cost(g.usage);
+                *self.cache_discount_usd.get_or_insert(0.0) += p.cache_discount(g.usage);
             }
             None if has_tokens && !self.unpriced_models.contains(&model) => {
                 self.unpriced_models.push(model);
@@ -789,10 +775,10 @@ fn row(label: &str, t: &Totals) -> Vec<String> {
     vec![
         label.to_owned(),
         t.requests.to_string(),
-        tokens(t.input_tokens),
-        tokens(t.cache_write_tokens),
-        tokens(t.cache_read_tokens),
-        tokens(t.output_tokens),
+        tokens(t.usage.input),
+        tokens(t.usage.cache_write),
+        tokens(t.usage.cache_read),
+        tokens(t.usage.output),
         format!("{:.0}%", t.cache_hit_share * 100.0),
         cost(t),
     ]
@@ -1184,10 +1170,10 @@ fn single(value: f64) -> Vec<(String, f64)> {
 fn request_families(r: &Report) -> Vec<Family> {
     let t = &r.total;
     let tokens = [
-        ("input", t.input_tokens),
-        ("cache_write", t.cache_write_tokens),
-        ("cache_read", t.cache_read_tokens),
-        ("output", t.output_tokens),
+        ("input", t.usage.input),
+        ("cache_write", t.usage.cache_write),
+        ("cache_read", t.usage.cache_read),
+        ("output", t.usage.output),
     ]
     .into_iter()
     .map(|(k, v)| (format!("{{kind=\"{k}\"}}"), v as f64))

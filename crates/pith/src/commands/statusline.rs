@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use pith_store::ledger::{Filter, Ledger};
 
 use crate::config::{Config, pith_home};
-use crate::prices::{Prices, Tokens};
+use crate::prices::Prices;
+use pith_wire::usage::Usage;
 
 /// Print one status line for the Claude Code session on stdin.
 #[derive(Debug, clap::Args)]
@@ -54,22 +55,20 @@ fn line(args: &Args, config: &Config, input: &[u8]) -> Option<String> {
         return Some("pith · no requests yet in this session".to_owned());
     }
     let prices = Prices::new(&config.prices);
-    let (mut requests, mut prompt, mut read, mut output, mut cost) = (0, 0, 0, 0, 0.0);
-    for g in &groups {
-        requests += g.requests;
-        prompt += g.input + g.cache_write + g.cache_read;
-        read += g.cache_read;
-        output += g.output;
-        if let Some(p) = g.model.as_deref().and_then(|m| prices.lookup(m)) {
-            cost += p.cost(Tokens {
-                input: g.input,
-                output: g.output,
-                cache_write: g.cache_write,
-                cache_write_1h: g.cache_write_1h,
-                cache_read: g.cache_read,
-            });
-        }
-    }
+    let requests: u64 = groups.iter().map(|g| g.requests).sum();
+    let usage: Usage = groups.iter().map(|g| g.usage).sum();
+    let cost: f64 = groups
+        .iter()
+        .filter_map(|g| {
+            Some(
+                g.model
+                    .as_deref()
+                    .and_then(|m| prices.lookup(m))?
+                    .cost(g.usage),
+            )
+        })
+        .sum();
+    let (prompt, read, output) = (usage.prompt_total(), usage.cache_read, usage.output);
     // What the transforms saved, priced as `pith stats` prices it (an estimate).
     let (mut saved_tokens, mut saved_usd) = (0i64, None::<f64>);
     for s in ledger.savings(&filter).ok()? {

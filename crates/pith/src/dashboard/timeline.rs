@@ -6,7 +6,8 @@ use pith_store::StoreError;
 use pith_store::ledger::{Filter, Ledger};
 use serde::Serialize;
 
-use crate::prices::{Prices, Tokens};
+use crate::prices::Prices;
+use pith_wire::usage::Usage;
 
 /// Bucket widths a chart picks from, narrowest first: about 60 bars or fewer over the span.
 const WIDTHS_MS: [i64; 6] = [
@@ -26,11 +27,8 @@ const MAX_BUCKETS: i64 = 1_000;
 pub(crate) struct Bucket {
     start_ms: i64,
     requests: u64,
-    input_tokens: u64,
-    cache_write_tokens: u64,
-    cache_write_1h_tokens: u64,
-    cache_read_tokens: u64,
-    output_tokens: u64,
+    #[serde(flatten)]
+    usage: Usage,
     /// Cost of the priced requests, USD; `None` when none had a known price.
     cost_usd: Option<f64>,
     /// Requests of models without a known price (not in `cost_usd`).
@@ -76,20 +74,10 @@ pub(crate) fn timeline(
             continue;
         };
         b.requests += row.requests;
-        b.input_tokens += row.input;
-        b.cache_write_tokens += row.cache_write;
-        b.cache_write_1h_tokens += row.cache_write_1h;
-        b.cache_read_tokens += row.cache_read;
-        b.output_tokens += row.output;
+        b.usage += row.usage;
         match row.model.as_deref().and_then(|m| prices.lookup(m)) {
             Some(p) => {
-                *b.cost_usd.get_or_insert(0.0) += p.cost(Tokens {
-                    input: row.input,
-                    output: row.output,
-                    cache_write: row.cache_write,
-                    cache_write_1h: row.cache_write_1h,
-                    cache_read: row.cache_read,
-                });
+                *b.cost_usd.get_or_insert(0.0) += p.cost(row.usage);
             }
             None => b.unpriced_requests += row.requests,
         }

@@ -323,7 +323,7 @@ fn a_closed_pipe_ends_stats_quietly_and_long_names_are_cut() {
 /// total, over the totals kept on write and over a `--since` scan alike.
 #[test]
 fn requests_without_a_session_count_for_their_own_clients() {
-    use pith_store::ledger::{Ledger, Row, RowUsage, Saving};
+    use pith_store::ledger::{Ledger, Row, Saving, Usage};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let row = |client: &str, session: Option<&str>, saved: i64| Row {
@@ -335,10 +335,10 @@ fn requests_without_a_session_count_for_their_own_clients() {
         method: "POST".into(),
         path: "/v1/messages".into(),
         status: Some(200),
-        usage: Some(RowUsage {
+        usage: Some(Usage {
             input: 100,
             output: 10,
-            ..RowUsage::default()
+            ..Usage::default()
         }),
         savings: if saved > 0 {
             vec![Saving {

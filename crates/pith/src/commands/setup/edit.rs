@@ -491,97 +491,124 @@ impl Removal<'_> {
 
 /// `text` without what pith added, the rest as written; `None` when none of it is there.
 pub fn remove(path: &Path, text: &str, removal: &Removal<'_>) -> anyhow::Result<Option<String>> {
+    let parsed = crate::client_files::parse(path, text).unwrap_or_default();
     if is_toml(path) {
-        return remove_toml(path, text, removal);
+        let mut doc = TomlTree(parse_toml(path, Some(text))?);
+        return Ok(remove_from(&mut doc, &parsed, removal));
     }
     let root = CstRootNode::parse(text, &JSONC)
         .map_err(|e| anyhow!("{} is not valid JSON ({e})", path.display()))?;
-    let parsed = crate::client_files::parse(path, text).unwrap_or_default();
+    Ok(remove_from(&mut JsonTree(root), &parsed, removal))
+}
+
+/// A settings file's tree, kept as written, that `--undo` takes pith's entries out of: the one
+/// walk in [`remove_from`] serves JSON(C) and TOML alike.
+trait SettingsTree {
+    /// Take out the member `leaf` of the object at `parents`; whether it was there.
+    fn remove_member(&mut self, parents: &[String], leaf: &str) -> bool;
+    /// Take out every hook group whose one handler runs `command`, and an event left empty by
+    /// that (one that was empty stays); whether any went.
+    fn remove_hook_groups(&mut self, command: &str) -> bool;
+    /// Take out the object `leaf` of the object at `parents` if it is empty.
+    fn remove_if_empty(&mut self, parents: &[String], leaf: &str);
+    /// The file's new text.
+    fn text(&self) -> String;
+}
+
+/// The members pith set (while they still hold what it wrote), its hook groups, then the
+/// objects it created and left empty; the new text, or `None` when nothing was there.
+fn remove_from(
+    tree: &mut impl SettingsTree,
+    parsed: &Value,
+    removal: &Removal<'_>,
+) -> Option<String> {
     let mut changed = false;
     for (key, value) in removal.members {
-        if pith_clients::lookup(&parsed, key) != Some(value) {
+        if pith_clients::lookup(parsed, key) != Some(value) {
             continue;
         }
-        let Some((leaf, parents)) = key.split_last() else {
-            continue;
-        };
-        let mut node = root.object_value();
-        for k in parents {
-            node = node
-                .and_then(|n| member(&n, k))
-                .and_then(|p| p.object_value());
-        }
-        if let Some(prop) = node.and_then(|n| member(&n, leaf)) {
-            prop.remove();
-            changed = true;
+        if let Some((leaf, parents)) = key.split_last() {
+            changed |= tree.remove_member(parents, leaf);
         }
     }
     if let Some(command) = removal.hook_command {
-        changed |= remove_json_hooks(&root, command);
+        changed |= tree.remove_hook_groups(command);
     }
-    if changed {
-        prune_json(&root, removal);
+    if !changed {
+        return None;
     }
-    Ok(changed.then(|| root.to_string()))
-}
-
-/// Take out of a JSON settings tree every hook group whose one handler runs `command`, and an
-/// event left empty by that; whether any went.
-fn remove_json_hooks(root: &CstRootNode, command: &str) -> bool {
-    let mut changed = false;
-    let hooks = root
-        .object_value()
-        .and_then(|top| member(&top, "hooks"))
-        .and_then(|p| p.object_value());
-    for event in hooks.iter().flat_map(|h| h.properties()) {
-        let Some(list) = event.array_value() else {
-            continue;
-        };
-        let mut took = false;
-        for group in list.elements() {
-            let runs_it = group
-                .as_object()
-                .and_then(|g| member(&g, "hooks"))
-                .and_then(|p| p.array_value())
-                .is_some_and(|handlers| {
-                    let handlers = handlers.elements();
-                    handlers.len() == 1
-                        && handlers[0]
-                            .as_object()
-                            .and_then(|h| member(&h, "command"))
-                            .and_then(|c| c.value())
-                            .and_then(|v| v.as_string_lit())
-                            .and_then(|s| s.decoded_value().ok())
-                            .as_deref()
-                            == Some(command)
-                });
-            if runs_it {
-                group.remove();
-                took = true;
-            }
-        }
-        // An event pith's group was the last of goes too; one that was empty stays.
-        if took && list.elements().is_empty() {
-            event.remove();
-        }
-        changed |= took;
-    }
-    changed
-}
-
-/// Take out the objects pith created that are left empty.
-fn prune_json(root: &CstRootNode, removal: &Removal<'_>) {
     for parent in removal.created_parents() {
-        let Some((leaf, above)) = parent.split_last() else {
-            continue;
-        };
-        let mut node = root.object_value();
-        for k in above {
+        if let Some((leaf, above)) = parent.split_last() {
+            tree.remove_if_empty(above, leaf);
+        }
+    }
+    Some(tree.text())
+}
+
+/// A JSON(C) file through jsonc-parser's CST.
+struct JsonTree(CstRootNode);
+
+impl JsonTree {
+    fn object_at(&self, path: &[String]) -> Option<CstObject> {
+        let mut node = self.0.object_value();
+        for k in path {
             node = node
                 .and_then(|n| member(&n, k))
                 .and_then(|p| p.object_value());
         }
-        if let Some(prop) = node.and_then(|n| member(&n, leaf))
+        node
+    }
+}
+
+impl SettingsTree for JsonTree {
+    fn remove_member(&mut self, parents: &[String], leaf: &str) -> bool {
+        let Some(prop) = self.object_at(parents).and_then(|n| member(&n, leaf)) else {
+            return false;
+        };
+        prop.remove();
+        true
+    }
+
+    fn remove_hook_groups(&mut self, command: &str) -> bool {
+        let mut changed = false;
+        let hooks = self.object_at(&["hooks".to_owned()]);
+        for event in hooks.iter().flat_map(|h| h.properties()) {
+            let Some(list) = event.array_value() else {
+                continue;
+            };
+            let mut took = false;
+            for group in list.elements() {
+                let runs_it = group
+                    .as_object()
+                    .and_then(|g| member(&g, "hooks"))
+                    .and_then(|p| p.array_value())
+                    .is_some_and(|handlers| {
+                        let handlers = handlers.elements();
+                        handlers.len() == 1
+                            && handlers[0]
+                                .as_object()
+                                .and_then(|h| member(&h, "command"))
+                                .and_then(|c| c.value())
+                                .and_then(|v| v.as_string_lit())
+                                .and_then(|s| s.decoded_value().ok())
+                                .as_deref()
+                                == Some(command)
+                    });
+                if runs_it {
+                    group.remove();
+                    took = true;
+                }
+            }
+            if took && list.elements().is_empty() {
+                event.remove();
+            }
+            changed |= took;
+        }
+        changed
+    }
+
+    fn remove_if_empty(&mut self, parents: &[String], leaf: &str) {
+        if let Some(prop) = self.object_at(parents).and_then(|n| member(&n, leaf))
             && prop
                 .object_value()
                 .is_some_and(|o| o.properties().is_empty())
@@ -589,32 +616,38 @@ fn prune_json(root: &CstRootNode, removal: &Removal<'_>) {
             prop.remove();
         }
     }
+
+    fn text(&self) -> String {
+        self.0.to_string()
+    }
 }
 
-fn remove_toml(path: &Path, text: &str, removal: &Removal<'_>) -> anyhow::Result<Option<String>> {
-    let mut doc = parse_toml(path, Some(text))?;
-    let parsed = crate::client_files::parse(path, text).unwrap_or_default();
-    let mut changed = false;
-    for (key, value) in removal.members {
-        if pith_clients::lookup(&parsed, key) != Some(value) {
-            continue;
-        }
-        let Some((leaf, parents)) = key.split_last() else {
-            continue;
-        };
-        let mut table: Option<&mut dyn toml_edit::TableLike> = Some(doc.as_table_mut());
-        for k in parents {
+/// A TOML file through `toml_edit`.
+struct TomlTree(toml_edit::DocumentMut);
+
+impl TomlTree {
+    fn table_at(&mut self, path: &[String]) -> Option<&mut dyn toml_edit::TableLike> {
+        let mut table: Option<&mut dyn toml_edit::TableLike> = Some(self.0.as_table_mut());
+        for k in path {
             table = table
                 .and_then(|t| t.get_mut(k))
                 .and_then(|i| i.as_table_like_mut());
         }
-        if let Some(t) = table {
-            changed |= t.remove(leaf).is_some();
-        }
+        table
     }
-    if let Some(command) = removal.hook_command
-        && let Some(hooks) = doc.get_mut("hooks").and_then(|h| h.as_table_like_mut())
-    {
+}
+
+impl SettingsTree for TomlTree {
+    fn remove_member(&mut self, parents: &[String], leaf: &str) -> bool {
+        self.table_at(parents)
+            .is_some_and(|t| t.remove(leaf).is_some())
+    }
+
+    fn remove_hook_groups(&mut self, command: &str) -> bool {
+        let Some(hooks) = self.table_at(&["hooks".to_owned()]) else {
+            return false;
+        };
+        let mut changed = false;
         let events: Vec<String> = hooks.iter().map(|(k, _)| k.to_owned()).collect();
         for event in events {
             let Some(toml_edit::Item::ArrayOfTables(list)) = hooks.get_mut(&event) else {
@@ -638,28 +671,22 @@ fn remove_toml(path: &Path, text: &str, removal: &Removal<'_>) -> anyhow::Result
                 hooks.remove(&event);
             }
         }
+        changed
     }
-    if changed {
-        for parent in removal.created_parents() {
-            let Some((leaf, above)) = parent.split_last() else {
-                continue;
-            };
-            let mut table: Option<&mut dyn toml_edit::TableLike> = Some(doc.as_table_mut());
-            for k in above {
-                table = table
-                    .and_then(|t| t.get_mut(k))
-                    .and_then(|i| i.as_table_like_mut());
-            }
-            if let Some(t) = table
-                && t.get(leaf)
-                    .and_then(|i| i.as_table_like())
-                    .is_some_and(|inner| inner.is_empty())
-            {
-                t.remove(leaf);
-            }
+
+    fn remove_if_empty(&mut self, parents: &[String], leaf: &str) {
+        if let Some(t) = self.table_at(parents)
+            && t.get(leaf)
+                .and_then(|i| i.as_table_like())
+                .is_some_and(|inner| inner.is_empty())
+        {
+            t.remove(leaf);
         }
     }
-    Ok(changed.then(|| toml_text(&doc)))
+
+    fn text(&self) -> String {
+        toml_text(&self.0)
+    }
 }
 
 #[cfg(test)]
@@ -816,6 +843,42 @@ mod tests {
         assert_eq!(
             v,
             json!({"hooks": {"PostToolUse": [{"hooks": [{"command": "mine"}]}]}})
+        );
+    }
+
+    #[test]
+    fn removal_from_toml_takes_out_what_it_takes_out_of_json() {
+        let toml = "model = \"o3\"\n\n[mcp_servers.pith]\ncommand = \"pith\"\nargs = [\"mcp\"]\n\n[mcp_servers.other]\ncommand = \"x\"\n\n[[hooks.PostToolUse]]\nmatcher = \"shell\"\n[[hooks.PostToolUse.hooks]]\ntype = \"command\"\ncommand = \"pith hook\"\n\n[[hooks.PostToolUse]]\n[[hooks.PostToolUse.hooks]]\ncommand = \"mine\"\n\n[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ncommand = \"pith hook\"\n";
+        let toml_path = Path::new("config.toml");
+        let as_json =
+            serde_json::to_string(&crate::client_files::parse(toml_path, toml).unwrap()).unwrap();
+        let json_path = Path::new("settings.json");
+        let key = vec!["mcp_servers".to_owned(), "pith".to_owned()];
+        let members = [(key, entry())];
+        let removal = Removal {
+            members: &members,
+            hook_command: Some("pith hook"),
+            before: None,
+        };
+        let from_toml = remove(toml_path, toml, &removal).unwrap().unwrap();
+        let from_json = remove(json_path, &as_json, &removal).unwrap().unwrap();
+        let from_toml = crate::client_files::parse(toml_path, &from_toml).unwrap();
+        let expected = json!({
+            "model": "o3",
+            "mcp_servers": {"other": {"command": "x"}},
+            "hooks": {"PostToolUse": [{"hooks": [{"command": "mine"}]}]}
+        });
+        assert_eq!(from_toml, expected);
+        assert_eq!(serde_json::from_str::<Value>(&from_json).unwrap(), expected);
+        // What pith created and left empty goes in both; nothing of pith's there: no change.
+        let alone = toml.replace("\n[mcp_servers.other]\ncommand = \"x\"\n", "");
+        let out = remove(toml_path, &alone, &removal).unwrap().unwrap();
+        let v = crate::client_files::parse(toml_path, &out).unwrap();
+        assert_eq!(v["mcp_servers"], Value::Null, "{out}");
+        assert!(
+            remove(toml_path, "model = \"o3\"\n", &removal)
+                .unwrap()
+                .is_none()
         );
     }
 }

@@ -5,6 +5,11 @@
 //! about 150 MiB although only about 15 MiB was still in use (measured by calling
 //! `malloc_trim(0)` in the running process: BENCHMARKS.md). `malloc_trim` hands those pages
 //! back without touching live allocations.
+//!
+//! The proxy calls [`release_free_memory`] off its event loop when a burst of connections is
+//! over, and after large bodies: [`freed`] adds up pieces of at least [`LARGE`] and says when
+//! [`WORTH_RELEASING`] is due. This is the one crate with `unsafe` code (the one FFI call);
+//! every other crate forbids it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,4 +1,8 @@
 //! Evidence: fingerprinting the files a memory depends on, and telling whether they changed.
+//!
+//! Files are hashed streaming, one buffer whatever their size (a line range stops reading after
+//! its last line), to the same hashes whole-file reads recorded, so memories saved before still
+//! verify fresh. Fresh, stale or unverified is derived on read, never stored.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};

@@ -8,6 +8,15 @@
 //! per-workspace file without touching the rules. The types a memory is made of are in
 //! [`model`]; text for people and agents comes from [`render`], shared by the CLI and the MCP
 //! server.
+//!
+//! Rules the brain keeps whatever the backend: a memory is credited only when `search` or
+//! `get` returns it to a caller (pointers, the one-line note on a file read, never move a
+//! counter); forget moves to the trash and restore brings it back, nothing is deleted; a
+//! memory is bounded (`MAX_*`: a save past a limit is `Invalid`, naming the limit and the next
+//! step), and so is what a search returns, memories saved before the limits included. Reading
+//! never creates `.pith/`; the first save does (0700, with a `.gitignore` of `*`). Tests that
+//! need a real store are integration tests (`tests/`, dev-depending on `pith-store`): a unit
+//! test in `src/` would see a second copy of the types.
 
 mod chain;
 pub mod evidence;

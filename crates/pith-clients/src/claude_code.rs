@@ -9,6 +9,12 @@
 //!   `projects["<project path>"].mcpServers`; project in `<project>/.mcp.json` `mcpServers`
 //!   (Claude Code asks each person to approve those); user in the global config's top-level
 //!   `mcpServers`.
+//! - The global config is [`global_config`]: a non-empty legacy `<config dir>/.config.json`
+//!   wins over `.claude.json`. The local scope's key is the project's git root with its links
+//!   resolved, which is the workspace root pith finds; a linked worktree is keyed by its main
+//!   repository, which pith does not follow. Claude Code rewrites this file while it runs
+//!   (counters, per-project state), keeping unknown keys, so `pith setup --undo` takes pith's
+//!   members out of it rather than restoring its bytes.
 //! - `pith run`: `ANTHROPIC_BASE_URL` (the origin, without `/v1`) and `ANTHROPIC_CUSTOM_HEADERS`
 //!   for the proxy's token.
 //! - Session files: `<config dir>/projects/<project>/<session>.jsonl`.

@@ -4,7 +4,9 @@
 //!   unset), this person's for every project. MCP servers are `[mcp_servers.<name>]` tables;
 //!   hooks are in `$CODEX_HOME/hooks.json` when that file exists, else inline `[hooks]` in
 //!   `config.toml` (Codex reads both and warns when one layer has both: pith uses the one in
-//!   use). Codex runs a new hook only once the person trusts it in `/hooks`.
+//!   use). Codex runs a new hook only once the person trusts it in `/hooks`. A project's
+//!   `.codex/config.toml` (and hooks there) loads only in a project marked trusted, so pith
+//!   registers in the user's config only: the one scope.
 //! - `pith run`: `-c key=value` overrides, which win over `config.toml`: `openai_base_url` for
 //!   the built-in `openai` provider, `model_providers.<id>.base_url` for a provider of the
 //!   person's own (the one `model_provider` names, on the command line, in the chosen profile

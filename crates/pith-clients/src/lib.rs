@@ -6,8 +6,24 @@
 //!
 //! The binary's `setup`, `doctor`, `run` and `history import` are verbs over these facts, and
 //! the transform, history and recall crates read the harness text and hook tools from here, so
-//! each fact is written once. A fourth client is one more file and one more [`Client`] variant
-//! (ARCHITECTURE.md lists what the file holds).
+//! each fact is written once. A fourth client is one more file and one more [`Client`] variant;
+//! the `match` arms here then name what is still missing. A client's file holds:
+//!
+//! - its [`Profile`]: pith's name for it, its executable, its user agent's product token, the
+//!   session header, the hook events and the tools each reports ([`HookTool`], which recall's
+//!   payload reader follows), the harness text it injects, how its side calls open (a request
+//!   beside the conversation, such as a title or a summary, which history must not take for a
+//!   turn), its scopes and the default one, the variable that moves its base URL;
+//! - where its files are (`config_dir`, Codex's `home`, Claude Code's `global_config`), from
+//!   [`Places`];
+//! - `registration(scope)`: what `pith setup` writes in each scope, which `pith doctor` reads
+//!   back; `proxy_settings` (`--proxy`) and `base_urls` (where its own settings send it);
+//! - `wire`: the per-process wiring of `pith run`, or why the client would go elsewhere than
+//!   the proxy sends;
+//! - where its session files are, and the rules-file envelope its prompts carry (for pins).
+//!
+//! Each file's facts were read from the client's shipped code and checked by running the real
+//! client offline with its home in a temporary directory (the versions are in each file).
 //!
 //! The crate does no I/O: the binary reads the environment once ([`Places::from_env`]) and the
 //! files through [`Files`], so every rule here is a pure function with a unit test.

@@ -3,8 +3,9 @@
 //! - Settings: the global config `$XDG_CONFIG_HOME/opencode/opencode.jsonc` (else
 //!   `opencode.json`; `~/.config/opencode` without XDG_CONFIG_HOME), this person's for every
 //!   project, and the project's `opencode.jsonc` (else `opencode.json`), committed. OpenCode
-//!   reads both names and lets `opencode.jsonc` win, so that is where an entry counts. It has no
-//!   local scope.
+//!   reads both names and lets `opencode.jsonc` win, so that is where an entry counts (OpenCode
+//!   creates that file on its first start). The project's file is searched for from the working
+//!   directory up to the git root. It has no local scope: no per-person project file exists.
 //! - MCP servers: the `mcp` object, `{"type": "local", "command": [...], "enabled": true}`.
 //! - No command hooks and no status line.
 //! - `pith run`: `OPENCODE_CONFIG_CONTENT`, inline JSON it merges after every config file; pith

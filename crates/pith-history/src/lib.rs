@@ -1,7 +1,8 @@
 //! Conversation history: what a conversation and a message are, which messages a person typed,
-//! the session files of real clients read into conversations (`import`), the fixed set of
-//! candidate filters, and the signed tokens that tie a deletion to a selection the server made
-//! (`token`). Storage lives in `pith-store` (`history/`); this crate does no database work.
+//! the session files of real clients read into conversations (`import`; OpenCode's SQLite
+//! database, read-only, in `opencode`), the fixed set of candidate filters, and the signed
+//! tokens that tie a deletion to a selection the server made (`token`). Storage lives in
+//! `pith-store` (`history/`): this crate keeps no database of its own.
 
 pub mod classify;
 pub mod import;

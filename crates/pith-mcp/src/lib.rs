@@ -1,11 +1,19 @@
 //! The only crate that knows MCP: `pith mcp`, a stdio server (rmcp) giving agents the
-//! workspace (search, optionally ranked by a local model or lexically, and file reads) and the project
-//! memory.
+//! workspace (search, optionally ranked by a local model or lexically, and file reads), the
+//! project memory and the conversation history.
 //!
 //! Tool descriptions are kept to a line: clients resend them on every turn. Failures the model
 //! can act on (a bad path, an unknown id) come back as tool results with `isError`, in words
 //! that name the next step; stdout carries protocol only (logs go through `tracing`, which the
 //! binary points at stderr).
+//!
+//! The tools: over the workspace `search_workspace` and `read_workspace_file` ([`files`]);
+//! over the brain `search_memory`, `get_memory`, `save_memory`, `verify_memory`,
+//! `forget_memory`; over the history ([`history`]) `search_history`,
+//! `memory_find_candidates`, `memory_delete`, `memory_restore`, which act only for the
+//! server's account. Ranking is on only when the configuration asks for it
+//! (`[mcp] local_prefilter`, or `PITH_LOCAL_PREFILTER=1`), and fails open; a ranker is warmed
+//! up when the server starts.
 
 pub mod files;
 pub mod history;

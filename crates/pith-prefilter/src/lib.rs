@@ -20,6 +20,13 @@
 //!
 //! [`embed::EmbedRanker`] ranks tool definitions for the defer stage by embedding similarity,
 //! with BM25 as the fallback.
+//!
+//! Three rankers, one chosen by `[mcp] prefilter_ranker` ([`RankerKind`]; [`PrefilterRanker`]
+//! is the one `pith mcp` holds): this [`ModelRanker`] over a server, [`fusion::LexicalRanker`]
+//! (no model at all), and [`local::LocalModelRanker`] (the in-process model). The library reads
+//! no environment: the binary resolves `[mcp]` and the `PITH_PREFILTER_*` variables into a
+//! [`PrefilterConfig`]. `examples/prefilter_eval.rs` measures a ranking against hand-marked
+//! answers through the path `pith mcp` takes (figures in BENCHMARKS.md).
 
 pub mod api;
 mod client;

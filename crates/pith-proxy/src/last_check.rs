@@ -3,6 +3,12 @@
 //! that answer: no client ever sees an error pith caused. The refused stages stay off for the
 //! rest of the session, so its later requests go as the client sent them and its prompt cache
 //! stays whole.
+//!
+//! Only when the client's own request is answered are the stages put off (reported
+//! `refused_by_provider`): when it is refused too, the refusal was the request's own, and they
+//! stay on. The refusal is read (at most [`MAX_REFUSAL_BODY`]) for its words, which the row
+//! keeps; one request, one row. A 401, 429 or 5xx is no refusal of pith's edit (the client's
+//! own request would meet it too) and passes on as it came.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

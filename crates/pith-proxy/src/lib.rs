@@ -4,10 +4,13 @@
 //!
 //! Invariants:
 //! - A body no stage changed is forwarded as the exact bytes the client sent.
-//! - Response bytes are never altered or held back: each upstream chunk is handed to the client
-//!   as it arrives; accounting keeps cheap reference-counted copies and parses them later, on the
-//!   ledger thread.
-//! - Ledger writes never block a request: a bounded queue, drops counted.
+//! - Without a response rewriter, response bytes are never altered or held back: each upstream
+//!   chunk is handed to the client as it arrives; accounting keeps cheap reference-counted
+//!   copies and parses them later, on a ledger writer thread. The one rewriter pith installs
+//!   (the tool search round trip, [`rewrite`]) takes out only the blocks pith's own search
+//!   caused, and hands each event on as soon as it is whole.
+//! - Ledger writes never block a request: the record is appended to a spool file ([`ledger`]);
+//!   what the spool cannot take is counted, never dropped silently.
 //! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged; pith's
 //!   own (the access token, an account key) are neither forwarded, stored nor logged.
 

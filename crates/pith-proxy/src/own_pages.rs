@@ -1,7 +1,12 @@
 //! pith's own pages on the proxy's address: the dashboard at `/`, its API under `/pith/`,
 //! `/metrics`. The proxy only routes them (GET, after the access-token check, so a proxy bound
 //! beyond loopback serves them only with its token); what they say comes from an [`OwnPages`]
-//! the binary provides, run on the blocking pool because it reads the ledger.
+//! the binary provides, run on the blocking pool because it reads the ledger. They are never
+//! forwarded and never a ledger row, whatever the method (a method but GET is a 405). Without
+//! an access token only loopback host names are served ([`host_is_loopback`]: DNS rebinding
+//! sends the attacker's name). Every answer is `no-store`, `nosniff`, `X-Frame-Options: DENY`
+//! and `no-referrer`, and HTML carries the policy [`OwnPages::content_security_policy`] gives
+//! (the dashboard's names its one script by its hash).
 //!
 //! One answer is for anyone: `GET /pith/health` from a caller the page rules do not admit (a
 //! load balancer's check with no Host header or a pod IP for a name, a probe without the

@@ -1,4 +1,11 @@
 //! Listening, accepting and shutting down.
+//!
+//! [`Proxy::serve_until`] stops accepting when asked, lets open connections finish within the
+//! grace period, and cuts what is left at its end (or at once on a second signal), before it
+//! returns, so the rows of cut requests are queued while the ledger can still write them. The
+//! listen backlog is [`LISTEN_BACKLOG`], not tokio's default, so a burst of connections is not
+//! reset by the kernel; when a burst is over, the memory it freed goes back to the OS
+//! (`pith_alloc`).
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,6 +1,11 @@
 //! The response body pith hands to the client: upstream frames pass through as they arrive
 //! (through the response rewriter, one event at a time, when one is installed), while the
 //! ledger gets reference-counted copies of what the provider sent, and timings.
+//!
+//! `Pending::finish` is the one place a record is finished, its outcome read from how the
+//! exchange ended: complete, the upstream broken mid-body, the client gone. A rewriter's
+//! [`Hold`](crate::rewrite::Hold) is polled here before what is ready is handed on, so a
+//! JSON answer's record is finished once its hold is over.
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -1,4 +1,13 @@
 //! Upstream base URLs and the HTTP client that reaches them.
+//!
+//! Where a request goes is `ProxyConfig::upstream_for`: a path under pith's `/chatgpt`
+//! (`pith_clients::codex::PITH_CHATGPT_PATH`) to the ChatGPT upstream under the backend's
+//! `/backend-api/codex`, any other to its provider's upstream with the path as it came. That is
+//! where Codex signed in with ChatGPT sends its model traffic once `pith run` sets its
+//! `openai_base_url` (Codex uses the ChatGPT backend only while its provider has no base URL):
+//! the same Responses API, over HTTP (its bodies zstd-compressed) and WebSocket, with the
+//! login's bearer token and `ChatGPT-Account-ID`. Its other ChatGPT calls do not go through
+//! pith. Origins are shown with their credentials redacted.
 
 use std::fmt;
 use std::sync::Arc;

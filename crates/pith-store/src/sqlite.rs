@@ -8,6 +8,12 @@
 //! What `open` creates is private whatever the umask: directories 0700, the database 0600 from
 //! the moment it exists, and SQLite gives its `-wal` and `-shm` files the database's own mode,
 //! so there is nothing to restrict afterwards (and no window in which they come and go).
+//!
+//! Every database is WAL with a busy timeout. Migrations are versioned by `PRAGMA user_version`,
+//! one transaction each, append-only; a file newer than the binary is refused, and each
+//! migration takes the write lock first and reads the version again, so two processes opening
+//! a new file at once migrate it once. A reader with no writer on the file opens it immutable
+//! (no side files, so a read-only directory is fine).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,11 @@
 //! Ordered stages that fail open.
+//!
+//! Each stage sees the body the stages before it left. A stage that errors, panics, or whose
+//! edit does not leave JSON is reported as [`StageResult::Failed`] and the request goes on as
+//! it was before that stage; [`PipelineResult`] holds one [`StageReport`] per stage, in
+//! pipeline order, which the ledger stores. The JSON check parses only the value the edit says
+//! its splices lie in (`Edit::within`) when it says one: a whole-body parse of a 1.3 MB
+//! conversation was a fifth of a request's CPU.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

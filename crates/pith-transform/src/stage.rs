@@ -1,4 +1,10 @@
 //! What a stage sees and what it may return.
+//!
+//! A stage reads a [`Request`] and returns an [`Outcome`]: unchanged with a reason, or an
+//! [`Edit`] of splices, header edits and [`Fact`]s. Each fact has a [`FactKind`], so the ledger
+//! and its readers treat every stage's numbers alike without knowing the stage, and characters
+//! kept out or added carry the [`Site`] of the prompt they sit in, which is what prices them
+//! (a part read from the cache is billed at a fraction of the input rate).
 
 use std::ops::Range;
 

@@ -4,6 +4,8 @@
 //! Why: deciding that a request stays unchanged often needs one small part of a large body (the
 //! `tools` array sits after a history that grows to megabytes). serde must validate everything
 //! it passes; this only looks for quotes and brackets, and jumps through strings with `memchr`.
+//! An object's members can be walked from its end too ([`members_rev`]): clients put `tools`
+//! after the history, so reading from the end finds it without reading the history.
 //!
 //! The invariant its callers keep: a skim never justifies an edit. It is not a validator, so on
 //! malformed input it may return odd spans or `None`; a caller may use it to conclude "leave the

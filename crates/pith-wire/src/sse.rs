@@ -1,5 +1,7 @@
 //! Server-sent events: an incremental decoder that accepts arbitrary chunk splits (mid-line,
-//! mid-UTF-8 character, `\r\n` split across chunks) and yields whole events.
+//! mid-UTF-8 character, `\r\n` split across chunks) and yields whole events; and
+//! [`EventSplitter`], which cuts a stream into each event's raw bytes, exactly as sent, for a
+//! response rewriter that keeps, drops or replaces whole events.
 
 /// One SSE event: the `event:` name (empty when absent) and its `data:` lines joined by `\n`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -5,6 +5,11 @@
 //!
 //! The coding agents' own variables (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, `ANTHROPIC_BASE_URL`,
 //! ...) are read by `pith-clients`' rules through [`client_var`] and `Places::from_env`.
+//!
+//! One of pith's own is not a [`Var`]: `PITH_CONFIG`, the config file, which `main.rs` reads
+//! as clap's `env` for `--config` and, for the bare `pith hook`, directly (that path skips the
+//! parser). `PITH_BUILD_PIE` is the build script's. No library crate reads pith's settings
+//! from the environment: the binary resolves them and hands them in.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -1,5 +1,15 @@
 //! `pith`: the binary. Parses the command line, loads config, wires the library crates
-//! together; the only crate that prints to stdout or exits.
+//! together; the only crate that exits or prints command output (the libraries return errors,
+//! which `main` prints once with their causes, `pith: error: {e:#}`; under `pith mcp` stdout
+//! carries the protocol, which `pith-mcp` writes, and nothing else).
+//!
+//! Two answers come before the usual path. `pith hook` is answered apart from every other
+//! command, because a host runs it on every tool call and records a failing status or any
+//! stderr as a hook error: a bad flag or config file means defaults, a panic means silence,
+//! the exit status is always 0, and the bare `pith hook` that `pith setup` writes is
+//! recognised before clap's tree of every subcommand is built (its config path then comes from
+//! `PITH_CONFIG` as clap would read it). And any command whose stdout reader goes away
+//! (`pith stats | head`) ends quietly with status 0 instead of a panic message.
 #![expect(
     clippy::print_stdout,
     reason = "the binary is the one place that prints: command output and protocol"

@@ -12,6 +12,11 @@
 //! ([`session`]) gives `None`. A note is one line with ids and titles, never a body, and moves
 //! no hit counter. Nothing here returns an error: every failure (a payload it cannot read, no
 //! brain, a locked or corrupt store, an unwritable `.pith/`) is silence.
+//!
+//! The caller opens the brain as [`Access`] asks: the three moments only read; with
+//! [`Settings::capture_fixes`] on, a verdict command that passes after failing earlier in the
+//! session (with edits between) saves a `fix` memory, the one time recall writes, through a
+//! writer of the brain that already exists.
 
 pub mod headline;
 pub mod payload;

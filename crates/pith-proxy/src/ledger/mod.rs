@@ -14,6 +14,16 @@
 //! dropped for being late: the backlog waits on disk, memory stays bounded, and a record that
 //! cannot be kept at all (the spool's limit, a full disk) is counted as lost, persisted in the
 //! ledger's counters and logged, so `pith stats` and `/metrics` show it.
+//!
+//! The two writers are `pith-ledger`, at idle CPU priority, and `pith-ledger-rescue`, at
+//! normal priority, which writes what the idle one cannot on a saturated machine; one writes at
+//! a time. Rows come before their derivations so that under a burst the ledger's counts, cost
+//! and usage stay current while busts and history follow; a row still waiting is marked
+//! (`derivations_pending`), shown by `pith stats`, `/metrics` and the dashboard, and not
+//! shipped to a team ledger until they come. A ledger that refuses every write (locked,
+//! full) leaves the records in the spool, tried again every [`RETRY_AFTER`].
+//! [`LedgerSink::flush`] is the barrier for whoever reads the ledger right after a request
+//! (`/pith/api/flush`, and every integration test that waits for rows or history).
 
 pub(crate) mod record;
 pub(crate) mod row;

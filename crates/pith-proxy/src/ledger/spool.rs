@@ -23,6 +23,13 @@
 //! gap in that run (or is not a plain file) was not written by pith: it is set aside
 //! (renamed `*.not-pith`, named in the log) and never read, counted or numbered after, so a
 //! stray `18446744073709551615.spool` cannot make the next generation wrap.
+//!
+//! The spool's directory, lock and segments are pith's own files (`pith_paths::private`:
+//! 0700/0600, no link followed). Flags in an entry's kind byte say which optional fields
+//! follow (the conversation body, the request's content-encoding, a local turn's prompt
+//! facts), so entries an older pith spooled still read. A compressed body is spooled as the
+//! client sent it, and decoded by the writer; a record the writer will decode weighs a whole
+//! read batch, so two such decodes never share one.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

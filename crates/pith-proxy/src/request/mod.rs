@@ -7,6 +7,10 @@
 //! phase that cannot go on returns a [`Fault`] (tagged by who caused it, answered in the
 //! provider's own error shape), and the request ends there with its ledger row. Every wait on
 //! a peer is bounded by a [`crate::Timeouts`] limit.
+//!
+//! A body on one of the three wires sent compressed is decoded for the phases to read
+//! (`Context::whole_prompt`, within one process-wide [`budget::DecodeBudget`]); the client's
+//! bytes still go up unless a stage changes them, and a changed body goes up uncompressed.
 
 pub(crate) mod budget;
 mod context;

@@ -18,7 +18,9 @@
 //! (byte for byte while pith changed nothing), and one ledger row with the events answering it,
 //! recorded as the stream of a `POST /v1/responses` would be; an upgrade that opens no socket
 //! is one row too. The headers that cross are the HTTP path's (`request::headers`), less this
-//! hop's handshake.
+//! hop's handshake. An upgrade takes a place among `max_sockets` (an eighth of the descriptor
+//! limit, each socket holding two) before it connects upstream; past it the answer is a 426,
+//! on which Codex falls back to HTTP at once.
 
 mod pump;
 mod transcript;

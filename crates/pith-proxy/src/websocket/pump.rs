@@ -3,6 +3,10 @@
 //! answer bounded by the idle timeout, an idle socket between turns closed after a bound, and
 //! at shutdown a socket between turns closed at once and an open answer cut (and recorded) at
 //! the end of the grace period. Each way it ends, the open request has its row.
+//!
+//! How each end is told to the client: a frame over `max_body` closes the socket with 1009
+//! (the frame's row a 413); the upstream's silence mid-answer gets an `error` event and 1011;
+//! a socket idle for [`IDLE_BETWEEN_TURNS`] closes with 1000; shutdown closes with 1001.
 
 use std::time::Duration;
 

@@ -15,7 +15,26 @@
 //! provider's chain: chained to the provider's last answer when what it holds is a prefix of
 //! that body (only the rest is sent), else whole, without `previous_response_id`, as Codex
 //! itself sends after a reconnect. So the provider sees exactly the prompt an HTTP request
-//! would have shown it, and pith's own response ids never reach it.
+//! would have shown it, and pith's own response ids never reach it. With a pin, the block moves
+//! to each request's tail, so the provider's chain (holding it at the old tail) is no prefix
+//! and each later create goes up whole: the prompt HTTP would show, at the cost of the
+//! incremental upload (the prompt cache still matches the unchanged prefix).
+//!
+//! Each chain keeps up to [`MAX_HELD`]. A create chained to an answer the transcript does not
+//! hold (past the bound, or begun on another socket) goes up as it came, its row saying
+//! `transcript_not_held`, never a guessed pin; one chained to pith's own id, which no provider
+//! holds, is answered with the service's `previous_response_not_found`, on which Codex
+//! reconnects and sends its whole input. A create sent while another is answered cuts that one
+//! and forgets both chains: the provider's later events for it could not be told apart.
+//!
+//! Evidence (Codex's `codex-rs/core/src/client.rs` at upstream `main` bd1945935, its strings
+//! checked in the 0.169.0 binary; OpenAI's guide to the WebSocket mode): Codex chains a create
+//! when the request's other members are unchanged and the new input extends the last input
+//! plus the items of the last answer's `response.output_item.done` events, naming
+//! `response.completed`'s id unchecked (so after pith's answer, `resp_pith_...`); on
+//! `previous_response_not_found` it reconnects and sends the whole input. The service keeps
+//! one previous response per connection, in memory; with `store: false` any other id is
+//! `previous_response_not_found`, and a failed turn evicts the id it named.
 
 use std::sync::Arc;
 

@@ -10,6 +10,15 @@
 //! `POST /v1/responses` so usage and errors are read as for HTTP; a turn pith answered keeps
 //! its frame and the facts of its conversation, not the conversation). Only framing and the
 //! transcript are the socket's own.
+//!
+//! Why a turn pith answers spools only its frame and facts: the conversation a socket holds
+//! can be megabytes, and 100 pin frames of about 150 bytes once wrote 1.58 GB to the spool. Its
+//! row is priced as the request it saved, with no fingerprint (no provider's cache saw it), and
+//! its exchange reaches history with the socket's next turn that goes up. Warm-ups
+//! (`generate: false`) go up untransformed: rows (the provider answers them, with usage), not
+//! history turns. The last check holds here too: a refusal (`error` with 400 or 422 before any
+//! other event) of a frame pith changed never reaches the client; the client's own conversation
+//! goes up whole, not chained, since the service evicts the response a failed turn chained to.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,10 +1,18 @@
-//! Conversation history on SQLite: conversations and their messages (recorded by the proxy or
-//! imported from session files), search over them (BM25 on this module's own postings), the
-//! candidate filters, deletion only through a signed filter token, the trash and its purge.
+//! Conversation history on SQLite, or a team's PostgreSQL (both behind [`db`], so every query
+//! is written once): conversations and their messages (recorded by the proxy or imported from
+//! session files), search over them (BM25 on this module's own postings), the candidate
+//! filters, deletion only through a signed filter token, the trash and its purge.
 //!
 //! The rules that decide what a message is and what a token says are `pith-history`'s; this
 //! module runs the queries. Every query is scoped by account: an account never sees or selects
 //! another's conversations.
+//!
+//! A delete rechecks each id inside its transaction (in the token's set, in the account, not
+//! trashed, of the token's agent type, matching the filter's predicate now) and skips the rest
+//! with a reason; the token's hash is kept (`used_tokens`, until it expires) in the same
+//! transaction, so a token deletes once. Recording appends only the messages a conversation
+//! does not hold yet: a retry, a rewind or a side call adds nothing. Purge is the only hard
+//! delete.
 
 pub(crate) mod db;
 mod schema;

@@ -1,4 +1,19 @@
 //! The ledger's migrations, append-only: never edit a shipped one, add the next.
+//!
+//! What each one added (so a reader knows what an older row may lack):
+//! 1. `requests` and `counters`;
+//! 2. `transform_results` and `transform_facts`, schema 1's text columns carried over into
+//!    them;
+//! 3. `prompts` (each request's fingerprints) and the bust decided as a row is written; totals
+//!    per (session, model) and per stage kept on write, so reports read them, not the rows;
+//! 4. the one-hour part of cache writes, and `savings` per request and stage by rate band with
+//!    their totals (defer's earlier rows were given theirs);
+//! 5. `latency_totals`, per bucket of `LATENCY_BUCKETS_MS` (new bounds need a migration);
+//! 6. each request's `account` (`NULL` before it: the ledger's own) and totals per account;
+//! 7. each request's `arrival_us`, the order a session is paired in for busts; `hour_totals`
+//!    for the chart; `open_requests`, the answers started when the writers last committed;
+//! 8. each request's `instance`, and totals per instance;
+//! 9. `derivations_pending`: a row may be written before its fingerprints and history turn.
 
 pub(super) const MIGRATIONS: &[&str] = &["
 CREATE TABLE requests (

@@ -1,5 +1,13 @@
 //! Writing rows: each row with its transform entries, prompt fingerprints, bust and the
 //! totals it moves, in the caller's transaction.
+//!
+//! A session's requests are paired for busts in the order they arrived (`arrival_us`), not
+//! the order they are written: a request's previous prompt is the one that arrived last before
+//! it, and a row written after one that arrived later re-pairs that one (its bust and the
+//! totals it moved). A row may come before its derivations (`derivations_pending`); they are
+//! paired as a whole row would have been when they come. A bust pith caused is charged to the
+//! stage that caused it as savings of stage `bust:<stage>` ([`charge_bust`], [`bust_cost`]),
+//! wherever rows are paired, a team replica included.
 
 use super::*;
 

@@ -599,10 +599,11 @@ struct TopTools<'a> {
     tools: &'a RawValue,
 }
 
-/// The defer stage's own rules (ARCHITECTURE.md): it edits only the `tools` array; it adds one
-/// tool, the provider's search tool, last; each client tool is as it was or the same with
-/// `defer_loading: true` added and `cache_control` removed; it never defers every tool and
-/// never leaves `cache_control` on a deferred one; its facts count what it deferred.
+/// The defer stage's own rules (`pith_transform::defer`'s module docs; ARCHITECTURE.md,
+/// "Transforms"): it edits only the `tools` array; it adds one tool, the provider's search
+/// tool, last; each client tool is as it was or the same with `defer_loading: true` added and
+/// `cache_control` removed; it never defers every tool and never leaves `cache_control` on a
+/// deferred one; its facts count what it deferred.
 fn defer_rules(wire: Wire, body: &[u8], out: &[u8], edit: &Edit, strict: bool) -> Vec<String> {
     let mut violations = Vec::new();
     let span = std::str::from_utf8(body).ok().and_then(|text| {

@@ -17,6 +17,19 @@
 //! that sends a provider search tool decides deferral itself and is left alone.
 //!
 //! Whenever deferral could be wrong the request is left unchanged, with a [`reason`].
+//!
+//! Why pith's search sits beside Claude Code's own (read from its shipped code, Anthropic's
+//! documentation and the real client against the mock): Claude Code 2.1.328 sends its
+//! built-ins loaded on every request, beside its `ToolSearch`; the tools it defers are not sent
+//! until loaded, and `ToolSearch` matches only its own list of them, which a system message it
+//! rebuilds from its own state names. Writing pith's deferred built-ins into that list would
+//! edit the client's message inside the cached prefix. So pith appends the provider's server
+//! search tool after the last tool (Claude Code sets no breakpoint in `tools`, so no cached
+//! prefix moves), which searches every tool sent with `defer_loading`, and keeps `ToolSearch`
+//! loaded. A definition is never removed, only marked: a `tool_reference` to a tool missing
+//! from `tools` is a 400. The search's blocks are taken out of the answer and put back later
+//! for Claude Code as for OpenCode ([`crate::search_trip`]): what pith adds, pith removes, and
+//! one path serves every client.
 
 mod conversations;
 pub(crate) mod history;

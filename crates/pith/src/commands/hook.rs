@@ -4,7 +4,11 @@
 //!
 //! Synchronous and small on purpose: it is a fresh process on every tool call. No async runtime,
 //! no network, no tokenizer, no logger unless `PITH_LOG` asks for one (the host records a hook's
-//! stderr), and the brain opened read-only with a short lock wait.
+//! stderr). The brain is opened only if it exists, read-only, except to save a captured fix
+//! (`[hook] capture_fixes`), when it is a writer of the existing file; either way with a short
+//! lock wait ([`BUSY`]) instead of the 5 s other commands wait, so a locked brain costs a
+//! tool call milliseconds. `main.rs` calls [`run`] apart from the other commands (exit 0,
+//! silence on a panic).
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};

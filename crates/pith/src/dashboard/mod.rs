@@ -1,6 +1,19 @@
 //! pith's own pages on the proxy's address: the dashboard (`/`, one page embedded in the
 //! binary, no network), its JSON API under `/pith/api/`, `/pith/health` and `/metrics`. The
 //! numbers come from the same report as `pith stats --json`, so they agree.
+//!
+//! The report keeps codes (stage names, reasons, outcomes, rate bands) as its JSON keys; the
+//! page and `pith stats` say them in words, carried in the report's `words` and gathered from
+//! where each code is defined (`pith_transform::words`, `pith_proxy::words`, `Band::words`,
+//! `RequestOutcome::describe`; a test checks that every reason a stage defines has words).
+//! The report sums per client as well as per model, savings included; requests without a
+//! session are grouped per client that sent them (`Ledger::sessionless_by_client`).
+//!
+//! Every read goes through the proxy's shared `ledger::Readers` (closing a descriptor of the
+//! ledger inside the process that writes it would drop the writer's locks), and at most
+//! [`MAX_VIEWERS`] live streams run at once, each freeing its place when its viewer goes. The
+//! page fits a phone: wide tables scroll inside their own box, and below 700 px the chart's
+//! labels give way to a line of text, so no text is drawn under 9 px.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,6 +1,14 @@
 //! The session page's API: `/pith/api/session?id=` (a session's requests in arrival order,
 //! each with its stages, savings and cache bust) and `/pith/api/request?id=` (one request's
 //! record and the text its turn added to the history, when the history holds it).
+//!
+//! A session shows its newest requests ([`SESSION_REQUESTS`] unless `limit` asks, at most
+//! `SESSION_REQUESTS_MAX`) in arrival order, the order the ledger pairs them for busts; a
+//! bust names the part of the prompt that changed and who changed it, from the two requests'
+//! stored fingerprints (`Fingerprint::change_words`). A request's turn is `History::turn`,
+//! opened read-only per call (SQLite's own connections, so the proxy's writer keeps its
+//! locks) and set as text on the page, never markup. A gateway (account keys) shows no turn
+//! text: every account's client holds the pages' token, and history is kept per account.
 
 use std::path::Path;
 

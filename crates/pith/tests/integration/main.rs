@@ -1,4 +1,10 @@
-//! The one integration-test binary: drives the real `pith` executable.
+//! The one integration-test binary: drives the real `pith` executable (`CARGO_BIN_EXE_pith`)
+//! against `pith-testkit`'s mock upstream, the official Python SDKs (`tests/python/`) against
+//! the real process, and the real coding-agent CLIs through the proxy: `clients.rs` runs each
+//! one with nothing of the developer's setup and a trap for any traffic leaving loopback;
+//! `claude_code.rs` and `opencode.rs` are sessions with tool deferral; `hook.rs` runs
+//! `pith hook` as the hosts do, then the real Claude Code and Codex with the hook `pith setup`
+//! configured, checking that each note reaches the model and no hook error is recorded.
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,4 +1,5 @@
-//! The transform stages, in order, as the plan switches them.
+//! The transform stages, in order, as the plan switches them: pins, then the tool search
+//! round trip's restore, then deferral (each one's reason for its place is beside it).
 
 use std::sync::Arc;
 

@@ -6,6 +6,13 @@
 //!
 //! The edit is an insertion into the user's file, never a rewrite. An existing `pith` entry
 //! that already runs the same command is left as it is; a different one is never overwritten.
+//!
+//! Order of work: every part (MCP, hooks, the status line, `--proxy`'s base URL) is planned on
+//! one text per file (`Edits`), shown, and recorded before any file is written, so `--undo`
+//! always has what it needs; the whole run holds one lock ([`record::lock`]), and each file is
+//! written through a temporary file of its own where the path lands ([`record::landing`]: in
+//! a project, never through a link out of it). A file the client keeps out of git (Claude
+//! Code's local settings) gets the client's own rule in git's global excludes file.
 
 mod edit;
 mod record;

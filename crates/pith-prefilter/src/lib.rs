@@ -282,6 +282,26 @@ struct Inner {
     format: Mutex<ResponseFormat>,
 }
 
+/// The one warm-up both model rankers use: when `claim` marks the model as loading (it says
+/// no while a load runs or is done), `load` runs on a thread of its own named `name`, so the
+/// caller returns at once; `failed` takes the claim back when no thread could start.
+pub(crate) fn warm_in_background(
+    name: &str,
+    claim: impl FnOnce() -> bool,
+    load: impl FnOnce() + Send + 'static,
+    failed: impl FnOnce(std::io::Error),
+) {
+    if !claim() {
+        return;
+    }
+    if let Err(err) = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(load)
+    {
+        failed(err);
+    }
+}
+
 /// Ranks search candidates with a local model; cheap to clone (clones share what they know
 /// about the server).
 #[derive(Clone)]
@@ -346,21 +366,25 @@ impl ModelRanker {
     /// model is known to be loaded; returns at once. Searches meanwhile are answered unranked,
     /// saying the model is still loading.
     pub fn warm_up(&self) {
-        {
-            let mut readiness = self.readiness();
-            if matches!(*readiness, Readiness::Loading | Readiness::Ready) {
-                return;
-            }
-            *readiness = Readiness::Loading;
-        }
         let ranker = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("pith-prefilter-warm-up".to_owned())
-            .spawn(move || ranker.load());
-        if let Err(err) = spawned {
-            tracing::warn!(%err, "local prefilter: cannot start the warm-up thread");
-            *self.readiness() = Readiness::Unknown;
-        }
+        warm_in_background(
+            "pith-prefilter-warm-up",
+            || {
+                let mut readiness = self.readiness();
+                let idle = !matches!(*readiness, Readiness::Loading | Readiness::Ready);
+                if idle {
+                    *readiness = Readiness::Loading;
+                }
+                idle
+            },
+            move || {
+                let _ = ranker.load();
+            },
+            |err| {
+                tracing::warn!(%err, "local prefilter: cannot start the warm-up thread");
+                *self.readiness() = Readiness::Unknown;
+            },
+        );
     }
 
     /// Probes and loads the model now, blocking (up to the request and load timeouts); what

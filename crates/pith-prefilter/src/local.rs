@@ -108,23 +108,25 @@ impl LocalModelRanker {
 
     /// Start loading the model on a background thread, unless it is loading or loaded.
     pub fn warm_up(&self) {
-        {
-            let mut state = self.state();
-            if !matches!(*state, State::Cold) {
-                return;
-            }
-            *state = State::Loading;
-        }
         let ranker = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("pith-model-load".to_owned())
-            .spawn(move || {
+        crate::warm_in_background(
+            "pith-model-load",
+            || {
+                let mut state = self.state();
+                let cold = matches!(*state, State::Cold);
+                if cold {
+                    *state = State::Loading;
+                }
+                cold
+            },
+            move || {
                 let _ = ranker.load();
-            });
-        if let Err(err) = spawned {
-            *self.state() = State::Failed(format!("cannot start the loading thread: {err}"));
-            self.inner.changed.notify_all();
-        }
+            },
+            |err| {
+                *self.state() = State::Failed(format!("cannot start the loading thread: {err}"));
+                self.inner.changed.notify_all();
+            },
+        );
     }
 
     /// Load the model now, blocking (what the warm-up runs); the error says why not.

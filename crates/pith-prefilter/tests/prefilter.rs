@@ -572,10 +572,9 @@ fn a_failed_warm_up_and_a_timed_out_ranking_fail_open_without_waiting_again() {
         assert_failed_open(&report, dir.path(), Api::Ollama, model),
         "request failed: timed out after 200 ms"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while mock.warm_up_requests().len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    pith_testkit::wait::wait_for("two warm-up requests", Duration::from_secs(5), || {
+        mock.warm_up_requests().len() >= 2
+    });
     assert_eq!(
         mock.warm_up_requests().len(),
         2,

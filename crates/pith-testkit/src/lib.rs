@@ -13,5 +13,6 @@ pub mod responses_socket;
 pub mod rng;
 mod stream_flags;
 pub mod upstream;
+pub mod wait;
 
 pub use upstream::{Chunk, MockUpstream, Recorded, Reply};

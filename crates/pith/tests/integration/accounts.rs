@@ -6,8 +6,9 @@
 //! bob's (`default_headers`; his key is configured by its SHA-256 only). A missing and an
 //! unknown key are refused in each wire's error shape, as the SDKs parse it.
 
+use pith_testkit::wait::wait_for;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pith_testkit::fixtures::{self, Usage};
 use pith_testkit::postgres::PgServer;
@@ -91,14 +92,6 @@ fn pith_cmd(
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -813,19 +813,16 @@ fn live_views_are_capped_and_a_closed_one_frees_its_place() {
     assert_eq!(health, 200);
     // One view closes: its place is free within a poll of its thread.
     drop(views.pop());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let (head, reader) = open(&pith);
-        if head.starts_with("HTTP/1.1 200") {
-            views.push(reader);
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no place freed: {head}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let reader =
+        pith_testkit::wait::wait_for("a place freed", std::time::Duration::from_secs(10), || {
+            let (head, reader) = open(&pith);
+            if head.starts_with("HTTP/1.1 200") {
+                Ok(reader)
+            } else {
+                Err(head)
+            }
+        });
+    views.push(reader);
 }
 
 /// pith's own paths answer GET only and, without an access token, only to loopback host names

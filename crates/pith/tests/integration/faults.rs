@@ -616,16 +616,16 @@ fn idle_upstream_connections_are_closed_after_the_pool_idle_timeout() {
     });
     // The clients are gone; what pith still holds are pooled upstream connections, closed
     // once they have been idle for the timeout.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let open = open_sockets(pith.pid());
-        if open <= before {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{open} sockets still open 10 s after the requests (started with {before})"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    pith_testkit::wait::wait_for(
+        "the pooled upstream connections closed",
+        Duration::from_secs(10),
+        || {
+            let open = open_sockets(pith.pid());
+            if open <= before {
+                Ok(())
+            } else {
+                Err(format!("{open} sockets open, {before} before the requests"))
+            }
+        },
+    );
 }

@@ -151,7 +151,7 @@ impl Gateway {
         // tests do, look again until the team ledger holds them.
         let home = tempfile::tempdir().unwrap();
         let stats = || crate::team::team_stats(home.path(), &self.url, &[]);
-        crate::team::wait_for(
+        pith_testkit::wait::wait_for(
             &format!("the team ledger holding {requests} rows"),
             SHIPPED_WITHIN,
             || stats()["total"]["requests"].as_u64() == Some(requests),
@@ -413,11 +413,11 @@ fn sigterm_fails_the_health_check_first_then_stops_accepting_and_finishes_open_s
         "{}",
         pith.stderr()
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(addr).is_ok() {
-        assert!(Instant::now() < deadline, "still accepting after the drain");
-        std::thread::yield_now();
-    }
+    pith_testkit::wait::wait_for(
+        "no longer accepting after the drain",
+        Duration::from_secs(5),
+        || TcpStream::connect(addr).is_err(),
+    );
     let streamed = open.join().unwrap().unwrap();
     assert!(streamed.contains("message_stop"), "{streamed}");
     let exit = pith.exit_or_kill(Duration::from_secs(20)).unwrap();

@@ -3,9 +3,10 @@
 //! proxy as the real clients talk through it, the `pith-agent-type` header, the switch that
 //! turns recording off, and the CLI's candidates, delete and purge.
 
+use pith_testkit::wait::wait_for;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pith_testkit::fixtures::{self, anthropic, responses};
 use pith_testkit::{MockUpstream, Reply};
@@ -130,21 +131,20 @@ pub(crate) fn shape(home: &Path, id: &str) -> Vec<String> {
 /// the proxy's flush barrier (history turns are written with their ledger rows), then reads.
 pub(crate) fn wait_recorded(pith: &PithProxy, session: &str, n: u64) -> Value {
     let home = pith.home.path();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        pith.flush();
-        if home.join("history.db").exists()
-            && let Some(c) = conversation(home, "proxy", session)
-            && c["messages"].as_u64() >= Some(n)
-        {
-            return c;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the proxy did not record {n} messages of {session}: {:?}",
-            conversations(home, false)
-        );
-    }
+    wait_for(
+        &format!("the proxy recorded {n} messages of {session}"),
+        Duration::from_secs(20),
+        || {
+            pith.flush();
+            if home.join("history.db").exists()
+                && let Some(c) = conversation(home, "proxy", session)
+                && c["messages"].as_u64() >= Some(n)
+            {
+                return Ok(c);
+            }
+            Err(format!("{:?}", conversations(home, false)))
+        },
+    )
 }
 
 /// A Claude Code projects dir holding the real transcript, an empty session file and one

@@ -3,10 +3,11 @@
 //! spool are counted once, and damaged entries under their own cause; a path with dot
 //! segments or a `*` target reaches no upstream; `/pith/health` answers any health check.
 
+use pith_testkit::wait::wait_for;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use pith_store::ledger::RequestOutcome;
@@ -50,16 +51,16 @@ fn send_messages(pith: &PithProxy, tag: &str, n: usize, content: &str) -> usize 
 /// `pith stats --json` once every request sent is a row or counted (lost, damaged) and the
 /// spool is empty: each round waits on the proxy's flush barrier first.
 fn settled_stats(pith: &PithProxy, accounted: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for("the ledger settled", Duration::from_secs(60), || {
         pith.flush();
         let report: Value =
             serde_json::from_slice(&pith_stats(pith, &["--json"]).stdout).unwrap_or_default();
         if report["ledger_backlog"]["requests"] == 0 && accounted(&report) {
-            return report;
+            Ok(report)
+        } else {
+            Err(report)
         }
-        assert!(Instant::now() < deadline, "never settled: {report}");
-    }
+    })
 }
 
 fn spool_dir(home: &std::path::Path) -> std::path::PathBuf {

@@ -2,9 +2,10 @@
 //! an outside `sqlite3` read and write the file, after `kill -9` with rows still waiting, and
 //! with the spool on a file system that fills up.
 
+use pith_testkit::wait::wait_for;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use pith_testkit::MockUpstream;
@@ -154,19 +155,15 @@ fn get(pith: &PithProxy, path: &str) -> (u16, String) {
 /// The rows once the spool is empty (`pith stats` says no request waits), all of them: each
 /// round waits on the proxy's flush barrier first.
 fn settled_rows(pith: &PithProxy) -> Vec<pith_store::ledger::Row> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for("the spool emptied", Duration::from_secs(60), || {
         pith.flush();
         let report: serde_json::Value =
             serde_json::from_slice(&pith_stats(pith, &["--json"]).stdout).unwrap_or_default();
         if report["ledger_backlog"]["requests"] == 0 {
-            return crate::support::rows(&pith.ledger_path());
+            return Ok(crate::support::rows(&pith.ledger_path()));
         }
-        assert!(
-            Instant::now() < deadline,
-            "the spool never emptied: {report}"
-        );
-    }
+        Err(report)
+    })
 }
 
 /// Each session appears exactly once among the rows.
@@ -197,14 +194,11 @@ fn a_page_view_and_an_outside_sqlite3_lose_no_row_through_kill_9() {
     // can be run against an older pith binary with PITH_TEST_BIN).
     let count = || outside_sqlite(&db, "SELECT count(*) FROM requests")[0].clone();
     let wait_count = |n: &str| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while count() != n {
-            assert!(
-                Instant::now() < deadline,
-                "the ledger did not reach {n} rows"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(
+            &format!("the ledger reached {n} rows"),
+            Duration::from_secs(20),
+            || count() == n,
+        )
     };
     let first = burst(&pith, "a", 2, 1);
     assert_eq!(first.len(), 2);
@@ -323,18 +317,22 @@ fn a_full_disk_under_the_spool_keeps_serving_and_counts_what_it_lost() {
         "every request answered with the disk full"
     );
     drop(lock);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let report = loop {
-        pith.flush();
-        let report: serde_json::Value =
-            serde_json::from_slice(&pith_stats(&pith, &["--json"]).stdout).unwrap();
-        let rows = report["total"]["requests"].as_u64().unwrap_or(0);
-        let lost = report["dropped_rows"].as_u64().unwrap_or(0);
-        if rows + lost == sent as u64 && report["ledger_backlog"]["requests"] == 0 {
-            break report;
-        }
-        assert!(Instant::now() < deadline, "{report}");
-    };
+    let report = wait_for(
+        "every request a row or counted lost",
+        Duration::from_secs(30),
+        || {
+            pith.flush();
+            let report: serde_json::Value =
+                serde_json::from_slice(&pith_stats(&pith, &["--json"]).stdout).unwrap();
+            let rows = report["total"]["requests"].as_u64().unwrap_or(0);
+            let lost = report["dropped_rows"].as_u64().unwrap_or(0);
+            if rows + lost == sent as u64 && report["ledger_backlog"]["requests"] == 0 {
+                Ok(report)
+            } else {
+                Err(report)
+            }
+        },
+    );
     let lost = report["dropped_rows"].as_u64().unwrap();
     // 2 MiB holds about 36 bodies of 54 KB: some kept, the rest lost and counted.
     assert!(lost > 0 && lost < sent as u64, "{report}");

@@ -524,10 +524,11 @@ fn mcp_warms_a_cold_model_at_start_and_says_it_is_loading_meanwhile() {
         ],
     );
     // The warm-up started with the server, before any search.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while ollama.warm_up_requests().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    pith_testkit::wait::wait_for(
+        "the warm-up request",
+        std::time::Duration::from_secs(5),
+        || !ollama.warm_up_requests().is_empty(),
+    );
     assert_eq!(ollama.warm_up_requests().len(), 1);
     let started = std::time::Instant::now();
     let text = search_needle(&mut client);

@@ -449,11 +449,9 @@ fn the_shared_proxy_waits_for_its_last_client_then_stops_when_idle() {
         .env("ANTHROPIC_BASE_URL", mock.url())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while shared.pid().is_none() {
-        assert!(Instant::now() < deadline, "no proxy: {}", shared.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    pith_testkit::wait::wait_for("the shared proxy up", Duration::from_secs(10), || {
+        shared.pid().ok_or_else(|| shared.log())
+    });
     // Well past the idle time, with no connection open: the client holds it up.
     std::thread::sleep(Duration::from_millis(1500));
     assert!(

@@ -1,11 +1,12 @@
 //! Running the real `pith` binary and talking to it over loopback.
 
+use pith_testkit::wait::wait_for;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -287,19 +288,19 @@ pub fn rows(path: &Path) -> Vec<Row> {
 /// barrier answered (the client can have the last byte a moment before its request is
 /// recorded) takes one more round.
 pub fn wait_rows_at(addr: SocketAddr, token: Option<&str>, path: &Path, n: usize) -> Vec<Row> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let flushed = flush_at(addr, token);
-        let rows = rows(path);
-        if rows.len() >= n {
-            return rows;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "ledger at {} did not reach {n} rows (last flush: {flushed})",
-            path.display()
-        );
-    }
+    wait_for(
+        &format!("the ledger at {} reached {n} rows", path.display()),
+        Duration::from_secs(20),
+        || {
+            let flushed = flush_at(addr, token);
+            let rows = rows(path);
+            if rows.len() >= n {
+                Ok(rows)
+            } else {
+                Err(format!("{} rows, last flush: {flushed}", rows.len()))
+            }
+        },
+    )
 }
 
 /// `GET /pith/api/flush` on the proxy at `addr`: it answers once its spool is written; its

@@ -3,6 +3,7 @@
 //! team; history and its deletion stay in each account; the database going away never slows a
 //! request, and every row and message arrives once when it is back.
 
+use pith_testkit::wait::wait_for;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -191,14 +192,6 @@ fn doctor(
             )
         })
         .collect()
-}
-
-pub(crate) fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn requests_in(report: &Value) -> u64 {

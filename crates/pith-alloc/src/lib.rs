@@ -11,6 +11,8 @@
 //! [`WORTH_RELEASING`] is due. This is the one crate with `unsafe` code (the one FFI call);
 //! every other crate forbids it.
 
+pub mod release;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A piece of work at least this large (a request body of megabytes, its record, its decoded

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use pith_transform::{PinsStage, Pipeline};
 
-use crate::ledger::LedgerSink;
 use crate::own_pages::OwnPages;
 use crate::rewrite::ResponseRewrites;
 use crate::upstream::UpstreamUrl;
+use pith_ledger::LedgerSink;
 
 /// Largest request body accepted (the Messages API's own limit is 32 MB).
 pub const DEFAULT_MAX_BODY: usize = 64 << 20;

@@ -9,7 +9,7 @@
 //!   copies and parses them later, on a ledger writer thread. The one rewriter pith installs
 //!   (the tool search round trip, [`rewrite`]) takes out only the blocks pith's own search
 //!   caused, and hands each event on as soon as it is whole.
-//! - Ledger writes never block a request: the record is appended to a spool file ([`ledger`]);
+//! - Ledger writes never block a request: the record is appended to a spool file (`pith_ledger`);
 //!   what the spool cannot take is counted, never dropped silently.
 //! - Credentials (`authorization`, `x-api-key`) are forwarded, never stored or logged; pith's
 //!   own (the access token, an account key) are neither forwarded, stored nor logged.
@@ -17,10 +17,7 @@
 pub mod accounts;
 mod config;
 mod fault;
-pub mod history;
 mod last_check;
-pub mod ledger;
-mod memory;
 mod own_headers;
 pub mod own_pages;
 mod request;
@@ -36,11 +33,6 @@ pub mod words;
 
 pub use accounts::{AccountKeys, Accounts, KeyError};
 pub use config::{DEFAULT_MAX_BODY, MAX_SOCKETS, ProxyConfig, Timeouts, max_sockets};
-pub use history::HistorySink;
-pub use ledger::{
-    DEFAULT_SPOOL_LIMIT, LedgerSink, LedgerStats, SpoolConfig, SpoolError, StartError,
-    spool_backlog, spool_dir,
-};
 pub use own_headers::{ACCOUNT_KEY_HEADER, AGENT_TYPE_HEADER, TOKEN_HEADER};
 pub use request::TRANSFORMS_HEADER;
 pub use server::{Proxy, ProxyError};

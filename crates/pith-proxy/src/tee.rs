@@ -22,8 +22,8 @@ use pith_outcome::RequestOutcome;
 use pith_wire::sse::EventSplitter;
 use pith_wire::{Provider, Wire};
 
-use crate::ledger::LedgerSink;
-use crate::ledger::Record;
+use pith_ledger::LedgerSink;
+use pith_ledger::Record;
 use pith_transform::StageReport;
 
 use crate::rewrite::{BodyRewriter, EventRewriter, Hold, Rewrite, Rewriter};
@@ -386,9 +386,7 @@ impl<B: Body> Tee<B> {
         if let Some(mut p) = self.pending.take() {
             // What a response rewriter did joins the request's transforms.
             if let Some(report) = self.rewriting.as_mut().and_then(Rewriting::report) {
-                p.record
-                    .transforms
-                    .push(crate::ledger::Report::from(&report));
+                p.record.transforms.push(pith_ledger::Report::from(&report));
             }
             p.finish(end, error);
         }

@@ -14,8 +14,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::sync::Arc;
 
+use pith_ledger::LedgerSink;
 use pith_proxy::rewrite::{EventRewriter, ResponseInfo, ResponseRewrites, Rewrite, Rewriter};
-use pith_proxy::{LedgerSink, Proxy, ProxyConfig, TRANSFORMS_HEADER, UpstreamUrl};
+use pith_proxy::{Proxy, ProxyConfig, TRANSFORMS_HEADER, UpstreamUrl};
 use pith_store::ledger::{self, Fact, Ledger, Transform, TransformResult};
 use pith_testkit::fixtures::{self, Usage};
 use pith_testkit::{MockUpstream, Reply};
@@ -95,9 +96,9 @@ async fn start_with(
     ledger: &std::path::Path,
 ) -> (SocketAddr, LedgerSink) {
     let upstream = UpstreamUrl::parse(&mock.url()).unwrap();
-    let spool = pith_proxy::SpoolConfig {
+    let spool = pith_ledger::SpoolConfig {
         dir: ledger.with_extension("db-spool"),
-        limit: pith_proxy::DEFAULT_SPOOL_LIMIT,
+        limit: pith_ledger::DEFAULT_SPOOL_LIMIT,
     };
     let sink = LedgerSink::start(Ledger::open(ledger).unwrap(), &spool).unwrap();
     let proxy = Proxy::bind(ProxyConfig {

@@ -8,8 +8,8 @@ use pith_outcome::RequestOutcome;
 use pith_transform::StageReport;
 use pith_wire::{Provider, Wire, session};
 
-use crate::ledger::{Record, Report, arrival_now};
 use crate::tee::{Pending, Recorder};
+use pith_ledger::{Record, Report, arrival_now};
 use pith_store::clock::now_ms;
 
 /// One request on its way from the client to the provider and back. Each phase fills in what
@@ -168,7 +168,7 @@ impl Drop for Context {
                 ];
                 let size = bodies.iter().flatten().map(Bytes::len).sum();
                 drop(bodies);
-                crate::memory::freed(size);
+                pith_alloc::release::freed(size);
                 return;
             }
         };

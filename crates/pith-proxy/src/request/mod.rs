@@ -33,7 +33,6 @@ use pith_wire::{Provider, Wire, reply};
 
 use crate::fault::Fault;
 use crate::last_check;
-use crate::ledger::row::ANSWERED_FACT;
 use crate::own_headers::ACCOUNT_KEY_HEADER;
 use crate::own_headers::TOKEN_HEADER;
 use crate::own_pages;
@@ -42,6 +41,7 @@ use crate::state::State;
 pub(crate) use crate::tee::Recorder;
 use crate::tee::{End, Idle, ProxyBody, Tee};
 pub(crate) use context::Context;
+use pith_transform::pins::ANSWERED_FACT;
 
 /// Response header naming what pith changed in the request.
 pub const TRANSFORMS_HEADER: &str = "pith-transforms";

@@ -31,10 +31,10 @@ use pith_wire::{Provider, Wire, reply};
 
 use super::transcript::{Conversation, Create, Transcript};
 use crate::last_check;
-use crate::ledger::Report;
 use crate::request::{self, Context};
 use crate::state::State;
 use crate::tee::{End, MAX_KEPT, Pending};
+use pith_ledger::Report;
 
 /// The event types that end a response.
 const LAST_EVENTS: &[&str] = &[
@@ -342,7 +342,7 @@ impl Turns {
             // (its size, not its events: they list the pins, which the conversation holds, and
             // bill nothing): what a turn that went nowhere spools is bounded by its frame, not
             // by the conversation the socket holds.
-            crate::ledger::keep_conversation_facts(&mut pending.record);
+            pith_ledger::keep_conversation_facts(&mut pending.record);
             pending.record.response_bytes = events
                 .iter()
                 .map(|e| sse_chunk(&event_type(e).0, e).len() as u64)

@@ -533,8 +533,8 @@ fn check_ledger(report: &mut Report, config: &Config) {
 
 /// What waits in the ledger's spool, and whether requests were served but not kept.
 fn check_spool(report: &mut Report, path: &std::path::Path, ledger: &pith_store::ledger::Ledger) {
-    let dir = pith_proxy::spool_dir(path);
-    match pith_proxy::spool_backlog(&dir, ledger) {
+    let dir = pith_ledger::spool_dir(path);
+    match pith_ledger::spool_backlog(&dir, ledger) {
         Ok((0, _)) => report.ok("ledger spool", "no request waits to be written"),
         Ok((n, bytes)) => report.ok(
             "ledger spool",

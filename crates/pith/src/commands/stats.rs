@@ -733,12 +733,12 @@ struct LedgerBacklog {
 /// The spool beside the ledger at `path` (none beside a team replica): read-only, and a
 /// spool that cannot be read counts as empty rather than failing the report.
 fn ledger_backlog(path: &std::path::Path, ledger: &Ledger) -> LedgerBacklog {
-    let dir = pith_proxy::spool_dir(path);
+    let dir = pith_ledger::spool_dir(path);
     let derivations = ledger.derivations_pending().unwrap_or_else(|e| {
         tracing::debug!(error = %e, "cannot count the rows waiting for derivations");
         0
     });
-    match pith_proxy::spool_backlog(&dir, ledger) {
+    match pith_ledger::spool_backlog(&dir, ledger) {
         Ok((requests, bytes)) => LedgerBacklog {
             requests,
             bytes,

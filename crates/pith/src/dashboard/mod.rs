@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::StatusCode;
-use pith_proxy::LedgerSink;
+use pith_ledger::LedgerSink;
 use pith_proxy::own_pages::{OwnBody, OwnPage, OwnPages};
 use pith_store::ledger::{Filter, Readers};
 use pith_store::postgres::StoreUrl;

@@ -11,10 +11,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
+use pith_ledger::{HistorySink, LedgerSink};
 use pith_proxy::own_pages::OwnPages;
 use pith_proxy::rewrite::ResponseRewrites;
 use pith_proxy::search_trip::SearchTrip;
-use pith_proxy::{HistorySink, LedgerSink, Proxy, ProxyConfig};
+use pith_proxy::{Proxy, ProxyConfig};
 use pith_store::history::History;
 use pith_store::ledger::Ledger;
 use pith_store::postgres::ship::Shipper;

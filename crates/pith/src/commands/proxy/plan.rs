@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use pith_ledger::{DEFAULT_SPOOL_LIMIT, SpoolConfig};
 use pith_prefilter::{Api, DEFAULT_EMBED_TIMEOUT, EmbedConfig};
-use pith_proxy::{AccountKeys, DEFAULT_SPOOL_LIMIT, SpoolConfig, Timeouts, UpstreamUrl};
+use pith_proxy::{AccountKeys, Timeouts, UpstreamUrl};
 use pith_store::postgres::StoreUrl;
 use pith_transform::{DeferOptions, SearchVariant};
 
@@ -337,7 +338,7 @@ fn timeouts(proxy: &crate::config::ProxyConfig) -> anyhow::Result<Timeouts> {
 /// `[ledger] spool_limit_mb`.
 fn spool_config(ledger: &Path, config: &Config) -> SpoolConfig {
     SpoolConfig {
-        dir: pith_proxy::spool_dir(ledger),
+        dir: pith_ledger::spool_dir(ledger),
         limit: config
             .ledger
             .spool_limit_mb

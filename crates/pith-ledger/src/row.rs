@@ -42,14 +42,14 @@ pub(super) fn to_row(r: Record, history: Option<&Labels>) -> (Row, Option<Turn>)
 /// provider's cache saw the prompt, so its fingerprint is paired with nothing, and the
 /// turn reaches history with the conversation of the socket's next turn that goes up (a
 /// pin turn that is the socket's last has its row, and no history turn).
-pub(crate) fn keep_conversation_facts(r: &mut Record) {
+pub fn keep_conversation_facts(r: &mut Record) {
     let Some(conversation) = r.conversation_body.take() else {
         return;
     };
     r.prompt_facts = Some(facts_of(r, &conversation));
     let size = conversation.len();
     drop(conversation);
-    crate::memory::freed(size);
+    pith_alloc::release::freed(size);
 }
 
 /// Whether a record's row has derivations to wait for: a request on one of the three wires

@@ -4,7 +4,7 @@
 //! (`pith_wire::prompt::derive`) in the same run; and the fingerprint alone (history off); each
 //! next to one validating parse of the same body that builds nothing, the ratio's baseline.
 //!
-//! Run: `cargo bench -p pith-proxy --bench ledger_row`.
+//! Run: `cargo bench -p pith-ledger --bench ledger_row`.
 #![expect(clippy::expect_used, reason = "a bench stops loudly on a broken setup")]
 
 use std::hint::black_box;

@@ -9,7 +9,7 @@ use pith_history::{AgentType, NewMessage};
 use pith_store::history::{History, Turn};
 use pith_wire::conversation;
 
-use crate::ledger::record::Record;
+use crate::record::Record;
 
 /// Where recorded conversations go, and how they are labelled.
 pub struct HistorySink {
@@ -18,7 +18,7 @@ pub struct HistorySink {
 }
 
 /// How turns are labelled: the agent type of each client (the account is each record's).
-pub(crate) struct Labels {
+pub struct Labels {
     /// Agent type per client name (config); unnamed clients are `public`.
     agent_types: HashMap<String, AgentType>,
 }

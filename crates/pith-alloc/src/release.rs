@@ -1,7 +1,7 @@
 //! Memory handed back after large bodies, not only after bursts of connections: a request of
 //! megabytes leaves its pages with the allocator once it is freed (five WebSocket creates of
 //! 60 MiB left 834 MB resident while the proxy sat idle). Each place that frees a request's
-//! bodies says how large they were; once large ones add up ([`pith_alloc::freed`]), the
+//! bodies says how large they were; once large ones add up ([`crate::freed`]), the
 //! allocator's free pages go back to the OS when no large body has been freed for [`QUIET`]
 //! (what a request frees is freed in several places, on several threads: the request path,
 //! then the ledger's writers), on a thread of its own (the call walks and locks every arena).
@@ -17,14 +17,14 @@ const AT_MOST: Duration = Duration::from_secs(10);
 
 /// `bytes` of one request's bodies were just freed: when large ones add up, hand the
 /// allocator's free pages back once things are quiet.
-pub(crate) fn freed(bytes: usize) {
-    if bytes < pith_alloc::LARGE {
+pub fn freed(bytes: usize) {
+    if bytes < crate::LARGE {
         return;
     }
-    let due = pith_alloc::freed(bytes);
+    let due = crate::freed(bytes);
     match releaser() {
         Some(releaser) => releaser.noted(due),
-        None if due => drop(pith_alloc::release_free_memory()),
+        None if due => drop(crate::release_free_memory()),
         None => {}
     }
 }
@@ -99,7 +99,7 @@ impl Releaser {
             }
             state.since = None;
             drop(state);
-            pith_alloc::release_free_memory();
+            crate::release_free_memory();
         }
     }
 }
@@ -107,11 +107,11 @@ impl Releaser {
 /// Says how large each of the records it noted was ([`freed`]) when it is dropped: declared
 /// before the records, it is dropped after them, on every way out of a function.
 #[derive(Default)]
-pub(crate) struct FreedAfter(Vec<usize>);
+pub struct FreedAfter(Vec<usize>);
 
 impl FreedAfter {
     /// Note the sizes of what will be freed (each record's `body_bytes`).
-    pub(crate) fn note(&mut self, sizes: impl IntoIterator<Item = usize>) {
+    pub fn note(&mut self, sizes: impl IntoIterator<Item = usize>) {
         self.0.extend(sizes);
     }
 }

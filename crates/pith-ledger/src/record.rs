@@ -13,25 +13,34 @@ use pith_wire::{Provider, Wire};
 /// Everything the request path knows about one request, unparsed. Built in one place
 /// (`request::Context::take_pending`) and finished in one place (`tee::Pending::finish`).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct Record {
+pub struct Record {
+    /// When the request arrived, in ms since the epoch.
     pub ts_ms: i64,
     /// When the request arrived, in microseconds since the epoch, unique and increasing within
     /// the process ([`arrival_now`]): a session's requests are paired for cache busts in this
     /// order, whatever order their rows are written in.
     pub arrival_us: i64,
+    /// The client, by its short name.
     pub client: String,
+    /// The session its headers named, if any.
     pub header_session: Option<String>,
     /// The `pith-agent-type` header's value, for history.
     pub agent_type: Option<String>,
     /// The account the request belongs to: its key's, else the proxy's own.
     pub account: String,
+    /// Which API it spoke, when it is one of the three wires.
     pub wire: Option<Wire>,
+    /// The provider it went to.
     pub provider: Option<Provider>,
+    /// `POST`, `GET`, or `WEBSOCKET` for a socket's turn.
     pub method: String,
+    /// The request path.
     pub path: String,
+    /// The status the client got.
     pub status: Option<u16>,
     /// `Ok` while the provider's answer streams; what pith answered with otherwise.
     pub outcome: RequestOutcome,
+    /// What went wrong, when it did not end `ok`.
     pub error: Option<String>,
     /// The client's original body (shared with the forwarding path, not copied).
     pub request_body: Bytes,
@@ -48,22 +57,29 @@ pub(crate) struct Record {
     /// The prompt's facts, read when the request was answered, for a record that does not
     /// carry its prompt (`row::keep_conversation_facts`): the row reads these instead.
     pub prompt_facts: Option<RequestFacts>,
+    /// Bytes sent to the provider.
     pub bytes_upstream: u64,
+    /// The answer as it came, as far as it is kept.
     pub response_chunks: Vec<Bytes>,
+    /// Bytes of the answer, as encoded on the wire.
     pub response_bytes: u64,
     /// Chunks were dropped from `response_chunks` because the response was too large to keep.
     pub response_truncated: bool,
+    /// The answer is an event stream.
     pub response_is_sse: bool,
+    /// The answer's `content-encoding`.
     pub content_encoding: Option<String>,
+    /// Milliseconds to the provider's first body chunk.
     pub ttfb_ms: Option<f64>,
+    /// Milliseconds until the exchange ended.
     pub total_ms: f64,
     /// What each transform stage did, in pipeline order.
     pub transforms: Vec<Report>,
 }
 
 impl Record {
-    /// The bytes its bodies take (what freeing it gives back: `crate::memory`).
-    pub(crate) fn body_bytes(&self) -> usize {
+    /// The bytes its bodies take (what freeing it gives back: `pith_alloc::release`).
+    pub fn body_bytes(&self) -> usize {
         self.request_body.len()
             + self.upstream_body.as_ref().map_or(0, |b| b.len())
             + self.conversation_body.as_ref().map_or(0, |b| b.len())
@@ -79,25 +95,34 @@ impl Record {
 /// A stage's report as the ledger keeps it: [`StageReport`] with owned names, so it can be
 /// written to the spool and read back.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Report {
+pub struct Report {
+    /// The stage's name.
     pub stage: String,
+    /// What it did.
     pub result: ReportResult,
 }
 
 /// [`StageResult`], owned.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ReportResult {
+pub enum ReportResult {
+    /// It changed the request; what it reported.
     Applied(Vec<ReportFact>),
+    /// It left the request alone, for this reason.
     Unchanged(String),
+    /// It failed with this error (the request went on without it).
     Failed(String),
 }
 
 /// [`pith_transform::Fact`], owned.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ReportFact {
+pub struct ReportFact {
+    /// The fact's name.
     pub name: String,
+    /// Its value.
     pub value: u64,
+    /// What kind of quantity it is.
     pub kind: FactKind,
+    /// Where in the prompt it applies, if it says.
     pub site: Option<Site>,
 }
 
@@ -130,7 +155,7 @@ static LAST_ARRIVAL: AtomicI64 = AtomicI64::new(0);
 
 /// Now in microseconds since the epoch, strictly greater than any arrival handed out before
 /// in this process.
-pub(crate) fn arrival_now() -> i64 {
+pub fn arrival_now() -> i64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))

@@ -25,8 +25,9 @@
 //! [`LedgerSink::flush`] is the barrier for whoever reads the ledger right after a request
 //! (`/pith/api/flush`, and every integration test that waits for rows or history).
 
-pub(crate) mod record;
-pub(crate) mod row;
+mod history;
+mod record;
+mod row;
 mod spool;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,9 +39,9 @@ use pith_outcome::{Refusal, RequestOutcome};
 use pith_store::history::{History, Turn};
 use pith_store::ledger::{DAMAGED_ENTRIES, DROPPED_ROWS, Derivation, Ledger, Row, WriteBatch};
 
-use crate::history::{HistorySink, Labels};
-pub(crate) use record::{Record, Report, arrival_now};
-pub(crate) use row::keep_conversation_facts;
+pub use history::{HistorySink, Labels};
+pub use record::{Record, Report, arrival_now};
+pub use row::keep_conversation_facts;
 pub use spool::{
     DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError, dir_beside as spool_dir,
 };
@@ -410,13 +411,13 @@ impl LedgerSink {
     /// client): announce it in the spool, so that if this process dies before the answer ends
     /// the next start still writes its row (`interrupted`). A failure here is not a loss: the
     /// finished record follows.
-    pub(crate) fn opened(&self, record: &Record) {
+    pub fn opened(&self, record: &Record) {
         let _ = self.shared.spool.append_opened(record);
     }
 
     /// Count a request refused before it was served (no row: see [`Refusal`]). A parked
     /// writer is woken to put it in the ledger's counters.
-    pub(crate) fn refused(&self, reason: Refusal) {
+    pub fn refused(&self, reason: Refusal) {
         // SeqCst with the writer's `parked` store: one of the two sees the other.
         self.shared.refused[reason.index()].fetch_add(1, Ordering::SeqCst);
         if self.shared.parked.load(Ordering::SeqCst) {
@@ -435,7 +436,7 @@ impl LedgerSink {
     /// `interrupted` (the `opened` entry), still in the ledger once. A submission that never
     /// runs (the runtime shutting down) appends when it is dropped: nothing is lost, and
     /// [`LedgerSink::flush`] waits for every submission.
-    pub(crate) fn submit(&self, record: Record) {
+    pub fn submit(&self, record: Record) {
         let large = record.body_bytes() >= APPEND_BESIDE_BYTES;
         let runtime = match tokio::runtime::Handle::try_current() {
             Ok(runtime) if large => runtime,
@@ -454,7 +455,7 @@ impl LedgerSink {
         let appended = self.shared.spool.append(&record);
         let (size, arrival_us) = (record.body_bytes(), record.arrival_us);
         drop(record);
-        crate::memory::freed(size);
+        pith_alloc::release::freed(size);
         if let Err(why) = appended {
             self.lose(&why, arrival_us);
             return;
@@ -735,7 +736,7 @@ fn drain(shared: &Shared) -> Drained {
 /// reached: the skim of each body and the usage of its answer, no parse of the whole prompt.
 /// Whether the batch was whole (as many records as a batch takes: more may wait).
 fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
-    let mut freed = crate::memory::FreedAfter::default();
+    let mut freed = pith_alloc::release::FreedAfter::default();
     let batch = shared.spool.read(store.position, BATCH, BATCH_BYTES);
     freed.note(batch.records.iter().map(Record::body_bytes));
     // Requests lost after their answer was announced, announcements read by now: closed with
@@ -862,7 +863,7 @@ fn drain_derivations(store: &mut Store, shared: &Shared) -> Drained {
         check_orphans(store);
         return Drained::Nothing;
     }
-    let mut freed = crate::memory::FreedAfter::default();
+    let mut freed = pith_alloc::release::FreedAfter::default();
     let batch = shared
         .spool
         .read_until(store.derived, Some(store.position), BATCH, BATCH_BYTES);

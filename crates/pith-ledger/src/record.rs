@@ -11,7 +11,8 @@ use pith_wire::request::RequestFacts;
 use pith_wire::{Provider, Wire};
 
 /// Everything the request path knows about one request, unparsed. Built in one place
-/// (`request::Context::take_pending`) and finished in one place (`tee::Pending::finish`).
+/// (`pith-proxy`'s `request::Context::take_pending`) and finished in one place (its
+/// `tee::Pending::finish`).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Record {
     /// When the request arrived, in ms since the epoch.

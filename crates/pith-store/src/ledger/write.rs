@@ -168,270 +168,33 @@ const ADD_ACCOUNT_SAVING_TOTAL: &str =
     "INSERT INTO account_saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
     ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens";
 
-/// Insert rows, with their transform entries and the totals they move, inside `tx`.
+/// Insert rows, with their transform entries and the totals they move, inside `tx`: each
+/// roll-up is its own function, each statement prepared once per connection
+/// (`prepare_cached`).
 fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
-    let mut request = tx.prepare_cached(
-        "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
-                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
-                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
-                    account, arrival_us, instance, derivations_pending)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31,
-                    ?32, ?33)",
-    )?;
-    let mut result = tx.prepare_cached(
-        "INSERT INTO transform_results (request_id, stage, position, result, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    let mut fact = tx.prepare_cached(
-        "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    let mut saving = tx.prepare_cached(ADD_SAVING)?;
-    let mut saving_total = tx.prepare_cached(ADD_SAVING_TOTAL)?;
-    let mut account_saving_total = tx.prepare_cached(ADD_ACCOUNT_SAVING_TOTAL)?;
-    let mut hour = tx.prepare_cached(
-        "INSERT INTO hour_totals VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT (hour_ms, k) DO UPDATE SET
-                    requests = requests + 1, input = input + excluded.input,
-                    output = output + excluded.output,
-                    cache_write = cache_write + excluded.cache_write,
-                    cache_write_1h = cache_write_1h + excluded.cache_write_1h,
-                    cache_read = cache_read + excluded.cache_read",
-    )?;
-    let mut latency = tx.prepare_cached(
-        "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
-                 ON CONFLICT (metric, bucket) DO UPDATE SET
-                    n = n + 1, sum_ms = sum_ms + excluded.sum_ms",
-    )?;
-    // group_totals and account_totals have the same columns (account in session's place).
-    let group_sql = |table: &str| {
-        format!(
-            "INSERT INTO {table} VALUES
-                    (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
-                     ?17, ?18)
-                 ON CONFLICT (k) DO UPDATE SET
-                    client = min(client, excluded.client),
-                    requests = requests + 1,
-                    with_usage = with_usage + excluded.with_usage,
-                    input = input + excluded.input,
-                    output = output + excluded.output,
-                    cache_write = cache_write + excluded.cache_write,
-                    cache_read = cache_read + excluded.cache_read,
-                    errors = errors + excluded.errors,
-                    local = local + excluded.local,
-                    transformed = transformed + excluded.transformed,
-                    failures = failures + excluded.failures,
-                    first_ms = min(first_ms, excluded.first_ms),
-                    last_ms = max(last_ms, excluded.last_ms),
-                    bust_pairs = bust_pairs + excluded.bust_pairs,
-                    busts_pith = busts_pith + excluded.busts_pith,
-                    busts_client = busts_client + excluded.busts_client,
-                    cache_write_1h = cache_write_1h + excluded.cache_write_1h"
-        )
-    };
-    let mut group = tx.prepare_cached(&group_sql("group_totals"))?;
-    let mut account_group = tx.prepare_cached(&group_sql("account_totals"))?;
-    let mut instance_total = tx.prepare_cached(
-        "INSERT INTO instance_totals VALUES (?1, ?2, 1, ?3, ?4, ?4)
-                 ON CONFLICT (k) DO UPDATE SET
-                    requests = requests + 1, errors = errors + excluded.errors,
-                    first_ms = min(first_ms, excluded.first_ms),
-                    last_ms = max(last_ms, excluded.last_ms)",
-    )?;
-    let mut result_total = tx.prepare_cached(
-        "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
-                 ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
-    )?;
-    let mut fact_total = tx.prepare_cached(
-        "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total",
-    )?;
     for r in rows {
-        let u = r.usage;
         let arrival = r.arrival_us.unwrap_or(r.ts_ms.saturating_mul(1000));
-        let mut previous_id = None;
-        let bust = match (&r.session, &r.fingerprint) {
-            (Some(session), Some(fp)) => {
-                let before = previous_prompt(tx, session, r.model.as_deref(), arrival)?;
-                before.map(|(sent, client, id)| {
-                    previous_id = Some(id);
-                    bust_between(
-                        (&sent, client.as_deref()),
-                        (fp, r.client_fingerprint.as_deref()),
-                    )
-                })
-            }
-            _ => None,
-        };
-        let (checked, bust) = match bust {
-            Some(b) => (1i64, b),
-            None => (0, None),
-        };
-        let id = request.insert(params![
-            r.ts_ms,
-            r.client,
-            r.session,
-            r.wire,
-            r.provider,
-            r.model,
-            r.method,
-            r.path,
-            r.status,
-            r.outcome.as_str(),
-            r.error,
-            to_i64(r.bytes_client),
-            to_i64(r.bytes_upstream),
-            to_i64(r.bytes_response),
-            to_i64(r.tools_bytes),
-            to_i64(r.system_bytes),
-            to_i64(r.messages_bytes),
-            to_i64(r.other_bytes),
-            u.map(|u| to_i64(u.input)),
-            u.map(|u| to_i64(u.output)),
-            u.map(|u| to_i64(u.cache_write)),
-            u.map(|u| to_i64(u.cache_read)),
-            r.ttfb_ms,
-            r.total_ms,
-            checked,
-            bust.map(|b| to_i64(b.0 as u64)),
-            bust.map(|b| to_i64(b.1 as u64)),
-            bust.map(|b| b.2),
-            u.map(|u| to_i64(u.cache_write_1h)),
-            r.account,
-            r.arrival_us,
-            r.instance,
-            i64::from(r.derivations_pending && r.arrival_us.is_some()),
-        ])?;
-        let applied = r
-            .transforms
-            .iter()
-            .any(|t| matches!(t.result, TransformResult::Applied(_)));
-        let failures = r
-            .transforms
-            .iter()
-            .filter(|t| matches!(t.result, TransformResult::Failed(_)))
-            .count();
+        let pairing = pair_with_previous(tx, r, arrival)?;
+        let id = insert_request(tx, r, &pairing)?;
         let key = totals_key('s', r.session.as_deref(), r.model.as_deref());
         let account_key = totals_key('a', r.account.as_deref(), r.model.as_deref());
-        let cause = bust.map(|b| b.2);
-        let add_to =
-            |totals: &mut rusqlite::CachedStatement<'_>, key: &str, first: &Option<String>| {
-                totals.execute(params![
-                    key,
-                    first,
-                    r.model,
-                    r.client,
-                    i64::from(u.is_some()),
-                    u.map_or(0, |u| to_i64(u.input)),
-                    u.map_or(0, |u| to_i64(u.output)),
-                    u.map_or(0, |u| to_i64(u.cache_write)),
-                    u.map_or(0, |u| to_i64(u.cache_read)),
-                    i64::from(!matches!(
-                        r.outcome,
-                        RequestOutcome::Ok | RequestOutcome::Local
-                    )),
-                    i64::from(r.outcome == RequestOutcome::Local),
-                    i64::from(applied),
-                    failures as i64,
-                    r.ts_ms,
-                    checked,
-                    i64::from(cause == Some("pith")),
-                    i64::from(cause == Some("client")),
-                    u.map_or(0, |u| to_i64(u.cache_write_1h)),
-                ])
-            };
-        add_to(&mut group, &key, &r.session)?;
-        add_to(&mut account_group, &account_key, &r.account)?;
-        instance_total.execute(params![
-            r.instance
-                .as_deref()
-                .map_or("-".to_owned(), |i| format!("i{i}")),
-            r.instance,
-            i64::from(!matches!(
-                r.outcome,
-                RequestOutcome::Ok | RequestOutcome::Local
-            )),
-            r.ts_ms,
-        ])?;
-        hour.execute(params![
-            (r.ts_ms / HOUR_MS) * HOUR_MS,
-            r.model
-                .as_deref()
-                .map_or("-".to_owned(), |m| format!("m{m}")),
-            r.model,
-            u.map_or(0, |u| to_i64(u.input)),
-            u.map_or(0, |u| to_i64(u.output)),
-            u.map_or(0, |u| to_i64(u.cache_write)),
-            u.map_or(0, |u| to_i64(u.cache_write_1h)),
-            u.map_or(0, |u| to_i64(u.cache_read)),
-        ])?;
-        latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
-        if let Some(ttfb) = r.ttfb_ms {
-            latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
-        }
-        // A bust charge is the pairing's, made where rows are paired: one that came with a row
-        // (a replica's copy of an older pith's) is not counted twice.
-        for sv in r
-            .savings
-            .iter()
-            .filter(|s| !s.stage.starts_with(BUST_CHARGE))
-        {
-            saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
-            saving_total.execute(params![
-                key, r.session, r.model, sv.stage, sv.band, sv.tokens
-            ])?;
-            account_saving_total.execute(params![
-                account_key,
-                r.account,
-                r.model,
-                sv.stage,
-                sv.band,
-                sv.tokens
-            ])?;
-        }
-        for t in &r.transforms {
-            let detail = match &t.result {
-                TransformResult::Unchanged(d) => d.as_str(),
-                _ => "",
-            };
-            result_total.execute(params![t.stage, t.result.as_str(), detail])?;
-            if let TransformResult::Applied(facts) = &t.result {
-                for f in facts {
-                    fact_total.execute(params![t.stage, f.name, f.kind, to_i64(f.value)])?;
-                }
-            }
-        }
-        for (position, t) in r.transforms.iter().enumerate() {
-            let detail = match &t.result {
-                TransformResult::Applied(facts) => {
-                    for (n, f) in facts.iter().enumerate() {
-                        fact.execute(params![
-                            id,
-                            t.stage,
-                            n as i64,
-                            f.name,
-                            f.kind,
-                            to_i64(f.value)
-                        ])?;
-                    }
-                    None
-                }
-                TransformResult::Unchanged(d) | TransformResult::Failed(d) => Some(d),
-            };
-            result.execute(params![
-                id,
-                t.stage,
-                position as i64,
-                t.result.as_str(),
-                detail
-            ])?;
-        }
+        add_to_group_totals(tx, "group_totals", (&key, &r.session), r, &pairing)?;
+        add_to_group_totals(
+            tx,
+            "account_totals",
+            (&account_key, &r.account),
+            r,
+            &pairing,
+        )?;
+        add_to_instance_totals(tx, r)?;
+        add_to_hour_totals(tx, r)?;
+        add_to_latency_totals(tx, r)?;
+        add_savings(tx, id, r, &key, &account_key)?;
+        add_to_stage_totals(tx, r)?;
+        insert_transform_entries(tx, id, r)?;
         // Pairing last: a bust charge names the first stage that changed a request, read
         // from the transform entries just written.
-        if let (Some((_, _, "pith")), Some(previous_id)) = (bust, previous_id) {
+        if let (Some("pith"), Some(previous_id)) = (pairing.cause(), pairing.previous_id) {
             charge_bust(tx, id, previous_id)?;
         }
         if let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) {
@@ -443,6 +206,328 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
             };
             keep_prompt(tx, &keys, fp, r.client_fingerprint.as_deref())?;
         }
+    }
+    Ok(())
+}
+
+/// A row against the previous prompt of its session and model.
+struct Pairing {
+    /// 1 when it was compared with one.
+    checked: i64,
+    /// The bust it met: segment, cached through, cause.
+    bust: Option<(usize, usize, &'static str)>,
+    /// The previous request's id.
+    previous_id: Option<i64>,
+}
+
+impl Pairing {
+    fn cause(&self) -> Option<&'static str> {
+        self.bust.map(|b| b.2)
+    }
+}
+
+fn pair_with_previous(tx: &Connection, r: &Row, arrival: i64) -> Result<Pairing, StoreError> {
+    let (Some(session), Some(fp)) = (&r.session, &r.fingerprint) else {
+        return Ok(Pairing {
+            checked: 0,
+            bust: None,
+            previous_id: None,
+        });
+    };
+    Ok(
+        match previous_prompt(tx, session, r.model.as_deref(), arrival)? {
+            Some((sent, client, id)) => Pairing {
+                checked: 1,
+                bust: bust_between(
+                    (&sent, client.as_deref()),
+                    (fp, r.client_fingerprint.as_deref()),
+                ),
+                previous_id: Some(id),
+            },
+            None => Pairing {
+                checked: 0,
+                bust: None,
+                previous_id: None,
+            },
+        },
+    )
+}
+
+/// The row itself; its id.
+fn insert_request(tx: &Connection, r: &Row, pairing: &Pairing) -> Result<i64, StoreError> {
+    let (u, bust) = (r.usage, pairing.bust);
+    let mut request = tx.prepare_cached(
+        "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
+                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
+                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
+                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+                    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
+                    account, arrival_us, instance, derivations_pending)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31,
+                    ?32, ?33)",
+    )?;
+    Ok(request.insert(params![
+        r.ts_ms,
+        r.client,
+        r.session,
+        r.wire,
+        r.provider,
+        r.model,
+        r.method,
+        r.path,
+        r.status,
+        r.outcome.as_str(),
+        r.error,
+        to_i64(r.bytes_client),
+        to_i64(r.bytes_upstream),
+        to_i64(r.bytes_response),
+        to_i64(r.tools_bytes),
+        to_i64(r.system_bytes),
+        to_i64(r.messages_bytes),
+        to_i64(r.other_bytes),
+        u.map(|u| to_i64(u.input)),
+        u.map(|u| to_i64(u.output)),
+        u.map(|u| to_i64(u.cache_write)),
+        u.map(|u| to_i64(u.cache_read)),
+        r.ttfb_ms,
+        r.total_ms,
+        pairing.checked,
+        bust.map(|b| to_i64(b.0 as u64)),
+        bust.map(|b| to_i64(b.1 as u64)),
+        bust.map(|b| b.2),
+        u.map(|u| to_i64(u.cache_write_1h)),
+        r.account,
+        r.arrival_us,
+        r.instance,
+        i64::from(r.derivations_pending && r.arrival_us.is_some()),
+    ])?)
+}
+
+/// Did not end `ok` or `local`.
+fn is_error(r: &Row) -> bool {
+    !matches!(r.outcome, RequestOutcome::Ok | RequestOutcome::Local)
+}
+
+/// The totals per (session, model) in `group_totals`, or per (account, model) in
+/// `account_totals` (the same columns, the account in the session's place): `(key, first)`.
+fn add_to_group_totals(
+    tx: &Connection,
+    table: &str,
+    (key, first): (&str, &Option<String>),
+    r: &Row,
+    pairing: &Pairing,
+) -> Result<(), StoreError> {
+    let mut totals = tx.prepare_cached(&format!(
+        "INSERT INTO {table} VALUES
+                (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
+                 ?17, ?18)
+             ON CONFLICT (k) DO UPDATE SET
+                client = min(client, excluded.client),
+                requests = requests + 1,
+                with_usage = with_usage + excluded.with_usage,
+                input = input + excluded.input,
+                output = output + excluded.output,
+                cache_write = cache_write + excluded.cache_write,
+                cache_read = cache_read + excluded.cache_read,
+                errors = errors + excluded.errors,
+                local = local + excluded.local,
+                transformed = transformed + excluded.transformed,
+                failures = failures + excluded.failures,
+                first_ms = min(first_ms, excluded.first_ms),
+                last_ms = max(last_ms, excluded.last_ms),
+                bust_pairs = bust_pairs + excluded.bust_pairs,
+                busts_pith = busts_pith + excluded.busts_pith,
+                busts_client = busts_client + excluded.busts_client,
+                cache_write_1h = cache_write_1h + excluded.cache_write_1h"
+    ))?;
+    let u = r.usage.unwrap_or_default();
+    let applied = r
+        .transforms
+        .iter()
+        .any(|t| matches!(t.result, TransformResult::Applied(_)));
+    let failures = r
+        .transforms
+        .iter()
+        .filter(|t| matches!(t.result, TransformResult::Failed(_)))
+        .count();
+    totals.execute(params![
+        key,
+        first,
+        r.model,
+        r.client,
+        i64::from(r.usage.is_some()),
+        to_i64(u.input),
+        to_i64(u.output),
+        to_i64(u.cache_write),
+        to_i64(u.cache_read),
+        i64::from(is_error(r)),
+        i64::from(r.outcome == RequestOutcome::Local),
+        i64::from(applied),
+        failures as i64,
+        r.ts_ms,
+        pairing.checked,
+        i64::from(pairing.cause() == Some("pith")),
+        i64::from(pairing.cause() == Some("client")),
+        to_i64(u.cache_write_1h),
+    ])?;
+    Ok(())
+}
+
+/// The totals per instance.
+fn add_to_instance_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO instance_totals VALUES (?1, ?2, 1, ?3, ?4, ?4)
+                 ON CONFLICT (k) DO UPDATE SET
+                    requests = requests + 1, errors = errors + excluded.errors,
+                    first_ms = min(first_ms, excluded.first_ms),
+                    last_ms = max(last_ms, excluded.last_ms)",
+    )?
+    .execute(params![
+        r.instance
+            .as_deref()
+            .map_or("-".to_owned(), |i| format!("i{i}")),
+        r.instance,
+        i64::from(is_error(r)),
+        r.ts_ms,
+    ])?;
+    Ok(())
+}
+
+/// The totals per (hour, model) the timeline reads.
+fn add_to_hour_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
+    let u = r.usage.unwrap_or_default();
+    tx.prepare_cached(
+        "INSERT INTO hour_totals VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (hour_ms, k) DO UPDATE SET
+                    requests = requests + 1, input = input + excluded.input,
+                    output = output + excluded.output,
+                    cache_write = cache_write + excluded.cache_write,
+                    cache_write_1h = cache_write_1h + excluded.cache_write_1h,
+                    cache_read = cache_read + excluded.cache_read",
+    )?
+    .execute(params![
+        (r.ts_ms / HOUR_MS) * HOUR_MS,
+        r.model
+            .as_deref()
+            .map_or("-".to_owned(), |m| format!("m{m}")),
+        r.model,
+        to_i64(u.input),
+        to_i64(u.output),
+        to_i64(u.cache_write),
+        to_i64(u.cache_write_1h),
+        to_i64(u.cache_read),
+    ])?;
+    Ok(())
+}
+
+/// The latency histograms: the whole exchange, and the time to the first byte.
+fn add_to_latency_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
+    let mut latency = tx.prepare_cached(
+        "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
+                 ON CONFLICT (metric, bucket) DO UPDATE SET
+                    n = n + 1, sum_ms = sum_ms + excluded.sum_ms",
+    )?;
+    latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
+    if let Some(ttfb) = r.ttfb_ms {
+        latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
+    }
+    Ok(())
+}
+
+/// The row's savings, and their totals per (session, model) and (account, model).
+fn add_savings(
+    tx: &Connection,
+    id: i64,
+    r: &Row,
+    key: &str,
+    account_key: &str,
+) -> Result<(), StoreError> {
+    let mut saving = tx.prepare_cached(ADD_SAVING)?;
+    let mut saving_total = tx.prepare_cached(ADD_SAVING_TOTAL)?;
+    let mut account_saving_total = tx.prepare_cached(ADD_ACCOUNT_SAVING_TOTAL)?;
+    // A bust charge is the pairing's, made where rows are paired: one that came with a row
+    // (a replica's copy of an older pith's) is not counted twice.
+    for sv in r
+        .savings
+        .iter()
+        .filter(|s| !s.stage.starts_with(BUST_CHARGE))
+    {
+        saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
+        saving_total.execute(params![
+            key, r.session, r.model, sv.stage, sv.band, sv.tokens
+        ])?;
+        account_saving_total.execute(params![
+            account_key,
+            r.account,
+            r.model,
+            sv.stage,
+            sv.band,
+            sv.tokens
+        ])?;
+    }
+    Ok(())
+}
+
+/// What each stage did, summed over every row: results by reason, facts by name.
+fn add_to_stage_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
+    let mut result_total = tx.prepare_cached(
+        "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
+                 ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
+    )?;
+    let mut fact_total = tx.prepare_cached(
+        "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total",
+    )?;
+    for t in &r.transforms {
+        let detail = match &t.result {
+            TransformResult::Unchanged(d) => d.as_str(),
+            _ => "",
+        };
+        result_total.execute(params![t.stage, t.result.as_str(), detail])?;
+        if let TransformResult::Applied(facts) = &t.result {
+            for f in facts {
+                fact_total.execute(params![t.stage, f.name, f.kind, to_i64(f.value)])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The row's transform entries, in pipeline order, and the facts of those that applied.
+fn insert_transform_entries(tx: &Connection, id: i64, r: &Row) -> Result<(), StoreError> {
+    let mut result = tx.prepare_cached(
+        "INSERT INTO transform_results (request_id, stage, position, result, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    let mut fact = tx.prepare_cached(
+        "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (position, t) in r.transforms.iter().enumerate() {
+        let detail = match &t.result {
+            TransformResult::Applied(facts) => {
+                for (n, f) in facts.iter().enumerate() {
+                    fact.execute(params![
+                        id,
+                        t.stage,
+                        n as i64,
+                        f.name,
+                        f.kind,
+                        to_i64(f.value)
+                    ])?;
+                }
+                None
+            }
+            TransformResult::Unchanged(d) | TransformResult::Failed(d) => Some(d),
+        };
+        result.execute(params![
+            id,
+            t.stage,
+            position as i64,
+            t.result.as_str(),
+            detail
+        ])?;
     }
     Ok(())
 }

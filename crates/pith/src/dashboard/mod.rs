@@ -15,7 +15,7 @@
 //! page fits a phone: wide tables scroll inside their own box, and below 700 px the chart's
 //! labels give way to a line of text, so no text is drawn under 9 px.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -305,56 +305,17 @@ impl OwnPages for Dashboard {
     }
 
     fn liveness(&self) -> OwnPage {
-        let draining = self.draining.load(Ordering::SeqCst);
-        json_page(
-            if draining {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
-                StatusCode::OK
-            },
-            &json!({ "status": if draining { "draining" } else { "ok" } }),
-        )
+        let (status, word) = self.draining_status();
+        json_page(status, &json!({ "status": word }))
     }
 
     fn get(&self, path: &str, query: &str) -> Option<OwnPage> {
-        // The page at `/`, and where a person looks for it beside its API (`/pith/`).
-        if path == "/" || path == "/pith/" || path == "/pith" {
-            return Some(OwnPage {
-                status: StatusCode::OK,
-                content_type: "text/html; charset=utf-8",
-                body: Bytes::from_static(PAGE.as_bytes()).into(),
-            });
-        }
-        if path == "/favicon.ico" {
-            return Some(OwnPage {
-                status: StatusCode::NO_CONTENT,
-                content_type: "image/x-icon",
-                body: Bytes::new().into(),
-            });
-        }
-        if path == "/pith/health" {
-            let draining = self.draining.load(Ordering::SeqCst);
-            return Some(json_page(
-                if draining {
-                    StatusCode::SERVICE_UNAVAILABLE
-                } else {
-                    StatusCode::OK
-                },
-                &json!({
-                    "status": if draining { "draining" } else { "ok" },
-                    "instance": self.instance.get(),
-                    "pith": env!("CARGO_PKG_VERSION"),
-                    "pid": std::process::id(),
-                    "ledger": self.ledger.is_some(),
-                    "anthropic": self.upstreams.anthropic,
-                    "openai": self.upstreams.openai,
-                    "chatgpt": self.upstreams.chatgpt,
-                }),
-            ));
-        }
-        if path == "/pith/api/flush" {
-            return Some(self.flush(query));
-        }
+        let route = ROUTES.iter().find(|(p, _)| *p == path).map(|&(_, r)| r);
+        let over_ledger = match route {
+            Some(Route::Open(page)) => return Some(self.open_page(page, query)),
+            Some(Route::OverLedger(page)) => Some(page),
+            None => None,
+        };
         let (source, team) = self.source();
         let Some(ledger) = source.as_deref().filter(|p| p.exists()) else {
             return Some(error(
@@ -364,38 +325,126 @@ impl OwnPages for Dashboard {
                     .into(),
             ));
         };
-        let page = match path {
-            "/pith/api/stats" | "/metrics" => {
-                let filter = match filter_of(query) {
-                    Ok(f) => f,
-                    Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
-                };
-                let report = self.readers.with(ledger, |l| {
-                    Ok(stats::report_over(
-                        l,
-                        ledger,
-                        &filter,
-                        &self.prices,
-                        &self.own_account,
-                    ))
-                });
-                match report
-                    .map_err(|e| anyhow::Error::new(e).context("cannot read the ledger"))
-                    .and_then(|r| r)
-                    .map(|mut r| {
-                        r.team = team;
-                        r
-                    }) {
-                    Ok(report) if path == "/metrics" => OwnPage {
-                        status: StatusCode::OK,
-                        content_type: "text/plain; version=0.0.4; charset=utf-8",
-                        body: Bytes::from(stats::metrics(&report)).into(),
-                    },
-                    Ok(report) => json_page(StatusCode::OK, &report),
-                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
-                }
+        Some(match over_ledger {
+            Some(page) => self.ledger_page(page, ledger, team, query),
+            None => error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no pith page {path}: the dashboard is /, its API /pith/api/stats, \
+                     /pith/api/timeline, /pith/api/requests, /pith/api/session?id= and \
+                     /pith/api/request?id=, the metrics /metrics"
+                ),
+            ),
+        })
+    }
+}
+
+/// A page the dashboard answers whether or not there is a ledger.
+#[derive(Clone, Copy)]
+enum OpenPage {
+    /// The dashboard itself.
+    Dashboard,
+    Favicon,
+    Health,
+    Flush,
+}
+
+/// A page read from the ledger.
+#[derive(Clone, Copy)]
+enum LedgerPage {
+    Stats,
+    Metrics,
+    Events,
+    Timeline,
+    Requests,
+    Session,
+    Request,
+}
+
+#[derive(Clone, Copy)]
+enum Route {
+    Open(OpenPage),
+    OverLedger(LedgerPage),
+}
+
+/// Every path the dashboard answers. The page is at `/`, and where a person looks for it
+/// beside its API (`/pith/`).
+const ROUTES: [(&str, Route); 13] = [
+    ("/", Route::Open(OpenPage::Dashboard)),
+    ("/pith/", Route::Open(OpenPage::Dashboard)),
+    ("/pith", Route::Open(OpenPage::Dashboard)),
+    ("/favicon.ico", Route::Open(OpenPage::Favicon)),
+    ("/pith/health", Route::Open(OpenPage::Health)),
+    ("/pith/api/flush", Route::Open(OpenPage::Flush)),
+    ("/pith/api/stats", Route::OverLedger(LedgerPage::Stats)),
+    ("/metrics", Route::OverLedger(LedgerPage::Metrics)),
+    ("/pith/api/events", Route::OverLedger(LedgerPage::Events)),
+    (
+        "/pith/api/timeline",
+        Route::OverLedger(LedgerPage::Timeline),
+    ),
+    (
+        "/pith/api/requests",
+        Route::OverLedger(LedgerPage::Requests),
+    ),
+    ("/pith/api/session", Route::OverLedger(LedgerPage::Session)),
+    ("/pith/api/request", Route::OverLedger(LedgerPage::Request)),
+];
+
+impl Dashboard {
+    fn open_page(&self, page: OpenPage, query: &str) -> OwnPage {
+        match page {
+            OpenPage::Dashboard => OwnPage {
+                status: StatusCode::OK,
+                content_type: "text/html; charset=utf-8",
+                body: Bytes::from_static(PAGE.as_bytes()).into(),
+            },
+            OpenPage::Favicon => OwnPage {
+                status: StatusCode::NO_CONTENT,
+                content_type: "image/x-icon",
+                body: Bytes::new().into(),
+            },
+            OpenPage::Health => {
+                let (status, word) = self.draining_status();
+                json_page(
+                    status,
+                    &json!({
+                        "status": word,
+                        "instance": self.instance.get(),
+                        "pith": env!("CARGO_PKG_VERSION"),
+                        "pid": std::process::id(),
+                        "ledger": self.ledger.is_some(),
+                        "anthropic": self.upstreams.anthropic,
+                        "openai": self.upstreams.openai,
+                        "chatgpt": self.upstreams.chatgpt,
+                    }),
+                )
             }
-            "/pith/api/events" => match Viewer::admit(&self.viewers) {
+            OpenPage::Flush => self.flush(query),
+        }
+    }
+
+    /// 503 `draining` once the proxy drains, else 200 `ok`.
+    fn draining_status(&self) -> (StatusCode, &'static str) {
+        if self.draining.load(Ordering::SeqCst) {
+            (StatusCode::SERVICE_UNAVAILABLE, "draining")
+        } else {
+            (StatusCode::OK, "ok")
+        }
+    }
+
+    fn ledger_page(
+        &self,
+        page: LedgerPage,
+        ledger: &Path,
+        team: Option<TeamInfo>,
+        query: &str,
+    ) -> OwnPage {
+        match page {
+            LedgerPage::Stats | LedgerPage::Metrics => {
+                self.report_page(ledger, team, query, matches!(page, LedgerPage::Metrics))
+            }
+            LedgerPage::Events => match Viewer::admit(&self.viewers) {
                 Some(viewer) => events(viewer, Arc::clone(&self.readers), ledger.to_owned(), query),
                 None => error(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -405,40 +454,8 @@ impl OwnPages for Dashboard {
                     ),
                 ),
             },
-            "/pith/api/timeline" => {
-                let filter = match filter_of(query) {
-                    Ok(f) => f,
-                    Err(e) => return Some(error(StatusCode::BAD_REQUEST, e)),
-                };
-                let width = match query_value(query, "bucket") {
-                    None => None,
-                    Some(text) => match crate::duration::parse(&text) {
-                        Ok(d) if !d.is_zero() => {
-                            Some(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                        }
-                        Ok(_) => {
-                            return Some(error(
-                                StatusCode::BAD_REQUEST,
-                                "bucket=0: a bucket needs a width, e.g. bucket=1h".into(),
-                            ));
-                        }
-                        Err(e) => {
-                            return Some(error(
-                                StatusCode::BAD_REQUEST,
-                                format!("bucket={text}: {e}"),
-                            ));
-                        }
-                    },
-                };
-                let read = self.readers.with(ledger, |l| {
-                    timeline::timeline(l, &filter, width, &self.prices)
-                });
-                match read {
-                    Ok(t) => json_page(StatusCode::OK, &t),
-                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-                }
-            }
-            "/pith/api/requests" => {
+            LedgerPage::Timeline => self.timeline_page(ledger, query),
+            LedgerPage::Requests => {
                 let limit = query_value(query, "limit")
                     .and_then(|l| l.parse::<usize>().ok())
                     .unwrap_or(100)
@@ -449,8 +466,8 @@ impl OwnPages for Dashboard {
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
                 }
             }
-            "/pith/api/session" => session::session(&self.readers, ledger, query),
-            "/pith/api/request" => session::request(
+            LedgerPage::Session => session::session(&self.readers, ledger, query),
+            LedgerPage::Request => session::request(
                 &self.readers,
                 ledger,
                 self.history.as_deref(),
@@ -458,16 +475,73 @@ impl OwnPages for Dashboard {
                 self.gateway,
                 query,
             ),
-            other => error(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "no pith page {other}: the dashboard is /, its API /pith/api/stats, \
-                     /pith/api/timeline, /pith/api/requests, /pith/api/session?id= and \
-                     /pith/api/request?id=, the metrics /metrics"
-                ),
-            ),
+        }
+    }
+
+    /// `/pith/api/stats` (the report as JSON) and `/metrics` (the same, for Prometheus).
+    fn report_page(
+        &self,
+        ledger: &Path,
+        team: Option<TeamInfo>,
+        query: &str,
+        as_metrics: bool,
+    ) -> OwnPage {
+        let filter = match filter_of(query) {
+            Ok(f) => f,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
         };
-        Some(page)
+        let report = self.readers.with(ledger, |l| {
+            Ok(stats::report_over(
+                l,
+                ledger,
+                &filter,
+                &self.prices,
+                &self.own_account,
+            ))
+        });
+        match report
+            .map_err(|e| anyhow::Error::new(e).context("cannot read the ledger"))
+            .and_then(|r| r)
+            .map(|mut r| {
+                r.team = team;
+                r
+            }) {
+            Ok(report) if as_metrics => OwnPage {
+                status: StatusCode::OK,
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: Bytes::from(stats::metrics(&report)).into(),
+            },
+            Ok(report) => json_page(StatusCode::OK, &report),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+        }
+    }
+
+    /// `/pith/api/timeline?bucket=1h`: the chart's bars.
+    fn timeline_page(&self, ledger: &Path, query: &str) -> OwnPage {
+        let filter = match filter_of(query) {
+            Ok(f) => f,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        };
+        let width = match query_value(query, "bucket") {
+            None => None,
+            Some(text) => match crate::duration::parse(&text) {
+                Ok(d) if !d.is_zero() => Some(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                Ok(_) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "bucket=0: a bucket needs a width, e.g. bucket=1h".into(),
+                    );
+                }
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("bucket={text}: {e}")),
+            },
+        };
+        let read = self.readers.with(ledger, |l| {
+            timeline::timeline(l, &filter, width, &self.prices)
+        });
+        match read {
+            Ok(t) => json_page(StatusCode::OK, &t),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
     }
 }
 

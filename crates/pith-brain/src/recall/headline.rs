@@ -49,141 +49,190 @@ pub fn extract(output: &str) -> Option<String> {
     .filter(|h| !h.is_empty())
 }
 
+/// What one tool's recognizer says of a line: `None`, not its kind of line (the next one
+/// looks); `Some(None)`, its kind and no error headline; `Some(Some((score, headline)))`.
+type Verdict = Option<Option<(u8, String)>>;
+
+/// Each tool's recognizer, in the order they are asked (the first that knows the line
+/// decides): the most specific formats first, a bare mention of "error" last.
+const RECOGNIZERS: [fn(&str, Option<&str>) -> Verdict; 14] = [
+    pytest,
+    rustc_coded,
+    tsc,
+    panic,
+    compiler_located,
+    tap,
+    go,
+    jest,
+    vitest,
+    eslint,
+    ruff,
+    exception,
+    error_prefixed,
+    mentions_error,
+];
+
 /// A line's score and the headline it gives, if it looks like an error line at all.
 fn score(line: &str, next: Option<&str>) -> Option<(u8, String)> {
     let t = line.trim();
     if t.is_empty() {
         return None;
     }
-    // pytest's short test summary: `FAILED path::test - reason`, `ERROR path - reason`.
+    RECOGNIZERS.iter().find_map(|r| r(t, next)).flatten()
+}
+
+/// pytest's short test summary: `FAILED path::test - reason`, `ERROR path - reason`.
+fn pytest(t: &str, _: Option<&str>) -> Verdict {
     if let Some(rest) = t.strip_prefix("FAILED ") {
-        return Some((if rest.contains(" - ") { 10 } else { 9 }, t.to_owned()));
+        return Some(Some((
+            if rest.contains(" - ") { 10 } else { 9 },
+            t.to_owned(),
+        )));
     }
-    if t.starts_with("ERROR ") && t.contains(" - ") {
-        return Some((9, t.to_owned()));
-    }
-    // rustc: `error[E0308]: mismatched types`, its location on the next line (` --> f:3:5`).
-    if t.starts_with("error[E") && t.contains("]: ") {
-        return Some((10, with_location(t, arrow_location(next))));
-    }
-    // tsc: `src/a.ts(3,7): error TS2322: ...` or `src/a.ts:3:7 - error TS2322: ...`.
-    if let Some(at) = t.find("error TS")
-        && t[at + 8..].starts_with(|c: char| c.is_ascii_digit())
-    {
-        let place = tsc_location(t[..at].trim_end_matches([' ', '-', ':']));
-        return Some((10, with_location(&t[at..], place.as_deref())));
-    }
-    // A panic: `thread 'tests::adds' panicked at src/lib.rs:10:5:` then its message.
-    // (Rust 1.95 adds the thread id: `thread 'main' (22726) panicked at ...`; it is left out.)
-    if let Some(rest) = t.strip_prefix("thread '")
-        && let Some((name, _)) = rest.split_once('\'')
-        && let Some(at) = rest.find(" panicked at ")
-    {
-        let place = &rest[at + 13..];
-        let head = format!("thread '{name}' panicked at {place}");
-        return Some(match (place.ends_with(':'), next) {
-            (true, Some(message)) => (8, format!("{head} {}", message.trim())),
-            _ => (8, head),
-        });
-    }
-    // mypy: `calc.py:3: error: Incompatible return value type ...  [return-value]`; gcc and
-    // clang: `calc.c:3:12: error: ...`.
-    if let Some(at) = t.find(": error: ")
-        && is_location(&t[..at])
-    {
-        return Some((9, with_location(&t[at + 2..], Some(&t[..at]))));
-    }
-    // node's test runner (TAP): `not ok 1 - adds numbers`; its `error: |-` names nothing.
-    if let Some(rest) = t.strip_prefix("not ok ") {
-        let name = rest
-            .trim_start_matches(|c: char| c.is_ascii_digit())
-            .trim_start_matches([' ', '-']);
-        let name = name.split(" # ").next().unwrap_or(name).trim();
-        if !name.is_empty() {
-            return Some((9, format!("not ok - {name}")));
-        }
-    }
-    if t == "error: |-" || t == "error: >-" {
+    (t.starts_with("ERROR ") && t.contains(" - ")).then(|| Some((9, t.to_owned())))
+}
+
+/// rustc: `error[E0308]: mismatched types`, its location on the next line (` --> f:3:5`).
+fn rustc_coded(t: &str, next: Option<&str>) -> Verdict {
+    (t.starts_with("error[E") && t.contains("]: "))
+        .then(|| Some((10, with_location(t, arrow_location(next)))))
+}
+
+/// tsc: `src/a.ts(3,7): error TS2322: ...` or `src/a.ts:3:7 - error TS2322: ...`.
+fn tsc(t: &str, _: Option<&str>) -> Verdict {
+    let at = t.find("error TS")?;
+    if !t[at + 8..].starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    // go: `./calc.go:4:2: undefined: foo`, and a test's message `calc_test.go:8: got -1`.
+    let place = tsc_location(t[..at].trim_end_matches([' ', '-', ':']));
+    Some(Some((10, with_location(&t[at..], place.as_deref()))))
+}
+
+/// A panic: `thread 'tests::adds' panicked at src/lib.rs:10:5:` then its message.
+/// (Rust 1.95 adds the thread id: `thread 'main' (22726) panicked at ...`; it is left out.)
+fn panic(t: &str, next: Option<&str>) -> Verdict {
+    let rest = t.strip_prefix("thread '")?;
+    let (name, _) = rest.split_once('\'')?;
+    let at = rest.find(" panicked at ")?;
+    let place = &rest[at + 13..];
+    let head = format!("thread '{name}' panicked at {place}");
+    Some(Some(match (place.ends_with(':'), next) {
+        (true, Some(message)) => (8, format!("{head} {}", message.trim())),
+        _ => (8, head),
+    }))
+}
+
+/// mypy: `calc.py:3: error: Incompatible return value type ...  [return-value]`; gcc and
+/// clang: `calc.c:3:12: error: ...`.
+fn compiler_located(t: &str, _: Option<&str>) -> Verdict {
+    let at = t.find(": error: ")?;
+    is_location(&t[..at]).then(|| Some((9, with_location(&t[at + 2..], Some(&t[..at])))))
+}
+
+/// node's test runner (TAP): `not ok 1 - adds numbers`; its `error: |-` names nothing.
+fn tap(t: &str, _: Option<&str>) -> Verdict {
+    if t == "error: |-" || t == "error: >-" {
+        return Some(None);
+    }
+    let rest = t.strip_prefix("not ok ")?;
+    let name = rest
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .trim_start_matches([' ', '-']);
+    let name = name.split(" # ").next().unwrap_or(name).trim();
+    (!name.is_empty()).then(|| Some((9, format!("not ok - {name}"))))
+}
+
+/// go: `./calc.go:4:2: undefined: foo`, a test's message `calc_test.go:8: got -1`, and
+/// `--- FAIL: TestAdd (0.00s)`.
+fn go(t: &str, _: Option<&str>) -> Verdict {
     if let Some((location, message)) = split_location(t)
         && location.contains(".go:")
     {
-        return Some((9, format!("{location}: {message}")));
+        return Some(Some((9, format!("{location}: {message}"))));
     }
-    if let Some(rest) = t.strip_prefix("--- FAIL: ") {
-        let name = rest.split(" (").next().unwrap_or(rest);
-        return Some((7, format!("--- FAIL: {name}")));
+    let rest = t.strip_prefix("--- FAIL: ")?;
+    let name = rest.split(" (").next().unwrap_or(rest);
+    Some(Some((7, format!("--- FAIL: {name}"))))
+}
+
+/// jest: `● describe › test name`, the error on the next line: the test and how it failed
+/// (the suite-level `● Test suite failed to run` names no test: its reason on the next line is
+/// the headline).
+fn jest(t: &str, next: Option<&str>) -> Verdict {
+    let rest = t.strip_prefix("● ")?;
+    if rest.starts_with("Test suite failed to run") {
+        return Some(next.map(|n| (8, n.trim().to_owned())));
     }
-    // jest: `● describe › test name` (the suite-level `● Test suite failed to run` names no
-    // test: its reason on the next line is the headline).
-    if let Some(rest) = t.strip_prefix("● ") {
-        if rest.starts_with("Test suite failed to run") {
-            return next.map(|n| (8, n.trim().to_owned()));
-        }
-        // The error is on the next line: the test and how it failed.
-        return Some((
-            9,
-            match next {
-                Some(message) => format!("{t} - {}", message.trim()),
-                None => t.to_owned(),
-            },
-        ));
-    }
-    // vitest: ` FAIL  calc.test.js > add > adds numbers`.
-    if let Some(rest) = t.strip_prefix("FAIL ")
-        && rest.contains(" > ")
-    {
-        return Some((9, format!("FAIL {}", rest.trim())));
-    }
-    // eslint's stylish format: `  3:7  error  'x' is assigned a value but never used  no-unused-vars`.
-    if let Some(message) = eslint_error(t) {
-        return Some((8, message));
-    }
-    // ruff: `calc.py:1:8: F401 [*] `os` imported but unused`, or the newer
-    // `F401 [*] `os` imported but unused` over ` --> calc.py:1:8`.
+    Some(Some((
+        9,
+        match next {
+            Some(message) => format!("{t} - {}", message.trim()),
+            None => t.to_owned(),
+        },
+    )))
+}
+
+/// vitest: ` FAIL  calc.test.js > add > adds numbers`.
+fn vitest(t: &str, _: Option<&str>) -> Verdict {
+    let rest = t.strip_prefix("FAIL ")?;
+    rest.contains(" > ")
+        .then(|| Some((9, format!("FAIL {}", rest.trim()))))
+}
+
+/// eslint's stylish format: `  3:7  error  'x' is assigned a value but never used  no-unused-vars`.
+fn eslint(t: &str, _: Option<&str>) -> Verdict {
+    eslint_error(t).map(|message| Some((8, message)))
+}
+
+/// ruff: `calc.py:1:8: F401 [*] `os` imported but unused`, or the newer
+/// `F401 [*] `os` imported but unused` over ` --> calc.py:1:8`.
+fn ruff(t: &str, next: Option<&str>) -> Verdict {
     if let Some((location, message)) = split_location(t)
         && starts_with_rule_code(message)
         && is_location(location)
     {
-        return Some((8, with_location(message, Some(location))));
+        return Some(Some((8, with_location(message, Some(location)))));
     }
-    if starts_with_rule_code(t) && next.is_some_and(|n| n.trim_start().starts_with("--> ")) {
-        return Some((8, with_location(t, arrow_location(next))));
-    }
-    // Python and JavaScript exceptions: `KeyError: 'x'`, `E   AssertionError: ...`,
-    // `Error: Cannot find module 'x'`.
+    (starts_with_rule_code(t) && next.is_some_and(|n| n.trim_start().starts_with("--> ")))
+        .then(|| Some((8, with_location(t, arrow_location(next)))))
+}
+
+/// Python and JavaScript exceptions: `KeyError: 'x'`, `E   AssertionError: ...`,
+/// `Error: Cannot find module 'x'`; pytest's `E   assert ...`.
+fn exception(t: &str, _: Option<&str>) -> Verdict {
     let exception = t.strip_prefix("E ").map_or(t, str::trim_start);
     if let Some((name, _)) = exception.split_once(": ")
         && is_exception_name(name)
     {
-        return Some((7, exception.to_owned()));
+        return Some(Some((7, exception.to_owned())));
     }
-    if exception != t && exception.starts_with("assert ") {
-        return Some((5, exception.to_owned()));
-    }
-    // rustc's other errors; cargo's and make's summaries are generic.
-    if let Some(rest) = t.strip_prefix("error: ") {
-        const GENERIC: [&str; 6] = [
-            "could not compile",
-            "aborting due to",
-            "test failed",
-            "build failed",
-            "process didn't exit successfully",
-            "Recipe",
-        ];
-        let score = if GENERIC.iter().any(|g| rest.starts_with(g)) {
-            1
-        } else {
-            6
-        };
-        return Some((score, t.to_owned()));
-    }
-    if t.to_ascii_lowercase().contains("error") {
-        return Some((2, t.to_owned()));
-    }
-    None
+    (exception != t && exception.starts_with("assert ")).then(|| Some((5, exception.to_owned())))
+}
+
+/// rustc's other errors; cargo's and make's summaries are generic.
+fn error_prefixed(t: &str, _: Option<&str>) -> Verdict {
+    const GENERIC: [&str; 6] = [
+        "could not compile",
+        "aborting due to",
+        "test failed",
+        "build failed",
+        "process didn't exit successfully",
+        "Recipe",
+    ];
+    let rest = t.strip_prefix("error: ")?;
+    let score = if GENERIC.iter().any(|g| rest.starts_with(g)) {
+        1
+    } else {
+        6
+    };
+    Some(Some((score, t.to_owned())))
+}
+
+/// Any other line that says "error".
+fn mentions_error(t: &str, _: Option<&str>) -> Verdict {
+    t.to_ascii_lowercase()
+        .contains("error")
+        .then(|| Some((2, t.to_owned())))
 }
 
 /// `message (at location)`, or the message alone without a location.

@@ -3,7 +3,7 @@
 //! prints the token `delete` needs; `trash` lists, restores and (the only hard delete) purges.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use pith_clients::Client;
@@ -259,75 +259,30 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
         .collect();
     let files = import::session_files(&dirs);
     // Into this machine's file always: in team mode it is the outbox, sent on below.
-    let mut history = open_local(settings)?;
-    let (mut created, mut added, mut failed) = (0usize, 0usize, 0usize);
-    let total = files.len();
-    for (i, (source, path)) in files.iter().enumerate() {
-        let imported = match import::read(*source, path) {
-            Ok(imported) => imported,
-            Err(e) => {
-                eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
-                failed += 1;
-                continue;
-            }
-        };
-        let outcome = history
-            .import(&settings.account, a.agent_type, &imported)
-            .with_context(|| format!("cannot import {}", path.display()))?;
-        created += usize::from(outcome.created);
-        added += outcome.added;
-        if total > 100 && (i + 1) % 100 == 0 {
-            eprintln!("pith: imported {} of {total} session files", i + 1);
-        }
-    }
+    let mut into = Importing {
+        history: open_local(settings)?,
+        account: &settings.account,
+        agent_type: a.agent_type,
+        counts: ImportCounts::default(),
+    };
+    into.session_files(&files)?;
     // OpenCode keeps its sessions in a database, each session one conversation.
-    let mut opencode_sessions = 0usize;
-    if let Some(db) = pith_clients::opencode::database(&places).filter(|db| db.is_file()) {
-        // Each session imported as it is read, so one session at a time is in memory.
-        let mut failure = None;
-        let read = pith_history::opencode::read(&db, |imported| {
-            match history.import(&settings.account, a.agent_type, &imported) {
-                Ok(outcome) => {
-                    created += usize::from(outcome.created);
-                    added += outcome.added;
-                    true
-                }
-                Err(e) => {
-                    failure = Some(anyhow::Error::new(e).context(format!(
-                        "cannot import OpenCode's session {}",
-                        imported.session_id
-                    )));
-                    false
-                }
-            }
-        });
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        match read {
-            Ok(summary) => {
-                opencode_sessions = summary.sessions;
-                if summary.left_out > 0 {
-                    eprintln!(
-                        "pith: left out {} OpenCode messages or parts over {} MiB (or past {} MiB \
-                         in one session): the history keeps at most 16 KiB of a message",
-                        summary.left_out,
-                        pith_history::opencode::MAX_PART_BYTES >> 20,
-                        pith_history::opencode::MAX_SESSION_BYTES >> 20
-                    );
-                }
-            }
-            Err(e) => {
-                eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
-                failed += 1;
-            }
-        }
-    }
-    let by_source = |s: Client| files.iter().filter(|(x, _)| *x == s).count();
+    let opencode_sessions =
+        match pith_clients::opencode::database(&places).filter(|db| db.is_file()) {
+            Some(db) => into.opencode(&db)?,
+            None => 0,
+        };
     let shipped = settings
         .team
         .as_ref()
-        .map(|url| ship_now(&mut history, url));
+        .map(|url| ship_now(&mut into.history, url));
+    let by_source = |s: Client| files.iter().filter(|(x, _)| *x == s).count();
+    let ImportCounts {
+        created,
+        added,
+        failed,
+    } = into.counts;
+    let total = files.len();
     if a.json {
         let mut out = json!({
             "files": total,
@@ -344,30 +299,116 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
             None => {}
         }
         println!("{out}");
-    } else {
-        println!(
-            "read {total} session files ({} Claude Code, {} Codex) and {opencode_sessions} OpenCode sessions: {created} new conversations, {added} new messages{}",
-            by_source(Client::ClaudeCode),
-            by_source(Client::Codex),
-            if failed > 0 {
-                format!(", {failed} unreadable")
-            } else {
-                String::new()
-            }
-        );
-        match (shipped, &settings.team) {
-            (Some(Ok(report)), Some(url)) => println!(
-                "sent {} messages to the team history at {url} ({} new to it)",
-                report.sent, report.added
-            ),
-            (Some(Err(e)), _) => eprintln!(
-                "pith: {e:#}; the messages wait in {} and go out with the next import or with `pith proxy` running",
-                settings.path.display()
-            ),
-            _ => {}
+        return Ok(());
+    }
+    println!(
+        "read {total} session files ({} Claude Code, {} Codex) and {opencode_sessions} OpenCode sessions: {created} new conversations, {added} new messages{}",
+        by_source(Client::ClaudeCode),
+        by_source(Client::Codex),
+        if failed > 0 {
+            format!(", {failed} unreadable")
+        } else {
+            String::new()
         }
+    );
+    match (shipped, &settings.team) {
+        (Some(Ok(report)), Some(url)) => println!(
+            "sent {} messages to the team history at {url} ({} new to it)",
+            report.sent, report.added
+        ),
+        (Some(Err(e)), _) => eprintln!(
+            "pith: {e:#}; the messages wait in {} and go out with the next import or with `pith proxy` running",
+            settings.path.display()
+        ),
+        _ => {}
     }
     Ok(())
+}
+
+/// What an import did: conversations created, messages added, sources it could not read.
+#[derive(Default)]
+struct ImportCounts {
+    created: usize,
+    added: usize,
+    failed: usize,
+}
+
+/// An import under way into this machine's history.
+struct Importing<'a> {
+    history: History,
+    account: &'a str,
+    agent_type: AgentType,
+    counts: ImportCounts,
+}
+
+impl Importing<'_> {
+    fn one(&mut self, imported: &import::Imported) -> Result<(), pith_store::StoreError> {
+        let outcome = self
+            .history
+            .import(self.account, self.agent_type, imported)?;
+        self.counts.created += usize::from(outcome.created);
+        self.counts.added += outcome.added;
+        Ok(())
+    }
+
+    /// Claude Code's and Codex's session files; an unreadable one is skipped and counted.
+    fn session_files(&mut self, files: &[(Client, PathBuf)]) -> anyhow::Result<()> {
+        let total = files.len();
+        for (i, (source, path)) in files.iter().enumerate() {
+            let imported = match import::read(*source, path) {
+                Ok(imported) => imported,
+                Err(e) => {
+                    eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
+                    self.counts.failed += 1;
+                    continue;
+                }
+            };
+            self.one(&imported)
+                .with_context(|| format!("cannot import {}", path.display()))?;
+            if total > 100 && (i + 1) % 100 == 0 {
+                eprintln!("pith: imported {} of {total} session files", i + 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// OpenCode's database, each session imported as it is read (one session at a time in
+    /// memory); the sessions it read.
+    fn opencode(&mut self, db: &Path) -> anyhow::Result<usize> {
+        let mut failure = None;
+        let read = pith_history::opencode::read(db, |imported| match self.one(&imported) {
+            Ok(()) => true,
+            Err(e) => {
+                failure = Some(anyhow::Error::new(e).context(format!(
+                    "cannot import OpenCode's session {}",
+                    imported.session_id
+                )));
+                false
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        match read {
+            Ok(summary) => {
+                if summary.left_out > 0 {
+                    eprintln!(
+                        "pith: left out {} OpenCode messages or parts over {} MiB (or past {} MiB \
+                         in one session): the history keeps at most 16 KiB of a message",
+                        summary.left_out,
+                        pith_history::opencode::MAX_PART_BYTES >> 20,
+                        pith_history::opencode::MAX_SESSION_BYTES >> 20
+                    );
+                }
+                Ok(summary.sessions)
+            }
+            Err(e) => {
+                eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
+                self.counts.failed += 1;
+                Ok(0)
+            }
+        }
+    }
 }
 
 /// Send everything this machine's history has not shipped to the team's.

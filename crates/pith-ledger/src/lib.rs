@@ -27,6 +27,7 @@
 
 mod history;
 mod record;
+pub mod report;
 mod row;
 mod spool;
 

@@ -5,7 +5,7 @@
 use pith_transform::words::StageWords;
 
 /// Every stage's words: the transforms', then the proxy's own.
-pub fn stages() -> impl Iterator<Item = &'static StageWords> {
+pub fn stages() -> impl Iterator<Item = &'static StageWords> + Clone {
     pith_transform::words::STAGES.iter().chain([
         &crate::search_trip::HIDE_WORDS,
         &crate::search_trip::FETCH_WORDS,
@@ -17,4 +17,9 @@ pub fn any_stage() -> impl Iterator<Item = &'static (&'static str, &'static str)
     pith_transform::words::ANY_STAGE
         .iter()
         .chain(crate::websocket::REASON_WORDS)
+}
+
+/// The report's words for every stage and reason above, with the rates' and the outcomes'.
+pub fn report_words() -> pith_ledger::report::Words {
+    pith_ledger::report::Words::new(stages(), any_stage())
 }

@@ -22,7 +22,7 @@ pub struct Config {
     pub hook: HookConfig,
     pub history: HistoryConfig,
     /// Prices in USD per million tokens, by model id. Merged over the built-in table.
-    pub prices: BTreeMap<String, PriceConfig>,
+    pub prices: BTreeMap<String, pith_ledger::report::prices::PriceConfig>,
     /// Where this config came from (not a TOML key).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -284,21 +284,6 @@ pub struct HistoryConfig {
     /// ledger shows: `agent_types = { codex = "admin" }`. A request's `pith-agent-type` header
     /// overrides it.
     pub agent_types: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct PriceConfig {
-    /// USD per million uncached input tokens.
-    pub input: f64,
-    /// USD per million output tokens.
-    pub output: f64,
-    /// USD per million five-minute cache-write tokens (default 1.25x input).
-    pub cache_write: Option<f64>,
-    /// USD per million one-hour cache-write tokens (default 2x input).
-    pub cache_write_1h: Option<f64>,
-    /// USD per million cache-read tokens (default 0.1x input).
-    pub cache_read: Option<f64>,
 }
 
 impl Config {

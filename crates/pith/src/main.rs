@@ -24,7 +24,6 @@ mod duration;
 mod env;
 mod history_settings;
 mod logging;
-mod prices;
 mod switch;
 mod team;
 mod workspace;

@@ -13,6 +13,16 @@ use pith_store::postgres::ledger::{Instance, TeamLedger};
 use pith_store::postgres::ship;
 use serde::Serialize;
 
+/// The ledger's report with, in team mode, the team database's state: what `pith stats --json`
+/// prints and `/pith/api/stats` serves (the report's fields, then `team`).
+#[derive(Debug, Serialize)]
+pub(crate) struct TeamReport {
+    #[serde(flatten)]
+    pub report: pith_ledger::report::Report,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<TeamInfo>,
+}
+
 /// The team part of a report.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct TeamInfo {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use pith_store::ledger::{Filter, Ledger};
 
 use crate::config::{Config, pith_home};
-use crate::prices::Prices;
+use pith_ledger::report::prices::Prices;
 use pith_wire::usage::Usage;
 
 /// Print one status line for the Claude Code session on stdin.
@@ -73,7 +73,8 @@ fn line(args: &Args, config: &Config, input: &[u8]) -> Option<String> {
     let (mut saved_tokens, mut saved_usd) = (0i64, None::<f64>);
     for s in ledger.savings(&filter).ok()? {
         saved_tokens += s.tokens;
-        if let Some(usd) = super::stats::saving_usd(&prices, s.model.as_deref(), &s.band, s.tokens)
+        if let Some(usd) =
+            pith_ledger::report::saving_usd(&prices, s.model.as_deref(), &s.band, s.tokens)
         {
             *saved_usd.get_or_insert(0.0) += usd;
         }

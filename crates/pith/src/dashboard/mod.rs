@@ -28,9 +28,9 @@ use pith_store::ledger::{Filter, Readers};
 use pith_store::postgres::StoreUrl;
 use serde_json::json;
 
-use crate::commands::stats;
-use crate::prices::Prices;
-use crate::team::TeamInfo;
+use crate::team::{TeamInfo, TeamReport};
+use pith_ledger::report;
+use pith_ledger::report::prices::Prices;
 
 mod session;
 mod timeline;
@@ -491,28 +491,26 @@ impl Dashboard {
             Err(e) => return error(StatusCode::BAD_REQUEST, e),
         };
         let report = self.readers.with(ledger, |l| {
-            Ok(stats::report_over(
+            report::report_over(
                 l,
                 ledger,
                 &filter,
                 &self.prices,
                 &self.own_account,
-            ))
+                pith_proxy::words::report_words(),
+            )
         });
-        match report
-            .map_err(|e| anyhow::Error::new(e).context("cannot read the ledger"))
-            .and_then(|r| r)
-            .map(|mut r| {
-                r.team = team;
-                r
-            }) {
+        match report {
             Ok(report) if as_metrics => OwnPage {
                 status: StatusCode::OK,
                 content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body: Bytes::from(stats::metrics(&report)).into(),
+                body: Bytes::from(report::metrics::metrics(&report)).into(),
             },
-            Ok(report) => json_page(StatusCode::OK, &report),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+            Ok(report) => json_page(StatusCode::OK, &TeamReport { report, team }),
+            Err(e) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot read the ledger: {e}"),
+            ),
         }
     }
 

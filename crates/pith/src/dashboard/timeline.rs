@@ -6,7 +6,7 @@ use pith_store::StoreError;
 use pith_store::ledger::{Filter, Ledger};
 use serde::Serialize;
 
-use crate::prices::Prices;
+use pith_ledger::report::prices::Prices;
 use pith_wire::usage::Usage;
 
 /// Bucket widths a chart picks from, narrowest first: about 60 bars or fewer over the span.

@@ -26,7 +26,7 @@ pub use plan::listen_addr;
 
 use crate::config::{Config, pith_home};
 use crate::dashboard::{Dashboard, Upstreams};
-use crate::prices::Prices;
+use pith_ledger::report::prices::Prices;
 use plan::Plan;
 
 #[derive(Debug, clap::Args)]

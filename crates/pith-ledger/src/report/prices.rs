@@ -5,18 +5,36 @@
 use std::collections::BTreeMap;
 
 use pith_wire::usage::{Band, Usage};
+use serde::Deserialize;
 
-use crate::config::PriceConfig;
+/// A model's price as `[prices."<model>"]` in pith's config sets it, USD per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// USD per million uncached input tokens.
+    pub input: f64,
+    /// USD per million output tokens.
+    pub output: f64,
+    /// USD per million five-minute cache-write tokens (default 1.25x input).
+    pub cache_write: Option<f64>,
+    /// USD per million one-hour cache-write tokens (default 2x input).
+    pub cache_write_1h: Option<f64>,
+    /// USD per million cache-read tokens (default 0.1x input).
+    pub cache_read: Option<f64>,
+}
 
 /// USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Price {
+    /// Uncached input.
     pub input: f64,
+    /// Output.
     pub output: f64,
     /// Five-minute cache writes.
     pub cache_write: f64,
     /// One-hour cache writes.
     pub cache_write_1h: f64,
+    /// Cache reads.
     pub cache_read: f64,
 }
 
@@ -99,6 +117,7 @@ pub struct Prices {
 }
 
 impl Prices {
+    /// The built-in list prices, `overrides` (the config's `[prices]`) replacing and adding.
     pub fn new(overrides: &BTreeMap<String, PriceConfig>) -> Prices {
         let mut table: BTreeMap<String, Price> = BUILT_IN
             .iter()

@@ -15,18 +15,76 @@ fn saving_sum<K: rusqlite::types::FromSql>(
     })
 }
 
+/// A [`TimeBucket`] from a query naming its columns `start_ms`, `model`, `requests`, `input`,
+/// `output`, `cache_write`, `cache_write_1h`, `cache_read`.
 fn time_bucket(r: &rusqlite::Row<'_>) -> rusqlite::Result<TimeBucket> {
     Ok(TimeBucket {
-        start_ms: r.get(0)?,
-        model: r.get(1)?,
-        requests: to_u64(r.get(2)?),
-        usage: Usage {
-            input: to_u64(r.get(3)?),
-            output: to_u64(r.get(4)?),
-            cache_write: to_u64(r.get(5)?),
-            cache_write_1h: to_u64(r.get(6)?),
-            cache_read: to_u64(r.get(7)?),
-        },
+        start_ms: r.get("start_ms")?,
+        model: r.get("model")?,
+        requests: to_u64(r.get("requests")?),
+        usage: usage_sums(r)?,
+    })
+}
+
+/// A request's [`Row`], its columns read by name (its transform entries and savings are in
+/// tables of their own, read apart); the prompt's fingerprints as `sent` and `as_client`.
+fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    let n = |name: &str| -> rusqlite::Result<u64> { Ok(to_u64(r.get(name)?)) };
+    let count = |name: &str| -> rusqlite::Result<u64> {
+        Ok(to_u64(r.get::<_, Option<i64>>(name)?.unwrap_or(0)))
+    };
+    let usage = match r.get::<_, Option<i64>>("input_tokens")? {
+        Some(input) => Some(Usage {
+            input: to_u64(input),
+            output: count("output_tokens")?,
+            cache_write: count("cache_write_tokens")?,
+            cache_write_1h: count("cache_write_1h_tokens")?,
+            cache_read: count("cache_read_tokens")?,
+        }),
+        None => None,
+    };
+    Ok(Row {
+        ts_ms: r.get("ts_ms")?,
+        client: r.get("client")?,
+        session: r.get("session")?,
+        wire: r.get("wire")?,
+        provider: r.get("provider")?,
+        model: r.get("model")?,
+        method: r.get("method")?,
+        path: r.get("path")?,
+        status: r.get("status")?,
+        outcome: RequestOutcome::parse(&r.get::<_, String>("outcome")?),
+        error: r.get("error")?,
+        bytes_client: n("bytes_client")?,
+        bytes_upstream: n("bytes_upstream")?,
+        bytes_response: n("bytes_response")?,
+        tools_bytes: n("tools_bytes")?,
+        system_bytes: n("system_bytes")?,
+        messages_bytes: n("messages_bytes")?,
+        other_bytes: n("other_bytes")?,
+        usage,
+        ttfb_ms: r.get("ttfb_ms")?,
+        total_ms: r.get("total_ms")?,
+        transforms: Vec::new(),
+        fingerprint: r.get("sent")?,
+        client_fingerprint: r.get("as_client")?,
+        savings: Vec::new(),
+        account: r.get("account")?,
+        arrival_us: r.get("arrival_us")?,
+        instance: r.get("instance")?,
+        derivations_pending: false,
+    })
+}
+
+/// Summed token columns named as the totals tables name them (`input`, `output`,
+/// `cache_write`, `cache_write_1h`, `cache_read`).
+fn usage_sums(r: &rusqlite::Row<'_>) -> rusqlite::Result<Usage> {
+    Ok(Usage {
+        input: to_u64(r.get("input")?),
+        output: to_u64(r.get("output")?),
+        cache_write: to_u64(r.get("cache_write")?),
+        cache_write_1h: to_u64(r.get("cache_write_1h")?),
+        cache_read: to_u64(r.get("cache_read")?),
     })
 }
 
@@ -45,70 +103,68 @@ macro_rules! recent_own_columns {
 pub(super) const RECENT_COLUMNS: &str = concat!(
     recent_own_columns!(),
     ", (SELECT group_concat(t.stage, ',') FROM transform_results t
-       WHERE t.request_id = r.id AND t.result = 'applied')"
+       WHERE t.request_id = r.id AND t.result = 'applied') AS transforms"
 );
 
 /// [`RECENT_COLUMNS`] with `NULL` for the stages, for a caller that reads them otherwise.
-pub(super) const RECENT_WITHOUT_STAGES: &str = concat!(recent_own_columns!(), ", NULL");
+pub(super) const RECENT_WITHOUT_STAGES: &str =
+    concat!(recent_own_columns!(), ", NULL AS transforms");
 
 /// A request as a live view shows it, from [`RECENT_COLUMNS`].
 pub(super) fn recent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Recent> {
-    let n = |i: usize| -> rusqlite::Result<u64> {
-        Ok(to_u64(r.get::<_, Option<i64>>(i)?.unwrap_or(0)))
+    let n = |name: &str| -> rusqlite::Result<u64> {
+        Ok(to_u64(r.get::<_, Option<i64>>(name)?.unwrap_or(0)))
     };
-    let transforms: Option<String> = r.get(20)?;
+    let transforms: Option<String> = r.get("transforms")?;
     Ok(Recent {
-        id: r.get(0)?,
-        ts_ms: r.get(1)?,
-        client: r.get(2)?,
-        session: r.get(3)?,
-        wire: r.get(4)?,
-        model: r.get(5)?,
-        path: r.get(6)?,
-        status: r.get(7)?,
-        outcome: r.get(8)?,
+        id: r.get("id")?,
+        ts_ms: r.get("ts_ms")?,
+        client: r.get("client")?,
+        session: r.get("session")?,
+        wire: r.get("wire")?,
+        model: r.get("model")?,
+        path: r.get("path")?,
+        status: r.get("status")?,
+        outcome: r.get("outcome")?,
         usage: Usage {
-            input: n(9)?,
-            output: n(10)?,
-            cache_write: n(11)?,
-            cache_write_1h: n(19)?,
-            cache_read: n(12)?,
+            input: n("input_tokens")?,
+            output: n("output_tokens")?,
+            cache_write: n("cache_write_tokens")?,
+            cache_write_1h: n("cache_write_1h_tokens")?,
+            cache_read: n("cache_read_tokens")?,
         },
-        ttfb_ms: r.get(13)?,
-        total_ms: r.get(14)?,
-        tools_bytes: n(15)?,
-        system_bytes: n(16)?,
-        messages_bytes: n(17)?,
-        other_bytes: n(18)?,
+        ttfb_ms: r.get("ttfb_ms")?,
+        total_ms: r.get("total_ms")?,
+        tools_bytes: n("tools_bytes")?,
+        system_bytes: n("system_bytes")?,
+        messages_bytes: n("messages_bytes")?,
+        other_bytes: n("other_bytes")?,
         transforms: transforms
             .map(|t| t.split(',').map(str::to_owned).collect())
             .unwrap_or_default(),
     })
 }
 
+/// A [`Group`] from a query with the totals tables' columns (`group_totals`,
+/// `account_totals`), the session's or account's named `first`.
 fn group_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Group> {
+    let n = |name: &str| -> rusqlite::Result<u64> { Ok(to_u64(r.get(name)?)) };
     Ok(Group {
-        session: r.get(0)?,
-        client: r.get(1)?,
-        model: r.get(2)?,
-        requests: to_u64(r.get(3)?),
-        with_usage: to_u64(r.get(4)?),
-        usage: Usage {
-            input: to_u64(r.get(5)?),
-            output: to_u64(r.get(6)?),
-            cache_write: to_u64(r.get(7)?),
-            cache_write_1h: to_u64(r.get(15)?),
-            cache_read: to_u64(r.get(8)?),
-        },
-        errors: to_u64(r.get(9)?),
-        local: to_u64(r.get(10)?),
-        transformed: to_u64(r.get(11)?),
-        transform_failures: to_u64(r.get(12)?),
-        first_ms: r.get(13)?,
-        last_ms: r.get(14)?,
-        bust_pairs: to_u64(r.get(16)?),
-        busts_pith: to_u64(r.get(17)?),
-        busts_client: to_u64(r.get(18)?),
+        session: r.get("first")?,
+        client: r.get("client")?,
+        model: r.get("model")?,
+        requests: n("requests")?,
+        with_usage: n("with_usage")?,
+        usage: usage_sums(r)?,
+        errors: n("errors")?,
+        local: n("local")?,
+        transformed: n("transformed")?,
+        transform_failures: n("failures")?,
+        first_ms: r.get("first_ms")?,
+        last_ms: r.get("last_ms")?,
+        bust_pairs: n("bust_pairs")?,
+        busts_pith: n("busts_pith")?,
+        busts_client: n("busts_client")?,
     })
 }
 
@@ -209,10 +265,7 @@ impl Ledger {
         only: Option<&str>,
     ) -> Result<Vec<Group>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {by}, client, model, requests, with_usage, input, output, cache_write,
-                    cache_read, errors, local, transformed, failures, first_ms, last_ms,
-                    cache_write_1h, bust_pairs, busts_pith, busts_client
-             FROM {table} WHERE (?1 IS NULL OR {by} = ?1)
+            "SELECT {by} AS first, * FROM {table} WHERE (?1 IS NULL OR {by} = ?1)
              ORDER BY first_ms, {by}, model",
         ))?;
         let rows = stmt.query_map(params![only], group_of)?;
@@ -268,18 +321,24 @@ impl Ledger {
         filter: &Filter,
     ) -> Result<Vec<Group>, StoreError> {
         let sql = format!(
-            "SELECT {first}, {client}, model, count(*),
-                    count(input_tokens),
-                    coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
-                    coalesce(sum(cache_write_tokens), 0), coalesce(sum(cache_read_tokens), 0),
-                    sum(outcome NOT IN ('ok', 'local')), sum(outcome = 'local'),
+            "SELECT {first} AS first, {client} AS client, model, count(*) AS requests,
+                    count(input_tokens) AS with_usage,
+                    coalesce(sum(input_tokens), 0) AS input,
+                    coalesce(sum(output_tokens), 0) AS output,
+                    coalesce(sum(cache_write_tokens), 0) AS cache_write,
+                    coalesce(sum(cache_read_tokens), 0) AS cache_read,
+                    sum(outcome NOT IN ('ok', 'local')) AS errors,
+                    sum(outcome = 'local') AS local,
                     sum(EXISTS (SELECT 1 FROM transform_results t
-                                WHERE t.request_id = requests.id AND t.result = 'applied')),
+                                WHERE t.request_id = requests.id AND t.result = 'applied'))
+                        AS transformed,
                     sum((SELECT count(*) FROM transform_results t
-                         WHERE t.request_id = requests.id AND t.result = 'failed')),
-                    min(ts_ms), max(ts_ms), coalesce(sum(cache_write_1h_tokens), 0),
-                    sum(bust_checked), coalesce(sum(bust_cause = 'pith'), 0),
-                    coalesce(sum(bust_cause = 'client'), 0)
+                         WHERE t.request_id = requests.id AND t.result = 'failed')) AS failures,
+                    min(ts_ms) AS first_ms, max(ts_ms) AS last_ms,
+                    coalesce(sum(cache_write_1h_tokens), 0) AS cache_write_1h,
+                    sum(bust_checked) AS bust_pairs,
+                    coalesce(sum(bust_cause = 'pith'), 0) AS busts_pith,
+                    coalesce(sum(bust_cause = 'client'), 0) AS busts_client
              FROM requests
              WHERE {condition}
              GROUP BY {group}
@@ -437,8 +496,9 @@ impl Ledger {
             }
         }
         let mut stmt = self.conn.prepare_cached(
-            "SELECT (hour_ms / ?2) * ?2, model, sum(requests), sum(input), sum(output),
-                    sum(cache_write), sum(cache_write_1h), sum(cache_read)
+            "SELECT (hour_ms / ?2) * ?2 AS start_ms, model, sum(requests) AS requests,
+                    sum(input) AS input, sum(output) AS output, sum(cache_write) AS cache_write,
+                    sum(cache_write_1h) AS cache_write_1h, sum(cache_read) AS cache_read
              FROM hour_totals WHERE ?1 IS NULL OR hour_ms >= ?1
              GROUP BY 1, k",
         )?;
@@ -457,9 +517,12 @@ impl Ledger {
         until: Option<i64>,
     ) -> Result<Vec<TimeBucket>, StoreError> {
         let sql = format!(
-            "SELECT (ts_ms / ?3) * ?3, model, count(*), coalesce(sum(input_tokens), 0),
-                    coalesce(sum(output_tokens), 0), coalesce(sum(cache_write_tokens), 0),
-                    coalesce(sum(cache_write_1h_tokens), 0), coalesce(sum(cache_read_tokens), 0)
+            "SELECT (ts_ms / ?3) * ?3 AS start_ms, model, count(*) AS requests,
+                    coalesce(sum(input_tokens), 0) AS input,
+                    coalesce(sum(output_tokens), 0) AS output,
+                    coalesce(sum(cache_write_tokens), 0) AS cache_write,
+                    coalesce(sum(cache_write_1h_tokens), 0) AS cache_write_1h,
+                    coalesce(sum(cache_read_tokens), 0) AS cache_read
              FROM requests WHERE {FILTERED} AND (?4 IS NULL OR ts_ms < ?4)
              GROUP BY 1, 2 ORDER BY 1, 2"
         );
@@ -608,64 +671,17 @@ impl Ledger {
         let mut transforms = self.transforms_by_request(after_id, last)?;
         let mut savings = self.savings_by_request(after_id, last)?;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT ts_ms, client, requests.session, wire, provider, requests.model, method, path,
-                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
-                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    requests.id,
-                    prompts.sent, prompts.as_client, cache_write_1h_tokens, account,
-                    requests.arrival_us, instance
+            "SELECT requests.*, prompts.sent, prompts.as_client
              FROM requests LEFT JOIN prompts ON prompts.request_id = requests.id
              WHERE requests.id > ?1 AND requests.id <= ?2
              ORDER BY requests.id",
         )?;
         let rows = stmt.query_map(params![after_id, last], |r| {
-            let input: Option<i64> = r.get(18)?;
-            let usage = match input {
-                Some(input) => Some(Usage {
-                    input: to_u64(input),
-                    output: to_u64(r.get::<_, Option<i64>>(19)?.unwrap_or(0)),
-                    cache_write: to_u64(r.get::<_, Option<i64>>(20)?.unwrap_or(0)),
-                    cache_write_1h: to_u64(r.get::<_, Option<i64>>(27)?.unwrap_or(0)),
-                    cache_read: to_u64(r.get::<_, Option<i64>>(21)?.unwrap_or(0)),
-                }),
-                None => None,
-            };
-            let id: i64 = r.get(24)?;
-            Ok((
-                id,
-                Row {
-                    ts_ms: r.get(0)?,
-                    client: r.get(1)?,
-                    session: r.get(2)?,
-                    wire: r.get(3)?,
-                    provider: r.get(4)?,
-                    model: r.get(5)?,
-                    method: r.get(6)?,
-                    path: r.get(7)?,
-                    status: r.get(8)?,
-                    outcome: RequestOutcome::parse(&r.get::<_, String>(9)?),
-                    error: r.get(10)?,
-                    bytes_client: to_u64(r.get(11)?),
-                    bytes_upstream: to_u64(r.get(12)?),
-                    bytes_response: to_u64(r.get(13)?),
-                    tools_bytes: to_u64(r.get(14)?),
-                    system_bytes: to_u64(r.get(15)?),
-                    messages_bytes: to_u64(r.get(16)?),
-                    other_bytes: to_u64(r.get(17)?),
-                    usage,
-                    ttfb_ms: r.get(22)?,
-                    total_ms: r.get(23)?,
-                    transforms: transforms.remove(&id).unwrap_or_default(),
-                    fingerprint: r.get(25)?,
-                    client_fingerprint: r.get(26)?,
-                    savings: savings.remove(&id).unwrap_or_default(),
-                    account: r.get(28)?,
-                    arrival_us: r.get(29)?,
-                    instance: r.get(30)?,
-                    derivations_pending: false,
-                },
-            ))
+            let id: i64 = r.get("id")?;
+            let mut row = row_of(r)?;
+            row.transforms = transforms.remove(&id).unwrap_or_default();
+            row.savings = savings.remove(&id).unwrap_or_default();
+            Ok((id, row))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

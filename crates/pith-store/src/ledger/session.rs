@@ -286,28 +286,27 @@ impl Ledger {
 
 /// A request from [`RECENT_WITHOUT_STAGES`] and [`SESSION_COLUMNS`], its stages and savings to come.
 fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRequest> {
-    const AT: usize = 21;
-    let n = |i: usize| -> rusqlite::Result<u64> {
-        Ok(to_u64(r.get::<_, Option<i64>>(AT + i)?.unwrap_or(0)))
+    let n = |name: &str| -> rusqlite::Result<u64> {
+        Ok(to_u64(r.get::<_, Option<i64>>(name)?.unwrap_or(0)))
     };
-    let cause: Option<String> = r.get(AT + 11)?;
+    let cause: Option<String> = r.get("bust_cause")?;
     Ok(SessionRequest {
         request: recent_row(r)?,
-        arrival_us: r.get(AT)?,
-        method: r.get(AT + 1)?,
-        error: r.get(AT + 2)?,
-        bytes_client: n(3)?,
-        bytes_upstream: n(4)?,
-        bytes_response: n(5)?,
-        account: r.get(AT + 6)?,
-        instance: r.get(AT + 7)?,
+        arrival_us: r.get("arrival_us")?,
+        method: r.get("method")?,
+        error: r.get("error")?,
+        bytes_client: n("bytes_client")?,
+        bytes_upstream: n("bytes_upstream")?,
+        bytes_response: n("bytes_response")?,
+        account: r.get("account")?,
+        instance: r.get("instance")?,
         stages: Vec::new(),
         savings: Vec::new(),
-        compared: r.get::<_, i64>(AT + 8)? != 0,
+        compared: r.get::<_, i64>("bust_checked")? != 0,
         bust: match cause {
             Some(cause) => Some(SessionBust {
-                segment: n(9)?,
-                cached_through: n(10)?,
+                segment: n("bust_at")?,
+                cached_through: n("bust_cached_through")?,
                 cause,
                 segment_words: None,
                 stage: None,

@@ -178,14 +178,10 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         let id = insert_request(tx, r, &pairing)?;
         let key = totals_key('s', r.session.as_deref(), r.model.as_deref());
         let account_key = totals_key('a', r.account.as_deref(), r.model.as_deref());
-        add_to_group_totals(tx, "group_totals", (&key, &r.session), r, &pairing)?;
-        add_to_group_totals(
-            tx,
-            "account_totals",
-            (&account_key, &r.account),
-            r,
-            &pairing,
-        )?;
+        let by_session = (&key[..], &r.session);
+        add_to_group_totals(tx, ("group_totals", "session"), by_session, r, &pairing)?;
+        let by_account = (&account_key[..], &r.account);
+        add_to_group_totals(tx, ("account_totals", "account"), by_account, r, &pairing)?;
         add_to_instance_totals(tx, r)?;
         add_to_hour_totals(tx, r)?;
         add_to_latency_totals(tx, r)?;
@@ -310,17 +306,20 @@ fn is_error(r: &Row) -> bool {
 }
 
 /// The totals per (session, model) in `group_totals`, or per (account, model) in
-/// `account_totals` (the same columns, the account in the session's place): `(key, first)`.
+/// `account_totals` (the same columns, the account in the session's place): `(table, first
+/// column)`, `(key, first)`.
 fn add_to_group_totals(
     tx: &Connection,
-    table: &str,
+    (table, first_column): (&str, &str),
     (key, first): (&str, &Option<String>),
     r: &Row,
     pairing: &Pairing,
 ) -> Result<(), StoreError> {
     let mut totals = tx.prepare_cached(&format!(
-        "INSERT INTO {table} VALUES
-                (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
+        "INSERT INTO {table} (k, {first_column}, model, client, requests, with_usage, input,
+                output, cache_write, cache_read, errors, local, transformed, failures, first_ms,
+                last_ms, bust_pairs, busts_pith, busts_client, cache_write_1h)
+             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
                  ?17, ?18)
              ON CONFLICT (k) DO UPDATE SET
                 client = min(client, excluded.client),

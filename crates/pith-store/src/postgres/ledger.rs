@@ -91,6 +91,39 @@ ALTER TABLE requests ADD COLUMN served_by TEXT;
 ",
 ];
 
+/// A batch of rows into `requests`, one array per column (`Columns`), each row once: a row
+/// pushed again is skipped.
+const PUSH_ROWS: &str = "INSERT INTO requests (instance, local_id, ts_ms, client, session, wire,
+        provider, model, method, path, status, outcome, error, bytes_client,
+        bytes_upstream, bytes_response, tools_bytes, system_bytes,
+        messages_bytes, other_bytes, input_tokens, output_tokens,
+        cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
+        fingerprint, client_fingerprint, cache_write_1h_tokens, savings, account,
+        served_by)
+     SELECT $1, l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
+        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb, ac, sy
+     FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[],
+        $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+        $11::integer[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
+        $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
+        $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[],
+        $24::bigint[], $25::float8[], $26::float8[], $27::text[], $28::bytea[],
+        $29::bytea[], $30::bigint[], $31::text[], $32::text[], $33::text[])
+        AS u (l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
+              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv, ac, sy)
+     ORDER BY l
+     ON CONFLICT (instance, local_id) DO NOTHING";
+
+/// What a proxy says about itself with a push.
+const UPSERT_INSTANCE: &str = "INSERT INTO instances (instance, host, last_push_ms,
+        shipped_id, backlog, dropped_rows, account)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)
+     ON CONFLICT (instance) DO UPDATE SET host = excluded.host,
+        account = excluded.account,
+        last_push_ms = excluded.last_push_ms,
+        shipped_id = greatest(instances.shipped_id, excluded.shipped_id),
+        backlog = excluded.backlog, dropped_rows = excluded.dropped_rows";
+
 /// Rows pulled into a replica per transaction.
 const PULL_BATCH: usize = 5_000;
 /// The replica's counter of how far it has read the team ledger (a `seq`).
@@ -285,26 +318,7 @@ impl TeamLedger {
                 .await?;
             let inserted = tx
                 .execute(
-                    "INSERT INTO requests (instance, local_id, ts_ms, client, session, wire,
-                        provider, model, method, path, status, outcome, error, bytes_client,
-                        bytes_upstream, bytes_response, tools_bytes, system_bytes,
-                        messages_bytes, other_bytes, input_tokens, output_tokens,
-                        cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
-                        fingerprint, client_fingerprint, cache_write_1h_tokens, savings, account,
-                        served_by)
-                     SELECT $1, l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb, ac, sy
-                     FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[],
-                        $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
-                        $11::integer[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
-                        $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
-                        $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[],
-                        $24::bigint[], $25::float8[], $26::float8[], $27::text[], $28::bytea[],
-                        $29::bytea[], $30::bigint[], $31::text[], $32::text[], $33::text[])
-                        AS u (l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-                              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv, ac, sy)
-                     ORDER BY l
-                     ON CONFLICT (instance, local_id) DO NOTHING",
+                    PUSH_ROWS,
                     &[
                         &instance,
                         &cols.local_id,
@@ -343,14 +357,7 @@ impl TeamLedger {
                 )
                 .await?;
             tx.execute(
-                "INSERT INTO instances (instance, host, last_push_ms, shipped_id, backlog,
-                    dropped_rows, account)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (instance) DO UPDATE SET host = excluded.host,
-                    account = excluded.account,
-                    last_push_ms = excluded.last_push_ms,
-                    shipped_id = greatest(instances.shipped_id, excluded.shipped_id),
-                    backlog = excluded.backlog, dropped_rows = excluded.dropped_rows",
+                UPSERT_INSTANCE,
                 &[
                     &instance,
                     &state.host,
@@ -377,8 +384,8 @@ impl TeamLedger {
                         status, outcome, error, bytes_client, bytes_upstream, bytes_response,
                         tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
                         output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                        transforms::text, fingerprint, client_fingerprint, cache_write_1h_tokens,
-                        savings::text, account, served_by
+                        transforms::text AS transforms_text, fingerprint, client_fingerprint,
+                        cache_write_1h_tokens, savings::text AS savings_text, account, served_by
                      FROM requests WHERE seq > $1 ORDER BY seq LIMIT $2",
                     &[&after_seq, &limit],
                 )
@@ -443,60 +450,61 @@ impl TeamLedger {
     }
 }
 
+/// A pulled row and its `seq`, its columns read by name.
 fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
-    let n = |i: usize| -> Result<u64, PgError> { Ok(to_u64(r.try_get::<_, i64>(i)?)) };
-    let opt = |i: usize| -> Result<Option<u64>, PgError> {
-        Ok(r.try_get::<_, Option<i64>>(i)?.map(to_u64))
+    let n = |name: &str| -> Result<u64, PgError> { Ok(to_u64(r.try_get::<_, i64>(name)?)) };
+    let opt = |name: &str| -> Result<Option<u64>, PgError> {
+        Ok(r.try_get::<_, Option<i64>>(name)?.map(to_u64))
     };
-    let status: Option<i32> = r.try_get(9)?;
+    let status: Option<i32> = r.try_get("status")?;
     let status = status
         .map(|s| u16::try_from(s).map_err(|_| PgError::Corrupt(format!("status {s}"))))
         .transpose()?;
-    let usage = match opt(19)? {
+    let usage = match opt("input_tokens")? {
         Some(input) => Some(Usage {
             input,
-            output: opt(20)?.unwrap_or(0),
-            cache_write: opt(21)?.unwrap_or(0),
-            cache_write_1h: opt(28)?.unwrap_or(0),
-            cache_read: opt(22)?.unwrap_or(0),
+            output: opt("output_tokens")?.unwrap_or(0),
+            cache_write: opt("cache_write_tokens")?.unwrap_or(0),
+            cache_write_1h: opt("cache_write_1h_tokens")?.unwrap_or(0),
+            cache_read: opt("cache_read_tokens")?.unwrap_or(0),
         }),
         None => None,
     };
-    let outcome: String = r.try_get(10)?;
-    let transforms: String = r.try_get(25)?;
-    let savings: String = r.try_get(29)?;
+    let outcome: String = r.try_get("outcome")?;
+    let transforms: String = r.try_get("transforms_text")?;
+    let savings: String = r.try_get("savings_text")?;
     Ok((
-        r.try_get(0)?,
+        r.try_get("seq")?,
         Row {
-            ts_ms: r.try_get(1)?,
-            client: r.try_get(2)?,
-            session: r.try_get(3)?,
-            wire: r.try_get(4)?,
-            provider: r.try_get(5)?,
-            model: r.try_get(6)?,
-            method: r.try_get(7)?,
-            path: r.try_get(8)?,
+            ts_ms: r.try_get("ts_ms")?,
+            client: r.try_get("client")?,
+            session: r.try_get("session")?,
+            wire: r.try_get("wire")?,
+            provider: r.try_get("provider")?,
+            model: r.try_get("model")?,
+            method: r.try_get("method")?,
+            path: r.try_get("path")?,
             status,
             outcome: RequestOutcome::parse(&outcome),
-            error: r.try_get(11)?,
-            bytes_client: n(12)?,
-            bytes_upstream: n(13)?,
-            bytes_response: n(14)?,
-            tools_bytes: n(15)?,
-            system_bytes: n(16)?,
-            messages_bytes: n(17)?,
-            other_bytes: n(18)?,
+            error: r.try_get("error")?,
+            bytes_client: n("bytes_client")?,
+            bytes_upstream: n("bytes_upstream")?,
+            bytes_response: n("bytes_response")?,
+            tools_bytes: n("tools_bytes")?,
+            system_bytes: n("system_bytes")?,
+            messages_bytes: n("messages_bytes")?,
+            other_bytes: n("other_bytes")?,
             usage,
-            ttfb_ms: r.try_get(23)?,
-            total_ms: r.try_get(24)?,
+            ttfb_ms: r.try_get("ttfb_ms")?,
+            total_ms: r.try_get("total_ms")?,
             transforms: transforms_from_json(&transforms)?,
-            fingerprint: r.try_get(26)?,
-            client_fingerprint: r.try_get(27)?,
+            fingerprint: r.try_get("fingerprint")?,
+            client_fingerprint: r.try_get("client_fingerprint")?,
             savings: savings_from_json(&savings)?,
-            account: Some(r.try_get(30)?),
+            account: Some(r.try_get("account")?),
             // Not shipped: a replica pairs the team's rows in `ts_ms` order.
             arrival_us: None,
-            instance: r.try_get(31)?,
+            instance: r.try_get("served_by")?,
             derivations_pending: false,
         },
     ))

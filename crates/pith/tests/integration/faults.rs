@@ -298,15 +298,21 @@ fn a_slow_client_gets_every_byte() {
 
 #[test]
 fn a_client_gone_before_the_response_headers_leaves_a_row() {
-    let upstream = raw_upstream(|mut conn| {
+    let (reached, reached_upstream) = std::sync::mpsc::channel();
+    let upstream = raw_upstream(move |mut conn| {
         read_request(&mut conn);
+        let _ = reached.send(());
+        // Silent past the client's going away.
         std::thread::sleep(Duration::from_secs(3));
         let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}");
     });
     let pith = PithProxy::start(&upstream, &[]);
     let body = r#"{"model":"m","messages":[]}"#;
     let conn = raw_post(&pith, body);
-    std::thread::sleep(Duration::from_millis(500));
+    // The client goes once its request is with the provider, before any answer.
+    reached_upstream
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the request never reached the upstream");
     drop(conn);
     let rows = pith.wait_rows(1);
     assert_eq!(rows[0].outcome, RequestOutcome::ClientClosed);

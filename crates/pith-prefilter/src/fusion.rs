@@ -159,77 +159,25 @@ pub fn rank_files<'a>(
     more: &[Vec<&str>],
     fusion: &Fusion,
 ) -> Vec<(&'a str, Vec<usize>)> {
-    let terms = terms(query);
-    let mut files: Vec<File<'a>> = Vec::new();
-    let mut at: HashMap<&str, usize> = HashMap::new();
-    let mut line_terms = vec![0; candidates.len()];
-    for c in candidates {
-        let i = *at.entry(c.path.as_str()).or_insert_with(|| {
-            files.push(File {
-                path: &c.path,
-                lines: Vec::new(),
-                in_path: terms_in(&terms, &c.path),
-                best_line: 0,
-                all_lines: 0,
-            });
-            files.len() - 1
-        });
-        let n = terms_in(&terms, line_text(c));
-        if let Some(slot) = line_terms.get_mut(c.id) {
-            *slot = n;
-        }
-        let file = &mut files[i];
-        file.lines.push(c.id);
-        file.best_line = file.best_line.max(n);
-        file.all_lines += n;
-    }
-    // Each signal as each file's rank (from 1). Files the signal cannot tell apart share the
-    // mean of the places they fill (fractional ranking): a signal that says nothing of them
-    // favours none, and files it says nothing for sit in the middle, not near the top.
-    let by = |key: &dyn Fn(&File<'_>) -> (usize, usize)| -> Vec<f64> {
-        let mut order: Vec<usize> = (0..files.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(key(&files[i])));
-        let mut rank = vec![0.0; files.len()];
-        let mut start = 0;
-        while start < order.len() {
-            let same = key(&files[order[start]]);
-            let end = (start..order.len())
-                .find(|&j| key(&files[order[j]]) != same)
-                .unwrap_or(order.len());
-            // Places start+1 ..= end, their mean.
-            let mean = (start + 1 + end) as f64 / 2.0;
-            for &i in &order[start..end] {
-                rank[i] = mean;
-            }
-            start = end;
-        }
-        rank
-    };
+    let Read {
+        files,
+        at,
+        line_terms,
+    } = read_files(&terms(query), candidates);
     let mut ranks = vec![
-        (fusion.path, by(&|f| (f.in_path, 0))),
-        (fusion.line, by(&|f| (f.best_line, f.all_lines))),
-        (fusion.density, by(&|f| (f.lines.len(), 0))),
+        (fusion.path, fractional_ranks(&files, |f| (f.in_path, 0))),
+        (
+            fusion.line,
+            fractional_ranks(&files, |f| (f.best_line, f.all_lines)),
+        ),
+        (
+            fusion.density,
+            fractional_ranks(&files, |f| (f.lines.len(), 0)),
+        ),
         (fusion.order, (1..=files.len()).map(|r| r as f64).collect()),
     ];
     for list in more {
-        let mut rank = vec![f64::NAN; files.len()];
-        let mut listed = 0;
-        for path in list {
-            if let Some(&i) = at.get(path)
-                && rank[i].is_nan()
-            {
-                listed += 1;
-                rank[i] = listed as f64;
-            }
-        }
-        // Files the list leaves out share the mean of the places after it.
-        let left = (listed + 1 + files.len()) as f64 / 2.0;
-        for r in &mut rank {
-            if r.is_nan() {
-                *r = left;
-            }
-        }
-        ranks.push((fusion.more, rank));
+        ranks.push((fusion.more, listed_ranks(list, &at, files.len())));
     }
     let mut score = vec![0.0; files.len()];
     for (weight, rank) in &ranks {
@@ -249,6 +197,92 @@ pub fn rank_files<'a>(
             (file.path, lines)
         })
         .collect()
+}
+
+/// The candidates read per file, in the order files first appear.
+struct Read<'a> {
+    files: Vec<File<'a>>,
+    /// Each path's place in `files`.
+    at: HashMap<&'a str, usize>,
+    /// The query's terms in each candidate's line, by candidate id.
+    line_terms: Vec<usize>,
+}
+
+fn read_files<'a>(terms: &[String], candidates: &'a [Candidate]) -> Read<'a> {
+    let mut files: Vec<File<'a>> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut line_terms = vec![0; candidates.len()];
+    for c in candidates {
+        let i = *at.entry(c.path.as_str()).or_insert_with(|| {
+            files.push(File {
+                path: &c.path,
+                lines: Vec::new(),
+                in_path: terms_in(terms, &c.path),
+                best_line: 0,
+                all_lines: 0,
+            });
+            files.len() - 1
+        });
+        let n = terms_in(terms, line_text(c));
+        if let Some(slot) = line_terms.get_mut(c.id) {
+            *slot = n;
+        }
+        let file = &mut files[i];
+        file.lines.push(c.id);
+        file.best_line = file.best_line.max(n);
+        file.all_lines += n;
+    }
+    Read {
+        files,
+        at,
+        line_terms,
+    }
+}
+
+/// A signal as each file's rank (from 1), the signal being `key`, higher first. Files the
+/// signal cannot tell apart share the mean of the places they fill (fractional ranking): a
+/// signal that says nothing of them favours none, and files it says nothing for sit in the
+/// middle, not near the top.
+fn fractional_ranks(files: &[File<'_>], key: impl Fn(&File<'_>) -> (usize, usize)) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(key(&files[i])));
+    let mut rank = vec![0.0; files.len()];
+    let mut start = 0;
+    while start < order.len() {
+        let same = key(&files[order[start]]);
+        let end = (start..order.len())
+            .find(|&j| key(&files[order[j]]) != same)
+            .unwrap_or(order.len());
+        // Places start+1 ..= end, their mean.
+        let mean = (start + 1 + end) as f64 / 2.0;
+        for &i in &order[start..end] {
+            rank[i] = mean;
+        }
+        start = end;
+    }
+    rank
+}
+
+/// Each of `n` files' rank in `list` (an order of paths); files the list leaves out share the
+/// mean of the places after it.
+fn listed_ranks(list: &[&str], at: &HashMap<&str, usize>, n: usize) -> Vec<f64> {
+    let mut rank = vec![f64::NAN; n];
+    let mut listed = 0;
+    for path in list {
+        if let Some(&i) = at.get(path)
+            && rank[i].is_nan()
+        {
+            listed += 1;
+            rank[i] = listed as f64;
+        }
+    }
+    let left = (listed + 1 + n) as f64 / 2.0;
+    for r in &mut rank {
+        if r.is_nan() {
+            *r = left;
+        }
+    }
+    rank
 }
 
 /// At most `want` candidate ids: up to `per_file` lines of each file in `files`' order, then,

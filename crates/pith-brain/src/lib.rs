@@ -276,55 +276,12 @@ impl Brain {
 
     /// Validate, fingerprint the evidence files now, and store under a fresh id.
     pub fn save(&mut self, new: NewMemory) -> Result<Checked, BrainError> {
-        let title = one_line("title", &new.title)?;
-        if title.is_empty() {
-            return Err(BrainError::Invalid("title is empty".into()));
-        }
-        let chars = title.chars().count();
-        if chars > MAX_TITLE_CHARS {
-            return Err(BrainError::Invalid(format!(
-                "title is {chars} characters, over the limit of {MAX_TITLE_CHARS}; shorten it \
-                 and put the detail in the body"
-            )));
-        }
-        let body = new.body.trim();
-        if body.len() > MAX_BODY_BYTES {
-            return Err(BrainError::Invalid(format!(
-                "body is {} bytes, over the limit of {MAX_BODY_BYTES} (16 KiB); keep what was \
-                 learned and cite the files it is about as evidence instead of pasting them",
-                body.len()
-            )));
-        }
-        let headline = match new.headline.as_deref().map(|h| one_line("headline", h)) {
-            Some(Ok(h)) if !h.is_empty() => Some(h),
-            Some(Err(e)) => return Err(e),
-            _ => None,
-        };
-        if let Some(chars) = headline.as_ref().map(|h| h.chars().count())
-            && chars > MAX_HEADLINE_CHARS
-        {
-            return Err(BrainError::Invalid(format!(
-                "headline is {chars} characters, over the limit of {MAX_HEADLINE_CHARS}; give \
-                 the error's first line and put the rest in the body"
-            )));
-        }
-        let tags = normalize_tags(&new.tags);
-        if tags.len() > MAX_TAGS {
-            return Err(BrainError::Invalid(format!(
-                "{} tags, over the limit of {MAX_TAGS}; keep the few words someone would search for",
-                tags.len()
-            )));
-        }
-        if let Some(chars) = tags
-            .iter()
-            .map(|t| t.chars().count())
-            .find(|&n| n > MAX_TAG_CHARS)
-        {
-            return Err(BrainError::Invalid(format!(
-                "a tag is {chars} characters, over the limit of {MAX_TAG_CHARS}; a tag is a word \
-                 or two"
-            )));
-        }
+        let Valid {
+            title,
+            body,
+            headline,
+            tags,
+        } = validate(&new)?;
         let mut evidence: Vec<Evidence> = Vec::with_capacity(new.evidence.len());
         for spec in &new.evidence {
             let e = evidence::record(&self.ws, spec).map_err(|source| BrainError::Evidence {
@@ -340,7 +297,7 @@ impl Brain {
             id: String::new(),
             kind: new.kind,
             title,
-            body: body.to_owned(),
+            body,
             tags,
             headline,
             evidence,
@@ -602,4 +559,71 @@ fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// A new memory's title, body, headline and tags, checked against the limits.
+struct Valid {
+    title: String,
+    body: String,
+    headline: Option<String>,
+    tags: Vec<String>,
+}
+
+/// `new`'s text within the limits, each refusal saying what was over and what to do.
+fn validate(new: &NewMemory) -> Result<Valid, BrainError> {
+    let title = one_line("title", &new.title)?;
+    if title.is_empty() {
+        return Err(BrainError::Invalid("title is empty".into()));
+    }
+    let chars = title.chars().count();
+    if chars > MAX_TITLE_CHARS {
+        return Err(BrainError::Invalid(format!(
+            "title is {chars} characters, over the limit of {MAX_TITLE_CHARS}; shorten it \
+             and put the detail in the body"
+        )));
+    }
+    let body = new.body.trim();
+    if body.len() > MAX_BODY_BYTES {
+        return Err(BrainError::Invalid(format!(
+            "body is {} bytes, over the limit of {MAX_BODY_BYTES} (16 KiB); keep what was \
+             learned and cite the files it is about as evidence instead of pasting them",
+            body.len()
+        )));
+    }
+    let headline = match new.headline.as_deref().map(|h| one_line("headline", h)) {
+        Some(Ok(h)) if !h.is_empty() => Some(h),
+        Some(Err(e)) => return Err(e),
+        _ => None,
+    };
+    if let Some(chars) = headline.as_ref().map(|h| h.chars().count())
+        && chars > MAX_HEADLINE_CHARS
+    {
+        return Err(BrainError::Invalid(format!(
+            "headline is {chars} characters, over the limit of {MAX_HEADLINE_CHARS}; give \
+             the error's first line and put the rest in the body"
+        )));
+    }
+    let tags = normalize_tags(&new.tags);
+    if tags.len() > MAX_TAGS {
+        return Err(BrainError::Invalid(format!(
+            "{} tags, over the limit of {MAX_TAGS}; keep the few words someone would search for",
+            tags.len()
+        )));
+    }
+    if let Some(chars) = tags
+        .iter()
+        .map(|t| t.chars().count())
+        .find(|&n| n > MAX_TAG_CHARS)
+    {
+        return Err(BrainError::Invalid(format!(
+            "a tag is {chars} characters, over the limit of {MAX_TAG_CHARS}; a tag is a word \
+             or two"
+        )));
+    }
+    Ok(Valid {
+        title,
+        body: body.to_owned(),
+        headline,
+        tags,
+    })
 }

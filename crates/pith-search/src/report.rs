@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::walk::collect;
+use crate::walk::{Collected, collect};
 use crate::{MAX_LINE_CHARS, MAX_OFFSET, Match, SearchError, SearchRequest};
 
 /// One search result offered to a ranker.
@@ -135,52 +135,12 @@ pub fn search_workspace(
     if let Some(ranker) = ranker {
         let total = collected.total_matches;
         if total > threshold as u64 && total <= rank_capacity as u64 {
-            let candidates: Vec<Candidate> = collected
-                .first
-                .iter()
-                .enumerate()
-                .map(|(id, found)| Candidate {
-                    id,
-                    path: found.path.clone(),
-                    summary: found.summary(),
-                })
-                .collect();
-            let query = req
-                .intent
-                .as_deref()
-                .map(str::trim)
-                .filter(|intent| !intent.is_empty())
-                .unwrap_or(&req.pattern);
             let by = ranker.name();
-            let shown = max_results.min(policy.shown.max(1)).min(candidates.len());
-            let answer = ranker.rank(query, &candidates, shown).and_then(|picked| {
-                if is_selection(&picked, shown, candidates.len()) {
-                    Ok(picked)
-                } else {
-                    Err(format!(
-                        "its answer was not 1-{shown} distinct result numbers"
-                    ))
-                }
-            });
-            match answer {
-                Ok(picked) => {
-                    let mut slots: Vec<Option<Match>> =
-                        collected.first.into_iter().map(Some).collect();
-                    let matches: Vec<Match> = picked
-                        .iter()
-                        .filter_map(|&id| slots.get_mut(id).and_then(Option::take))
-                        .collect();
-                    return Ok(SearchReport {
-                        withheld: total.saturating_sub(matches.len() as u64),
-                        matches,
-                        total_matches: total,
-                        files_with_matches: collected.files_with_matches,
-                        offset: 0,
-                        max_results,
-                        next_offset: None,
-                        ranking: Ranking::Ranked { by },
-                    });
-                }
+            let shown = max_results
+                .min(policy.shown.max(1))
+                .min(collected.first.len());
+            match ask_ranker(ranker, req, &collected.first, shown) {
+                Ok(picked) => return Ok(ranked_report(collected, &picked, max_results, by)),
                 Err(reason) => {
                     tracing::info!(ranker = %by, %reason, "search: no ranking; showing path order");
                     ranking = Ranking::FailedOpen { by, reason };
@@ -202,6 +162,65 @@ pub fn search_workspace(
         next_offset,
         ranking,
     })
+}
+
+/// The ranker's pick among `first` (the matches kept in path order), checked here: one to
+/// `shown` distinct result numbers, each a candidate; else why not.
+fn ask_ranker(
+    ranker: &dyn Ranker,
+    req: &SearchRequest,
+    first: &[Match],
+    shown: usize,
+) -> Result<Vec<usize>, String> {
+    let candidates: Vec<Candidate> = first
+        .iter()
+        .enumerate()
+        .map(|(id, found)| Candidate {
+            id,
+            path: found.path.clone(),
+            summary: found.summary(),
+        })
+        .collect();
+    let query = req
+        .intent
+        .as_deref()
+        .map(str::trim)
+        .filter(|intent| !intent.is_empty())
+        .unwrap_or(&req.pattern);
+    ranker.rank(query, &candidates, shown).and_then(|picked| {
+        if is_selection(&picked, shown, candidates.len()) {
+            Ok(picked)
+        } else {
+            Err(format!(
+                "its answer was not 1-{shown} distinct result numbers"
+            ))
+        }
+    })
+}
+
+/// The report of the matches the ranker `by` picked, in its order.
+fn ranked_report(
+    collected: Collected,
+    picked: &[usize],
+    max_results: usize,
+    by: String,
+) -> SearchReport {
+    let total = collected.total_matches;
+    let mut slots: Vec<Option<Match>> = collected.first.into_iter().map(Some).collect();
+    let matches: Vec<Match> = picked
+        .iter()
+        .filter_map(|&id| slots.get_mut(id).and_then(Option::take))
+        .collect();
+    SearchReport {
+        withheld: total.saturating_sub(matches.len() as u64),
+        matches,
+        total_matches: total,
+        files_with_matches: collected.files_with_matches,
+        offset: 0,
+        max_results,
+        next_offset: None,
+        ranking: Ranking::Ranked { by },
+    }
 }
 
 /// One to `most` ids, each in `0..len`, none twice.

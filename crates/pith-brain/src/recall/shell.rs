@@ -50,37 +50,8 @@ pub fn segments(command: &str) -> Option<Vec<Segment>> {
     let mut chars = command.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            '\'' => {
-                lexer.in_word = true;
-                loop {
-                    match chars.next()? {
-                        '\'' => break,
-                        other => lexer.word.push(other),
-                    }
-                }
-            }
-            '"' => {
-                lexer.in_word = true;
-                loop {
-                    match chars.next()? {
-                        '"' => break,
-                        '\\' => match chars.next()? {
-                            // Only these are escapes inside double quotes.
-                            e @ ('"' | '\\' | '$' | '`') => lexer.word.push(e),
-                            '\n' => {}
-                            other => {
-                                lexer.word.push('\\');
-                                lexer.word.push(other);
-                            }
-                        },
-                        e @ ('$' | '`') => {
-                            lexer.expands = true;
-                            lexer.word.push(e);
-                        }
-                        other => lexer.word.push(other),
-                    }
-                }
-            }
+            '\'' => lexer.single_quoted(&mut chars)?,
+            '"' => lexer.double_quoted(&mut chars)?,
             '\\' => match chars.next() {
                 Some('\n') => {}
                 Some(other) => {
@@ -92,32 +63,10 @@ pub fn segments(command: &str) -> Option<Vec<Segment>> {
             ' ' | '\t' | '\r' => lexer.end_word(),
             '\n' | ';' => lexer.end_segment(Some(Op::Seq)),
             '|' => {
-                let op = if chars.peek() == Some(&'|') {
-                    chars.next();
-                    Op::Or
-                } else {
-                    // `|&` pipes stderr too.
-                    if chars.peek() == Some(&'&') {
-                        chars.next();
-                    }
-                    Op::Pipe
-                };
+                let op = pipe_or_or(&mut chars);
                 lexer.end_segment(Some(op));
             }
-            '&' => {
-                let op = if chars.peek() == Some(&'&') {
-                    chars.next();
-                    Op::And
-                } else if chars.peek() == Some(&'>') {
-                    // `&>file`: both streams to a file.
-                    lexer.end_word();
-                    lexer.redirect(&mut chars);
-                    continue;
-                } else {
-                    Op::Background
-                };
-                lexer.end_segment(Some(op));
-            }
+            '&' => lexer.ampersand(&mut chars),
             '>' | '<' => {
                 // A word of digits right before is the descriptor (`2>`), not an argument.
                 if lexer.in_word && !lexer.expands && lexer.word.chars().all(|d| d.is_ascii_digit())
@@ -150,6 +99,21 @@ pub fn segments(command: &str) -> Option<Vec<Segment>> {
     Some(lexer.done)
 }
 
+/// What the lexer reads a command from.
+type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
+
+/// After a `|`: `||` (or), else a pipe (`|&` pipes stderr too).
+fn pipe_or_or(chars: &mut Chars<'_>) -> Op {
+    if chars.peek() == Some(&'|') {
+        chars.next();
+        return Op::Or;
+    }
+    if chars.peek() == Some(&'&') {
+        chars.next();
+    }
+    Op::Pipe
+}
+
 #[derive(Default)]
 struct Lexer {
     done: Vec<Segment>,
@@ -163,6 +127,56 @@ struct Lexer {
 }
 
 impl Lexer {
+    /// The rest of a `'...'` word; `None` when the quote is not closed.
+    fn single_quoted(&mut self, chars: &mut Chars<'_>) -> Option<()> {
+        self.in_word = true;
+        loop {
+            match chars.next()? {
+                '\'' => return Some(()),
+                other => self.word.push(other),
+            }
+        }
+    }
+
+    /// The rest of a `"..."` word; `None` when the quote is not closed.
+    fn double_quoted(&mut self, chars: &mut Chars<'_>) -> Option<()> {
+        self.in_word = true;
+        loop {
+            match chars.next()? {
+                '"' => return Some(()),
+                '\\' => match chars.next()? {
+                    // Only these are escapes inside double quotes.
+                    e @ ('"' | '\\' | '$' | '`') => self.word.push(e),
+                    '\n' => {}
+                    other => {
+                        self.word.push('\\');
+                        self.word.push(other);
+                    }
+                },
+                e @ ('$' | '`') => {
+                    self.expands = true;
+                    self.word.push(e);
+                }
+                other => self.word.push(other),
+            }
+        }
+    }
+
+    /// After a `&`: `&&` (and), `&>file` (both streams to a file), else in the background.
+    fn ampersand(&mut self, chars: &mut Chars<'_>) {
+        let op = if chars.peek() == Some(&'&') {
+            chars.next();
+            Op::And
+        } else if chars.peek() == Some(&'>') {
+            self.end_word();
+            self.redirect(chars);
+            return;
+        } else {
+            Op::Background
+        };
+        self.end_segment(Some(op));
+    }
+
     fn end_word(&mut self) {
         if self.in_word {
             let word = Word {
@@ -198,7 +212,7 @@ impl Lexer {
 
     /// After `>` or `<`: the rest of the operator (`>>`, `>&2`, `<<`, `<&-`), then its target
     /// is the next word unless the operator named a descriptor.
-    fn redirect(&mut self, chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    fn redirect(&mut self, chars: &mut Chars<'_>) {
         self.redirects = true;
         while chars.peek().is_some_and(|&n| n == '>' || n == '<') {
             chars.next();

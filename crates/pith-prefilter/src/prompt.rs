@@ -75,37 +75,8 @@ pub(crate) fn prompt(query: &str, candidates: &[Candidate], want: usize) -> Opti
     let pick = (want * files.len())
         .div_ceil(candidates.len())
         .clamp(1, files.len());
-    let query = one_line(query, PROMPT_QUERY_CHARS);
-    let mut user = format!("Question: {query}\n\nFiles with matching lines:\n");
-    for (number, (path, lines)) in paths.iter().zip(&files).enumerate() {
-        let count = lines.len();
-        let matches = if count == 1 { "match" } else { "matches" };
-        user.push_str(&format!(
-            "[{number}] {} ({count} {matches})\n",
-            one_line(path, 200)
-        ));
-        for &index in lines.iter().take(PROMPT_LINES_PER_FILE) {
-            let candidate = &candidates[index];
-            // `path:line: text` without the path, which heads the group.
-            let rest = candidate
-                .summary
-                .strip_prefix(candidate.path.as_str())
-                .and_then(|rest| rest.strip_prefix(':'))
-                .unwrap_or(&candidate.summary);
-            user.push_str(&format!("    {}\n", one_line(rest, PROMPT_LINE_CHARS)));
-        }
-    }
+    let user = user_message(query, candidates, &paths, &files, pick);
     let last = files.len() - 1;
-    let what = if pick == 1 {
-        "the number of the file".to_owned()
-    } else {
-        format!("the {pick} file numbers")
-    };
-    user.push_str(&format!(
-        "\nQuestion: {query}\nAnswer {{\"files\": [...]}} with {what} (0-{last}) that best \
-         answer the question, best first."
-    ));
-
     let num_predict = pick * TOKENS_PER_INDEX + 32;
     let prompt_tokens = (SYSTEM.len() + user.len()).div_ceil(BYTES_PER_TOKEN);
     let needed = prompt_tokens + num_predict + TOKEN_SLACK;
@@ -136,6 +107,47 @@ pub(crate) fn prompt(query: &str, candidates: &[Candidate], want: usize) -> Opti
         pick,
         want,
     })
+}
+
+/// The question, each file with its first matching lines, and what to answer.
+fn user_message(
+    query: &str,
+    candidates: &[Candidate],
+    paths: &[&str],
+    files: &[Vec<usize>],
+    pick: usize,
+) -> String {
+    let query = one_line(query, PROMPT_QUERY_CHARS);
+    let mut user = format!("Question: {query}\n\nFiles with matching lines:\n");
+    for (number, (path, lines)) in paths.iter().zip(files).enumerate() {
+        let count = lines.len();
+        let matches = if count == 1 { "match" } else { "matches" };
+        user.push_str(&format!(
+            "[{number}] {} ({count} {matches})\n",
+            one_line(path, 200)
+        ));
+        for &index in lines.iter().take(PROMPT_LINES_PER_FILE) {
+            let candidate = &candidates[index];
+            // `path:line: text` without the path, which heads the group.
+            let rest = candidate
+                .summary
+                .strip_prefix(candidate.path.as_str())
+                .and_then(|rest| rest.strip_prefix(':'))
+                .unwrap_or(&candidate.summary);
+            user.push_str(&format!("    {}\n", one_line(rest, PROMPT_LINE_CHARS)));
+        }
+    }
+    let last = files.len() - 1;
+    let what = if pick == 1 {
+        "the number of the file".to_owned()
+    } else {
+        format!("the {pick} file numbers")
+    };
+    user.push_str(&format!(
+        "\nQuestion: {query}\nAnswer {{\"files\": [...]}} with {what} (0-{last}) that best \
+         answer the question, best first."
+    ));
+    user
 }
 
 /// `text` on one line, cut to `max` characters.

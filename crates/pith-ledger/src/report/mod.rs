@@ -64,6 +64,14 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Add what a stage saved: `tokens` (signed), and their price when the model has one.
+    fn add_saving(&mut self, tokens: i64, usd: Option<f64>) {
+        self.estimated_saved_tokens += tokens;
+        if let Some(usd) = usd {
+            *self.estimated_saved_usd.get_or_insert(0.0) += usd;
+        }
+    }
+
     fn add(&mut self, g: &Group, prices: &Prices) {
         self.requests += g.requests;
         self.requests_with_usage += g.with_usage;
@@ -313,10 +321,7 @@ fn by_account(
     for saving in ledger.account_savings(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
         if let Some(totals) = accounts.get_mut(&name(saving.key)) {
-            totals.estimated_saved_tokens += saving.tokens;
-            if let Some(usd) = usd {
-                *totals.estimated_saved_usd.get_or_insert(0.0) += usd;
-            }
+            totals.add_saving(saving.tokens, usd);
         }
     }
     Ok(accounts
@@ -354,11 +359,10 @@ fn build_report(
     add_savings(ledger, filter, prices, &mut transforms, &mut sums)?;
     for saving in ledger.sessionless_savings_by_client(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
-        let client = sums.clients.entry(saving.key).or_default();
-        client.estimated_saved_tokens += saving.tokens;
-        if let Some(usd) = usd {
-            *client.estimated_saved_usd.get_or_insert(0.0) += usd;
-        }
+        sums.clients
+            .entry(saving.key)
+            .or_default()
+            .add_saving(saving.tokens, usd);
     }
     Ok(Report {
         ledger: path.to_owned(),
@@ -628,10 +632,7 @@ fn add_savings(
             targets.push(m);
         }
         for totals in targets {
-            totals.estimated_saved_tokens += saving.tokens;
-            if let Some(usd) = usd {
-                *totals.estimated_saved_usd.get_or_insert(0.0) += usd;
-            }
+            totals.add_saving(saving.tokens, usd);
         }
     }
     Ok(())

@@ -30,19 +30,10 @@ fn time_bucket(r: &rusqlite::Row<'_>) -> rusqlite::Result<TimeBucket> {
 /// tables of their own, read apart); the prompt's fingerprints as `sent` and `as_client`.
 fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     let n = |name: &str| -> rusqlite::Result<u64> { Ok(to_u64(r.get(name)?)) };
-    let count = |name: &str| -> rusqlite::Result<u64> {
-        Ok(to_u64(r.get::<_, Option<i64>>(name)?.unwrap_or(0)))
+    let column = |name: &str| -> rusqlite::Result<Option<u64>> {
+        Ok(r.get::<_, Option<i64>>(name)?.map(to_u64))
     };
-    let usage = match r.get::<_, Option<i64>>("input_tokens")? {
-        Some(input) => Some(Usage {
-            input: to_u64(input),
-            output: count("output_tokens")?,
-            cache_write: count("cache_write_tokens")?,
-            cache_write_1h: count("cache_write_1h_tokens")?,
-            cache_read: count("cache_read_tokens")?,
-        }),
-        None => None,
-    };
+    let usage = usage_of(column)?;
     Ok(Row {
         ts_ms: r.get("ts_ms")?,
         client: r.get("client")?,

@@ -10,6 +10,7 @@
 //! wherever rows are paired, a team replica included.
 
 use super::*;
+use rusqlite::CachedStatement;
 
 /// The bust between two requests' stored fingerprints (as sent, as the client sent it when
 /// different): `(first difference, cached through, cause)`, or `None`.
@@ -168,26 +169,109 @@ const ADD_ACCOUNT_SAVING_TOTAL: &str =
     "INSERT INTO account_saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
     ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens";
 
+/// A row into `requests` (`insert_request` binds its 33 values in this order).
+const INSERT_REQUEST: &str =
+    "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
+    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
+    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
+    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
+    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
+    account, arrival_us, instance, derivations_pending)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31,
+    ?32, ?33)";
+/// Add a row to the totals of the proxy instance that served it.
+const ADD_INSTANCE_TOTAL: &str = "INSERT INTO instance_totals VALUES (?1, ?2, 1, ?3, ?4, ?4)
+    ON CONFLICT (k) DO UPDATE SET
+    requests = requests + 1, errors = errors + excluded.errors,
+    first_ms = min(first_ms, excluded.first_ms),
+    last_ms = max(last_ms, excluded.last_ms)";
+/// Add a row to the totals of its hour and model (what the timeline reads).
+const ADD_HOUR_TOTAL: &str = "INSERT INTO hour_totals VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)
+    ON CONFLICT (hour_ms, k) DO UPDATE SET
+    requests = requests + 1, input = input + excluded.input,
+    output = output + excluded.output,
+    cache_write = cache_write + excluded.cache_write,
+    cache_write_1h = cache_write_1h + excluded.cache_write_1h,
+    cache_read = cache_read + excluded.cache_read";
+/// Add a latency to its histogram bucket (`metric`, `bucket`, ms).
+const ADD_LATENCY: &str = "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
+    ON CONFLICT (metric, bucket) DO UPDATE SET
+    n = n + 1, sum_ms = sum_ms + excluded.sum_ms";
+/// Count a stage's result (`stage`, `result`, `detail`).
+const ADD_STAGE_RESULT_TOTAL: &str = "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
+    ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1";
+/// Add to a stage's fact total (`stage`, `name`, `kind`, `value`).
+const ADD_STAGE_FACT_TOTAL: &str = "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total";
+/// A row's transform entry, in pipeline order.
+const INSERT_TRANSFORM_RESULT: &str =
+    "INSERT INTO transform_results (request_id, stage, position, result, detail)
+    VALUES (?1, ?2, ?3, ?4, ?5)";
+/// A fact of a transform entry, in the order the stage reported it.
+const INSERT_TRANSFORM_FACT: &str =
+    "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// The upsert of a row into `group_totals` (per session and model) or `account_totals` (per
+/// account and model): the same columns, `$first` the session's or the account's.
+macro_rules! group_totals_sql {
+    ($table:literal, $first:literal) => {
+        concat!(
+            "INSERT INTO ",
+            $table,
+            " (k, ",
+            $first,
+            ", model, client, requests, with_usage,
+                input, output, cache_write, cache_read, errors, local, transformed, failures,
+                first_ms, last_ms, bust_pairs, busts_pith, busts_client, cache_write_1h)
+             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15,
+                ?16, ?17, ?18)
+             ON CONFLICT (k) DO UPDATE SET
+                client = min(client, excluded.client),
+                requests = requests + 1,
+                with_usage = with_usage + excluded.with_usage,
+                input = input + excluded.input,
+                output = output + excluded.output,
+                cache_write = cache_write + excluded.cache_write,
+                cache_read = cache_read + excluded.cache_read,
+                errors = errors + excluded.errors,
+                local = local + excluded.local,
+                transformed = transformed + excluded.transformed,
+                failures = failures + excluded.failures,
+                first_ms = min(first_ms, excluded.first_ms),
+                last_ms = max(last_ms, excluded.last_ms),
+                bust_pairs = bust_pairs + excluded.bust_pairs,
+                busts_pith = busts_pith + excluded.busts_pith,
+                busts_client = busts_client + excluded.busts_client,
+                cache_write_1h = cache_write_1h + excluded.cache_write_1h"
+        )
+    };
+}
+
 /// Insert rows, with their transform entries and the totals they move, inside `tx`: each
-/// roll-up is its own function, each statement prepared once per connection
-/// (`prepare_cached`).
+/// roll-up its own function, over statements prepared once for the batch ([`RollUps`]).
 fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
+    let mut s = RollUps::prepare(tx)?;
     for r in rows {
         let arrival = r.arrival_us.unwrap_or(r.ts_ms.saturating_mul(1000));
         let pairing = pair_with_previous(tx, r, arrival)?;
-        let id = insert_request(tx, r, &pairing)?;
+        let id = insert_request(&mut s.request, r, &pairing)?;
         let key = totals_key('s', r.session.as_deref(), r.model.as_deref());
         let account_key = totals_key('a', r.account.as_deref(), r.model.as_deref());
-        let by_session = (&key[..], &r.session);
-        add_to_group_totals(tx, ("group_totals", "session"), by_session, r, &pairing)?;
-        let by_account = (&account_key[..], &r.account);
-        add_to_group_totals(tx, ("account_totals", "account"), by_account, r, &pairing)?;
-        add_to_instance_totals(tx, r)?;
-        add_to_hour_totals(tx, r)?;
-        add_to_latency_totals(tx, r)?;
-        add_savings(tx, id, r, &key, &account_key)?;
-        add_to_stage_totals(tx, r)?;
-        insert_transform_entries(tx, id, r)?;
+        add_to_group_totals(&mut s.group, (&key, &r.session), r, &pairing)?;
+        add_to_group_totals(
+            &mut s.account_group,
+            (&account_key, &r.account),
+            r,
+            &pairing,
+        )?;
+        add_to_instance_totals(&mut s.instance, r)?;
+        add_to_hour_totals(&mut s.hour, r)?;
+        add_to_latency_totals(&mut s.latency, r)?;
+        add_savings(&mut s, id, r, &key, &account_key)?;
+        add_to_stage_totals(&mut s, r)?;
+        insert_transform_entries(&mut s, id, r)?;
         // Pairing last: a bust charge names the first stage that changed a request, read
         // from the transform entries just written.
         if let (Some("pith"), Some(previous_id)) = (pairing.cause(), pairing.previous_id) {
@@ -204,6 +288,45 @@ fn insert_rows(tx: &Connection, rows: &[Row]) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// The statements a batch of rows writes with, prepared once for the batch: held here, they
+/// are out of the connection's statement cache, which the per-row lookups (pairing, prompts,
+/// bust charges) then have to themselves.
+struct RollUps<'tx> {
+    request: CachedStatement<'tx>,
+    group: CachedStatement<'tx>,
+    account_group: CachedStatement<'tx>,
+    instance: CachedStatement<'tx>,
+    hour: CachedStatement<'tx>,
+    latency: CachedStatement<'tx>,
+    saving: CachedStatement<'tx>,
+    saving_total: CachedStatement<'tx>,
+    account_saving_total: CachedStatement<'tx>,
+    result_total: CachedStatement<'tx>,
+    fact_total: CachedStatement<'tx>,
+    result: CachedStatement<'tx>,
+    fact: CachedStatement<'tx>,
+}
+
+impl<'tx> RollUps<'tx> {
+    fn prepare(tx: &'tx Connection) -> Result<Self, StoreError> {
+        Ok(RollUps {
+            request: tx.prepare_cached(INSERT_REQUEST)?,
+            group: tx.prepare_cached(group_totals_sql!("group_totals", "session"))?,
+            account_group: tx.prepare_cached(group_totals_sql!("account_totals", "account"))?,
+            instance: tx.prepare_cached(ADD_INSTANCE_TOTAL)?,
+            hour: tx.prepare_cached(ADD_HOUR_TOTAL)?,
+            latency: tx.prepare_cached(ADD_LATENCY)?,
+            saving: tx.prepare_cached(ADD_SAVING)?,
+            saving_total: tx.prepare_cached(ADD_SAVING_TOTAL)?,
+            account_saving_total: tx.prepare_cached(ADD_ACCOUNT_SAVING_TOTAL)?,
+            result_total: tx.prepare_cached(ADD_STAGE_RESULT_TOTAL)?,
+            fact_total: tx.prepare_cached(ADD_STAGE_FACT_TOTAL)?,
+            result: tx.prepare_cached(INSERT_TRANSFORM_RESULT)?,
+            fact: tx.prepare_cached(INSERT_TRANSFORM_FACT)?,
+        })
+    }
 }
 
 /// A row against the previous prompt of its session and model.
@@ -250,19 +373,12 @@ fn pair_with_previous(tx: &Connection, r: &Row, arrival: i64) -> Result<Pairing,
 }
 
 /// The row itself; its id.
-fn insert_request(tx: &Connection, r: &Row, pairing: &Pairing) -> Result<i64, StoreError> {
+fn insert_request(
+    request: &mut CachedStatement<'_>,
+    r: &Row,
+    pairing: &Pairing,
+) -> Result<i64, StoreError> {
     let (u, bust) = (r.usage, pairing.bust);
-    let mut request = tx.prepare_cached(
-        "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
-                    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
-                    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-                    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
-                    account, arrival_us, instance, derivations_pending)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31,
-                    ?32, ?33)",
-    )?;
     Ok(request.insert(params![
         r.ts_ms,
         r.client,
@@ -306,40 +422,14 @@ fn is_error(r: &Row) -> bool {
 }
 
 /// The totals per (session, model) in `group_totals`, or per (account, model) in
-/// `account_totals` (the same columns, the account in the session's place): `(table, first
-/// column)`, `(key, first)`.
+/// `account_totals` (the same columns, the account in the session's place, [`group_totals_sql`]):
+/// `(key, first)`.
 fn add_to_group_totals(
-    tx: &Connection,
-    (table, first_column): (&str, &str),
+    totals: &mut CachedStatement<'_>,
     (key, first): (&str, &Option<String>),
     r: &Row,
     pairing: &Pairing,
 ) -> Result<(), StoreError> {
-    let mut totals = tx.prepare_cached(&format!(
-        "INSERT INTO {table} (k, {first_column}, model, client, requests, with_usage, input,
-                output, cache_write, cache_read, errors, local, transformed, failures, first_ms,
-                last_ms, bust_pairs, busts_pith, busts_client, cache_write_1h)
-             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16,
-                 ?17, ?18)
-             ON CONFLICT (k) DO UPDATE SET
-                client = min(client, excluded.client),
-                requests = requests + 1,
-                with_usage = with_usage + excluded.with_usage,
-                input = input + excluded.input,
-                output = output + excluded.output,
-                cache_write = cache_write + excluded.cache_write,
-                cache_read = cache_read + excluded.cache_read,
-                errors = errors + excluded.errors,
-                local = local + excluded.local,
-                transformed = transformed + excluded.transformed,
-                failures = failures + excluded.failures,
-                first_ms = min(first_ms, excluded.first_ms),
-                last_ms = max(last_ms, excluded.last_ms),
-                bust_pairs = bust_pairs + excluded.bust_pairs,
-                busts_pith = busts_pith + excluded.busts_pith,
-                busts_client = busts_client + excluded.busts_client,
-                cache_write_1h = cache_write_1h + excluded.cache_write_1h"
-    ))?;
     let u = r.usage.unwrap_or_default();
     let applied = r
         .transforms
@@ -374,15 +464,8 @@ fn add_to_group_totals(
 }
 
 /// The totals per instance.
-fn add_to_instance_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO instance_totals VALUES (?1, ?2, 1, ?3, ?4, ?4)
-                 ON CONFLICT (k) DO UPDATE SET
-                    requests = requests + 1, errors = errors + excluded.errors,
-                    first_ms = min(first_ms, excluded.first_ms),
-                    last_ms = max(last_ms, excluded.last_ms)",
-    )?
-    .execute(params![
+fn add_to_instance_totals(instance: &mut CachedStatement<'_>, r: &Row) -> Result<(), StoreError> {
+    instance.execute(params![
         r.instance
             .as_deref()
             .map_or("-".to_owned(), |i| format!("i{i}")),
@@ -394,18 +477,9 @@ fn add_to_instance_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
 }
 
 /// The totals per (hour, model) the timeline reads.
-fn add_to_hour_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
+fn add_to_hour_totals(hour: &mut CachedStatement<'_>, r: &Row) -> Result<(), StoreError> {
     let u = r.usage.unwrap_or_default();
-    tx.prepare_cached(
-        "INSERT INTO hour_totals VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT (hour_ms, k) DO UPDATE SET
-                    requests = requests + 1, input = input + excluded.input,
-                    output = output + excluded.output,
-                    cache_write = cache_write + excluded.cache_write,
-                    cache_write_1h = cache_write_1h + excluded.cache_write_1h,
-                    cache_read = cache_read + excluded.cache_read",
-    )?
-    .execute(params![
+    hour.execute(params![
         (r.ts_ms / HOUR_MS) * HOUR_MS,
         r.model
             .as_deref()
@@ -421,12 +495,7 @@ fn add_to_hour_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
 }
 
 /// The latency histograms: the whole exchange, and the time to the first byte.
-fn add_to_latency_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
-    let mut latency = tx.prepare_cached(
-        "INSERT INTO latency_totals VALUES (?1, ?2, 1, ?3)
-                 ON CONFLICT (metric, bucket) DO UPDATE SET
-                    n = n + 1, sum_ms = sum_ms + excluded.sum_ms",
-    )?;
+fn add_to_latency_totals(latency: &mut CachedStatement<'_>, r: &Row) -> Result<(), StoreError> {
     latency.execute(params!["total_ms", latency_bucket(r.total_ms), r.total_ms])?;
     if let Some(ttfb) = r.ttfb_ms {
         latency.execute(params!["ttfb_ms", latency_bucket(ttfb), ttfb])?;
@@ -436,15 +505,12 @@ fn add_to_latency_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
 
 /// The row's savings, and their totals per (session, model) and (account, model).
 fn add_savings(
-    tx: &Connection,
+    s: &mut RollUps<'_>,
     id: i64,
     r: &Row,
     key: &str,
     account_key: &str,
 ) -> Result<(), StoreError> {
-    let mut saving = tx.prepare_cached(ADD_SAVING)?;
-    let mut saving_total = tx.prepare_cached(ADD_SAVING_TOTAL)?;
-    let mut account_saving_total = tx.prepare_cached(ADD_ACCOUNT_SAVING_TOTAL)?;
     // A bust charge is the pairing's, made where rows are paired: one that came with a row
     // (a replica's copy of an older pith's) is not counted twice.
     for sv in r
@@ -452,11 +518,12 @@ fn add_savings(
         .iter()
         .filter(|s| !s.stage.starts_with(BUST_CHARGE))
     {
-        saving.execute(params![id, sv.stage, sv.band, sv.tokens])?;
-        saving_total.execute(params![
+        s.saving
+            .execute(params![id, sv.stage, sv.band, sv.tokens])?;
+        s.saving_total.execute(params![
             key, r.session, r.model, sv.stage, sv.band, sv.tokens
         ])?;
-        account_saving_total.execute(params![
+        s.account_saving_total.execute(params![
             account_key,
             r.account,
             r.model,
@@ -469,24 +536,18 @@ fn add_savings(
 }
 
 /// What each stage did, summed over every row: results by reason, facts by name.
-fn add_to_stage_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
-    let mut result_total = tx.prepare_cached(
-        "INSERT INTO stage_result_totals VALUES (?1, ?2, ?3, 1)
-                 ON CONFLICT (stage, result, detail) DO UPDATE SET n = n + 1",
-    )?;
-    let mut fact_total = tx.prepare_cached(
-        "INSERT INTO stage_fact_totals VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (stage, name, kind) DO UPDATE SET total = total + excluded.total",
-    )?;
+fn add_to_stage_totals(s: &mut RollUps<'_>, r: &Row) -> Result<(), StoreError> {
     for t in &r.transforms {
         let detail = match &t.result {
             TransformResult::Unchanged(d) => d.as_str(),
             _ => "",
         };
-        result_total.execute(params![t.stage, t.result.as_str(), detail])?;
+        s.result_total
+            .execute(params![t.stage, t.result.as_str(), detail])?;
         if let TransformResult::Applied(facts) = &t.result {
             for f in facts {
-                fact_total.execute(params![t.stage, f.name, f.kind, to_i64(f.value)])?;
+                s.fact_total
+                    .execute(params![t.stage, f.name, f.kind, to_i64(f.value)])?;
             }
         }
     }
@@ -494,20 +555,12 @@ fn add_to_stage_totals(tx: &Connection, r: &Row) -> Result<(), StoreError> {
 }
 
 /// The row's transform entries, in pipeline order, and the facts of those that applied.
-fn insert_transform_entries(tx: &Connection, id: i64, r: &Row) -> Result<(), StoreError> {
-    let mut result = tx.prepare_cached(
-        "INSERT INTO transform_results (request_id, stage, position, result, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    let mut fact = tx.prepare_cached(
-        "INSERT INTO transform_facts (request_id, stage, position, name, kind, value)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+fn insert_transform_entries(s: &mut RollUps<'_>, id: i64, r: &Row) -> Result<(), StoreError> {
     for (position, t) in r.transforms.iter().enumerate() {
         let detail = match &t.result {
             TransformResult::Applied(facts) => {
                 for (n, f) in facts.iter().enumerate() {
-                    fact.execute(params![
+                    s.fact.execute(params![
                         id,
                         t.stage,
                         n as i64,
@@ -520,7 +573,7 @@ fn insert_transform_entries(tx: &Connection, id: i64, r: &Row) -> Result<(), Sto
             }
             TransformResult::Unchanged(d) | TransformResult::Failed(d) => Some(d),
         };
-        result.execute(params![
+        s.result.execute(params![
             id,
             t.stage,
             position as i64,

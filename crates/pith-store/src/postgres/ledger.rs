@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::{Pg, PgError, StoreUrl};
 use crate::clock::now_ms;
 use crate::ledger::{
-    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, Saving, Transform, TransformResult, Usage,
+    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, Saving, Transform, TransformResult, usage_of,
 };
 
 const MIGRATIONS: &[&str] = &[
@@ -460,16 +460,7 @@ fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
     let status = status
         .map(|s| u16::try_from(s).map_err(|_| PgError::Corrupt(format!("status {s}"))))
         .transpose()?;
-    let usage = match opt("input_tokens")? {
-        Some(input) => Some(Usage {
-            input,
-            output: opt("output_tokens")?.unwrap_or(0),
-            cache_write: opt("cache_write_tokens")?.unwrap_or(0),
-            cache_write_1h: opt("cache_write_1h_tokens")?.unwrap_or(0),
-            cache_read: opt("cache_read_tokens")?.unwrap_or(0),
-        }),
-        None => None,
-    };
+    let usage = usage_of(opt)?;
     let outcome: String = r.try_get("outcome")?;
     let transforms: String = r.try_get("transforms_text")?;
     let savings: String = r.try_get("savings_text")?;

@@ -6,8 +6,8 @@
 //!
 //! The request path only appends a record to the spool (`spool.rs`: a `write` into the page
 //! cache under a short lock, no parsing) as the answer ends ([`LedgerSink::submit`]), and,
-//! while traffic flows, wakes no writer: the
-//! idle-priority writer reads the spool on its own clock. Only a backlog (the spool holding
+//! while traffic flows, wakes no writer: the idle-priority writer reads the spool on its own
+//! clock. Only a backlog (the spool holding
 //! [`RESCUE_BACKLOG_BYTES`], or an entry waiting [`MAX_WAIT`]) or the first record after a
 //! pause makes a request wake a writer. Everything costly (JSON and SSE parsing,
 //! decompression, fingerprints, SQLite) runs on the writer threads (`row.rs`). Nothing is
@@ -248,16 +248,11 @@ pub struct LedgerSink {
 /// thread before their answer's end.
 const APPEND_BESIDE_BYTES: usize = 256 << 10;
 
-/// A record on its way to the spool ([`LedgerSink::submit`]): appended when run, or when
-/// dropped unrun.
+/// A large record on its way to the spool ([`LedgerSink::submit`]): appended when it is
+/// dropped, on the blocking pool or, should that never run it, as the runtime shuts down.
 struct Submission {
     sink: LedgerSink,
     record: Option<Record>,
-}
-
-impl Submission {
-    /// Append now: the drop does it, run or not.
-    fn append(self) {}
 }
 
 impl Drop for Submission {
@@ -448,7 +443,7 @@ impl LedgerSink {
             sink: self.clone(),
             record: Some(record),
         };
-        runtime.spawn_blocking(move || submission.append());
+        runtime.spawn_blocking(move || drop(submission));
     }
 
     /// Append a record to the spool now. One that cannot be kept is counted and logged.

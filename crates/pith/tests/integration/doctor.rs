@@ -339,3 +339,35 @@ fn doctor_checks_the_in_process_model() {
         "{checks:#?}"
     );
 }
+
+/// `pith doctor`'s own words for a person, as a reviewed snapshot at three points: nothing
+/// installed, the clients' settings directories there but not wired, and each client set up.
+/// The machine's paths and the port are named by role.
+#[test]
+fn doctor_human_output() {
+    let env = Env::new();
+    let human = |env: &Env| {
+        let out = env.pith(&["doctor"]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        let text = text
+            .replace(&env.homes.path().display().to_string(), "[HOMES]")
+            .replace(&env.project.path().display().to_string(), "[PROJECT]")
+            .replace(&env.listen.to_string(), "[LISTEN]")
+            .replace(&pith_bin(), "[PITH]");
+        format!("exit status {}\n{text}", out.status.code().unwrap_or(-1))
+    };
+    let snapshot = |name: &str, text: String| {
+        insta::with_settings!({ prepend_module_to_snapshot => true }, {
+            insta::assert_snapshot!(name, text);
+        });
+    };
+    snapshot("doctor_nothing_installed", human(&env));
+    for dir in ["claude", "codex", "home/.config/opencode"] {
+        std::fs::create_dir_all(env.homes.path().join(dir)).unwrap();
+    }
+    snapshot("doctor_clients_not_wired", human(&env));
+    for client in ["claude", "codex", "opencode"] {
+        env.setup(&[client]);
+    }
+    snapshot("doctor_clients_set_up", human(&env));
+}

@@ -7,7 +7,7 @@
 //! `Brain::search` path: FTS5 BM25 ranking, the match count, loading the hits, crediting them
 //! (a write transaction) and deriving each hit's status from its evidence files.
 //!
-//! Run: `cargo bench -p pith-brain --bench search_memory`. Besides criterion's estimates it
+//! Run: `cargo bench -p pith-store --bench search_memory`. Besides criterion's estimates it
 //! prints per-call p50/p95/p99 over 2,000 timed searches per brain size.
 
 use std::error::Error;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use pith_proxy::search_trip::fetch;
 use pith_store::postgres::StoreUrl;
-use pith_store::postgres::search_blocks::TeamSearchBlocks;
+use pith_store::search_blocks::postgres::TeamSearchBlocks;
 use pith_store::search_blocks::{Limits, SearchBlocks};
 use pith_testkit::bench::env_usize;
 use pith_testkit::postgres::PgServer;

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
+use pith_store::brain::postgres::{SyncReport, TeamBrain, repository_of};
 use pith_store::ledger::Ledger;
+use pith_store::ledger::postgres::{Instance, TeamLedger};
 use pith_store::postgres::StoreUrl;
-use pith_store::postgres::brain::{SyncReport, TeamBrain, repository_of};
-use pith_store::postgres::ledger::{Instance, TeamLedger};
 use pith_store::postgres::ship;
 use serde::Serialize;
 

@@ -4,6 +4,7 @@
 //! The brain defines the trait and the types; this crate only keeps what it is given.
 
 mod excerpt;
+pub mod postgres;
 mod schema;
 mod sqlite;
 

@@ -64,7 +64,7 @@ ON memories WHEN new.trashed_at IS NULL BEGIN
 END;
 "#,
     r#"
--- Schema 2: what the team brain's sync needs (pith-store::postgres::brain).
+-- Schema 2: what the team brain's sync needs (pith-store::brain::postgres).
 -- `rev`: a local change counter; the sync pushes memories whose rev is past its cursor.
 -- `changed_ms`: the version the conflict rule compares (the newer change wins), set from the
 -- clock by the triggers below on every local change of what a memory says or of its trash

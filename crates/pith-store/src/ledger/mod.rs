@@ -2,6 +2,7 @@
 //! transform stage did to it (`transform_results`, `transform_facts`).
 
 mod model;
+pub mod postgres;
 mod query;
 mod readers;
 mod schema;

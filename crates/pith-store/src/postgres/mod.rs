@@ -1,13 +1,16 @@
-//! The team backend: PostgreSQL (tokio-postgres with a deadpool pool), for a team that shares
-//! one ledger across machines (`[store] url` / `PITH_STORE_URL`).
+//! The team backend's connection: PostgreSQL (tokio-postgres with a deadpool pool), for a team
+//! that shares one ledger across machines (`[store] url` / `PITH_STORE_URL`). Each domain keeps
+//! its PostgreSQL side beside its SQLite one (`ledger::postgres`, `brain::postgres`,
+//! `search_blocks::postgres`; history's queries are written once for both, `history::db`);
+//! this module is what they share: the URL, the pool, the blocking handle and migrations.
 //!
 //! SQLite stays the store of record on each machine: the proxy writes its ledger there as
 //! always, and [`ship`] sends those rows to PostgreSQL in the background, so a database that is
 //! down or slow never reaches a request. Readers (`pith stats`, the dashboard) pull the team's
-//! rows into a local SQLite replica ([`ledger::TeamLedger::sync_replica`]) and run the same
+//! rows into a local SQLite replica ([`crate::ledger::postgres::TeamLedger::sync_replica`]) and run the same
 //! queries over it as over a single ledger.
 //!
-//! [`brain`] shares the project memory between clones of one repository the same way: each
+//! [`crate::brain::postgres`] shares the project memory between clones of one repository the same way: each
 //! workspace's SQLite brain stays the one the hook reads, and a sync pushes and pulls changes.
 //!
 //! Everything here is synchronous to its callers (the ledger's threads, the CLI): a [`Pg`]
@@ -16,9 +19,6 @@
 //! Credentials: a URL is only ever shown through [`StoreUrl`]'s `Display`/`Debug`, which hide
 //! the password; the driver's errors do not carry the URL.
 
-pub mod brain;
-pub mod ledger;
-pub mod search_blocks;
 pub mod ship;
 mod tls;
 

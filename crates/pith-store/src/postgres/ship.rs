@@ -18,9 +18,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::ledger::{PushState, TeamLedger};
 use super::{PgError, StoreUrl};
 use crate::history::History;
+use crate::ledger::postgres::{PushState, TeamLedger};
 use crate::ledger::{DROPPED_ROWS, Ledger};
 
 /// The local ledger's counter holding its random id in the team ledger.

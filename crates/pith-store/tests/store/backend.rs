@@ -1,9 +1,9 @@
 //! The ledger under test, on either backend, behind the two operations every behaviour test
 //! needs: write rows the way its writer does, and read them the way `pith stats` does.
 
+use pith_store::ledger::postgres::{PushState, TeamLedger};
 use pith_store::ledger::{Ledger, Row};
 use pith_store::postgres::StoreUrl;
-use pith_store::postgres::ledger::{PushState, TeamLedger};
 use pith_testkit::postgres::PgServer;
 
 /// Where the rows live.

@@ -4,8 +4,8 @@
 
 use pith_brain::{Evidence, Kind, LineRange, Memory};
 use pith_store::brain::SqliteBrain;
+use pith_store::brain::postgres::TeamBrain;
 use pith_store::postgres::StoreUrl;
-use pith_store::postgres::brain::TeamBrain;
 use pith_testkit::postgres::PgServer;
 
 fn memory(id: &str, title: &str, created_at: i64) -> Memory {

@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use pith_store::postgres::StoreUrl;
-use pith_store::postgres::search_blocks::TeamSearchBlocks;
+use pith_store::search_blocks::postgres::TeamSearchBlocks;
 use pith_store::search_blocks::{Fetch, Limits, SearchBlocks, Shared};
 use pith_testkit::postgres::PgServer;
 

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use pith_history::{AgentType, NewMessage};
 use pith_store::history::{History, Turn};
+use pith_store::ledger::postgres::{PushState, TeamLedger};
 use pith_store::ledger::{Filter, Ledger, Row};
 use pith_store::postgres::StoreUrl;
-use pith_store::postgres::ledger::{PushState, TeamLedger};
 use pith_store::postgres::ship::{self, Shipper};
 use pith_testkit::postgres::PgServer;
 

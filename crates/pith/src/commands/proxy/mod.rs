@@ -332,7 +332,7 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
 /// the request path, bounded by `[store] timeout`).
 fn share_searches(plan: &Plan, started: &Started) -> anyhow::Result<()> {
     if let (Some(searches), Some(url)) = (&started.searches, &plan.store) {
-        let store = pith_store::postgres::search_blocks::TeamSearchBlocks::new(url)
+        let store = pith_store::search_blocks::postgres::TeamSearchBlocks::new(url)
             .context("cannot set up the team store for tool search blocks")?;
         searches.share_with(store, plan.store_timeout);
     }

@@ -10,7 +10,7 @@
 
 use deadpool_postgres::Pool;
 
-use super::{PgError, StoreUrl, migrate_on, pool};
+use crate::postgres::{PgError, StoreUrl, migrate_on, pool};
 
 const MIGRATIONS: &[&str] = &["
 CREATE TABLE search_blocks (

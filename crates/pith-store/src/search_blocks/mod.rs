@@ -10,6 +10,8 @@
 //! instance has not seen asks the store first ([`SearchBlocks::fetch`]). Both are bounded in
 //! time; past the bound the request fails open, and the caller records it.
 
+pub mod postgres;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::path::Path;
@@ -22,8 +24,8 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, params};
 
 use crate::clock::now_ms;
-use crate::postgres::search_blocks::TeamSearchBlocks;
 use crate::sqlite::{self, StoreError};
+use postgres::TeamSearchBlocks;
 
 const MIGRATIONS: &[&str] = &["CREATE TABLE search_blocks (
         session     TEXT NOT NULL,

@@ -20,11 +20,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Pg, PgError, StoreUrl};
 use crate::clock::now_ms;
 use crate::ledger::{
     DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, Saving, Transform, TransformResult, usage_of,
 };
+use crate::postgres::{Pg, PgError, StoreUrl};
 
 const MIGRATIONS: &[&str] = &[
     "

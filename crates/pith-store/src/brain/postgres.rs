@@ -20,8 +20,8 @@
 
 use std::path::Path;
 
-use super::{Pg, PgError, StoreUrl};
 use crate::brain::{Applied, SqliteBrain, Versioned};
+use crate::postgres::{Pg, PgError, StoreUrl};
 
 const MIGRATIONS: &[&str] = &["
 CREATE SEQUENCE memories_seq;

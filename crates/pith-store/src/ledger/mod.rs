@@ -1,6 +1,7 @@
 //! The request ledger: one row per request that passed through the proxy, with what each
 //! transform stage did to it (`transform_results`, `transform_facts`).
 
+mod columns;
 mod model;
 pub mod postgres;
 mod query;

@@ -173,24 +173,6 @@ impl Row {
     }
 }
 
-/// A request's usage from its token columns, each read by name through `column`, on either
-/// database: none when the answer reported none (`input_tokens` NULL), a NULL count else 0.
-pub(crate) fn usage_of<E>(
-    column: impl Fn(&str) -> Result<Option<u64>, E>,
-) -> Result<Option<Usage>, E> {
-    let Some(input) = column("input_tokens")? else {
-        return Ok(None);
-    };
-    let count = |name| Ok::<_, E>(column(name)?.unwrap_or(0));
-    Ok(Some(Usage {
-        input,
-        output: count("output_tokens")?,
-        cache_write: count("cache_write_tokens")?,
-        cache_write_1h: count("cache_write_1h_tokens")?,
-        cache_read: count("cache_read_tokens")?,
-    }))
-}
-
 /// What one stage's edits of one request are estimated to have saved at one rate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Saving {

@@ -18,12 +18,14 @@
 //! local SQLite replica ([`TeamLedger::sync_replica`]), which keeps the same totals and answers
 //! the same queries as a single proxy's ledger.
 
-use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
 
+use serde::{Deserialize, Serialize};
+use tokio_postgres::types::ToSql;
+
+use super::columns::{self, Cell, Column, Kind, SHARED, Value};
 use crate::clock::now_ms;
-use crate::ledger::{
-    DROPPED_ROWS, Fact, Ledger, RequestOutcome, Row, Saving, Transform, TransformResult, usage_of,
-};
+use crate::ledger::{DROPPED_ROWS, Fact, Ledger, Row, Saving, Transform, TransformResult};
 use crate::postgres::{Pg, PgError, StoreUrl};
 
 const MIGRATIONS: &[&str] = &[
@@ -91,28 +93,61 @@ ALTER TABLE requests ADD COLUMN served_by TEXT;
 ",
 ];
 
-/// A batch of rows into `requests`, one array per column (`Columns`), each row once: a row
-/// pushed again is skipped.
-const PUSH_ROWS: &str = "INSERT INTO requests (instance, local_id, ts_ms, client, session, wire,
-        provider, model, method, path, status, outcome, error, bytes_client,
-        bytes_upstream, bytes_response, tools_bytes, system_bytes,
-        messages_bytes, other_bytes, input_tokens, output_tokens,
-        cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms, transforms,
-        fingerprint, client_fingerprint, cache_write_1h_tokens, savings, account,
-        served_by)
-     SELECT $1, l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-        ob, it, ot, cw, cr, tt, tm, tr::jsonb, fp, cf, c1, sv::jsonb, ac, sy
-     FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[],
-        $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
-        $11::integer[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
-        $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
-        $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[],
-        $24::bigint[], $25::float8[], $26::float8[], $27::text[], $28::bytea[],
-        $29::bytea[], $30::bigint[], $31::text[], $32::text[], $33::text[])
-        AS u (l, ts, c, s, w, p, m, me, pa, st, o, e, bc, bu, br, tb, sb, mb,
-              ob, it, ot, cw, cr, tt, tm, tr, fp, cf, c1, sv, ac, sy)
-     ORDER BY l
-     ON CONFLICT (instance, local_id) DO NOTHING";
+/// The team's own columns of a pushed row, after `local_id` and the columns both databases
+/// keep ([`SHARED`]): each with the array type it is bound as and the cast it is stored with.
+const PUSH_OWN: &[(&str, &str, &str)] = &[
+    ("transforms", "text[]", "::jsonb"),
+    ("fingerprint", "bytea[]", ""),
+    ("client_fingerprint", "bytea[]", ""),
+    ("savings", "text[]", "::jsonb"),
+    ("account", "text[]", ""),
+    ("served_by", "text[]", ""),
+];
+
+/// A batch of rows into `requests`, one array per column (`push_arrays`: `$1` the instance, `$2`
+/// the local ids, then [`SHARED`], then [`PUSH_OWN`]), each row once: a row pushed again is
+/// skipped.
+static PUSH_ROWS: LazyLock<String> = LazyLock::new(|| {
+    let mut names = vec!["local_id"];
+    let mut arrays = vec!["bigint[]"];
+    let mut selected = vec!["u.local_id".to_owned()];
+    for c in SHARED {
+        names.push(c.name);
+        arrays.push(c.kind.pg_array());
+        selected.push(format!("u.{}", c.name));
+    }
+    for (name, array, cast) in PUSH_OWN {
+        names.push(name);
+        arrays.push(array);
+        selected.push(format!("u.{name}{cast}"));
+    }
+    let arrays: Vec<String> = arrays
+        .iter()
+        .enumerate()
+        .map(|(i, array)| format!("${}::{array}", i + 2))
+        .collect();
+    let names = names.join(", ");
+    format!(
+        "INSERT INTO requests (instance, {names})
+         SELECT $1, {}
+         FROM unnest({}) AS u ({names})
+         ORDER BY u.local_id
+         ON CONFLICT (instance, local_id) DO NOTHING",
+        selected.join(", "),
+        arrays.join(", ")
+    )
+});
+
+/// Rows after a `seq`, oldest first (`$1` the `seq`, `$2` how many): the shared columns, then
+/// the team's own, jsonb as text.
+static PULL_ROWS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT seq, {}, transforms::text AS transforms_text, fingerprint, client_fingerprint,
+            savings::text AS savings_text, account, served_by
+         FROM requests WHERE seq > $1 ORDER BY seq LIMIT $2",
+        columns::names("")
+    )
+});
 
 /// What a proxy says about itself with a push.
 const UPSERT_INSTANCE: &str = "INSERT INTO instances (instance, host, last_push_ms,
@@ -306,56 +341,18 @@ impl TeamLedger {
         rows: &[(i64, Row)],
         state: &PushState,
     ) -> Result<u64, PgError> {
-        let mut cols = Columns::default();
-        for (id, r) in rows {
-            cols.add(*id, r, &state.account);
-        }
+        let arrays = push_arrays(rows, &state.account);
         let shipped = rows.last().map_or(0, |(id, _)| *id);
         let now = now_ms();
         self.pg.with(async |client| {
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PUSH_LOCK])
                 .await?;
-            let inserted = tx
-                .execute(
-                    PUSH_ROWS,
-                    &[
-                        &instance,
-                        &cols.local_id,
-                        &cols.ts_ms,
-                        &cols.client,
-                        &cols.session,
-                        &cols.wire,
-                        &cols.provider,
-                        &cols.model,
-                        &cols.method,
-                        &cols.path,
-                        &cols.status,
-                        &cols.outcome,
-                        &cols.error,
-                        &cols.bytes_client,
-                        &cols.bytes_upstream,
-                        &cols.bytes_response,
-                        &cols.tools_bytes,
-                        &cols.system_bytes,
-                        &cols.messages_bytes,
-                        &cols.other_bytes,
-                        &cols.input,
-                        &cols.output,
-                        &cols.cache_write,
-                        &cols.cache_read,
-                        &cols.ttfb_ms,
-                        &cols.total_ms,
-                        &cols.transforms,
-                        &cols.fingerprint,
-                        &cols.client_fingerprint,
-                        &cols.cache_write_1h,
-                        &cols.savings,
-                        &cols.account,
-                        &cols.served_by,
-                    ],
-                )
-                .await?;
+            let params: Vec<&(dyn ToSql + Sync)> =
+                std::iter::once(&instance as &(dyn ToSql + Sync))
+                    .chain(arrays.iter().map(|a| &**a as &(dyn ToSql + Sync)))
+                    .collect();
+            let inserted = tx.execute(PUSH_ROWS.as_str(), &params).await?;
             tx.execute(
                 UPSERT_INSTANCE,
                 &[
@@ -379,16 +376,7 @@ impl TeamLedger {
         let limit = to_i64(limit as u64);
         let rows = self.pg.with(async |client| {
             Ok(client
-                .query(
-                    "SELECT seq, ts_ms, client, session, wire, provider, model, method, path,
-                        status, outcome, error, bytes_client, bytes_upstream, bytes_response,
-                        tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-                        output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-                        transforms::text AS transforms_text, fingerprint, client_fingerprint,
-                        cache_write_1h_tokens, savings::text AS savings_text, account, served_by
-                     FROM requests WHERE seq > $1 ORDER BY seq LIMIT $2",
-                    &[&after_seq, &limit],
-                )
+                .query(PULL_ROWS.as_str(), &[&after_seq, &limit])
                 .await?)
         })?;
         rows.iter().map(row_of).collect()
@@ -452,130 +440,95 @@ impl TeamLedger {
 
 /// A pulled row and its `seq`, its columns read by name.
 fn row_of(r: &tokio_postgres::Row) -> Result<(i64, Row), PgError> {
-    let n = |name: &str| -> Result<u64, PgError> { Ok(to_u64(r.try_get::<_, i64>(name)?)) };
-    let opt = |name: &str| -> Result<Option<u64>, PgError> {
-        Ok(r.try_get::<_, Option<i64>>(name)?.map(to_u64))
-    };
-    let status: Option<i32> = r.try_get("status")?;
-    let status = status
-        .map(|s| u16::try_from(s).map_err(|_| PgError::Corrupt(format!("status {s}"))))
-        .transpose()?;
-    let usage = usage_of(opt)?;
-    let outcome: String = r.try_get("outcome")?;
+    let mut row = columns::read(|c| pg_value(r, c), PgError::Corrupt)?.finish();
     let transforms: String = r.try_get("transforms_text")?;
     let savings: String = r.try_get("savings_text")?;
-    Ok((
-        r.try_get("seq")?,
-        Row {
-            ts_ms: r.try_get("ts_ms")?,
-            client: r.try_get("client")?,
-            session: r.try_get("session")?,
-            wire: r.try_get("wire")?,
-            provider: r.try_get("provider")?,
-            model: r.try_get("model")?,
-            method: r.try_get("method")?,
-            path: r.try_get("path")?,
-            status,
-            outcome: RequestOutcome::parse(&outcome),
-            error: r.try_get("error")?,
-            bytes_client: n("bytes_client")?,
-            bytes_upstream: n("bytes_upstream")?,
-            bytes_response: n("bytes_response")?,
-            tools_bytes: n("tools_bytes")?,
-            system_bytes: n("system_bytes")?,
-            messages_bytes: n("messages_bytes")?,
-            other_bytes: n("other_bytes")?,
-            usage,
-            ttfb_ms: r.try_get("ttfb_ms")?,
-            total_ms: r.try_get("total_ms")?,
-            transforms: transforms_from_json(&transforms)?,
-            fingerprint: r.try_get("fingerprint")?,
-            client_fingerprint: r.try_get("client_fingerprint")?,
-            savings: savings_from_json(&savings)?,
-            account: Some(r.try_get("account")?),
-            // Not shipped: a replica pairs the team's rows in `ts_ms` order.
-            arrival_us: None,
-            instance: r.try_get("served_by")?,
-            derivations_pending: false,
-        },
-    ))
+    row.transforms = transforms_from_json(&transforms)?;
+    row.fingerprint = r.try_get("fingerprint")?;
+    row.client_fingerprint = r.try_get("client_fingerprint")?;
+    row.savings = savings_from_json(&savings)?;
+    row.account = Some(r.try_get("account")?);
+    // `arrival_us` is not shipped: a replica pairs the team's rows in `ts_ms` order.
+    row.instance = r.try_get("served_by")?;
+    Ok((r.try_get("seq")?, row))
 }
 
-/// A batch of rows as one array per column, for `unnest`.
-#[derive(Default)]
-struct Columns {
-    local_id: Vec<i64>,
-    ts_ms: Vec<i64>,
-    client: Vec<String>,
-    session: Vec<Option<String>>,
-    wire: Vec<Option<String>>,
-    provider: Vec<String>,
-    model: Vec<Option<String>>,
-    method: Vec<String>,
-    path: Vec<String>,
-    status: Vec<Option<i32>>,
-    outcome: Vec<&'static str>,
-    error: Vec<Option<String>>,
-    bytes_client: Vec<i64>,
-    bytes_upstream: Vec<i64>,
-    bytes_response: Vec<i64>,
-    tools_bytes: Vec<i64>,
-    system_bytes: Vec<i64>,
-    messages_bytes: Vec<i64>,
-    other_bytes: Vec<i64>,
-    input: Vec<Option<i64>>,
-    output: Vec<Option<i64>>,
-    cache_write: Vec<Option<i64>>,
-    cache_write_1h: Vec<Option<i64>>,
-    cache_read: Vec<Option<i64>>,
-    ttfb_ms: Vec<Option<f64>>,
-    total_ms: Vec<f64>,
-    transforms: Vec<String>,
-    fingerprint: Vec<Option<Vec<u8>>>,
-    client_fingerprint: Vec<Option<Vec<u8>>>,
-    savings: Vec<String>,
-    account: Vec<String>,
-    served_by: Vec<Option<String>>,
+/// A shared column's value in a PostgreSQL row, by its name.
+fn pg_value(r: &tokio_postgres::Row, c: &Column) -> Result<Value, PgError> {
+    Ok(match (c.kind, c.required) {
+        (Kind::Int, true) => Value::Int(Some(r.try_get(c.name)?)),
+        (Kind::Int, false) => Value::Int(r.try_get(c.name)?),
+        (Kind::Int4, true) => Value::Int(Some(i64::from(r.try_get::<_, i32>(c.name)?))),
+        (Kind::Int4, false) => Value::Int(r.try_get::<_, Option<i32>>(c.name)?.map(i64::from)),
+        (Kind::Real, true) => Value::Real(Some(r.try_get(c.name)?)),
+        (Kind::Real, false) => Value::Real(r.try_get(c.name)?),
+        (Kind::Text, true) => Value::Text(Some(r.try_get(c.name)?)),
+        (Kind::Text, false) => Value::Text(r.try_get(c.name)?),
+    })
 }
 
-impl Columns {
-    /// Add row `id`; a row that names no account is `own_account`'s.
-    fn add(&mut self, id: i64, r: &Row, own_account: &str) {
-        let u = r.usage;
-        self.local_id.push(id);
-        self.ts_ms.push(r.ts_ms);
-        self.client.push(r.client.clone());
-        self.session.push(r.session.clone());
-        self.wire.push(r.wire.clone());
-        self.provider.push(r.provider.clone());
-        self.model.push(r.model.clone());
-        self.method.push(r.method.clone());
-        self.path.push(r.path.clone());
-        self.status.push(r.status.map(i32::from));
-        self.outcome.push(r.outcome.as_str());
-        self.error.push(r.error.clone());
-        self.bytes_client.push(to_i64(r.bytes_client));
-        self.bytes_upstream.push(to_i64(r.bytes_upstream));
-        self.bytes_response.push(to_i64(r.bytes_response));
-        self.tools_bytes.push(to_i64(r.tools_bytes));
-        self.system_bytes.push(to_i64(r.system_bytes));
-        self.messages_bytes.push(to_i64(r.messages_bytes));
-        self.other_bytes.push(to_i64(r.other_bytes));
-        self.input.push(u.map(|u| to_i64(u.input)));
-        self.output.push(u.map(|u| to_i64(u.output)));
-        self.cache_write.push(u.map(|u| to_i64(u.cache_write)));
-        self.cache_write_1h
-            .push(u.map(|u| to_i64(u.cache_write_1h)));
-        self.cache_read.push(u.map(|u| to_i64(u.cache_read)));
-        self.ttfb_ms.push(r.ttfb_ms);
-        self.total_ms.push(r.total_ms);
-        self.transforms.push(transforms_json(&r.transforms));
-        self.fingerprint.push(r.fingerprint.clone());
-        self.client_fingerprint.push(r.client_fingerprint.clone());
-        self.savings.push(savings_json(&r.savings));
-        self.account
-            .push(r.account.clone().unwrap_or_else(|| own_account.to_owned()));
-        self.served_by.push(r.instance.clone());
+/// A batch of rows as one array per column, for `unnest`, in [`PUSH_ROWS`]' order after the
+/// instance; a row that names no account is `own_account`'s.
+fn push_arrays<'a>(
+    rows: &'a [(i64, Row)],
+    own_account: &'a str,
+) -> Vec<Box<dyn ToSql + Sync + 'a>> {
+    let mut arrays: Vec<Box<dyn ToSql + Sync + 'a>> = vec![Box::new(
+        rows.iter().map(|(id, _)| *id).collect::<Vec<i64>>(),
+    )];
+    for c in SHARED {
+        arrays.push(shared_array(c, rows));
+    }
+    let each = |f: fn(&Row) -> String| rows.iter().map(|(_, r)| f(r)).collect::<Vec<String>>();
+    arrays.push(Box::new(each(|r| transforms_json(&r.transforms))));
+    let fingerprints = |f: fn(&Row) -> Option<&[u8]>| {
+        rows.iter()
+            .map(|(_, r)| f(r))
+            .collect::<Vec<Option<&[u8]>>>()
+    };
+    arrays.push(Box::new(fingerprints(|r| r.fingerprint.as_deref())));
+    arrays.push(Box::new(fingerprints(|r| r.client_fingerprint.as_deref())));
+    arrays.push(Box::new(each(|r| savings_json(&r.savings))));
+    let accounts: Vec<&str> = rows
+        .iter()
+        .map(|(_, r)| r.account.as_deref().unwrap_or(own_account))
+        .collect();
+    arrays.push(Box::new(accounts));
+    let served_by: Vec<Option<&str>> = rows.iter().map(|(_, r)| r.instance.as_deref()).collect();
+    arrays.push(Box::new(served_by));
+    arrays
+}
+
+/// One shared column of a batch, as the array its kind is bound as.
+fn shared_array<'a>(c: &Column, rows: &'a [(i64, Row)]) -> Box<dyn ToSql + Sync + 'a> {
+    let cells = rows.iter().map(move |(_, r)| (c.get)(r));
+    let int = |cell| match cell {
+        Cell::Int(v) => v,
+        _ => None,
+    };
+    match c.kind {
+        Kind::Int => Box::new(cells.map(int).collect::<Vec<Option<i64>>>()),
+        Kind::Int4 => Box::new(
+            cells
+                .map(|cell| int(cell).and_then(|v| i32::try_from(v).ok()))
+                .collect::<Vec<Option<i32>>>(),
+        ),
+        Kind::Real => Box::new(
+            cells
+                .map(|cell| match cell {
+                    Cell::Real(v) => v,
+                    _ => None,
+                })
+                .collect::<Vec<Option<f64>>>(),
+        ),
+        Kind::Text => Box::new(
+            cells
+                .map(|cell| match cell {
+                    Cell::Text(v) => v,
+                    _ => None,
+                })
+                .collect::<Vec<Option<&'a str>>>(),
+        ),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Reading the ledger: totals kept on write, busts, timelines, recent rows.
 
+use super::columns::{self, Column, Kind, Value};
 use super::*;
 
 /// A `SELECT key, model, stage, band, sum(tokens)` row.
@@ -29,41 +30,28 @@ fn time_bucket(r: &rusqlite::Row<'_>) -> rusqlite::Result<TimeBucket> {
 /// A request's [`Row`], its columns read by name (its transform entries and savings are in
 /// tables of their own, read apart); the prompt's fingerprints as `sent` and `as_client`.
 fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-    let n = |name: &str| -> rusqlite::Result<u64> { Ok(to_u64(r.get(name)?)) };
-    let column = |name: &str| -> rusqlite::Result<Option<u64>> {
-        Ok(r.get::<_, Option<i64>>(name)?.map(to_u64))
-    };
-    let usage = usage_of(column)?;
-    Ok(Row {
-        ts_ms: r.get("ts_ms")?,
-        client: r.get("client")?,
-        session: r.get("session")?,
-        wire: r.get("wire")?,
-        provider: r.get("provider")?,
-        model: r.get("model")?,
-        method: r.get("method")?,
-        path: r.get("path")?,
-        status: r.get("status")?,
-        outcome: RequestOutcome::parse(&r.get::<_, String>("outcome")?),
-        error: r.get("error")?,
-        bytes_client: n("bytes_client")?,
-        bytes_upstream: n("bytes_upstream")?,
-        bytes_response: n("bytes_response")?,
-        tools_bytes: n("tools_bytes")?,
-        system_bytes: n("system_bytes")?,
-        messages_bytes: n("messages_bytes")?,
-        other_bytes: n("other_bytes")?,
-        usage,
-        ttfb_ms: r.get("ttfb_ms")?,
-        total_ms: r.get("total_ms")?,
-        transforms: Vec::new(),
-        fingerprint: r.get("sent")?,
-        client_fingerprint: r.get("as_client")?,
-        savings: Vec::new(),
-        account: r.get("account")?,
-        arrival_us: r.get("arrival_us")?,
-        instance: r.get("instance")?,
-        derivations_pending: false,
+    let mut row = columns::read(
+        |c| sqlite_value(r, c),
+        |e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Null, e.into()),
+    )?
+    .finish();
+    row.fingerprint = r.get("sent")?;
+    row.client_fingerprint = r.get("as_client")?;
+    row.account = r.get("account")?;
+    row.arrival_us = r.get("arrival_us")?;
+    row.instance = r.get("instance")?;
+    Ok(row)
+}
+
+/// A shared column's value in a SQLite row, by its name.
+fn sqlite_value(r: &rusqlite::Row<'_>, c: &Column) -> rusqlite::Result<Value> {
+    Ok(match (c.kind, c.required) {
+        (Kind::Int | Kind::Int4, true) => Value::Int(Some(r.get(c.name)?)),
+        (Kind::Int | Kind::Int4, false) => Value::Int(r.get(c.name)?),
+        (Kind::Real, true) => Value::Real(Some(r.get(c.name)?)),
+        (Kind::Real, false) => Value::Real(r.get(c.name)?),
+        (Kind::Text, true) => Value::Text(Some(r.get(c.name)?)),
+        (Kind::Text, false) => Value::Text(r.get(c.name)?),
     })
 }
 

@@ -9,6 +9,9 @@
 //! stage that caused it as savings of stage `bust:<stage>` ([`charge_bust`], [`bust_cost`]),
 //! wherever rows are paired, a team replica included.
 
+use std::sync::LazyLock;
+
+use super::columns::{self, Cell};
 use super::*;
 use rusqlite::CachedStatement;
 
@@ -169,17 +172,28 @@ const ADD_ACCOUNT_SAVING_TOTAL: &str =
     "INSERT INTO account_saving_totals VALUES (?1, ?2, ?3, ?4, ?5, ?6)
     ON CONFLICT (k, stage, band) DO UPDATE SET tokens = tokens + excluded.tokens";
 
-/// A row into `requests` (`insert_request` binds its 33 values in this order).
-const INSERT_REQUEST: &str =
-    "INSERT INTO requests (ts_ms, client, session, wire, provider, model, method, path,
-    status, outcome, error, bytes_client, bytes_upstream, bytes_response,
-    tools_bytes, system_bytes, messages_bytes, other_bytes, input_tokens,
-    output_tokens, cache_write_tokens, cache_read_tokens, ttfb_ms, total_ms,
-    bust_checked, bust_at, bust_cached_through, bust_cause, cache_write_1h_tokens,
-    account, arrival_us, instance, derivations_pending)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31,
-    ?32, ?33)";
+/// A row into `requests`: the columns both databases keep ([`columns::SHARED`]), then SQLite's
+/// own (`insert_request` binds them in this order).
+static INSERT_REQUEST: LazyLock<String> = LazyLock::new(|| {
+    let own = [
+        "bust_checked",
+        "bust_at",
+        "bust_cached_through",
+        "bust_cause",
+        "account",
+        "arrival_us",
+        "instance",
+        "derivations_pending",
+    ];
+    let n = columns::SHARED.len() + own.len();
+    let placeholders: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+    format!(
+        "INSERT INTO requests ({}, {}) VALUES ({})",
+        columns::names(""),
+        own.join(", "),
+        placeholders.join(", ")
+    )
+});
 /// Add a row to the totals of the proxy instance that served it.
 const ADD_INSTANCE_TOTAL: &str = "INSERT INTO instance_totals VALUES (?1, ?2, 1, ?3, ?4, ?4)
     ON CONFLICT (k) DO UPDATE SET
@@ -312,7 +326,7 @@ struct RollUps<'tx> {
 impl<'tx> RollUps<'tx> {
     fn prepare(tx: &'tx Connection) -> Result<Self, StoreError> {
         Ok(RollUps {
-            request: tx.prepare_cached(INSERT_REQUEST)?,
+            request: tx.prepare_cached(&INSERT_REQUEST)?,
             group: tx.prepare_cached(group_totals_sql!("group_totals", "session"))?,
             account_group: tx.prepare_cached(group_totals_sql!("account_totals", "account"))?,
             instance: tx.prepare_cached(ADD_INSTANCE_TOTAL)?,
@@ -378,42 +392,21 @@ fn insert_request(
     r: &Row,
     pairing: &Pairing,
 ) -> Result<i64, StoreError> {
-    let (u, bust) = (r.usage, pairing.bust);
-    Ok(request.insert(params![
-        r.ts_ms,
-        r.client,
-        r.session,
-        r.wire,
-        r.provider,
-        r.model,
-        r.method,
-        r.path,
-        r.status,
-        r.outcome.as_str(),
-        r.error,
-        to_i64(r.bytes_client),
-        to_i64(r.bytes_upstream),
-        to_i64(r.bytes_response),
-        to_i64(r.tools_bytes),
-        to_i64(r.system_bytes),
-        to_i64(r.messages_bytes),
-        to_i64(r.other_bytes),
-        u.map(|u| to_i64(u.input)),
-        u.map(|u| to_i64(u.output)),
-        u.map(|u| to_i64(u.cache_write)),
-        u.map(|u| to_i64(u.cache_read)),
-        r.ttfb_ms,
-        r.total_ms,
-        pairing.checked,
-        bust.map(|b| to_i64(b.0 as u64)),
-        bust.map(|b| to_i64(b.1 as u64)),
-        bust.map(|b| b.2),
-        u.map(|u| to_i64(u.cache_write_1h)),
-        r.account,
-        r.arrival_us,
-        r.instance,
-        i64::from(r.derivations_pending && r.arrival_us.is_some()),
-    ])?)
+    let bust = pairing.bust;
+    let own = [
+        Cell::Int(Some(pairing.checked)),
+        Cell::Int(bust.map(|b| to_i64(b.0 as u64))),
+        Cell::Int(bust.map(|b| to_i64(b.1 as u64))),
+        Cell::Text(bust.map(|b| b.2)),
+        Cell::Text(r.account.as_deref()),
+        Cell::Int(r.arrival_us),
+        Cell::Text(r.instance.as_deref()),
+        Cell::Int(Some(i64::from(
+            r.derivations_pending && r.arrival_us.is_some(),
+        ))),
+    ];
+    let shared = columns::SHARED.iter().map(|c| (c.get)(r));
+    Ok(request.insert(rusqlite::params_from_iter(shared.chain(own)))?)
 }
 
 /// Did not end `ok` or `local`.

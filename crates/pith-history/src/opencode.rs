@@ -16,7 +16,7 @@ use pith_clients::Client;
 use pith_sqlite_guard::{Schema, distrust};
 use pith_wire::Wire;
 use pith_wire::conversation;
-use rusqlite::{Connection, OpenFlags, params};
+use rusqlite::{Connection, OpenFlags, Statement, params};
 use serde_json::{Value, json};
 
 use crate::NewMessage;
@@ -109,46 +109,8 @@ pub fn read(
     let mut summary = ReadSummary::default();
     for (session_id, started_ms) in sessions {
         deadline.arm();
-        // Read as they come, not collected: a session's messages are many.
-        let rows = messages
-            .query_map(params![&session_id, MAX_PART_BYTES], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, bool>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                ))
-            })
-            .map_err(error)?;
-        let mut budget = MAX_SESSION_BYTES;
-        let mut wire = Vec::new();
-        for row in rows {
-            let (id, ts, too_large, role) = row.map_err(error)?;
-            if too_large {
-                summary.left_out += 1;
-                continue;
-            }
-            let role = role.unwrap_or_default();
-            let read: Vec<(i64, Option<String>)> = parts
-                .query_map(params![&id, MAX_PART_BYTES.min(budget)], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .and_then(|rows| rows.collect())
-                .map_err(error)?;
-            let mut kept = Vec::with_capacity(read.len());
-            for (size, part) in read {
-                match part.filter(|_| size <= budget) {
-                    Some(part) => {
-                        budget -= size;
-                        kept.extend(serde_json::from_str::<Value>(&part).ok());
-                    }
-                    None => summary.left_out += 1,
-                }
-            }
-            for message in as_sent(&role, &kept) {
-                wire.push((message, ts));
-            }
-        }
+        let wire =
+            read_session(&mut messages, &mut parts, &session_id, &mut summary).map_err(error)?;
         summary.sessions += 1;
         let go_on = each(Imported {
             session_id,
@@ -161,6 +123,67 @@ pub fn read(
         }
     }
     Ok(summary)
+}
+
+/// One session's messages as sent, each at its time; a message or part over
+/// [`MAX_PART_BYTES`], or past the session's [`MAX_SESSION_BYTES`], is left out (counted in
+/// `summary`).
+fn read_session(
+    messages: &mut Statement<'_>,
+    parts: &mut Statement<'_>,
+    session_id: &str,
+    summary: &mut ReadSummary,
+) -> rusqlite::Result<Vec<(Value, i64)>> {
+    // Read as they come, not collected: a session's messages are many.
+    let rows = messages.query_map(params![session_id, MAX_PART_BYTES], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, bool>(2)?,
+            r.get::<_, Option<String>>(3)?,
+        ))
+    })?;
+    let mut budget = MAX_SESSION_BYTES;
+    let mut wire = Vec::new();
+    for row in rows {
+        let (id, ts, too_large, role) = row?;
+        if too_large {
+            summary.left_out += 1;
+            continue;
+        }
+        let role = role.unwrap_or_default();
+        let kept = read_parts(parts, &id, &mut budget, summary)?;
+        for message in as_sent(&role, &kept) {
+            wire.push((message, ts));
+        }
+    }
+    Ok(wire)
+}
+
+/// Message `id`'s parts, parsed, each no larger than [`MAX_PART_BYTES`] nor than what is left
+/// of the session's `budget` (which each part kept uses up); the rest are left out unread.
+fn read_parts(
+    parts: &mut Statement<'_>,
+    id: &str,
+    budget: &mut i64,
+    summary: &mut ReadSummary,
+) -> rusqlite::Result<Vec<Value>> {
+    let read: Vec<(i64, Option<String>)> = parts
+        .query_map(params![id, MAX_PART_BYTES.min(*budget)], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .and_then(|rows| rows.collect())?;
+    let mut kept = Vec::with_capacity(read.len());
+    for (size, part) in read {
+        match part.filter(|_| size <= *budget) {
+            Some(part) => {
+                *budget -= size;
+                kept.extend(serde_json::from_str::<Value>(&part).ok());
+            }
+            None => summary.left_out += 1,
+        }
+    }
+    Ok(kept)
 }
 
 /// An OpenCode message as its Anthropic requests send it: one message, and for an assistant

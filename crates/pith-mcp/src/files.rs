@@ -105,52 +105,9 @@ fn read_lines(
         .unwrap_or(usize::MAX)
         .min(start.saturating_add(MAX_LINES - 1));
 
-    let mut src = BufReader::with_capacity(chunk, Cursor::new(head).chain(src));
+    let src = BufReader::with_capacity(chunk, Cursor::new(head).chain(src));
     let mut out = String::new();
-    // The line the next byte belongs to, whether it has begun, and its text when it is shown.
-    let mut line_no: usize = 1;
-    let mut in_line = false;
-    let mut shown = ShownLine::default();
-    loop {
-        let buf = src.fill_buf().map_err(cannot)?;
-        let Some(&last) = buf.last() else { break };
-        let len = buf.len();
-        if line_no > shown_to {
-            // Past what is shown: only count.
-            line_no += memchr::memchr_iter(b'\n', buf).count();
-        } else {
-            let mut pos = 0;
-            while pos < len {
-                let showing = line_no >= start && line_no <= shown_to;
-                match memchr::memchr(b'\n', &buf[pos..]) {
-                    Some(i) => {
-                        if showing {
-                            shown.feed(&buf[pos..pos + i]);
-                            shown.finish(line_no, true, &mut out);
-                        }
-                        line_no += 1;
-                        pos += i + 1;
-                    }
-                    None => {
-                        if showing {
-                            shown.feed(&buf[pos..]);
-                        }
-                        pos = len;
-                    }
-                }
-            }
-        }
-        in_line = last != b'\n';
-        src.consume(len);
-    }
-    let total = if in_line {
-        if line_no >= start && line_no <= shown_to {
-            shown.finish(line_no, false, &mut out);
-        }
-        line_no
-    } else {
-        line_no - 1
-    };
+    let total = number_lines(src, start, shown_to, &mut out).map_err(cannot)?;
 
     if total == 0 {
         return Ok(format!("{rel} is empty\n"));
@@ -181,6 +138,61 @@ fn read_lines(
         out.push_str("]\n");
     }
     Ok(out)
+}
+
+/// Stream `src` to its end, appending lines `start..=shown_to` (as far as the file has them)
+/// to `out` numbered; the file's line count.
+fn number_lines(
+    mut src: impl BufRead,
+    start: usize,
+    shown_to: usize,
+    out: &mut String,
+) -> std::io::Result<usize> {
+    // The line the next byte belongs to, whether it has begun, and its text when it is shown.
+    let mut line_no: usize = 1;
+    let mut in_line = false;
+    let mut shown = ShownLine::default();
+    loop {
+        let buf = src.fill_buf()?;
+        let Some(&last) = buf.last() else { break };
+        let len = buf.len();
+        if line_no > shown_to {
+            // Past what is shown: only count.
+            line_no += memchr::memchr_iter(b'\n', buf).count();
+        } else {
+            let mut pos = 0;
+            while pos < len {
+                let showing = line_no >= start && line_no <= shown_to;
+                match memchr::memchr(b'\n', &buf[pos..]) {
+                    Some(i) => {
+                        if showing {
+                            shown.feed(&buf[pos..pos + i]);
+                            shown.finish(line_no, true, out);
+                        }
+                        line_no += 1;
+                        pos += i + 1;
+                    }
+                    None => {
+                        if showing {
+                            shown.feed(&buf[pos..]);
+                        }
+                        pos = len;
+                    }
+                }
+            }
+        }
+        in_line = last != b'\n';
+        src.consume(len);
+    }
+    let total = if in_line {
+        if line_no >= start && line_no <= shown_to {
+            shown.finish(line_no, false, out);
+        }
+        line_no
+    } else {
+        line_no - 1
+    };
+    Ok(total)
 }
 
 /// One shown line as its bytes arrive: decoded as `String::from_utf8_lossy` would decode the

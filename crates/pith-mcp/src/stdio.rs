@@ -130,10 +130,16 @@ fn too_large(size: usize, head: &[u8], tail: &[u8]) -> Option<String> {
         None if has_method => return None,
         None => "null".to_owned(),
     };
+    // One literal per line (`concat!`), so no line ends inside a string.
     Some(format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":-32600,\"message\":\"pith mcp \
-         reads messages of at most {MAX_MESSAGE} bytes; this one was {size} bytes and was not \
-         read\"}}}}\n"
+        concat!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":-32600,\"message\":",
+            "\"pith mcp reads messages of at most {max} bytes; this one was {size} bytes and ",
+            "was not read\"}}}}\n",
+        ),
+        id = id,
+        max = MAX_MESSAGE,
+        size = size,
     ))
 }
 

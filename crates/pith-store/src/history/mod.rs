@@ -664,22 +664,7 @@ impl History {
         let mut outcome = Changed::default();
         let chosen: Vec<String> = match ids {
             None => claims.ids.clone(),
-            Some(ids) => {
-                let mut chosen = Vec::new();
-                for id in ids {
-                    if !claims.ids.contains(id) {
-                        outcome.skipped.push(Skipped {
-                            id: id.clone(),
-                            reason:
-                                "not in the token's selection (ids may narrow it, never extend it)"
-                                    .into(),
-                        });
-                    } else if !chosen.contains(id) {
-                        chosen.push(id.clone());
-                    }
-                }
-                chosen
-            }
+            Some(ids) => narrow_to_token(&claims.ids, ids, &mut outcome),
         };
         let agent = claims.agent_type.map(AgentType::as_str);
         let check = format!(
@@ -696,58 +681,17 @@ impl History {
                AND id IN (SELECT c.id FROM conversations c WHERE c.id = ?1 AND {})",
             predicate(claims.filter)
         );
-        let token_hash = {
-            use sha2::Digest;
-            let digest = sha2::Sha256::digest(token.trim().as_bytes());
-            digest
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        };
+        let token_hash = token_hash(token);
         self.db.transaction(|db| {
-            // A token deletes once: a use that trashed something is kept until the token
-            // expires, and refuses the token from then on.
-            db.execute(
-                "DELETE FROM used_tokens WHERE expires_ms < ?1",
-                values![now_ms],
-            )?;
-            let used = db.row(
-                "SELECT count(*) FROM used_tokens WHERE token_hash = ?1",
-                values![&token_hash],
-                |r| r.count(0),
-            )?;
-            if used.unwrap_or(0) > 0 {
-                return Err(HistoryError::Token(TokenError::Used));
-            }
+            refuse_used_token(db, &token_hash, now_ms)?;
             if db.is_postgres() {
-                // Row locks first, in id order, so a concurrent recorder cannot add a message
-                // between the check and the trash (SQLite's write lock is the whole file).
-                let mut sorted = chosen.clone();
-                sorted.sort();
-                for id in &sorted {
-                    db.execute(
-                        "SELECT 1 FROM conversations WHERE id = ?1 AND account = ?2 FOR UPDATE",
-                        values![id, account],
-                    )?;
-                }
+                lock_for_delete(db, &chosen, account)?;
             }
             for id in chosen {
                 let state = db.row(&check, values![&id, account], |r| {
                     Ok((r.opt_int(0)?, r.text(1)?, r.count(2)?, r.int(3)? != 0))
                 })?;
-                let reason = match state {
-                    None => Some("no such conversation in this account".to_owned()),
-                    Some((Some(_), ..)) => Some("already in the trash".to_owned()),
-                    Some((None, agent_type, _, _)) if agent.is_some_and(|a| a != agent_type) => {
-                        Some(format!("its agent type is now {agent_type}"))
-                    }
-                    Some((None, _, messages, false)) => Some(format!(
-                        "no longer matches filter {} (it has {messages} messages now)",
-                        claims.filter
-                    )),
-                    Some((None, _, _, true)) => None,
-                };
-                if let Some(reason) = reason {
+                if let Some(reason) = delete_skip_reason(state, agent, claims.filter) {
                     outcome.skipped.push(Skipped { id, reason });
                     continue;
                 }
@@ -761,15 +705,7 @@ impl History {
                 }
             }
             if !outcome.changed.is_empty() {
-                let first_use = db.execute(
-                    "INSERT INTO used_tokens (token_hash, expires_ms) VALUES (?1, ?2)
-                     ON CONFLICT (token_hash) DO NOTHING",
-                    values![&token_hash, claims.exp],
-                )?;
-                // Another delete with this token committed meanwhile: this one is undone.
-                if first_use == 0 {
-                    return Err(HistoryError::Token(TokenError::Used));
-                }
+                record_used_token(db, &token_hash, claims.exp)?;
             }
             Ok::<_, HistoryError>(())
         })?;
@@ -944,6 +880,101 @@ impl StoredMessage {
             ts_ms: message.ts_ms,
         }
     }
+}
+
+/// The caller's `ids` that the token selected, each once, in the caller's order; the others
+/// are skipped.
+fn narrow_to_token(selected: &[String], ids: &[String], outcome: &mut Changed) -> Vec<String> {
+    let mut chosen = Vec::new();
+    for id in ids {
+        if !selected.contains(id) {
+            outcome.skipped.push(Skipped {
+                id: id.clone(),
+                reason: "not in the token's selection (ids may narrow it, never extend it)".into(),
+            });
+        } else if !chosen.contains(id) {
+            chosen.push(id.clone());
+        }
+    }
+    chosen
+}
+
+/// The hex SHA-256 of a filter token, as `used_tokens` keeps it.
+fn token_hash(token: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(token.trim().as_bytes());
+    digest
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+}
+
+/// Forget expired token uses, then refuse a token already used.
+fn refuse_used_token(db: &Db, token_hash: &str, now_ms: i64) -> Result<(), HistoryError> {
+    // A token deletes once: a use that trashed something is kept until the token
+    // expires, and refuses the token from then on.
+    db.execute(
+        "DELETE FROM used_tokens WHERE expires_ms < ?1",
+        values![now_ms],
+    )?;
+    let used = db.row(
+        "SELECT count(*) FROM used_tokens WHERE token_hash = ?1",
+        values![token_hash],
+        |r| r.count(0),
+    )?;
+    if used.unwrap_or(0) > 0 {
+        return Err(HistoryError::Token(TokenError::Used));
+    }
+    Ok(())
+}
+
+/// Lock the chosen conversations' rows (PostgreSQL only) before they are checked.
+fn lock_for_delete(db: &Db, chosen: &[String], account: &str) -> Result<(), StoreError> {
+    // Row locks first, in id order, so a concurrent recorder cannot add a message
+    // between the check and the trash (SQLite's write lock is the whole file).
+    let mut sorted = chosen.to_vec();
+    sorted.sort();
+    for id in &sorted {
+        db.execute(
+            "SELECT 1 FROM conversations WHERE id = ?1 AND account = ?2 FOR UPDATE",
+            values![id, account],
+        )?;
+    }
+    Ok(())
+}
+
+/// Why a chosen conversation is not trashed, given its state now (trashed at, agent type,
+/// messages, whether it still matches the filter); `None`: trash it.
+fn delete_skip_reason(
+    state: Option<(Option<i64>, String, u64, bool)>,
+    agent: Option<&str>,
+    filter: Filter,
+) -> Option<String> {
+    match state {
+        None => Some("no such conversation in this account".to_owned()),
+        Some((Some(_), ..)) => Some("already in the trash".to_owned()),
+        Some((None, agent_type, _, _)) if agent.is_some_and(|a| a != agent_type) => {
+            Some(format!("its agent type is now {agent_type}"))
+        }
+        Some((None, _, messages, false)) => Some(format!(
+            "no longer matches filter {filter} (it has {messages} messages now)"
+        )),
+        Some((None, _, _, true)) => None,
+    }
+}
+
+/// Record the token's use once something was trashed, refusing it if already recorded.
+fn record_used_token(db: &Db, token_hash: &str, exp: i64) -> Result<(), HistoryError> {
+    let first_use = db.execute(
+        "INSERT INTO used_tokens (token_hash, expires_ms) VALUES (?1, ?2)
+                     ON CONFLICT (token_hash) DO NOTHING",
+        values![token_hash, exp],
+    )?;
+    // Another delete with this token committed meanwhile: this one is undone.
+    if first_use == 0 {
+        return Err(HistoryError::Token(TokenError::Used));
+    }
+    Ok(())
 }
 
 /// The predicate as a 0/1 value over `c` (what [`predicate`] says, as a column).

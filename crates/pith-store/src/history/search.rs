@@ -69,6 +69,33 @@ pub(super) fn search(
         return Ok(Vec::new());
     }
     let average_length = (total_length / documents).max(1.0);
+    let lengths = searchable_lengths(db, account)?;
+    let corpus = Corpus {
+        lengths: &lengths,
+        documents,
+        average_length,
+    };
+    let scores = score(db, account, &query_terms, &corpus)?;
+    let ranked = best(scores, limit);
+    let mut hits = Vec::with_capacity(ranked.len());
+    for (seq, scored) in ranked {
+        if let Some(hit) = hit(db, seq, scored, &query_terms)? {
+            hits.push(hit);
+        }
+    }
+    Ok(hits)
+}
+
+/// What BM25 needs of the account's conversations besides the postings.
+struct Corpus<'a> {
+    /// Each conversation's length by document number (0.0: not searchable).
+    lengths: &'a [f64],
+    documents: f64,
+    average_length: f64,
+}
+
+/// The account's searchable conversations' lengths, indexed by document number.
+fn searchable_lengths(db: &Db, account: &str) -> Result<Vec<f64>, StoreError> {
     // The account's searchable conversations (not in the trash) and their lengths, by document
     // number: `seq` is dense from 1 (SQLite's rowid; on PostgreSQL an identity a conversation
     // takes only when it is created), so arrays indexed by it replace maps (a common term
@@ -97,8 +124,18 @@ pub(super) fn search(
             Ok(())
         },
     )?;
+    Ok(lengths)
+}
+
+/// Each conversation's BM25 score over the query terms, by document number (`None`: no match).
+fn score(
+    db: &Db,
+    account: &str,
+    query_terms: &[String],
+    corpus: &Corpus<'_>,
+) -> Result<Vec<Option<Scored>>, StoreError> {
     let mut scores: Vec<Option<Scored>> = Vec::new();
-    scores.resize_with(slots, || None);
+    scores.resize_with(corpus.lengths.len(), || None);
     let mut matched: Vec<(usize, f64)> = Vec::new();
     for (t, term) in query_terms.iter().enumerate() {
         matched.clear();
@@ -112,12 +149,12 @@ pub(super) fn search(
             },
         )?;
         let df = matched.len() as f64;
-        let idf = (1.0 + (documents - df + 0.5).max(0.0) / (df + 0.5)).ln();
+        let idf = (1.0 + (corpus.documents - df + 0.5).max(0.0) / (df + 0.5)).ln();
         for &(seq, tf) in &matched {
-            let Some(&length) = lengths.get(seq).filter(|l| **l > 0.0) else {
+            let Some(&length) = corpus.lengths.get(seq).filter(|l| **l > 0.0) else {
                 continue;
             };
-            let norm = K1 * (1.0 - B + B * length / average_length);
+            let norm = K1 * (1.0 - B + B * length / corpus.average_length);
             let part = idf * tf * (K1 + 1.0) / (tf + norm);
             let entry = scores[seq].get_or_insert(Scored {
                 score: 0.0,
@@ -134,6 +171,11 @@ pub(super) fn search(
             }
         }
     }
+    Ok(scores)
+}
+
+/// The `limit` best-scored conversations, best first (ties by document number).
+fn best(scores: Vec<Option<Scored>>, limit: usize) -> Vec<(i64, Scored)> {
     let mut ranked: Vec<(i64, Scored)> = scores
         .into_iter()
         .enumerate()
@@ -148,38 +190,44 @@ pub(super) fn search(
         ranked.truncate(limit);
     }
     ranked.sort_by(order);
-    let mut hits = Vec::with_capacity(ranked.len());
-    for (seq, scored) in ranked {
-        let Some((id, session_id, client, started_ms)) = db.row(
-            "SELECT id, session_id, client, started_ms FROM conversations WHERE seq = ?1",
-            values![seq],
-            |r| Ok((r.text(0)?, r.text(1)?, r.text(2)?, r.int(3)?)),
-        )?
-        else {
-            continue;
-        };
-        // Terms are letters and digits only, so the pattern holds no wildcard of its own.
-        let pattern = format!("%{}%", query_terms[scored.best_term]);
-        let (position, role, body) = db
-            .row(
-                "SELECT position, role, body FROM messages
+    ranked
+}
+
+/// The hit for conversation `seq`, with its snippet; `None` if the conversation is gone.
+fn hit(
+    db: &Db,
+    seq: i64,
+    scored: Scored,
+    query_terms: &[String],
+) -> Result<Option<Hit>, StoreError> {
+    let Some((id, session_id, client, started_ms)) = db.row(
+        "SELECT id, session_id, client, started_ms FROM conversations WHERE seq = ?1",
+        values![seq],
+        |r| Ok((r.text(0)?, r.text(1)?, r.text(2)?, r.int(3)?)),
+    )?
+    else {
+        return Ok(None);
+    };
+    // Terms are letters and digits only, so the pattern holds no wildcard of its own.
+    let pattern = format!("%{}%", query_terms[scored.best_term]);
+    let (position, role, body) = db
+        .row(
+            "SELECT position, role, body FROM messages
                  WHERE conversation_id = ?1 AND LOWER(body) LIKE ?2 ORDER BY position LIMIT 1",
-                values![&id, &pattern],
-                |r| Ok((r.count(0)?, r.text(1)?, r.text(2)?)),
-            )?
-            .unwrap_or_default();
-        hits.push(Hit {
-            id,
-            session_id,
-            client,
-            started_ms,
-            score: scored.score,
-            position,
-            role,
-            snippet: snippet(&body, &query_terms),
-        });
-    }
-    Ok(hits)
+            values![&id, &pattern],
+            |r| Ok((r.count(0)?, r.text(1)?, r.text(2)?)),
+        )?
+        .unwrap_or_default();
+    Ok(Some(Hit {
+        id,
+        session_id,
+        client,
+        started_ms,
+        score: scored.score,
+        position,
+        role,
+        snippet: snippet(&body, query_terms),
+    }))
 }
 
 /// About [`SNIPPET_CHARS`] characters of `body` around the first query term, on one line.

@@ -172,8 +172,10 @@ fn run(
     let mut team: Option<TeamLedger> = None;
     let mut local: Option<(Ledger, i64)> = None;
     let mut histories = Histories::default();
-    let mut retry = RETRY_FIRST;
-    let mut down_since: Option<Instant> = None;
+    let mut backoff = Backoff {
+        retry: RETRY_FIRST,
+        down_since: None,
+    };
     let mut stop_deadline: Option<Instant> = None;
     let host = host_name();
     loop {
@@ -200,23 +202,10 @@ fn run(
             Some(path) => histories.step(path, url, shared),
             None => Ok(Step::Idle),
         };
-        let outcome = match (ledger, history) {
-            (Err(e), _) | (_, Err(e)) => Err(e),
-            (Ok(Step::Shipped), _) | (_, Ok(Step::Shipped)) => Ok(Step::Shipped),
-            _ => Ok(Step::Idle),
-        };
-        match outcome {
-            Ok(Step::Shipped) => {
-                if let Some(since) = down_since.take() {
-                    tracing::info!(
-                        "team ledger {url} reachable again after {:.1} s; the backlog is going out",
-                        since.elapsed().as_secs_f64()
-                    );
-                }
-                retry = RETRY_FIRST;
-            }
+        match both(ledger, history) {
+            Ok(Step::Shipped) => backoff.reachable(url),
             Ok(Step::Idle) => {
-                retry = RETRY_FIRST;
+                backoff.retry = RETRY_FIRST;
                 if stop_deadline.is_some() {
                     return; // stopping, and nothing is left to send
                 }
@@ -225,22 +214,57 @@ fn run(
                 }
             }
             Err(e) => {
-                shared.failures.fetch_add(1, Ordering::Relaxed);
-                if down_since.is_none() {
-                    down_since = Some(Instant::now());
-                    tracing::warn!(
-                        error = &e as &dyn std::error::Error,
-                        "cannot ship to the team database; ledger rows and history wait in the local files and go out when it is back"
-                    );
-                }
+                backoff.failed(shared, &e);
                 if stop_deadline.is_some() {
                     return;
                 }
-                if wait(shared, retry) {
+                if wait(shared, backoff.retry) {
                     stop_deadline = Some(Instant::now() + STOP_FLUSH);
                 }
-                retry = (retry * 2).min(RETRY_MAX);
+                backoff.retry = (backoff.retry * 2).min(RETRY_MAX);
             }
+        }
+    }
+}
+
+/// One pass's outcome from the ledger's and the history's: either's failure, else whether
+/// either shipped.
+fn both(ledger: Result<Step, PgError>, history: Result<Step, PgError>) -> Result<Step, PgError> {
+    match (ledger, history) {
+        (Err(e), _) | (_, Err(e)) => Err(e),
+        (Ok(Step::Shipped), _) | (_, Ok(Step::Shipped)) => Ok(Step::Shipped),
+        _ => Ok(Step::Idle),
+    }
+}
+
+/// The wait before the next attempt while the team database is unreachable, and since when
+/// it has been (to log an outage once, and its end).
+struct Backoff {
+    retry: Duration,
+    down_since: Option<Instant>,
+}
+
+impl Backoff {
+    /// Something went out: log the end of an outage, and wait the least after the next failure.
+    fn reachable(&mut self, url: &StoreUrl) {
+        if let Some(since) = self.down_since.take() {
+            tracing::info!(
+                "team ledger {url} reachable again after {:.1} s; the backlog is going out",
+                since.elapsed().as_secs_f64()
+            );
+        }
+        self.retry = RETRY_FIRST;
+    }
+
+    /// A pass failed: count it, and warn at the start of an outage only.
+    fn failed(&mut self, shared: &Shared, e: &PgError) {
+        shared.failures.fetch_add(1, Ordering::Relaxed);
+        if self.down_since.is_none() {
+            self.down_since = Some(Instant::now());
+            tracing::warn!(
+                error = e as &dyn std::error::Error,
+                "cannot ship to the team database; ledger rows and history wait in the local files and go out when it is back"
+            );
         }
     }
 }

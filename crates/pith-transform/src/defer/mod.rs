@@ -306,6 +306,40 @@ struct Entry<'a> {
     own_search: bool,
 }
 
+impl<'a> Entry<'a> {
+    /// The tool `raw` and what pith may do with it; `None` when it is a provider tool search
+    /// tool (the client decides deferral itself).
+    fn read(wire: Wire, raw: &'a RawValue) -> Result<Option<Self>, Unparseable> {
+        if !raw.get().starts_with('{') {
+            return Err(Unparseable);
+        }
+        let tool: Tool<'_> = serde_json::from_str(raw.get())?;
+        let kind = tool.kind.as_ref().map(Str::as_str);
+        if is_search_tool(wire, kind) {
+            return Ok(None);
+        }
+        let client_deferred = tool.defer_loading.is_some_and(|d| d.get() == "true");
+        let own_search = tool
+            .name
+            .as_ref()
+            .is_some_and(|n| pith_clients::Client::is_own_tool_search(n.as_str()));
+        let deferrable = tool.name.is_some()
+            && !own_search
+            && tool.defer_loading.is_none()
+            && match wire {
+                Wire::AnthropicMessages => matches!(kind, None | Some("custom")),
+                Wire::Responses | Wire::ChatCompletions => kind == Some("function"),
+            };
+        Ok(Some(Entry {
+            raw,
+            tool,
+            deferrable,
+            client_deferred,
+            own_search,
+        }))
+    }
+}
+
 impl DeferStage {
     /// One request: its history read (from where this conversation's last turn left off,
     /// [`conversations`]), then the plan for its tool list and task (made once per session,
@@ -357,33 +391,10 @@ impl DeferStage {
         }
         let mut entries = Vec::with_capacity(raws.len());
         for raw in raws {
-            if !raw.get().starts_with('{') {
-                return Err(Unparseable);
-            }
-            let tool: Tool<'_> = serde_json::from_str(raw.get())?;
-            let kind = tool.kind.as_ref().map(Str::as_str);
-            if is_search_tool(wire, kind) {
+            let Some(entry) = Entry::read(wire, raw)? else {
                 return Ok(Planned::Unchanged(reason::ALREADY_DEFERRING));
-            }
-            let client_deferred = tool.defer_loading.is_some_and(|d| d.get() == "true");
-            let own_search = tool
-                .name
-                .as_ref()
-                .is_some_and(|n| pith_clients::Client::is_own_tool_search(n.as_str()));
-            let deferrable = tool.name.is_some()
-                && !own_search
-                && tool.defer_loading.is_none()
-                && match wire {
-                    Wire::AnthropicMessages => matches!(kind, None | Some("custom")),
-                    Wire::Responses | Wire::ChatCompletions => kind == Some("function"),
-                };
-            entries.push(Entry {
-                raw,
-                tool,
-                deferrable,
-                client_deferred,
-                own_search,
-            });
+            };
+            entries.push(entry);
         }
         if let Some(why) = self.nothing_to_do(&entries) {
             return Ok(Planned::Unchanged(why));

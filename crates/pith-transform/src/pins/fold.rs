@@ -4,7 +4,7 @@
 
 use super::command::{Command, Target, parse_line};
 use super::rawstr::{self, RawLine};
-use super::transcript::{Content, Role, Source, Transcript};
+use super::transcript::{Content, Part, Role, Source, Transcript};
 
 /// Where a pin comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,50 +174,7 @@ pub(super) fn fold(transcript: &Transcript<'_>) -> Folded {
             .map(move |(i, p)| (Some(m), i, p))
     });
     for (message, index, part) in system.chain(messages) {
-        if !part.source.read() || !part.literal.contains(super::MARKER) {
-            continue;
-        }
-        let Some(lines) = rawstr::lines(part.literal) else {
-            continue;
-        };
-        let file = part.source.is_file();
-        let mut path = None;
-        let mut commands = vec![false; lines.len()];
-        let mut fenced = false;
-        for (i, line) in lines.iter().enumerate() {
-            // A fenced code block in a document shows commands; it does not give them.
-            if line.text.trim_start().starts_with("```") {
-                fenced = !fenced;
-                continue;
-            }
-            if fenced {
-                continue;
-            }
-            if let Some(p) = envelope_path(&line.text) {
-                path = Some(p);
-                continue;
-            }
-            let Some(command) = parse_line(&line.text) else {
-                continue;
-            };
-            commands[i] = true;
-            if file && let Command::Pin(text) = &command {
-                add_file_pin(&mut folded.pins, text, path.clone());
-            }
-            folded.found.push(Found {
-                message,
-                command,
-                file,
-            });
-        }
-        if commands.iter().any(|c| *c) {
-            folded.scanned.push(Scanned {
-                message,
-                part: index,
-                lines,
-                commands,
-            });
-        }
+        folded.scan(message, index, part);
     }
     // A command turn counts once pith answered it (or while it is the turn being asked): one
     // the provider answered instead (pins were off, pith was not in the path) is history the
@@ -243,6 +200,56 @@ pub(super) fn fold(transcript: &Transcript<'_>) -> Folded {
 }
 
 impl Folded {
+    /// Reads the command lines of one text part (part `index` of `message`, `None` for the
+    /// system prompt): file pins added as found, every command to `found`, the part to
+    /// `scanned` when it holds any.
+    fn scan(&mut self, message: Option<usize>, index: usize, part: &Part<'_>) {
+        if !part.source.read() || !part.literal.contains(super::MARKER) {
+            return;
+        }
+        let Some(lines) = rawstr::lines(part.literal) else {
+            return;
+        };
+        let file = part.source.is_file();
+        let mut path = None;
+        let mut commands = vec![false; lines.len()];
+        let mut fenced = false;
+        for (i, line) in lines.iter().enumerate() {
+            // A fenced code block in a document shows commands; it does not give them.
+            if line.text.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
+            if let Some(p) = envelope_path(&line.text) {
+                path = Some(p);
+                continue;
+            }
+            let Some(command) = parse_line(&line.text) else {
+                continue;
+            };
+            commands[i] = true;
+            if file && let Command::Pin(text) = &command {
+                add_file_pin(&mut self.pins, text, path.clone());
+            }
+            self.found.push(Found {
+                message,
+                command,
+                file,
+            });
+        }
+        if commands.iter().any(|c| *c) {
+            self.scanned.push(Scanned {
+                message,
+                part: index,
+                lines,
+                commands,
+            });
+        }
+    }
+
     /// Whether message `m` is in a command turn the provider answered.
     pub fn is_ignored(&self, m: usize) -> bool {
         self.ignored.iter().any(|t| (t.start..t.end).contains(&m))

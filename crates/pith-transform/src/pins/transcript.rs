@@ -236,36 +236,48 @@ pub(super) fn read(wire: Wire, body: &str) -> Result<Transcript<'_>, Unreadable>
     }
     let elements: Vec<&RawValue> = serde_json::from_str(history.get())?;
     for (index, element) in elements.into_iter().enumerate() {
-        let span = span_of(body, element).ok_or(Unreadable)?;
-        if !element.get().starts_with('{') {
-            return Err(Unreadable);
-        }
-        let raw: RawMessage<'_> = serde_json::from_str(element.get())?;
-        let role = role(wire, &raw);
-        let first = index == 0;
-        let (parts, content) = match (role, raw.content) {
-            (Role::Loop, _) | (_, None) => (Vec::new(), Content::Other),
-            (Role::User, Some(c)) => {
-                // Claude Code inlines CLAUDE.md in the leading reminder run of the first
-                // message; the run ends at the first block that is not a reminder.
-                let mut leading = first && wire == Wire::AnthropicMessages;
-                content(body, c, |text, _| {
-                    let source = user_source(text, wire, leading);
-                    leading &= matches!(source, Source::RulesFile | Source::Harness);
-                    source
-                })?
-            }
-            (Role::System, Some(c)) => content(body, c, |_, _| Source::System)?,
-            (Role::Assistant, Some(c)) => content(body, c, |_, _| Source::Harness)?,
-        };
-        transcript.messages.push(Message {
-            span,
-            role,
-            content,
-            parts,
-        });
+        transcript
+            .messages
+            .push(message(body, wire, index == 0, element)?);
     }
     Ok(transcript)
+}
+
+/// One element of the history array (`first` when it is the first), with its role, content
+/// and text parts.
+fn message<'a>(
+    body: &'a str,
+    wire: Wire,
+    first: bool,
+    element: &'a RawValue,
+) -> Result<Message<'a>, Unreadable> {
+    let span = span_of(body, element).ok_or(Unreadable)?;
+    if !element.get().starts_with('{') {
+        return Err(Unreadable);
+    }
+    let raw: RawMessage<'_> = serde_json::from_str(element.get())?;
+    let role = role(wire, &raw);
+    let (parts, content) = match (role, raw.content) {
+        (Role::Loop, _) | (_, None) => (Vec::new(), Content::Other),
+        (Role::User, Some(c)) => {
+            // Claude Code inlines CLAUDE.md in the leading reminder run of the first
+            // message; the run ends at the first block that is not a reminder.
+            let mut leading = first && wire == Wire::AnthropicMessages;
+            content(body, c, |text, _| {
+                let source = user_source(text, wire, leading);
+                leading &= matches!(source, Source::RulesFile | Source::Harness);
+                source
+            })?
+        }
+        (Role::System, Some(c)) => content(body, c, |_, _| Source::System)?,
+        (Role::Assistant, Some(c)) => content(body, c, |_, _| Source::Harness)?,
+    };
+    Ok(Message {
+        span,
+        role,
+        content,
+        parts,
+    })
 }
 
 fn role(wire: Wire, raw: &RawMessage<'_>) -> Role {

@@ -199,38 +199,7 @@ impl Stage for RestoreStage {
             if sent_back {
                 return Ok(Outcome::Unchanged(reason::CLIENT_ROUND_TRIPS));
             }
-            for (i, head) in heads.iter().enumerate() {
-                let Some(head) = head
-                    .as_ref()
-                    .filter(|h| h.kind.as_deref() == Some("tool_use"))
-                else {
-                    continue;
-                };
-                let Some(text) = head
-                    .id
-                    .as_deref()
-                    .and_then(|id| self.memory.recall(&session, id))
-                else {
-                    continue;
-                };
-                let Some(kept) = Kept::decode(&text) else {
-                    continue;
-                };
-                // Where the answer had them, when the client kept the answer's other blocks;
-                // else just before the tool_use they led to.
-                let in_place = kept.tool_use_at == i;
-                for (at, block) in &kept.blocks {
-                    let target = if in_place { (*at).min(i) } else { i };
-                    let Some(span) = span_of(body, raw_blocks[target]) else {
-                        continue;
-                    };
-                    splices.push(Splice {
-                        range: span.start..span.start,
-                        replacement: format!("{block},"),
-                    });
-                }
-                searches += kept.searches();
-            }
+            searches += self.restore_in(&session, body, &raw_blocks, &heads, &mut splices);
         }
         if splices.is_empty() {
             return Ok(Outcome::Unchanged(reason::NONE_HERE));
@@ -241,5 +210,53 @@ impl Stage for RestoreStage {
             facts: vec![Fact::count("searches", searches)],
             within: None,
         }))
+    }
+}
+
+impl RestoreStage {
+    /// Splices the blocks kept for each `tool_use` of one assistant message (`raw_blocks`, with
+    /// `heads` read from them) back into `body`; returns how many searches they hold.
+    fn restore_in(
+        &self,
+        session: &str,
+        body: &str,
+        raw_blocks: &[&RawValue],
+        heads: &[Option<Block<'_>>],
+        splices: &mut Vec<Splice>,
+    ) -> usize {
+        let mut searches = 0;
+        for (i, head) in heads.iter().enumerate() {
+            let Some(head) = head
+                .as_ref()
+                .filter(|h| h.kind.as_deref() == Some("tool_use"))
+            else {
+                continue;
+            };
+            let Some(text) = head
+                .id
+                .as_deref()
+                .and_then(|id| self.memory.recall(session, id))
+            else {
+                continue;
+            };
+            let Some(kept) = Kept::decode(&text) else {
+                continue;
+            };
+            // Where the answer had them, when the client kept the answer's other blocks;
+            // else just before the tool_use they led to.
+            let in_place = kept.tool_use_at == i;
+            for (at, block) in &kept.blocks {
+                let target = if in_place { (*at).min(i) } else { i };
+                let Some(span) = span_of(body, raw_blocks[target]) else {
+                    continue;
+                };
+                splices.push(Splice {
+                    range: span.start..span.start,
+                    replacement: format!("{block},"),
+                });
+            }
+            searches += kept.searches();
+        }
+        searches
     }
 }

@@ -154,6 +154,38 @@ struct Shared {
 }
 
 impl Shared {
+    /// The writers' shared state over `spool` and `store`, nothing counted yet.
+    fn new(spool: Spool, store: Store, history: Option<Labels>, instance: Option<&str>) -> Shared {
+        Shared {
+            spool,
+            store: Mutex::new(store),
+            history,
+            instance: instance
+                .map(str::to_owned)
+                .map_or_else(std::sync::OnceLock::new, From::from),
+            parked: AtomicBool::new(false),
+            rescue_parked: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            #[cfg(test)]
+            abandoned: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            lost_open: Mutex::new(Vec::new()),
+            damaged: AtomicU64::new(0),
+            refused: std::array::from_fn(|_| AtomicU64::new(0)),
+            refused_kept: std::array::from_fn(|_| AtomicU64::new(0)),
+            counters_failing: AtomicBool::new(false),
+            write_errors: AtomicU64::new(0),
+            derivation_errors: AtomicU64::new(0),
+            history_errors: AtomicU64::new(0),
+            #[cfg(test)]
+            hold_derivations: AtomicBool::new(false),
+            lost_logged: Mutex::new(None),
+            commits: (Mutex::new(()), std::sync::Condvar::new()),
+            submitting: AtomicU64::new(0),
+        }
+    }
+
     fn store(&self) -> MutexGuard<'_, Store> {
         // A panic inside an insert leaves SQLite's transaction to roll back; the store is usable.
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
@@ -334,45 +366,25 @@ impl LedgerSink {
             Some((store, labels)) => (Some(store), Some(labels)),
             None => (None, None),
         };
-        let shared = Arc::new(Shared {
-            spool,
-            store: Mutex::new(Store {
-                ledger,
-                position,
-                derived,
-                orphans_checked: false,
-                own_generation,
-                recovered: false,
-                started_arrival,
-                lost_persisted: 0,
-                damaged_persisted: 0,
-                history: store,
-            }),
-            history,
-            instance: instance
-                .map(str::to_owned)
-                .map_or_else(std::sync::OnceLock::new, From::from),
-            parked: AtomicBool::new(false),
-            rescue_parked: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
-            #[cfg(test)]
-            abandoned: AtomicBool::new(false),
-            written: AtomicU64::new(0),
-            lost: AtomicU64::new(0),
-            lost_open: Mutex::new(Vec::new()),
-            damaged: AtomicU64::new(0),
-            refused: std::array::from_fn(|_| AtomicU64::new(0)),
-            refused_kept: std::array::from_fn(|_| AtomicU64::new(0)),
-            counters_failing: AtomicBool::new(false),
-            write_errors: AtomicU64::new(0),
-            derivation_errors: AtomicU64::new(0),
-            history_errors: AtomicU64::new(0),
-            #[cfg(test)]
-            hold_derivations: AtomicBool::new(false),
-            lost_logged: Mutex::new(None),
-            commits: (Mutex::new(()), std::sync::Condvar::new()),
-            submitting: AtomicU64::new(0),
-        });
+        let store = Store {
+            ledger,
+            position,
+            derived,
+            orphans_checked: false,
+            own_generation,
+            recovered: false,
+            started_arrival,
+            lost_persisted: 0,
+            damaged_persisted: 0,
+            history: store,
+        };
+        let shared = Arc::new(Shared::new(spool, store, history, instance));
+        Ok(Self::spawn_writers(shared, idle_writer_runs)?)
+    }
+
+    /// Start the two writer threads over `shared`, and wake them at once when a previous
+    /// process left records waiting.
+    fn spawn_writers(shared: Arc<Shared>, idle_writer_runs: bool) -> std::io::Result<LedgerSink> {
         let thread_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
             .name("pith-ledger".into())
@@ -739,30 +751,10 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
     // this batch, so none comes back as `interrupted` (each is counted as lost already).
     let lost_open = shared.lost_open_through(batch.end);
     if batch.end == store.position {
-        if lost_open.is_empty() {
-            return (Drained::Nothing, false);
-        }
-        let close = WriteBatch {
-            closed: &lost_open,
-            ..WriteBatch::default()
-        };
-        if store.ledger.write_batch(&close).is_err() {
-            shared.lost_open_back(batch.end, &lost_open);
-            return (Drained::Refused, false);
-        }
-        return (Drained::Nothing, false);
+        return (close_lost_open(store, shared, batch.end, &lost_open), false);
     }
     let whole_batch = batch.records.len() >= BATCH || batch.weight() >= BATCH_BYTES;
-    let mut encoded = Vec::new();
-    let opened: Vec<(i64, Vec<u8>)> = batch
-        .opened
-        .iter()
-        .map(|r| {
-            encoded.clear();
-            spool::encode(r, spool::OPENED, &mut encoded);
-            (r.arrival_us, encoded.clone())
-        })
-        .collect();
+    let opened = encode_opened(&batch.opened);
     let mut closed: Vec<i64> = batch.records.iter().map(|r| r.arrival_us).collect();
     closed.extend_from_slice(&lost_open);
     if batch.skipped > 0 {
@@ -803,45 +795,10 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
             // One row may be what the ledger refuses: write them one at a time, and skip (and
             // count) only a row refused alone while the ledger takes a write.
             tracing::warn!(error = %e, rows = rows.len(), "ledger write failed; retrying row by row");
-            let mut written = 0;
-            // The announcements first, alone (they are what a row written later may need).
-            let announced = WriteBatch {
-                opened: &opened,
-                closed: &lost_open,
-                ..WriteBatch::default()
-            };
-            if store.ledger.write_batch(&announced).is_err() {
-                shared.lost_open_back(end, &lost_open);
-                return (Drained::Refused, false);
+            match write_row_by_row(store, shared, &whole, &lost_open, &batch.ends, end) {
+                Some(written) => written,
+                None => return (Drained::Refused, false),
             }
-            for ((row, at), arrival) in rows.iter().zip(&batch.ends).zip(&closed) {
-                let counters = [position_counters(*at), derived_counters(store.derived)].concat();
-                let one = WriteBatch {
-                    rows: std::slice::from_ref(row),
-                    closed: std::slice::from_ref(arrival),
-                    counters: &counters,
-                    ..WriteBatch::default()
-                };
-                if store.ledger.write_batch(&one).is_ok() {
-                    written += 1;
-                    continue;
-                }
-                let skip = WriteBatch {
-                    closed: std::slice::from_ref(arrival),
-                    counters: &counters,
-                    ..WriteBatch::default()
-                };
-                if store.ledger.write_batch(&skip).is_err() {
-                    // The ledger takes no write at all (disk full, locked): try again later
-                    // from the last position committed.
-                    store.position = last_committed(&store.ledger).unwrap_or(store.position);
-                    shared.wrote(written);
-                    return (Drained::Refused, false);
-                }
-                shared.write_errors.fetch_add(1, Ordering::Relaxed);
-                shared.lost.fetch_add(1, Ordering::Relaxed);
-            }
-            written
         }
     };
     store.position = end;
@@ -849,6 +806,94 @@ fn drain_rows(store: &mut Store, shared: &Shared) -> (Drained, bool) {
     shared.spool.taken();
     shared.wrote(written);
     (Drained::Some, whole_batch)
+}
+
+/// A read that found no new record: close the lost records' announcements it read past, if
+/// any (handed back when the ledger refuses).
+fn close_lost_open(
+    store: &mut Store,
+    shared: &Shared,
+    end: Position,
+    lost_open: &[i64],
+) -> Drained {
+    if lost_open.is_empty() {
+        return Drained::Nothing;
+    }
+    let close = WriteBatch {
+        closed: lost_open,
+        ..WriteBatch::default()
+    };
+    if store.ledger.write_batch(&close).is_err() {
+        shared.lost_open_back(end, lost_open);
+        return Drained::Refused;
+    }
+    Drained::Nothing
+}
+
+/// The announcements of `opened` as the ledger keeps them (by arrival, encoded as spooled), to
+/// write a row from should the request never end.
+fn encode_opened(opened: &[Record]) -> Vec<(i64, Vec<u8>)> {
+    let mut encoded = Vec::new();
+    opened
+        .iter()
+        .map(|r| {
+            encoded.clear();
+            spool::encode(r, spool::OPENED, &mut encoded);
+            (r.arrival_us, encoded.clone())
+        })
+        .collect()
+}
+
+/// `whole` (a batch of rows the ledger refused together), written again one row at a time,
+/// each with the position its entry ends at (`ends`): the rows written, or `None` when the
+/// ledger takes no write at all (the records wait in the spool).
+fn write_row_by_row(
+    store: &mut Store,
+    shared: &Shared,
+    whole: &WriteBatch<'_>,
+    lost_open: &[i64],
+    ends: &[Position],
+    end: Position,
+) -> Option<u64> {
+    let mut written = 0;
+    // The announcements first, alone (they are what a row written later may need).
+    let announced = WriteBatch {
+        opened: whole.opened,
+        closed: lost_open,
+        ..WriteBatch::default()
+    };
+    if store.ledger.write_batch(&announced).is_err() {
+        shared.lost_open_back(end, lost_open);
+        return None;
+    }
+    for ((row, at), arrival) in whole.rows.iter().zip(ends).zip(whole.closed) {
+        let counters = [position_counters(*at), derived_counters(store.derived)].concat();
+        let one = WriteBatch {
+            rows: std::slice::from_ref(row),
+            closed: std::slice::from_ref(arrival),
+            counters: &counters,
+            ..WriteBatch::default()
+        };
+        if store.ledger.write_batch(&one).is_ok() {
+            written += 1;
+            continue;
+        }
+        let skip = WriteBatch {
+            closed: std::slice::from_ref(arrival),
+            counters: &counters,
+            ..WriteBatch::default()
+        };
+        if store.ledger.write_batch(&skip).is_err() {
+            // The ledger takes no write at all (disk full, locked): try again later
+            // from the last position committed.
+            store.position = last_committed(&store.ledger).unwrap_or(store.position);
+            shared.wrote(written);
+            return None;
+        }
+        shared.write_errors.fetch_add(1, Ordering::Relaxed);
+        shared.lost.fetch_add(1, Ordering::Relaxed);
+    }
+    Some(written)
 }
 
 /// Read the next batch of records whose rows are written, and write their derivations with
@@ -891,41 +936,14 @@ fn drain_derivations(store: &mut Store, shared: &Shared) -> Drained {
                 rows = derivations.len(),
                 "ledger write of derivations failed; retrying row by row"
             );
-            for d in &derivations {
-                if store
-                    .ledger
-                    .write_derived(std::slice::from_ref(d), &[])
-                    .is_ok()
-                {
-                    continue;
-                }
-                if store.ledger.abandon_derivation(d.arrival_us).is_err() {
-                    return Drained::Refused;
-                }
-                shared.derivation_errors.fetch_add(1, Ordering::Relaxed);
-            }
-            if store
-                .ledger
-                .insert_and_set_counters(&[], &derived_counters(end))
-                .is_err()
-            {
+            if !derive_row_by_row(store, shared, &derivations, end) {
                 return Drained::Refused;
             }
         }
     }
     store.derived = end;
     let turns: Vec<Turn> = turns.into_iter().flatten().collect();
-    if let Some(history) = store.history.as_mut()
-        && !turns.is_empty()
-        && let Err(e) = history.record(&turns)
-    {
-        shared.history_errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            error = &e as &dyn std::error::Error,
-            turns = turns.len(),
-            "history write failed"
-        );
-    }
+    record_history(store, shared, &turns);
     // Consumed once its derivations and their history turns are written: a flush that sees
     // the spool empty sees both.
     shared.spool.consumed(&batch);
@@ -936,6 +954,50 @@ fn drain_derivations(store: &mut Store, shared: &Shared) -> Drained {
     }
     shared.wrote(0);
     Drained::Some
+}
+
+/// `derivations` (a batch the ledger refused together) written again one row at a time, a
+/// row refused alone kept without them, then the position `end`: whether the ledger took it
+/// (`false`: it takes no write at all).
+fn derive_row_by_row(
+    store: &mut Store,
+    shared: &Shared,
+    derivations: &[Derivation],
+    end: Position,
+) -> bool {
+    for d in derivations {
+        if store
+            .ledger
+            .write_derived(std::slice::from_ref(d), &[])
+            .is_ok()
+        {
+            continue;
+        }
+        if store.ledger.abandon_derivation(d.arrival_us).is_err() {
+            return false;
+        }
+        shared.derivation_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    store
+        .ledger
+        .insert_and_set_counters(&[], &derived_counters(end))
+        .is_ok()
+}
+
+/// Record a batch's history `turns`, when history is recorded; a failure loses them (counted
+/// and logged), the ledger's rows stay.
+fn record_history(store: &mut Store, shared: &Shared, turns: &[Turn]) {
+    if let Some(history) = store.history.as_mut()
+        && !turns.is_empty()
+        && let Err(e) = history.record(turns)
+    {
+        shared.history_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            error = &e as &dyn std::error::Error,
+            turns = turns.len(),
+            "history write failed"
+        );
+    }
 }
 
 /// Once a start, with the derivations caught up with the rows: a row still waiting for its

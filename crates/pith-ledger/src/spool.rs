@@ -305,42 +305,13 @@ impl Spool {
             dir: config.dir.clone(),
             source,
         };
-        pith_paths::private::create_dir(&config.dir).map_err(error)?;
-        // One process per spool: its writers own every segment in it.
-        let lock = pith_paths::private::create_or_open(&config.dir.join("lock")).map_err(error)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(SpoolError::Busy {
-                    dir: config.dir.clone(),
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(error(e)),
-        }
-        let mut backlog = 0;
-        let mut pending = 0;
-        let mut newest = resume.generation;
-        let mut start = None;
-        let found = segments(&config.dir).map_err(error)?;
-        for (generation, path, plain) in &found {
-            if *generation < resume.generation && *plain {
-                std::fs::remove_file(path).map_err(error)?;
-            }
-        }
-        let (own, stray) = own_run(found, resume.generation);
-        set_aside(&stray);
-        for (generation, path) in own {
-            newest = newest.max(generation);
-            start.get_or_insert(generation);
-            let from = if generation == resume.generation {
-                resume.offset
-            } else {
-                0
-            };
-            let (n, bytes) = backlog_of(&path, from).map_err(error)?;
-            pending += n;
-            backlog += bytes;
-        }
+        let lock = lock_dir(&config.dir)?;
+        let Left {
+            backlog,
+            pending,
+            newest,
+            start,
+        } = take_stock(&config.dir, resume).map_err(error)?;
         let generation = newest + 1;
         if generation > MAX_GENERATION {
             return Err(SpoolError::Exhausted {
@@ -631,6 +602,74 @@ impl Spool {
     }
 }
 
+/// Make the spool's directory and take its lock (held for the process's life).
+fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
+    let error = |source| SpoolError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    pith_paths::private::create_dir(dir).map_err(error)?;
+    // One process per spool: its writers own every segment in it.
+    let lock = pith_paths::private::create_or_open(&dir.join("lock")).map_err(error)?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(SpoolError::Busy {
+                dir: dir.to_path_buf(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(error(e)),
+    }
+    Ok(lock)
+}
+
+/// What a previous process left in the spool from `resume` on ([`take_stock`]).
+struct Left {
+    /// The bytes of the entries still to be written.
+    backlog: u64,
+    /// Those entries.
+    pending: u64,
+    /// The newest generation there (`resume`'s when there is none).
+    newest: u64,
+    /// The first segment pith wrote at or after `resume`, if any.
+    start: Option<u64>,
+}
+
+/// Remove the segments before `resume` (written through), set aside the files pith did not
+/// write, and count what the rest hold from `resume` on.
+fn take_stock(dir: &Path, resume: Position) -> std::io::Result<Left> {
+    let mut backlog = 0;
+    let mut pending = 0;
+    let mut newest = resume.generation;
+    let mut start = None;
+    let found = segments(dir)?;
+    for (generation, path, plain) in &found {
+        if *generation < resume.generation && *plain {
+            std::fs::remove_file(path)?;
+        }
+    }
+    let (own, stray) = own_run(found, resume.generation);
+    set_aside(&stray);
+    for (generation, path) in own {
+        newest = newest.max(generation);
+        start.get_or_insert(generation);
+        let from = if generation == resume.generation {
+            resume.offset
+        } else {
+            0
+        };
+        let (n, bytes) = backlog_of(&path, from)?;
+        pending += n;
+        backlog += bytes;
+    }
+    Ok(Left {
+        backlog,
+        pending,
+        newest,
+        start,
+    })
+}
+
 /// Rename files that are not pith's segments aside (`*.not-pith`), saying so: never read,
 /// never removed (they are someone else's), never in the way of a generation pith numbers.
 fn set_aside(stray: &[PathBuf]) {
@@ -879,8 +918,25 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     });
     put_opt(b, r.ttfb_ms, put_f64);
     put_f64(b, r.total_ms);
-    put_u64(b, r.transforms.len() as u64);
-    for t in &r.transforms {
+    put_reports(b, &r.transforms);
+    // Last (see `decode`).
+    put_opt(
+        b,
+        r.conversation_body.as_deref().filter(|_| bodies),
+        put_bytes,
+    );
+    put_opt(b, r.request_encoding.as_deref(), |b, v| {
+        put_bytes(b, v.as_bytes())
+    });
+    if let Some(f) = &r.prompt_facts {
+        put_prompt_facts(b, f);
+    }
+}
+
+/// The stage reports (read back by [`read_reports`]).
+fn put_reports(b: &mut Vec<u8>, transforms: &[Report]) {
+    put_u64(b, transforms.len() as u64);
+    for t in transforms {
         put_bytes(b, t.stage.as_bytes());
         match &t.result {
             ReportResult::Applied(facts) => {
@@ -903,25 +959,18 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
             }
         }
     }
-    // Last (see `decode`).
-    put_opt(
-        b,
-        r.conversation_body.as_deref().filter(|_| bodies),
-        put_bytes,
-    );
-    put_opt(b, r.request_encoding.as_deref(), |b, v| {
-        put_bytes(b, v.as_bytes())
-    });
-    if let Some(f) = &r.prompt_facts {
-        let put_str = |b: &mut Vec<u8>, v: &str| put_bytes(b, v.as_bytes());
-        put_opt(b, f.model.as_deref(), put_str);
-        let a = &f.anatomy;
-        for n in [a.tools, a.system, a.messages, a.other] {
-            put_u64(b, n);
-        }
-        put_opt(b, f.metadata_session.as_deref(), put_str);
-        put_opt(b, f.first_user_hash.as_deref(), put_str);
+}
+
+/// A local turn's prompt facts, at the very end (read back by [`read_prompt_facts`]).
+fn put_prompt_facts(b: &mut Vec<u8>, f: &RequestFacts) {
+    let put_str = |b: &mut Vec<u8>, v: &str| put_bytes(b, v.as_bytes());
+    put_opt(b, f.model.as_deref(), put_str);
+    let a = &f.anatomy;
+    for n in [a.tools, a.system, a.messages, a.other] {
+        put_u64(b, n);
     }
+    put_opt(b, f.metadata_session.as_deref(), put_str);
+    put_opt(b, f.first_user_hash.as_deref(), put_str);
 }
 
 /// Reads a payload front to back; every read checks the length left.
@@ -1060,6 +1109,46 @@ fn read_reports(r: &mut Reader<'_>) -> Option<Vec<Report>> {
     Some(transforms)
 }
 
+/// The fields an entry ends with: the conversation body, the request's content-encoding and
+/// the prompt facts, each read only when `tagged` (the kind byte) says it is there.
+fn read_trailer(
+    r: &mut Reader<'_>,
+    tagged: u8,
+) -> Option<(Option<Bytes>, Option<String>, Option<RequestFacts>)> {
+    // Last; an entry an older pith spooled has none (its kind says so) and still reads.
+    let conversation_body = if tagged & WITH_CONVERSATION != 0 {
+        r.opt(|r| r.bytes().map(Bytes::copy_from_slice))?
+    } else {
+        None
+    };
+    let request_encoding = if tagged & WITH_REQUEST_ENCODING != 0 {
+        r.opt(Reader::string)?
+    } else {
+        None
+    };
+    let prompt_facts = if tagged & WITH_PROMPT_FACTS != 0 {
+        Some(read_prompt_facts(r)?)
+    } else {
+        None
+    };
+    Some((conversation_body, request_encoding, prompt_facts))
+}
+
+/// A local turn's prompt facts, at the very end of an entry whose kind says they are there.
+fn read_prompt_facts(r: &mut Reader<'_>) -> Option<RequestFacts> {
+    Some(RequestFacts {
+        model: r.opt(Reader::string)?,
+        anatomy: Anatomy {
+            tools: r.u64()?,
+            system: r.u64()?,
+            messages: r.u64()?,
+            other: r.u64()?,
+        },
+        metadata_session: r.opt(Reader::string)?,
+        first_user_hash: r.opt(Reader::string)?,
+    })
+}
+
 /// An entry's kind and record.
 pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let mut r = Reader { rest: payload };
@@ -1100,32 +1189,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let ttfb_ms = r.opt(Reader::f64)?;
     let total_ms = r.f64()?;
     let transforms = read_reports(&mut r)?;
-    // Last; an entry an older pith spooled has none (its kind says so) and still reads.
-    let conversation_body = if tagged & WITH_CONVERSATION != 0 {
-        r.opt(|r| r.bytes().map(Bytes::copy_from_slice))?
-    } else {
-        None
-    };
-    let request_encoding = if tagged & WITH_REQUEST_ENCODING != 0 {
-        r.opt(Reader::string)?
-    } else {
-        None
-    };
-    let prompt_facts = if tagged & WITH_PROMPT_FACTS != 0 {
-        Some(RequestFacts {
-            model: r.opt(Reader::string)?,
-            anatomy: Anatomy {
-                tools: r.u64()?,
-                system: r.u64()?,
-                messages: r.u64()?,
-                other: r.u64()?,
-            },
-            metadata_session: r.opt(Reader::string)?,
-            first_user_hash: r.opt(Reader::string)?,
-        })
-    } else {
-        None
-    };
+    let (conversation_body, request_encoding, prompt_facts) = read_trailer(&mut r, tagged)?;
     if !r.rest.is_empty() {
         return None;
     }

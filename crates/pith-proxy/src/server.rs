@@ -16,7 +16,8 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::ProxyConfig;
@@ -171,44 +172,7 @@ impl Proxy {
                         }
                         Err(e) => return Err(ProxyError::Accept(e)),
                     };
-                    let _ = stream.set_nodelay(true);
-                    let state = Arc::clone(&self.state);
-                    let service = service_fn(move |req| {
-                        let state = Arc::clone(&state);
-                        // An upgrade to the Responses WebSocket, or a request of the phases.
-                        async move {
-                            // The target first: everything after routes on its path.
-                            if let Some(answer) = crate::target::check(
-                                &state,
-                                req.method(),
-                                req.uri(),
-                                req.headers(),
-                            ) {
-                                return Ok(answer);
-                            }
-                            if crate::websocket::is_upgrade(&req) {
-                                crate::websocket::serve(state, req).await
-                            } else {
-                                request::serve(state, req).await
-                            }
-                        }
-                    });
-                    // Upgrades: the Responses API's WebSocket (`websocket.rs`).
-                    let conn = http.serve_connection(TokioIo::new(stream), service).with_upgrades();
-                    let mut stopping = stopping.clone();
-                    connections.spawn(async move {
-                        let mut conn = std::pin::pin!(conn);
-                        let ended = tokio::select! {
-                            ended = conn.as_mut() => ended,
-                            Ok(()) = stopping.changed() => {
-                                conn.as_mut().graceful_shutdown();
-                                conn.await
-                            }
-                        };
-                        if let Err(e) = ended {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                        }
-                    });
+                    self.spawn_connection(stream, &http, &stopping, &mut connections);
                     burst.opened(connections.len());
                     self.state.activity.set_open(connections.len());
                 }
@@ -217,35 +181,93 @@ impl Proxy {
         }
         drop(self.listener);
         let _ = stop.send(true);
-        // A socket between turns closes now; one with an answer open may finish it.
-        self.state
-            .relay_stop
-            .send_replace(crate::state::Stop::Draining);
-        let drained = async {
-            while connections.join_next().await.is_some() {
-                self.state.activity.set_open(connections.len());
-            }
-            // Relays with an answer open finish it too (the others closed on `Draining`).
-            self.state.activity.relays_ended(grace).await;
-        };
-        tokio::select! {
-            done = tokio::time::timeout(grace, drained) => {
-                if done.is_err() {
-                    tracing::info!("grace period over; closing remaining connections");
+        wind_down(&self.state, connections, cut, grace).await;
+        Ok(())
+    }
+
+    /// Serve the accepted `stream` on a task of `connections` until it closes, or until
+    /// `stopping` says so and its request in flight is answered.
+    fn spawn_connection(
+        &self,
+        stream: TcpStream,
+        http: &http1::Builder,
+        stopping: &watch::Receiver<bool>,
+        connections: &mut JoinSet<()>,
+    ) {
+        let _ = stream.set_nodelay(true);
+        let state = Arc::clone(&self.state);
+        let service = service_fn(move |req| {
+            let state = Arc::clone(&state);
+            // An upgrade to the Responses WebSocket, or a request of the phases.
+            async move {
+                // The target first: everything after routes on its path.
+                if let Some(answer) =
+                    crate::target::check(&state, req.method(), req.uri(), req.headers())
+                {
+                    return Ok(answer);
+                }
+                if crate::websocket::is_upgrade(&req) {
+                    crate::websocket::serve(state, req).await
+                } else {
+                    request::serve(state, req).await
                 }
             }
-            () = cut => tracing::info!("asked to stop now; closing remaining connections"),
+        });
+        // Upgrades: the Responses API's WebSocket (`websocket.rs`).
+        let conn = http
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        let mut stopping = stopping.clone();
+        connections.spawn(async move {
+            let mut conn = std::pin::pin!(conn);
+            let ended = tokio::select! {
+                ended = conn.as_mut() => ended,
+                Ok(()) = stopping.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// With the listener closed and `connections` told to stop: give them (and the WebSocket
+/// relays with an answer open) up to `grace` to finish, or until `cut` resolves, then cut
+/// what is still open.
+async fn wind_down(
+    state: &State,
+    mut connections: JoinSet<()>,
+    cut: impl Future<Output = ()>,
+    grace: Duration,
+) {
+    // A socket between turns closes now; one with an answer open may finish it.
+    state.relay_stop.send_replace(crate::state::Stop::Draining);
+    let drained = async {
+        while connections.join_next().await.is_some() {
+            state.activity.set_open(connections.len());
         }
-        // Cut what is still open here, before returning, so that each cut request's ledger
-        // row is queued while the caller can still write it.
-        self.state.shutting_down.store(true, Ordering::SeqCst);
-        connections.abort_all();
-        while connections.join_next().await.is_some() {}
-        self.state.relay_stop.send_replace(crate::state::Stop::Cut);
-        if !self.state.activity.relays_ended(RELAYS_CUT_WITHIN).await {
-            tracing::warn!("a WebSocket relay did not end within {RELAYS_CUT_WITHIN:?} of the cut");
+        // Relays with an answer open finish it too (the others closed on `Draining`).
+        state.activity.relays_ended(grace).await;
+    };
+    tokio::select! {
+        done = tokio::time::timeout(grace, drained) => {
+            if done.is_err() {
+                tracing::info!("grace period over; closing remaining connections");
+            }
         }
-        Ok(())
+        () = cut => tracing::info!("asked to stop now; closing remaining connections"),
+    }
+    // Cut what is still open here, before returning, so that each cut request's ledger
+    // row is queued while the caller can still write it.
+    state.shutting_down.store(true, Ordering::SeqCst);
+    connections.abort_all();
+    while connections.join_next().await.is_some() {}
+    state.relay_stop.send_replace(crate::state::Stop::Cut);
+    if !state.activity.relays_ended(RELAYS_CUT_WITHIN).await {
+        tracing::warn!("a WebSocket relay did not end within {RELAYS_CUT_WITHIN:?} of the cut");
     }
 }
 

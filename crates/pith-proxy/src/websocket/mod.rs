@@ -36,6 +36,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use pith_outcome::{Refusal, RequestOutcome};
 use pith_wire::{Provider, Wire};
@@ -46,7 +47,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use crate::fault::Fault;
 use crate::own_headers::TOKEN_HEADER;
 use crate::request::{self, headers::end_to_end};
-use crate::state::{RelayPlace, State};
+use crate::state::{RelayPlace, State, Stop};
 use crate::tee::{Idle, ProxyBody, Tee};
 
 /// Whether `req` asks to open the Responses API's WebSocket.
@@ -196,34 +197,50 @@ async fn relay(
         max_frame: state.config.max_body,
     };
     let stop = state.relay_stop.subscribe();
-    tokio::spawn(async move {
-        // Counted until the relay ends, however it ends.
-        let _place = place;
-        let (client, upstream) = match tokio::join!(client_upgrade, upstream_upgrade) {
-            (Ok(c), Ok(u)) => (c, u),
-            (c, u) => {
-                tracing::debug!(
-                    client = c.is_ok(),
-                    upstream = u.is_ok(),
-                    "websocket upgrade failed"
-                );
-                return;
-            }
-        };
-        // Frames as large as a request body may be, either way (tungstenite's defaults cut a
-        // 16 MiB frame with no close code).
-        let config = WebSocketConfig::default()
-            .max_message_size(Some(limits.max_frame))
-            .max_frame_size(Some(limits.max_frame));
-        let client =
-            WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, Some(config))
-                .await;
-        let upstream =
-            WebSocketStream::from_raw_socket(TokioIo::new(upstream), Role::Client, Some(config))
-                .await;
-        pump::pump(client, upstream, turns, limits, stop).await;
-    });
+    tokio::spawn(relay_frames(
+        place,
+        client_upgrade,
+        upstream_upgrade,
+        turns,
+        limits,
+        stop,
+    ));
     switching_protocols(&upstream_headers, &key)
+}
+
+/// The relay's task: once both upgrades are done, frames both ways (`pump.rs`) until the
+/// session ends; `place` counts it among the open sockets until then.
+async fn relay_frames(
+    place: RelayPlace,
+    client_upgrade: OnUpgrade,
+    upstream_upgrade: OnUpgrade,
+    turns: turns::Turns,
+    limits: pump::Limits,
+    stop: tokio::sync::watch::Receiver<Stop>,
+) {
+    // Counted until the relay ends, however it ends.
+    let _place = place;
+    let (client, upstream) = match tokio::join!(client_upgrade, upstream_upgrade) {
+        (Ok(c), Ok(u)) => (c, u),
+        (c, u) => {
+            tracing::debug!(
+                client = c.is_ok(),
+                upstream = u.is_ok(),
+                "websocket upgrade failed"
+            );
+            return;
+        }
+    };
+    // Frames as large as a request body may be, either way (tungstenite's defaults cut a
+    // 16 MiB frame with no close code).
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limits.max_frame))
+        .max_frame_size(Some(limits.max_frame));
+    let client =
+        WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, Some(config)).await;
+    let upstream =
+        WebSocketStream::from_raw_socket(TokioIo::new(upstream), Role::Client, Some(config)).await;
+    pump::pump(client, upstream, turns, limits, stop).await;
 }
 
 /// The upgrade request to the upstream: the client's end-to-end headers, a handshake of this

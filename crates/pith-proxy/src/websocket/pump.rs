@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, StreamExt};
 use http::StatusCode;
 use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
@@ -52,6 +52,16 @@ enum Ended {
     Cut,
 }
 
+/// What the loop does after a frame.
+enum Step {
+    /// Go on, the idle timer started again.
+    Relayed,
+    /// Go on, the idle timer left running (a ping or pong: each hop answers its own).
+    Ignored,
+    /// Stop, for this reason.
+    End(Ended),
+}
+
 /// Relay frames until either side closes, a limit is reached or the proxy stops.
 pub(super) async fn pump<C, U>(
     client: WebSocketStream<C>,
@@ -71,63 +81,13 @@ pub(super) async fn pump<C, U>(
         if *stop.borrow() == Stop::Draining && !turns.is_open() {
             break Ended::Draining;
         }
-        tokio::select! {
-            msg = from_client.next() => match msg {
-                Some(Ok(Message::Text(text))) => match turns.client_sent(text.as_str()).await {
-                    FromClient::Forward(frame) => {
-                        let msg = frame.map_or(Message::Text(text), Message::text);
-                        if to_upstream.send(msg).await.is_err() {
-                            break Ended::UpstreamClosed;
-                        }
-                    }
-                    FromClient::Answer(events) => {
-                        let events = events.into_iter().map(|e| Ok::<_, Error>(Message::text(e)));
-                        let mut events = futures_util::stream::iter(events);
-                        if to_client.send_all(&mut events).await.is_err() {
-                            break Ended::ClientClosed;
-                        }
-                    }
-                },
-                // Each hop answers its own pings.
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(msg)) => {
-                    let close = matches!(msg, Message::Close(_));
-                    if to_upstream.send(msg).await.is_err() {
-                        break Ended::UpstreamClosed;
-                    }
-                    if close {
-                        break Ended::ClientClosed;
-                    }
-                }
-                Some(Err(Error::Capacity(_))) => break Ended::ClientFrameTooLarge,
-                _ => break Ended::ClientClosed,
-            },
-            msg = from_upstream.next() => match msg {
-                Some(Ok(Message::Text(text))) => match turns.upstream_sent(text.as_str()) {
-                    FromUpstream::Pass => {
-                        if to_client.send(Message::Text(text)).await.is_err() {
-                            break Ended::ClientClosed;
-                        }
-                    }
-                    FromUpstream::Resend(frame) => {
-                        if to_upstream.send(Message::text(frame)).await.is_err() {
-                            break Ended::UpstreamClosed;
-                        }
-                    }
-                },
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(msg)) => {
-                    let close = matches!(msg, Message::Close(_));
-                    if to_client.send(msg).await.is_err() {
-                        break Ended::ClientClosed;
-                    }
-                    if close {
-                        break Ended::UpstreamClosed;
-                    }
-                }
-                Some(Err(Error::Capacity(_))) => break Ended::UpstreamFrameTooLarge,
-                _ => break Ended::UpstreamClosed,
-            },
+        let step = tokio::select! {
+            msg = from_client.next() => {
+                client_frame(msg, &mut turns, &mut to_client, &mut to_upstream).await
+            }
+            msg = from_upstream.next() => {
+                upstream_frame(msg, &mut turns, &mut to_client, &mut to_upstream).await
+            }
             () = &mut idle => {
                 break if turns.is_open() { Ended::UpstreamSilent } else { Ended::Idle };
             }
@@ -135,6 +95,11 @@ pub(super) async fn pump<C, U>(
                 (Err(_), _) | (Ok(()), Stop::Cut) => break Ended::Cut,
                 _ => continue,
             },
+        };
+        match step {
+            Step::Relayed => {}
+            Step::Ignored => continue,
+            Step::End(ended) => break ended,
         }
         let wait = if turns.is_open() {
             limits.in_answer
@@ -143,8 +108,118 @@ pub(super) async fn pump<C, U>(
         };
         idle.as_mut().reset(tokio::time::Instant::now() + wait);
     };
+    let Farewell {
+        end,
+        error,
+        close,
+        event,
+    } = farewell(ended, &limits, &mut turns);
+    turns.close(end, error);
+    if let Some(event) = event {
+        let _ = to_client.send(Message::text(event)).await;
+    }
+    let close = close.map(|(code, reason)| CloseFrame {
+        code,
+        reason: close_reason(reason).into(),
+    });
+    let _ = to_client.send(Message::Close(close)).await;
+    let _ = to_client.close().await;
+    let _ = to_upstream.close().await;
+}
+
+/// A frame from the client (or the end of its stream), relayed: a text frame through the
+/// socket's requests (sent up, or answered by pith), anything else up as it came.
+async fn client_frame(
+    msg: Option<Result<Message, Error>>,
+    turns: &mut Turns,
+    to_client: &mut (impl Sink<Message, Error = Error> + Unpin),
+    to_upstream: &mut (impl Sink<Message, Error = Error> + Unpin),
+) -> Step {
+    match msg {
+        Some(Ok(Message::Text(text))) => match turns.client_sent(text.as_str()).await {
+            FromClient::Forward(frame) => {
+                let msg = frame.map_or(Message::Text(text), Message::text);
+                if to_upstream.send(msg).await.is_err() {
+                    return Step::End(Ended::UpstreamClosed);
+                }
+            }
+            FromClient::Answer(events) => {
+                let events = events.into_iter().map(|e| Ok::<_, Error>(Message::text(e)));
+                let mut events = futures_util::stream::iter(events);
+                if to_client.send_all(&mut events).await.is_err() {
+                    return Step::End(Ended::ClientClosed);
+                }
+            }
+        },
+        // Each hop answers its own pings.
+        Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Step::Ignored,
+        Some(Ok(msg)) => {
+            let close = matches!(msg, Message::Close(_));
+            if to_upstream.send(msg).await.is_err() {
+                return Step::End(Ended::UpstreamClosed);
+            }
+            if close {
+                return Step::End(Ended::ClientClosed);
+            }
+        }
+        Some(Err(Error::Capacity(_))) => return Step::End(Ended::ClientFrameTooLarge),
+        _ => return Step::End(Ended::ClientClosed),
+    }
+    Step::Relayed
+}
+
+/// A frame from the upstream (or the end of its stream), relayed: a text frame to the client
+/// unless it is a refusal of what pith changed (then the client's own request goes up again),
+/// anything else to the client as it came.
+async fn upstream_frame(
+    msg: Option<Result<Message, Error>>,
+    turns: &mut Turns,
+    to_client: &mut (impl Sink<Message, Error = Error> + Unpin),
+    to_upstream: &mut (impl Sink<Message, Error = Error> + Unpin),
+) -> Step {
+    match msg {
+        Some(Ok(Message::Text(text))) => match turns.upstream_sent(text.as_str()) {
+            FromUpstream::Pass => {
+                if to_client.send(Message::Text(text)).await.is_err() {
+                    return Step::End(Ended::ClientClosed);
+                }
+            }
+            FromUpstream::Resend(frame) => {
+                if to_upstream.send(Message::text(frame)).await.is_err() {
+                    return Step::End(Ended::UpstreamClosed);
+                }
+            }
+        },
+        Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Step::Ignored,
+        Some(Ok(msg)) => {
+            let close = matches!(msg, Message::Close(_));
+            if to_client.send(msg).await.is_err() {
+                return Step::End(Ended::ClientClosed);
+            }
+            if close {
+                return Step::End(Ended::UpstreamClosed);
+            }
+        }
+        Some(Err(Error::Capacity(_))) => return Step::End(Ended::UpstreamFrameTooLarge),
+        _ => return Step::End(Ended::UpstreamClosed),
+    }
+    Step::Relayed
+}
+
+/// How the relay's end is told: the open request's end and error, the close frame's code and
+/// reason, and an `error` event sent before it.
+struct Farewell {
+    end: End,
+    error: Option<String>,
+    close: Option<(CloseCode, String)>,
+    event: Option<String>,
+}
+
+/// How to tell the relay's end, `ended`; a frame too large from the client is recorded as
+/// the refused request it is.
+fn farewell(ended: Ended, limits: &Limits, turns: &mut Turns) -> Farewell {
     let limit = limits.max_frame;
-    let (end, error, to_client_close, error_event) = match ended {
+    let (end, error, close, event) = match ended {
         Ended::ClientClosed => (End::ClientGone, None, None, None),
         Ended::UpstreamClosed => (End::Broken, None, None, None),
         Ended::ClientFrameTooLarge => {
@@ -195,17 +270,12 @@ pub(super) async fn pump<C, U>(
             None,
         ),
     };
-    turns.close(end, error);
-    if let Some(event) = error_event {
-        let _ = to_client.send(Message::text(event)).await;
+    Farewell {
+        end,
+        error,
+        close,
+        event,
     }
-    let close = to_client_close.map(|(code, reason)| CloseFrame {
-        code,
-        reason: close_reason(reason).into(),
-    });
-    let _ = to_client.send(Message::Close(close)).await;
-    let _ = to_client.close().await;
-    let _ = to_upstream.close().await;
 }
 
 /// A close frame's reason: at most 123 bytes (a control frame's payload is 125, the code

@@ -29,7 +29,7 @@ use pith_outcome::RequestOutcome;
 use pith_transform::{StageReport, StageResult};
 use pith_wire::{Provider, Wire, reply};
 
-use super::transcript::{Conversation, Create, Transcript};
+use super::transcript::{Conversation, Create, Transcript, Upstream};
 use crate::last_check;
 use crate::request::{self, Context};
 use crate::state::State;
@@ -245,24 +245,41 @@ impl Turns {
                     unchanged_all(&mut ctx, reason::ANSWER_NOT_REWRITTEN);
                 }
             }
-            let sent = ctx
-                .upstream_body
-                .as_deref()
-                .and_then(|b| std::str::from_utf8(b).ok());
-            let up = match self.transcript.upstream(conversation, sent) {
-                Some(up) => Some(up),
-                None => {
-                    // The stages' body does not read back: the client's own goes up.
-                    unchanged_all(&mut ctx, reason::EDIT_UNREADABLE);
-                    self.transcript.upstream(conversation, None)
-                }
-            };
-            if let Some(up) = up {
+            if let Some(up) = self.upstream(&mut ctx, conversation) {
                 forward = up.frame;
                 upstream_items = up.items;
             }
         }
         ctx.bytes_upstream = forward.as_ref().map_or(text.len(), String::len) as u64;
+        self.open_turn(&mut ctx, conversation, upstream_items);
+        FromClient::Forward(forward)
+    }
+
+    /// What goes up for `conversation`: the stages' body, relative to what the provider
+    /// holds, or the client's own when that body does not read back.
+    fn upstream(&mut self, ctx: &mut Context, conversation: &Conversation) -> Option<Upstream> {
+        let sent = ctx
+            .upstream_body
+            .as_deref()
+            .and_then(|b| std::str::from_utf8(b).ok());
+        match self.transcript.upstream(conversation, sent) {
+            Some(up) => Some(up),
+            None => {
+                // The stages' body does not read back: the client's own goes up.
+                unchanged_all(ctx, reason::EDIT_UNREADABLE);
+                self.transcript.upstream(conversation, None)
+            }
+        }
+    }
+
+    /// The request `ctx` went up: it is the open one now, its record announced in the spool
+    /// (so a crash mid-answer still leaves a row).
+    fn open_turn(
+        &mut self,
+        ctx: &mut Context,
+        conversation: Option<Conversation>,
+        upstream_items: Option<Arc<Vec<String>>>,
+    ) {
         let changed = ctx.upstream_body.is_some();
         let reports = ctx.transforms.clone();
         let started = ctx.started;
@@ -286,7 +303,6 @@ impl Turns {
             ttfb_ms: None,
             status: 200,
         });
-        FromClient::Forward(forward)
     }
 
     /// A create chained to pith's own answer of another socket (or one forgotten): answered by

@@ -37,11 +37,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pith_outcome::{Refusal, RequestOutcome};
+use pith_store::clock::Clock;
 use pith_store::history::{History, Turn};
 use pith_store::ledger::{DAMAGED_ENTRIES, DROPPED_ROWS, Derivation, Ledger, Row, WriteBatch};
 
 pub use history::{HistorySink, Labels};
-pub use record::{Record, Report, arrival_now};
+pub use record::{Record, Report};
 pub use row::keep_conversation_facts;
 pub use spool::{
     DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError, dir_beside as spool_dir,
@@ -151,12 +152,22 @@ struct Shared {
     /// Records handed over by [`LedgerSink::submit`] and not yet appended: the spool is not
     /// idle while one waits.
     submitting: AtomicU64,
+    /// What records are stamped with, and what tells this process's requests from a previous
+    /// one's.
+    clock: Clock,
 }
 
 impl Shared {
     /// The writers' shared state over `spool` and `store`, nothing counted yet.
-    fn new(spool: Spool, store: Store, history: Option<Labels>, instance: Option<&str>) -> Shared {
+    fn new(
+        spool: Spool,
+        store: Store,
+        history: Option<Labels>,
+        instance: Option<&str>,
+        clock: Clock,
+    ) -> Shared {
         Shared {
+            clock,
             spool,
             store: Mutex::new(store),
             history,
@@ -322,19 +333,26 @@ impl LedgerSink {
     /// Start the writer threads over `ledger`, with records waiting in the spool `spool`.
     /// Records a previous process left in the spool are written first.
     pub fn start(ledger: Ledger, spool: &SpoolConfig) -> Result<LedgerSink, StartError> {
-        Self::start_writers(ledger, spool, None, true, None)
+        Self::start_writers(ledger, spool, None, true, None, Clock::system())
     }
 
     /// [`LedgerSink::start`], and record each request's conversation in `history` on the
     /// same threads, after its ledger row; every row names `instance` when it is known before
-    /// the writers start (rows a previous process left in the spool included).
+    /// the writers start (rows a previous process left in the spool included). Records are
+    /// stamped from `clock` ([`LedgerSink::clock`]; the system's, but in tests).
     pub fn start_with_history(
         ledger: Ledger,
         spool: &SpoolConfig,
         history: Option<HistorySink>,
         instance: Option<&str>,
+        clock: Clock,
     ) -> Result<LedgerSink, StartError> {
-        Self::start_writers(ledger, spool, history, true, instance)
+        Self::start_writers(ledger, spool, history, true, instance, clock)
+    }
+
+    /// The clock the proxy stamps this ledger's records with.
+    pub fn clock(&self) -> &Clock {
+        &self.shared.clock
     }
 
     /// `idle_writer_runs: false` stands in for a machine so busy that the idle-priority
@@ -345,6 +363,7 @@ impl LedgerSink {
         history: Option<HistorySink>,
         idle_writer_runs: bool,
         instance: Option<&str>,
+        clock: Clock,
     ) -> Result<LedgerSink, StartError> {
         let rows_through = last_committed(&ledger)?;
         // Unset: a ledger from before the split (or new) has its derivations written with its
@@ -357,7 +376,7 @@ impl LedgerSink {
             (Some(generation), Some(offset)) => Position { generation, offset },
             _ => rows_through,
         };
-        let started_arrival = arrival_now();
+        let started_arrival = clock.arrival_us();
         // The spool keeps what the derivations have not read yet.
         let (spool, derived) = Spool::open(spool, derived_through.min(rows_through))?;
         let position = rows_through.max(derived);
@@ -378,7 +397,7 @@ impl LedgerSink {
             damaged_persisted: 0,
             history: store,
         };
-        let shared = Arc::new(Shared::new(spool, store, history, instance));
+        let shared = Arc::new(Shared::new(spool, store, history, instance, clock));
         Ok(Self::spawn_writers(shared, idle_writer_runs)?)
     }
 

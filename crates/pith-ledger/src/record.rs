@@ -1,9 +1,6 @@
 //! What the request path hands the ledger: one [`Record`] per request, unparsed, every field
 //! owned, so a record can wait in the spool file and come back the same.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
 use pith_outcome::RequestOutcome;
 use pith_transform::{FactKind, Site, StageReport, StageResult};
@@ -18,7 +15,7 @@ pub struct Record {
     /// When the request arrived, in ms since the epoch.
     pub ts_ms: i64,
     /// When the request arrived, in microseconds since the epoch, unique and increasing within
-    /// the process ([`arrival_now`]): a session's requests are paired for cache busts in this
+    /// the process ([`pith_store::clock::Clock::arrival_us`]): a session's requests are paired for cache busts in this
     /// order, whatever order their rows are written in.
     pub arrival_us: i64,
     /// The client, by its short name.
@@ -147,41 +144,6 @@ impl From<&StageReport> for Report {
         Report {
             stage: report.stage.to_owned(),
             result,
-        }
-    }
-}
-
-/// The last arrival handed out, so two requests in one microsecond still get two.
-static LAST_ARRIVAL: AtomicI64 = AtomicI64::new(0);
-
-/// Now in microseconds since the epoch, strictly greater than any arrival handed out before
-/// in this process.
-pub fn arrival_now() -> i64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    let mut last = LAST_ARRIVAL.load(Ordering::Relaxed);
-    loop {
-        let next = now.max(last.saturating_add(1));
-        match LAST_ARRIVAL.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return next,
-            Err(seen) => last = seen,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arrivals_only_grow() {
-        let mut last = arrival_now();
-        for _ in 0..10_000 {
-            let next = arrival_now();
-            assert!(next > last, "{next} after {last}");
-            last = next;
         }
     }
 }

@@ -105,8 +105,15 @@ fn the_next_start_writes_what_the_last_left_in_the_spool_once() {
     // The spool is one process's at a time: this one lets it go.
     drop(sink);
     // A writer that never runs stands in for a process killed before writing.
-    let stuck =
-        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false, None).unwrap();
+    let stuck = LedgerSink::start_writers(
+        Ledger::open(&path).unwrap(),
+        &spool,
+        None,
+        false,
+        None,
+        Clock::system(),
+    )
+    .unwrap();
     for i in 5..8 {
         stuck.submit(record(i));
     }
@@ -149,8 +156,15 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let spool = spool_in(dir.path(), 1 << 30);
-    let sink =
-        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false, None).unwrap();
+    let sink = LedgerSink::start_writers(
+        Ledger::open(&path).unwrap(),
+        &spool,
+        None,
+        false,
+        None,
+        Clock::system(),
+    )
+    .unwrap();
     // The spool's clock stands still: a record grows old only when the test says so.
     sink.shared.spool.pause_clock();
     // A small backlog: only the record's age can bring the rescue writer in, and with the
@@ -165,8 +179,15 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
 
     // A large backlog wakes the rescue writer at once, the clock still standing: the request
     // that makes it so.
-    let sink =
-        LedgerSink::start_writers(Ledger::open(&path).unwrap(), &spool, None, false, None).unwrap();
+    let sink = LedgerSink::start_writers(
+        Ledger::open(&path).unwrap(),
+        &spool,
+        None,
+        false,
+        None,
+        Clock::system(),
+    )
+    .unwrap();
     sink.shared.spool.pause_clock();
     let mut r = record(2);
     r.request_body = bytes::Bytes::from(vec![b'x'; RESCUE_BACKLOG_BYTES as usize]);
@@ -213,6 +234,7 @@ fn writers_in(dir: &std::path::Path) -> LedgerSink {
         &spool_in(dir, 1 << 30),
         Some(history_sink(dir)),
         None,
+        Clock::system(),
     )
     .unwrap()
 }

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use pith_ledger::LedgerSink;
 use pith_proxy::rewrite::{EventRewriter, ResponseInfo, ResponseRewrites, Rewrite, Rewriter};
 use pith_proxy::{Proxy, ProxyConfig, TRANSFORMS_HEADER, UpstreamUrl};
-use pith_store::ledger::{self, Fact, Ledger, Transform, TransformResult};
+use pith_store::clock::Clock;
+use pith_store::ledger::{self, Fact, Filter, Ledger, Transform, TransformResult};
 use pith_testkit::fixtures::{self, Usage};
 use pith_testkit::{MockUpstream, Reply};
 use pith_transform::{Edit, Outcome, Pipeline, Request, Splice, Stage, StageError};
@@ -86,7 +87,7 @@ async fn start(
     mock: &MockUpstream,
     ledger: &std::path::Path,
 ) -> (SocketAddr, LedgerSink) {
-    start_with(pipeline, None, mock, ledger).await
+    start_with(pipeline, None, mock, ledger, Clock::system()).await
 }
 
 async fn start_with(
@@ -94,13 +95,16 @@ async fn start_with(
     rewrites: Option<Arc<dyn ResponseRewrites>>,
     mock: &MockUpstream,
     ledger: &std::path::Path,
+    clock: Clock,
 ) -> (SocketAddr, LedgerSink) {
     let upstream = UpstreamUrl::parse(&mock.url()).unwrap();
     let spool = pith_ledger::SpoolConfig {
         dir: ledger.with_extension("db-spool"),
         limit: pith_ledger::DEFAULT_SPOOL_LIMIT,
     };
-    let sink = LedgerSink::start(Ledger::open(ledger).unwrap(), &spool).unwrap();
+    let sink =
+        LedgerSink::start_with_history(Ledger::open(ledger).unwrap(), &spool, None, None, clock)
+            .unwrap();
     let proxy = Proxy::bind(ProxyConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         anthropic: upstream.clone(),
@@ -336,6 +340,7 @@ async fn a_response_rewriter_sees_each_event_whole_and_the_ledger_the_provider_b
         Some(rewrites),
         &mock,
         &dir.path().join("l.db"),
+        Clock::system(),
     )
     .await;
     let resp = post(addr).await;
@@ -364,4 +369,48 @@ async fn a_response_rewriter_sees_each_event_whole_and_the_ledger_the_provider_b
     assert_eq!(rows[0].outcome, ledger::RequestOutcome::Ok);
     assert_eq!(rows[0].bytes_response, stream.len() as u64);
     assert_eq!(rows[0].usage.map(|u| (u.input, u.output)), Some((10, 3)));
+}
+
+/// A record is stamped from its ledger's clock (set by hand here, the system's in the
+/// product): two requests a millisecond apart across an hour's edge are two rows at exactly
+/// those times, in that arrival order, and two hours of the timeline, with no waiting for the
+/// wall clock to get there.
+#[tokio::test]
+async fn records_are_stamped_from_the_ledgers_clock() {
+    const HOUR_MS: i64 = 3_600_000;
+    // 2026-01-01T00:00:00Z.
+    let edge = 1_767_225_600_000;
+    assert_eq!(edge % HOUR_MS, 0);
+    let mock = MockUpstream::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let clock = Clock::by_hand(edge - 1);
+    let (addr, sink) = start_with(Pipeline::new(), None, &mock, &path, clock.clone()).await;
+    post(addr).await.into_body().collect().await.unwrap();
+    clock.advance(Duration::from_millis(1));
+    post(addr).await.into_body().collect().await.unwrap();
+    sink.shutdown(Duration::from_secs(5));
+    let ledger = Ledger::open(&path).unwrap();
+    let stamps: Vec<(i64, Option<i64>)> = ledger
+        .rows()
+        .unwrap()
+        .iter()
+        .map(|r| (r.ts_ms, r.arrival_us))
+        .collect();
+    // The writers took the clock's first arrival when they started (a later one is this
+    // process's request), so the first request's is one microsecond on.
+    assert_eq!(
+        stamps,
+        [
+            (edge - 1, Some((edge - 1) * 1000 + 1)),
+            (edge, Some(edge * 1000))
+        ]
+    );
+    let hours: Vec<(i64, u64)> = ledger
+        .timeline(&Filter::default(), HOUR_MS)
+        .unwrap()
+        .iter()
+        .map(|b| (b.start_ms, b.requests))
+        .collect();
+    assert_eq!(hours, [(edge - HOUR_MS, 1), (edge, 1)]);
 }

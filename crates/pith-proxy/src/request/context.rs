@@ -9,8 +9,8 @@ use pith_transform::StageReport;
 use pith_wire::{Provider, Wire, session};
 
 use crate::tee::{Pending, Recorder};
-use pith_ledger::{Record, Report, arrival_now};
-use pith_store::clock::now_ms;
+use pith_ledger::{Record, Report};
+use pith_store::clock::Clock;
 
 /// One request on its way from the client to the provider and back. Each phase fills in what
 /// it learns; nothing here is parsed from the body (that happens on a ledger writer thread).
@@ -20,7 +20,7 @@ use pith_store::clock::now_ms;
 /// itself then, so every request that reached pith has a ledger row.
 pub(crate) struct Context {
     pub started: Instant,
-    /// Wall-clock time the request arrived, for the ledger.
+    /// Wall-clock time the request arrived, for the ledger (from its clock).
     pub ts_ms: i64,
     /// When it arrived, unique within the process: the order its session's rows are paired in.
     pub arrival_us: i64,
@@ -73,10 +73,14 @@ impl Context {
         account: String,
         recorder: Option<Recorder>,
     ) -> Self {
+        // The ledger's clock (the system's, but in tests); no ledger, the system's.
+        let clock = recorder
+            .as_ref()
+            .map_or_else(Clock::system, |r| r.sink.clock().clone());
         Context {
             started: Instant::now(),
-            ts_ms: now_ms(),
-            arrival_us: arrival_now(),
+            ts_ms: clock.now_ms(),
+            arrival_us: clock.arrival_us(),
             method,
             path,
             path_and_query,

@@ -184,6 +184,7 @@ impl Started {
                     spool,
                     sink,
                     name.as_deref(),
+                    pith_store::clock::Clock::system(),
                 )?)
             }
             _ => None,

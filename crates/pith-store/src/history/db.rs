@@ -8,7 +8,6 @@
 //! cannot infer its type otherwise), `CAST(SUM(..) AS BIGINT)` (PostgreSQL sums a BIGINT to a
 //! NUMERIC), and no boolean parameters (0/1 integers compared to a `CASE`).
 
-use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::sync::{Mutex, PoisonError};
 
@@ -16,7 +15,7 @@ use bytes::BytesMut;
 use rusqlite::Connection;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use crate::postgres::{Pg, PgError};
+use crate::postgres::{Pg, PgError, dollar_params};
 use crate::sqlite::StoreError;
 
 /// A query parameter.
@@ -242,15 +241,6 @@ impl PgSession {
             drop(deadpool_postgres::Object::take(broken));
         }
         outcome.map_err(|e| StoreError::Team(Box::new(e)))
-    }
-}
-
-/// `?N` parameters as PostgreSQL's `$N` (the SQL here holds no `?` inside a string literal).
-fn dollar_params(sql: &str) -> Cow<'_, str> {
-    if sql.contains('?') {
-        Cow::Owned(sql.replace('?', "$"))
-    } else {
-        Cow::Borrowed(sql)
     }
 }
 

@@ -22,11 +22,22 @@
 pub mod ship;
 mod tls;
 
+use std::borrow::Cow;
 use std::str::FromStr as _;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
+
+/// SQL written for both databases, with SQLite's numbered parameters (`?N`), as PostgreSQL's
+/// `$N` (the SQL given holds no `?` inside a string literal).
+pub(crate) fn dollar_params(sql: &str) -> Cow<'_, str> {
+    if sql.contains('?') {
+        Cow::Owned(sql.replace('?', "$"))
+    } else {
+        Cow::Borrowed(sql)
+    }
+}
 
 /// How long connecting to the server may take before it counts as down (unless the URL sets
 /// `connect_timeout`): the shipper retries later, a reader says the server is unreachable.

@@ -36,6 +36,14 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE search_blocks (
     ) WITHOUT ROWID;
     CREATE INDEX search_blocks_ts ON search_blocks (ts_ms);"];
 
+/// Keep a tool search's blocks, replacing what its id had (both databases: SQLite's numbered
+/// parameters, `$N` on PostgreSQL): `session`, `tool_use_id`, `blocks`, `ts_ms`.
+const PUT: &str = "INSERT INTO search_blocks (session, tool_use_id, blocks, ts_ms)
+    VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (session, tool_use_id) DO UPDATE SET blocks = excluded.blocks, ts_ms = excluded.ts_ms";
+/// Forget what was kept before `?1` (ms since the Unix epoch), on both databases.
+const FORGET_OLDER: &str = "DELETE FROM search_blocks WHERE ts_ms < ?1";
+
 /// How much is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -616,11 +624,7 @@ fn write_loop(conn: Connection, rx: Receiver<Write>, limits: Limits, failures: &
                 blocks,
                 ts_ms,
             } => {
-                let done = conn.execute(
-                    "INSERT OR REPLACE INTO search_blocks (session, tool_use_id, blocks, ts_ms)
-                     VALUES (?1, ?2, ?3, ?4)",
-                    params![session, tool_use_id, blocks.as_ref(), ts_ms],
-                );
+                let done = conn.execute(PUT, params![session, tool_use_id, blocks.as_ref(), ts_ms]);
                 if done.is_err() {
                     failures.fetch_add(1, Ordering::Relaxed);
                 }
@@ -641,7 +645,7 @@ fn write_loop(conn: Connection, rx: Receiver<Write>, limits: Limits, failures: &
 fn prune(conn: &Connection, limits: Limits, failures: &AtomicU64) {
     let since = now_ms().saturating_sub(age_ms(limits));
     let keep = i64::try_from(limits.max_entries).unwrap_or(i64::MAX);
-    let old = conn.execute("DELETE FROM search_blocks WHERE ts_ms < ?1", params![since]);
+    let old = conn.execute(FORGET_OLDER, params![since]);
     let over = conn.execute(
         "DELETE FROM search_blocks WHERE (session, tool_use_id) IN (
             SELECT session, tool_use_id FROM search_blocks

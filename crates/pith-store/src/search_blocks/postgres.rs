@@ -8,9 +8,16 @@
 //! this instance has not seen. So both are async, on the proxy's own runtime, each bounded by
 //! the caller.
 
+use std::sync::LazyLock;
+
 use deadpool_postgres::Pool;
 
-use crate::postgres::{PgError, StoreUrl, migrate_on, pool};
+use crate::postgres::{PgError, StoreUrl, dollar_params, migrate_on, pool};
+
+/// The statements both databases run, in PostgreSQL's parameters.
+static PUT: LazyLock<String> = LazyLock::new(|| dollar_params(super::PUT).into_owned());
+static FORGET_OLDER: LazyLock<String> =
+    LazyLock::new(|| dollar_params(super::FORGET_OLDER).into_owned());
 
 const MIGRATIONS: &[&str] = &["
 CREATE TABLE search_blocks (
@@ -106,13 +113,7 @@ impl TeamSearchBlocks {
     ) -> Result<(), PgError> {
         self.within_limit(async |client| {
             client
-                .execute(
-                    "INSERT INTO search_blocks (session, tool_use_id, blocks, ts_ms)
-                     VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (session, tool_use_id)
-                     DO UPDATE SET blocks = excluded.blocks, ts_ms = excluded.ts_ms",
-                    &[&session, &tool_use_id, &blocks, &ts_ms],
-                )
+                .execute(PUT.as_str(), &[&session, &tool_use_id, &blocks, &ts_ms])
                 .await?;
             Ok(())
         })
@@ -146,9 +147,7 @@ impl TeamSearchBlocks {
     /// Remove what is older than `before_ms`; the number removed.
     pub async fn prune(&self, before_ms: i64) -> Result<u64, PgError> {
         self.within_limit(async |client| {
-            Ok(client
-                .execute("DELETE FROM search_blocks WHERE ts_ms < $1", &[&before_ms])
-                .await?)
+            Ok(client.execute(FORGET_OLDER.as_str(), &[&before_ms]).await?)
         })
         .await
     }

@@ -3,6 +3,20 @@
 
 use super::*;
 
+/// Writers whose idle writer never runs: a machine too busy for it, or a process killed
+/// before it wrote.
+fn starved_writers(path: &std::path::Path, spool: &SpoolConfig) -> LedgerSink {
+    LedgerSink::start_writers(
+        Ledger::open(path).unwrap(),
+        spool,
+        None,
+        false,
+        None,
+        Clock::system(),
+    )
+    .unwrap()
+}
+
 fn record(i: usize) -> Record {
     Record {
         ts_ms: i as i64,
@@ -105,15 +119,7 @@ fn the_next_start_writes_what_the_last_left_in_the_spool_once() {
     // The spool is one process's at a time: this one lets it go.
     drop(sink);
     // A writer that never runs stands in for a process killed before writing.
-    let stuck = LedgerSink::start_writers(
-        Ledger::open(&path).unwrap(),
-        &spool,
-        None,
-        false,
-        None,
-        Clock::system(),
-    )
-    .unwrap();
+    let stuck = starved_writers(&path, &spool);
     for i in 5..8 {
         stuck.submit(record(i));
     }
@@ -156,15 +162,7 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let spool = spool_in(dir.path(), 1 << 30);
-    let sink = LedgerSink::start_writers(
-        Ledger::open(&path).unwrap(),
-        &spool,
-        None,
-        false,
-        None,
-        Clock::system(),
-    )
-    .unwrap();
+    let sink = starved_writers(&path, &spool);
     // The spool's clock stands still: a record grows old only when the test says so.
     sink.shared.spool.pause_clock();
     // A small backlog: only the record's age can bring the rescue writer in, and with the
@@ -179,15 +177,7 @@ fn the_rescue_writer_writes_what_a_starved_idle_writer_cannot() {
 
     // A large backlog wakes the rescue writer at once, the clock still standing: the request
     // that makes it so.
-    let sink = LedgerSink::start_writers(
-        Ledger::open(&path).unwrap(),
-        &spool,
-        None,
-        false,
-        None,
-        Clock::system(),
-    )
-    .unwrap();
+    let sink = starved_writers(&path, &spool);
     sink.shared.spool.pause_clock();
     let mut r = record(2);
     r.request_body = bytes::Bytes::from(vec![b'x'; RESCUE_BACKLOG_BYTES as usize]);

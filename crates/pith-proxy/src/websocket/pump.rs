@@ -154,13 +154,7 @@ async fn client_frame(
         // Each hop answers its own pings.
         Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Step::Ignored,
         Some(Ok(msg)) => {
-            let close = matches!(msg, Message::Close(_));
-            if to_upstream.send(msg).await.is_err() {
-                return Step::End(Ended::UpstreamClosed);
-            }
-            if close {
-                return Step::End(Ended::ClientClosed);
-            }
+            return forward(msg, to_upstream, Ended::UpstreamClosed, Ended::ClientClosed).await;
         }
         Some(Err(Error::Capacity(_))) => return Step::End(Ended::ClientFrameTooLarge),
         _ => return Step::End(Ended::ClientClosed),
@@ -192,16 +186,28 @@ async fn upstream_frame(
         },
         Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Step::Ignored,
         Some(Ok(msg)) => {
-            let close = matches!(msg, Message::Close(_));
-            if to_client.send(msg).await.is_err() {
-                return Step::End(Ended::ClientClosed);
-            }
-            if close {
-                return Step::End(Ended::UpstreamClosed);
-            }
+            return forward(msg, to_client, Ended::ClientClosed, Ended::UpstreamClosed).await;
         }
         Some(Err(Error::Capacity(_))) => return Step::End(Ended::UpstreamFrameTooLarge),
         _ => return Step::End(Ended::UpstreamClosed),
+    }
+    Step::Relayed
+}
+
+/// A frame other than text or ping relayed to the other hop as it came: a close frame ends the
+/// relay as `closed` (the sender's side closed), a send that fails as `gone` (the receiver's).
+async fn forward(
+    msg: Message,
+    to: &mut (impl Sink<Message, Error = Error> + Unpin),
+    gone: Ended,
+    closed: Ended,
+) -> Step {
+    let close = matches!(msg, Message::Close(_));
+    if to.send(msg).await.is_err() {
+        return Step::End(gone);
+    }
+    if close {
+        return Step::End(closed);
     }
     Step::Relayed
 }

@@ -42,6 +42,25 @@ pub fn span_of(body: &str, raw: &RawValue) -> Option<Range<usize>> {
     (end <= body.len()).then_some(start..end)
 }
 
+/// `text` as a JSON string literal, quotes included: the escaper for text pith adds.
+pub fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for ch in text.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Apply `splices` to `body`: every byte outside the splice ranges is copied unchanged.
 /// Splices may come in any order; they must not overlap (two insertions at the same point are
 /// allowed and keep their given order).

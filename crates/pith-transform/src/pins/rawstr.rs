@@ -96,24 +96,7 @@ fn unicode_escape(literal: &str, at: usize) -> Option<(char, usize)> {
     Some((char::from_u32(first)?, 6))
 }
 
-/// `text` as a JSON string literal, quotes included: the escaper for text pith adds.
-pub fn quote(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for ch in text.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+pub use crate::splice::quote;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,521 @@
+//! A long tool output as a ranked excerpt: which of its lines the model still needs, chosen
+//! by what the call was for and what the model did with the output afterwards, shown as the
+//! output's own bytes in their order.
+//!
+//! The rules (issue 48, the seeds' prefilter rules applied to the transcript):
+//! - **Kept whatever the budget**: every line a later tool input quoted (an Edit's
+//!   `old_string`, matched as a block of lines, or a distinctive line alone: a path a later
+//!   Read opens), and in a log every error, failure or warning with the lines that locate it.
+//!   When these alone cost more than half the output, the output is not shortened.
+//! - **Ranked into the budget** (a quarter of the output's characters, the kept lines
+//!   included): lines holding the terms
+//!   of the call's input (the pattern, the path, the command) and of what came after (the
+//!   model's text, its later tool inputs), each term weighted by how rare it is in the output,
+//!   each chosen line with the definition it sits in and its neighbours when they fit; a log's
+//!   first and last lines, a search's first.
+//! - **Said**: the caller puts a header before the excerpt; a run of lines not shown is one
+//!   marker line naming how many, so the model sees where the gaps are.
+//!
+//! A pure function of its inputs: the same output, call and later turn give the same bytes,
+//! which is what lets every later request of a session send the excerpt unchanged.
+
+use memchr::memmem;
+
+/// What produced an output, for what it keeps regardless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A file's contents (Read, `read`, `cat`).
+    File,
+    /// A search's matches or a listing (Grep, Glob, `rg`, `find`, `ls`).
+    Search,
+    /// A command's output: a build, a test run, a log.
+    Shell,
+}
+
+/// What a tool's output is, by the names the clients give their tools and, for a shell, by
+/// the command it ran (Codex reads files and searches through `exec_command`).
+pub fn kind_of(tool: &str, command: Option<&str>) -> Kind {
+    match tool {
+        "Read" | "read" | "view" | "NotebookRead" => return Kind::File,
+        "Grep" | "Glob" | "LS" | "grep" | "glob" | "list" | "ls" | "codesearch" => {
+            return Kind::Search;
+        }
+        _ => {}
+    }
+    let program = command
+        .and_then(|c| c.split_whitespace().next())
+        .map(|p| p.rsplit('/').next().unwrap_or(p));
+    match program {
+        Some("cat" | "sed" | "nl" | "head" | "tail" | "less" | "bat") => Kind::File,
+        Some("grep" | "rg" | "find" | "fd" | "ls" | "tree" | "git-ls-files") => Kind::Search,
+        _ => Kind::Shell,
+    }
+}
+
+/// What the excerpt is chosen by.
+#[derive(Debug, Clone, Default)]
+pub struct Query<'a> {
+    /// The call's own input: its strings (the pattern, the path, the command).
+    pub call: Vec<&'a str>,
+    /// The model's text after the output.
+    pub later_text: Vec<&'a str>,
+    /// The strings of the tool inputs the model sent after the output (an Edit's
+    /// `old_string`, a path it opened, a command it ran).
+    pub later_inputs: Vec<&'a str>,
+}
+
+/// An excerpt of an output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excerpt {
+    /// The lines shown, in order, a run of lines not shown as one marker line.
+    pub text: String,
+    /// Lines of the output shown.
+    pub shown: usize,
+    /// Which: their indexes in the output's lines, in order.
+    pub kept: Vec<usize>,
+    /// Lines of the output.
+    pub total: usize,
+}
+
+/// Outputs with fewer lines are never shortened: there is little to rank.
+pub const MIN_LINES: usize = 40;
+/// The share of the output's characters an excerpt may take (as a fraction 1/N), unless the
+/// lines it must keep take more.
+const BUDGET_DIVISOR: usize = 4;
+/// The must-keep lines may take at most this share of the output (as a fraction 1/N), else the
+/// output is not worth shortening.
+const MUST_KEEP_DIVISOR: usize = 2;
+/// A later line shorter than this is quoted only as part of a block of two or more.
+const DISTINCTIVE: usize = 8;
+/// A term shorter than this does not rank lines.
+const MIN_TERM: usize = 3;
+/// Lines after an error that locate it (a compiler's `-->` and source lines), at most.
+const ERROR_TAIL: usize = 6;
+/// First and last lines of a command's output kept: what ran, and its summary.
+const LOG_HEAD: usize = 2;
+const LOG_TAIL: usize = 3;
+
+/// The excerpt of `output` for `query`, or `None` when shortening is not worth it (too few
+/// lines, or what must be kept is most of it).
+pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
+    let lines: Vec<&str> = output.split('\n').collect();
+    let total = lines.len();
+    if total < MIN_LINES {
+        return None;
+    }
+    let content: Vec<&str> = lines.iter().map(|l| content_of(l)).collect();
+    let mut keep = vec![false; total];
+    mark_quoted(&content, &query.later_inputs, &mut keep);
+    match kind {
+        Kind::Shell => {
+            mark_problems(&content, &mut keep);
+            mark_ends(total, &mut keep);
+        }
+        // A search's first line says what it found ("Found 12 files").
+        Kind::Search => keep[0] = true,
+        Kind::File => {}
+    }
+    let mut shown = Shown::new(&lines, &keep);
+    if shown.spent > output.len() / MUST_KEEP_DIVISOR {
+        return None;
+    }
+    let budget = (output.len() / BUDGET_DIVISOR).max(shown.spent);
+    let scores = scores(&content, query);
+    let mut ranked: Vec<usize> = (0..total).filter(|&i| scores[i] > 0.0).collect();
+    // Best first; among equals the earlier line (a deterministic order).
+    ranked.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    for i in ranked {
+        // The line, the definition it sits in, then its neighbours (a search's lines are each
+        // their own), each while it fits.
+        let neighbours = kind != Kind::Search;
+        let around = [
+            Some(i),
+            definition_above(&content, i),
+            i.checked_sub(1).filter(|_| neighbours),
+            i.checked_add(1).filter(|&j| neighbours && j < total),
+        ];
+        for j in around.into_iter().flatten() {
+            shown.add_within(j, budget, &mut keep);
+        }
+    }
+    let kept: Vec<usize> = (0..total).filter(|&i| keep[i]).collect();
+    if kept.len() == total {
+        return None;
+    }
+    Some(Excerpt {
+        text: render(&lines, &keep),
+        shown: kept.len(),
+        kept,
+        total,
+    })
+}
+
+/// What the kept lines cost as rendered: each line and its newline, each run of lines not
+/// shown as its marker line.
+struct Shown<'l> {
+    lines: &'l [&'l str],
+    spent: usize,
+}
+
+/// A gap marker's length, about (`[pith: 120 lines not shown]` and its newline).
+const MARKER_COST: usize = 28;
+
+impl<'l> Shown<'l> {
+    fn new(lines: &'l [&'l str], keep: &[bool]) -> Shown<'l> {
+        let kept: usize = (0..lines.len())
+            .filter(|&i| keep[i])
+            .map(|i| lines[i].len() + 1)
+            .sum();
+        let gaps = (0..lines.len())
+            .filter(|&i| !keep[i] && (i == 0 || keep[i - 1]))
+            .count();
+        Shown {
+            lines,
+            spent: kept + gaps * MARKER_COST,
+        }
+    }
+
+    /// Keeps line `j` when the excerpt still fits `budget` with it (a line that closes a gap
+    /// saves its marker; one inside a gap splits it in two).
+    fn add_within(&mut self, j: usize, budget: usize, keep: &mut [bool]) {
+        if keep[j] {
+            return;
+        }
+        let gap_before = j > 0 && !keep[j - 1];
+        let gap_after = j + 1 < keep.len() && !keep[j + 1];
+        let line = self.lines[j].len() + 1;
+        let cost = match (gap_before, gap_after) {
+            (true, true) => line + MARKER_COST,
+            (false, false) => line.saturating_sub(MARKER_COST),
+            _ => line,
+        };
+        if self.spent + cost <= budget {
+            keep[j] = true;
+            self.spent += cost;
+        }
+    }
+}
+
+/// Words a line that defines something starts with (after its indentation and `pub`).
+const DEFINES: &[&str] = &[
+    "fn ",
+    "async fn ",
+    "struct ",
+    "enum ",
+    "impl ",
+    "impl<",
+    "trait ",
+    "mod ",
+    "const ",
+    "static ",
+    "type ",
+    "macro_rules!",
+    "#",
+    "def ",
+    "class ",
+    "function ",
+    "func ",
+];
+
+/// The nearest line above `i` (within a screen) that starts a definition or a heading: what
+/// the model needs to know where a kept line sits.
+fn definition_above(content: &[&str], i: usize) -> Option<usize> {
+    (i.saturating_sub(60)..i).rev().find(|&j| {
+        let line = content[j].trim_start();
+        let line = line
+            .strip_prefix("pub(crate) ")
+            .or_else(|| line.strip_prefix("pub(super) "))
+            .or_else(|| line.strip_prefix("pub "))
+            .unwrap_or(line);
+        DEFINES.iter().any(|d| line.starts_with(d))
+    })
+}
+
+/// A line's text without the line number a client put before it (Claude Code's `12\t` or
+/// `    12→`, OpenCode's `12: `), for matching against what the model quoted.
+fn content_of(line: &str) -> &str {
+    let digits_end = line
+        .char_indices()
+        .find(|&(_, c)| !c.is_ascii_digit() && c != ' ')
+        .map_or(line.len(), |(i, _)| i);
+    let has_number = line[..digits_end].bytes().any(|b| b.is_ascii_digit());
+    if !has_number {
+        return line;
+    }
+    let rest = &line[digits_end..];
+    rest.strip_prefix('\t')
+        .or_else(|| rest.strip_prefix('→'))
+        .or_else(|| rest.strip_prefix(": "))
+        .unwrap_or(line)
+}
+
+/// Marks the lines a later tool input quoted: each block of two or more of its lines found in
+/// the output in order, and each distinctive line of it found alone.
+fn mark_quoted(content: &[&str], later_inputs: &[&str], keep: &mut [bool]) {
+    for input in later_inputs {
+        let wanted: Vec<&str> = input.lines().map(str::trim).collect();
+        if wanted.len() >= 2 {
+            mark_blocks(content, &wanted, keep);
+        }
+        for w in &wanted {
+            if w.len() < DISTINCTIVE {
+                continue;
+            }
+            for (i, line) in content.iter().enumerate() {
+                let line = line.trim();
+                if line == *w || (line.len() >= DISTINCTIVE && w.contains(line)) {
+                    keep[i] = true;
+                }
+            }
+        }
+    }
+}
+
+/// Marks every place the lines of `wanted` (trimmed, empty ones too) follow each other in the
+/// output, trimmed alike.
+fn mark_blocks(content: &[&str], wanted: &[&str], keep: &mut [bool]) {
+    if wanted.len() > content.len() {
+        return;
+    }
+    for start in 0..=content.len() - wanted.len() {
+        let fits = wanted
+            .iter()
+            .enumerate()
+            .all(|(k, w)| content[start + k].trim() == *w);
+        if fits {
+            keep[start..start + wanted.len()].fill(true);
+        }
+    }
+}
+
+/// Words that make a log line a problem the model must see.
+const PROBLEM_WORDS: &[&str] = &[
+    "error",
+    "Error",
+    "ERROR",
+    "FAILED",
+    "failed",
+    "FAIL",
+    "failure",
+    "panicked",
+    "warning",
+    "Warning",
+    "WARN",
+    "fatal",
+    "Fatal",
+    "Traceback",
+    "Exception",
+    "assertion",
+];
+
+/// Marks a log's problems: each line naming one, and the indented or arrowed lines after it
+/// that say where it is.
+fn mark_problems(content: &[&str], keep: &mut [bool]) {
+    for (i, line) in content.iter().enumerate() {
+        if !PROBLEM_WORDS.iter().any(|w| line.contains(w)) {
+            continue;
+        }
+        keep[i] = true;
+        for j in i + 1..(i + 1 + ERROR_TAIL).min(content.len()) {
+            let next = content[j];
+            let locates = next.starts_with(' ') || next.starts_with('\t') || next.contains("-->");
+            if next.trim().is_empty() || !locates {
+                break;
+            }
+            keep[j] = true;
+        }
+    }
+}
+
+/// Marks a command output's first and last lines (the last non-empty ones).
+fn mark_ends(total: usize, keep: &mut [bool]) {
+    keep[..LOG_HEAD.min(total)].fill(true);
+    keep[total.saturating_sub(LOG_TAIL + 1)..total].fill(true);
+}
+
+/// Each line's score: the weight of every query term it holds, each term weighted by its
+/// source and by how few lines hold it.
+fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
+    let mut scores = vec![0.0; content.len()];
+    let lower: Vec<String> = content.iter().map(|l| l.to_lowercase()).collect();
+    let sources: [(&[&str], f64); 3] = [
+        (&query.later_inputs, 3.0),
+        (&query.call, 2.0),
+        (&query.later_text, 1.5),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    let n = content.len() as f64;
+    for (strings, weight) in sources {
+        for term in strings.iter().flat_map(|s| terms(s)) {
+            if !seen.insert(term.clone()) {
+                continue;
+            }
+            let finder = memmem::Finder::new(term.as_bytes());
+            let holding: Vec<usize> = (0..lower.len())
+                .filter(|&i| finder.find(lower[i].as_bytes()).is_some())
+                .collect();
+            if holding.is_empty() {
+                continue;
+            }
+            let rarity = (1.0 + n / holding.len() as f64).ln();
+            for i in holding {
+                scores[i] += weight * rarity;
+            }
+        }
+    }
+    scores
+}
+
+/// The terms of a query string, lowercased: its words of letters, digits and `_` at least
+/// [`MIN_TERM`] long, and its paths (words holding a `/` or a `.`) whole.
+fn terms(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for token in s.split(|c: char| c.is_whitespace() || "\"'`,;()[]{}<>=|&*?+^$\\".contains(c)) {
+        let token = token.trim_matches(|c: char| c == ':' || c == '.');
+        if token.len() >= MIN_TERM && (token.contains('/') || token.contains('.')) {
+            out.push(token.to_lowercase());
+        }
+        for word in token.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if word.len() >= MIN_TERM && !word.bytes().all(|b| b.is_ascii_digit()) {
+                out.push(word.to_lowercase());
+            }
+        }
+    }
+    out
+}
+
+/// The kept lines in order, each run of lines not kept as one marker line.
+fn render(lines: &[&str], keep: &[bool]) -> String {
+    let mut out = String::new();
+    let mut skipped = 0;
+    for (line, kept) in lines.iter().zip(keep) {
+        if *kept {
+            if skipped > 0 {
+                out.push_str(&gap(skipped));
+                skipped = 0;
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            skipped += 1;
+        }
+    }
+    if skipped > 0 {
+        out.push_str(&gap(skipped));
+    }
+    if out.ends_with('\n') {
+        out.pop();
+    }
+    out
+}
+
+/// The marker of `n` lines not shown.
+fn gap(n: usize) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("[pith: {n} line{s} not shown]\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbered(lines: &[String]) -> String {
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| format!("{}\t{l}", i + 1))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn source(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| format!("    let value_{i} = compute_{i}(input, {i});"))
+            .collect()
+    }
+
+    #[test]
+    fn an_edits_old_string_is_kept_whole_and_gaps_are_marked() {
+        let mut lines = source(200);
+        lines[120] = "fn retry_backoff(attempt: u32) -> Duration {".into();
+        lines[121] = "    Duration::from_millis(100 * attempt as u64)".into();
+        lines[122] = "}".into();
+        let output = numbered(&lines);
+        let old = "fn retry_backoff(attempt: u32) -> Duration {\n    Duration::from_millis(100 * attempt as u64)\n}";
+        let query = Query {
+            call: vec!["/work/src/retry.rs"],
+            later_text: vec!["The backoff is linear; make it exponential."],
+            later_inputs: vec![
+                old,
+                "fn retry_backoff(attempt: u32) -> Duration {\n    Duration::from_millis(100 << attempt)\n}",
+            ],
+        };
+        let e = excerpt(&output, Kind::File, &query).unwrap();
+        for n in [121, 122, 123] {
+            let line = format!("{n}\t{}", lines[n - 1]);
+            assert!(e.text.contains(&line), "{n} missing:\n{}", e.text);
+        }
+        assert!(e.text.contains("[pith: "), "{}", e.text);
+        assert!(
+            e.text.len() * 2 < output.len(),
+            "{} of {}",
+            e.text.len(),
+            output.len()
+        );
+        assert_eq!(e.total, 200);
+    }
+
+    #[test]
+    fn a_logs_errors_and_summary_are_kept() {
+        let mut lines: Vec<String> = (0..300)
+            .map(|i| format!("test module_{i}::works ... ok"))
+            .collect();
+        lines[150] = "test ledger::kill_9 ... FAILED".into();
+        lines[290] = "thread 'ledger::kill_9' panicked at crates/pith/tests/ledger.rs:88:5:".into();
+        lines[299] = "test result: FAILED. 298 passed; 1 failed".into();
+        let output = lines.join("\n");
+        let e = excerpt(&output, Kind::Shell, &Query::default()).unwrap();
+        for n in [150, 290, 299, 0] {
+            assert!(e.text.contains(&lines[n]), "{n} missing:\n{}", e.text);
+        }
+    }
+
+    #[test]
+    fn a_short_output_or_one_that_is_mostly_needed_stays_whole() {
+        let short = source(20).join("\n");
+        assert_eq!(excerpt(&short, Kind::File, &Query::default()), None);
+        let lines = source(100);
+        let output = lines.join("\n");
+        let all = output.clone();
+        let query = Query {
+            later_inputs: vec![&all],
+            ..Query::default()
+        };
+        assert_eq!(excerpt(&output, Kind::File, &query), None);
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_bytes() {
+        let lines = source(500);
+        let output = numbered(&lines);
+        let query = Query {
+            call: vec!["compute_42"],
+            later_text: vec!["value_300 looks wrong"],
+            later_inputs: vec![],
+        };
+        let a = excerpt(&output, Kind::File, &query).unwrap();
+        let b = excerpt(&output, Kind::File, &query).unwrap();
+        assert_eq!(a, b);
+        assert!(a.text.contains("compute_42("), "{}", a.text);
+        assert!(a.text.contains("value_300 "), "{}", a.text);
+    }
+
+    #[test]
+    fn line_numbers_of_each_client_are_set_aside_for_matching() {
+        assert_eq!(content_of("12\tfn main() {"), "fn main() {");
+        assert_eq!(content_of("    12→fn main() {"), "fn main() {");
+        assert_eq!(content_of("12: fn main() {"), "fn main() {");
+        assert_eq!(content_of("error: 12: x"), "error: 12: x");
+        assert_eq!(content_of("  --> src/a.rs:3"), "  --> src/a.rs:3");
+    }
+}

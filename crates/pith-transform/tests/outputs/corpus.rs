@@ -1,0 +1,137 @@
+//! The excerpt's quality, offline, on `pith-testkit/fixtures/outputs/`: real tool outputs
+//! (pith's own files read, its tree searched, its test and build logs) in each client's
+//! format, each with the lines a later step of the task needed marked by hand. The goal (issue
+//! 48): an excerpt keeps at least 95% of the needed lines at no more than a quarter of the
+//! output, and every line a later tool input quoted. The quoted lines and the quarter hold
+//! now; the share of needed lines is held at its floor ([`RECALL_FLOOR`]) until it gets there.
+
+use pith_testkit::fixtures::fixtures_dir;
+use pith_transform::outputs::excerpt::{Query, excerpt, kind_of};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Deserialize)]
+struct Case {
+    client: String,
+    tool: String,
+    input: Value,
+    output: String,
+    later: Later,
+    needed: Vec<usize>,
+    quoted: Vec<usize>,
+}
+
+#[derive(Deserialize)]
+struct Later {
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    tool_inputs: Vec<Value>,
+}
+
+fn strings_of<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter().for_each(|v| strings_of(v, out)),
+        Value::Object(members) => members.values().for_each(|v| strings_of(v, out)),
+        _ => {}
+    }
+}
+
+/// The share of needed lines kept that the ranking may not fall below.
+const RECALL_FLOOR: f64 = 0.68;
+
+#[test]
+fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
+    let dir = fixtures_dir().unwrap().join("outputs");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    paths.sort();
+    assert!(
+        paths.len() >= 30,
+        "{} cases in {}",
+        paths.len(),
+        dir.display()
+    );
+    let (mut needed, mut needed_kept, mut quoted_missed) = (0, 0, Vec::new());
+    let (mut output_chars, mut shown_chars, mut whole) = (0, 0, Vec::new());
+    let mut missed = Vec::new();
+    println!("| case | client | tool | lines | shown | needed kept | size |");
+    println!("|---|---|---|---:|---:|---:|---:|");
+    for path in &paths {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let case: Case = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let mut query = Query::default();
+        strings_of(&case.input, &mut query.call);
+        query.later_text.push(&case.later.text);
+        for input in &case.later.tool_inputs {
+            strings_of(input, &mut query.later_inputs);
+        }
+        let lines = case.output.split('\n').count();
+        let command = ["command", "cmd"]
+            .iter()
+            .find_map(|k| case.input.get(k).and_then(Value::as_str));
+        let e = excerpt(&case.output, kind_of(&case.tool, command), &query);
+        let kept = |n: usize| {
+            e.as_ref()
+                .is_none_or(|e| e.kept.binary_search(&(n - 1)).is_ok())
+        };
+        let case_kept = case.needed.iter().filter(|n| kept(**n)).count();
+        let out_lines: Vec<&str> = case.output.split('\n').collect();
+        for n in case.needed.iter().filter(|n| !kept(**n)) {
+            let line: String = out_lines[n - 1].chars().take(110).collect();
+            missed.push(format!("{name}:{n}: {line}"));
+        }
+        needed += case.needed.len();
+        needed_kept += case_kept;
+        quoted_missed.extend(
+            case.quoted
+                .iter()
+                .filter(|n| !kept(**n))
+                .map(|n| format!("{name}:{n}")),
+        );
+        output_chars += case.output.len();
+        let shown = e.as_ref().map_or(case.output.len(), |e| e.text.len());
+        shown_chars += shown;
+        if e.is_none() {
+            whole.push(name.clone());
+        }
+        println!(
+            "| {name} | {} | {} | {lines} | {} | {case_kept}/{} | {:.0}% |",
+            case.client,
+            case.tool,
+            e.as_ref().map_or(lines, |e| e.shown),
+            case.needed.len(),
+            100.0 * shown as f64 / case.output.len() as f64
+        );
+    }
+    let recall = needed_kept as f64 / needed as f64;
+    let size = shown_chars as f64 / output_chars as f64;
+    println!(
+        "\n{} cases: needed lines kept {needed_kept}/{needed} ({:.1}%), shown {:.1}% of the \
+         outputs' characters, {} left whole",
+        paths.len(),
+        100.0 * recall,
+        100.0 * size,
+        whole.len()
+    );
+    println!("\nneeded lines not kept:");
+    for m in &missed {
+        println!("  {m}");
+    }
+    assert!(
+        quoted_missed.is_empty(),
+        "quoted lines dropped: {quoted_missed:?}"
+    );
+    // Issue 48's goal is 95%; the ranking reaches 69.0% today (BENCHMARKS.md): this floor
+    // keeps it from sliding back while it is improved, and rises with it.
+    assert!(
+        recall >= RECALL_FLOOR,
+        "needed lines kept: {:.1}% (goal 95%)",
+        100.0 * recall
+    );
+    assert!(size <= 0.25, "shown: {:.1}% of the outputs", 100.0 * size);
+}

@@ -1,0 +1,3 @@
+//! Tool output excerpts (issue 48) on a corpus of real tool outputs.
+
+mod corpus;

@@ -244,6 +244,10 @@ fn savings(
     let before = |site: Site| -> u64 {
         match (wire, site) {
             (_, Site::Tail) => prompt_bytes,
+            // Where in the history is not recorded: its start, so a request that read the
+            // cache past the system prompt prices what was kept out at the cache-read rate.
+            (Wire::Responses, Site::History) => anatomy.system + tools_billed,
+            (_, Site::History) => anatomy.tools + anatomy.system,
             (Wire::Responses, Site::System) => 0,
             (Wire::Responses, Site::Tools) => anatomy.system,
             (_, Site::Tools) => 0,

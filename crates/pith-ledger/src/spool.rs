@@ -854,6 +854,7 @@ fn site_code(s: Site) -> u8 {
         Site::Tools => 0,
         Site::System => 1,
         Site::Tail => 2,
+        Site::History => 3,
     }
 }
 fn site_of(c: u8) -> Option<Site> {
@@ -861,6 +862,7 @@ fn site_of(c: u8) -> Option<Site> {
         0 => Site::Tools,
         1 => Site::System,
         2 => Site::Tail,
+        3 => Site::History,
         _ => return None,
     })
 }

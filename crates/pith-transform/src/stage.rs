@@ -119,6 +119,9 @@ pub enum Site {
     System,
     /// The end of the prompt: the newest message.
     Tail,
+    /// The conversation's earlier messages (a tool output from an earlier turn): priced from
+    /// the start of the messages, which a session's later requests read from the cache.
+    History,
 }
 
 impl FactKind {

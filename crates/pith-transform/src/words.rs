@@ -19,6 +19,7 @@ pub const STAGES: &[StageWords] = &[
     crate::defer::WORDS,
     crate::pins::WORDS,
     crate::search_trip::restore::WORDS,
+    crate::outputs::WORDS,
 ];
 
 #[cfg(test)]
@@ -27,7 +28,8 @@ mod tests {
 
     #[test]
     fn every_reason_a_stage_defines_has_words_and_every_phrase_reads() {
-        let defined: [(&str, &[&str]); 3] = [
+        let defined: [(&str, &[&str]); 4] = [
+            (crate::outputs::NAME, crate::outputs::reason::ALL),
             (crate::defer::NAME, crate::defer::reason::ALL),
             (crate::pins::NAME, crate::pins::reason::ALL),
             (

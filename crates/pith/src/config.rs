@@ -66,6 +66,14 @@ pub struct ProxyConfig {
     /// `30s` when listening beyond loopback, else `5s`; env `PITH_SHUTDOWN_GRACE`). A second
     /// signal cuts them at once.
     pub shutdown_grace: Option<String>,
+    /// Shorten long tool outputs from the turn after the one that carried them to a ranked
+    /// excerpt that says so (default off; env `PITH_TRIM_OUTPUTS`). Anthropic Messages so far.
+    pub trim_outputs: Option<bool>,
+    /// Outputs shorter than this many characters ride whole (default 4,000).
+    pub trim_outputs_min_chars: Option<usize>,
+    /// Tools whose outputs always ride whole, by the name the client calls them (e.g.
+    /// `["Read"]`).
+    pub trim_outputs_except: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -50,6 +50,7 @@ pub enum Var {
     DeferTools,
     ToolSearchRoundTrip,
     Pins,
+    TrimOutputs,
     SmallToolChars,
     MinDeferredChars,
     /// Team mode and the gateway.
@@ -83,7 +84,7 @@ pub enum Var {
 
 impl Var {
     /// Every variable, for the snapshot.
-    const ALL: [Var; 40] = [
+    const ALL: [Var; 41] = [
         Var::Home,
         Var::Listen,
         Var::AnthropicUpstream,
@@ -102,6 +103,7 @@ impl Var {
         Var::DeferTools,
         Var::ToolSearchRoundTrip,
         Var::Pins,
+        Var::TrimOutputs,
         Var::SmallToolChars,
         Var::MinDeferredChars,
         Var::Account,
@@ -147,6 +149,7 @@ impl Var {
             Var::DeferTools => "PITH_DEFER_TOOLS",
             Var::ToolSearchRoundTrip => "PITH_TOOL_SEARCH_ROUND_TRIP",
             Var::Pins => "PITH_PINS",
+            Var::TrimOutputs => "PITH_TRIM_OUTPUTS",
             Var::SmallToolChars => "PITH_SMALL_TOOL_CHARS",
             Var::MinDeferredChars => "PITH_MIN_DEFERRED_CHARS",
             Var::Account => "PITH_ACCOUNT",

@@ -11,10 +11,14 @@
 //! cache holds), across restarts and across instances behind a load balancer; each is ranked
 //! once per call and output (the memo) and reused.
 //!
+//! The request that carries a long result whole moves the client's cache marker from after it
+//! to before it ([`breakpoint`]): the whole output is never written to a cache no later request
+//! reads. What it keeps out is priced at the history's place in the prompt (`Site::History`).
+//! Off by default (`PITH_TRIM_OUTPUTS`, `[proxy] trim_outputs`).
+//!
 //! Built so far: Anthropic Messages. Still to come (issue 48): Chat Completions and Responses
-//! (and Codex's WebSocket), the original kept for `pith mcp`, the breakpoint that keeps a
-//! result about to be shortened out of the cache write, the ledger's pricing of what it kept
-//! out, the switch.
+//! (and Codex's WebSocket), the original kept for `pith mcp`, reading only what is new since
+//! the session's last request.
 
 mod breakpoint;
 pub mod excerpt;
@@ -29,7 +33,7 @@ use serde_json::value::RawValue;
 use twox_hash::XxHash3_128;
 
 use crate::splice::{quote, span_of};
-use crate::stage::{Edit, Fact, Outcome, Request, Splice, Stage, StageError};
+use crate::stage::{Edit, Fact, Outcome, Request, Site, Splice, Stage, StageError};
 use excerpt::{Excerpt, Query, kind_of};
 
 /// The stage's name in `pith-transforms` and the ledger.
@@ -266,8 +270,7 @@ impl Shortening {
         if self.asked_again > 0 {
             facts.push(Fact::count("asked_again", self.asked_again));
         }
-        // What it keeps out is priced with the ledger's history sites (to come): counted here.
-        facts.push(Fact::count("chars", self.kept_out));
+        facts.push(Fact::chars_kept_out("chars", self.kept_out, Site::History));
         Outcome::Edited(Edit {
             splices: self.splices,
             facts,

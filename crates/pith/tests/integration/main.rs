@@ -36,6 +36,7 @@ mod model_hostile;
 #[cfg(unix)]
 mod modes;
 mod opencode;
+mod outputs;
 mod pins;
 mod proxy;
 mod run;

@@ -40,6 +40,11 @@ Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists 
 the pith-transforms response header, and `pith stats` shows what was deferred and why other
 requests were left alone. Logs go to stderr (PITH_LOG=debug).
 
+Tool output excerpts are off by default (PITH_TRIM_OUTPUTS=1 or [proxy] trim_outputs = true;
+Anthropic Messages so far): a tool output of at least trim_outputs_min_chars (4,000) reaches the
+provider whole in its own turn and from the next as a ranked excerpt that says so; a repeated
+call is answered whole; trim_outputs_except = [\"Read\"] keeps a tool's outputs whole.
+
 The conversations that pass through are recorded in $PITH_HOME/history.db (mode 0600; [history]
 record = false or PITH_HISTORY=0 turns that off; `pith history --help` says what is kept).
 

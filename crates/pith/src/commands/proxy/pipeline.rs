@@ -1,5 +1,6 @@
 //! The transform stages, in order, as the plan switches them: pins, then the tool search
-//! round trip's restore, then deferral (each one's reason for its place is beside it).
+//! round trip's restore, then deferral, then tool output excerpts (each one's reason for its
+//! place is beside it).
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use anyhow::Context;
 use pith_prefilter::EmbedRanker;
 use pith_proxy::search_trip::StoredSearches;
 use pith_store::search_blocks::SearchBlocks;
+use pith_transform::outputs::OutputsStage;
 use pith_transform::search_trip::SearchMemory;
 use pith_transform::search_trip::restore::RestoreStage;
 use pith_transform::{DeferStage, PinsStage, Pipeline};
@@ -36,6 +38,12 @@ pub fn build(plan: &Plan, searches: Option<&SearchBlocks>) -> anyhow::Result<Pip
             stage = stage.with_ranker(Arc::new(ranker));
         }
         pipeline = pipeline.with_stage(Box::new(stage));
+    }
+    // Last: it reads the history as the client sent it, which the stages above leave alone
+    // but for pins' command lines (never in a tool output) and restore's blocks before a
+    // `tool_use` (never inside one).
+    if let Some(options) = &plan.trim_outputs {
+        pipeline = pipeline.with_stage(Box::new(OutputsStage::new(options.clone())));
     }
     Ok(pipeline)
 }

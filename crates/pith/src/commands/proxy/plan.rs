@@ -38,6 +38,8 @@ pub struct Plan {
     pub store: Option<StoreUrl>,
     pub team_replica: Option<PathBuf>,
     pub pins: bool,
+    /// Tool output excerpts' options, when they are on.
+    pub trim_outputs: Option<pith_transform::outputs::OutputsOptions>,
     /// Tool deferral's options, when it is on, and the embedding ranker's when one is set.
     pub defer: Option<DeferOptions>,
     pub embeddings: Option<EmbedConfig>,
@@ -127,6 +129,7 @@ impl Plan {
             team_replica: store.as_ref().map(|_| config.team_replica()).transpose()?,
             store,
             pins: pins_on(config)?,
+            trim_outputs: trim_outputs(config)?,
             embeddings: match defer {
                 Some(_) => embeddings(config)?,
                 None => None,
@@ -422,6 +425,25 @@ fn search_round_trip_on(config: &Config) -> anyhow::Result<bool> {
     Ok(env::flag(Var::ToolSearchRoundTrip)?
         .or(config.transforms.tool_search_round_trip)
         .unwrap_or(true))
+}
+
+/// Tool output excerpts' options when they are on: `PITH_TRIM_OUTPUTS`, else
+/// `proxy.trim_outputs`, else off (a wrong excerpt can cost a correct answer: issue 48 decides
+/// the default on its evidence).
+fn trim_outputs(
+    config: &Config,
+) -> anyhow::Result<Option<pith_transform::outputs::OutputsOptions>> {
+    let on = env::flag(Var::TrimOutputs)?
+        .or(config.proxy.trim_outputs)
+        .unwrap_or(false);
+    let defaults = pith_transform::outputs::OutputsOptions::default();
+    Ok(on.then(|| pith_transform::outputs::OutputsOptions {
+        min_chars: config
+            .proxy
+            .trim_outputs_min_chars
+            .unwrap_or(defaults.min_chars),
+        excluded_tools: config.proxy.trim_outputs_except.clone().unwrap_or_default(),
+    }))
 }
 
 /// Whether pins are on: `PITH_PINS`, else `transforms.pins`, else on.

@@ -15,23 +15,8 @@ fn capture(id: &str) -> Capture {
 
 /// Send a capture through pith; returns the response headers.
 fn replay(pith: &PithProxy, cap: &Capture) -> http::HeaderMap {
-    let sent = capture_headers(cap);
-    let rt = runtime();
-    let (status, hdrs, _) = rt.block_on(async {
-        read_all(
-            send(
-                &client(),
-                request(
-                    &cap.method,
-                    &format!("{}{}", pith.url(), cap.path),
-                    &sent,
-                    cap.body.clone(),
-                ),
-            )
-            .await,
-        )
-        .await
-    });
+    let url = format!("{}{}", pith.url(), cap.path);
+    let (status, hdrs, _) = exchange(&cap.method, &url, &capture_headers(cap), cap.body.clone());
     assert_eq!(status, 200, "{}", cap.id());
     hdrs
 }

@@ -50,22 +50,8 @@ fn with_long_result() -> (Capture, Vec<u8>, (usize, usize)) {
 }
 
 fn send_body(pith: &PithProxy, cap: &Capture, body: Vec<u8>) -> http::HeaderMap {
-    let rt = runtime();
-    let (status, headers, _) = rt.block_on(async {
-        read_all(
-            send(
-                &client(),
-                request(
-                    &cap.method,
-                    &format!("{}{}", pith.url(), cap.path),
-                    &capture_headers(cap),
-                    body,
-                ),
-            )
-            .await,
-        )
-        .await
-    });
+    let url = format!("{}{}", pith.url(), cap.path);
+    let (status, headers, _) = exchange(&cap.method, &url, &capture_headers(cap), body);
     assert_eq!(status, 200);
     headers
 }

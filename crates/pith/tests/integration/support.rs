@@ -363,6 +363,18 @@ pub async fn send(
 }
 
 /// Read a whole response: status, headers and the body as the frames it arrived in.
+/// One request sent and its whole answer read, on a runtime of its own: status, headers and
+/// body chunks.
+pub fn exchange(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: impl Into<Bytes>,
+) -> (http::StatusCode, http::HeaderMap, Vec<Bytes>) {
+    let req = request(method, url, headers, body);
+    runtime().block_on(async { read_all(send(&client(), req).await).await })
+}
+
 pub async fn read_all(
     resp: http::Response<Incoming>,
 ) -> (http::StatusCode, http::HeaderMap, Vec<Bytes>) {

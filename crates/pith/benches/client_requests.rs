@@ -7,6 +7,8 @@
 //! - `direct`: the mock upstream itself;
 //! - `pith`: this build's `pith proxy` on its defaults (ledger, history, pins, deferral);
 //! - `pith --no-ledger`: the same without its ledger (the ledger's own cost, paced);
+//! - `pith, outputs trimmed`: this build with tool output excerpts on (`PITH_TRIM_OUTPUTS=1`,
+//!   off by default; issue 48), target `trim`;
 //! - `bare relay`: this build with every stage, the ledger and history off (what forwarding
 //!   alone costs, the floor the stages are measured against);
 //! - `build before`: with `PITH_BENCH_BEFORE=/path/to/pith`, another binary on its defaults.
@@ -23,7 +25,7 @@
 //! Run: `PITH_BENCH_BEFORE=/path/to/old/pith cargo bench -p pith --bench client_requests`
 //! (env: `PITH_BENCH_ROUNDS`, default 400 requests per target, body and mode;
 //! `PITH_BENCH_MODES=back-to-back,paced` for a subset; `PITH_BENCH_BODIES=claude,opencode,
-//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before` likewise).
+//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,trim` likewise).
 //! The older figures' method (one identical body, no user agent) is `proxy_overhead`'s.
 #![expect(
     clippy::unwrap_used,
@@ -320,6 +322,13 @@ fn main() {
                 &mock.url(),
                 &["--no-ledger"],
                 &[],
+            )),
+            "trim" => targets.push(start(
+                "pith, outputs trimmed",
+                this,
+                &mock.url(),
+                &[],
+                &[("PITH_TRIM_OUTPUTS", "1")],
             )),
             "bare" => targets.push(start(
                 "bare relay",

@@ -74,9 +74,8 @@ impl Context {
         recorder: Option<Recorder>,
     ) -> Self {
         // The ledger's clock (the system's, but in tests); no ledger, the system's.
-        let clock = recorder
-            .as_ref()
-            .map_or_else(Clock::system, |r| r.sink.clock().clone());
+        let system = Clock::system();
+        let clock = recorder.as_ref().map_or(&system, |r| r.sink.clock());
         Context {
             started: Instant::now(),
             ts_ms: clock.now_ms(),

@@ -52,6 +52,26 @@ pub fn kind_of(tool: &str, command: Option<&str>) -> Kind {
     }
 }
 
+/// [`kind_of`] for a call by its input (the command a shell tool ran is its `command`, or
+/// Codex's `cmd`).
+pub fn kind_of_call(tool: &str, input: &serde_json::Value) -> Kind {
+    let command = ["command", "cmd"]
+        .iter()
+        .find_map(|k| input.get(k).and_then(serde_json::Value::as_str));
+    kind_of(tool, command)
+}
+
+/// Every string inside a JSON value, in order: what a call's input or a later tool input
+/// offers the ranking.
+pub fn strings_of<'v>(value: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+    match value {
+        serde_json::Value::String(s) => out.push(s),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| strings_of(v, out)),
+        serde_json::Value::Object(members) => members.values().for_each(|v| strings_of(v, out)),
+        _ => {}
+    }
+}
+
 /// What the excerpt is chosen by.
 #[derive(Debug, Clone, Default)]
 pub struct Query<'a> {

@@ -34,7 +34,7 @@ use twox_hash::XxHash3_128;
 
 use crate::splice::{quote, span_of};
 use crate::stage::{Edit, Fact, Outcome, Request, Site, Splice, Stage, StageError};
-use excerpt::{Excerpt, Query, kind_of};
+use excerpt::{Excerpt, Query, kind_of_call, strings_of};
 
 /// The stage's name in `pith-transforms` and the ledger.
 pub const NAME: &str = "outputs";
@@ -230,6 +230,7 @@ impl Stage for OutputsStage {
                 }
                 break;
             };
+            let next: Vec<&Block<'_>> = next.1.iter().map(|(_, b)| b).collect();
             for (_, b) in blocks.iter().filter(|(_, b)| b.kind == "tool_result") {
                 let Some(id) = b.tool_use_id.as_deref() else {
                     continue;
@@ -239,7 +240,6 @@ impl Stage for OutputsStage {
                     continue;
                 }
                 let Some(call) = calls.get(id) else { continue };
-                let next: Vec<&Block<'_>> = next.1.iter().map(|(_, b)| b).collect();
                 self.shorten(body, id, call, b, &next, &mut edit)?;
             }
         }
@@ -408,9 +408,6 @@ fn replacement(
     let input: serde_json::Value = serde_json::from_str(input.get())?;
     let mut call = Vec::new();
     strings_of(&input, &mut call);
-    let command = ["command", "cmd"]
-        .iter()
-        .find_map(|k| input.get(k).and_then(serde_json::Value::as_str));
     let later_text: Vec<&str> = next
         .iter()
         .filter(|b| b.kind == "text")
@@ -431,21 +428,11 @@ fn replacement(
         later_text,
         later_inputs,
     };
-    let Some(excerpt) = excerpt::excerpt(text, kind_of(tool, command), &query) else {
+    let Some(excerpt) = excerpt::excerpt(text, kind_of_call(tool, &input), &query) else {
         return Ok(None);
     };
     let shown = format!("{}\n{}", header(&excerpt), excerpt.text);
     Ok(Some(Arc::from(quote(&shown))))
-}
-
-/// Every string inside a JSON value, in order.
-fn strings_of<'v>(value: &'v serde_json::Value, out: &mut Vec<&'v str>) {
-    match value {
-        serde_json::Value::String(s) => out.push(s),
-        serde_json::Value::Array(items) => items.iter().for_each(|v| strings_of(v, out)),
-        serde_json::Value::Object(members) => members.values().for_each(|v| strings_of(v, out)),
-        _ => {}
-    }
 }
 
 /// The excerpt's first line: that pith shortened the output, how much it shows, how the lines

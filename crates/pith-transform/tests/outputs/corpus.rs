@@ -6,7 +6,7 @@
 //! now; the share of needed lines is held at its floor ([`RECALL_FLOOR`]) until it gets there.
 
 use pith_testkit::fixtures::fixtures_dir;
-use pith_transform::outputs::excerpt::{Query, excerpt, kind_of};
+use pith_transform::outputs::excerpt::{Query, excerpt, kind_of_call, strings_of};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -27,15 +27,6 @@ struct Later {
     text: String,
     #[serde(default)]
     tool_inputs: Vec<Value>,
-}
-
-fn strings_of<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
-    match value {
-        Value::String(s) => out.push(s),
-        Value::Array(items) => items.iter().for_each(|v| strings_of(v, out)),
-        Value::Object(members) => members.values().for_each(|v| strings_of(v, out)),
-        _ => {}
-    }
 }
 
 /// The share of needed lines kept that the ranking may not fall below.
@@ -71,10 +62,7 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
             strings_of(input, &mut query.later_inputs);
         }
         let lines = case.output.split('\n').count();
-        let command = ["command", "cmd"]
-            .iter()
-            .find_map(|k| case.input.get(k).and_then(Value::as_str));
-        let e = excerpt(&case.output, kind_of(&case.tool, command), &query);
+        let e = excerpt(&case.output, kind_of_call(&case.tool, &case.input), &query);
         let kept = |n: usize| {
             e.as_ref()
                 .is_none_or(|e| e.kept.binary_search(&(n - 1)).is_ok())

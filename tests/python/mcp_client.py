@@ -34,6 +34,7 @@ TOOLS = [
     "search_history",
     "search_memory",
     "search_workspace",
+    "tool_output",
     "verify_memory",
 ]
 
@@ -218,6 +219,10 @@ async def history_tools(session):
     check(found["hits"], f"search_history found nothing: {found}")
     calc = found["hits"][0]
     contains(calc["snippet"], "subtracted", "search snippet")
+
+    # Imported sessions keep no whole outputs (only the proxy does, when it shortens them).
+    text = await call(session, "tool_output", {"callId": "toolu_01"}, error=True)
+    contains(text, "Run the call again", "a call with no kept output says what to do")
 
     await call(
         session,

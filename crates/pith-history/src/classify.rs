@@ -75,6 +75,7 @@ mod tests {
                 .map(|(kind, text)| Part {
                     kind: *kind,
                     text: (*text).to_owned(),
+                    call_id: None,
                 })
                 .collect(),
         }

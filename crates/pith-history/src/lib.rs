@@ -142,7 +142,22 @@ pub struct NewMessage {
     pub typed: String,
     /// When it was said (ms since the epoch).
     pub ts_ms: i64,
+    /// Its long tool outputs kept whole (see [`NewMessage::keep_outputs`]): what pith's
+    /// shortened outputs name, fetched back through `pith mcp`.
+    pub outputs: Vec<KeptOutput>,
 }
+
+/// A tool's output kept whole, by the call it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptOutput {
+    /// The call's id as the client sent it (`tool_use_id`, `tool_call_id`, `call_id`).
+    pub call_id: String,
+    /// The output, at most [`MAX_KEPT_OUTPUT`] bytes (cut on a character boundary).
+    pub text: String,
+}
+
+/// The longest output kept whole: an output past it is kept to here.
+pub const MAX_KEPT_OUTPUT: usize = 1 << 20;
 
 /// When a proxied request's reply is stamped in the history: when its exchange ended (`ts_ms`,
 /// its arrival, plus `total_ms`, whole milliseconds). The request's own messages are stamped
@@ -167,7 +182,28 @@ impl NewMessage {
             text: message.text(),
             typed: typed.join("\n"),
             ts_ms,
+            outputs: Vec::new(),
         }
+    }
+
+    /// Keeps `message`'s tool outputs of at least `min_chars` characters whole: the outputs
+    /// pith's outputs stage may shorten in later turns.
+    pub fn keep_outputs(&mut self, message: &pith_wire::conversation::Message, min_chars: usize) {
+        self.outputs = message
+            .parts
+            .iter()
+            .filter(|p| p.kind == PartKind::ToolResult && p.text.len() >= min_chars)
+            .filter_map(|p| {
+                let mut end = p.text.len().min(MAX_KEPT_OUTPUT);
+                while !p.text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                Some(KeptOutput {
+                    call_id: p.call_id.clone()?,
+                    text: p.text[..end].to_owned(),
+                })
+            })
+            .collect();
     }
 
     /// What identifies and previews it: the typed text when a person typed it, else all.

@@ -21,6 +21,9 @@ pub struct HistorySink {
 pub struct Labels {
     /// Agent type per client name (config); unnamed clients are `public`.
     agent_types: HashMap<String, AgentType>,
+    /// Tool outputs at least this long are kept whole (the outputs stage is on and may
+    /// shorten them later); `None`: none are.
+    keep_outputs_from: Option<usize>,
 }
 
 impl HistorySink {
@@ -30,8 +33,18 @@ impl HistorySink {
     pub fn new(store: History, agent_types: HashMap<String, AgentType>) -> HistorySink {
         HistorySink {
             store,
-            labels: Labels { agent_types },
+            labels: Labels {
+                agent_types,
+                keep_outputs_from: None,
+            },
         }
+    }
+
+    /// Keeps each recorded tool output of at least `min_chars` characters whole, for `pith
+    /// mcp` to return by its call id (the outputs stage is on and shortens such outputs).
+    pub fn keeping_outputs_from(mut self, min_chars: usize) -> HistorySink {
+        self.labels.keep_outputs_from = Some(min_chars);
+        self
     }
 
     /// The store (for the writers' lock) and the labels (read by every writer as it parses).
@@ -98,7 +111,13 @@ impl Labels {
             ts_ms: record.ts_ms,
             messages: messages
                 .iter()
-                .map(|m| NewMessage::from_wire(m, record.ts_ms))
+                .map(|m| {
+                    let mut kept = NewMessage::from_wire(m, record.ts_ms);
+                    if let Some(min_chars) = self.keep_outputs_from {
+                        kept.keep_outputs(m, min_chars);
+                    }
+                    kept
+                })
                 .collect(),
             reply,
         })
@@ -125,6 +144,7 @@ mod tests {
     fn a_fork_that_resends_the_conversation_for_a_summary_is_no_turn_of_it() {
         let labels = Labels {
             agent_types: HashMap::new(),
+            keep_outputs_from: None,
         };
         let turn_of = |record: &Record| {
             let messages = conversation::request_messages(
@@ -160,5 +180,67 @@ mod tests {
                 {"role": "user", "content": "<session>\nfix calc.py\n</session>"}]}),
         );
         assert!(turn_of(&title).is_none());
+    }
+
+    /// With the outputs stage on, a turn keeps each tool output of at least the stage's size
+    /// whole, by its call id, on each wire; shorter ones, and any with the stage off, are not
+    /// kept.
+    #[test]
+    fn long_outputs_are_kept_whole_by_call_id_when_the_stage_is_on() {
+        let long = "line\n".repeat(1_000);
+        let bodies = [
+            (
+                pith_wire::Wire::AnthropicMessages,
+                serde_json::json!({"model": "m", "messages": [
+                    {"role": "user", "content": "read it"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}, {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}}]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": long},
+                        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "short"}]},
+                ]}),
+                "toolu_1",
+            ),
+            (
+                pith_wire::Wire::ChatCompletions,
+                serde_json::json!({"model": "m", "messages": [
+                    {"role": "user", "content": "read it"},
+                    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": long},
+                ]}),
+                "call_1",
+            ),
+            (
+                pith_wire::Wire::Responses,
+                serde_json::json!({"model": "m", "input": [
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read it"}]},
+                    {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "call_1", "output": long},
+                ]}),
+                "call_1",
+            ),
+        ];
+        for (wire, body, id) in bodies {
+            let mut r = record("claude-code", body);
+            r.wire = Some(wire);
+            let kept = |keep_outputs_from| {
+                let labels = Labels {
+                    agent_types: HashMap::new(),
+                    keep_outputs_from,
+                };
+                let messages = conversation::request_messages(wire, &r.request_body);
+                let turn = labels.turn(&r, Some("s"), messages, None).expect("a turn");
+                turn.messages
+                    .into_iter()
+                    .flat_map(|m| m.outputs)
+                    .map(|o| (o.call_id, o.text))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                kept(Some(4_000)),
+                [(id.to_owned(), long.clone())],
+                "{wire:?}"
+            );
+            assert!(kept(None).is_empty(), "{wire:?}");
+        }
     }
 }

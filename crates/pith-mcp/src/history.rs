@@ -80,6 +80,14 @@ pub(crate) struct SearchHistoryArgs {
     limit: Option<u32>,
 }
 
+/// Arguments of `tool_output`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolOutputArgs {
+    /// The call id a shortened output names, e.g. "toolu_01A...".
+    call_id: String,
+}
+
 /// Arguments of `memory_find_candidates`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -130,6 +138,26 @@ pub(crate) fn search(options: &HistoryOptions, a: SearchHistoryArgs) -> Result<S
         .search(&options.account, &a.query, limit)
         .map_err(|e| store_error(&e))?;
     json(&serde_json::json!({ "query": a.query, "hits": hits }))
+}
+
+/// A tool output pith shortened, whole, by the call id its header names: kept by the proxy
+/// when it shortens outputs and records history.
+pub(crate) fn tool_output(options: &HistoryOptions, a: ToolOutputArgs) -> Result<String, String> {
+    let missing = || {
+        format!(
+            "no output is kept for call {:?}: the proxy keeps an output whole only when it \
+             shortens outputs and records history. Run the call again instead (for a file, ask \
+             for the lines you need).",
+            a.call_id
+        )
+    };
+    let Some(history) = options.open()? else {
+        return Err(missing());
+    };
+    history
+        .tool_output(&options.account, &a.call_id)
+        .map_err(|e| store_error(&e))?
+        .ok_or_else(missing)
 }
 
 pub(crate) fn find_candidates(

@@ -9,7 +9,8 @@
 //!
 //! The tools: over the workspace `search_workspace` and `read_workspace_file` ([`files`]);
 //! over the brain `search_memory`, `get_memory`, `save_memory`, `verify_memory`,
-//! `forget_memory`; over the history ([`history`]) `search_history`,
+//! `forget_memory`; over the history ([`history`]) `search_history`, `tool_output` (an output
+//! the proxy shortened, whole),
 //! `memory_find_candidates`, `memory_delete`, `memory_restore`, which act only for the
 //! server's account. Ranking is on only when the configuration asks for it
 //! (`[mcp] local_prefilter`, or `PITH_LOCAL_PREFILTER=1`), and fails open; a ranker is warmed
@@ -374,6 +375,17 @@ impl PithServer {
     ) -> Result<String, String> {
         let options = self.history.clone();
         blocking(move || history::search(&options, a)).await
+    }
+
+    #[tool(
+        description = "The whole output of a tool call pith shortened, by the call id its first line names."
+    )]
+    async fn tool_output(
+        &self,
+        Parameters(a): Parameters<history::ToolOutputArgs>,
+    ) -> Result<String, String> {
+        let options = self.history.clone();
+        blocking(move || history::tool_output(&options, a)).await
     }
 
     #[tool(

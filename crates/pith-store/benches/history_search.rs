@@ -144,6 +144,7 @@ fn conversation(vocabulary: &Vocabulary, rng: &mut Rng, i: usize) -> Imported {
             typed: if m == 0 { text.clone() } else { String::new() },
             text,
             ts_ms: 1_800_000_000_000 + (i * 100 + m) as i64,
+            outputs: Vec::new(),
         });
     }
     Imported {

@@ -169,6 +169,7 @@ fn turn(i: usize, held: &mut [Vec<NewMessage>]) -> Turn {
         text,
         typed: String::new(),
         ts_ms: 1_700_000_000_000 + i as i64,
+        outputs: Vec::new(),
     };
     let so_far = &mut held[session];
     so_far.push(message("user", words(60, i)));

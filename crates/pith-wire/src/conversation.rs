@@ -28,6 +28,9 @@ pub struct Part {
     pub kind: PartKind,
     /// Its text (a tool call's name and input; empty for blocks with none).
     pub text: String,
+    /// A tool result's call id (`tool_use_id`, `tool_call_id`, `call_id`): what pith's
+    /// shortened outputs name to be fetched whole (issue 48). `None` for other parts.
+    pub call_id: Option<String>,
 }
 
 /// One message: `user`, `assistant` or `tool` (a result message of a wire that has them).
@@ -64,6 +67,16 @@ fn text_part(kind: PartKind, text: &str) -> Part {
     Part {
         kind,
         text: text.to_owned(),
+        call_id: None,
+    }
+}
+
+/// A tool result's part: its text and the call it answers.
+fn result_part(text: String, call_id: Option<&Value>) -> Part {
+    Part {
+        kind: PartKind::ToolResult,
+        text,
+        call_id: call_id.and_then(Value::as_str).map(str::to_owned),
     }
 }
 
@@ -170,11 +183,12 @@ fn anthropic_block(block: &Value) -> Part {
         "tool_use" | "server_tool_use" | "mcp_tool_use" => Part {
             kind: PartKind::ToolUse,
             text: tool_call_text(str_of(block, "name"), block.get("input")),
+            call_id: None,
         },
-        k if k == "tool_result" || k.ends_with("_tool_result") => Part {
-            kind: PartKind::ToolResult,
-            text: block.get("content").map(content_text).unwrap_or_default(),
-        },
+        k if k == "tool_result" || k.ends_with("_tool_result") => result_part(
+            block.get("content").map(content_text).unwrap_or_default(),
+            block.get("tool_use_id"),
+        ),
         _ => text_part(PartKind::Other, ""),
     }
 }
@@ -222,13 +236,13 @@ fn chat_message(m: &Value) -> Option<Message> {
         "user" | "assistant" | "tool" => Message::new(role),
         _ => return None,
     };
-    let kind = if role == "tool" {
-        PartKind::ToolResult
-    } else {
-        PartKind::Text
-    };
     if let Some(content) = m.get("content").filter(|c| !c.is_null()) {
-        message.parts.push(text_part(kind, &content_text(content)));
+        let text = content_text(content);
+        message.parts.push(if role == "tool" {
+            result_part(text, m.get("tool_call_id"))
+        } else {
+            text_part(PartKind::Text, &text)
+        });
     }
     for call in m
         .get("tool_calls")
@@ -241,6 +255,7 @@ fn chat_message(m: &Value) -> Option<Message> {
         message.parts.push(Part {
             kind: PartKind::ToolUse,
             text: tool_call_text(name, function.and_then(|f| f.get("arguments"))),
+            call_id: None,
         });
     }
     Some(message)
@@ -310,13 +325,14 @@ fn responses_item(item: &Value) -> Option<(&'static str, Vec<Part>)> {
             let part = Part {
                 kind: PartKind::ToolUse,
                 text: tool_call_text(str_of(item, "name"), input),
+                call_id: None,
             };
             Some(("assistant", vec![part]))
         }
         "reasoning" => Some(("assistant", vec![text_part(PartKind::Other, "")])),
         k if k.ends_with("_output") => {
             let text = item.get("output").map(content_text).unwrap_or_default();
-            Some(("tool", vec![text_part(PartKind::ToolResult, &text)]))
+            Some(("tool", vec![result_part(text, item.get("call_id"))]))
         }
         _ => None,
     }
@@ -482,7 +498,11 @@ impl ReplyStream {
                         }
                         _ => text,
                     };
-                    self.message.parts.push(Part { kind, text });
+                    self.message.parts.push(Part {
+                        kind,
+                        text,
+                        call_id: None,
+                    });
                 }
                 Some(self.message)
             }
@@ -491,6 +511,7 @@ impl ReplyStream {
                     self.message.parts.push(Part {
                         kind: PartKind::ToolUse,
                         text: tool_call_text(&name, Some(&Value::String(arguments))),
+                        call_id: None,
                     });
                 }
                 Some(self.message)

@@ -346,6 +346,8 @@ pub(crate) struct StoredMessage {
     pub(crate) preview: String,
     pub(crate) body: String,
     pub(crate) ts_ms: i64,
+    /// Its long tool outputs kept whole: (call id, text).
+    pub(crate) outputs: Vec<(String, String)>,
 }
 
 impl History {
@@ -779,6 +781,10 @@ impl History {
                   WHERE account = ?1 AND trashed_ms IS NOT NULL AND trashed_ms < ?2)",
                 values![account, cutoff_ms],
             )?;
+            db.execute(
+                &format!("DELETE FROM tool_outputs WHERE conversation_id IN ({doomed})"),
+                values![account, cutoff_ms],
+            )?;
             let messages = db.execute(
                 &format!("DELETE FROM messages WHERE conversation_id IN ({doomed})"),
                 values![account, cutoff_ms],
@@ -800,6 +806,18 @@ impl History {
                 index_rows,
             })
         })
+    }
+
+    /// A tool output kept whole (see [`pith_history::NewMessage::keep_outputs`]) by its call
+    /// id, from the account's conversations not in the trash.
+    pub fn tool_output(&self, account: &str, call_id: &str) -> Result<Option<String>, StoreError> {
+        self.db.row(
+            "SELECT o.text FROM tool_outputs o JOIN conversations c ON c.id = o.conversation_id
+             WHERE o.call_id = ?1 AND c.account = ?2 AND c.trashed_ms IS NULL
+             ORDER BY c.updated_ms DESC LIMIT 1",
+            values![call_id, account],
+            |r| r.text(0),
+        )
     }
 
     /// Search the account's conversations not in the trash: BM25 over message text, the best
@@ -878,6 +896,11 @@ impl StoredMessage {
             preview: storable(&preview(bounded(message.gist()))).into_owned(),
             body: storable(bounded(&message.text)).into_owned(),
             ts_ms: message.ts_ms,
+            outputs: message
+                .outputs
+                .iter()
+                .map(|o| (o.call_id.clone(), storable(&o.text).into_owned()))
+                .collect(),
         }
     }
 }
@@ -1048,7 +1071,27 @@ pub(crate) fn insert_message(
             message.ts_ms
         ],
     )?;
+    if inserted == 1 {
+        insert_outputs(db, conversation, message)?;
+    }
     Ok(inserted == 1)
+}
+
+/// Store `message`'s kept tool outputs (one already held for its call is left as it is).
+pub(crate) fn insert_outputs(
+    db: &Db,
+    conversation: &str,
+    message: &StoredMessage,
+) -> Result<(), StoreError> {
+    for (call_id, text) in &message.outputs {
+        db.execute(
+            "INSERT INTO tool_outputs (conversation_id, position, call_id, text)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (conversation_id, call_id) DO NOTHING",
+            values![conversation, message.position, call_id, text],
+        )?;
+    }
+    Ok(())
 }
 
 /// Store `message` at its position in conversation `conversation` and index it, unless the

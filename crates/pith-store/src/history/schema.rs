@@ -73,6 +73,19 @@ CREATE TABLE used_tokens (
     expires_ms BIGINT NOT NULL
 );
 ",
+    // The long tool outputs of proxied messages kept whole, by the call they answered (issue
+    // 48: a shortened output names its call, `pith mcp` returns it). A message's outputs are
+    // stored with it, shipped with it, and deleted with its conversation.
+    "
+CREATE TABLE tool_outputs (
+    conversation_id TEXT NOT NULL REFERENCES conversations (id),
+    position        INTEGER NOT NULL,
+    call_id         TEXT NOT NULL,
+    text            TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, call_id)
+);
+CREATE INDEX tool_outputs_call ON tool_outputs (call_id);
+",
 ];
 
 /// PostgreSQL (the team's history, component `history` in `pith_schema`): the same tables.
@@ -130,5 +143,16 @@ CREATE TABLE used_tokens (
     token_hash TEXT PRIMARY KEY,
     expires_ms BIGINT NOT NULL
 );
+",
+    // As SQLite's.
+    "
+CREATE TABLE tool_outputs (
+    conversation_id TEXT NOT NULL REFERENCES conversations (id),
+    position        BIGINT NOT NULL,
+    call_id         TEXT COLLATE \"C\" NOT NULL,
+    text            TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, call_id)
+);
+CREATE INDEX tool_outputs_call ON tool_outputs (call_id);
 ",
 ];

@@ -12,7 +12,10 @@ use std::collections::{BTreeMap, HashMap};
 use pith_history::terms;
 
 use super::db::{Db, values};
-use super::{ConversationKey, History, Source, StoredMessage, ensure_conversation, insert_message};
+use super::{
+    ConversationKey, History, Source, StoredMessage, ensure_conversation, insert_message,
+    insert_outputs,
+};
 use crate::postgres::PgError;
 use crate::sqlite::StoreError;
 
@@ -169,12 +172,21 @@ impl History {
                         preview: r.text(5)?,
                         body: r.text(6)?,
                         ts_ms: r.int(7)?,
+                        outputs: Vec::new(),
                     },
                     shipped_row(r, 8)?,
                 ));
                 Ok(())
             },
         )?;
+        for (_, conversation, message, _) in &mut messages {
+            message.outputs = self.db.rows(
+                "SELECT call_id, text FROM tool_outputs
+                 WHERE conversation_id = ?1 AND position = ?2 ORDER BY call_id",
+                values![conversation.as_str(), message.position],
+                |r| Ok((r.text(0)?, r.text(1)?)),
+            )?;
+        }
         Ok(Outbox {
             conversations,
             messages,
@@ -212,6 +224,12 @@ impl History {
                 seqs.insert(id, seq);
             }
             let added = insert_messages(db, &outbox.messages)?;
+            if db.is_postgres() {
+                for &i in &added {
+                    let (_, conversation, message, _) = &outbox.messages[i];
+                    insert_outputs(db, conversation, message)?;
+                }
+            }
             // The index rows of the messages added, summed per (account, term, conversation).
             let mut postings: BTreeMap<(&str, String, i64), i64> = BTreeMap::new();
             let mut lengths: HashMap<&str, i64> = HashMap::new();

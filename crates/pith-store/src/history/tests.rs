@@ -46,6 +46,7 @@ fn message(role: &str, text: &str) -> NewMessage {
         text: text.into(),
         typed: String::new(),
         ts_ms: NOW,
+        outputs: Vec::new(),
     }
 }
 
@@ -714,4 +715,81 @@ fn a_requests_turn_is_what_it_added_and_its_reply() {
             .unwrap();
         assert!(texts(&h, NOW + 1_000, NOW + 1_700, "other").is_empty());
     });
+}
+
+/// A proxied message's kept tool outputs: found by call id in the account's conversations (not
+/// another account's, not once trashed), kept once when later requests carry the message
+/// again, shipped to the team history with their message, and gone with a purge.
+#[test]
+fn kept_tool_outputs_are_found_by_call_id_shipped_and_purged_with_their_conversation() {
+    let with_output = |call_id: &str, text: &str| NewMessage {
+        outputs: vec![pith_history::KeptOutput {
+            call_id: call_id.into(),
+            text: text.into(),
+        }],
+        ..message("user", "")
+    };
+    let long = "a line of the output\n".repeat(300);
+    let conversation = vec![
+        message("user", "read calc.py"),
+        with_output("toolu_1", &long),
+    ];
+    each_backend(|mut h| {
+        h.record(&[proxy_turn("alice", "s1", conversation.clone(), "read")])
+            .unwrap();
+        // The next request carries the message again (and a different text under its id):
+        // the first is kept.
+        let mut again = conversation.clone();
+        again[1] = with_output("toolu_1", "changed");
+        again.extend([message("assistant", "read"), message("user", "go on")]);
+        h.record(&[proxy_turn("alice", "s1", again, "done")])
+            .unwrap();
+        h.record(&[proxy_turn(
+            "bob",
+            "s2",
+            vec![with_output("toolu_9", "bob's")],
+            "x",
+        )])
+        .unwrap();
+        assert_eq!(
+            h.tool_output("alice", "toolu_1").unwrap().as_deref(),
+            Some(long.as_str())
+        );
+        assert_eq!(
+            h.tool_output("alice", "toolu_9").unwrap(),
+            None,
+            "another account's"
+        );
+        assert_eq!(h.tool_output("alice", "toolu_2").unwrap(), None);
+        h.db.execute(
+            "UPDATE conversations SET trashed_ms = ?2 WHERE account = ?1",
+            values!["alice", NOW - 40 * 86_400_000],
+        )
+        .unwrap();
+        assert_eq!(h.tool_output("alice", "toolu_1").unwrap(), None, "trashed");
+        h.purge("alice", NOW - 30 * 86_400_000).unwrap();
+        let left =
+            h.db.row("SELECT COUNT(*) FROM tool_outputs", &[], |r| r.count(0))
+                .unwrap();
+        assert_eq!(left, Some(1), "bob's only");
+    });
+
+    let mut local = History::open_in_memory().unwrap();
+    let mut team = fresh(Backend::Postgres);
+    local
+        .record(&[proxy_turn("alice", "s1", conversation, "read")])
+        .unwrap();
+    local.ship_all(&mut team).unwrap();
+    assert_eq!(
+        team.tool_output("alice", "toolu_1").unwrap().as_deref(),
+        Some(long.as_str())
+    );
+    // Shipped again (the cursors forgotten): nothing twice.
+    local.forget_shipped().unwrap();
+    local.ship_all(&mut team).unwrap();
+    let rows = team
+        .db
+        .row("SELECT COUNT(*) FROM tool_outputs", &[], |r| r.count(0))
+        .unwrap();
+    assert_eq!(rows, Some(1));
 }

@@ -37,6 +37,7 @@ fn turn(i: u64) -> Turn {
         text,
         typed: String::new(),
         ts_ms: 1_000 + i as i64,
+        outputs: Vec::new(),
     };
     let mut messages = Vec::new();
     for r in 0..=round {

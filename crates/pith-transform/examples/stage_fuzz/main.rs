@@ -6,7 +6,8 @@
 //! are checked on every edit too (see `defer_rules`).
 //!
 //! `cargo run --release -p pith-transform --example stage_fuzz -- --cases 100000`
-//! (`--stage pins` for the pins stage, on the same bodies with pin commands put in).
+//! (`--stage pins` for the pins stage, on the same bodies with pin commands put in; `--stage
+//! outputs` for the tool-output stage, on the same bodies with long multi-line text put in).
 //!
 //! Bodies come from four sources, all of the three wires: built from scratch (`bodies.rs`); the
 //! real captures changed the way a client could have sent them and written again in a random
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use pith_testkit::rng::Rng;
 use pith_transform::defer::reason;
+use pith_transform::outputs::{OutputsOptions, OutputsStage};
 use pith_transform::{
     DeferOptions, DeferStage, Edit, Outcome, PinsStage, Pipeline, Request, SearchVariant, Stage,
     StageError, StageResult, ToolRanker, ToolText, apply_splices,
@@ -113,14 +115,17 @@ fn args() -> Result<Args, String> {
             "--sabotage" => args.sabotage = true,
             "--stage" => {
                 args.stage = value()?;
-                if args.stage != "defer" && args.stage != "pins" {
-                    return Err(format!("--stage {}: use defer or pins", args.stage));
+                if !["defer", "pins", "outputs"].contains(&args.stage.as_str()) {
+                    return Err(format!(
+                        "--stage {}: use defer, pins or outputs",
+                        args.stage
+                    ));
                 }
             }
             "-h" | "--help" => {
                 return Err(
                     "usage: stage_fuzz [--cases N] [--seed S] [--case N] [--out DIR] [--sabotage] \
-                     [--stage defer|pins]"
+                     [--stage defer|pins|outputs]"
                         .into(),
                 );
             }
@@ -341,6 +346,32 @@ fn with_pin_commands(rng: &mut Rng, body: &[u8]) -> Vec<u8> {
         rest = &rest[at + 2..];
         if rng.chance(0.3) {
             out.extend_from_slice(rng.one(&LINES).as_bytes());
+        }
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+/// `--stage outputs`: the body with long multi-line text put at the start of some of its
+/// strings (tool outputs among them), lines of a log and a file with JSON escapes in them.
+fn with_long_outputs(rng: &mut Rng, body: &[u8]) -> Vec<u8> {
+    const LINES: [&str; 6] = [
+        r"   12\tfn retry(attempt: u32) -> Duration {\n",
+        r"error[E0308]: mismatched types \u00e9\n",
+        r"  --> src/lib.rs:4:5\n",
+        r"test tests::it_works ... FAILED\n",
+        r#"\"quoted\" \\ \t tab\n"#,
+        r"src/main.rs:3:    let needle = 1;\n",
+    ];
+    let mut out = Vec::with_capacity(body.len() * 2);
+    let mut rest = body;
+    while let Some(at) = memchr::memmem::find(rest, b":\"") {
+        out.extend_from_slice(&rest[..at + 2]);
+        rest = &rest[at + 2..];
+        if rng.chance(0.2) {
+            for _ in 0..rng.below(200) {
+                out.extend_from_slice(rng.one(&LINES).as_bytes());
+            }
         }
     }
     out.extend_from_slice(rest);
@@ -776,6 +807,15 @@ fn main() -> Result<ExitCode, String> {
             if args.stage == "pins" {
                 case.body = with_pin_commands(&mut rng, &case.body);
                 (Arc::new(PinsStage::new()), "pins", String::new())
+            } else if args.stage == "outputs" {
+                case.body = with_long_outputs(&mut rng, &case.body);
+                let options = OutputsOptions {
+                    min_chars: rng.below(6_000),
+                    originals_kept: rng.chance(0.5),
+                    ..OutputsOptions::default()
+                };
+                let described = format!("min_chars {}", options.min_chars);
+                (Arc::new(OutputsStage::new(options)), "outputs", described)
             } else {
                 let (stage, config, options) = defer_stage(&mut rng);
                 let stage: Arc<dyn Stage> = if args.sabotage {

@@ -52,12 +52,15 @@ pub fn kind_of(tool: &str, command: Option<&str>) -> Kind {
     }
 }
 
-/// [`kind_of`] for a call by its input (the command a shell tool ran is its `command`, or
-/// Codex's `cmd`).
+/// [`kind_of`] for a call by its input (the command a shell tool ran is its `command`, a
+/// string or an argv, or Codex's `cmd`).
 pub fn kind_of_call(tool: &str, input: &serde_json::Value) -> Kind {
-    let command = ["command", "cmd"]
-        .iter()
-        .find_map(|k| input.get(k).and_then(serde_json::Value::as_str));
+    let command = ["command", "cmd"].iter().find_map(|k| match input.get(k)? {
+        serde_json::Value::String(s) => Some(s.as_str()),
+        // Codex's `shell` takes an argv (`["bash", "-lc", "rg ..."]`): the script is its last.
+        serde_json::Value::Array(argv) => argv.last()?.as_str(),
+        _ => None,
+    });
     kind_of(tool, command)
 }
 
@@ -277,6 +280,11 @@ fn mark_quoted(content: &[&str], later_inputs: &[&str], keep: &mut [bool]) {
         if wanted.len() >= 2 {
             mark_blocks(content, &wanted, keep);
         }
+        for old in patch_old_sides(input) {
+            if old.len() >= 2 {
+                mark_blocks(content, &old, keep);
+            }
+        }
         for w in &wanted {
             if w.len() < DISTINCTIVE {
                 continue;
@@ -289,6 +297,33 @@ fn mark_quoted(content: &[&str], later_inputs: &[&str], keep: &mut [bool]) {
             }
         }
     }
+}
+
+/// The old side of each hunk of a patch (Codex's `apply_patch`, a unified diff): its context
+/// and removed lines without their first character, trimmed, which followed each other in the
+/// file the output showed. Nothing for an input that is not a patch.
+fn patch_old_sides(input: &str) -> Vec<Vec<&str>> {
+    if !(input.starts_with("*** Begin Patch")
+        || input.starts_with("--- ")
+        || input.starts_with("diff "))
+    {
+        return Vec::new();
+    }
+    let mut hunks = vec![Vec::new()];
+    for line in input.lines() {
+        let old = match line.as_bytes().first() {
+            _ if line.starts_with("---") || line.starts_with("+++") => None,
+            Some(b'-' | b' ') => Some(line[1..].trim()),
+            Some(b'+') => continue,
+            _ => None,
+        };
+        match (old, hunks.last_mut()) {
+            (Some(old), Some(hunk)) => hunk.push(old),
+            (None, Some(hunk)) if !hunk.is_empty() => hunks.push(Vec::new()),
+            _ => {}
+        }
+    }
+    hunks
 }
 
 /// Marks every place the lines of `wanted` (trimmed, empty ones too) follow each other in the

@@ -16,40 +16,40 @@
 //! reads. What it keeps out is priced at the history's place in the prompt (`Site::History`).
 //! Off by default (`PITH_TRIM_OUTPUTS`, `[proxy] trim_outputs`).
 //!
-//! Built so far: Anthropic Messages. Still to come (issue 48): Chat Completions and Responses
-//! (and Codex's WebSocket), the original kept for `pith mcp`, reading only what is new since
-//! the session's last request.
+//! The three wires are read into one shape of turns ([`transcript`]); Codex's WebSocket runs
+//! the pipeline over the whole conversation the socket holds, so it is read as Responses. The
+//! cache marker moves on Anthropic only (OpenAI's prompt cache is an automatic prefix with no
+//! write premium). Still to come (issue 48): the original kept for `pith mcp`, reading only
+//! what is new since the session's last request.
 
 mod breakpoint;
 pub mod excerpt;
+mod transcript;
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pith_wire::Wire;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use twox_hash::XxHash3_128;
 
 use crate::splice::{quote, span_of};
 use crate::stage::{Edit, Fact, Outcome, Request, Site, Splice, Stage, StageError};
 use excerpt::{Excerpt, Query, kind_of_call, strings_of};
+use transcript::{Call, Output, Turn};
 
 /// The stage's name in `pith-transforms` and the ledger.
 pub const NAME: &str = "outputs";
 
 /// Why the stage left a request as it was.
 pub mod reason {
-    /// Not a wire the stage reads yet.
-    pub const NOT_APPLICABLE: &str = "not_applicable";
     /// No output long enough with a later turn after it.
     pub const NONE_LONG: &str = "none_long";
     /// Not the shape of a Messages request.
     pub const UNREADABLE: &str = "unreadable";
 
     /// Every reason, for the words' test.
-    pub const ALL: &[&str] = &[NOT_APPLICABLE, NONE_LONG, UNREADABLE];
+    pub const ALL: &[&str] = &[NONE_LONG, UNREADABLE];
 }
 
 /// What the stage, its facts and its reasons are called for people.
@@ -66,7 +66,6 @@ pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
         ("chars", ""),
     ],
     reasons: &[
-        (reason::NOT_APPLICABLE, "a wire it does not read yet"),
         (
             reason::NONE_LONG,
             "no long tool output before the last turn",
@@ -82,6 +81,9 @@ pub struct OutputsOptions {
     pub min_chars: usize,
     /// Tools whose outputs ride whole, by the name the client calls them.
     pub excluded_tools: Vec<String>,
+    /// The proxy keeps each output it may shorten whole in the history, where `pith mcp`'s
+    /// `tool_output` returns it: an excerpt names that tool when the request offers it.
+    pub originals_kept: bool,
 }
 
 impl Default for OutputsOptions {
@@ -89,6 +91,7 @@ impl Default for OutputsOptions {
         OutputsOptions {
             min_chars: 4_000,
             excluded_tools: Vec::new(),
+            originals_kept: false,
         }
     }
 }
@@ -114,137 +117,94 @@ impl OutputsStage {
     }
 }
 
-#[derive(Deserialize)]
-struct Body<'a> {
-    #[serde(borrow)]
-    messages: Vec<Message<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    role: Cow<'a, str>,
-    #[serde(borrow)]
-    content: &'a RawValue,
-}
-
-/// The members of a content block the stage reads.
-#[derive(Deserialize)]
-struct Block<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow, default)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tool_use_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(default)]
-    is_error: Option<bool>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-}
-
-/// A message's blocks, each with its raw bytes; none for a content that is a string.
-fn blocks_of<'a>(
-    content: &'a RawValue,
-) -> Result<Vec<(&'a RawValue, Block<'a>)>, serde_json::Error> {
-    if content.get().starts_with('"') {
-        return Ok(Vec::new());
-    }
-    let raws: Vec<&'a RawValue> = serde_json::from_str(content.get())?;
-    raws.into_iter()
-        .map(|raw| Ok((raw, serde_json::from_str(raw.get())?)))
-        .collect()
-}
-
-/// A tool call: its name and input.
-struct Call<'a> {
-    name: Cow<'a, str>,
-    input: &'a RawValue,
-}
-
 impl Stage for OutputsStage {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn apply(&self, request: &Request<'_>) -> Result<Outcome, StageError> {
-        if request.wire != Wire::AnthropicMessages {
-            return Ok(Outcome::Unchanged(reason::NOT_APPLICABLE));
-        }
         let Ok(body) = std::str::from_utf8(request.body) else {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
         };
-        let Ok(parsed) = serde_json::from_str::<Body<'_>>(body) else {
+        if body.len() < self.options.min_chars {
+            return Ok(Outcome::Unchanged(reason::NONE_LONG));
+        }
+        let read = match request.wire {
+            Wire::AnthropicMessages => transcript::anthropic(body),
+            Wire::ChatCompletions => transcript::chat(body),
+            Wire::Responses => transcript::responses(body),
+        };
+        let Ok(turns) = read else {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
         };
-        let mut messages = Vec::with_capacity(parsed.messages.len());
-        for m in &parsed.messages {
-            messages.push((m.role.as_ref(), blocks_of(m.content)?));
-        }
-        let mut edit = Shortening::default();
-        let mut calls: HashMap<&str, Call<'_>> = HashMap::new();
+        let mut edit = Shortening {
+            fetchable: self.options.originals_kept && offers_pith_tool_output(body),
+            ..Shortening::default()
+        };
+        let mut calls: HashMap<&str, &Call<'_>> = HashMap::new();
         let mut seen: HashSet<(&str, &str)> = HashSet::new();
         let mut repeats: HashSet<&str> = HashSet::new();
-        for (i, (role, blocks)) in messages.iter().enumerate() {
-            if *role == "assistant" {
-                for (_, b) in blocks.iter().filter(|(_, b)| b.kind == "tool_use") {
-                    let (Some(id), Some(name), Some(input)) = (&b.id, &b.name, b.input) else {
-                        continue;
-                    };
-                    if !seen.insert((name.as_ref(), input.get())) {
-                        repeats.insert(id.as_ref());
+        for (i, turn) in turns.iter().enumerate() {
+            if turn.model {
+                for call in &turn.calls {
+                    if !seen.insert((call.name.as_ref(), call.input.raw())) {
+                        repeats.insert(call.id.as_ref());
                     }
-                    let name = name.clone();
-                    calls.insert(id.as_ref(), Call { name, input });
+                    calls.insert(call.id.as_ref(), call);
                 }
                 continue;
             }
-            let Some(next) = messages[i + 1..].iter().find(|(r, _)| *r == "assistant") else {
-                // The turn that carries these results is the last: they ride whole, and the
-                // cache marker after a long one moves before it.
-                let long = blocks.iter().position(|(_, b)| {
-                    b.kind == "tool_result"
-                        && b.tool_use_id.as_deref().is_some_and(|id| {
-                            !repeats.contains(id)
-                                && calls.get(id).is_some_and(|call| self.may_shorten(call, b))
-                        })
-                });
-                if let (Some(first_long), Some(previous)) = (long, i.checked_sub(1)) {
-                    let previous: Vec<(&RawValue, &str)> = messages[previous]
-                        .1
-                        .iter()
-                        .map(|(r, b)| (*r, b.kind.as_ref()))
-                        .collect();
-                    let last: Vec<(&RawValue, &str)> =
-                        blocks.iter().map(|(r, b)| (*r, b.kind.as_ref())).collect();
-                    if let Some(moved) = breakpoint::move_marker(body, &previous, &last, first_long)
-                    {
-                        edit.marker = moved;
-                    }
+            let Some(next) = turns[i + 1..].iter().find(|t| t.model) else {
+                // The turn that carries these outputs is the last with any: they ride whole,
+                // and the cache marker after a long one moves before it.
+                if let Some(moved) =
+                    self.marker_before_first_long(body, &turns, i, &calls, &repeats)
+                {
+                    edit.marker = moved;
                 }
-                break;
+                continue;
             };
-            let next: Vec<&Block<'_>> = next.1.iter().map(|(_, b)| b).collect();
-            for (_, b) in blocks.iter().filter(|(_, b)| b.kind == "tool_result") {
-                let Some(id) = b.tool_use_id.as_deref() else {
-                    continue;
-                };
+            for output in &turn.outputs {
+                let id = output.call_id.as_ref();
                 if repeats.contains(id) {
                     edit.asked_again += 1;
                     continue;
                 }
                 let Some(call) = calls.get(id) else { continue };
-                self.shorten(body, id, call, b, &next, &mut edit)?;
+                self.shorten(body, call, output, next, &mut edit)?;
             }
         }
         Ok(edit.into_outcome())
     }
+}
+
+impl OutputsStage {
+    /// Anthropic's last outputs: the splices that move the client's cache marker from after
+    /// the first long one to the block before it, if there is one to move.
+    fn marker_before_first_long(
+        &self,
+        body: &str,
+        turns: &[Turn<'_>],
+        at: usize,
+        calls: &HashMap<&str, &Call<'_>>,
+        repeats: &HashSet<&str>,
+    ) -> Option<Vec<Splice>> {
+        let last = &turns[at];
+        let first_long = last.outputs.iter().find(|o| {
+            let id = o.call_id.as_ref();
+            !repeats.contains(id) && calls.get(id).is_some_and(|call| self.may_shorten(call, o))
+        })?;
+        let previous = &turns[at.checked_sub(1)?];
+        if last.blocks.is_empty() {
+            return None;
+        }
+        breakpoint::move_marker(body, &blocks(previous), &blocks(last), first_long.block)
+    }
+}
+
+/// A turn's blocks with their types, as the marker's move reads them.
+fn blocks<'t>(turn: &'t Turn<'_>) -> Vec<(&'t RawValue, &'t str)> {
+    turn.blocks.iter().map(|(r, k)| (*r, k.as_ref())).collect()
 }
 
 /// The splices so far, and what they did.
@@ -255,6 +215,8 @@ struct Shortening {
     marker: Vec<Splice>,
     kept_out: usize,
     asked_again: usize,
+    /// The request offers pith's `tool_output` and the originals are kept: excerpts name it.
+    fetchable: bool,
 }
 
 impl Shortening {
@@ -280,48 +242,47 @@ impl Shortening {
 }
 
 impl OutputsStage {
-    /// Whether a result may be shortened in a later turn: not an error, its tool not
+    /// Whether an output may be shortened in a later turn: not an error, its tool not
     /// excluded, a text long enough.
-    fn may_shorten(&self, call: &Call<'_>, result: &Block<'_>) -> bool {
-        self.candidate(call, result)
+    fn may_shorten(&self, call: &Call<'_>, output: &Output<'_>) -> bool {
+        self.candidate(call, output)
             .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
             .is_some_and(|text| self.long_enough(&text))
     }
 
-    /// The JSON string of a result that may be long enough to shorten, read without decoding
+    /// The JSON string of an output that may be long enough to shorten, read without decoding
     /// it: not an error, its tool not excluded, its escaped text at least `min_chars` long.
-    fn candidate<'a>(&self, call: &Call<'_>, result: &Block<'a>) -> Option<&'a RawValue> {
-        if result.is_error == Some(true)
-            || self.options.excluded_tools.iter().any(|t| *t == call.name)
-        {
+    fn candidate<'a>(&self, call: &Call<'_>, output: &Output<'a>) -> Option<&'a RawValue> {
+        if output.is_error || self.options.excluded_tools.iter().any(|t| *t == call.name) {
             return None;
         }
-        result_text(result).filter(|raw| raw.get().len() >= self.options.min_chars)
+        output.text.filter(|raw| {
+            raw.get().len() >= self.options.min_chars && !raw.get()[1..].starts_with(HEADER_START)
+        })
     }
 
     fn long_enough(&self, text: &str) -> bool {
         text.len() >= self.options.min_chars && text.split('\n').count() >= excerpt::MIN_LINES
     }
 
-    /// Shortens one result when it is long, its tool is not excluded and ranking finds it
+    /// Shortens one output when it is long, its tool is not excluded and ranking finds it
     /// worth it: the text's JSON string replaced by the header and excerpt. Ranked once per
-    /// call, output and next message (the memo): a later request decodes nothing.
+    /// call, output and next turn (the memo): a later request decodes nothing.
     fn shorten(
         &self,
         body: &str,
-        id: &str,
         call: &Call<'_>,
-        result: &Block<'_>,
-        next: &[&Block<'_>],
+        output: &Output<'_>,
+        next: &Turn<'_>,
         edit: &mut Shortening,
     ) -> Result<(), StageError> {
-        let Some(raw) = self.candidate(call, result) else {
+        let Some(raw) = self.candidate(call, output) else {
             return Ok(());
         };
         let Some(span) = span_of(body, raw) else {
             return Ok(());
         };
-        let key = memo_key(id, raw.get(), next);
+        let key = memo_key(&call.id, raw.get(), next, edit.fetchable);
         let remembered = self
             .memo
             .lock()
@@ -333,7 +294,7 @@ impl OutputsStage {
             None => {
                 let text: String = serde_json::from_str(raw.get())?;
                 let made = if self.long_enough(&text) {
-                    replacement(&call.name, call.input, &text, next)?
+                    replacement(call, &text, next, edit.fetchable)?
                 } else {
                     None
                 };
@@ -356,94 +317,89 @@ impl OutputsStage {
     }
 }
 
-/// The JSON string that holds a result's text: a string content, or the `text` of a content
-/// of one text block. Anything else (images, several blocks) rides whole.
-fn result_text<'a>(result: &Block<'a>) -> Option<&'a RawValue> {
-    let content = result.content?;
-    if content.get().starts_with('"') {
-        return Some(content);
-    }
-    #[derive(Deserialize)]
-    struct TextBlock<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Cow<'a, str>,
-        #[serde(borrow)]
-        text: &'a RawValue,
-    }
-    match serde_json::from_str::<Vec<TextBlock<'a>>>(content.get())
-        .ok()?
-        .as_slice()
-    {
-        [only] if only.kind == "text" => Some(only.text),
-        _ => None,
-    }
-}
-
-/// The memo's key: the call, the output's bytes and the next message's.
-fn memo_key(id: &str, output: &str, next: &[&Block<'_>]) -> u128 {
+/// The memo's key: the call, the output's bytes and the next turn's.
+fn memo_key(id: &str, output: &str, next: &Turn<'_>, fetchable: bool) -> u128 {
     let mut hasher = XxHash3_128::new();
+    hasher.write(&[u8::from(fetchable)]);
     for part in [id, "\0", output] {
         hasher.write(part.as_bytes());
     }
-    for b in next {
-        hasher.write(b"\0");
-        hasher.write(b.kind.as_bytes());
-        if let Some(t) = &b.text {
-            hasher.write(t.as_bytes());
-        }
-        if let Some(i) = b.input {
-            hasher.write(i.get().as_bytes());
-        }
+    for t in &next.texts {
+        hasher.write(b"\0t");
+        hasher.write(t.get().as_bytes());
+    }
+    for c in &next.calls {
+        hasher.write(b"\0c");
+        hasher.write(c.input.raw().as_bytes());
     }
     hasher.finish_128()
 }
 
 /// The JSON string that takes an output's place, or `None` when ranking leaves it whole.
 fn replacement(
-    tool: &str,
-    input: &RawValue,
+    call: &Call<'_>,
     text: &str,
-    next: &[&Block<'_>],
+    next: &Turn<'_>,
+    fetchable: bool,
 ) -> Result<Option<Arc<str>>, StageError> {
-    let input: serde_json::Value = serde_json::from_str(input.get())?;
-    let mut call = Vec::new();
-    strings_of(&input, &mut call);
-    let later_text: Vec<&str> = next
+    let input = call.input.value()?;
+    let mut call_strings = Vec::new();
+    strings_of(&input, &mut call_strings);
+    let later_text: Vec<String> = next
+        .texts
         .iter()
-        .filter(|b| b.kind == "text")
-        .filter_map(|b| b.text.as_deref())
-        .collect();
+        .map(|t| serde_json::from_str(t.get()))
+        .collect::<Result<_, _>>()?;
     let later: Vec<serde_json::Value> = next
+        .calls
         .iter()
-        .filter(|b| b.kind == "tool_use")
-        .filter_map(|b| b.input)
-        .map(|i| serde_json::from_str(i.get()))
+        .map(|c| c.input.value())
         .collect::<Result<_, _>>()?;
     let mut later_inputs = Vec::new();
     for v in &later {
         strings_of(v, &mut later_inputs);
     }
     let query = Query {
-        call,
-        later_text,
+        call: call_strings,
+        later_text: later_text.iter().map(String::as_str).collect(),
         later_inputs,
     };
-    let Some(excerpt) = excerpt::excerpt(text, kind_of_call(tool, &input), &query) else {
+    let Some(excerpt) = excerpt::excerpt(text, kind_of_call(&call.name, &input), &query) else {
         return Ok(None);
     };
-    let shown = format!("{}\n{}", header(&excerpt), excerpt.text);
+    let fetch = fetchable.then_some(call.id.as_ref());
+    let shown = format!("{}\n{}", header(&excerpt, fetch), excerpt.text);
     Ok(Some(Arc::from(quote(&shown))))
 }
 
 /// The excerpt's first line: that pith shortened the output, how much it shows, how the lines
-/// were chosen and how to get the whole back.
-fn header(e: &Excerpt) -> String {
+/// were chosen and how to get the whole back: pith's `tool_output` by the call's id when the
+/// client has it, and running the call again. A file is read again by the lines wanted:
+/// Claude Code answers a repeated Read of an unchanged file with a note pointing back at the
+/// earlier result ("File unchanged since last read", in its 2.1.328 binary), which here is the
+/// excerpt.
+fn header(e: &Excerpt, fetch: Option<&str>) -> String {
+    let tool = match fetch {
+        Some(id) => format!("pith's tool_output with callId {}; or ", quote(id)),
+        None => String::new(),
+    };
     format!(
-        "[pith shortened this tool output: {} of {} lines shown, chosen by the call's input and \
-         what was done next; errors and quoted lines kept. The whole output: make the same call \
-         again.]",
+        "{HEADER_START}{} of {} lines shown, chosen by the call's input and \
+         what was done next; errors and quoted lines kept. The whole output: {tool}run the call \
+         again (a file: read the lines you need).]",
         e.shown, e.total
     )
+}
+
+/// How an excerpt begins: an output that begins so is pith's own, never shortened again.
+const HEADER_START: &str = "[pith shortened this tool output: ";
+
+/// Whether the request offers pith's `tool_output` (its MCP server as the clients name its
+/// tools: `mcp__pith__tool_output` in Claude Code and Codex, `pith_tool_output` in OpenCode).
+fn offers_pith_tool_output(body: &str) -> bool {
+    ["pith__tool_output\"", "\"pith_tool_output\""]
+        .iter()
+        .any(|name| memchr::memmem::find(body.as_bytes(), name.as_bytes()).is_some())
 }
 
 #[cfg(test)]

@@ -163,20 +163,174 @@ fn errors_excluded_tools_short_outputs_and_repeated_calls_ride_whole() {
 }
 
 #[test]
-fn other_wires_and_unreadable_bodies_are_left_alone() {
+fn unreadable_bodies_are_left_alone() {
     let stage = OutputsStage::new(OutputsOptions::default());
-    let outcome = stage
+    let garbled = format!("{{\"messages\": [ nope {}", "x".repeat(5_000));
+    for wire in [
+        Wire::AnthropicMessages,
+        Wire::ChatCompletions,
+        Wire::Responses,
+    ] {
+        assert_eq!(
+            apply_on(&stage, wire, &garbled),
+            Outcome::Unchanged(reason::UNREADABLE),
+            "{wire:?}"
+        );
+    }
+}
+
+fn apply_on(stage: &OutputsStage, wire: Wire, body: &str) -> Outcome {
+    stage
         .apply(&Request {
-            wire: Wire::ChatCompletions,
-            path: "/v1/chat/completions",
+            wire,
+            path: "/",
             headers: &http::HeaderMap::new(),
-            body: b"{}",
+            body: body.as_bytes(),
         })
-        .unwrap();
-    assert_eq!(outcome, Outcome::Unchanged(reason::NOT_APPLICABLE));
-    assert_eq!(
-        apply(&stage, "{\"messages\": [ nope"),
-        Outcome::Unchanged(reason::UNREADABLE)
+        .unwrap()
+}
+
+/// The conversation of [`messages`] as OpenCode sends it (Chat Completions): the Read's
+/// output a `role: "tool"` message, the Edit's arguments a string holding JSON.
+fn chat_body(upto: usize) -> String {
+    let edit = json!({"filePath": "/w/src/retry.rs", "oldString": OLD, "newString": "fn retry_backoff(attempt: u32) -> Duration {}"});
+    let all = vec![
+        json!({"role": "system", "content": "You are opencode."}),
+        json!({"role": "user", "content": "make the retry backoff exponential"}),
+        json!({"role": "assistant", "content": "Reading the retry module.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{\"filePath\":\"/w/src/retry.rs\"}"}}
+        ]}),
+        json!({"role": "tool", "tool_call_id": "call_1", "content": file(400)}),
+        json!({"role": "assistant", "content": [{"type": "text", "text": "The backoff is linear."}], "tool_calls": [
+            {"id": "call_2", "type": "function", "function": {"name": "edit", "arguments": edit.to_string()}}
+        ]}),
+        json!({"role": "tool", "tool_call_id": "call_2", "content": "Edit applied successfully."}),
+        json!({"role": "assistant", "content": "Done."}),
+        json!({"role": "user", "content": "thanks, now run the tests"}),
+    ];
+    json!({"model": "gpt-5", "stream": true, "messages": all.into_iter().take(upto).collect::<Vec<_>>()})
+        .to_string()
+}
+
+/// The conversation as Codex sends it (Responses): a `shell` call that printed the file, its
+/// `function_call_output`, then reasoning, a message and an `apply_patch` custom call in one
+/// turn of the model's.
+fn responses_body(upto: usize) -> String {
+    let patch = format!(
+        "*** Begin Patch\n*** Update File: src/retry.rs\n@@\n-{}\n+fn retry_backoff(attempt: u32) -> Duration {{}}\n*** End Patch",
+        OLD.replace('\n', "\n-")
+    );
+    let all = vec![
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "make the retry backoff exponential"}]}),
+        json!({"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{\"command\":[\"bash\",\"-lc\",\"cat -n src/retry.rs\"]}"}),
+        json!({"type": "function_call_output", "call_id": "call_1", "output": file(400)}),
+        json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "The backoff is linear."}]}),
+        json!({"type": "custom_tool_call", "call_id": "call_2", "name": "apply_patch", "input": patch}),
+        json!({"type": "custom_tool_call_output", "call_id": "call_2", "output": "Success. Updated: M src/retry.rs"}),
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "now run the tests"}]}),
+    ];
+    json!({"model": "gpt-5-codex", "stream": true, "store": false, "input": all.into_iter().take(upto).collect::<Vec<_>>()})
+        .to_string()
+}
+
+/// Chat Completions and Responses: the same rules as Anthropic's. The output rides whole in
+/// its own turn, as an excerpt from the next on (the lines the later edit quoted kept, every
+/// other byte as sent), the same bytes in every later request and from a fresh stage; a
+/// repeated call's output rides whole.
+#[test]
+fn chat_and_responses_outputs_are_shortened_by_the_same_rules() {
+    type Path = fn(&mut Value) -> &mut Value;
+    type BodyOf = fn(usize) -> String;
+    // (wire, body, items up to the output, up to the model's next turn, all, the output)
+    let cases: [(Wire, BodyOf, usize, usize, usize, Path); 2] = [
+        (Wire::ChatCompletions, chat_body, 4, 6, 8, |v| {
+            &mut v["messages"][3]["content"]
+        }),
+        (Wire::Responses, responses_body, 3, 7, 8, |v| {
+            &mut v["input"][2]["output"]
+        }),
+    ];
+    for (wire, body_of, own_turn, next_turn, full, at) in cases {
+        let stage = OutputsStage::new(OutputsOptions::default());
+        assert_eq!(
+            apply_on(&stage, wire, &body_of(own_turn)),
+            Outcome::Unchanged(reason::NONE_LONG),
+            "{wire:?}: whole in its own turn"
+        );
+        let later = body_of(next_turn);
+        let outcome = apply_on(&stage, wire, &later);
+        let Outcome::Edited(edit) = &outcome else {
+            panic!("{wire:?}: {outcome:?}")
+        };
+        assert_eq!(edit.facts[0], Fact::count("outputs", 1), "{wire:?}");
+        let mut v: Value =
+            serde_json::from_slice(&apply_splices(later.as_bytes(), &edit.splices).unwrap())
+                .unwrap();
+        let shown = at(&mut v).as_str().unwrap().to_owned();
+        assert!(
+            shown.starts_with("[pith shortened this tool output: "),
+            "{wire:?}: {shown}"
+        );
+        for n in 121..=123 {
+            let line = file(400).lines().nth(n - 1).unwrap().to_owned();
+            assert!(
+                shown.contains(&line),
+                "{wire:?}: line {n} missing:\n{shown}"
+            );
+        }
+        assert!(shown.len() * 2 < file(400).len(), "{wire:?}");
+        let mut original: Value = serde_json::from_str(&later).unwrap();
+        *at(&mut original) = Value::String(shown.clone());
+        assert_eq!(v, original, "{wire:?}: everything else as sent");
+
+        for stage in [&stage, &OutputsStage::new(OutputsOptions::default())] {
+            let last = body_of(full);
+            let outcome = apply_on(stage, wire, &last);
+            let Outcome::Edited(edit) = &outcome else {
+                panic!("{wire:?}: {outcome:?}")
+            };
+            let mut v: Value =
+                serde_json::from_slice(&apply_splices(last.as_bytes(), &edit.splices).unwrap())
+                    .unwrap();
+            assert_eq!(
+                at(&mut v).as_str(),
+                Some(shown.as_str()),
+                "{wire:?}: same bytes"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_repeated_responses_call_rides_whole() {
+    let stage = OutputsStage::new(OutputsOptions::default());
+    let mut v: Value = serde_json::from_str(&responses_body(3)).unwrap();
+    let items = v["input"].as_array_mut().unwrap();
+    items.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Again, whole."}]}));
+    items.push(json!({"type": "function_call", "call_id": "call_9", "name": "shell", "arguments": "{\"command\":[\"bash\",\"-lc\",\"cat -n src/retry.rs\"]}"}));
+    items.push(json!({"type": "function_call_output", "call_id": "call_9", "output": file(400)}));
+    items.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Seen."}]}));
+    let b = v.to_string();
+    let outcome = apply_on(&stage, Wire::Responses, &b);
+    let Outcome::Edited(edit) = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        edit.facts.contains(&Fact::count("asked_again", 1)),
+        "{:?}",
+        edit.facts
+    );
+    assert!(
+        edit.facts.contains(&Fact::count("outputs", 1)),
+        "{:?}",
+        edit.facts
+    );
+    let after: Value =
+        serde_json::from_slice(&apply_splices(b.as_bytes(), &edit.splices).unwrap()).unwrap();
+    assert!(
+        after["input"][5]["output"] == json!(file(400)),
+        "the repeat's output changed"
     );
 }
 
@@ -212,4 +366,46 @@ fn the_marker_after_a_long_result_moves_before_it() {
         apply(&stage, &body(short)),
         Outcome::Unchanged(reason::NONE_LONG)
     );
+}
+
+/// With the originals kept, an excerpt names pith's `tool_output` and the call's id only when
+/// the request offers that tool (as Claude Code names an MCP server's tools); otherwise it
+/// says to run the call again.
+#[test]
+fn the_header_names_tool_output_only_when_the_client_has_it() {
+    let kept = OutputsStage::new(OutputsOptions {
+        originals_kept: true,
+        ..OutputsOptions::default()
+    });
+    let first_line = |stage: &OutputsStage, tools: Value| {
+        let mut v: Value = serde_json::from_str(&body(messages(5))).unwrap();
+        v["tools"] = tools;
+        let b = v.to_string();
+        edited(&b, &apply(stage, &b))["messages"][2]["content"][0]["content"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let offered = json!([{"name": "mcp__pith__tool_output", "input_schema": {"type": "object"}}]);
+    let line = first_line(&kept, offered.clone());
+    assert!(
+        line.contains(
+            "The whole output: pith's tool_output with callId \"toolu_1\"; or run the call again"
+        ),
+        "{line}"
+    );
+    for (stage, tools) in [
+        (&kept, json!([])),
+        (&OutputsStage::new(OutputsOptions::default()), offered),
+    ] {
+        let line = first_line(stage, tools);
+        assert!(!line.contains("tool_output"), "{line}");
+        assert!(
+            line.contains("The whole output: run the call again"),
+            "{line}"
+        );
+    }
 }

@@ -88,6 +88,7 @@ fn mcp_python_sdk_client_drives_every_tool() {
             "search_history",
             "search_memory",
             "search_workspace",
+            "tool_output",
             "verify_memory"
         ])
     );

@@ -111,3 +111,162 @@ fn switched_on_an_earlier_long_output_goes_as_an_excerpt_and_is_counted() {
     let shortened = facts.iter().find(|f| f.name == "outputs").map(|f| f.value);
     assert_eq!(shortened, Some(1), "{facts:?}");
 }
+
+/// Claude Code's request as it was when the long Read result was new (its last message), and
+/// the same conversation later, both offering pith's `tool_output` as Claude Code names an MCP
+/// server's tools.
+fn own_turn_and_later() -> (Capture, Vec<u8>, Vec<u8>, (usize, usize)) {
+    let (cap, later, at) = with_long_result();
+    let mut later: Value = serde_json::from_slice(&later).unwrap();
+    later["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "name": "mcp__pith__tool_output",
+            "description": "The whole output of a tool call pith shortened.",
+            "input_schema": {"type": "object", "properties": {"callId": {"type": "string"}}}
+        }));
+    let mut own = later.clone();
+    own["messages"].as_array_mut().unwrap().truncate(at.0 + 1);
+    let bytes = |v: &Value| serde_json::to_vec(v).unwrap();
+    (cap, bytes(&own), bytes(&later), at)
+}
+
+/// The whole loop through the real binaries: the output rides whole in its own turn and is
+/// kept in the history; the next request's excerpt names `tool_output` with the call's id;
+/// `pith mcp` on the same home returns the output byte for byte, and says what to do for a
+/// call it does not hold.
+#[test]
+fn a_shortened_output_names_its_call_and_pith_mcp_returns_it_whole() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_DEFER_TOOLS", "0"), ("PITH_TRIM_OUTPUTS", "1")],
+    );
+    let (cap, own, later, (i, j)) = own_turn_and_later();
+    send_body(&pith, &cap, own.clone());
+    send_body(&pith, &cap, later.clone());
+    pith.wait_rows(2);
+    pith.flush();
+    let received = mock.received();
+    assert!(received[0].body == own, "the output's own turn went whole");
+    let sent: Value = serde_json::from_slice(&received[1].body).unwrap();
+    let whole: Value = serde_json::from_slice(&later).unwrap();
+    let result = &whole["messages"][i]["content"][j];
+    let id = result["tool_use_id"].as_str().unwrap();
+    let shown = sent["messages"][i]["content"][j]["content"]
+        .as_str()
+        .unwrap();
+    let first_line = shown.lines().next().unwrap();
+    assert!(
+        first_line.contains(&format!("pith's tool_output with callId \"{id}\"")),
+        "{first_line}"
+    );
+
+    let ws = tempfile::tempdir().unwrap();
+    let home = pith.home.path().to_str().unwrap();
+    let mut mcp = crate::mcp::RawClient::start(ws.path(), &[("PITH_HOME", home)]);
+    let (text, is_error) = mcp.call("tool_output", serde_json::json!({"callId": id}));
+    assert!(!is_error, "{text}");
+    assert!(
+        text == result["content"].as_str().unwrap(),
+        "not the whole output"
+    );
+    let (text, is_error) = mcp.call("tool_output", serde_json::json!({"callId": "toolu_none"}));
+    assert!(is_error);
+    assert!(text.contains("Run the call again"), "{text}");
+}
+
+/// A capture's first tool output with a turn of the model after it, made a long file read (as
+/// the client's `cat -n`/read shows it); the path to that output's text.
+fn openai_with_long_output(id: &str) -> (Capture, Vec<u8>, Vec<String>) {
+    let cap = fixtures::captures()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.id() == id)
+        .unwrap();
+    let mut body: Value = serde_json::from_slice(&cap.body).unwrap();
+    let (list, text_key) = if body.get("input").is_some() {
+        ("input", "output")
+    } else {
+        ("messages", "content")
+    };
+    let items = body[list].as_array_mut().unwrap();
+    let is_output = |v: &Value| {
+        v["role"] == "tool" || v["type"].as_str().is_some_and(|t| t.ends_with("_output"))
+    };
+    let is_model = |v: &Value| {
+        v["role"] == "assistant" || v["type"] == "function_call" || v["type"] == "custom_tool_call"
+    };
+    let at = (0..items.len())
+        .find(|&k| is_output(&items[k]) && items[k + 1..].iter().any(is_model))
+        .expect("an output with a later turn");
+    let source = include_str!("../../../pith-transform/src/outputs/excerpt.rs");
+    let read: Vec<String> = source
+        .lines()
+        .enumerate()
+        .map(|(n, l)| format!("{:6}\t{l}", n + 1))
+        .collect();
+    items[at][text_key] = Value::String(read.join("\n"));
+    let path = vec![list.to_owned(), at.to_string(), text_key.to_owned()];
+    (cap, serde_json::to_vec(&body).unwrap(), path)
+}
+
+fn at_path<'v>(v: &'v mut Value, path: &[String]) -> &'v mut Value {
+    path.iter().fold(v, |v, k| match k.parse::<usize>() {
+        Ok(i) => &mut v[i],
+        Err(_) => &mut v[k.as_str()],
+    })
+}
+
+/// OpenCode's Chat Completions request and Codex's Responses request through the real proxy
+/// with the stage on: the earlier long output goes as the excerpt, every other byte as the
+/// client sent it, and the ledger counts it.
+#[test]
+fn chat_and_responses_requests_send_an_earlier_long_output_as_an_excerpt() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_DEFER_TOOLS", "0"), ("PITH_TRIM_OUTPUTS", "1")],
+    );
+    let ids = [
+        "opencode-1.18.33/chat-completions-fix-calc/req006",
+        "codex-0.169.0/responses-fix-calc/req005",
+    ];
+    for (n, id) in ids.iter().enumerate() {
+        let (cap, body, path) = openai_with_long_output(id);
+        let headers = send_body(&pith, &cap, body.clone());
+        let said = headers["pith-transforms"].to_str().unwrap().to_owned();
+        assert!(said.contains("outputs"), "{id}: {said}");
+        let mut sent: Value = serde_json::from_slice(&mock.received()[n].body).unwrap();
+        let shown = at_path(&mut sent, &path).as_str().unwrap().to_owned();
+        assert!(
+            shown.starts_with("[pith shortened this tool output: "),
+            "{id}: {shown}"
+        );
+        let mut expected: Value = serde_json::from_slice(&body).unwrap();
+        let original = at_path(&mut expected, &path).as_str().unwrap().len();
+        assert!(
+            shown.len() * 3 < original,
+            "{id}: {} of {original}",
+            shown.len()
+        );
+        *at_path(&mut expected, &path) = Value::String(shown);
+        assert_eq!(sent, expected, "{id}: everything else as sent");
+    }
+    let rows = pith.wait_rows(2);
+    for row in &rows {
+        let stage = row
+            .transforms
+            .iter()
+            .find(|t| t.stage == "outputs")
+            .unwrap();
+        let TransformResult::Applied(facts) = &stage.result else {
+            panic!("{stage:?}");
+        };
+        assert!(
+            facts.iter().any(|f| f.name == "outputs" && f.value == 1),
+            "{facts:?}"
+        );
+    }
+}

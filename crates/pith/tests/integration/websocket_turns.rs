@@ -20,9 +20,17 @@ use crate::websocket::{
 
 /// A pith in front of a socket mock answering each create with `text`.
 fn over(answers: responses_socket::Answers) -> (PithProxy, SocketMock, tokio::runtime::Runtime) {
+    over_with(answers, &[])
+}
+
+/// [`over`], the proxy started with `env`.
+fn over_with(
+    answers: responses_socket::Answers,
+    env: &[(&str, &str)],
+) -> (PithProxy, SocketMock, tokio::runtime::Runtime) {
     let rt = runtime();
     let mock = rt.block_on(SocketMock::start(answers)).unwrap();
-    let pith = PithProxy::start_with(&mock.url(), &mock.url(), &[]);
+    let pith = PithProxy::start_with(&mock.url(), &mock.url(), env);
     (pith, mock, rt)
 }
 
@@ -478,4 +486,68 @@ fn the_real_codex_on_its_websocket_is_recorded_as_its_own_session_file_imports()
         previews.contains("exec_command") && previews.contains("# greeter"),
         "the command and its output: {previews}"
     );
+}
+
+/// Tool output excerpts on Codex's socket: the long output rides whole in the create that
+/// carries it; the next create, whose conversation now shows the excerpt, goes up whole (the
+/// provider holds the output whole, so its chain is no prefix), and the one after chains to
+/// the provider's answer again with only its new input: the excerpt's bytes did not change.
+#[test]
+fn an_output_shortened_on_the_socket_goes_up_whole_once_then_the_chain_resumes() {
+    let (pith, mock, rt) = over_with(
+        Arc::new(|_: &Value, n| says(&format!("answer {n}"))),
+        &[("PITH_TRIM_OUTPUTS", "1")],
+    );
+    let long: String = (1..=400)
+        .map(|n| format!("{n:6}\t    let value_{n} = compute_{n}(input);\n"))
+        .collect();
+    let first = json!([
+        user("read src/lib.rs"),
+        {"type": "function_call", "call_id": "call_1", "name": "shell",
+         "arguments": "{\"command\":[\"bash\",\"-lc\",\"cat -n src/lib.rs\"]}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": long},
+    ]);
+    let ids = rt.block_on(async {
+        let mut ws = open_with(&pith, HEADERS).await;
+        let mut ids: Vec<String> = Vec::new();
+        for input in [first, json!([user("go on")]), json!([user("and on")])] {
+            ws.send(Message::text(create(ids.last().map(String::as_str), input)))
+                .await
+                .unwrap();
+            ids.push(completed(&answer(&mut ws).await).0);
+        }
+        ws.close(None).await.unwrap();
+        ids
+    });
+    let creates = mock.seen().creates();
+    assert_eq!(creates.len(), 3);
+    assert_eq!(
+        creates[0]["input"][2]["output"],
+        long.as_str(),
+        "whole in its own turn"
+    );
+    assert!(
+        creates[1].get("previous_response_id").is_none(),
+        "{:?}",
+        creates[1]
+    );
+    let shown = creates[1]["input"][2]["output"].as_str().unwrap();
+    assert!(
+        shown.starts_with("[pith shortened this tool output: "),
+        "{shown}"
+    );
+    assert_eq!(creates[2]["previous_response_id"], ids[1].as_str());
+    let input = creates[2]["input"].as_array().unwrap();
+    assert_eq!(input.len(), 1, "only the new input: {input:?}");
+    let rows = pith.wait_rows(3);
+    let shortened: Vec<bool> = rows
+        .iter()
+        .map(|r| {
+            r.transforms.iter().any(|t| {
+                t.stage == "outputs"
+                    && matches!(t.result, pith_store::ledger::TransformResult::Applied(_))
+            })
+        })
+        .collect();
+    assert_eq!(shortened, [false, true, true], "{rows:?}");
 }

@@ -40,10 +40,11 @@ Tool deferral is on by default (PITH_DEFER_TOOLS=0 turns it off) for tool lists 
 the pith-transforms response header, and `pith stats` shows what was deferred and why other
 requests were left alone. Logs go to stderr (PITH_LOG=debug).
 
-Tool output excerpts are off by default (PITH_TRIM_OUTPUTS=1 or [proxy] trim_outputs = true;
-Anthropic Messages so far): a tool output of at least trim_outputs_min_chars (4,000) reaches the
-provider whole in its own turn and from the next as a ranked excerpt that says so; a repeated
-call is answered whole; trim_outputs_except = [\"Read\"] keeps a tool's outputs whole.
+Tool output excerpts are off by default (PITH_TRIM_OUTPUTS=1 or [proxy] trim_outputs = true; all
+three APIs and Codex's WebSocket): a tool output of at least trim_outputs_min_chars (4,000)
+reaches the provider whole in its own turn and from the next as a ranked excerpt that says so;
+the history keeps it whole for `pith mcp`'s tool_output; a repeated call is answered whole;
+trim_outputs_except = [\"Read\"] keeps a tool's outputs whole.
 
 The conversations that pass through are recorded in $PITH_HOME/history.db (mode 0600; [history]
 record = false or PITH_HISTORY=0 turns that off; `pith history --help` says what is kept).
@@ -168,7 +169,12 @@ impl Started {
                 // Fail open: a history that cannot be opened leaves the proxy running without it.
                 let sink = match plan.history_path().map(|p| (p, History::open(p))) {
                     Some((_, Ok(store))) => {
-                        Some(HistorySink::new(store, plan.history.agent_types.clone()))
+                        let sink = HistorySink::new(store, plan.history.agent_types.clone());
+                        // What the outputs stage shortens is kept whole for `pith mcp`.
+                        Some(match &plan.trim_outputs {
+                            Some(options) => sink.keeping_outputs_from(options.min_chars),
+                            None => sink,
+                        })
                     }
                     Some((path, Err(e))) => {
                         tracing::warn!(

@@ -114,7 +114,7 @@ impl Plan {
         let searches = (search_round_trip_on(config)? && defer.is_some())
             .then(|| pith_home().map(|h| h.join("search-blocks.db")))
             .transpose()?;
-        Ok(Plan {
+        let mut plan = Plan {
             listen,
             idle_stop,
             anthropic,
@@ -148,7 +148,13 @@ impl Plan {
                 DEFAULT_STORE_TIMEOUT,
                 env::positive_duration,
             )?,
-        })
+        };
+        // An output the stage shortens is kept whole in the history, for `pith mcp`.
+        let recorded = plan.history_path().is_some();
+        if let Some(options) = &mut plan.trim_outputs {
+            options.originals_kept = recorded;
+        }
+        Ok(plan)
     }
 
     /// Where conversations are recorded: on the ledger's writer threads, so only with a ledger.
@@ -443,6 +449,8 @@ fn trim_outputs(
             .trim_outputs_min_chars
             .unwrap_or(defaults.min_chars),
         excluded_tools: config.proxy.trim_outputs_except.clone().unwrap_or_default(),
+        // Set once the plan knows whether the history is recorded.
+        originals_kept: false,
     }))
 }
 

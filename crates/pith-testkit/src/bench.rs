@@ -72,3 +72,39 @@ pub fn capture_body(id: &str) -> Vec<u8> {
         None => panic!("no capture {id}"),
     }
 }
+
+/// An Anthropic Messages `body` grown by `calls` Read round trips before its last exchange,
+/// each result about `size` bytes of distinct numbered source lines (Claude Code's Read shape):
+/// a long session's transcript, mostly tool output. Panics on a body that is not a
+/// conversation: a benchmark must not measure something else.
+pub fn grown_conversation(body: &str, calls: usize, size: usize) -> String {
+    use serde_json::{Value, json};
+    let mut body: Value = match serde_json::from_str(body) {
+        Ok(body) => body,
+        Err(e) => panic!("not a JSON body: {e}"),
+    };
+    let Some(messages) = body["messages"].as_array_mut() else {
+        panic!("a body with no messages");
+    };
+    let tail = messages.split_off(messages.len().saturating_sub(2));
+    for i in 0..calls {
+        let id = format!("toolu_bench_{i:04}");
+        let path = format!("/home/dev/calc/src/module_{i}.py");
+        let mut source = String::with_capacity(size + 80);
+        let mut line = 0;
+        while source.len() < size {
+            line += 1;
+            source.push_str(&format!(
+                "{line:>6}\tdef handler_{i}_{line}(value):  # returns value scaled by {line}\n"
+            ));
+        }
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": path}}
+        ]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": source}
+        ]}));
+    }
+    messages.extend(tail);
+    body.to_string()
+}

@@ -47,7 +47,6 @@ use hyper_util::rt::TokioExecutor;
 use pith_testkit::MockUpstream;
 use pith_testkit::bench::{env_list, percentile_ms};
 use pith_testkit::fixtures::captures;
-use serde_json::{Value, json};
 use support::{env_usize, memory_kib, spawn_pith};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -145,33 +144,11 @@ fn capture(id: &str, name: &'static str) -> ClientBody {
 /// req006 grown by `calls` Read round trips before its last exchange, each result `size` bytes
 /// of distinct source lines: a long session's transcript, mostly tool output.
 fn grown(base: &ClientBody, calls: usize, size: usize) -> ClientBody {
-    let mut body: Value = serde_json::from_str(&base.text).expect("json");
-    let messages = body["messages"].as_array_mut().expect("messages");
-    let tail = messages.split_off(messages.len() - 2);
-    for i in 0..calls {
-        let id = format!("toolu_bench_{i:04}");
-        let path = format!("/home/dev/calc/src/module_{i}.py");
-        let mut source = String::with_capacity(size + 80);
-        let mut line = 0;
-        while source.len() < size {
-            line += 1;
-            source.push_str(&format!(
-                "{line:>6}\tdef handler_{i}_{line}(value):  # returns value scaled by {line}\n"
-            ));
-        }
-        messages.push(json!({"role": "assistant", "content": [
-            {"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": path}}
-        ]}));
-        messages.push(json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": id, "content": source}
-        ]}));
-    }
-    messages.extend(tail);
     ClientBody {
         name: "Claude Code req006 grown to ~1.3 MB",
         path: base.path.clone(),
         headers: base.headers.clone(),
-        text: serde_json::to_string(&body).expect("json"),
+        text: pith_testkit::bench::grown_conversation(&base.text, calls, size),
     }
 }
 

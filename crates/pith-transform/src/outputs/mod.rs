@@ -26,17 +26,19 @@ mod breakpoint;
 pub mod excerpt;
 mod transcript;
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pith_wire::Wire;
+use pith_wire::{Wire, skim};
 use serde_json::value::RawValue;
 use twox_hash::XxHash3_128;
 
 use crate::splice::{quote, span_of};
 use crate::stage::{Edit, Fact, Outcome, Request, Site, Splice, Stage, StageError};
 use excerpt::{Excerpt, Query, kind_of_call, strings_of};
-use transcript::{Call, Output, Turn};
+use transcript::{Call, Input, Output, Turn};
 
 /// The stage's name in `pith-transforms` and the ledger.
 pub const NAME: &str = "outputs";
@@ -98,6 +100,10 @@ impl Default for OutputsOptions {
 
 /// Excerpts remembered (per call, output and next message), at most.
 const MEMO_MAX: usize = 4_096;
+/// Sessions whose decided turns are remembered, at most.
+const SESSIONS_MAX: usize = 1_024;
+/// Unanswered calls a session's decided turns carry forward, at most.
+const PENDING_MAX: usize = 256;
 
 /// The stage.
 pub struct OutputsStage {
@@ -105,6 +111,12 @@ pub struct OutputsStage {
     /// The replacement for each (call id, output, next message) ranked so far; `None`: left
     /// whole.
     memo: Mutex<HashMap<u128, Option<Arc<str>>>>,
+    /// Per conversation (by its first history element), what its turns up to its last model
+    /// turn decided: the next request reads only the turns after them.
+    sessions: Mutex<HashMap<u128, Arc<Decided>>>,
+    /// History elements read so far (the tests' view of what reading only the new turns saves).
+    #[cfg(test)]
+    elements_read: std::sync::atomic::AtomicUsize,
 }
 
 impl OutputsStage {
@@ -113,8 +125,40 @@ impl OutputsStage {
         OutputsStage {
             options,
             memo: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            #[cfg(test)]
+            elements_read: std::sync::atomic::AtomicUsize::new(0),
         }
     }
+}
+
+/// What a conversation's turns before its last model turn decided, which no later request of
+/// it can change (a conversation grows at its end, and an output's excerpt is fixed by the
+/// output and the model's next turn): their splices and counts, the calls seen, and the calls
+/// not answered yet. A request whose history starts with the same bytes reads only the rest.
+#[derive(Clone, Default)]
+struct Decided {
+    /// Where the decided turns end, relative to the history array's `[`.
+    len: usize,
+    /// Those bytes' hash.
+    hash: u128,
+    /// Their outputs' replacements, each range relative to the `[`.
+    splices: Vec<(Range<usize>, Arc<str>)>,
+    kept_out: usize,
+    asked_again: usize,
+    /// Each call so far by its name and input: a later call with the same is a repeat.
+    seen: HashSet<u128>,
+    /// Calls with no output yet, by id.
+    pending: HashMap<String, Pending>,
+}
+
+/// A call carried forward without its body.
+#[derive(Clone)]
+struct Pending {
+    name: String,
+    input: Box<RawValue>,
+    text: bool,
+    repeat: bool,
 }
 
 impl Stage for OutputsStage {
@@ -129,56 +173,121 @@ impl Stage for OutputsStage {
         if body.len() < self.options.min_chars {
             return Ok(Outcome::Unchanged(reason::NONE_LONG));
         }
-        let read = match request.wire {
-            Wire::AnthropicMessages => transcript::anthropic(body),
-            Wire::ChatCompletions => transcript::chat(body),
-            Wire::Responses => transcript::responses(body),
+        let bytes = body.as_bytes();
+        let key = transcript::history_key(request.wire);
+        let Some(history) = skim::member_forward(bytes, key.as_bytes()) else {
+            return Ok(Outcome::Unchanged(unless_invalid(body, reason::NONE_LONG)));
         };
-        let Ok(turns) = read else {
+        let open = history.value.start;
+        if bytes.get(open) != Some(&b'[') {
+            return Ok(Outcome::Unchanged(unless_invalid(body, reason::NONE_LONG)));
+        }
+        let Some(first) = skim::first_element(bytes, open) else {
+            return Ok(Outcome::Unchanged(unless_invalid(body, reason::NONE_LONG)));
+        };
+        let fetchable = self.options.originals_kept && offers_pith_tool_output(body);
+        let session = session_key(request.wire, fetchable, &bytes[first]);
+        let decided = self.decided(session, bytes, open);
+        let Some((elements, _)) = skim::elements_after(bytes, open + decided.len.max(1), true)
+        else {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
         };
-        let mut edit = Shortening {
-            fetchable: self.options.originals_kept && offers_pith_tool_output(body),
-            ..Shortening::default()
+        #[cfg(test)]
+        self.elements_read
+            .fetch_add(elements.len(), std::sync::atomic::Ordering::Relaxed);
+        let Ok(turns) = transcript::turns(request.wire, body, &elements) else {
+            return Ok(Outcome::Unchanged(reason::UNREADABLE));
         };
-        let mut calls: HashMap<&str, &Call<'_>> = HashMap::new();
-        let mut seen: HashSet<(&str, &str)> = HashSet::new();
-        let mut repeats: HashSet<&str> = HashSet::new();
+        let mut walk = Walk::new(&decided, body, open, fetchable);
+        let last_model = turns.iter().rposition(|t| t.model);
         for (i, turn) in turns.iter().enumerate() {
+            if Some(i) == last_model {
+                let now = walk.decided(turn.start);
+                self.remember(session, now);
+            }
             if turn.model {
-                for call in &turn.calls {
-                    if !seen.insert((call.name.as_ref(), call.input.raw())) {
-                        repeats.insert(call.id.as_ref());
-                    }
-                    calls.insert(call.id.as_ref(), call);
-                }
+                walk.register(&turn.calls);
                 continue;
             }
             let Some(next) = turns[i + 1..].iter().find(|t| t.model) else {
                 // The turn that carries these outputs is the last with any: they ride whole,
                 // and the cache marker after a long one moves before it.
-                if let Some(moved) =
-                    self.marker_before_first_long(body, &turns, i, &calls, &repeats)
-                {
-                    edit.marker = moved;
-                }
+                walk.marker = self.marker_before_first_long(body, &turns, i, &walk);
                 continue;
             };
             for output in &turn.outputs {
-                let id = output.call_id.as_ref();
-                if repeats.contains(id) {
-                    edit.asked_again += 1;
+                let Some((call, repeat)) = walk.answer(output.call_id.as_ref()) else {
+                    continue;
+                };
+                if repeat {
+                    walk.asked_again += 1;
                     continue;
                 }
-                let Some(call) = calls.get(id) else { continue };
-                self.shorten(body, call, output, next, &mut edit)?;
+                self.shorten(&call, output, next, &mut walk)?;
             }
         }
-        Ok(edit.into_outcome())
+        let outcome = walk.into_outcome();
+        if matches!(outcome, Outcome::Edited(_)) && invalid_outside(body, &history.value) {
+            return Ok(Outcome::Unchanged(reason::UNREADABLE));
+        }
+        Ok(outcome)
     }
 }
 
+/// A conversation's key: the wire, whether excerpts name `tool_output`, its first element.
+fn session_key(wire: Wire, fetchable: bool, first: &[u8]) -> u128 {
+    let mut hasher = XxHash3_128::new();
+    hasher.write(wire.as_str().as_bytes());
+    hasher.write(&[u8::from(fetchable)]);
+    hasher.write(first);
+    hasher.finish_128()
+}
+
+/// `reason`, or `unreadable` when the body is not JSON.
+fn unless_invalid(body: &str, reason: &'static str) -> &'static str {
+    match serde_json::from_str::<serde::de::IgnoredAny>(body) {
+        Ok(_) => reason,
+        Err(_) => reason::UNREADABLE,
+    }
+}
+
+/// Whether the body's bytes around its history array are not JSON (the array's elements were
+/// each read, and its separators walked, already).
+fn invalid_outside(body: &str, history: &Range<usize>) -> bool {
+    let mut around = String::with_capacity(body.len() - history.len() + 2);
+    around.push_str(&body[..history.start]);
+    around.push_str("[]");
+    around.push_str(&body[history.end..]);
+    serde_json::from_str::<serde::de::IgnoredAny>(&around).is_err()
+}
+
 impl OutputsStage {
+    /// What the conversation's remembered turns decided, when the body's history still starts
+    /// with their bytes; else nothing (every turn is read).
+    fn decided(&self, session: u128, bytes: &[u8], open: usize) -> Arc<Decided> {
+        let remembered = self
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&session)
+            .cloned();
+        remembered
+            .filter(|d| {
+                bytes
+                    .get(open..open + d.len)
+                    .is_some_and(|prefix| xxhash_rust_128(prefix) == d.hash)
+            })
+            .unwrap_or_default()
+    }
+
+    fn remember(&self, session: u128, decided: Decided) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        if sessions.len() >= SESSIONS_MAX {
+            sessions.clear();
+        }
+        sessions.insert(session, Arc::new(decided));
+    }
+
     /// Anthropic's last outputs: the splices that move the client's cache marker from after
     /// the first long one to the block before it, if there is one to move.
     fn marker_before_first_long(
@@ -186,20 +295,33 @@ impl OutputsStage {
         body: &str,
         turns: &[Turn<'_>],
         at: usize,
-        calls: &HashMap<&str, &Call<'_>>,
-        repeats: &HashSet<&str>,
-    ) -> Option<Vec<Splice>> {
+        walk: &Walk<'_, '_>,
+    ) -> Vec<Splice> {
         let last = &turns[at];
         let first_long = last.outputs.iter().find(|o| {
-            let id = o.call_id.as_ref();
-            !repeats.contains(id) && calls.get(id).is_some_and(|call| self.may_shorten(call, o))
-        })?;
-        let previous = &turns[at.checked_sub(1)?];
+            walk.call(o.call_id.as_ref())
+                .is_some_and(|(call, repeat)| !repeat && self.may_shorten(&call, o))
+        });
+        let (Some(first_long), Some(previous)) = (first_long, at.checked_sub(1)) else {
+            return Vec::new();
+        };
         if last.blocks.is_empty() {
-            return None;
+            return Vec::new();
         }
-        breakpoint::move_marker(body, &blocks(previous), &blocks(last), first_long.block)
+        let moved = breakpoint::move_marker(
+            body,
+            &blocks(&turns[previous]),
+            &blocks(last),
+            first_long.block,
+        );
+        moved.unwrap_or_default()
     }
+}
+
+fn xxhash_rust_128(bytes: &[u8]) -> u128 {
+    let mut hasher = XxHash3_128::new();
+    hasher.write(bytes);
+    hasher.finish_128()
 }
 
 /// A turn's blocks with their types, as the marker's move reads them.
@@ -207,19 +329,137 @@ fn blocks<'t>(turn: &'t Turn<'_>) -> Vec<(&'t RawValue, &'t str)> {
     turn.blocks.iter().map(|(r, k)| (*r, k.as_ref())).collect()
 }
 
-/// The splices so far, and what they did.
-#[derive(Default)]
-struct Shortening {
+/// One request's walk over its turns: what the remembered turns decided, and what this
+/// request's turns add.
+struct Walk<'d, 'a> {
+    decided: &'d Decided,
+    body: &'a str,
+    /// The history array's `[`.
+    open: usize,
+    /// Excerpts name pith's `tool_output`.
+    fetchable: bool,
+    /// This request's calls not answered yet, and whether each repeats an earlier one.
+    calls: HashMap<&'a str, (&'a Call<'a>, bool)>,
+    /// The remembered pending calls answered in this request.
+    answered: HashSet<&'d str>,
+    seen: HashSet<u128>,
     splices: Vec<Splice>,
     /// The cache marker moved before the last message's first long result.
     marker: Vec<Splice>,
     kept_out: usize,
     asked_again: usize,
-    /// The request offers pith's `tool_output` and the originals are kept: excerpts name it.
-    fetchable: bool,
 }
 
-impl Shortening {
+impl<'d, 'a> Walk<'d, 'a> {
+    fn new(decided: &'d Decided, body: &'a str, open: usize, fetchable: bool) -> Walk<'d, 'a> {
+        Walk {
+            decided,
+            body,
+            open,
+            fetchable,
+            calls: HashMap::new(),
+            answered: HashSet::new(),
+            seen: decided.seen.clone(),
+            splices: decided
+                .splices
+                .iter()
+                .map(|(range, replacement)| Splice {
+                    range: open + range.start..open + range.end,
+                    replacement: replacement.to_string(),
+                })
+                .collect(),
+            marker: Vec::new(),
+            kept_out: decided.kept_out,
+            asked_again: decided.asked_again,
+        }
+    }
+
+    fn register(&mut self, calls: &'a [Call<'a>]) {
+        for call in calls {
+            let repeat = !self.seen.insert(call_hash(&call.name, call.input.raw()));
+            self.calls.insert(call.id.as_ref(), (call, repeat));
+        }
+    }
+
+    /// The call `id` answers, whether it repeats an earlier one; `None` when no call has it.
+    fn call(&self, id: &str) -> Option<(Call<'d>, bool)>
+    where
+        'a: 'd,
+    {
+        if let Some((call, repeat)) = self.calls.get(id) {
+            let call: &'a Call<'a> = call;
+            return Some((reborrow(call), *repeat));
+        }
+        let decided: &'d Decided = self.decided;
+        let (id, pending) = decided.pending.get_key_value(id)?;
+        if self.answered.contains(id.as_str()) {
+            return None;
+        }
+        Some((pending.call(id), pending.repeat))
+    }
+
+    /// The call `id` answers, now answered.
+    fn answer(&mut self, id: &str) -> Option<(Call<'d>, bool)>
+    where
+        'a: 'd,
+    {
+        if let Some((call, repeat)) = self.calls.remove(id) {
+            return Some((reborrow(call), repeat));
+        }
+        let decided: &'d Decided = self.decided;
+        let (key, pending) = decided.pending.get_key_value(id)?;
+        if !self.answered.insert(key.as_str()) {
+            return None;
+        }
+        Some((pending.call(key), pending.repeat))
+    }
+
+    /// What the turns before the one starting at `start` decided, to remember.
+    fn decided(&self, start: usize) -> Decided {
+        let len = start - self.open;
+        let mut pending: HashMap<String, Pending> = self
+            .decided
+            .pending
+            .iter()
+            .filter(|(id, _)| !self.answered.contains(id.as_str()))
+            .map(|(id, p)| (id.clone(), p.clone()))
+            .collect();
+        for (id, (call, repeat)) in &self.calls {
+            if pending.len() >= PENDING_MAX {
+                break;
+            }
+            let (text, raw) = match call.input {
+                Input::Text(raw) => (true, raw),
+                Input::Json(raw) => (false, raw),
+            };
+            pending.insert(
+                (*id).to_owned(),
+                Pending {
+                    name: call.name.to_string(),
+                    input: raw.to_owned(),
+                    text,
+                    repeat: *repeat,
+                },
+            );
+        }
+        Decided {
+            len,
+            hash: xxhash_rust_128(&self.body.as_bytes()[self.open..start]),
+            splices: self
+                .splices
+                .iter()
+                .map(|s| {
+                    let range = s.range.start - self.open..s.range.end - self.open;
+                    (range, Arc::from(s.replacement.as_str()))
+                })
+                .collect(),
+            kept_out: self.kept_out,
+            asked_again: self.asked_again,
+            seen: self.seen.clone(),
+            pending,
+        }
+    }
+
     fn into_outcome(mut self) -> Outcome {
         if self.splices.is_empty() && self.marker.is_empty() {
             return Outcome::Unchanged(reason::NONE_LONG);
@@ -239,6 +479,34 @@ impl Shortening {
             ..Edit::default()
         })
     }
+}
+
+/// A call of this request as one borrowed for the walk's shorter life.
+fn reborrow<'d>(call: &'d Call<'_>) -> Call<'d> {
+    call.borrowed()
+}
+
+impl Pending {
+    fn call<'d>(&'d self, id: &'d str) -> Call<'d> {
+        Call {
+            id: Cow::Borrowed(id),
+            name: Cow::Borrowed(&self.name),
+            input: if self.text {
+                Input::Text(&self.input)
+            } else {
+                Input::Json(&self.input)
+            },
+        }
+    }
+}
+
+/// A call's identity for repeats: its name and its input's bytes.
+fn call_hash(name: &str, input: &str) -> u128 {
+    let mut hasher = XxHash3_128::new();
+    hasher.write(name.as_bytes());
+    hasher.write(b"\0");
+    hasher.write(input.as_bytes());
+    hasher.finish_128()
 }
 
 impl OutputsStage {
@@ -270,16 +538,15 @@ impl OutputsStage {
     /// call, output and next turn (the memo): a later request decodes nothing.
     fn shorten(
         &self,
-        body: &str,
         call: &Call<'_>,
         output: &Output<'_>,
         next: &Turn<'_>,
-        edit: &mut Shortening,
+        edit: &mut Walk<'_, '_>,
     ) -> Result<(), StageError> {
         let Some(raw) = self.candidate(call, output) else {
             return Ok(());
         };
-        let Some(span) = span_of(body, raw) else {
+        let Some(span) = span_of(edit.body, raw) else {
             return Ok(());
         };
         let key = memo_key(&call.id, raw.get(), next, edit.fetchable);

@@ -409,3 +409,169 @@ fn the_header_names_tool_output_only_when_the_client_has_it() {
         );
     }
 }
+
+/// A session of `rounds` rounds on `wire` as its client sends it, request by request: each
+/// round the model calls one or two tools (file reads among a few paths, so some repeat), the
+/// outputs come back (long or short), and now and then the person says something. Each
+/// request's body is the conversation so far. Chosen by `seed`.
+fn session(wire: Wire, rounds: usize, seed: u64) -> Vec<String> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut next = |n: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    };
+    let mut items: Vec<Value> = Vec::new();
+    let mut bodies = Vec::new();
+    let user = |text: &str| match wire {
+        Wire::Responses => {
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        }
+        _ => json!({"role": "user", "content": text}),
+    };
+    items.push(user("work through the retry module"));
+    for round in 0..rounds {
+        let calls: Vec<(String, String)> = (0..=next(2))
+            .map(|k| {
+                let path = format!("/w/src/m{}.rs", next(4));
+                (format!("call_{round}_{k}"), path)
+            })
+            .collect();
+        let said = format!("Round {round}: looking at line {}.", next(400));
+        let outputs: Vec<(String, String)> = calls
+            .iter()
+            .map(|(id, _)| {
+                let text = if next(3) == 0 {
+                    "ok".to_owned()
+                } else {
+                    file(40 + next(400) as usize)
+                };
+                (id.clone(), text)
+            })
+            .collect();
+        match wire {
+            Wire::AnthropicMessages => {
+                let mut content = vec![json!({"type": "text", "text": said})];
+                for (id, path) in &calls {
+                    content.push(json!({"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": path}}));
+                }
+                items.push(json!({"role": "assistant", "content": content}));
+                let results: Vec<Value> = outputs
+                    .iter()
+                    .map(|(id, text)| json!({"type": "tool_result", "tool_use_id": id, "content": text}))
+                    .collect();
+                items.push(json!({"role": "user", "content": results}));
+            }
+            Wire::ChatCompletions => {
+                let tool_calls: Vec<Value> = calls
+                    .iter()
+                    .map(|(id, path)| json!({"id": id, "type": "function", "function": {"name": "read", "arguments": json!({"filePath": path}).to_string()}}))
+                    .collect();
+                items.push(json!({"role": "assistant", "content": said, "tool_calls": tool_calls}));
+                for (id, text) in &outputs {
+                    items.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
+                }
+            }
+            Wire::Responses => {
+                items.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": said}]}));
+                for (id, path) in &calls {
+                    items.push(json!({"type": "function_call", "call_id": id, "name": "shell", "arguments": json!({"command": ["bash", "-lc", format!("cat -n {path}")]}).to_string()}));
+                }
+                for (id, text) in &outputs {
+                    items.push(
+                        json!({"type": "function_call_output", "call_id": id, "output": text}),
+                    );
+                }
+            }
+        }
+        if next(4) == 0 {
+            items.push(user(&format!("keep going ({round})")));
+        }
+        let key = if wire == Wire::Responses {
+            "input"
+        } else {
+            "messages"
+        };
+        let mut body = json!({"model": "m", "stream": true});
+        body[key] = Value::Array(items.clone());
+        // The client's marker on the last block, as Claude Code puts it.
+        if wire == Wire::AnthropicMessages
+            && let Some(last) = body["messages"].as_array_mut().and_then(|m| m.last_mut())
+            && let Some(block) = last["content"].as_array_mut().and_then(|c| c.last_mut())
+        {
+            block["cache_control"] = json!({"type": "ephemeral"});
+        }
+        bodies.push(body.to_string());
+    }
+    bodies
+}
+
+fn sent(stage: &OutputsStage, wire: Wire, body: &str) -> (Vec<u8>, Vec<Fact>) {
+    match apply_on(stage, wire, body) {
+        Outcome::Edited(edit) => (
+            apply_splices(body.as_bytes(), &edit.splices).unwrap(),
+            edit.facts,
+        ),
+        Outcome::Unchanged(_) => (body.as_bytes().to_vec(), Vec::new()),
+    }
+}
+
+/// Reading only what is new since a conversation's last request sends exactly what reading it
+/// all sends: one stage fed a session request by request against a fresh stage on each
+/// request, on the three wires, over sessions with repeats, short outputs and the person's
+/// words between rounds; and a request that rewrites an earlier turn is read whole again.
+#[test]
+fn reading_only_the_new_turns_sends_what_reading_them_all_sends() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut shortened = 0;
+    for wire in [
+        Wire::AnthropicMessages,
+        Wire::ChatCompletions,
+        Wire::Responses,
+    ] {
+        for seed in 0..4 {
+            let stage = OutputsStage::new(OutputsOptions::default());
+            let bodies = session(wire, 14, seed);
+            let mut read_whole = 0;
+            for (n, body) in bodies.iter().enumerate() {
+                let fresh = OutputsStage::new(OutputsOptions::default());
+                let before = stage.elements_read.load(Relaxed);
+                let (incremental, facts) = sent(&stage, wire, body);
+                // From the previous request's last model turn on: two rounds at most.
+                let read = stage.elements_read.load(Relaxed) - before;
+                assert!(
+                    n == 0 || read <= 12,
+                    "{wire:?} seed {seed} request {n}: read {read}"
+                );
+                let (whole, whole_facts) = sent(&fresh, wire, body);
+                assert!(
+                    incremental == whole,
+                    "{wire:?} seed {seed} request {n}: bytes differ"
+                );
+                assert_eq!(facts, whole_facts, "{wire:?} seed {seed} request {n}");
+                shortened += usize::from(!facts.is_empty());
+                read_whole += fresh.elements_read.load(Relaxed);
+            }
+            let read = stage.elements_read.load(Relaxed);
+            assert!(
+                read * 3 < read_whole,
+                "{wire:?}: read {read} of {read_whole}"
+            );
+            // An earlier turn rewritten (a client that edits its history): read whole again.
+            let last = bodies
+                .last()
+                .unwrap()
+                .replacen("Round 0:", "Round zero:", 1);
+            let fresh = OutputsStage::new(OutputsOptions::default());
+            assert!(
+                sent(&stage, wire, &last) == sent(&fresh, wire, &last),
+                "{wire:?} rewritten"
+            );
+        }
+    }
+    assert!(
+        shortened > 60,
+        "the sessions shortened too little to tell: {shortened}"
+    );
+}

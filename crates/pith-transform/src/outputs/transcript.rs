@@ -20,13 +20,17 @@
 //! ranked, which happens once per call (the stage's memo).
 
 use std::borrow::Cow;
+use std::ops::Range;
 
+use pith_wire::Wire;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// One turn: the model's, or not (outputs, a person's message).
 #[derive(Default)]
 pub(super) struct Turn<'a> {
+    /// Where its first element begins in the body.
+    pub(super) start: usize,
     pub(super) model: bool,
     pub(super) calls: Vec<Call<'a>>,
     pub(super) outputs: Vec<Output<'a>>,
@@ -41,6 +45,17 @@ pub(super) struct Call<'a> {
     pub(super) id: Cow<'a, str>,
     pub(super) name: Cow<'a, str>,
     pub(super) input: Input<'a>,
+}
+
+impl Call<'_> {
+    /// The same call, borrowed.
+    pub(super) fn borrowed(&self) -> Call<'_> {
+        Call {
+            id: Cow::Borrowed(&self.id),
+            name: Cow::Borrowed(&self.name),
+            input: self.input,
+        }
+    }
 }
 
 /// A call's input as the wire carries it.
@@ -85,13 +100,38 @@ pub(super) struct Output<'a> {
 /// A body that is not the shape its wire documents.
 pub(super) type Unreadable = serde_json::Error;
 
-/// Anthropic Messages' turns.
-pub(super) fn anthropic(body: &str) -> Result<Vec<Turn<'_>>, Unreadable> {
-    #[derive(Deserialize)]
-    struct Body<'a> {
-        #[serde(borrow)]
-        messages: Vec<Message<'a>>,
+/// The member of the body that holds each wire's history.
+pub(super) fn history_key(wire: Wire) -> &'static str {
+    match wire {
+        Wire::Responses => "input",
+        Wire::AnthropicMessages | Wire::ChatCompletions => "messages",
     }
+}
+
+/// The turns of the history elements at `elements` (spans into `body`, in order).
+pub(super) fn turns<'a>(
+    wire: Wire,
+    body: &'a str,
+    elements: &[Range<usize>],
+) -> Result<Vec<Turn<'a>>, Unreadable> {
+    let mut turns: Vec<Turn<'a>> = Vec::with_capacity(elements.len());
+    for span in elements {
+        let element = body.get(span.clone()).ok_or_else(not_an_element)?;
+        match wire {
+            Wire::AnthropicMessages => turns.push(anthropic(element, span.start)?),
+            Wire::ChatCompletions => turns.push(chat(element, span.start)?),
+            Wire::Responses => responses(element, span.start, &mut turns)?,
+        }
+    }
+    Ok(turns)
+}
+
+fn not_an_element() -> Unreadable {
+    <Unreadable as serde::de::Error>::custom("a history element off the body's characters")
+}
+
+/// An Anthropic message as a turn.
+fn anthropic(element: &str, start: usize) -> Result<Turn<'_>, Unreadable> {
     #[derive(Deserialize)]
     struct Message<'a> {
         #[serde(borrow)]
@@ -118,60 +158,51 @@ pub(super) fn anthropic(body: &str) -> Result<Vec<Turn<'_>>, Unreadable> {
         #[serde(borrow, default)]
         text: Option<&'a RawValue>,
     }
-    let parsed: Body<'_> = serde_json::from_str(body)?;
-    let mut turns = Vec::with_capacity(parsed.messages.len());
-    for m in parsed.messages {
-        let mut turn = Turn {
-            model: m.role == "assistant",
-            ..Turn::default()
-        };
-        if m.content.get().starts_with('"') {
-            if turn.model {
-                turn.texts.push(m.content);
-            }
-            turns.push(turn);
-            continue;
+    let m: Message<'_> = serde_json::from_str(element)?;
+    let mut turn = Turn {
+        start,
+        model: m.role == "assistant",
+        ..Turn::default()
+    };
+    if m.content.get().starts_with('"') {
+        if turn.model {
+            turn.texts.push(m.content);
         }
-        let raws: Vec<&RawValue> = serde_json::from_str(m.content.get())?;
-        for (i, raw) in raws.into_iter().enumerate() {
-            let b: Block<'_> = serde_json::from_str(raw.get())?;
-            match (b.kind.as_ref(), turn.model) {
-                ("tool_use", true) => {
-                    if let (Some(id), Some(name), Some(input)) = (b.id, b.name, b.input) {
-                        turn.calls.push(Call {
-                            id,
-                            name,
-                            input: Input::Json(input),
-                        });
-                    }
-                }
-                ("text", true) => turn.texts.extend(b.text),
-                ("tool_result", false) => {
-                    if let Some(call_id) = b.tool_use_id {
-                        turn.outputs.push(Output {
-                            call_id,
-                            text: b.content.and_then(|c| one_text(c, &["text"])),
-                            is_error: b.is_error == Some(true),
-                            block: i,
-                        });
-                    }
-                }
-                _ => {}
-            }
-            turn.blocks.push((raw, b.kind));
-        }
-        turns.push(turn);
+        return Ok(turn);
     }
-    Ok(turns)
+    let raws: Vec<&RawValue> = serde_json::from_str(m.content.get())?;
+    for (i, raw) in raws.into_iter().enumerate() {
+        let b: Block<'_> = serde_json::from_str(raw.get())?;
+        match (b.kind.as_ref(), turn.model) {
+            ("tool_use", true) => {
+                if let (Some(id), Some(name), Some(input)) = (b.id, b.name, b.input) {
+                    turn.calls.push(Call {
+                        id,
+                        name,
+                        input: Input::Json(input),
+                    });
+                }
+            }
+            ("text", true) => turn.texts.extend(b.text),
+            ("tool_result", false) => {
+                if let Some(call_id) = b.tool_use_id {
+                    turn.outputs.push(Output {
+                        call_id,
+                        text: b.content.and_then(|c| one_text(c, &["text"])),
+                        is_error: b.is_error == Some(true),
+                        block: i,
+                    });
+                }
+            }
+            _ => {}
+        }
+        turn.blocks.push((raw, b.kind));
+    }
+    Ok(turn)
 }
 
-/// Chat Completions' turns: each message one.
-pub(super) fn chat(body: &str) -> Result<Vec<Turn<'_>>, Unreadable> {
-    #[derive(Deserialize)]
-    struct Body<'a> {
-        #[serde(borrow)]
-        messages: Vec<Message<'a>>,
-    }
+/// A Chat Completions message as a turn.
+fn chat(element: &str, start: usize) -> Result<Turn<'_>, Unreadable> {
     #[derive(Deserialize)]
     struct Message<'a> {
         #[serde(borrow)]
@@ -197,48 +228,44 @@ pub(super) fn chat(body: &str) -> Result<Vec<Turn<'_>>, Unreadable> {
         #[serde(borrow)]
         arguments: &'a RawValue,
     }
-    let parsed: Body<'_> = serde_json::from_str(body)?;
-    let mut turns = Vec::with_capacity(parsed.messages.len());
-    for m in parsed.messages {
-        let mut turn = Turn {
-            model: m.role == "assistant",
-            ..Turn::default()
-        };
-        if turn.model {
-            if let Some(content) = m.content {
-                texts_of(content, &["text"], &mut turn.texts)?;
-            }
-            for call in m.tool_calls.into_iter().flatten() {
-                if let Some(f) = call.function {
-                    turn.calls.push(Call {
-                        id: call.id,
-                        name: f.name,
-                        input: Input::Text(f.arguments),
-                    });
-                }
-            }
-        } else if m.role == "tool"
-            && let Some(call_id) = m.tool_call_id
-        {
-            turn.outputs.push(Output {
-                call_id,
-                text: m.content.and_then(|c| one_text(c, &["text"])),
-                is_error: false,
-                block: 0,
-            });
+    let m: Message<'_> = serde_json::from_str(element)?;
+    let mut turn = Turn {
+        start,
+        model: m.role == "assistant",
+        ..Turn::default()
+    };
+    if turn.model {
+        if let Some(content) = m.content {
+            texts_of(content, &["text"], &mut turn.texts)?;
         }
-        turns.push(turn);
+        for call in m.tool_calls.into_iter().flatten() {
+            if let Some(f) = call.function {
+                turn.calls.push(Call {
+                    id: call.id,
+                    name: f.name,
+                    input: Input::Text(f.arguments),
+                });
+            }
+        }
+    } else if m.role == "tool"
+        && let Some(call_id) = m.tool_call_id
+    {
+        turn.outputs.push(Output {
+            call_id,
+            text: m.content.and_then(|c| one_text(c, &["text"])),
+            is_error: false,
+            block: 0,
+        });
     }
-    Ok(turns)
+    Ok(turn)
 }
 
-/// Responses' turns: the model's consecutive items one turn, each other item one.
-pub(super) fn responses(body: &str) -> Result<Vec<Turn<'_>>, Unreadable> {
-    #[derive(Deserialize)]
-    struct Body<'a> {
-        #[serde(borrow, default)]
-        input: Option<&'a RawValue>,
-    }
+/// A Responses item, into the last turn when it continues the model's, else a turn of its own.
+fn responses<'a>(
+    element: &'a str,
+    start: usize,
+    turns: &mut Vec<Turn<'a>>,
+) -> Result<(), Unreadable> {
     #[derive(Deserialize)]
     struct Item<'a> {
         #[serde(rename = "type", borrow, default)]
@@ -260,67 +287,60 @@ pub(super) fn responses(body: &str) -> Result<Vec<Turn<'_>>, Unreadable> {
         #[serde(borrow, default)]
         output: Option<&'a RawValue>,
     }
-    let parsed: Body<'_> = serde_json::from_str(body)?;
-    let Some(input) = parsed.input.filter(|i| i.get().starts_with('[')) else {
-        return Ok(Vec::new());
+    let item: Item<'a> = serde_json::from_str(element)?;
+    let kind_name = item.kind.clone().unwrap_or(Cow::Borrowed("message"));
+    let kind = kind_name.as_ref();
+    let model = match kind {
+        "message" => item.role.as_deref() == Some("assistant"),
+        k => !k.ends_with("_output"),
     };
-    let items: Vec<Item<'_>> = serde_json::from_str(input.get())?;
-    let mut turns: Vec<Turn<'_>> = Vec::new();
-    for item in items {
-        let kind_name = item.kind.clone().unwrap_or(Cow::Borrowed("message"));
-        let kind = kind_name.as_ref();
-        let model = match kind {
-            "message" => item.role.as_deref() == Some("assistant"),
-            k => !k.ends_with("_output"),
-        };
-        if !(model && turns.last().is_some_and(|t| t.model)) {
-            turns.push(Turn {
-                model,
-                ..Turn::default()
-            });
-        }
-        let Some(turn) = turns.last_mut() else {
-            continue;
-        };
-        let call = |input| match (item.call_id.clone(), item.name.clone()) {
-            (Some(id), name) => Some(Call {
-                id,
-                name: name.unwrap_or_else(|| kind_name.clone()),
-                input,
-            }),
-            _ => None,
-        };
-        match kind {
-            "message" if model => {
-                if let Some(content) = item.content {
-                    texts_of(content, &["output_text"], &mut turn.texts)?;
-                }
-            }
-            "function_call" => turn
-                .calls
-                .extend(item.arguments.and_then(|a| call(Input::Text(a)))),
-            "custom_tool_call" => turn
-                .calls
-                .extend(item.input.and_then(|i| call(Input::Text(i)))),
-            "local_shell_call" => turn
-                .calls
-                .extend(item.action.and_then(|a| call(Input::Json(a)))),
-            k if k.ends_with("_output") => {
-                if let Some(call_id) = item.call_id {
-                    turn.outputs.push(Output {
-                        call_id,
-                        text: item
-                            .output
-                            .and_then(|o| one_text(o, &["input_text", "output_text"])),
-                        is_error: false,
-                        block: 0,
-                    });
-                }
-            }
-            _ => {}
-        }
+    if !(model && turns.last().is_some_and(|t| t.model)) {
+        turns.push(Turn {
+            start,
+            model,
+            ..Turn::default()
+        });
     }
-    Ok(turns)
+    let Some(turn) = turns.last_mut() else {
+        return Ok(());
+    };
+    let call = |input| {
+        item.call_id.clone().map(|id| Call {
+            id,
+            name: item.name.clone().unwrap_or_else(|| kind_name.clone()),
+            input,
+        })
+    };
+    match kind {
+        "message" if model => {
+            if let Some(content) = item.content {
+                texts_of(content, &["output_text"], &mut turn.texts)?;
+            }
+        }
+        "function_call" => turn
+            .calls
+            .extend(item.arguments.and_then(|a| call(Input::Text(a)))),
+        "custom_tool_call" => turn
+            .calls
+            .extend(item.input.and_then(|i| call(Input::Text(i)))),
+        "local_shell_call" => turn
+            .calls
+            .extend(item.action.and_then(|a| call(Input::Json(a)))),
+        k if k.ends_with("_output") => {
+            if let Some(call_id) = item.call_id {
+                turn.outputs.push(Output {
+                    call_id,
+                    text: item
+                        .output
+                        .and_then(|o| one_text(o, &["input_text", "output_text"])),
+                    is_error: false,
+                    block: 0,
+                });
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// A text part: its type and text.

@@ -1,0 +1,79 @@
+//! The tool-output stage's time per request on a long conversation: Claude Code's req006 grown
+//! by 150 Read round trips of 8 KB (about 1.3 MB, as the proxy benchmark's long body), each
+//! output shortened from the next turn on (the memo warm, as on every request after a session's
+//! first through one proxy), and the same conversation with 1 KB outputs (about 190 KB, none
+//! long enough: what a session pays that the stage changes nothing in), next to a plain
+//! validating parse of each body for ratios. Wall time and the benchmark thread's CPU time.
+//!
+//! `cargo bench -p pith-transform --bench outputs`
+
+use std::hint::black_box;
+
+use criterion::measurement::Measurement;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
+use http::HeaderMap;
+use pith_testkit::bench::{ThreadCpu, capture_body, grown_conversation};
+use pith_transform::outputs::{OutputsOptions, OutputsStage};
+use pith_transform::{Outcome, Request, Stage};
+use pith_wire::Wire;
+
+fn bodies() -> [(&'static str, String, bool); 2] {
+    let base =
+        String::from_utf8_lossy(&capture_body("claude-code-2.1.328/fix-calc/req006")).into_owned();
+    [
+        ("long_1_3mb", grown_conversation(&base, 150, 8 * 1024), true),
+        ("short_outputs", grown_conversation(&base, 150, 1024), false),
+    ]
+}
+
+fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], shortens: bool) {
+    let headers = HeaderMap::new();
+    let stage = OutputsStage::new(OutputsOptions::default());
+    let request = Request {
+        wire: Wire::AnthropicMessages,
+        path: "/v1/messages",
+        headers: &headers,
+        body,
+    };
+    let first = stage.apply(&request);
+    assert_eq!(
+        matches!(first, Ok(Outcome::Edited(_))),
+        shortens,
+        "{first:?}"
+    );
+    group.bench_function("stage_apply", |b| {
+        b.iter(|| stage.apply(black_box(&request)))
+    });
+    group.bench_function("baseline_validate_ignored_any", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(body)))
+    });
+    group.finish();
+}
+
+fn wall(c: &mut Criterion) {
+    for (name, body, shortens) in bodies() {
+        run_group(
+            c.benchmark_group(format!("outputs_{name}")),
+            body.as_bytes(),
+            shortens,
+        );
+    }
+}
+
+fn cpu(c: &mut Criterion<ThreadCpu>) {
+    for (name, body, shortens) in bodies() {
+        run_group(
+            c.benchmark_group(format!("outputs_{name}_cpu")),
+            body.as_bytes(),
+            shortens,
+        );
+    }
+}
+
+criterion_group!(wall_time, wall);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = cpu
+}
+criterion_main!(wall_time, cpu_time);

@@ -160,6 +160,13 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         for j in around.into_iter().flatten() {
             shown.add_within(j, budget, &mut keep);
         }
+        // A search's file heading (OpenCode's grep: the path, then its matches indented):
+        // the matches under it, as far as they fit.
+        if kind == Kind::Search {
+            for j in group_under(&lines, i) {
+                shown.add_within(j, budget, &mut keep);
+            }
+        }
     }
     let kept: Vec<usize> = (0..total).filter(|&i| keep[i]).collect();
     if kept.len() == total {
@@ -172,6 +179,22 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         total,
     })
 }
+
+/// The lines under line `i` when it heads a group (it is not indented and the lines after it
+/// are), at most a screen of them.
+fn group_under(lines: &[&str], i: usize) -> std::ops::Range<usize> {
+    let indented = |l: &str| l.starts_with(' ') || l.starts_with('\t');
+    if indented(lines[i]) || lines[i].trim().is_empty() {
+        return i + 1..i + 1;
+    }
+    let end = (i + 1..lines.len().min(i + 1 + GROUP_MAX))
+        .find(|&j| !indented(lines[j]))
+        .unwrap_or(lines.len().min(i + 1 + GROUP_MAX));
+    i + 1..end
+}
+
+/// Matches under one heading shown with it, at most.
+const GROUP_MAX: usize = 30;
 
 /// What the kept lines cost as rendered: each line and its newline, each run of lines not
 /// shown as its marker line.

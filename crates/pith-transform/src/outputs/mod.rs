@@ -59,8 +59,12 @@ pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
     stage: NAME,
     name: "tool output excerpts",
     facts: &[
-        ("outputs", "shortened {n} tool output{s}"),
-        ("asked_again", "{n} call{s} repeated for a whole output"),
+        ("first", "shortened {n} tool output{s}"),
+        ("outputs", "sent {n} excerpt{s} in place of whole outputs"),
+        (
+            "asked_again",
+            "{n} whole output{s} asked for again (the call repeated, or pith's tool_output)",
+        ),
         (
             "marker_moved",
             "kept {n} long output{s} out of the cache write",
@@ -145,7 +149,6 @@ struct Decided {
     /// Their outputs' replacements, each range relative to the `[`.
     splices: Vec<(Range<usize>, Arc<str>)>,
     kept_out: usize,
-    asked_again: usize,
     /// Each call so far by its name and input: a later call with the same is a repeat.
     seen: HashSet<u128>,
     /// Calls with no output yet, by id.
@@ -206,27 +209,28 @@ impl Stage for OutputsStage {
                 self.remember(session, now);
             }
             if turn.model {
-                walk.register(&turn.calls);
+                walk.register(&turn.calls, Some(i) == last_model);
                 continue;
             }
-            let Some(next) = turns[i + 1..].iter().find(|t| t.model) else {
+            let Some(at) = turns[i + 1..].iter().position(|t| t.model) else {
                 // The turn that carries these outputs is the last with any: they ride whole,
                 // and the cache marker after a long one moves before it.
                 walk.marker = self.marker_before_first_long(body, &turns, i, &walk);
                 continue;
             };
+            let next = &turns[i + 1 + at];
+            // Shortened for the first time: the model's answer to it is this request's newest.
+            let first = Some(i + 1 + at) == last_model;
             for output in &turn.outputs {
                 let Some((call, repeat)) = walk.answer(output.call_id.as_ref()) else {
                     continue;
                 };
-                if repeat {
-                    walk.asked_again += 1;
-                    continue;
+                if !repeat && self.shorten(&call, output, next, &mut walk)? && first {
+                    walk.first += 1;
                 }
-                self.shorten(&call, output, next, &mut walk)?;
             }
         }
-        let outcome = walk.into_outcome();
+        let outcome = walk.into_outcome(history.value.clone());
         if matches!(outcome, Outcome::Edited(_)) && invalid_outside(body, &history.value) {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
         }
@@ -347,6 +351,9 @@ struct Walk<'d, 'a> {
     /// The cache marker moved before the last message's first long result.
     marker: Vec<Splice>,
     kept_out: usize,
+    /// Outputs shortened for the first time in this request.
+    first: usize,
+    /// Whole outputs the newest model turn asked for again.
     asked_again: usize,
 }
 
@@ -370,13 +377,19 @@ impl<'d, 'a> Walk<'d, 'a> {
                 .collect(),
             marker: Vec::new(),
             kept_out: decided.kept_out,
-            asked_again: decided.asked_again,
+            first: 0,
+            asked_again: 0,
         }
     }
 
-    fn register(&mut self, calls: &'a [Call<'a>]) {
+    /// The calls of a model turn; in the request's newest, each that repeats an earlier call
+    /// or asks pith's `tool_output` counts as a whole output asked for again.
+    fn register(&mut self, calls: &'a [Call<'a>], newest: bool) {
         for call in calls {
             let repeat = !self.seen.insert(call_hash(&call.name, call.input.raw()));
+            if newest && (repeat || is_pith_tool_output(&call.name)) {
+                self.asked_again += 1;
+            }
             self.calls.insert(call.id.as_ref(), (call, repeat));
         }
     }
@@ -454,17 +467,21 @@ impl<'d, 'a> Walk<'d, 'a> {
                 })
                 .collect(),
             kept_out: self.kept_out,
-            asked_again: self.asked_again,
             seen: self.seen.clone(),
             pending,
         }
     }
 
-    fn into_outcome(mut self) -> Outcome {
+    /// The outcome: the splices, all inside the history array `within` (the pipeline checks
+    /// that value, not the whole body), and what they did.
+    fn into_outcome(mut self, within: Range<usize>) -> Outcome {
         if self.splices.is_empty() && self.marker.is_empty() {
             return Outcome::Unchanged(reason::NONE_LONG);
         }
-        let mut facts = vec![Fact::count("outputs", self.splices.len())];
+        let mut facts = vec![
+            Fact::count("outputs", self.splices.len()),
+            Fact::count("first", self.first),
+        ];
         if !self.marker.is_empty() {
             facts.push(Fact::count("marker_moved", 1));
         }
@@ -476,6 +493,7 @@ impl<'d, 'a> Walk<'d, 'a> {
         Outcome::Edited(Edit {
             splices: self.splices,
             facts,
+            within: Some(within),
             ..Edit::default()
         })
     }
@@ -534,7 +552,7 @@ impl OutputsStage {
     }
 
     /// Shortens one output when it is long, its tool is not excluded and ranking finds it
-    /// worth it: the text's JSON string replaced by the header and excerpt. Ranked once per
+    /// worth it (whether it did): the text's JSON string replaced by the header and excerpt. Ranked once per
     /// call, output and next turn (the memo): a later request decodes nothing.
     fn shorten(
         &self,
@@ -542,12 +560,12 @@ impl OutputsStage {
         output: &Output<'_>,
         next: &Turn<'_>,
         edit: &mut Walk<'_, '_>,
-    ) -> Result<(), StageError> {
+    ) -> Result<bool, StageError> {
         let Some(raw) = self.candidate(call, output) else {
-            return Ok(());
+            return Ok(false);
         };
         let Some(span) = span_of(edit.body, raw) else {
-            return Ok(());
+            return Ok(false);
         };
         let key = memo_key(&call.id, raw.get(), next, edit.fetchable);
         let remembered = self
@@ -573,14 +591,15 @@ impl OutputsStage {
                 made
             }
         };
-        if let Some(replacement) = replacement {
-            edit.kept_out += raw.get().len().saturating_sub(replacement.len());
-            edit.splices.push(Splice {
-                range: span,
-                replacement: replacement.to_string(),
-            });
-        }
-        Ok(())
+        let Some(replacement) = replacement else {
+            return Ok(false);
+        };
+        edit.kept_out += raw.get().len().saturating_sub(replacement.len());
+        edit.splices.push(Splice {
+            range: span,
+            replacement: replacement.to_string(),
+        });
+        Ok(true)
     }
 }
 
@@ -660,6 +679,11 @@ fn header(e: &Excerpt, fetch: Option<&str>) -> String {
 
 /// How an excerpt begins: an output that begins so is pith's own, never shortened again.
 const HEADER_START: &str = "[pith shortened this tool output: ";
+
+/// Whether a call is pith's `tool_output`, as each client names an MCP server's tools.
+fn is_pith_tool_output(name: &str) -> bool {
+    name.ends_with("pith__tool_output") || name == "pith_tool_output"
+}
 
 /// Whether the request offers pith's `tool_output` (its MCP server as the clients name its
 /// tools: `mcp__pith__tool_output` in Claude Code and Codex, `pith_tool_output` in OpenCode).

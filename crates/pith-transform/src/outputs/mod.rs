@@ -190,7 +190,7 @@ impl Stage for OutputsStage {
         };
         let fetchable = self.options.originals_kept && offers_pith_tool_output(body);
         let session = session_key(request.wire, fetchable, &bytes[first]);
-        let decided = self.decided(session, bytes, open);
+        let (decided, hasher) = self.decided(session, bytes, open);
         let Some((elements, _)) = skim::elements_after(bytes, open + decided.len.max(1), true)
         else {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
@@ -201,7 +201,7 @@ impl Stage for OutputsStage {
         let Ok(turns) = transcript::turns(request.wire, body, &elements) else {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
         };
-        let mut walk = Walk::new(&decided, body, open, fetchable);
+        let mut walk = Walk::new(&decided, body, open, fetchable, hasher);
         let last_model = turns.iter().rposition(|t| t.model);
         for (i, turn) in turns.iter().enumerate() {
             if Some(i) == last_model {
@@ -268,20 +268,24 @@ fn invalid_outside(body: &str, history: &Range<usize>) -> bool {
 impl OutputsStage {
     /// What the conversation's remembered turns decided, when the body's history still starts
     /// with their bytes; else nothing (every turn is read).
-    fn decided(&self, session: u128, bytes: &[u8], open: usize) -> Arc<Decided> {
+    /// With the hasher over its bytes, which the next snapshot goes on from.
+    fn decided(&self, session: u128, bytes: &[u8], open: usize) -> (Arc<Decided>, XxHash3_128) {
         let remembered = self
             .sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&session)
             .cloned();
-        remembered
-            .filter(|d| {
-                bytes
-                    .get(open..open + d.len)
-                    .is_some_and(|prefix| xxhash_rust_128(prefix) == d.hash)
-            })
-            .unwrap_or_default()
+        if let Some(d) = remembered
+            && let Some(prefix) = bytes.get(open..open + d.len)
+        {
+            let mut hasher = XxHash3_128::new();
+            hasher.write(prefix);
+            if hasher.clone().finish_128() == d.hash {
+                return (d, hasher);
+            }
+        }
+        (Arc::default(), XxHash3_128::new())
     }
 
     fn remember(&self, session: u128, decided: Decided) {
@@ -322,12 +326,6 @@ impl OutputsStage {
     }
 }
 
-fn xxhash_rust_128(bytes: &[u8]) -> u128 {
-    let mut hasher = XxHash3_128::new();
-    hasher.write(bytes);
-    hasher.finish_128()
-}
-
 /// A turn's blocks with their types, as the marker's move reads them.
 fn blocks<'t>(turn: &'t Turn<'_>) -> Vec<(&'t RawValue, &'t str)> {
     turn.blocks.iter().map(|(r, k)| (*r, k.as_ref())).collect()
@@ -347,7 +345,11 @@ struct Walk<'d, 'a> {
     /// The remembered pending calls answered in this request.
     answered: HashSet<&'d str>,
     seen: HashSet<u128>,
-    splices: Vec<Splice>,
+    /// Over the history's bytes from its `[` to `hashed_to`: the remembered turns' bytes.
+    hasher: XxHash3_128,
+    hashed_to: usize,
+    /// Each output's replacement (the remembered turns' shared, not copied).
+    splices: Vec<(Range<usize>, Arc<str>)>,
     /// The cache marker moved before the last message's first long result.
     marker: Vec<Splice>,
     kept_out: usize,
@@ -358,7 +360,13 @@ struct Walk<'d, 'a> {
 }
 
 impl<'d, 'a> Walk<'d, 'a> {
-    fn new(decided: &'d Decided, body: &'a str, open: usize, fetchable: bool) -> Walk<'d, 'a> {
+    fn new(
+        decided: &'d Decided,
+        body: &'a str,
+        open: usize,
+        fetchable: bool,
+        hasher: XxHash3_128,
+    ) -> Walk<'d, 'a> {
         Walk {
             decided,
             body,
@@ -367,12 +375,16 @@ impl<'d, 'a> Walk<'d, 'a> {
             calls: HashMap::new(),
             answered: HashSet::new(),
             seen: decided.seen.clone(),
+            hasher,
+            hashed_to: open + decided.len,
             splices: decided
                 .splices
                 .iter()
-                .map(|(range, replacement)| Splice {
-                    range: open + range.start..open + range.end,
-                    replacement: replacement.to_string(),
+                .map(|(range, replacement)| {
+                    (
+                        open + range.start..open + range.end,
+                        Arc::clone(replacement),
+                    )
                 })
                 .collect(),
             marker: Vec::new(),
@@ -455,15 +467,17 @@ impl<'d, 'a> Walk<'d, 'a> {
                 },
             );
         }
+        let mut hasher = self.hasher.clone();
+        hasher.write(&self.body.as_bytes()[self.hashed_to..start]);
         Decided {
             len,
-            hash: xxhash_rust_128(&self.body.as_bytes()[self.open..start]),
+            hash: hasher.finish_128(),
             splices: self
                 .splices
                 .iter()
-                .map(|s| {
-                    let range = s.range.start - self.open..s.range.end - self.open;
-                    (range, Arc::from(s.replacement.as_str()))
+                .map(|(range, replacement)| {
+                    let range = range.start - self.open..range.end - self.open;
+                    (range, Arc::clone(replacement))
                 })
                 .collect(),
             kept_out: self.kept_out,
@@ -485,13 +499,21 @@ impl<'d, 'a> Walk<'d, 'a> {
         if !self.marker.is_empty() {
             facts.push(Fact::count("marker_moved", 1));
         }
-        self.splices.append(&mut self.marker);
+        let mut splices: Vec<Splice> = self
+            .splices
+            .into_iter()
+            .map(|(range, replacement)| Splice {
+                range,
+                replacement: replacement.to_string(),
+            })
+            .collect();
+        splices.append(&mut self.marker);
         if self.asked_again > 0 {
             facts.push(Fact::count("asked_again", self.asked_again));
         }
         facts.push(Fact::chars_kept_out("chars", self.kept_out, Site::History));
         Outcome::Edited(Edit {
-            splices: self.splices,
+            splices,
             facts,
             within: Some(within),
             ..Edit::default()
@@ -595,10 +617,7 @@ impl OutputsStage {
             return Ok(false);
         };
         edit.kept_out += raw.get().len().saturating_sub(replacement.len());
-        edit.splices.push(Splice {
-            range: span,
-            replacement: replacement.to_string(),
-        });
+        edit.splices.push((span, replacement));
         Ok(true)
     }
 }

@@ -106,6 +106,11 @@ impl Default for OutputsOptions {
 const MEMO_MAX: usize = 4_096;
 /// Sessions whose decided turns are remembered, at most.
 const SESSIONS_MAX: usize = 1_024;
+/// Conversations remembered per first history element, at most.
+const ALIKE_MAX: usize = 4;
+/// Bytes before where the decided turns end that a lookup compares first (by hash), before
+/// hashing all of them.
+const BOUNDARY: usize = 256;
 /// Unanswered calls a session's decided turns carry forward, at most.
 const PENDING_MAX: usize = 256;
 
@@ -117,7 +122,9 @@ pub struct OutputsStage {
     memo: Mutex<HashMap<u128, Option<Arc<str>>>>,
     /// Per conversation (by its first history element), what its turns up to its last model
     /// turn decided: the next request reads only the turns after them.
-    sessions: Mutex<HashMap<u128, Arc<Decided>>>,
+    /// Several per first element, the latest first: two sessions that open alike (the same
+    /// first prompt) do not evict each other.
+    sessions: Mutex<HashMap<u128, Vec<Arc<Decided>>>>,
     /// History elements read so far (the tests' view of what reading only the new turns saves).
     #[cfg(test)]
     elements_read: std::sync::atomic::AtomicUsize,
@@ -146,6 +153,8 @@ struct Decided {
     len: usize,
     /// Those bytes' hash.
     hash: u128,
+    /// The hash of their last [`BOUNDARY`] bytes: the cheap first comparison.
+    boundary: u128,
     /// Their outputs' replacements, each range relative to the `[`.
     splices: Vec<(Range<usize>, Arc<str>)>,
     kept_out: usize,
@@ -206,7 +215,7 @@ impl Stage for OutputsStage {
         for (i, turn) in turns.iter().enumerate() {
             if Some(i) == last_model {
                 let now = walk.decided(turn.start);
-                self.remember(session, now);
+                self.remember(session, &decided, now);
             }
             if turn.model {
                 walk.register(&turn.calls, Some(i) == last_model);
@@ -275,10 +284,15 @@ impl OutputsStage {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&session)
-            .cloned();
-        if let Some(d) = remembered
-            && let Some(prefix) = bytes.get(open..open + d.len)
-        {
+            .cloned()
+            .unwrap_or_default();
+        for d in remembered {
+            let Some(prefix) = bytes.get(open..open + d.len) else {
+                continue;
+            };
+            if boundary_hash(prefix) != d.boundary {
+                continue;
+            }
             let mut hasher = XxHash3_128::new();
             hasher.write(prefix);
             if hasher.clone().finish_128() == d.hash {
@@ -288,12 +302,17 @@ impl OutputsStage {
         (Arc::default(), XxHash3_128::new())
     }
 
-    fn remember(&self, session: u128, decided: Decided) {
+    /// Remembers `decided`, which goes on from `from` (what this request found remembered,
+    /// replaced by it), as the latest of the conversations that open alike.
+    fn remember(&self, session: u128, from: &Arc<Decided>, decided: Decided) {
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        if sessions.len() >= SESSIONS_MAX {
+        if sessions.len() >= SESSIONS_MAX && !sessions.contains_key(&session) {
             sessions.clear();
         }
-        sessions.insert(session, Arc::new(decided));
+        let alike = sessions.entry(session).or_default();
+        alike.retain(|d| !Arc::ptr_eq(d, from) && d.hash != decided.hash);
+        alike.insert(0, Arc::new(decided));
+        alike.truncate(ALIKE_MAX);
     }
 
     /// Anthropic's last outputs: the splices that move the client's cache marker from after
@@ -472,6 +491,7 @@ impl<'d, 'a> Walk<'d, 'a> {
         Decided {
             len,
             hash: hasher.finish_128(),
+            boundary: boundary_hash(&self.body.as_bytes()[self.open..start]),
             splices: self
                 .splices
                 .iter()
@@ -538,6 +558,11 @@ impl Pending {
             },
         }
     }
+}
+
+/// The hash of the last [`BOUNDARY`] bytes of `prefix`.
+fn boundary_hash(prefix: &[u8]) -> u128 {
+    XxHash3_128::oneshot(&prefix[prefix.len().saturating_sub(BOUNDARY)..])
 }
 
 /// A call's identity for repeats: its name and its input's bytes.

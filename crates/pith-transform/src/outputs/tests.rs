@@ -587,3 +587,31 @@ fn reading_only_the_new_turns_sends_what_reading_them_all_sends() {
         "the sessions shortened too little to tell: {shortened}"
     );
 }
+
+/// Two sessions that open with the same message, their requests alternating through one
+/// stage: each keeps reading only its new turns (neither evicts the other), and each request
+/// sends what a fresh stage sends.
+#[test]
+fn sessions_that_open_alike_do_not_evict_each_other() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for wire in [
+        Wire::AnthropicMessages,
+        Wire::ChatCompletions,
+        Wire::Responses,
+    ] {
+        let stage = OutputsStage::new(OutputsOptions::default());
+        let (a, b) = (session(wire, 10, 0), session(wire, 10, 1));
+        for (n, (x, y)) in a.iter().zip(&b).enumerate() {
+            for body in [x, y] {
+                let before = stage.elements_read.load(Relaxed);
+                let fresh = OutputsStage::new(OutputsOptions::default());
+                assert!(
+                    sent(&stage, wire, body) == sent(&fresh, wire, body),
+                    "{wire:?} {n}"
+                );
+                let read = stage.elements_read.load(Relaxed) - before;
+                assert!(n == 0 || read <= 12, "{wire:?} request {n}: read {read}");
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@
 use pith_store::ledger::TransformResult;
 use pith_testkit::MockUpstream;
 use pith_testkit::fixtures::{self, Capture};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::*;
 
@@ -269,4 +269,106 @@ fn chat_and_responses_requests_send_an_earlier_long_output_as_an_excerpt() {
             "{facts:?}"
         );
     }
+}
+
+/// The real Codex (HTTP, Responses) reads a long file with `cat -n`, patches a line of it with
+/// `apply_patch`, reads another, checks, through pith with the stage on: it completes, the
+/// patch lands, and from the turn after each read on its output reaches the provider as the
+/// excerpt (the line the patch quoted kept).
+#[test]
+fn the_real_codex_completes_a_session_whose_long_outputs_are_shortened() {
+    use pith_testkit::Reply;
+    use pith_testkit::fixtures::{DEFAULT_USAGE, ToolCall, responses};
+
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let files = [
+        ("skim.rs", include_str!("../../../pith-wire/src/skim.rs")),
+        (
+            "excerpt.rs",
+            include_str!("../../../pith-transform/src/outputs/excerpt.rs"),
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(work.path().join(name), text).unwrap();
+    }
+    // A line of skim.rs found once, to patch.
+    let line = files[0]
+        .1
+        .lines()
+        .find(|l| l.len() > 40 && files[0].1.matches(*l).count() == 1 && !l.contains('\t'))
+        .unwrap();
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
+    let exec = |id: &str, cmd: &str| {
+        Reply::sse(responses::stream_with_tool(
+            &[],
+            &ToolCall::new(id, "exec_command", &json!({"cmd": cmd}).to_string()),
+            DEFAULT_USAGE,
+        ))
+    };
+    mock.push(exec("call_01", "cat -n skim.rs"));
+    let patch = format!(
+        "*** Begin Patch\n*** Update File: skim.rs\n@@\n-{line}\n+{line} // checked\n*** End Patch\n"
+    );
+    mock.push(Reply::sse(responses::stream_with_custom_tool(
+        &ToolCall::new("call_02", "apply_patch", &patch),
+        DEFAULT_USAGE,
+    )));
+    mock.push(exec("call_03", "cat -n excerpt.rs"));
+    mock.push(exec("call_04", "grep -c checked skim.rs"));
+    mock.push(Reply::sse(responses::stream(&["Checked."], DEFAULT_USAGE)));
+    let run = crate::clients::codex(
+        work.path(),
+        home.path(),
+        &format!("{}/v1", pith.url()),
+        &[],
+        "check skim.rs",
+        crate::clients::LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Checked.\n", "{}", run.stderr);
+    let patched = std::fs::read_to_string(work.path().join("skim.rs")).unwrap();
+    assert!(
+        patched.contains(&format!("{line} // checked")),
+        "the patch ran"
+    );
+
+    let received = mock.received();
+    assert_eq!(received.len(), 5, "one request per turn");
+    let output = |n: usize, call: &str| -> String {
+        let body = received[n].body_json().unwrap();
+        let item = body["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "function_call_output" && i["call_id"] == call)
+            .cloned()
+            .unwrap();
+        item["output"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| item["output"].to_string())
+    };
+    // Whole in its own turn, an excerpt from the next on, the same bytes after.
+    assert!(!output(1, "call_01").starts_with("[pith shortened"));
+    let shown = output(2, "call_01");
+    assert!(
+        shown.starts_with("[pith shortened this tool output: "),
+        "{shown}"
+    );
+    assert_eq!(output(4, "call_01"), shown);
+    // The line the patch (the model's next turn) quoted is kept.
+    assert!(
+        shown.contains(line.trim()),
+        "the patched line is not in the excerpt"
+    );
+    assert!(!output(3, "call_03").starts_with("[pith shortened"));
+    assert!(output(4, "call_03").starts_with("[pith shortened"));
+    let rows = pith.wait_rows(5);
+    assert!(
+        rows.iter()
+            .all(|r| r.outcome == pith_outcome::RequestOutcome::Ok),
+        "{rows:?}"
+    );
 }

@@ -44,6 +44,19 @@ fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], shor
     group.bench_function("stage_apply", |b| {
         b.iter(|| stage.apply(black_box(&request)))
     });
+    // Alternating with Claude Code's own request, which opens with the same message (another
+    // session that opens alike, as the proxy benchmark sends them).
+    let base = capture_body("claude-code-2.1.328/fix-calc/req006");
+    let other = Request {
+        body: &base,
+        ..request
+    };
+    group.bench_function("stage_apply_alternating_with_another_session", |b| {
+        b.iter(|| {
+            let _ = stage.apply(black_box(&other));
+            stage.apply(black_box(&request))
+        })
+    });
     group.bench_function("baseline_validate_ignored_any", |b| {
         b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(body)))
     });

@@ -24,21 +24,24 @@
 
 mod breakpoint;
 pub mod excerpt;
+mod remembered;
 mod transcript;
+mod walk;
 
-use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pith_wire::{Wire, skim};
+use pith_wire::skim;
 use serde_json::value::RawValue;
 use twox_hash::XxHash3_128;
 
 use crate::splice::{quote, span_of};
-use crate::stage::{Edit, Fact, Outcome, Request, Site, Splice, Stage, StageError};
+use crate::stage::{Outcome, Request, Splice, Stage, StageError};
 use excerpt::{Excerpt, Query, kind_of_call, strings_of};
-use transcript::{Call, Input, Output, Turn};
+use remembered::{Remembered, session_key};
+use transcript::{Call, Output, Turn};
+use walk::Walk;
 
 /// The stage's name in `pith-transforms` and the ledger.
 pub const NAME: &str = "outputs";
@@ -104,15 +107,6 @@ impl Default for OutputsOptions {
 
 /// Excerpts remembered (per call, output and next message), at most.
 const MEMO_MAX: usize = 4_096;
-/// Sessions whose decided turns are remembered, at most.
-const SESSIONS_MAX: usize = 1_024;
-/// Conversations remembered per first history element, at most.
-const ALIKE_MAX: usize = 4;
-/// Bytes before where the decided turns end that a lookup compares first (by hash), before
-/// hashing all of them.
-const BOUNDARY: usize = 256;
-/// Unanswered calls a session's decided turns carry forward, at most.
-const PENDING_MAX: usize = 256;
 
 /// The stage.
 pub struct OutputsStage {
@@ -122,9 +116,7 @@ pub struct OutputsStage {
     memo: Mutex<HashMap<u128, Option<Arc<str>>>>,
     /// Per conversation (by its first history element), what its turns up to its last model
     /// turn decided: the next request reads only the turns after them.
-    /// Several per first element, the latest first: two sessions that open alike (the same
-    /// first prompt) do not evict each other.
-    sessions: Mutex<HashMap<u128, Vec<Arc<Decided>>>>,
+    sessions: Remembered,
     /// History elements read so far (the tests' view of what reading only the new turns saves).
     #[cfg(test)]
     elements_read: std::sync::atomic::AtomicUsize,
@@ -136,41 +128,11 @@ impl OutputsStage {
         OutputsStage {
             options,
             memo: Mutex::new(HashMap::new()),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Remembered::default(),
             #[cfg(test)]
             elements_read: std::sync::atomic::AtomicUsize::new(0),
         }
     }
-}
-
-/// What a conversation's turns before its last model turn decided, which no later request of
-/// it can change (a conversation grows at its end, and an output's excerpt is fixed by the
-/// output and the model's next turn): their splices and counts, the calls seen, and the calls
-/// not answered yet. A request whose history starts with the same bytes reads only the rest.
-#[derive(Clone, Default)]
-struct Decided {
-    /// Where the decided turns end, relative to the history array's `[`.
-    len: usize,
-    /// Those bytes' hash.
-    hash: u128,
-    /// The hash of their last [`BOUNDARY`] bytes: the cheap first comparison.
-    boundary: u128,
-    /// Their outputs' replacements, each range relative to the `[`.
-    splices: Vec<(Range<usize>, Arc<str>)>,
-    kept_out: usize,
-    /// Each call so far by its name and input: a later call with the same is a repeat.
-    seen: HashSet<u128>,
-    /// Calls with no output yet, by id.
-    pending: HashMap<String, Pending>,
-}
-
-/// A call carried forward without its body.
-#[derive(Clone)]
-struct Pending {
-    name: String,
-    input: Box<RawValue>,
-    text: bool,
-    repeat: bool,
 }
 
 impl Stage for OutputsStage {
@@ -199,7 +161,7 @@ impl Stage for OutputsStage {
         };
         let fetchable = self.options.originals_kept && offers_pith_tool_output(body);
         let session = session_key(request.wire, fetchable, &bytes[first]);
-        let (decided, hasher) = self.decided(session, bytes, open);
+        let (decided, hasher) = self.sessions.find(session, bytes, open);
         let Some((elements, _)) = skim::elements_after(bytes, open + decided.len.max(1), true)
         else {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
@@ -214,8 +176,8 @@ impl Stage for OutputsStage {
         let last_model = turns.iter().rposition(|t| t.model);
         for (i, turn) in turns.iter().enumerate() {
             if Some(i) == last_model {
-                let now = walk.decided(turn.start);
-                self.remember(session, &decided, now);
+                let now = walk.decided(turn.start..turn.end);
+                self.sessions.keep(session, &decided, now);
             }
             if turn.model {
                 walk.register(&turn.calls, Some(i) == last_model);
@@ -247,15 +209,6 @@ impl Stage for OutputsStage {
     }
 }
 
-/// A conversation's key: the wire, whether excerpts name `tool_output`, its first element.
-fn session_key(wire: Wire, fetchable: bool, first: &[u8]) -> u128 {
-    let mut hasher = XxHash3_128::new();
-    hasher.write(wire.as_str().as_bytes());
-    hasher.write(&[u8::from(fetchable)]);
-    hasher.write(first);
-    hasher.finish_128()
-}
-
 /// `reason`, or `unreadable` when the body is not JSON.
 fn unless_invalid(body: &str, reason: &'static str) -> &'static str {
     match serde_json::from_str::<serde::de::IgnoredAny>(body) {
@@ -275,46 +228,6 @@ fn invalid_outside(body: &str, history: &Range<usize>) -> bool {
 }
 
 impl OutputsStage {
-    /// What the conversation's remembered turns decided, when the body's history still starts
-    /// with their bytes; else nothing (every turn is read).
-    /// With the hasher over its bytes, which the next snapshot goes on from.
-    fn decided(&self, session: u128, bytes: &[u8], open: usize) -> (Arc<Decided>, XxHash3_128) {
-        let remembered = self
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&session)
-            .cloned()
-            .unwrap_or_default();
-        for d in remembered {
-            let Some(prefix) = bytes.get(open..open + d.len) else {
-                continue;
-            };
-            if boundary_hash(prefix) != d.boundary {
-                continue;
-            }
-            let mut hasher = XxHash3_128::new();
-            hasher.write(prefix);
-            if hasher.clone().finish_128() == d.hash {
-                return (d, hasher);
-            }
-        }
-        (Arc::default(), XxHash3_128::new())
-    }
-
-    /// Remembers `decided`, which goes on from `from` (what this request found remembered,
-    /// replaced by it), as the latest of the conversations that open alike.
-    fn remember(&self, session: u128, from: &Arc<Decided>, decided: Decided) {
-        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        if sessions.len() >= SESSIONS_MAX && !sessions.contains_key(&session) {
-            sessions.clear();
-        }
-        let alike = sessions.entry(session).or_default();
-        alike.retain(|d| !Arc::ptr_eq(d, from) && d.hash != decided.hash);
-        alike.insert(0, Arc::new(decided));
-        alike.truncate(ALIKE_MAX);
-    }
-
     /// Anthropic's last outputs: the splices that move the client's cache marker from after
     /// the first long one to the block before it, if there is one to move.
     fn marker_before_first_long(
@@ -348,230 +261,6 @@ impl OutputsStage {
 /// A turn's blocks with their types, as the marker's move reads them.
 fn blocks<'t>(turn: &'t Turn<'_>) -> Vec<(&'t RawValue, &'t str)> {
     turn.blocks.iter().map(|(r, k)| (*r, k.as_ref())).collect()
-}
-
-/// One request's walk over its turns: what the remembered turns decided, and what this
-/// request's turns add.
-struct Walk<'d, 'a> {
-    decided: &'d Decided,
-    body: &'a str,
-    /// The history array's `[`.
-    open: usize,
-    /// Excerpts name pith's `tool_output`.
-    fetchable: bool,
-    /// This request's calls not answered yet, and whether each repeats an earlier one.
-    calls: HashMap<&'a str, (&'a Call<'a>, bool)>,
-    /// The remembered pending calls answered in this request.
-    answered: HashSet<&'d str>,
-    seen: HashSet<u128>,
-    /// Over the history's bytes from its `[` to `hashed_to`: the remembered turns' bytes.
-    hasher: XxHash3_128,
-    hashed_to: usize,
-    /// Each output's replacement (the remembered turns' shared, not copied).
-    splices: Vec<(Range<usize>, Arc<str>)>,
-    /// The cache marker moved before the last message's first long result.
-    marker: Vec<Splice>,
-    kept_out: usize,
-    /// Outputs shortened for the first time in this request.
-    first: usize,
-    /// Whole outputs the newest model turn asked for again.
-    asked_again: usize,
-}
-
-impl<'d, 'a> Walk<'d, 'a> {
-    fn new(
-        decided: &'d Decided,
-        body: &'a str,
-        open: usize,
-        fetchable: bool,
-        hasher: XxHash3_128,
-    ) -> Walk<'d, 'a> {
-        Walk {
-            decided,
-            body,
-            open,
-            fetchable,
-            calls: HashMap::new(),
-            answered: HashSet::new(),
-            seen: decided.seen.clone(),
-            hasher,
-            hashed_to: open + decided.len,
-            splices: decided
-                .splices
-                .iter()
-                .map(|(range, replacement)| {
-                    (
-                        open + range.start..open + range.end,
-                        Arc::clone(replacement),
-                    )
-                })
-                .collect(),
-            marker: Vec::new(),
-            kept_out: decided.kept_out,
-            first: 0,
-            asked_again: 0,
-        }
-    }
-
-    /// The calls of a model turn; in the request's newest, each that repeats an earlier call
-    /// or asks pith's `tool_output` counts as a whole output asked for again.
-    fn register(&mut self, calls: &'a [Call<'a>], newest: bool) {
-        for call in calls {
-            let repeat = !self.seen.insert(call_hash(&call.name, call.input.raw()));
-            if newest && (repeat || is_pith_tool_output(&call.name)) {
-                self.asked_again += 1;
-            }
-            self.calls.insert(call.id.as_ref(), (call, repeat));
-        }
-    }
-
-    /// The call `id` answers, whether it repeats an earlier one; `None` when no call has it.
-    fn call(&self, id: &str) -> Option<(Call<'d>, bool)>
-    where
-        'a: 'd,
-    {
-        if let Some((call, repeat)) = self.calls.get(id) {
-            let call: &'a Call<'a> = call;
-            return Some((reborrow(call), *repeat));
-        }
-        let decided: &'d Decided = self.decided;
-        let (id, pending) = decided.pending.get_key_value(id)?;
-        if self.answered.contains(id.as_str()) {
-            return None;
-        }
-        Some((pending.call(id), pending.repeat))
-    }
-
-    /// The call `id` answers, now answered.
-    fn answer(&mut self, id: &str) -> Option<(Call<'d>, bool)>
-    where
-        'a: 'd,
-    {
-        if let Some((call, repeat)) = self.calls.remove(id) {
-            return Some((reborrow(call), repeat));
-        }
-        let decided: &'d Decided = self.decided;
-        let (key, pending) = decided.pending.get_key_value(id)?;
-        if !self.answered.insert(key.as_str()) {
-            return None;
-        }
-        Some((pending.call(key), pending.repeat))
-    }
-
-    /// What the turns before the one starting at `start` decided, to remember.
-    fn decided(&self, start: usize) -> Decided {
-        let len = start - self.open;
-        let mut pending: HashMap<String, Pending> = self
-            .decided
-            .pending
-            .iter()
-            .filter(|(id, _)| !self.answered.contains(id.as_str()))
-            .map(|(id, p)| (id.clone(), p.clone()))
-            .collect();
-        for (id, (call, repeat)) in &self.calls {
-            if pending.len() >= PENDING_MAX {
-                break;
-            }
-            let (text, raw) = match call.input {
-                Input::Text(raw) => (true, raw),
-                Input::Json(raw) => (false, raw),
-            };
-            pending.insert(
-                (*id).to_owned(),
-                Pending {
-                    name: call.name.to_string(),
-                    input: raw.to_owned(),
-                    text,
-                    repeat: *repeat,
-                },
-            );
-        }
-        let mut hasher = self.hasher.clone();
-        hasher.write(&self.body.as_bytes()[self.hashed_to..start]);
-        Decided {
-            len,
-            hash: hasher.finish_128(),
-            boundary: boundary_hash(&self.body.as_bytes()[self.open..start]),
-            splices: self
-                .splices
-                .iter()
-                .map(|(range, replacement)| {
-                    let range = range.start - self.open..range.end - self.open;
-                    (range, Arc::clone(replacement))
-                })
-                .collect(),
-            kept_out: self.kept_out,
-            seen: self.seen.clone(),
-            pending,
-        }
-    }
-
-    /// The outcome: the splices, all inside the history array `within` (the pipeline checks
-    /// that value, not the whole body), and what they did.
-    fn into_outcome(mut self, within: Range<usize>) -> Outcome {
-        if self.splices.is_empty() && self.marker.is_empty() {
-            return Outcome::Unchanged(reason::NONE_LONG);
-        }
-        let mut facts = vec![
-            Fact::count("outputs", self.splices.len()),
-            Fact::count("first", self.first),
-        ];
-        if !self.marker.is_empty() {
-            facts.push(Fact::count("marker_moved", 1));
-        }
-        let mut splices: Vec<Splice> = self
-            .splices
-            .into_iter()
-            .map(|(range, replacement)| Splice {
-                range,
-                replacement: replacement.to_string(),
-            })
-            .collect();
-        splices.append(&mut self.marker);
-        if self.asked_again > 0 {
-            facts.push(Fact::count("asked_again", self.asked_again));
-        }
-        facts.push(Fact::chars_kept_out("chars", self.kept_out, Site::History));
-        Outcome::Edited(Edit {
-            splices,
-            facts,
-            within: Some(within),
-            ..Edit::default()
-        })
-    }
-}
-
-/// A call of this request as one borrowed for the walk's shorter life.
-fn reborrow<'d>(call: &'d Call<'_>) -> Call<'d> {
-    call.borrowed()
-}
-
-impl Pending {
-    fn call<'d>(&'d self, id: &'d str) -> Call<'d> {
-        Call {
-            id: Cow::Borrowed(id),
-            name: Cow::Borrowed(&self.name),
-            input: if self.text {
-                Input::Text(&self.input)
-            } else {
-                Input::Json(&self.input)
-            },
-        }
-    }
-}
-
-/// The hash of the last [`BOUNDARY`] bytes of `prefix`.
-fn boundary_hash(prefix: &[u8]) -> u128 {
-    XxHash3_128::oneshot(&prefix[prefix.len().saturating_sub(BOUNDARY)..])
-}
-
-/// A call's identity for repeats: its name and its input's bytes.
-fn call_hash(name: &str, input: &str) -> u128 {
-    let mut hasher = XxHash3_128::new();
-    hasher.write(name.as_bytes());
-    hasher.write(b"\0");
-    hasher.write(input.as_bytes());
-    hasher.finish_128()
 }
 
 impl OutputsStage {

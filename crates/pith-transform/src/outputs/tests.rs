@@ -5,6 +5,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::apply_splices;
+use crate::stage::Fact;
+use pith_wire::Wire;
 
 /// A file of `n` numbered lines as Claude Code's Read shows it, with the retry function at
 /// lines 121-123.
@@ -569,6 +571,20 @@ fn reading_only_the_new_turns_sends_what_reading_them_all_sends() {
             assert!(
                 read * 3 < read_whole,
                 "{wire:?}: read {read} of {read_whole}"
+            );
+            // A rewind that answers differently: the model turn after the remembered turns is
+            // another one, so the excerpts it fixed are made again, as a fresh stage makes them.
+            let rewound = OutputsStage::new(OutputsOptions::default());
+            sent(&rewound, wire, &bodies[5]);
+            let other = bodies[6].replacen(
+                "Round 5: looking at line",
+                "Round 5: retry_backoff Duration from_millis at line",
+                1,
+            );
+            let fresh = OutputsStage::new(OutputsOptions::default());
+            assert!(
+                sent(&rewound, wire, &other) == sent(&fresh, wire, &other),
+                "{wire:?} seed {seed}: a different answer after the remembered turns"
             );
             // An earlier turn rewritten (a client that edits its history): read whole again.
             let last = bodies

@@ -31,6 +31,8 @@ use serde_json::value::RawValue;
 pub(super) struct Turn<'a> {
     /// Where its first element begins in the body.
     pub(super) start: usize,
+    /// Where its last element ends.
+    pub(super) end: usize,
     pub(super) model: bool,
     pub(super) calls: Vec<Call<'a>>,
     pub(super) outputs: Vec<Output<'a>>,
@@ -121,6 +123,9 @@ pub(super) fn turns<'a>(
             Wire::AnthropicMessages => turns.push(anthropic(element, span.start)?),
             Wire::ChatCompletions => turns.push(chat(element, span.start)?),
             Wire::Responses => responses(element, span.start, &mut turns)?,
+        }
+        if let Some(turn) = turns.last_mut() {
+            turn.end = span.end;
         }
     }
     Ok(turns)

@@ -378,17 +378,14 @@ fn long_session(
     for (k, (tool, input)) in long_session_turns(work.path()).iter().enumerate() {
         mock.push(tool_turn(&format!("toolu_{:02}", k + 1), tool, input));
     }
-    mock.push(Reply::sse(anthropic::stream(&[LONG_DONE], USAGE)));
-    let run = clients::claude_code(
-        work.path(),
-        work.home.path(),
+    scripted(
+        mock,
+        (work.path(), work.home.path()),
         base_url,
-        &["--allowedTools", "Read Edit Bash", "--"],
         LONG_TASK,
-        clients::LIMIT,
+        LONG_DONE,
+        context,
     );
-    run.assert_ok(&context());
-    assert_eq!(run.stdout, format!("{LONG_DONE}\n"), "{}", run.stderr);
     let calc = std::fs::read_to_string(work.path().join("calc.py")).unwrap();
     assert!(
         calc.contains("return a + b") && calc.contains("def subtract"),
@@ -423,6 +420,30 @@ fn long_session(
         .collect();
     assert_eq!(failed, ["toolu_01"], "{results:?}");
     (bodies, work)
+}
+
+/// Claude Code in `(project, home)` at `base_url`, given `task` and allowed Read, Edit and
+/// Bash, while the mock plays the turns pushed on it and then answers `done`: it must exit 0
+/// and print `done`.
+fn scripted(
+    mock: &MockUpstream,
+    (work, home): (&Path, &Path),
+    base_url: &str,
+    task: &str,
+    done: &str,
+    context: &dyn Fn() -> String,
+) {
+    mock.push(Reply::sse(anthropic::stream(&[done], USAGE)));
+    let run = clients::claude_code(
+        work,
+        home,
+        base_url,
+        &["--allowedTools", "Read Edit Bash", "--"],
+        task,
+        clients::LIMIT,
+    );
+    run.assert_ok(&context());
+    assert_eq!(run.stdout, format!("{done}\n"), "{}", run.stderr);
 }
 
 /// Writes what the mock received as `reqNNN.json` captures in `dir` (the format of
@@ -623,17 +644,14 @@ fn explore(mock: &MockUpstream, base_url: &str, context: &dyn Fn() -> String) ->
     for (k, (tool, input)) in turns.iter().enumerate() {
         mock.push(tool_turn(&format!("toolu_{:02}", k + 1), tool, input));
     }
-    mock.push(Reply::sse(anthropic::stream(&[EXPLORE_DONE], USAGE)));
-    let run = clients::claude_code(
-        work.path(),
-        home.path(),
+    scripted(
+        mock,
+        (work.path(), home.path()),
         base_url,
-        &["--allowedTools", "Read Edit Bash", "--"],
         EXPLORE_TASK,
-        clients::LIMIT,
+        EXPLORE_DONE,
+        context,
     );
-    run.assert_ok(&context());
-    assert_eq!(run.stdout, format!("{EXPLORE_DONE}\n"), "{}", run.stderr);
     let checked: usize = ["excerpt.rs", "skim.rs"]
         .iter()
         .map(|n| {

@@ -9,6 +9,18 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+/// One of pith's files as a file read shows it: each line after its number (`number` writes
+/// it: Claude Code's Read `12`, `cat -n`'s `    12`) and a tab.
+fn numbered_source(number: impl Fn(usize) -> String) -> String {
+    let source = include_str!("../../../pith-transform/src/outputs/excerpt.rs");
+    let lines: Vec<String> = source
+        .lines()
+        .enumerate()
+        .map(|(n, l)| format!("{}\t{l}", number(n + 1)))
+        .collect();
+    lines.join("\n")
+}
+
 /// Claude Code 2.1.328's request with its Read's result (a turn follows it) made a long Read of
 /// one of pith's files (Read's `N<TAB>line` shape); that block's place.
 fn with_long_result() -> (Capture, Vec<u8>, (usize, usize)) {
@@ -38,13 +50,7 @@ fn with_long_result() -> (Capture, Vec<u8>, (usize, usize)) {
             Some((i, j))
         })
         .expect("the Read's result before the last turn");
-    let source = include_str!("../../../pith-transform/src/outputs/excerpt.rs");
-    let read: Vec<String> = source
-        .lines()
-        .enumerate()
-        .map(|(n, l)| format!("{}\t{l}", n + 1))
-        .collect();
-    messages[i]["content"][j]["content"] = Value::String(read.join("\n"));
+    messages[i]["content"][j]["content"] = Value::String(numbered_source(|n| n.to_string()));
     let bytes = serde_json::to_vec(&body).unwrap();
     (cap, bytes, (i, j))
 }
@@ -201,13 +207,7 @@ fn openai_with_long_output(id: &str) -> (Capture, Vec<u8>, Vec<String>) {
     let at = (0..items.len())
         .find(|&k| is_output(&items[k]) && items[k + 1..].iter().any(is_model))
         .expect("an output with a later turn");
-    let source = include_str!("../../../pith-transform/src/outputs/excerpt.rs");
-    let read: Vec<String> = source
-        .lines()
-        .enumerate()
-        .map(|(n, l)| format!("{:6}\t{l}", n + 1))
-        .collect();
-    items[at][text_key] = Value::String(read.join("\n"));
+    items[at][text_key] = Value::String(numbered_source(|n| format!("{n:6}")));
     let path = vec![list.to_owned(), at.to_string(), text_key.to_owned()];
     (cap, serde_json::to_vec(&body).unwrap(), path)
 }

@@ -1,0 +1,138 @@
+//! What the outputs stage remembers of each conversation, so a request reads only the turns
+//! that are new since the conversation's last one: the splices its earlier turns decided for
+//! good, the calls seen, the calls not answered yet, and how to tell that a history still
+//! starts with those turns' bytes.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pith_wire::Wire;
+use serde_json::value::RawValue;
+use twox_hash::XxHash3_128;
+
+use super::transcript::{Call, Input};
+
+/// Sessions whose decided turns are remembered, at most.
+const SESSIONS_MAX: usize = 1_024;
+/// Conversations remembered per first history element, at most.
+const ALIKE_MAX: usize = 4;
+/// Bytes before where the decided turns end that a lookup compares first (by hash), before
+/// hashing all of them.
+const BOUNDARY: usize = 256;
+
+/// The conversations remembered: several per first history element, the latest first (two
+/// sessions that open alike, the same first prompt, do not evict each other).
+#[derive(Default)]
+pub(super) struct Remembered(Mutex<HashMap<u128, Vec<Arc<Decided>>>>);
+
+/// What a conversation's turns before its last model turn decided, which no later request of
+/// it can change (a conversation grows at its end, and an output's excerpt is fixed by the
+/// output and the model's next turn): their splices and counts, the calls seen, and the calls
+/// not answered yet. A request whose history starts with the same bytes reads only the rest.
+#[derive(Clone, Default)]
+pub(super) struct Decided {
+    /// Where the decided turns end, relative to the history array's `[`: the next request
+    /// reads from here (the model turn that follows them, and on).
+    pub(super) len: usize,
+    /// Where that model turn ends: the bytes the hashes cover. An output's excerpt is fixed by
+    /// the model's next turn, so that turn's bytes must be the same too (a rewind that answers
+    /// differently is read whole).
+    pub(super) covers: usize,
+    /// The hash of the bytes from the `[` to `covers`.
+    pub(super) hash: u128,
+    /// The hash of their last [`BOUNDARY`] bytes: the cheap first comparison.
+    pub(super) boundary: u128,
+    /// Their outputs' replacements, each range relative to the `[`.
+    pub(super) splices: Vec<(Range<usize>, Arc<str>)>,
+    pub(super) kept_out: usize,
+    /// Each call so far by its name and input: a later call with the same is a repeat.
+    pub(super) seen: HashSet<u128>,
+    /// Calls with no output yet, by id.
+    pub(super) pending: HashMap<String, Pending>,
+}
+
+/// A call carried forward without its body.
+#[derive(Clone)]
+pub(super) struct Pending {
+    pub(super) name: String,
+    pub(super) input: Box<RawValue>,
+    pub(super) text: bool,
+    pub(super) repeat: bool,
+}
+
+impl Pending {
+    pub(super) fn call<'d>(&'d self, id: &'d str) -> Call<'d> {
+        Call {
+            id: Cow::Borrowed(id),
+            name: Cow::Borrowed(&self.name),
+            input: if self.text {
+                Input::Text(&self.input)
+            } else {
+                Input::Json(&self.input)
+            },
+        }
+    }
+}
+
+impl Remembered {
+    /// What the conversation's remembered turns decided, when the body's history still starts
+    /// with their bytes; else nothing (every turn is read).
+    /// With the hasher over its bytes, which the next snapshot goes on from.
+    pub(super) fn find(
+        &self,
+        session: u128,
+        bytes: &[u8],
+        open: usize,
+    ) -> (Arc<Decided>, XxHash3_128) {
+        let remembered = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&session)
+            .cloned()
+            .unwrap_or_default();
+        for d in remembered {
+            let Some(prefix) = bytes.get(open..open + d.covers) else {
+                continue;
+            };
+            if boundary_hash(prefix) != d.boundary {
+                continue;
+            }
+            let mut hasher = XxHash3_128::new();
+            hasher.write(prefix);
+            if hasher.clone().finish_128() == d.hash {
+                return (d, hasher);
+            }
+        }
+        (Arc::default(), XxHash3_128::new())
+    }
+
+    /// Remembers `decided`, which goes on from `from` (what this request found remembered,
+    /// replaced by it), as the latest of the conversations that open alike.
+    pub(super) fn keep(&self, session: u128, from: &Arc<Decided>, decided: Decided) {
+        let mut sessions = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if sessions.len() >= SESSIONS_MAX && !sessions.contains_key(&session) {
+            sessions.clear();
+        }
+        let alike = sessions.entry(session).or_default();
+        alike.retain(|d| !Arc::ptr_eq(d, from) && d.hash != decided.hash);
+        alike.insert(0, Arc::new(decided));
+        alike.truncate(ALIKE_MAX);
+    }
+}
+
+/// A conversation's key: the wire, whether excerpts name `tool_output`, its first element.
+pub(super) fn session_key(wire: Wire, fetchable: bool, first: &[u8]) -> u128 {
+    let mut hasher = XxHash3_128::new();
+    hasher.write(wire.as_str().as_bytes());
+    hasher.write(&[u8::from(fetchable)]);
+    hasher.write(first);
+    hasher.finish_128()
+}
+
+/// The hash of the last [`BOUNDARY`] bytes of `prefix`.
+pub(super) fn boundary_hash(prefix: &[u8]) -> u128 {
+    XxHash3_128::oneshot(&prefix[prefix.len().saturating_sub(BOUNDARY)..])
+}

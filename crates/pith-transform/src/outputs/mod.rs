@@ -174,6 +174,11 @@ impl Stage for OutputsStage {
         };
         let mut walk = Walk::new(&decided, body, open, fetchable, hasher);
         let last_model = turns.iter().rposition(|t| t.model);
+        if last_model == Some(0) && decided.len > 0 {
+            // The newest model turn is the remembered one (a request sent again): the outputs
+            // it shortened first lie among the remembered turns.
+            walk.first = decided.first;
+        }
         for (i, turn) in turns.iter().enumerate() {
             if Some(i) == last_model {
                 let now = walk.decided(turn.start..turn.end);

@@ -47,6 +47,9 @@ pub(super) struct Decided {
     /// Their outputs' replacements, each range relative to the `[`.
     pub(super) splices: Vec<(Range<usize>, Arc<str>)>,
     pub(super) kept_out: usize,
+    /// Of those, shortened for the first time by the model turn after them: what a request
+    /// whose newest model turn is still that one counts as first.
+    pub(super) first: usize,
     /// Each call so far by its name and input: a later call with the same is a repeat.
     pub(super) seen: HashSet<u128>,
     /// Calls with no output yet, by id.

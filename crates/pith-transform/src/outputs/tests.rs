@@ -547,7 +547,7 @@ fn reading_only_the_new_turns_sends_what_reading_them_all_sends() {
         for seed in 0..4 {
             let stage = OutputsStage::new(OutputsOptions::default());
             let bodies = session(wire, 14, seed);
-            let mut read_whole = 0;
+            let (mut read_whole, mut retries) = (0, 0);
             for (n, body) in bodies.iter().enumerate() {
                 let fresh = OutputsStage::new(OutputsOptions::default());
                 let before = stage.elements_read.load(Relaxed);
@@ -565,9 +565,16 @@ fn reading_only_the_new_turns_sends_what_reading_them_all_sends() {
                 );
                 assert_eq!(facts, whole_facts, "{wire:?} seed {seed} request {n}");
                 shortened += usize::from(!facts.is_empty());
+                // The same request again (a retry): the same bytes and the same counts.
+                let before_retry = stage.elements_read.load(Relaxed);
+                assert!(
+                    sent(&stage, wire, body) == (whole.clone(), whole_facts.clone()),
+                    "{wire:?} seed {seed} request {n} sent again"
+                );
+                retries += stage.elements_read.load(Relaxed) - before_retry;
                 read_whole += fresh.elements_read.load(Relaxed);
             }
-            let read = stage.elements_read.load(Relaxed);
+            let read = stage.elements_read.load(Relaxed) - retries;
             assert!(
                 read * 3 < read_whole,
                 "{wire:?}: read {read} of {read_whole}"

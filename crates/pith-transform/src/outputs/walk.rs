@@ -169,6 +169,7 @@ impl<'d, 'a> Walk<'d, 'a> {
                 })
                 .collect(),
             kept_out: self.kept_out,
+            first: self.first,
             seen: self.seen.clone(),
             pending,
         }

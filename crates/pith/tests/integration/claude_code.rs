@@ -399,14 +399,7 @@ fn long_session(
     assert_eq!(bodies.len(), 11, "eleven turns");
     // Every tool ran: its result is in the last turn, and only the first run of the tests
     // failed.
-    let results: Vec<&Value> = bodies[10]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-        .filter(|b| b["type"] == "tool_result")
-        .collect();
+    let results = tool_results(&bodies[10]);
     let ids: Vec<&str> = results
         .iter()
         .filter_map(|r| r["tool_use_id"].as_str())
@@ -444,6 +437,18 @@ fn scripted(
     );
     run.assert_ok(&context());
     assert_eq!(run.stdout, format!("{done}\n"), "{}", run.stderr);
+}
+
+/// The `tool_result` blocks of an Anthropic body's messages, in order.
+fn tool_results(body: &Value) -> Vec<&Value> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .collect()
 }
 
 /// Writes what the mock received as `reqNNN.json` captures in `dir` (the format of
@@ -691,13 +696,8 @@ fn a_long_exploring_claude_code_session_is_cheaper_with_its_outputs_shortened() 
     // By the last request, the long outputs of the exploration ride as excerpts (the listing
     // and the reads Claude Code keeps in its transcript: it leaves a few of its own out).
     let last: Value = serde_json::from_slice(through.last().unwrap()).unwrap();
-    let shortened = last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-        .filter(|b| b["type"] == "tool_result")
+    let shortened = tool_results(&last)
+        .into_iter()
         .filter(|b| {
             let text = b["content"].as_str().map(str::to_owned).unwrap_or_else(|| {
                 b["content"][0]["text"]
@@ -712,13 +712,8 @@ fn a_long_exploring_claude_code_session_is_cheaper_with_its_outputs_shortened() 
 
     let tool_share = |body: &[u8]| {
         let v: Value = serde_json::from_slice(body).unwrap();
-        let results: usize = v["messages"]
-            .as_array()
-            .unwrap()
+        let results: usize = tool_results(&v)
             .iter()
-            .filter_map(|m| m["content"].as_array())
-            .flatten()
-            .filter(|b| b["type"] == "tool_result")
             .map(|b| b["content"].to_string().len())
             .sum();
         results as f64 / body.len() as f64

@@ -152,7 +152,7 @@ pub struct NewMessage {
 pub struct KeptOutput {
     /// The call's id as the client sent it (`tool_use_id`, `tool_call_id`, `call_id`).
     pub call_id: String,
-    /// The output, at most [`MAX_KEPT_OUTPUT`] bytes (cut on a character boundary).
+    /// The output (the store keeps at most [`MAX_KEPT_OUTPUT`] bytes of it).
     pub text: String,
 }
 
@@ -194,13 +194,9 @@ impl NewMessage {
             .iter()
             .filter(|p| p.kind == PartKind::ToolResult && p.text.len() >= min_chars)
             .filter_map(|p| {
-                let mut end = p.text.len().min(MAX_KEPT_OUTPUT);
-                while !p.text.is_char_boundary(end) {
-                    end -= 1;
-                }
                 Some(KeptOutput {
                     call_id: p.call_id.clone()?,
-                    text: p.text[..end].to_owned(),
+                    text: p.text.clone(),
                 })
             })
             .collect();

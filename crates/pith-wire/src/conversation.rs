@@ -95,10 +95,7 @@ pub fn request_messages(wire: Wire, body: &[u8]) -> Option<Vec<Message>> {
 /// found by a skim of the top-level object: the last one when a key repeats, as a full parse
 /// would keep.
 pub fn conversation_member(wire: Wire, body: &[u8]) -> Option<&[u8]> {
-    let key: &[u8] = match wire {
-        Wire::Responses => b"input",
-        _ => b"messages",
-    };
+    let key = wire.history_member().as_bytes();
     let members = crate::skim::object_members(body)?;
     let member = members.iter().rev().find(|m| &body[m.key.clone()] == key)?;
     Some(&body[member.value.clone()])

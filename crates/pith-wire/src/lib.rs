@@ -26,6 +26,15 @@ pub enum Wire {
 }
 
 impl Wire {
+    /// The top-level member of a request body that holds the conversation: `messages`, or
+    /// Responses' `input`.
+    pub fn history_member(self) -> &'static str {
+        match self {
+            Wire::AnthropicMessages | Wire::ChatCompletions => "messages",
+            Wire::Responses => "input",
+        }
+    }
+
     /// The wire for a request path (query string already removed), or `None` for paths that
     /// pith passes through without looking at the body.
     pub fn from_path(path: &str) -> Option<Wire> {

@@ -105,10 +105,7 @@ pub fn request_facts(wire: Wire, body: &[u8], session: SessionNeed) -> RequestFa
     if facts.metadata_session.is_some() {
         return facts;
     }
-    let messages_key: &[u8] = match wire {
-        Wire::Responses => b"input",
-        _ => b"messages",
-    };
+    let messages_key = wire.history_member().as_bytes();
     facts.first_user_hash = value(messages_key)
         .and_then(|m| std::str::from_utf8(m).ok())
         .and_then(|m| serde_json::from_str::<Vec<Message<'_>>>(m).ok())

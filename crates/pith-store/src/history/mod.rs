@@ -306,10 +306,15 @@ fn message_hash(message: &NewMessage) -> String {
 
 /// `text` cut to [`MAX_BODY`] bytes on a character boundary.
 fn bounded(text: &str) -> &str {
-    if text.len() <= MAX_BODY {
+    cut(text, MAX_BODY)
+}
+
+/// `text` cut to `max` bytes on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
         return text;
     }
-    let mut end = MAX_BODY;
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -899,7 +904,10 @@ impl StoredMessage {
             outputs: message
                 .outputs
                 .iter()
-                .map(|o| (o.call_id.clone(), storable(&o.text).into_owned()))
+                .map(|o| {
+                    let text = cut(&o.text, pith_history::MAX_KEPT_OUTPUT);
+                    (o.call_id.clone(), storable(text).into_owned())
+                })
                 .collect(),
         }
     }

@@ -179,13 +179,26 @@ impl History {
                 Ok(())
             },
         )?;
-        for (_, conversation, message, _) in &mut messages {
-            message.outputs = self.db.rows(
-                "SELECT call_id, text FROM tool_outputs
-                 WHERE conversation_id = ?1 AND position = ?2 ORDER BY call_id",
-                values![conversation.as_str(), message.position],
-                |r| Ok((r.text(0)?, r.text(1)?)),
+        // The batch's kept tool outputs, in one query over the same range of messages.
+        if let (Some(first), Some(last)) = (messages.first(), messages.last()) {
+            let at: HashMap<i64, usize> = messages
+                .iter()
+                .enumerate()
+                .map(|(i, (id, ..))| (*id, i))
+                .collect();
+            let outputs = self.db.rows(
+                "SELECT m.id, o.call_id, o.text FROM tool_outputs o
+                 JOIN messages m ON m.conversation_id = o.conversation_id
+                                AND m.position = o.position
+                 WHERE m.id >= ?1 AND m.id <= ?2 ORDER BY m.id, o.call_id",
+                values![first.0, last.0],
+                |r| Ok((r.int(0)?, r.text(1)?, r.text(2)?)),
             )?;
+            for (id, call_id, text) in outputs {
+                if let Some(&i) = at.get(&id) {
+                    messages[i].2.outputs.push((call_id, text));
+                }
+            }
         }
         Ok(Outbox {
             conversations,

@@ -79,14 +79,6 @@ pub(super) struct Conversations {
     whole_reads: AtomicU64,
 }
 
-/// The top-level member that holds the history on `wire`.
-fn history_key(wire: Wire) -> &'static [u8] {
-    match wire {
-        Wire::AnthropicMessages | Wire::ChatCompletions => b"messages",
-        Wire::Responses => b"input",
-    }
-}
-
 impl Conversations {
     /// What `body`'s history says and where its tools are; `None` when the body is not the
     /// JSON the stage reads. Read from the longest mark an earlier turn of the same
@@ -102,7 +94,7 @@ impl Conversations {
     /// JSON (the body is not, either).
     fn read_from_mark(&self, wire: Wire, body: &str) -> Option<Option<Read>> {
         let bytes = body.as_bytes();
-        let array = skim::member_forward(bytes, history_key(wire))?.value;
+        let array = skim::member_forward(bytes, wire.history_member().as_bytes())?.value;
         if bytes.get(array.start) != Some(&b'[') {
             return None;
         }

@@ -19,8 +19,9 @@
 //! The three wires are read into one shape of turns ([`transcript`]); Codex's WebSocket runs
 //! the pipeline over the whole conversation the socket holds, so it is read as Responses. The
 //! cache marker moves on Anthropic only (OpenAI's prompt cache is an automatic prefix with no
-//! write premium). Still to come (issue 48): the original kept for `pith mcp`, reading only
-//! what is new since the session's last request.
+//! write premium). A request reads only the turns after those its conversation's last request
+//! decided ([`remembered`], [`walk`]). With history recorded, each output the stage may shorten
+//! is kept whole there, and an excerpt names `pith mcp`'s `tool_output` when the client has it.
 
 mod breakpoint;
 pub mod excerpt;
@@ -148,8 +149,8 @@ impl Stage for OutputsStage {
             return Ok(Outcome::Unchanged(reason::NONE_LONG));
         }
         let bytes = body.as_bytes();
-        let key = transcript::history_key(request.wire);
-        let Some(history) = skim::member_forward(bytes, key.as_bytes()) else {
+        let key = request.wire.history_member().as_bytes();
+        let Some(history) = skim::member_forward(bytes, key) else {
             return Ok(Outcome::Unchanged(unless_invalid(body, reason::NONE_LONG)));
         };
         let open = history.value.start;
@@ -293,8 +294,8 @@ impl OutputsStage {
     }
 
     /// Shortens one output when it is long, its tool is not excluded and ranking finds it
-    /// worth it (whether it did): the text's JSON string replaced by the header and excerpt. Ranked once per
-    /// call, output and next turn (the memo): a later request decodes nothing.
+    /// worth it (whether it did): the text's JSON string replaced by the header and excerpt.
+    /// Ranked once per call, output and next turn (the memo): a later request decodes nothing.
     fn shorten(
         &self,
         call: &Call<'_>,
@@ -418,17 +419,30 @@ fn header(e: &Excerpt, fetch: Option<&str>) -> String {
 /// How an excerpt begins: an output that begins so is pith's own, never shortened again.
 const HEADER_START: &str = "[pith shortened this tool output: ";
 
-/// Whether a call is pith's `tool_output`, as each client names an MCP server's tools.
+/// pith's `tool_output` as the clients name an MCP server's tools: the end of
+/// `mcp__pith__tool_output` (Claude Code, Codex), and OpenCode's `pith_tool_output`.
+const TOOL_OUTPUT_SUFFIX: &str = "pith__tool_output";
+const TOOL_OUTPUT_OPENCODE: &str = "pith_tool_output";
+
+/// Whether a call is pith's `tool_output`.
 fn is_pith_tool_output(name: &str) -> bool {
-    name.ends_with("pith__tool_output") || name == "pith_tool_output"
+    name.ends_with(TOOL_OUTPUT_SUFFIX) || name == TOOL_OUTPUT_OPENCODE
 }
 
-/// Whether the request offers pith's `tool_output` (its MCP server as the clients name its
-/// tools: `mcp__pith__tool_output` in Claude Code and Codex, `pith_tool_output` in OpenCode).
+/// Whether the request's `tools` offer pith's `tool_output`. Only that member is searched (it
+/// follows the history in the clients' bodies, and a conversation may mention the name).
 fn offers_pith_tool_output(body: &str) -> bool {
-    ["pith__tool_output\"", "\"pith_tool_output\""]
-        .iter()
-        .any(|name| memchr::memmem::find(body.as_bytes(), name.as_bytes()).is_some())
+    let bytes = body.as_bytes();
+    let Some(tools) = skim::members_rev(bytes).find(|m| &bytes[m.key.clone()] == b"tools") else {
+        return false;
+    };
+    let tools = &bytes[tools.value];
+    [
+        format!("{TOOL_OUTPUT_SUFFIX}\""),
+        format!("\"{TOOL_OUTPUT_OPENCODE}\""),
+    ]
+    .iter()
+    .any(|name| memchr::memmem::find(tools, name.as_bytes()).is_some())
 }
 
 #[cfg(test)]

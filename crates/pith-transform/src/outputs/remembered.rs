@@ -81,8 +81,8 @@ impl Pending {
 
 impl Remembered {
     /// What the conversation's remembered turns decided, when the body's history still starts
-    /// with their bytes; else nothing (every turn is read).
-    /// With the hasher over its bytes, which the next snapshot goes on from.
+    /// with their bytes, and the hasher over those bytes (the next snapshot goes on from it);
+    /// else nothing (every turn is read).
     pub(super) fn find(
         &self,
         session: u128,

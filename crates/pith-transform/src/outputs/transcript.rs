@@ -102,14 +102,6 @@ pub(super) struct Output<'a> {
 /// A body that is not the shape its wire documents.
 pub(super) type Unreadable = serde_json::Error;
 
-/// The member of the body that holds each wire's history.
-pub(super) fn history_key(wire: Wire) -> &'static str {
-    match wire {
-        Wire::Responses => "input",
-        Wire::AnthropicMessages | Wire::ChatCompletions => "messages",
-    }
-}
-
 /// The turns of the history elements at `elements` (spans into `body`, in order).
 pub(super) fn turns<'a>(
     wire: Wire,

@@ -96,8 +96,7 @@ impl<'d, 'a> Walk<'d, 'a> {
         'a: 'd,
     {
         if let Some((call, repeat)) = self.calls.get(id) {
-            let call: &'a Call<'a> = call;
-            return Some((reborrow(call), *repeat));
+            return Some((call.borrowed(), *repeat));
         }
         let decided: &'d Decided = self.decided;
         let (id, pending) = decided.pending.get_key_value(id)?;
@@ -113,7 +112,7 @@ impl<'d, 'a> Walk<'d, 'a> {
         'a: 'd,
     {
         if let Some((call, repeat)) = self.calls.remove(id) {
-            return Some((reborrow(call), repeat));
+            return Some((call.borrowed(), repeat));
         }
         let decided: &'d Decided = self.decided;
         let (key, pending) = decided.pending.get_key_value(id)?;
@@ -208,11 +207,6 @@ impl<'d, 'a> Walk<'d, 'a> {
             ..Edit::default()
         })
     }
-}
-
-/// A call of this request as one borrowed for the walk's shorter life.
-fn reborrow<'d>(call: &'d Call<'_>) -> Call<'d> {
-    call.borrowed()
 }
 
 /// A call's identity for repeats: its name and its input's bytes.

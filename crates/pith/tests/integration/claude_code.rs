@@ -441,12 +441,7 @@ fn scripted(
 
 /// The `tool_result` blocks of an Anthropic body's messages, in order.
 fn tool_results(body: &Value) -> Vec<&Value> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
+    message_blocks(body)
         .filter(|b| b["type"] == "tool_result")
         .collect()
 }

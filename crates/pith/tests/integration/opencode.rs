@@ -18,12 +18,7 @@ fn has_tools(body: &[u8]) -> bool {
 
 /// The block types of a body's messages, in order.
 pub(crate) fn block_types(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
+    message_blocks(body)
         .filter_map(|b| b["type"].as_str().map(str::to_owned))
         .collect()
 }

@@ -504,3 +504,14 @@ pub fn install_test_model(home: &std::path::Path) -> std::path::PathBuf {
     );
     home.join("models/minilm")
 }
+
+/// The content blocks of an Anthropic body's messages, in order (a message whose content is a
+/// string has none).
+pub fn message_blocks(body: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+}

@@ -6,10 +6,11 @@
 use std::collections::HashMap;
 
 use pith_history::{AgentType, NewMessage};
-use pith_store::history::{History, Turn};
+use pith_store::history::{History, SentExcerpt, Turn};
+use pith_transform::outputs;
 use pith_wire::conversation;
 
-use crate::record::Record;
+use crate::record::{Record, ReportResult};
 
 /// Where recorded conversations go, and how they are labelled.
 pub struct HistorySink {
@@ -120,8 +121,42 @@ impl Labels {
                 })
                 .collect(),
             reply,
+            excerpts: if self.keep_outputs_from.is_some() {
+                excerpts_first_sent(record)
+            } else {
+                Vec::new()
+            },
         })
     }
+}
+
+/// The excerpts the outputs stage sent in place of tool outputs, read from the body that went
+/// up, when the stage says it shortened an output for the first time in this request (the
+/// only time the body is parsed again for them; the store keeps each once).
+fn excerpts_first_sent(record: &Record) -> Vec<SentExcerpt> {
+    let shortened_first = record.transforms.iter().any(|r| {
+        r.stage == outputs::NAME
+            && matches!(&r.result, ReportResult::Applied(facts)
+                if facts.iter().any(|f| f.name == "first" && f.value > 0))
+    });
+    let (Some(wire), Some(body), true) = (record.wire, &record.upstream_body, shortened_first)
+    else {
+        return Vec::new();
+    };
+    let Some(messages) = conversation::request_messages(wire, body) else {
+        return Vec::new();
+    };
+    messages
+        .iter()
+        .flat_map(|m| &m.parts)
+        .filter_map(|p| {
+            let call_id = p.call_id.clone()?;
+            outputs::is_excerpt(&p.text).then(|| SentExcerpt {
+                call_id,
+                text: p.text.clone(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

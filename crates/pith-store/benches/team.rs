@@ -182,6 +182,7 @@ fn turn(i: usize, held: &mut [Vec<NewMessage>]) -> Turn {
         ts_ms: 1_700_000_000_000 + i as i64,
         messages: so_far.clone(),
         reply: Some(reply.clone()),
+        excerpts: Vec::new(),
     };
     so_far.push(reply);
     turn

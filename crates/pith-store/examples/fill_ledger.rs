@@ -3,7 +3,7 @@
 //! (`scripts/bench-dashboard`); LONG of them (default 0) in one more session, `ses_long`,
 //! whose prompt the client changes at a tool every tenth request (a cache bust each time).
 //!
-//! `cargo run --release -p pith-store --example fill_ledger -- PATH [N [LONG]]`
+//! `cargo run --release -p pith-store --example fill_ledger -- PATH [N [LONG]]` (`--help`: this line)
 #![expect(clippy::print_stdout, reason = "a report printed for a person")]
 
 use std::path::PathBuf;
@@ -14,8 +14,15 @@ use pith_store::ledger::{
 use pith_wire::fingerprint::Fingerprint;
 
 fn main() -> Result<(), String> {
+    const USAGE: &str = "usage: fill_ledger PATH [N [LONG]] (PATH: a new ledger file)";
     let mut args = std::env::args().skip(1);
-    let path = PathBuf::from(args.next().ok_or("usage: fill_ledger PATH [N]")?);
+    let path = args.next().ok_or(USAGE)?;
+    // An option where the path goes once made a 170 MB ledger named `--help` (committed).
+    if path.starts_with('-') {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let path = PathBuf::from(path);
     let n: usize = match args.next() {
         Some(v) => v.parse().map_err(|e| format!("N={v}: {e}"))?,
         None => 100_000,

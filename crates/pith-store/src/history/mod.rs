@@ -94,6 +94,32 @@ pub struct Turn {
     pub messages: Vec<NewMessage>,
     /// The assistant's reply, when one was read.
     pub reply: Option<NewMessage>,
+    /// The excerpts pith sent in place of kept outputs (by call id) in this request: each is
+    /// kept beside its output the first time it is sent.
+    pub excerpts: Vec<SentExcerpt>,
+}
+
+/// An excerpt pith sent in place of a tool output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentExcerpt {
+    /// The call the output answered.
+    pub call_id: String,
+    /// The excerpt as sent.
+    pub text: String,
+}
+
+/// A kept tool output a request first sent as an excerpt: what the dashboard's request page
+/// shows beside the output's size.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShortenedOutput {
+    /// The call the output answered.
+    pub call_id: String,
+    /// The whole output's length, in characters.
+    pub chars: u64,
+    /// The excerpt's length, in characters.
+    pub excerpt_chars: u64,
+    /// The excerpt sent in its place.
+    pub excerpt: String,
 }
 
 /// A conversation as listed.
@@ -456,6 +482,13 @@ impl History {
                     "UPDATE conversations SET updated_ms = ?2 WHERE id = ?1",
                     values![&id, turn.ts_ms],
                 )?;
+                for excerpt in &turn.excerpts {
+                    db.execute(
+                        "UPDATE tool_outputs SET excerpt = ?3, excerpt_ms = ?4
+                         WHERE conversation_id = ?1 AND call_id = ?2 AND excerpt IS NULL",
+                        values![&id, &excerpt.call_id, &excerpt.text, turn.ts_ms],
+                    )?;
+                }
             }
             Ok(added)
         })
@@ -822,6 +855,34 @@ impl History {
              ORDER BY c.updated_ms DESC LIMIT 1",
             values![call_id, account],
             |r| r.text(0),
+        )
+    }
+
+    /// The kept tool outputs that the request of `client`'s session `session` arriving at
+    /// `ts_ms` first sent as excerpts, in the order their outputs came.
+    pub fn shortened_by(
+        &self,
+        account: &str,
+        client: &str,
+        session: &str,
+        ts_ms: i64,
+    ) -> Result<Vec<ShortenedOutput>, StoreError> {
+        self.db.rows(
+            "SELECT o.call_id, LENGTH(o.text), o.excerpt FROM tool_outputs o
+             JOIN conversations c ON c.id = o.conversation_id
+             WHERE c.account = ?1 AND c.client = ?2 AND c.session_id = ?3
+               AND c.trashed_ms IS NULL AND o.excerpt_ms = ?4 AND o.excerpt IS NOT NULL
+             ORDER BY o.position, o.call_id",
+            values![account, client, session, ts_ms],
+            |r| {
+                let excerpt = r.text(2)?;
+                Ok(ShortenedOutput {
+                    call_id: r.text(0)?,
+                    chars: r.count(1)?,
+                    excerpt_chars: excerpt.chars().count() as u64,
+                    excerpt,
+                })
+            },
         )
     }
 

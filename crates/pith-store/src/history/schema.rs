@@ -86,6 +86,12 @@ CREATE TABLE tool_outputs (
 );
 CREATE INDEX tool_outputs_call ON tool_outputs (call_id);
 ",
+    // The excerpt pith sent in an output's place, and when the request that first sent it
+    // arrived (the dashboard's request page shows it beside the output's size).
+    "
+ALTER TABLE tool_outputs ADD COLUMN excerpt TEXT;
+ALTER TABLE tool_outputs ADD COLUMN excerpt_ms BIGINT;
+",
 ];
 
 /// PostgreSQL (the team's history, component `history` in `pith_schema`): the same tables.
@@ -154,5 +160,10 @@ CREATE TABLE tool_outputs (
     PRIMARY KEY (conversation_id, call_id)
 );
 CREATE INDEX tool_outputs_call ON tool_outputs (call_id);
+",
+    // As SQLite's.
+    "
+ALTER TABLE tool_outputs ADD COLUMN excerpt TEXT;
+ALTER TABLE tool_outputs ADD COLUMN excerpt_ms BIGINT;
 ",
 ];

@@ -98,6 +98,7 @@ fn recorded_with_a_side_call(
         ts_ms: NOW,
         messages,
         reply: None,
+        excerpts: Vec::new(),
     };
     history.record(&[turn(said_in(session, roles))]).unwrap();
     let id = conversation_id(account, Source::Proxy, "claude-code", session);
@@ -386,6 +387,7 @@ fn recording_appends_new_messages_and_ignores_retries_and_side_calls() {
             ts_ms: NOW,
             messages,
             reply: reply.map(|r| message("assistant", r)),
+            excerpts: Vec::new(),
         };
         let first = message("user", "fix calc");
         assert_eq!(
@@ -533,6 +535,7 @@ fn proxy_turn(account: &str, session: &str, messages: Vec<NewMessage>, reply: &s
         ts_ms: NOW,
         messages,
         reply: Some(message("assistant", reply)),
+        excerpts: Vec::new(),
     }
 }
 
@@ -654,6 +657,7 @@ fn a_requests_turn_is_what_it_added_and_its_reply() {
         let turn = |session: &str, ts: i64, messages: Vec<NewMessage>, reply: NewMessage| Turn {
             ts_ms: ts,
             reply: Some(reply),
+            excerpts: Vec::new(),
             ..proxy_turn("local", session, messages, "")
         };
         let first = at(NOW, "user", "fix <b>calc</b>");
@@ -792,4 +796,74 @@ fn kept_tool_outputs_are_found_by_call_id_shipped_and_purged_with_their_conversa
         .row("SELECT COUNT(*) FROM tool_outputs", &[], |r| r.count(0))
         .unwrap();
     assert_eq!(rows, Some(1));
+}
+
+/// The excerpt pith sent in place of a kept output is kept beside it the first time a request
+/// sends it: the request that did is the one it is shown under (its session, its arrival),
+/// a later request sending it again changes nothing, and an output never sent as an excerpt,
+/// or another session's, is not shown.
+#[test]
+fn an_excerpt_is_kept_beside_its_output_under_the_request_that_first_sent_it() {
+    let with_output = |call_id: &str, text: &str| NewMessage {
+        outputs: vec![pith_history::KeptOutput {
+            call_id: call_id.into(),
+            text: text.into(),
+        }],
+        ..message("user", "")
+    };
+    let long = "a line of the output\n".repeat(300);
+    let conversation = vec![
+        message("user", "read calc.py"),
+        with_output("toolu_1", &long),
+        message("assistant", "read"),
+        with_output("toolu_2", &long),
+    ];
+    let excerpt = |call_id: &str, text: &str| SentExcerpt {
+        call_id: call_id.into(),
+        text: text.into(),
+    };
+    // Each request carries the same messages (no reply recorded, so none grows the
+    // conversation past them).
+    let at = |ts_ms: i64, excerpts: Vec<SentExcerpt>| Turn {
+        ts_ms,
+        excerpts,
+        reply: None,
+        ..proxy_turn("alice", "s1", conversation.clone(), "ok")
+    };
+    each_backend(|mut h| {
+        h.record(&[at(NOW, Vec::new())]).unwrap();
+        h.record(&[at(
+            NOW + 10,
+            vec![excerpt("toolu_1", "[pith shortened… first]")],
+        )])
+        .unwrap();
+        h.record(&[at(
+            NOW + 20,
+            vec![
+                excerpt("toolu_1", "[pith shortened… again]"),
+                excerpt("toolu_9", "[pith shortened… of nothing kept]"),
+            ],
+        )])
+        .unwrap();
+        let shown =
+            |ts: i64, session: &str| h.shortened_by("alice", "claude-code", session, ts).unwrap();
+        assert_eq!(
+            shown(NOW + 10, "s1"),
+            [ShortenedOutput {
+                call_id: "toolu_1".into(),
+                chars: long.chars().count() as u64,
+                excerpt_chars: "[pith shortened… first]".chars().count() as u64,
+                excerpt: "[pith shortened… first]".into(),
+            }]
+        );
+        assert!(shown(NOW + 20, "s1").is_empty(), "sent again: kept once");
+        assert!(shown(NOW, "s1").is_empty());
+        assert!(shown(NOW + 10, "s2").is_empty(), "another session's");
+        assert!(
+            h.shortened_by("bob", "claude-code", "s1", NOW + 10)
+                .unwrap()
+                .is_empty(),
+            "another account's"
+        );
+    });
 }

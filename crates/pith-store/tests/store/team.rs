@@ -60,6 +60,7 @@ fn turn(i: u64) -> Turn {
             "assistant",
             format!("done step {round} of {session}"),
         )),
+        excerpts: Vec::new(),
     }
 }
 

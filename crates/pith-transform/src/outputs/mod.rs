@@ -419,6 +419,12 @@ fn header(e: &Excerpt, fetch: Option<&str>) -> String {
 /// How an excerpt begins: an output that begins so is pith's own, never shortened again.
 const HEADER_START: &str = "[pith shortened this tool output: ";
 
+/// Whether a tool output's text is an excerpt this stage sent in its place (what the history
+/// keeps beside the whole output, for the dashboard).
+pub fn is_excerpt(text: &str) -> bool {
+    text.starts_with(HEADER_START)
+}
+
 /// pith's `tool_output` as the clients name an MCP server's tools: the end of
 /// `mcp__pith__tool_output` (Claude Code, Codex), and OpenCode's `pith_tool_output`.
 const TOOL_OUTPUT_SUFFIX: &str = "pith__tool_output";

@@ -1,6 +1,7 @@
 //! The session page's API: `/pith/api/session?id=` (a session's requests in arrival order,
 //! each with its stages, savings and cache bust) and `/pith/api/request?id=` (one request's
-//! record and the text its turn added to the history, when the history holds it).
+//! record, the text its turn added to the history when the history holds it, and the tool
+//! outputs it first sent as pith's excerpts, each beside its whole size).
 //!
 //! A session shows its newest requests ([`SESSION_REQUESTS`] unless `limit` asks, at most
 //! `SESSION_REQUESTS_MAX`) in arrival order, the order the ledger pairs them for busts; a
@@ -14,7 +15,7 @@ use std::path::Path;
 
 use http::StatusCode;
 use pith_proxy::own_pages::OwnPage;
-use pith_store::history::{History, TurnMessage};
+use pith_store::history::{History, ShortenedOutput, TurnMessage};
 use pith_store::ledger::{Readers, SESSION_REQUESTS_MAX, SessionRequest};
 use serde_json::json;
 
@@ -87,23 +88,25 @@ pub(super) fn request(
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let turn = turn_of(&request, history, own_account, gateway);
-    let (turn, missing) = match turn {
-        Ok(messages) => (Some(messages), None),
-        Err(why) => (None, Some(why)),
+    let (turn, shortened, missing) = match turn {
+        Ok((messages, shortened)) => (Some(messages), shortened, None),
+        Err(why) => (None, Vec::new(), Some(why)),
     };
     json_page(
         StatusCode::OK,
-        &json!({"request": request, "turn": turn, "turn_missing": missing}),
+        &json!({"request": request, "turn": turn, "turn_missing": missing,
+                "shortened": shortened}),
     )
 }
 
-/// The text request `request` added to its conversation, or why the page shows none.
+/// The text request `request` added to its conversation and the tool outputs it first sent as
+/// excerpts (each whole output's size beside the excerpt), or why the page shows none.
 fn turn_of(
     request: &SessionRequest,
     history: Option<&Path>,
     own_account: &str,
     gateway: bool,
-) -> Result<Vec<TurnMessage>, String> {
+) -> Result<(Vec<TurnMessage>, Vec<ShortenedOutput>), String> {
     if gateway {
         return Err(
             "this proxy serves several accounts: a conversation's text is shown by \
@@ -121,23 +124,21 @@ fn turn_of(
         return Err("no history has been recorded yet".to_owned());
     }
     let r = &request.request;
-    let messages = History::open_read_only(path)
+    let account = request.account.as_deref().unwrap_or(own_account);
+    let (messages, shortened) = History::open_read_only(path)
         .and_then(|h| {
-            h.turn(
-                request.account.as_deref().unwrap_or(own_account),
-                &r.client,
-                session,
-                r.ts_ms,
-                pith_history::reply_ms(r.ts_ms, r.total_ms),
-            )
+            let reply_ms = pith_history::reply_ms(r.ts_ms, r.total_ms);
+            let messages = h.turn(account, &r.client, session, r.ts_ms, reply_ms)?;
+            let shortened = h.shortened_by(account, &r.client, session, r.ts_ms)?;
+            Ok((messages, shortened))
         })
         .map_err(|e| format!("the history cannot be read: {e}"))?;
-    if messages.is_empty() {
+    if messages.is_empty() && shortened.is_empty() {
         return Err(
             "the history holds no text of this request (it added nothing new, was not a \
                     conversation's turn, or its conversation was deleted)"
                 .to_owned(),
         );
     }
-    Ok(messages)
+    Ok((messages, shortened))
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::support::*;
 
-fn get(pith: &PithProxy, path: &str, extra: &[(&str, &str)]) -> (u16, String, String) {
+pub(crate) fn get(pith: &PithProxy, path: &str, extra: &[(&str, &str)]) -> (u16, String, String) {
     let rt = runtime();
     let client = client();
     rt.block_on(async {
@@ -341,7 +341,7 @@ fn the_page_fits_a_phone_and_a_laptop_and_axe_finds_nothing_serious() {
 /// page scrolls inside its own box; the whole page, light and dark, kept as the test's
 /// artifacts (`{name}-{width}x{height}-{scheme}.png`), and axe-core finds no serious or
 /// critical violation in either (contrast is checked against the colours shown).
-fn fits_and_axe_finds_nothing_serious(
+pub(crate) fn fits_and_axe_finds_nothing_serious(
     page: &mut crate::browser::Page,
     size: (u32, u32),
     name: &str,

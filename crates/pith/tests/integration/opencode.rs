@@ -12,7 +12,8 @@ use crate::support::*;
 
 const TASK: &str = "the test fails, fix calc.py";
 
-fn has_tools(body: &[u8]) -> bool {
+/// Whether a request offers tools: OpenCode's main loop does, its title call does not.
+pub(crate) fn has_tools(body: &[u8]) -> bool {
     body.windows(9).any(|w| w == b"\"tools\":[")
 }
 

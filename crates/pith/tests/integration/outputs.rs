@@ -119,11 +119,15 @@ fn switched_on_an_earlier_long_output_goes_as_an_excerpt_and_is_counted() {
 }
 
 /// Claude Code's request as it was when the long Read result was new (its last message), and
-/// the same conversation later, both offering pith's `tool_output` as Claude Code names an MCP
-/// server's tools.
+/// the next one (the model's turn after it and that turn's result added), both offering pith's
+/// `tool_output` as Claude Code names an MCP server's tools.
 fn own_turn_and_later() -> (Capture, Vec<u8>, Vec<u8>, (usize, usize)) {
     let (cap, later, at) = with_long_result();
     let mut later: Value = serde_json::from_slice(&later).unwrap();
+    let messages = later["messages"].as_array_mut().unwrap();
+    assert_eq!(messages[at.0 + 1]["role"], "assistant");
+    assert_eq!(messages[at.0 + 2]["role"], "user");
+    messages.truncate(at.0 + 3);
     later["tools"]
         .as_array_mut()
         .unwrap()
@@ -181,6 +185,35 @@ fn a_shortened_output_names_its_call_and_pith_mcp_returns_it_whole() {
     let (text, is_error) = mcp.call("tool_output", serde_json::json!({"callId": "toolu_none"}));
     assert!(is_error);
     assert!(text.contains("Run the call again"), "{text}");
+
+    // The dashboard's record of the request that first sent the excerpt shows it beside the
+    // output's whole size; the output's own turn shows none.
+    let get = |path: &str| -> Value {
+        let (status, _, body) = crate::dashboard::get(&pith, path, &[]);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let recent = get("/pith/api/requests?limit=2");
+    let ids: Vec<i64> = recent["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    let (later_id, own_id) = (ids[0], ids[1]);
+    let record = get(&format!("/pith/api/request?id={later_id}"));
+    let whole_text = result["content"].as_str().unwrap();
+    assert_eq!(
+        record["shortened"],
+        json!([{
+            "call_id": id,
+            "chars": whole_text.chars().count(),
+            "excerpt_chars": shown.chars().count(),
+            "excerpt": shown,
+        }])
+    );
+    let record = get(&format!("/pith/api/request?id={own_id}"));
+    assert_eq!(record["shortened"], json!([]));
 }
 
 /// A capture's first tool output with a turn of the model after it, made a long file read (as
@@ -271,17 +304,9 @@ fn chat_and_responses_requests_send_an_earlier_long_output_as_an_excerpt() {
     }
 }
 
-/// The real Codex (HTTP, Responses) reads a long file with `cat -n`, patches a line of it with
-/// `apply_patch`, reads another, checks, through pith with the stage on: it completes, the
-/// patch lands, and from the turn after each read on its output reaches the provider as the
-/// excerpt (the line the patch quoted kept).
-#[test]
-fn the_real_codex_completes_a_session_whose_long_outputs_are_shortened() {
-    use pith_testkit::Reply;
-    use pith_testkit::fixtures::{DEFAULT_USAGE, ToolCall, responses};
-
-    let work = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
+/// The two files the real clients' sessions read, and a line of the first found once in it,
+/// written into `work`.
+fn session_files(work: &std::path::Path) -> &'static str {
     let files = [
         ("skim.rs", include_str!("../../../pith-wire/src/skim.rs")),
         (
@@ -290,34 +315,80 @@ fn the_real_codex_completes_a_session_whose_long_outputs_are_shortened() {
         ),
     ];
     for (name, text) in files {
-        std::fs::write(work.path().join(name), text).unwrap();
+        std::fs::write(work.join(name), text).unwrap();
     }
-    // A line of skim.rs found once, to patch.
-    let line = files[0]
+    files[0]
         .1
         .lines()
         .find(|l| l.len() > 40 && files[0].1.matches(*l).count() == 1 && !l.contains('\t'))
-        .unwrap();
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
+        .unwrap()
+}
+
+/// Codex's session over [`session_files`], as the provider's answers (event streams): `cat -n`
+/// of the long file, `apply_patch` of `line`, `cat -n` of the other, a check, "Checked.".
+fn codex_session(line: &str) -> Vec<bytes::Bytes> {
+    use pith_testkit::fixtures::{DEFAULT_USAGE, ToolCall, responses};
     let exec = |id: &str, cmd: &str| {
-        Reply::sse(responses::stream_with_tool(
+        responses::stream_with_tool(
             &[],
             &ToolCall::new(id, "exec_command", &json!({"cmd": cmd}).to_string()),
             DEFAULT_USAGE,
-        ))
+        )
     };
-    mock.push(exec("call_01", "cat -n skim.rs"));
     let patch = format!(
         "*** Begin Patch\n*** Update File: skim.rs\n@@\n-{line}\n+{line} // checked\n*** End Patch\n"
     );
-    mock.push(Reply::sse(responses::stream_with_custom_tool(
-        &ToolCall::new("call_02", "apply_patch", &patch),
-        DEFAULT_USAGE,
-    )));
-    mock.push(exec("call_03", "cat -n excerpt.rs"));
-    mock.push(exec("call_04", "grep -c checked skim.rs"));
-    mock.push(Reply::sse(responses::stream(&["Checked."], DEFAULT_USAGE)));
+    vec![
+        exec("call_01", "cat -n skim.rs"),
+        responses::stream_with_custom_tool(
+            &ToolCall::new("call_02", "apply_patch", &patch),
+            DEFAULT_USAGE,
+        ),
+        exec("call_03", "cat -n excerpt.rs"),
+        exec("call_04", "grep -c checked skim.rs"),
+        responses::stream(&["Checked."], DEFAULT_USAGE),
+    ]
+}
+
+/// The text of call `call`'s output in a Responses request's `input`, if it carries it.
+fn responses_output(body: &Value, call: &str) -> Option<String> {
+    let item = body["input"]
+        .as_array()?
+        .iter()
+        .find(|i| i["type"] == "function_call_output" && i["call_id"] == call)?;
+    Some(
+        item["output"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| item["output"].to_string()),
+    )
+}
+
+/// The patch of [`codex_session`] landed in `work`.
+fn assert_patched(work: &std::path::Path, line: &str) {
+    let patched = std::fs::read_to_string(work.join("skim.rs")).unwrap();
+    assert!(
+        patched.contains(&format!("{line} // checked")),
+        "the patch ran"
+    );
+}
+
+/// The real Codex (HTTP, Responses) reads a long file with `cat -n`, patches a line of it with
+/// `apply_patch`, reads another, checks, through pith with the stage on: it completes, the
+/// patch lands, and from the turn after each read on its output reaches the provider as the
+/// excerpt (the line the patch quoted kept).
+#[test]
+fn the_real_codex_completes_a_session_whose_long_outputs_are_shortened() {
+    use pith_testkit::Reply;
+
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let line = session_files(work.path());
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
+    for step in codex_session(line) {
+        mock.push(Reply::sse(step));
+    }
     let run = crate::clients::codex(
         work.path(),
         home.path(),
@@ -328,27 +399,12 @@ fn the_real_codex_completes_a_session_whose_long_outputs_are_shortened() {
     );
     run.assert_ok(&format!("pith:\n{}", pith.stderr()));
     assert_eq!(run.stdout, "Checked.\n", "{}", run.stderr);
-    let patched = std::fs::read_to_string(work.path().join("skim.rs")).unwrap();
-    assert!(
-        patched.contains(&format!("{line} // checked")),
-        "the patch ran"
-    );
+    assert_patched(work.path(), line);
 
     let received = mock.received();
     assert_eq!(received.len(), 5, "one request per turn");
     let output = |n: usize, call: &str| -> String {
-        let body = received[n].body_json().unwrap();
-        let item = body["input"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["type"] == "function_call_output" && i["call_id"] == call)
-            .cloned()
-            .unwrap();
-        item["output"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| item["output"].to_string())
+        responses_output(&received[n].body_json().unwrap(), call).unwrap()
     };
     // Whole in its own turn, an excerpt from the next on, the same bytes after.
     assert!(!output(1, "call_01").starts_with("[pith shortened"));
@@ -360,7 +416,7 @@ fn the_real_codex_completes_a_session_whose_long_outputs_are_shortened() {
     assert_eq!(output(4, "call_01"), shown);
     // The line the patch (the model's next turn) quoted is kept.
     assert!(
-        shown.contains(line.trim()),
+        shown.contains(line),
         "the patched line is not in the excerpt"
     );
     assert!(!output(3, "call_03").starts_with("[pith shortened"));
@@ -371,4 +427,281 @@ fn the_real_codex_completes_a_session_whose_long_outputs_are_shortened() {
             .all(|r| r.outcome == pith_outcome::RequestOutcome::Ok),
         "{rows:?}"
     );
+}
+
+/// The same session with the real Codex on its default path, over its WebSocket (`pith run
+/// codex`, the built-in provider): it completes and the patch lands. A create carries only
+/// what is new when it chains to the last response (`previous_response_id`); pith runs the
+/// stage over the whole conversation the socket holds, so a create whose turn shortens an
+/// output goes up whole, with the excerpt, and every create that carries the output carries
+/// the same bytes.
+#[test]
+fn the_real_codex_over_its_websocket_completes_a_session_whose_long_outputs_are_shortened() {
+    use crate::websocket::{DefaultCodex, codex_runtime};
+    use pith_testkit::responses_socket::{self, SocketMock, frames_of};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let rt = codex_runtime();
+    let scratch = tempfile::tempdir().unwrap();
+    let line = session_files(scratch.path());
+    let steps: Vec<Vec<String>> = codex_session(line).iter().map(|s| frames_of(s)).collect();
+    let turn = AtomicUsize::new(0);
+    let mock = rt
+        .block_on(SocketMock::start(std::sync::Arc::new(
+            move |create: &Value, _| {
+                if responses_socket::is_warm_up(create) {
+                    return responses_socket::warm_up_answer(250);
+                }
+                let n = turn.fetch_add(1, Ordering::SeqCst);
+                steps.get(n).cloned().unwrap_or_default()
+            },
+        )))
+        .unwrap();
+    let upstream = mock.url();
+    let pith = PithProxy::start_with(&upstream, &upstream, &[("PITH_TRIM_OUTPUTS", "1")]);
+    let codex = DefaultCodex::new(&pith, &upstream);
+    session_files(codex.work());
+    let run = codex.run(&[], "check skim.rs");
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert_eq!(run.stdout, "Checked.\n", "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("straight to its provider"),
+        "{}",
+        run.stderr
+    );
+    assert_patched(codex.work(), line);
+
+    let turns = mock.seen().turns();
+    assert_eq!(turns.len(), 5, "one create per turn: {turns:?}");
+    let carried = |call: &str| -> Vec<(usize, String)> {
+        (0..turns.len())
+            .filter_map(|n| Some((n, responses_output(&turns[n], call)?)))
+            .collect()
+    };
+    for (call, first_turn) in [("call_01", 1), ("call_03", 3)] {
+        let carried = carried(call);
+        // Its own turn carries it whole (that create is new items or the whole input).
+        assert_eq!(carried.first().map(|c| c.0), Some(first_turn), "{call}");
+        assert!(!carried[0].1.starts_with("[pith shortened"), "{call}");
+        // The next create carries the excerpt, whole (no chain: the provider's copy is the
+        // output whole), and any later create carrying it carries the same bytes.
+        let later = &carried[1..];
+        assert!(!later.is_empty(), "{call} never went up again");
+        assert_eq!(later[0].0, first_turn + 1, "{call}");
+        assert!(
+            turns[first_turn + 1].get("previous_response_id").is_none(),
+            "the create shortening {call} chained"
+        );
+        assert!(
+            later[0].1.starts_with("[pith shortened this tool output: "),
+            "{call}: {}",
+            later[0].1
+        );
+        assert!(later.iter().all(|(_, o)| *o == later[0].1), "{call}");
+    }
+    let kept = responses_output(&turns[2], "call_01").unwrap();
+    assert!(
+        kept.contains(line),
+        "the patched line is not in the excerpt"
+    );
+    let rows = pith.wait_rows(6);
+    assert!(
+        rows.iter()
+            .filter(|r| r.method == "WEBSOCKET")
+            .all(|r| r.outcome == pith_outcome::RequestOutcome::Ok),
+        "{rows:?}"
+    );
+    drop(rt);
+}
+
+/// The real OpenCode (Anthropic's wire, its own read, edit and bash tools) reads a long file,
+/// edits one line of it, reads another, checks, through pith with the stage on: it completes,
+/// the edit lands, and from the turn after each read on its output reaches the provider as the
+/// excerpt (the line the edit's `oldString` quoted kept), the same bytes on every later turn.
+/// OpenCode's read shows `N: line` inside `<content>`; its title call (no tools) races the
+/// first turn and takes the mock's default reply.
+#[test]
+fn the_real_opencode_completes_a_session_whose_long_outputs_are_shortened() {
+    use crate::opencode::has_tools;
+    use pith_testkit::Reply;
+    use pith_testkit::fixtures::{DEFAULT_USAGE, ToolCall, anthropic};
+
+    let work = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let line = session_files(work.path());
+    let path = |name: &str| work.path().join(name).display().to_string();
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
+    let call = |id: &str, tool: &str, input: Value| {
+        Reply::sse(anthropic::stream_with_tool(
+            &[],
+            &ToolCall::new(id, tool, &input.to_string()),
+            DEFAULT_USAGE,
+        ))
+    };
+    let steps = [
+        call("toolu_01", "read", json!({"filePath": path("skim.rs")})),
+        call(
+            "toolu_02",
+            "edit",
+            json!({"filePath": path("skim.rs"), "oldString": line,
+                   "newString": format!("{line} // checked")}),
+        ),
+        call("toolu_03", "read", json!({"filePath": path("excerpt.rs")})),
+        call(
+            "toolu_04",
+            "bash",
+            json!({"command": "grep -c checked skim.rs", "description": "Count"}),
+        ),
+        Reply::sse(anthropic::stream(&["Checked."], DEFAULT_USAGE)),
+    ];
+    for step in steps {
+        mock.push_when(has_tools, step);
+    }
+    let base = format!("{}/v1", pith.url());
+    let run = crate::clients::opencode(
+        work.path(),
+        home.path(),
+        &base,
+        &[],
+        "check skim.rs",
+        crate::clients::LIMIT,
+    );
+    run.assert_ok(&format!("pith:\n{}", pith.stderr()));
+    assert!(run.stdout.contains("Checked."), "{}", run.stdout);
+    assert_eq!(mock.queued_replies(), 0, "every turn reached the mock");
+    assert_patched(work.path(), line);
+
+    let turns: Vec<Value> = mock
+        .received()
+        .into_iter()
+        .filter(|r| has_tools(&r.body))
+        .map(|r| r.body_json().unwrap())
+        .collect();
+    assert_eq!(turns.len(), 5, "one request per turn");
+    let output = |n: usize, id: &str| -> String {
+        let result = turns[n]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("turn {n} carries no result of {id}"));
+        match &result["content"] {
+            Value::String(s) => s.clone(),
+            blocks => blocks
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect(),
+        }
+    };
+    // Whole in its own turn, an excerpt from the next on, the same bytes after.
+    let whole = output(1, "toolu_01");
+    assert!(
+        whole.contains("<content>"),
+        "OpenCode's read shape: {whole:.200}"
+    );
+    assert!(!whole.contains("[pith shortened"));
+    let shown = output(2, "toolu_01");
+    assert!(
+        shown.contains("[pith shortened this tool output: "),
+        "{shown:.300}"
+    );
+    assert!(
+        shown.len() < whole.len() / 2,
+        "{} of {}",
+        shown.len(),
+        whole.len()
+    );
+    assert_eq!(output(4, "toolu_01"), shown);
+    // The line the edit (the model's next turn) quoted is kept, as OpenCode numbered it.
+    assert!(
+        shown.contains(line),
+        "the edited line is not in the excerpt"
+    );
+    assert!(!output(3, "toolu_03").contains("[pith shortened"));
+    assert!(output(4, "toolu_03").contains("[pith shortened"));
+    let rows = pith.wait_rows(6);
+    assert!(
+        rows.iter()
+            .all(|r| r.outcome == pith_outcome::RequestOutcome::Ok),
+        "{rows:?}"
+    );
+}
+
+/// The session page in Chromium, from the keyboard: the record of the request that first sent
+/// an excerpt shows the output's whole size and the excerpt beside it (as text, never markup);
+/// at a phone's width and a laptop's nothing overflows and axe-core finds nothing serious.
+#[test]
+fn the_session_page_shows_an_excerpt_beside_its_outputs_size() {
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_DEFER_TOOLS", "0"), ("PITH_TRIM_OUTPUTS", "1")],
+    );
+    let (cap, own, later, (i, j)) = own_turn_and_later();
+    send_body(&pith, &cap, own);
+    send_body(&pith, &cap, later.clone());
+    pith.wait_rows(2);
+    pith.flush();
+    let whole: Value = serde_json::from_slice(&later).unwrap();
+    let chars = whole["messages"][i]["content"][j]["content"]
+        .as_str()
+        .unwrap()
+        .chars()
+        .count();
+    let (_, _, body) = crate::dashboard::get(&pith, "/pith/api/requests?limit=1", &[]);
+    let newest: Value = serde_json::from_str(&body).unwrap();
+    let request = newest["requests"][0]["id"].as_i64().unwrap();
+    let session = newest["requests"][0]["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hash: String = session
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let url = format!("{}/#session={hash}", pith.url());
+    for size in [(390, 844), (1280, 800)] {
+        let mut page = crate::browser::Page::open(&url, size);
+        page.until(
+            "document.querySelectorAll('#session-requests tbody tr').length === 2",
+            10_000,
+        );
+        page.eval(&format!(
+            "document.querySelector('#session-requests tr[data-id=\"{request}\"] button').focus()"
+        ));
+        page.press("Enter");
+        page.until(
+            &format!("document.getElementById('record-{request}') !== null"),
+            10_000,
+        );
+        let shown = page.eval(&format!(
+            "(() => {{ const box = document.getElementById('record-{request}'); \
+             const pres = [...box.querySelectorAll('pre')]; return {{ text: box.textContent, \
+             excerpt: pres.map(p => p.textContent).find(t => t.startsWith('[pith shortened')) }}; }})()"
+        ));
+        let text = shown["text"].as_str().unwrap();
+        assert!(
+            text.contains("Tool outputs pith sent as excerpts from this request on"),
+            "{text:.300}"
+        );
+        // The page's own number format (`fmt`): thousands from 10,000 on.
+        assert!(chars >= 10_000);
+        let size_words = format!("{:.1}k characters whole", chars as f64 / 1e3);
+        assert!(text.contains(&size_words), "no {size_words:?}");
+        let excerpt = shown["excerpt"].as_str().expect("the excerpt as text");
+        assert!(
+            excerpt.contains("pith's tool_output with callId"),
+            "{excerpt:.200}"
+        );
+        crate::dashboard::fits_and_axe_finds_nothing_serious(&mut page, size, "excerpt");
+    }
 }

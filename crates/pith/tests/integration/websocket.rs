@@ -569,6 +569,11 @@ impl DefaultCodex {
         DefaultCodex { work, home, env }
     }
 
+    /// The project it works in.
+    pub(crate) fn work(&self) -> &std::path::Path {
+        self.work.path()
+    }
+
     /// Its `$CODEX_HOME`, where it keeps its session files.
     pub(crate) fn codex_home(&self) -> std::path::PathBuf {
         self.home.path().join(".codex")

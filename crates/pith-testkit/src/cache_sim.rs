@@ -292,3 +292,102 @@ pub fn session_costs(bodies: &[Vec<u8>], model: CostModel) -> Result<Vec<Request
     }
     Ok(costs)
 }
+
+/// OpenAI's prompt caching, for a session of Responses bodies (in order). As OpenAI documents
+/// it ("Prompt Caching 201", for models before GPT-5.6): automatic, no markers and no fee to
+/// write; a prompt of at least [`MIN_CACHEABLE_TOKENS`] reads from the cache the longest
+/// prefix it shares with an earlier request, in steps of [`OPENAI_CACHE_STEP`] tokens, and
+/// cached input costs up to 90% less (the GPT-5 family's 0.1x, what [`TurnCost::weighted`]
+/// charges a read). The prompt as the model sees it: the instructions, the tools, then the
+/// input items, in order. Assumes every request reaches the machine that holds its prefix.
+pub fn responses_session_costs(bodies: &[Vec<u8>]) -> Result<Vec<TurnCost>, String> {
+    let prompts = bodies
+        .iter()
+        .map(|b| responses_prompt(b))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut costs = Vec::with_capacity(prompts.len());
+    for (k, prompt) in prompts.iter().enumerate() {
+        let shared = prompts[..k]
+            .iter()
+            .map(|earlier| common_prefix_chars(earlier, prompt))
+            .max()
+            .unwrap_or(0);
+        let total = tokens_of(prompt.chars().count());
+        let shared = tokens_of(shared);
+        let read = if total >= MIN_CACHEABLE_TOKENS && shared >= MIN_CACHEABLE_TOKENS {
+            MIN_CACHEABLE_TOKENS
+                + ((shared - MIN_CACHEABLE_TOKENS) / OPENAI_CACHE_STEP).floor() * OPENAI_CACHE_STEP
+        } else {
+            0.0
+        };
+        costs.push(TurnCost {
+            uncached: total - read,
+            write: 0.0,
+            read,
+        });
+    }
+    Ok(costs)
+}
+
+/// The granularity of OpenAI's cache hits past the first [`MIN_CACHEABLE_TOKENS`].
+pub const OPENAI_CACHE_STEP: f64 = 128.0;
+
+/// A Responses body's prompt in the order the model reads it: instructions, tools, input.
+fn responses_prompt(body: &[u8]) -> Result<String, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let mut prompt = value["instructions"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    prompt.push_str(&value["tools"].to_string());
+    match &value["input"] {
+        Value::Array(items) => items.iter().for_each(|i| prompt.push_str(&i.to_string())),
+        other => prompt.push_str(&other.to_string()),
+    }
+    Ok(prompt)
+}
+
+/// Characters `a` and `b` share from their start.
+fn common_prefix_chars(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(instructions: &str, items: &[&str]) -> Vec<u8> {
+        let input: Vec<Value> = items
+            .iter()
+            .map(|t| serde_json::json!({"type": "message", "role": "user", "content": t}))
+            .collect();
+        serde_json::to_vec(&serde_json::json!({
+            "instructions": instructions, "tools": [], "input": input,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn openai_reads_the_longest_earlier_prefix_in_steps_past_the_minimum() {
+        let long = "x".repeat(8_000); // 2,000 tokens of instructions
+        let first = body(&long, &["read the file"]);
+        let next = body(&long, &["read the file", &"y".repeat(4_000)]);
+        let changed = body(&format!("z{long}"), &["read the file"]);
+        let costs = responses_session_costs(&[first, next, changed]).unwrap();
+        assert_eq!(
+            (costs[0].read, costs[0].write),
+            (0.0, 0.0),
+            "nothing earlier"
+        );
+        // The second shares the first's prompt up to the end of its last item's text.
+        let read = costs[1].read;
+        assert!((MIN_CACHEABLE_TOKENS..=2_010.0).contains(&read), "{read}");
+        assert_eq!((read - MIN_CACHEABLE_TOKENS) % OPENAI_CACHE_STEP, 0.0);
+        assert!((costs[1].total() - (2_000.0 + 1_000.0 + 20.0)).abs() < 25.0);
+        assert_eq!(
+            costs[2].read, 0.0,
+            "a changed first character shares nothing"
+        );
+        assert!(costs[2].weighted() > costs[1].weighted());
+    }
+}

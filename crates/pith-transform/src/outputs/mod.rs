@@ -191,8 +191,11 @@ impl Stage for OutputsStage {
             }
             let Some(at) = turns[i + 1..].iter().position(|t| t.model) else {
                 // The turn that carries these outputs is the last with any: they ride whole,
-                // and the cache marker after a long one moves before it.
-                walk.marker = self.marker_before_first_long(body, &turns, i, &walk);
+                // and the cache marker after a long one moves before it (the first such turn
+                // decides: what follows it carries no outputs of its own).
+                if walk.marker.is_empty() {
+                    walk.marker = self.marker_before_first_long(body, &turns, i, &walk);
+                }
                 continue;
             };
             let next = &turns[i + 1 + at];
@@ -254,10 +257,17 @@ impl OutputsStage {
         if last.blocks.is_empty() {
             return Vec::new();
         }
+        // The client's marker may sit after the outputs' turn: Claude Code 2.1.328 ends some
+        // requests with a `system`-role message of its own ("The user hasn't heard from you
+        // in a while…") and marks that.
+        let mut from_last = blocks(last);
+        for later in &turns[at + 1..] {
+            from_last.extend(blocks(later));
+        }
         let moved = breakpoint::move_marker(
             body,
             &blocks(&turns[previous]),
-            &blocks(last),
+            &from_last,
             first_long.block,
         );
         moved.unwrap_or_default()

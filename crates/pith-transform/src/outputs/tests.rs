@@ -382,6 +382,27 @@ fn the_marker_after_a_long_result_moves_before_it() {
     );
 }
 
+/// Claude Code 2.1.328 ends some requests with a `system`-role message of its own after the
+/// results and marks that: the marker still moves before the first long result.
+#[test]
+fn a_marker_on_a_message_after_the_results_moves_before_the_long_one() {
+    let stage = OutputsStage::new(OutputsOptions::default());
+    let mut m = messages(3);
+    let reminder = json!({"role": "system", "content": [{"type": "text",
+        "text": "The user hasn't heard from you in a while.",
+        "cache_control": {"type": "ephemeral"}}]});
+    m.push(reminder);
+    let b = body(m.clone());
+    let v = edited(&b, &apply(&stage, &b));
+    let mut expected = m;
+    expected[3]["content"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("cache_control");
+    expected[1]["content"][1]["cache_control"] = json!({"type": "ephemeral"});
+    assert_eq!(v["messages"], Value::Array(expected));
+}
+
 /// With the originals kept, an excerpt names pith's `tool_output` and the call's id only when
 /// the request offers that tool (as Claude Code names an MCP server's tools); otherwise it
 /// says to run the call again.

@@ -28,6 +28,7 @@ mod hook;
 mod hostile_bodies;
 mod hostile_peers;
 mod ledger;
+mod long_sessions;
 mod mcp;
 mod memory;
 mod model;

@@ -368,8 +368,11 @@ fn with_long_outputs(rng: &mut Rng, body: &[u8]) -> Vec<u8> {
     while let Some(at) = memchr::memmem::find(rest, b":\"") {
         out.extend_from_slice(&rest[..at + 2]);
         rest = &rest[at + 2..];
-        if rng.chance(0.2) {
-            for _ in 0..rng.below(200) {
+        // A tool output's text most often (Anthropic's `content`, Chat's `content` of a
+        // `tool` message, Responses' `output`), long enough to shorten more often than not.
+        let output = out.ends_with(b"\"content\":\"") || out.ends_with(b"\"output\":\"");
+        if rng.chance(if output { 0.6 } else { 0.1 }) {
+            for _ in 0..rng.below(200) + if output { 30 } else { 0 } {
                 out.extend_from_slice(rng.one(&LINES).as_bytes());
             }
         }

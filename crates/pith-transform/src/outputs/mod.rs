@@ -329,12 +329,12 @@ impl OutputsStage {
         let replacement = match remembered {
             Some(r) => r,
             None => {
-                let text: String = serde_json::from_str(raw.get())?;
-                let made = if self.long_enough(&text) {
-                    replacement(call, &text, next, edit.fetchable)?
-                } else {
-                    None
-                };
+                // Text that does not decode (a lone surrogate's escape) is left whole.
+                let made = serde_json::from_str::<String>(raw.get())
+                    .ok()
+                    .filter(|text| self.long_enough(text))
+                    .and_then(|text| replacement(call, &text, next, edit.fetchable));
+
                 let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
                 if memo.len() >= MEMO_MAX {
                     memo.clear();
@@ -370,26 +370,24 @@ fn memo_key(id: &str, output: &str, next: &Turn<'_>, fetchable: bool) -> u128 {
     hasher.finish_128()
 }
 
-/// The JSON string that takes an output's place, or `None` when ranking leaves it whole.
-fn replacement(
-    call: &Call<'_>,
-    text: &str,
-    next: &Turn<'_>,
-    fetchable: bool,
-) -> Result<Option<Arc<str>>, StageError> {
-    let input = call.input.value()?;
+/// The JSON string that takes an output's place, or `None` when ranking leaves it whole (or
+/// the call's input or the next turn does not decode: then nothing says what to keep).
+fn replacement(call: &Call<'_>, text: &str, next: &Turn<'_>, fetchable: bool) -> Option<Arc<str>> {
+    let input = call.input.value().ok()?;
     let mut call_strings = Vec::new();
     strings_of(&input, &mut call_strings);
     let later_text: Vec<String> = next
         .texts
         .iter()
         .map(|t| serde_json::from_str(t.get()))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .ok()?;
     let later: Vec<serde_json::Value> = next
         .calls
         .iter()
         .map(|c| c.input.value())
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .ok()?;
     let mut later_inputs = Vec::new();
     for v in &later {
         strings_of(v, &mut later_inputs);
@@ -399,12 +397,10 @@ fn replacement(
         later_text: later_text.iter().map(String::as_str).collect(),
         later_inputs,
     };
-    let Some(excerpt) = excerpt::excerpt(text, kind_of_call(&call.name, &input), &query) else {
-        return Ok(None);
-    };
+    let excerpt = excerpt::excerpt(text, kind_of_call(&call.name, &input), &query)?;
     let fetch = fetchable.then_some(call.id.as_ref());
     let shown = format!("{}\n{}", header(&excerpt, fetch), excerpt.text);
-    Ok(Some(Arc::from(quote(&shown))))
+    Some(Arc::from(quote(&shown)))
 }
 
 /// The excerpt's first line: that pith shortened the output, how much it shows, how the lines

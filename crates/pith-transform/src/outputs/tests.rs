@@ -382,6 +382,27 @@ fn the_marker_after_a_long_result_moves_before_it() {
     );
 }
 
+/// An output, a call's input or a later turn's text whose string does not decode (a lone
+/// surrogate's escape, which the JSON grammar allows and Unicode does not) is left whole: no
+/// error, nothing shortened (the stage fuzzer's case 12067 of seed 0x70697468f0222510).
+#[test]
+fn text_that_does_not_decode_is_left_whole() {
+    let stage = OutputsStage::new(OutputsOptions::default());
+    let b = body(messages(5));
+    for (needle, broken) in [
+        ("\"content\":\"1\\t", "\"content\":\"\\ud800 1\\t"),
+        ("\"file_path\":\"/w", "\"file_path\":\"\\udc00/w"),
+        ("\"old_string\":\"", "\"old_string\":\"\\ud83d"),
+    ] {
+        assert!(b.contains(needle), "{needle}");
+        let b = b.replacen(needle, broken, 1);
+        assert!(
+            matches!(apply(&stage, &b), Outcome::Unchanged(_)),
+            "{broken}"
+        );
+    }
+}
+
 /// Claude Code 2.1.328 ends some requests with a `system`-role message of its own after the
 /// results and marks that: the marker still moves before the first long result.
 #[test]

@@ -45,7 +45,14 @@ pub fn kind_of(tool: &str, command: Option<&str>) -> Kind {
     let program = command
         .and_then(|c| c.split_whitespace().next())
         .map(|p| p.rsplit('/').next().unwrap_or(p));
+    // A log shown with `cat` or `tail` is a command's output all the same: its problems and
+    // its ends are what the model needs.
+    let shows_a_log = command.is_some_and(|c| {
+        c.split_whitespace()
+            .any(|word| word.trim_end_matches([';', '|', ')']).ends_with(".log"))
+    });
     match program {
+        Some("cat" | "sed" | "nl" | "head" | "tail" | "less" | "bat") if shows_a_log => Kind::Shell,
         Some("cat" | "sed" | "nl" | "head" | "tail" | "less" | "bat") => Kind::File,
         Some("grep" | "rg" | "find" | "fd" | "ls" | "tree" | "git-ls-files") => Kind::Search,
         _ => Kind::Shell,
@@ -137,6 +144,14 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         // A search's first line says what it found ("Found 12 files"), a listing's last its
         // total (`wc -l`'s, `du`'s).
         Kind::Search => {
+            // A search of a log: the few problems it found (a failed test's result among
+            // the passing ones); a search for problem words finds many, ranked instead.
+            let problems: Vec<usize> = (0..total)
+                .filter(|&i| names_a_problem(content[i]) && is_log_problem(content[i]))
+                .collect();
+            if problems.len() <= SEARCH_PROBLEMS_MAX {
+                problems.into_iter().for_each(|i| keep[i] = true);
+            }
             keep[0] = true;
             if let Some(last) = (0..total).rev().find(|&i| !content[i].trim().is_empty()) {
                 keep[last] = true;
@@ -160,11 +175,19 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         let around = [
             Some(i),
             definition_above(&content, i),
+            heading_above(&content, i, kind),
             i.checked_sub(1).filter(|_| neighbours),
             i.checked_add(1).filter(|&j| neighbours && j < total),
         ];
         for j in around.into_iter().flatten() {
             shown.add_within(j, budget, &mut keep);
+        }
+        // A short block the line (or the next) opens, to its close: a list of values under
+        // the key the query found, a struct literal's fields.
+        if kind != Kind::Search {
+            for j in block_opened(&content, i).chain(block_opened(&content, i + 1)) {
+                shown.add_within(j, budget, &mut keep);
+            }
         }
         // A search's file heading (OpenCode's grep: the path, then its matches indented):
         // the matches under it, as far as they fit.
@@ -283,6 +306,66 @@ fn definition_above(content: &[&str], i: usize) -> Option<usize> {
     })
 }
 
+/// The line that heads line `i`'s group, above it: a table's header row for a row (`| … |`),
+/// the file a search's indented match is listed under (OpenCode's grep: the path, then `Line
+/// N: …` indented), the commit a line of `git log` or `git show` belongs to. What the model
+/// needs to read a kept line where it sits.
+fn heading_above(content: &[&str], i: usize, kind: Kind) -> Option<usize> {
+    let row = |l: &str| l.trim_start().starts_with('|');
+    if row(content[i]) {
+        let first = (0..i).rev().take_while(|&j| row(content[j])).last()?;
+        return Some(first);
+    }
+    let indented = |l: &str| l.starts_with(' ') || l.starts_with('\t');
+    if kind == Kind::Search && indented(content[i]) {
+        return (i.saturating_sub(GROUP_MAX)..i)
+            .rev()
+            .find(|&j| !indented(content[j]) && !content[j].trim().is_empty());
+    }
+    if kind == Kind::File {
+        return None;
+    }
+    (i.saturating_sub(COMMIT_MAX)..i).rev().find(|&j| {
+        content[j].strip_prefix("commit ").is_some_and(|rest| {
+            rest.as_bytes()
+                .get(..40)
+                .is_some_and(|id| id.iter().all(u8::is_ascii_hexdigit))
+        })
+    })
+}
+
+/// The lines of the short block line `i` opens (it ends with `[`, `{` or `(`), through the
+/// line that closes it; none when it opens none or the block is longer than [`BLOCK_MAX`].
+fn block_opened(content: &[&str], i: usize) -> std::ops::Range<usize> {
+    let none = i + 1..i + 1;
+    let Some(line) = content.get(i).map(|l| l.trim_end()) else {
+        return none;
+    };
+    if !line.ends_with(['[', '{', '(']) {
+        return none;
+    }
+    let mut depth = 0i32;
+    for (j, text) in content.iter().enumerate().take(i + 1 + BLOCK_MAX).skip(i) {
+        for c in text.chars() {
+            match c {
+                '[' | '{' | '(' => depth += 1,
+                ']' | '}' | ')' => depth -= 1,
+                _ => {}
+            }
+        }
+        if depth <= 0 {
+            return i + 1..j + 1;
+        }
+    }
+    none
+}
+
+/// Lines of a block shown with the line that opens it, at most.
+const BLOCK_MAX: usize = 16;
+
+/// Lines of one commit looked through for its `commit` line, at most.
+const COMMIT_MAX: usize = 400;
+
 /// A line's text without the line number a client put before it (Claude Code's `12\t` or
 /// `    12→`, OpenCode's `12: `), for matching against what the model quoted.
 fn content_of(line: &str) -> &str {
@@ -372,6 +455,37 @@ fn mark_blocks(content: &[&str], wanted: &[&str], keep: &mut [bool]) {
     }
 }
 
+/// Whether a line a search found reads as a log's problem, not as code that mentions one (a
+/// search of source finds `StoreError` and `error: &Error` everywhere): a failed test or a
+/// panic, or a compiler's `error:` / `error[E…]` starting the line or its text after a
+/// search's `path:` or `path:line:` prefix.
+fn is_log_problem(line: &str) -> bool {
+    if line.contains("FAILED") || line.contains("panicked at") {
+        return true;
+    }
+    let starts_problem = |text: &str| {
+        let text = text.trim_start();
+        text.starts_with("error: ") || text.starts_with("error[E")
+    };
+    let mut rest = line;
+    for _ in 0..3 {
+        if starts_problem(rest) {
+            return true;
+        }
+        match rest.split_once(':') {
+            Some((_, after)) => rest = after,
+            None => break,
+        }
+    }
+    false
+}
+
+/// A search's problem lines are kept regardless when there are at most this many.
+const SEARCH_PROBLEMS_MAX: usize = 8;
+
+/// A problem line longer than this is not kept regardless.
+const PROBLEM_LINE_MAX: usize = 2_000;
+
 /// Words that make a log line a problem the model must see.
 const PROBLEM_WORDS: &[&str] = &[
     "error",
@@ -396,7 +510,7 @@ const PROBLEM_WORDS: &[&str] = &[
 /// that say where it is.
 fn mark_problems(content: &[&str], keep: &mut [bool]) {
     for (i, line) in content.iter().enumerate() {
-        if !PROBLEM_WORDS.iter().any(|w| line.contains(w)) {
+        if !names_a_problem(line) {
             continue;
         }
         keep[i] = true;
@@ -409,6 +523,30 @@ fn mark_problems(content: &[&str], keep: &mut [bool]) {
             keep[j] = true;
         }
     }
+}
+
+/// Whether a log line names a problem: a problem word in it, but not a test that passed or was
+/// ignored (its name may hold one: `unknown_keys_are_errors ... ok`) and not a count of none
+/// (`0 failed`).
+fn names_a_problem(line: &str) -> bool {
+    let line = line.trim();
+    // A dump on one line (an assertion's `Debug` of a whole struct) is ranked like any other:
+    // kept regardless, it alone could cost more than the excerpt may.
+    if line.len() > PROBLEM_LINE_MAX {
+        return false;
+    }
+    if line.starts_with("test ") && (line.ends_with(" ... ok") || line.ends_with(" ... ignored")) {
+        return false;
+    }
+    PROBLEM_WORDS.iter().any(|w| {
+        line.match_indices(w).any(|(at, _)| {
+            let count = line[..at]
+                .trim_end()
+                .rsplit(|c: char| !c.is_ascii_digit())
+                .next();
+            count != Some("0")
+        })
+    })
 }
 
 /// Marks a command output's first and last lines (the last non-empty ones).
@@ -716,5 +854,95 @@ mod tests {
             quoted(r#"grep -n 'grown to ~1.3 MB' "short" 'unclosed"#),
             ["grown to ~1.3 MB"]
         );
+    }
+    /// A log shown with `cat` or `tail` is ranked as a command's output; a passing test whose
+    /// name holds a problem word and a count of none are not problems; a search keeps the few
+    /// log problems it found but not source that mentions errors.
+    #[test]
+    fn a_logs_problems_are_told_from_names_and_counts_that_mention_them() {
+        assert_eq!(
+            kind_of("Bash", Some("tail -n 400 target/ci.log")),
+            Kind::Shell
+        );
+        assert_eq!(kind_of("Bash", Some("cat src/error.rs")), Kind::File);
+        assert!(!names_a_problem(
+            "test config::unknown_keys_are_errors ... ok"
+        ));
+        assert!(!names_a_problem(
+            "test result: ok. 12 passed; 0 failed; 0 ignored"
+        ));
+        assert!(names_a_problem("test result: FAILED. 11 passed; 1 failed"));
+        assert!(names_a_problem(
+            "test config::unknown_keys_are_errors ... FAILED"
+        ));
+        assert!(!names_a_problem(&format!("left: {}", "error ".repeat(500))));
+
+        let mut found: Vec<String> = (0..300)
+            .map(|i| format!("src/m{i}.rs:{i}:    Err(StoreError::Io(e)) => return Err(e),"))
+            .collect();
+        found[120] = "ci.log:2210:error[E0308]: mismatched types".into();
+        found[250] = "ci.log:3001:test ledger::kill_9 ... FAILED".into();
+        let e = excerpt(&found.join("\n"), Kind::Search, &Query::default()).expect("shortened");
+        assert!(
+            e.kept.contains(&120) && e.kept.contains(&250),
+            "{:?}",
+            e.kept
+        );
+        assert!(
+            e.kept.len() < 20,
+            "source that mentions errors is ranked: {:?}",
+            e.kept
+        );
+        assert!(!is_log_problem("src/a.rs:3:    let error: &Error = &e;"));
+        assert!(is_log_problem("src/a.rs:3:error: unused variable"));
+    }
+
+    /// A kept table row brings its header, a kept line of `git log` its commit, and a line that
+    /// opens a short block the block through its close.
+    #[test]
+    fn a_kept_lines_heading_and_short_block_come_with_it() {
+        let mut lines = source(300);
+        lines[100] = "| body | pith p50 | bare p50 |".into();
+        lines[101] = "|---|---:|---:|".into();
+        for (n, line) in lines.iter_mut().enumerate().take(140).skip(102) {
+            *line = format!("| req{n:03} | 1.{n} ms | 0.9 ms |");
+        }
+        let output = lines.join("\n");
+        let query = Query {
+            later_text: vec!["req130 is the slow one"],
+            ..Query::default()
+        };
+        let e = excerpt(&output, Kind::Shell, &query).expect("shortened");
+        assert!(
+            e.kept.contains(&130) && e.kept.contains(&100),
+            "{:?}",
+            e.kept
+        );
+
+        let mut log = source(300);
+        log[10] = format!("commit {}", "ab12".repeat(10));
+        log[60] = "    Retry the upload when the server drops the connection".into();
+        let query = Query {
+            later_text: vec!["the upload retry landed"],
+            ..Query::default()
+        };
+        let e = excerpt(&log.join("\n"), Kind::Shell, &query).expect("shortened");
+        assert!(e.kept.contains(&60) && e.kept.contains(&10), "{:?}", e.kept);
+        assert_eq!(heading_above(&["commit é"; 2], 1, Kind::Shell), None);
+
+        let mut file = source(300);
+        file[200] = "members = [".into();
+        file[201] = "    \"crates/pith\",".into();
+        file[202] = "    \"crates/pith-bench\",".into();
+        file[203] = "]".into();
+        let query = Query {
+            later_text: vec!["the workspace members list"],
+            ..Query::default()
+        };
+        let e = excerpt(&numbered(&file), Kind::File, &query).expect("shortened");
+        for n in 200..=203 {
+            assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
+        }
+        assert_eq!(block_opened(&["a = [", "1,"], 0), 1..1, "an unclosed block");
     }
 }

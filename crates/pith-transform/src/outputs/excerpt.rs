@@ -175,6 +175,7 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         let around = [
             Some(i),
             definition_above(&content, i),
+            definition_above(&content, i).and_then(|j| parent_heading(&content, j)),
             heading_above(&content, i, kind),
             i.checked_sub(1).filter(|_| neighbours),
             i.checked_add(1).filter(|&j| neighbours && j < total),
@@ -295,15 +296,34 @@ const DEFINES: &[&str] = &[
 /// The nearest line above `i` (within a screen) that starts a definition or a heading: what
 /// the model needs to know where a kept line sits.
 fn definition_above(content: &[&str], i: usize) -> Option<usize> {
-    (i.saturating_sub(60)..i).rev().find(|&j| {
-        let line = content[j].trim_start();
-        let line = line
-            .strip_prefix("pub(crate) ")
-            .or_else(|| line.strip_prefix("pub(super) "))
-            .or_else(|| line.strip_prefix("pub "))
-            .unwrap_or(line);
-        DEFINES.iter().any(|d| line.starts_with(d))
-    })
+    (i.saturating_sub(60)..i)
+        .rev()
+        .find(|&j| DEFINES.iter().any(|d| declared(content[j]).starts_with(d)))
+}
+
+/// A line's declaration as a definition starts: without a diff's `+`, `-` or ` ` (a `git
+/// show` shows a definition it adds as `+fn name(`), its indent and a visibility.
+fn declared(line: &str) -> &str {
+    let line = line.strip_prefix(['+', '-']).unwrap_or(line).trim_start();
+    line.strip_prefix("pub(crate) ")
+        .or_else(|| line.strip_prefix("pub(super) "))
+        .or_else(|| line.strip_prefix("pub "))
+        .unwrap_or(line)
+}
+
+/// A Markdown heading's level (`## Invariants` is 2), `None` for any other line.
+fn heading_level(line: &str) -> Option<usize> {
+    let level = line.bytes().take_while(|&b| b == b'#').count();
+    ((1..=6).contains(&level) && line[level..].starts_with(' ')).then_some(level)
+}
+
+/// The heading a Markdown heading sits under (the nearest above it of a higher level), so a
+/// kept section says which part of the document it is in.
+fn parent_heading(content: &[&str], j: usize) -> Option<usize> {
+    let level = heading_level(content[j])?;
+    (0..j)
+        .rev()
+        .find(|&k| heading_level(content[k]).is_some_and(|l| l < level))
 }
 
 /// The line that heads line `i`'s group, above it: a table's header row for a row (`| … |`),
@@ -516,13 +536,23 @@ fn mark_problems(content: &[&str], keep: &mut [bool]) {
         keep[i] = true;
         for j in i + 1..(i + 1 + ERROR_TAIL).min(content.len()) {
             let next = content[j];
-            let locates = next.starts_with(' ') || next.starts_with('\t') || next.contains("-->");
+            let locates = next.starts_with(' ')
+                || next.starts_with('\t')
+                || next.contains("-->")
+                || is_source_gutter(next);
             if next.trim().is_empty() || !locates {
                 break;
             }
             keep[j] = true;
         }
     }
+}
+
+/// Whether a line is a compiler's quoted source under a diagnostic (rustc's and clang's
+/// `178 | pub fn usage_of<E>(`): the line number, a gutter, the source.
+fn is_source_gutter(line: &str) -> bool {
+    line.split_once(" |")
+        .is_some_and(|(number, _)| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Whether a log line names a problem: a problem word in it, but not a test that passed or was
@@ -649,12 +679,7 @@ fn defines_one_of(line: &str, names: &[&str]) -> bool {
     if names.is_empty() {
         return false;
     }
-    let line = line.trim_start();
-    let line = line
-        .strip_prefix("pub(crate) ")
-        .or_else(|| line.strip_prefix("pub(super) "))
-        .or_else(|| line.strip_prefix("pub "))
-        .unwrap_or(line);
+    let line = declared(line);
     DEFINES.iter().filter(|d| **d != "#").any(|d| {
         line.strip_prefix(d).is_some_and(|rest| {
             names.iter().any(|n| {
@@ -944,5 +969,46 @@ mod tests {
             assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
         }
         assert_eq!(block_opened(&["a = [", "1,"], 0), 1..1, "an unclosed block");
+    }
+    /// A compiler's quoted source comes with its diagnostic, a kept section with the heading
+    /// it sits under, and a definition a diff adds counts as one.
+    #[test]
+    fn a_diagnostics_source_a_sections_parent_and_a_diffs_definitions_are_found() {
+        let mut log: Vec<String> = (0..200)
+            .map(|i| format!("   Compiling crate_{i}"))
+            .collect();
+        log[150] = "warning: function `usage_of` is never used".into();
+        log[151] = "   --> crates/pith-store/src/ledger/model.rs:178:15".into();
+        log[152] = "    |".into();
+        log[153] = "178 | pub(crate) fn usage_of<E>(".into();
+        log[154] = "    |               ^^^^^^^^".into();
+        let e = excerpt(&log.join("\n"), Kind::Shell, &Query::default()).expect("shortened");
+        for n in 150..=154 {
+            assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
+        }
+        assert!(!is_source_gutter("| req006 | 1.3 MB |"));
+
+        let mut doc = source(300);
+        doc[5] = "## Invariants".into();
+        doc[190] = "### Storage (`pith-store`)".into();
+        doc[230] = "- The spool is bounded and survives a restart.".into();
+        let query = Query {
+            later_text: vec!["add a bullet after the spool's"],
+            ..Query::default()
+        };
+        let e = excerpt(&numbered(&doc), Kind::File, &query).expect("shortened");
+        for n in [5, 190, 230] {
+            assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
+        }
+        assert_eq!(heading_level("#[derive(Debug)]"), None);
+
+        assert_eq!(
+            declared("+    pub fn arrival_us(&self) -> i64 {"),
+            "fn arrival_us(&self) -> i64 {"
+        );
+        assert!(defines_one_of(
+            "+fn starved_writers(path: &Path)",
+            &["starved_writers"]
+        ));
     }
 }

@@ -376,7 +376,10 @@ fn long_session(
 ) -> (Vec<Value>, Project) {
     let work = Project::new();
     for (k, (tool, input)) in long_session_turns(work.path()).iter().enumerate() {
-        mock.push(tool_turn(&format!("toolu_{:02}", k + 1), tool, input));
+        mock.push_when(
+            a_turn,
+            tool_turn(&format!("toolu_{:02}", k + 1), tool, input),
+        );
     }
     scripted(
         mock,
@@ -415,6 +418,14 @@ fn long_session(
     (bodies, work)
 }
 
+/// Whether a body the mock received asks for a model's turn (a Messages request, which always
+/// carries `max_tokens`), not a token count: Claude Code sends `/v1/messages/count_tokens`
+/// (no `max_tokens`) for a long file it read, and a scripted turn that answered it would be
+/// lost to the session.
+pub(crate) fn a_turn(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).is_ok_and(|b| b.get("max_tokens").is_some())
+}
+
 /// Claude Code in `(project, home)` at `base_url`, given `task` and allowed Read, Edit and
 /// Bash, while the mock plays the turns pushed on it and then answers `done`: it must exit 0
 /// and print `done`.
@@ -426,7 +437,7 @@ pub(crate) fn scripted(
     done: &str,
     context: &dyn Fn() -> String,
 ) {
-    mock.push(Reply::sse(anthropic::stream(&[done], USAGE)));
+    mock.push_when(a_turn, Reply::sse(anthropic::stream(&[done], USAGE)));
     let run = clients::claude_code(
         work,
         home,

@@ -721,18 +721,22 @@ fn a_requests_turn_is_what_it_added_and_its_reply() {
     });
 }
 
-/// A proxied message's kept tool outputs: found by call id in the account's conversations (not
-/// another account's, not once trashed), kept once when later requests carry the message
-/// again, shipped to the team history with their message, and gone with a purge.
-#[test]
-fn kept_tool_outputs_are_found_by_call_id_shipped_and_purged_with_their_conversation() {
-    let with_output = |call_id: &str, text: &str| NewMessage {
+/// A user message carrying one kept tool output.
+fn with_output(call_id: &str, text: &str) -> NewMessage {
+    NewMessage {
         outputs: vec![pith_history::KeptOutput {
             call_id: call_id.into(),
             text: text.into(),
         }],
         ..message("user", "")
-    };
+    }
+}
+
+/// A proxied message's kept tool outputs: found by call id in the account's conversations (not
+/// another account's, not once trashed), kept once when later requests carry the message
+/// again, shipped to the team history with their message, and gone with a purge.
+#[test]
+fn kept_tool_outputs_are_found_by_call_id_shipped_and_purged_with_their_conversation() {
     let long = "a line of the output\n".repeat(300);
     let conversation = vec![
         message("user", "read calc.py"),
@@ -804,13 +808,6 @@ fn kept_tool_outputs_are_found_by_call_id_shipped_and_purged_with_their_conversa
 /// or another session's, is not shown.
 #[test]
 fn an_excerpt_is_kept_beside_its_output_under_the_request_that_first_sent_it() {
-    let with_output = |call_id: &str, text: &str| NewMessage {
-        outputs: vec![pith_history::KeptOutput {
-            call_id: call_id.into(),
-            text: text.into(),
-        }],
-        ..message("user", "")
-    };
     let long = "a line of the output\n".repeat(300);
     let conversation = vec![
         message("user", "read calc.py"),

@@ -279,6 +279,45 @@ fn responses_cost(bodies: &[Vec<u8>]) -> f64 {
         .sum()
 }
 
+/// The bodies of the session's turns (the requests the mock received that `is_turn` picks):
+/// one per step and the last.
+fn turns(
+    mock: &MockUpstream,
+    steps: &[Step],
+    is_turn: impl Fn(&pith_testkit::Recorded) -> bool,
+) -> Vec<Vec<u8>> {
+    let bodies: Vec<Vec<u8>> = mock
+        .received()
+        .iter()
+        .filter(|r| is_turn(r))
+        .map(|r| r.body.to_vec())
+        .collect();
+    assert_eq!(bodies.len(), steps.len() + 1);
+    bodies
+}
+
+/// A client's session against a mock at a base URL (a context for its failures): the bodies
+/// of its turns.
+type Session = fn(&MockUpstream, &str, &dyn Fn() -> String) -> Vec<Vec<u8>>;
+
+/// A client's session run straight to a mock and through pith with excerpts on (its base URL
+/// the server's plus `path`), compared: the share pith saved.
+fn direct_and_through_pith(
+    client: &str,
+    session: Session,
+    path: &str,
+    cost: fn(&[Vec<u8>]) -> f64,
+) -> f64 {
+    let direct = MockUpstream::start().unwrap();
+    let plain = session(&direct, &format!("{}{path}", direct.url()), &String::new);
+    let mock = MockUpstream::start().unwrap();
+    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
+    let through = session(&mock, &format!("{}{path}", pith.url()), &|| {
+        format!("pith:\n{}", pith.stderr())
+    });
+    Compared::of(client, &plain, &through, cost)
+}
+
 /// The session with Claude Code pointed at `base_url`; the bodies the mock received.
 fn claude_code_session(
     mock: &MockUpstream,
@@ -306,26 +345,16 @@ fn claude_code_session(
     // Its token counts (`/v1/messages/count_tokens`, for the long files it read) are free
     // ("Token counting is free to use", Anthropic's token counting page): priced at nothing,
     // as the ledger prices them, they are left out.
-    let bodies: Vec<Vec<u8>> = mock
-        .received()
-        .iter()
-        .filter(|r| !r.path_and_query.starts_with("/v1/messages/count_tokens"))
-        .map(|r| r.body.to_vec())
-        .collect();
-    assert_eq!(bodies.len(), steps.len() + 1);
-    bodies
+    turns(mock, &steps, |r| {
+        !r.path_and_query.starts_with("/v1/messages/count_tokens")
+    })
 }
 
 /// Claude Code through pith with excerpts on (and deferral, on by default).
 #[test]
 fn a_long_exploring_claude_code_session_is_cheaper_with_its_outputs_shortened() {
-    let direct = MockUpstream::start().unwrap();
-    let plain = claude_code_session(&direct, &direct.url(), &String::new);
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
-    let through = claude_code_session(&mock, &pith.url(), &|| format!("pith:\n{}", pith.stderr()));
-    let saved = Compared::of("Claude Code", &plain, &through, anthropic_cost);
-    // Issue 48's goal.
+    let saved = direct_and_through_pith("Claude Code", claude_code_session, "", anthropic_cost);
+    // Issue 48's goal; this session measured 50.5% (BENCHMARKS.md).
     assert!(saved >= 0.40, "only {:.1}% cheaper", 100.0 * saved);
 }
 
@@ -361,28 +390,14 @@ fn opencode_session(
     run.assert_ok(&context());
     assert!(run.stdout.contains(DONE), "{}", run.stdout);
     assert_marked(work.path());
-    let bodies: Vec<Vec<u8>> = mock
-        .received()
-        .iter()
-        .filter(|r| has_tools(&r.body))
-        .map(|r| r.body.to_vec())
-        .collect();
-    assert_eq!(bodies.len(), steps.len() + 1);
-    bodies
+    turns(mock, &steps, |r| has_tools(&r.body))
 }
 
 /// OpenCode through pith with excerpts on.
 #[test]
 fn a_long_exploring_opencode_session_is_cheaper_with_its_outputs_shortened() {
-    let direct = MockUpstream::start().unwrap();
-    let plain = opencode_session(&direct, &format!("{}/v1", direct.url()), &String::new);
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
-    let through = opencode_session(&mock, &format!("{}/v1", pith.url()), &|| {
-        format!("pith:\n{}", pith.stderr())
-    });
-    let saved = Compared::of("OpenCode", &plain, &through, anthropic_cost);
-    // Issue 48's goal; this session measured 51.9% (BENCHMARKS.md).
+    let saved = direct_and_through_pith("OpenCode", opencode_session, "/v1", anthropic_cost);
+    // Issue 48's goal; this session measured 51.8% (BENCHMARKS.md).
     assert!(saved >= 0.40, "only {:.1}% cheaper", 100.0 * saved);
 }
 
@@ -412,30 +427,13 @@ fn codex_session(
     run.assert_ok(&context());
     assert_eq!(run.stdout, format!("{DONE}\n"), "{}", run.stderr);
     assert_marked(work.path());
-    // Its token counts (`/v1/messages/count_tokens`, for the long files it read) are free
-    // ("Token counting is free to use", Anthropic's token counting page): priced at nothing,
-    // as the ledger prices them, they are left out.
-    let bodies: Vec<Vec<u8>> = mock
-        .received()
-        .iter()
-        .filter(|r| !r.path_and_query.starts_with("/v1/messages/count_tokens"))
-        .map(|r| r.body.to_vec())
-        .collect();
-    assert_eq!(bodies.len(), steps.len() + 1);
-    bodies
+    turns(mock, &steps, |_| true)
 }
 
 /// Codex through pith with excerpts on.
 #[test]
 fn a_long_exploring_codex_session_is_cheaper_with_its_outputs_shortened() {
-    let direct = MockUpstream::start().unwrap();
-    let plain = codex_session(&direct, &format!("{}/v1", direct.url()), &String::new);
-    let mock = MockUpstream::start().unwrap();
-    let pith = PithProxy::start(&mock.url(), &[("PITH_TRIM_OUTPUTS", "1")]);
-    let through = codex_session(&mock, &format!("{}/v1", pith.url()), &|| {
-        format!("pith:\n{}", pith.stderr())
-    });
-    let saved = Compared::of("Codex", &plain, &through, responses_cost);
-    // Issue 48's goal; this session measured 47.5% (BENCHMARKS.md).
+    let saved = direct_and_through_pith("Codex", codex_session, "/v1", responses_cost);
+    // Issue 48's goal; this session measured 46.5% (BENCHMARKS.md).
     assert!(saved >= 0.40, "only {:.1}% cheaper", 100.0 * saved);
 }

@@ -168,6 +168,20 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
     let mut ranked: Vec<usize> = (0..total).filter(|&i| scores[i] > 0.0).collect();
     // Best first; among equals the earlier line (a deterministic order).
     ranked.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    // The best lines and where they sit come before any line's context: a long line's
+    // neighbours or a search's group could otherwise spend the budget before the next best.
+    for &i in ranked.iter().take(HEAD_START) {
+        for j in [
+            Some(i),
+            definition_above(&content, i),
+            heading_above(&content, i, kind),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            shown.add_within(j, budget, &mut keep);
+        }
+    }
     for i in ranked {
         // The line, the definition it sits in, then its neighbours (a search's lines are each
         // their own), each while it fits.
@@ -222,6 +236,9 @@ fn group_under(lines: &[&str], i: usize) -> std::ops::Range<usize> {
         .unwrap_or(lines.len().min(i + 1 + GROUP_MAX));
     i + 1..end
 }
+
+/// Ranked lines kept with their definition or heading before any line's context.
+const HEAD_START: usize = 10;
 
 /// Matches under one heading shown with it, at most.
 const GROUP_MAX: usize = 30;
@@ -1010,5 +1027,26 @@ mod tests {
             "+fn starved_writers(path: &Path)",
             &["starved_writers"]
         ));
+    }
+    /// The best lines are kept before any line's context: a file's group of long matches under
+    /// the best-ranked heading does not spend the budget the next best line needed.
+    #[test]
+    fn the_best_lines_come_before_the_context_of_any() {
+        let mut found = vec!["Found 160 matches".to_string(), "/src/a.rs:".to_string()];
+        found
+            .extend((0..40).map(|i| format!("  Line {i}: {}", "let widget = build(); ".repeat(9))));
+        found.push("/src/b.rs:".into());
+        found.extend((0..120).map(|i| format!("  Line {i}: x += 1;")));
+        found[100] = format!(
+            "  Line 58: frobnicate(); {}",
+            "// keep the widgets in step ".repeat(7)
+        );
+        let query = Query {
+            later_text: vec!["frobnicate is the call to change"],
+            later_inputs: vec!["/src/a.rs"],
+            ..Query::default()
+        };
+        let e = excerpt(&found.join("\n"), Kind::Search, &query).expect("shortened");
+        assert!(e.kept.contains(&1) && e.kept.contains(&100), "{:?}", e.kept);
     }
 }

@@ -421,6 +421,30 @@ fn content_of(line: &str) -> &str {
         .unwrap_or(line)
 }
 
+/// A search's line without what the search put before the text it found: `grep -n`'s
+/// `path:12:` or `rg`'s, OpenCode's `Line 12: `.
+fn found_text(line: &str) -> &str {
+    if let Some(rest) = line.trim_start().strip_prefix("Line ")
+        && let Some((number, text)) = rest.split_once(": ")
+        && !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
+    {
+        return text;
+    }
+    let mut parts = line.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(path), Some(number), Some(text))
+            if !path.is_empty()
+                && !path.contains(char::is_whitespace)
+                && !number.is_empty()
+                && number.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            text
+        }
+        _ => line,
+    }
+}
+
 /// Marks the lines a later tool input quoted: each block of two or more of its lines found in
 /// the output in order, and each distinctive line of it found alone.
 fn mark_quoted(content: &[&str], later_inputs: &[&str], keep: &mut [bool]) {
@@ -686,6 +710,16 @@ fn named(text: &str) -> Vec<&str> {
         out.push(inside.trim_end_matches("()"));
         ticks.next();
     }
+    // A type's name in prose (`LedgerSink is defined in …`): a word in CamelCase.
+    for word in text.split(|c: char| !is_name(c)) {
+        let mut chars = word.chars();
+        let camel = chars.next().is_some_and(|c| c.is_ascii_uppercase())
+            && chars.any(|c| c.is_ascii_lowercase())
+            && word.chars().skip(1).any(|c| c.is_ascii_uppercase());
+        if camel {
+            out.push(word);
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     out.retain(|n| n.len() >= 4 && n.chars().all(is_name) && seen.insert(*n));
     out
@@ -696,6 +730,7 @@ fn defines_one_of(line: &str, names: &[&str]) -> bool {
     if names.is_empty() {
         return false;
     }
+    let line = found_text(line);
     let line = declared(line);
     DEFINES.iter().filter(|d| **d != "#").any(|d| {
         line.strip_prefix(d).is_some_and(|rest| {
@@ -1048,5 +1083,29 @@ mod tests {
         };
         let e = excerpt(&found.join("\n"), Kind::Search, &query).expect("shortened");
         assert!(e.kept.contains(&1) && e.kept.contains(&100), "{:?}", e.kept);
+    }
+    /// A type the model's prose names in CamelCase is a name it will use, and a search's line
+    /// that defines it counts as a definition under the search's own prefix.
+    #[test]
+    fn a_type_named_in_prose_is_found_where_a_search_shows_its_definition() {
+        assert_eq!(
+            named("LedgerSink is defined in pith-ledger; the Proxy state holds it"),
+            ["LedgerSink"]
+        );
+        let names = ["LedgerSink"];
+        assert!(defines_one_of(
+            "crates/pith-ledger/src/lib.rs:282:pub struct LedgerSink {",
+            &names
+        ));
+        assert!(defines_one_of(
+            "  Line 282: pub struct LedgerSink {",
+            &names
+        ));
+        assert!(!defines_one_of(
+            "crates/pith-proxy/src/tee.rs:25:use pith_ledger::LedgerSink;",
+            &names
+        ));
+        assert_eq!(found_text("error: 12: x"), "error: 12: x");
+        assert_eq!(found_text("a b:12:c"), "a b:12:c");
     }
 }

@@ -899,6 +899,21 @@ fn the_local_settings_setup_writes_are_ignored_by_git_as_claude_code_has_it() {
     let home = codex.join("home");
     std::fs::create_dir_all(&home).unwrap();
     git(dir, &home, &["init", "-q"]);
+    let excludes = home.join(".config/git/ignore");
+    // A dry run says that git's excludes file would change too, and changes nothing.
+    let dry = ok(
+        dir,
+        codex,
+        &["claude-code", "--command", "pith", "--dry-run"],
+    );
+    assert!(
+        dry.contains(&format!(
+            "would add `**/.claude/settings.local.json` to {}",
+            excludes.display()
+        )),
+        "{dry}"
+    );
+    assert!(!excludes.exists() && !dir.join(".claude").exists());
     let out = ok(dir, codex, &["claude-code", "--command", "pith"]);
     assert!(dir.join(".claude/settings.local.json").exists());
     let status = git(
@@ -907,7 +922,6 @@ fn the_local_settings_setup_writes_are_ignored_by_git_as_claude_code_has_it() {
         &["status", "--porcelain", "--untracked-files=all"],
     );
     assert!(!status.contains("settings.local.json"), "{status}\n{out}");
-    let excludes = home.join(".config/git/ignore");
     assert_eq!(
         std::fs::read_to_string(&excludes).unwrap(),
         "**/.claude/settings.local.json\n"

@@ -78,7 +78,7 @@ pub struct Args {
     idle_stop: Option<String>,
 
     /// Start the proxy in the background (its own process group, stderr appended to
-    /// $PITH_HOME/logs/proxy.log) and return at once; `pith run` starts its shared proxy so.
+    /// $PITH_HOME/logs/proxy.log) and return at once (how `pith run` starts its shared proxy).
     #[arg(long)]
     detach: bool,
 

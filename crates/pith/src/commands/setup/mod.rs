@@ -360,7 +360,23 @@ fn write(
     for f in &changes {
         created.push(missing_dirs(&record::landing(&f.path, project)?));
     }
+    // git's excludes file changes too when the file it should ignore is written.
+    let ignore = match &registration.git_ignored {
+        Some(ignored) if changes.iter().any(|f| f.path == ignored.file) => {
+            git_ignore_plan(ignored, project)?.map(|plan| (ignored, plan))
+        }
+        _ => None,
+    };
     if dry_run {
+        if let Some((ignored, (excludes, _))) = &ignore {
+            println!(
+                "would add `{}` to {}, so that git ignores {} (as the client does when it \
+                 creates the file).",
+                ignored.rule,
+                excludes.display(),
+                ignored.file.display()
+            );
+        }
         println!("dry run: nothing written.");
         return Ok(());
     }
@@ -383,10 +399,14 @@ fn write(
         write_file(path, new, project)?;
         println!("wrote {}.", path.display());
     }
-    if let Some(ignored) = &registration.git_ignored
-        && writes.iter().any(|(path, _)| *path == ignored.file)
-    {
-        git_ignore(ignored, project)?;
+    if let Some((ignored, (excludes, text))) = &ignore {
+        write_file(excludes, text, None)?;
+        println!(
+            "git ignores {} now: added `{}` to {}, as the client does when it creates the file.",
+            ignored.file.display(),
+            ignored.rule,
+            excludes.display()
+        );
     }
     println!("{}", registration.next);
     let scope = if registration.scope == client.profile().default_scope {
@@ -408,23 +428,27 @@ fn missing_dirs(target: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Have git ignore a file that is one person's, as the client itself does when it creates the
-/// file (Claude Code: [`pith_clients::claude_code::LOCAL_SETTINGS_IGNORED`]): the rule goes
-/// into git's global excludes file unless a line there is it already. Only in a git
-/// repository (a project with `.git`). Unlike Claude Code, pith runs no git command in the
-/// project (`git check-ignore` there reads the project's own git config, and a project is a
-/// stranger's): a rule already in the project's `.gitignore` gets the global line all the
-/// same, which ignores nothing more. Undo leaves the line: it is the one Claude Code adds.
-fn git_ignore(ignored: &pith_clients::GitIgnored, project: Option<&Path>) -> anyhow::Result<()> {
+/// How to have git ignore a file that is one person's, as the client itself does when it
+/// creates the file (Claude Code: [`pith_clients::claude_code::LOCAL_SETTINGS_IGNORED`]): git's
+/// global excludes file and its text with the rule added, unless a line there is it already.
+/// Only in a git repository (a project with `.git`). Unlike Claude Code, pith runs no git
+/// command in the project (`git check-ignore` there reads the project's own git config, and a
+/// project is a stranger's): a rule already in the project's `.gitignore` gets the global line
+/// all the same, which ignores nothing more. Undo leaves the line: it is the one Claude Code
+/// adds.
+fn git_ignore_plan(
+    ignored: &pith_clients::GitIgnored,
+    project: Option<&Path>,
+) -> anyhow::Result<Option<(PathBuf, String)>> {
     if !project.is_some_and(|p| p.join(".git").exists()) {
-        return Ok(());
+        return Ok(None);
     }
     let Some(excludes) = git_excludes_file() else {
-        return Ok(());
+        return Ok(None);
     };
     let text = read_config(&excludes)?.unwrap_or_default();
     if text.lines().any(|l| l.trim() == ignored.rule) {
-        return Ok(());
+        return Ok(None);
     }
     let mut new = text;
     if !new.is_empty() && !new.ends_with('\n') {
@@ -432,14 +456,7 @@ fn git_ignore(ignored: &pith_clients::GitIgnored, project: Option<&Path>) -> any
     }
     new.push_str(ignored.rule);
     new.push('\n');
-    write_file(&excludes, &new, None)?;
-    println!(
-        "git ignores {} now: added `{}` to {}, as the client does when it creates the file.",
-        ignored.file.display(),
-        ignored.rule,
-        excludes.display()
-    );
-    Ok(())
+    Ok(Some((excludes, new)))
 }
 
 /// git's global excludes file: the one `core.excludesfile` names in the user's git config

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use pith_store::search_blocks::{Fetch, SearchBlocks, Shared, Sharing};
 use pith_transform::search_trip::SearchMemory;
-use pith_transform::search_trip::hide::{Action, StreamHider, hide_in_message};
+use pith_transform::search_trip::hide::{Action, SEARCHES, StreamHider, hide_in_message};
 use pith_transform::search_trip::restore::{NAME as RESTORE, reason};
 use pith_transform::words::StageWords;
 use pith_transform::{Fact, StageReport, StageResult};
@@ -21,7 +21,7 @@ use crate::rewrite::{
 };
 
 /// The stage name of the answers' half, in the ledger.
-pub const HIDE: &str = "search_hide";
+pub const HIDE: &str = pith_transform::search_trip::hide::NAME;
 
 /// The fetch phase's stage name in the ledger (a report only when the team store had blocks,
 /// failed, missed its bound, or was resting after one of those).
@@ -180,7 +180,7 @@ impl Keeper {
         if searches == 0 {
             return None;
         }
-        let mut facts = vec![Fact::count("searches", searches)];
+        let mut facts = vec![Fact::count(SEARCHES, searches)];
         let not_shared = self.not_shared.load(Ordering::Relaxed);
         if not_shared > 0 {
             facts.push(Fact::count(NOT_SHARED, not_shared));
@@ -202,7 +202,7 @@ pub const HIDE_WORDS: StageWords = StageWords {
     name: "tool search hiding",
     facts: &[
         (
-            "searches",
+            SEARCHES,
             "hid {n} tool search result{s} from the client's answers",
         ),
         (
@@ -211,6 +211,7 @@ pub const HIDE_WORDS: StageWords = StageWords {
         ),
     ],
     reasons: &[],
+    came_back: None,
 };
 
 /// What the team store's fetch is called for people.
@@ -225,6 +226,7 @@ pub const FETCH_WORDS: StageWords = StageWords {
         STORE_RESTING,
         "the team store failed or was slow a moment before, so it was not asked",
     )],
+    came_back: None,
 };
 
 /// A streamed answer's hider.

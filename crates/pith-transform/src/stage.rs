@@ -289,6 +289,26 @@ pub struct StageWords {
     pub facts: &'static [(&'static str, &'static str)],
     /// Why it left requests unchanged: the code, and what follows "N requests: ".
     pub reasons: &'static [(&'static str, &'static str)],
+    /// How the model comes back for what the stage withheld, when it can: what a saving may
+    /// cost in turns.
+    pub came_back: Option<CameBack>,
+}
+
+/// Where the ledger counts the model coming back for what a stage withheld (a deferred tool
+/// searched for, a shortened output asked for again), and what against.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct CameBack {
+    /// The stage whose fact counts it (a deferral's searches are counted by the tool search's
+    /// hiding, which sees them in the answers).
+    pub stage: &'static str,
+    /// That fact.
+    pub fact: &'static str,
+    /// This stage's fact it is counted against; `None`: the requests the stage changed.
+    pub of: Option<&'static str>,
+    /// The times in words, with `{n}` and `{s}` as a fact's phrase.
+    pub times: &'static str,
+    /// What it is counted against, in words, likewise.
+    pub of_words: &'static str,
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! shape is [`StageWords`]); this module lists them.
 
 use crate::pipeline::REFUSED_BY_PROVIDER;
-pub use crate::stage::StageWords;
+pub use crate::stage::{CameBack, StageWords};
 
 /// Reasons the proxy gives for every stage of a request at once, whichever stage it is.
 pub const ANY_STAGE: &[(&str, &str)] = &[(

@@ -195,6 +195,43 @@ pub struct TransformTotals {
     /// `estimated_saved_usd`); `None` without a known price.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bust_charged_usd: Option<f64>,
+    /// How often the model came back for what the stage withheld (its cost in turns), for a
+    /// stage that says how it is counted ([`Words::came_back`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub came_back: Option<CameBack>,
+}
+
+/// The times the model came back for what a stage withheld, and what they are counted
+/// against (the requests it changed, or the stage's own count of what it withheld).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CameBack {
+    /// Times the model came back.
+    pub times: u64,
+    /// Counted against.
+    pub of: u64,
+}
+
+/// Each stage's [`CameBack`], from the facts the ledger summed (the counting fact may be
+/// another stage's).
+fn add_came_back(words: &Words, transforms: &mut BTreeMap<String, TransformTotals>) {
+    for (stage, spec) in &words.came_back {
+        // A stage that changed nothing withheld nothing.
+        let Some(t) = transforms.get(*stage).filter(|t| t.requests > 0) else {
+            continue;
+        };
+        let of = match spec.of {
+            Some(fact) => t.facts.get(fact).copied().unwrap_or(0),
+            None => t.requests,
+        };
+        let times = transforms
+            .get(spec.stage)
+            .and_then(|counting| counting.facts.get(spec.fact))
+            .copied()
+            .unwrap_or(0);
+        if let Some(t) = transforms.get_mut(*stage) {
+            t.came_back = Some(CameBack { times, of });
+        }
+    }
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -357,6 +394,7 @@ fn build_report(
     }
     let mut transforms = transform_totals(ledger, filter)?;
     add_savings(ledger, filter, prices, &mut transforms, &mut sums)?;
+    add_came_back(&words, &mut transforms);
     for saving in ledger.sessionless_savings_by_client(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
         sums.clients
@@ -418,6 +456,9 @@ pub struct Words {
     pub bands: BTreeMap<&'static str, &'static str>,
     /// How requests ended (the requests' `outcome`).
     pub outcomes: BTreeMap<&'static str, &'static str>,
+    /// For each stage that says so, where the model coming back for what it withheld is
+    /// counted, and its words.
+    pub came_back: BTreeMap<&'static str, pith_transform::words::CameBack>,
 }
 
 impl Words {
@@ -437,7 +478,10 @@ impl Words {
         reasons.insert(ANY_STAGE, any_stage.copied().collect());
         Words {
             stages: stages.clone().map(|w| (w.stage, w.name)).collect(),
-            facts: stages.map(|w| (w.stage, w.facts)).collect(),
+            facts: stages.clone().map(|w| (w.stage, w.facts)).collect(),
+            came_back: stages
+                .filter_map(|w| Some((w.stage, w.came_back?)))
+                .collect(),
             reasons,
             bands: pith_wire::usage::Band::ALL
                 .into_iter()
@@ -448,6 +492,22 @@ impl Words {
                 .map(|o| (o.as_str(), o.describe()))
                 .collect(),
         }
+    }
+
+    /// How often the model came back for what `stage` withheld, in words ("the model searched
+    /// for a deferred tool 3 times, in 12 requests with tools deferred").
+    pub fn came_back(&self, stage: &str, counted: &CameBack) -> Option<String> {
+        let spec = self.came_back.get(stage)?;
+        let phrase = |words: &str, n: u64| {
+            words
+                .replace("{n}", &n.to_string())
+                .replace("{s}", plural_s(n))
+        };
+        Some(format!(
+            "{}, {}",
+            phrase(spec.times, counted.times),
+            phrase(spec.of_words, counted.of)
+        ))
     }
 
     /// `stage`'s name, or its code.
@@ -680,5 +740,60 @@ fn ledger_backlog(path: &std::path::Path, ledger: &Ledger) -> LedgerBacklog {
                 ..LedgerBacklog::default()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(requests: u64, facts: &[(&str, u64)]) -> TransformTotals {
+        TransformTotals {
+            requests,
+            facts: facts.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            ..TransformTotals::default()
+        }
+    }
+
+    /// Deferral's cost in turns is the tool searches the hiding half counted, against the
+    /// requests it deferred in; the excerpts' is their own `asked_again` against the outputs
+    /// they shortened; a stage that changed nothing has none (it withheld nothing), and one the
+    /// model never came back to says 0.
+    #[test]
+    fn a_stages_cost_in_turns_is_counted_where_its_words_say() {
+        let words = Words::new(pith_transform::words::STAGES.iter(), std::iter::empty());
+        let mut transforms = BTreeMap::from([
+            ("defer".to_owned(), stage(12, &[("tools", 300)])),
+            (
+                pith_transform::search_trip::hide::NAME.to_owned(),
+                stage(3, &[(pith_transform::search_trip::hide::SEARCHES, 4)]),
+            ),
+            (
+                "outputs".to_owned(),
+                stage(30, &[("first", 9), ("asked_again", 2)]),
+            ),
+            ("pins".to_owned(), stage(1, &[])),
+        ]);
+        add_came_back(&words, &mut transforms);
+        let came_back = |s: &str| transforms[s].came_back;
+        assert_eq!(came_back("defer"), Some(CameBack { times: 4, of: 12 }));
+        assert_eq!(came_back("outputs"), Some(CameBack { times: 2, of: 9 }));
+        assert_eq!(came_back("pins"), None);
+        assert_eq!(
+            words
+                .came_back("defer", &CameBack { times: 1, of: 12 })
+                .as_deref(),
+            Some(
+                "the model searched for a deferred tool 1 time, in 12 requests with tools deferred"
+            )
+        );
+
+        let mut quiet = BTreeMap::from([
+            ("defer".to_owned(), stage(5, &[])),
+            ("outputs".to_owned(), stage(0, &[])),
+        ]);
+        add_came_back(&words, &mut quiet);
+        assert_eq!(quiet["defer"].came_back, Some(CameBack { times: 0, of: 5 }));
+        assert_eq!(quiet["outputs"].came_back, None, "it changed nothing");
     }
 }

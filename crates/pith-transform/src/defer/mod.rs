@@ -112,6 +112,13 @@ pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
         ("chars", ""),
         ("added", "added {n} character{s} for the tool search tool"),
     ],
+    came_back: Some(crate::stage::CameBack {
+        stage: crate::search_trip::hide::NAME,
+        fact: crate::search_trip::hide::SEARCHES,
+        of: None,
+        times: "the model searched for a deferred tool {n} time{s}",
+        of_words: "in {n} request{s} with tools deferred",
+    }),
     reasons: &[
         (
             reason::NOT_APPLICABLE,

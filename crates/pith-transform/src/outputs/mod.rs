@@ -82,6 +82,13 @@ pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
         ),
         (reason::UNREADABLE, "the body was not the JSON it expects"),
     ],
+    came_back: Some(crate::stage::CameBack {
+        stage: NAME,
+        fact: "asked_again",
+        of: Some("first"),
+        times: "{n} whole output{s} asked for again",
+        of_words: "of {n} shortened",
+    }),
 };
 
 /// What the stage shortens.

@@ -104,6 +104,7 @@ pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
             "a command turn sent on as it came (a token count, say)",
         ),
     ],
+    came_back: None,
 };
 
 /// The stage's name, in the `pith-transforms` header and the ledger.

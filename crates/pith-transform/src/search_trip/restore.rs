@@ -57,6 +57,7 @@ pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
         ),
         (reason::UNREADABLE, "the body was not the JSON it expects"),
     ],
+    came_back: None,
 };
 
 /// The stage name, in `pith-transforms` and the ledger.

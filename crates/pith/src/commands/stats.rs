@@ -357,6 +357,9 @@ fn render_transform(out: &mut String, words: &Words, stage: &str, tt: &Transform
                 .map_or("unknown price".to_owned(), |u| format!("${u:.4}"))
         ));
     }
+    if let Some(said) = tt.came_back.and_then(|c| words.came_back(stage, &c)) {
+        out.push_str(&format!("  came back for what it withheld: {said}\n"));
+    }
     if !tt.unchanged.is_empty() {
         let reasons: Vec<String> = tt
             .unchanged

@@ -609,6 +609,22 @@ fn words_not_codes(dom: &str, stats: &Value) {
             assert!(has_words, "no words for {stage}'s fact {fact}");
             codes.push(format!("{fact}={n}"));
         }
+        // What the model came back for, in the stage's words.
+        if let (Some(back), Some(spec)) = (t.get("came_back"), words["came_back"].get(stage)) {
+            let phrase = |key: &str, n: &Value| {
+                let n = n.as_u64().unwrap();
+                spec[key]
+                    .as_str()
+                    .unwrap()
+                    .replace("{n}", &n.to_string())
+                    .replace("{s}", if n == 1 { "" } else { "s" })
+            };
+            said.push(format!(
+                "{}, {}",
+                phrase("times", &back["times"]),
+                phrase("of_words", &back["of"])
+            ));
+        }
         for band in t["estimated_saved_tokens"]
             .as_object()
             .into_iter()
@@ -625,6 +641,11 @@ fn words_not_codes(dom: &str, stats: &Value) {
         );
     }
     assert!(!said.is_empty(), "the replay leaves some request unchanged");
+    assert!(
+        stats["transforms"]["defer"]["came_back"].is_object(),
+        "the replay defers: {}",
+        stats["transforms"]
+    );
     for sentence in &said {
         assert!(
             text.contains(sentence.as_str()),

@@ -111,6 +111,19 @@ fn the_sdk_parses_answers_with_the_search_taken_out_streamed_and_not() {
         ),
         "{text}"
     );
+    // Deferral's cost in turns: each search is the model coming back for a tool it withheld.
+    assert!(
+        text.contains(
+            "  came back for what it withheld: the model searched for a deferred tool 2 times, \
+             in 2 requests with tools deferred\n"
+        ),
+        "{text}"
+    );
+    let json: Value = serde_json::from_slice(&pith_stats(&pith, &["--json"]).stdout).unwrap();
+    assert_eq!(
+        json["transforms"]["defer"]["came_back"],
+        json!({"times": 2, "of": 2})
+    );
 }
 
 /// A request with 30 tools (enough to defer) and `messages`, in session `ses_r`.

@@ -352,6 +352,29 @@ fn the_page_fits_a_phone_and_a_laptop_and_axe_finds_nothing_serious() {
     }
 }
 
+/// On a session's page, Enter on request `request`'s button, from the keyboard: its record
+/// opens.
+pub(crate) fn open_record(page: &mut crate::browser::Page, request: i64) {
+    page.eval(&format!(
+        "document.querySelector('#session-requests tr[data-id=\"{request}\"] button').focus()"
+    ));
+    page.press("Enter");
+    page.until(
+        &format!("document.getElementById('record-{request}') !== null"),
+        10_000,
+    );
+}
+
+/// `text` percent-encoded for a URL's query or fragment (its unreserved bytes as they are).
+pub(crate) fn url_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// At the page's viewport `size`: the page never scrolls sideways and a table wider than the
 /// page scrolls inside its own box; the whole page, light and dark, kept as the test's
 /// artifacts (`{name}-{width}x{height}-{scheme}.png`), and axe-core finds no serious or
@@ -423,13 +446,7 @@ fn the_session_page_drills_down_from_the_keyboard_to_a_requests_record() {
     let requests = session["requests"].as_u64().unwrap();
     // The API: the session's requests, oldest first; one of them added text with markup
     // (Claude Code's `<system-reminder>`) to the history.
-    let encoded: String = id
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let encoded = url_encoded(id);
     let (status, _, body) = get(&pith, &format!("/pith/api/session?id={encoded}"), &[]);
     assert_eq!(status, 200, "{body}");
     let page: Value = serde_json::from_str(&body).unwrap();
@@ -521,14 +538,7 @@ fn the_session_page_drills_down_from_the_keyboard_to_a_requests_record() {
         assert_eq!(named, 1, "{cells}");
         // Enter on that request's button: its record and its turn's text, markup as text.
         let request = rows[marked]["id"].as_i64().unwrap();
-        page.eval(&format!(
-            "document.querySelector('#session-requests tr[data-id=\"{request}\"] button').focus()"
-        ));
-        page.press("Enter");
-        page.until(
-            &format!("document.getElementById('record-{request}') !== null"),
-            10_000,
-        );
+        open_record(&mut page, request);
         let record = page.eval(&format!(
             "(() => {{ const box = document.getElementById('record-{request}'); return {{ \
              text: box.textContent, elements: box.querySelectorAll('system-reminder').length, \

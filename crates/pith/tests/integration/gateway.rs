@@ -164,12 +164,7 @@ impl Gateway {
 /// first carries the search blocks back just before the tool_use they led to, with the same
 /// tools section (deferral kept, the Jira tools deferred).
 fn check_round_trip(mock: &MockUpstream) -> Vec<Value> {
-    let turns: Vec<Value> = mock
-        .received()
-        .into_iter()
-        .filter(|r| has_tools(&r.body))
-        .map(|r| r.body_json().unwrap())
-        .collect();
+    let turns = crate::opencode::main_loop_turns(mock);
     assert_eq!(turns.len(), 3, "three main-loop turns");
     let deferred = turns[0]["tools"]
         .as_array()

@@ -17,6 +17,15 @@ pub(crate) fn has_tools(body: &[u8]) -> bool {
     body.windows(9).any(|w| w == b"\"tools\":[")
 }
 
+/// The bodies of the main-loop requests the mock received (those offering tools), parsed.
+pub(crate) fn main_loop_turns(mock: &pith_testkit::MockUpstream) -> Vec<serde_json::Value> {
+    mock.received()
+        .into_iter()
+        .filter(|r| has_tools(&r.body))
+        .map(|r| r.body_json().unwrap())
+        .collect()
+}
+
 /// The block types of a body's messages, in order.
 pub(crate) fn block_types(body: &Value) -> Vec<String> {
     message_blocks(body)

@@ -572,12 +572,7 @@ fn the_real_opencode_completes_a_session_whose_long_outputs_are_shortened() {
     assert_eq!(mock.queued_replies(), 0, "every turn reached the mock");
     assert_patched(work.path(), line);
 
-    let turns: Vec<Value> = mock
-        .received()
-        .into_iter()
-        .filter(|r| has_tools(&r.body))
-        .map(|r| r.body_json().unwrap())
-        .collect();
+    let turns = crate::opencode::main_loop_turns(&mock);
     assert_eq!(turns.len(), 5, "one request per turn");
     let output = |n: usize, id: &str| -> String {
         let result = turns[n]["messages"]
@@ -661,13 +656,7 @@ fn the_session_page_shows_an_excerpt_beside_its_outputs_size() {
         .as_str()
         .unwrap()
         .to_owned();
-    let hash: String = session
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let hash = crate::dashboard::url_encoded(&session);
     let url = format!("{}/#session={hash}", pith.url());
     for size in [(390, 844), (1280, 800)] {
         let mut page = crate::browser::Page::open(&url, size);
@@ -675,14 +664,7 @@ fn the_session_page_shows_an_excerpt_beside_its_outputs_size() {
             "document.querySelectorAll('#session-requests tbody tr').length === 2",
             10_000,
         );
-        page.eval(&format!(
-            "document.querySelector('#session-requests tr[data-id=\"{request}\"] button').focus()"
-        ));
-        page.press("Enter");
-        page.until(
-            &format!("document.getElementById('record-{request}') !== null"),
-            10_000,
-        );
+        crate::dashboard::open_record(&mut page, request);
         let shown = page.eval(&format!(
             "(() => {{ const box = document.getElementById('record-{request}'); \
              const pres = [...box.querySelectorAll('pre')]; return {{ text: box.textContent, \

@@ -8,6 +8,7 @@
 //! panics or produces invalid JSON leaves the request as it was and is reported as failed.
 
 pub mod defer;
+pub mod holdout;
 pub mod outputs;
 pub mod pins;
 mod pipeline;

@@ -113,6 +113,8 @@ impl PipelineResult {
 pub struct Pipeline {
     stages: Vec<Box<dyn Stage>>,
     may_block: bool,
+    /// The share of conversations held out from every stage ([`crate::holdout`]).
+    holdout: f64,
 }
 
 impl Pipeline {
@@ -124,6 +126,13 @@ impl Pipeline {
     /// Add `stage` to run after the stages already added.
     pub fn with_stage(mut self, stage: Box<dyn Stage>) -> Self {
         self.stages.push(stage);
+        self
+    }
+
+    /// Hold out `share` of conversations (0 to 1): their requests pass with no stage run,
+    /// reported as held out.
+    pub fn with_holdout(mut self, share: f64) -> Self {
+        self.holdout = share;
         self
     }
 
@@ -161,6 +170,13 @@ impl Pipeline {
     pub fn run_except(&self, request: &Request<'_>, off: &[&str]) -> PipelineResult {
         let mut result = PipelineResult::default();
         if self.stages.is_empty() {
+            return result;
+        }
+        if crate::holdout::held_out(request.wire, request.body, self.holdout) {
+            result.reports.push(StageReport {
+                stage: crate::holdout::NAME,
+                result: StageResult::Unchanged(crate::holdout::reason::HELD_OUT),
+            });
             return result;
         }
         for stage in &self.stages {

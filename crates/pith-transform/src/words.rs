@@ -20,6 +20,7 @@ pub const STAGES: &[StageWords] = &[
     crate::pins::WORDS,
     crate::search_trip::restore::WORDS,
     crate::outputs::WORDS,
+    crate::holdout::WORDS,
 ];
 
 #[cfg(test)]

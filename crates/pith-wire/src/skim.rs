@@ -108,6 +108,17 @@ pub fn first_element(json: &[u8], open: usize) -> Option<Range<usize>> {
     Some(at..value_end(json, at)?)
 }
 
+/// The element after the one that ends at `end` in an array, or `None` at the array's `]`
+/// (or where the bytes are not JSON): one element at a time, for a caller that stops early.
+pub fn next_element(json: &[u8], end: usize) -> Option<Range<usize>> {
+    let at = skip_ws(json, end);
+    if json.get(at) != Some(&b',') {
+        return None;
+    }
+    let at = skip_ws(json, at + 1);
+    Some(at..value_end(json, at)?)
+}
+
 /// The elements of an array from a point inside it to its end: `after` is just past the
 /// array's `[` (`first`) or just past one of its elements. Returns the spans of the elements
 /// that follow and the index of the array's `]`, reading nothing before `after`: a caller that

@@ -74,6 +74,9 @@ pub struct ProxyConfig {
     /// Tools whose outputs always ride whole, by the name the client calls them (e.g.
     /// `["Read"]`).
     pub trim_outputs_except: Option<Vec<String>>,
+    /// The share of conversations (0 to 0.5) that pass through with no transform, to compare
+    /// against (default 0: none; env `PITH_HOLDOUT`).
+    pub holdout: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

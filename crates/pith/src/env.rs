@@ -51,6 +51,7 @@ pub enum Var {
     ToolSearchRoundTrip,
     Pins,
     TrimOutputs,
+    Holdout,
     SmallToolChars,
     MinDeferredChars,
     /// Team mode and the gateway.
@@ -84,7 +85,7 @@ pub enum Var {
 
 impl Var {
     /// Every variable, for the snapshot.
-    const ALL: [Var; 41] = [
+    const ALL: [Var; 42] = [
         Var::Home,
         Var::Listen,
         Var::AnthropicUpstream,
@@ -104,6 +105,7 @@ impl Var {
         Var::ToolSearchRoundTrip,
         Var::Pins,
         Var::TrimOutputs,
+        Var::Holdout,
         Var::SmallToolChars,
         Var::MinDeferredChars,
         Var::Account,
@@ -150,6 +152,7 @@ impl Var {
             Var::ToolSearchRoundTrip => "PITH_TOOL_SEARCH_ROUND_TRIP",
             Var::Pins => "PITH_PINS",
             Var::TrimOutputs => "PITH_TRIM_OUTPUTS",
+            Var::Holdout => "PITH_HOLDOUT",
             Var::SmallToolChars => "PITH_SMALL_TOOL_CHARS",
             Var::MinDeferredChars => "PITH_MIN_DEFERRED_CHARS",
             Var::Account => "PITH_ACCOUNT",

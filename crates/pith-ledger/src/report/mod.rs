@@ -4,6 +4,7 @@
 //! stage did and is estimated to have saved, priced at the model's list price ([`prices`]).
 //! Rendering it for people is the binary's.
 
+pub mod holdout;
 pub mod metrics;
 pub mod prices;
 
@@ -286,6 +287,10 @@ pub struct Report {
     pub total: Totals,
     /// What each stage did, by stage.
     pub transforms: BTreeMap<String, TransformTotals>,
+    /// The held-out conversations against the rest, when any was held out
+    /// (`[proxy] holdout`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holdout: Option<holdout::HoldoutComparison>,
     /// Stage failures, summed.
     pub transform_failures: u64,
     /// Requests the proxy served but could not keep for the ledger (its spool at its limit or
@@ -395,6 +400,13 @@ fn build_report(
     let mut transforms = transform_totals(ledger, filter)?;
     add_savings(ledger, filter, prices, &mut transforms, &mut sums)?;
     add_came_back(&words, &mut transforms);
+    // Asked of the rows only when some were held out.
+    let held_out = if transforms.contains_key(pith_transform::holdout::NAME) {
+        ledger.sessions_with_stage(pith_transform::holdout::NAME, filter)?
+    } else {
+        Vec::new()
+    };
+    let holdout = holdout::compare(&sums.sessions, &held_out);
     for saving in ledger.sessionless_savings_by_client(filter)? {
         let usd = saving_usd(prices, saving.model.as_deref(), &saving.band, saving.tokens);
         sums.clients
@@ -426,6 +438,7 @@ fn build_report(
         transform_failures: groups.iter().map(|g| g.transform_failures).sum(),
         total: sums.total,
         transforms,
+        holdout,
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
         damaged_spool_entries: ledger.counter(DAMAGED_ENTRIES)?,
         refused_requests: refusals(ledger)?,

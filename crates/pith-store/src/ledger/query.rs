@@ -328,6 +328,26 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The sessions with a request whose stages reported `stage` (e.g. `holdout`: the
+    /// sessions held out from every transform), among the rows `filter` covers.
+    pub fn sessions_with_stage(
+        &self,
+        stage: &str,
+        filter: &Filter,
+    ) -> Result<Vec<String>, StoreError> {
+        let sql = format!(
+            "SELECT DISTINCT requests.session
+             FROM transform_results t JOIN requests ON requests.id = t.request_id
+             WHERE t.stage = ?3 AND requests.session IS NOT NULL AND {FILTERED}
+             ORDER BY 1"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session, stage], |r| {
+            r.get::<_, String>(0)
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// What each transform stage did over the rows `filter` covers, stages sorted by name.
     pub fn stage_totals(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
         if filter.since_ms.is_none() && filter.session.is_none() {

@@ -212,8 +212,59 @@ fn render(shown: &TeamReport, filtered_by_time: bool) -> String {
     for (stage, tt) in &r.transforms {
         render_transform(&mut out, &r.words, stage, tt);
     }
+    if let Some(holdout) = &r.holdout {
+        render_holdout(&mut out, holdout);
+    }
     render_tail(&mut out, r);
     out
+}
+
+/// The held-out conversations against the rest, a group per client and models.
+fn render_holdout(out: &mut String, h: &pith_ledger::report::holdout::HoldoutComparison) {
+    out.push_str("held out (no transform) against transformed, per conversation:\n");
+    let usd = |v: Option<f64>| v.map_or("unknown price".to_owned(), |u| format!("${u:.4}"));
+    let arm = |a: &pith_ledger::report::holdout::Arm| {
+        format!(
+            "{} conversation{}, {} each, {:.1} requests each, cache hit {:.0}%",
+            a.conversations,
+            plural_s(a.conversations),
+            usd(a.cost_per_conversation_usd),
+            a.requests_per_conversation,
+            100.0 * a.cache_hit_share
+        )
+    };
+    for g in &h.groups {
+        let verdict = match g.cost_per_conversation_difference {
+            Some(d) => format!(
+                "transformed costs {} per conversation against held out (95% interval {} to {})",
+                signed_usd(d.estimate),
+                signed_usd(d.low),
+                signed_usd(d.high)
+            ),
+            None => format!(
+                "not enough conversations yet ({} priced in each arm needed)",
+                h.min_conversations
+            ),
+        };
+        out.push_str(&format!(
+            "  {} ({}): held out {}; transformed {}; {verdict}\n",
+            shown(&g.client, NAME_CHARS),
+            shown(&g.models, NAME_CHARS * 2),
+            arm(&g.held_out),
+            arm(&g.transformed)
+        ));
+    }
+}
+
+/// `-$0.0123` or `+$0.0123` (a figure that rounds to nothing, `$0.0000`).
+fn signed_usd(v: f64) -> String {
+    let rounded = (v * 1e4).round() / 1e4;
+    let sign = match rounded {
+        r if r < 0.0 => "-",
+        r if r > 0.0 => "+",
+        _ => "",
+    };
+    format!("{sign}${:.4}", rounded.abs())
 }
 
 /// The tables: per session, per model, per account (with several), the total.

@@ -24,6 +24,7 @@ mod faults;
 mod gateway;
 mod hardening;
 mod history;
+mod holdout;
 mod hook;
 mod hostile_bodies;
 mod hostile_peers;

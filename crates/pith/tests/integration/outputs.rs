@@ -23,7 +23,7 @@ fn numbered_source(number: impl Fn(usize) -> String) -> String {
 
 /// Claude Code 2.1.328's request with its Read's result (a turn follows it) made a long Read of
 /// one of pith's files (Read's `N<TAB>line` shape); that block's place.
-fn with_long_result() -> (Capture, Vec<u8>, (usize, usize)) {
+pub(crate) fn with_long_result() -> (Capture, Vec<u8>, (usize, usize)) {
     let cap = fixtures::captures()
         .unwrap()
         .into_iter()

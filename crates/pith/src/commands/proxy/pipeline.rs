@@ -16,7 +16,7 @@ use pith_transform::{DeferStage, PinsStage, Pipeline};
 use super::plan::Plan;
 
 pub fn build(plan: &Plan, searches: Option<&SearchBlocks>) -> anyhow::Result<Pipeline> {
-    let mut pipeline = Pipeline::new();
+    let mut pipeline = Pipeline::new().with_holdout(plan.holdout);
     // Pins first: deferral then ranks tools by the task with the command lines gone.
     if plan.pins {
         pipeline = pipeline.with_stage(Box::new(PinsStage::new()));

@@ -40,6 +40,8 @@ pub struct Plan {
     pub pins: bool,
     /// Tool output excerpts' options, when they are on.
     pub trim_outputs: Option<pith_transform::outputs::OutputsOptions>,
+    /// The share of conversations held out from every transform.
+    pub holdout: f64,
     /// Tool deferral's options, when it is on, and the embedding ranker's when one is set.
     pub defer: Option<DeferOptions>,
     pub embeddings: Option<EmbedConfig>,
@@ -130,6 +132,7 @@ impl Plan {
             store,
             pins: pins_on(config)?,
             trim_outputs: trim_outputs(config)?,
+            holdout: holdout(config)?,
             embeddings: match defer {
                 Some(_) => embeddings(config)?,
                 None => None,
@@ -452,6 +455,29 @@ fn trim_outputs(
         // Set once the plan knows whether the history is recorded.
         originals_kept: false,
     }))
+}
+
+/// The held-out share of conversations: `PITH_HOLDOUT`, else `proxy.holdout`, else 0 (none).
+/// At most a half: the held-out arm is the comparison, not the product.
+fn holdout(config: &Config) -> anyhow::Result<f64> {
+    let (share, source) = match env::text(Var::Holdout) {
+        Some(text) => (
+            text.trim().parse::<f64>().map_err(|_| {
+                anyhow::anyhow!(
+                    "PITH_HOLDOUT={text:?} is not a share of conversations; use a number from 0 \
+                     to 0.5 (e.g. 0.1 for a tenth)"
+                )
+            })?,
+            "PITH_HOLDOUT",
+        ),
+        None => (config.proxy.holdout.unwrap_or(0.0), "proxy.holdout"),
+    };
+    anyhow::ensure!(
+        (0.0..=0.5).contains(&share),
+        "{source} = {share} is out of range: a share of conversations from 0 (none held out) to \
+         0.5 (e.g. 0.1 for a tenth)"
+    );
+    Ok(share)
 }
 
 /// Whether pins are on: `PITH_PINS`, else `transforms.pins`, else on.

@@ -34,7 +34,7 @@ fn conversation(tag: &str) -> (Vec<u8>, Vec<(String, String)>, String) {
 }
 
 /// Openings tagged `prefix-N`, until `want` held out and `want` not at `share`.
-fn tags(prefix: &str, share: f64, want: usize) -> (Vec<String>, Vec<String>) {
+pub(crate) fn tags(prefix: &str, share: f64, want: usize) -> (Vec<String>, Vec<String>) {
     let (mut held, mut rest) = (Vec::new(), Vec::new());
     for n in 0.. {
         let tag = format!("{prefix}-{n}");
@@ -54,7 +54,8 @@ fn tags(prefix: &str, share: f64, want: usize) -> (Vec<String>, Vec<String>) {
     unreachable!()
 }
 
-fn send(pith: &PithProxy, tag: &str) -> Vec<u8> {
+/// Conversation `tag`'s request sent through `pith`: the bytes the client sent.
+pub(crate) fn send(pith: &PithProxy, tag: &str) -> Vec<u8> {
     let (body, headers, path) = conversation(tag);
     let (status, _, _) = exchange(
         "POST",
@@ -68,7 +69,8 @@ fn send(pith: &PithProxy, tag: &str) -> Vec<u8> {
 
 /// Two instances in front of one upstream, each conversation's turns sent through both: a
 /// held-out conversation reaches the provider byte for byte from either, a transformed one is
-/// changed by either; the rows of the held-out one say so.
+/// changed by either; the rows of the held-out one say so. (In front of one team database:
+/// `team::two_proxies_on_one_database_keep_a_conversation_in_one_arm`.)
 #[test]
 fn a_held_out_conversation_reaches_the_provider_as_sent_through_any_instance() {
     let mock = MockUpstream::start().unwrap();

@@ -303,6 +303,56 @@ fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both()
     }
 }
 
+/// The held-out share across a team (issue 49): two proxies in front of one PostgreSQL, each
+/// conversation's turns through both. A held-out one reaches the provider byte for byte from
+/// either and all its turns are in the held-out arm of the team's comparison; the other's are
+/// all transformed.
+#[test]
+fn two_proxies_on_one_database_keep_a_conversation_in_one_arm() {
+    let pg = PgServer::shared();
+    let url = pg.database().unwrap();
+    let mock = MockUpstream::start().unwrap();
+    let env = |account| {
+        [
+            ("PITH_STORE_URL", url.clone()),
+            ("PITH_ACCOUNT", account),
+            ("PITH_HOLDOUT", "0.5".to_owned()),
+            ("PITH_TRIM_OUTPUTS", "1".to_owned()),
+        ]
+    };
+    let start = |account: &str| {
+        let env = env(account.to_owned());
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        PithProxy::start(&mock.url(), &env)
+    };
+    let (a, b) = (start("alice"), start("bob"));
+    let (held, rest) = crate::holdout::tags("team", 0.5, 1);
+    for (tag, kept) in [(&held[0], true), (&rest[0], false)] {
+        for pith in [&a, &b] {
+            let sent = crate::holdout::send(pith, tag);
+            let received = mock.received().last().unwrap().body.clone();
+            assert_eq!(received == sent, kept, "{tag}: held out {kept}");
+        }
+    }
+    let mut report = Value::Null;
+    wait_for(
+        "both proxies' rows in the team report",
+        SHIPPED_WITHIN,
+        || {
+            report = team_stats(a.home.path(), &url, &[]);
+            requests_in(&report) == 4 && report["team"]["local_backlog"].as_u64() == Some(0)
+        },
+    );
+    let group = &report["holdout"]["groups"][0];
+    for arm in ["held_out", "transformed"] {
+        assert_eq!(group[arm]["conversations"], 1, "{arm}: {group}");
+        assert_eq!(
+            group[arm]["requests"], 2,
+            "{arm}: both turns in one arm: {group}"
+        );
+    }
+}
+
 #[test]
 fn history_and_its_deletion_stay_in_each_account_across_machines() {
     let url = PgServer::shared().database().unwrap();

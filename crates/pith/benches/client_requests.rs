@@ -9,6 +9,8 @@
 //! - `pith --no-ledger`: the same without its ledger (the ledger's own cost, paced);
 //! - `pith, outputs trimmed`: this build with tool output excerpts on (`PITH_TRIM_OUTPUTS=1`,
 //!   off by default; issue 48), target `trim`;
+//! - `pith, hold-out deciding`: this build with `PITH_HOLDOUT` set so small that no body is
+//!   held out: the hold-out's decision on every request (issue 49), target `holdout`;
 //! - `bare relay`: this build with every stage, the ledger and history off (what forwarding
 //!   alone costs, the floor the stages are measured against);
 //! - `build before`: with `PITH_BENCH_BEFORE=/path/to/pith`, another binary on its defaults.
@@ -25,7 +27,8 @@
 //! Run: `PITH_BENCH_BEFORE=/path/to/old/pith cargo bench -p pith --bench client_requests`
 //! (env: `PITH_BENCH_ROUNDS`, default 400 requests per target, body and mode;
 //! `PITH_BENCH_MODES=back-to-back,paced` for a subset; `PITH_BENCH_BODIES=claude,opencode,
-//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,trim` likewise).
+//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,trim,holdout`
+//! likewise).
 //! The older figures' method (one identical body, no user agent) is `proxy_overhead`'s.
 #![expect(
     clippy::unwrap_used,
@@ -306,6 +309,15 @@ fn main() {
                 &mock.url(),
                 &[],
                 &[("PITH_TRIM_OUTPUTS", "1")],
+            )),
+            // The hold-out's decision on every request, none held out (a share too small for
+            // the bodies' openings): what deciding costs a transformed request.
+            "holdout" => targets.push(start(
+                "pith, hold-out deciding",
+                this,
+                &mock.url(),
+                &[],
+                &[("PITH_HOLDOUT", "0.000001")],
             )),
             "bare" => targets.push(start(
                 "bare relay",

@@ -90,9 +90,13 @@ fn is_model(wire: Wire, element: &[u8]) -> bool {
     let Ok(head) = serde_json::from_slice::<Head<'_>>(element) else {
         return false;
     };
-    match (wire, head.kind.as_deref()) {
-        (Wire::Responses, Some(kind)) if kind != "message" => !kind.ends_with("_output"),
-        _ => head.role.as_deref() == Some("assistant"),
+    let role = head.role.as_deref();
+    match wire {
+        Wire::Responses => crate::outputs::transcript::is_model_item(
+            head.kind.as_deref().unwrap_or("message"),
+            role,
+        ),
+        _ => role == Some("assistant"),
     }
 }
 

@@ -511,11 +511,6 @@ impl Words {
     /// for a deferred tool 3 times, in 12 requests with tools deferred").
     pub fn came_back(&self, stage: &str, counted: &CameBack) -> Option<String> {
         let spec = self.came_back.get(stage)?;
-        let phrase = |words: &str, n: u64| {
-            words
-                .replace("{n}", &n.to_string())
-                .replace("{s}", plural_s(n))
-        };
         Some(format!(
             "{}, {}",
             phrase(spec.times, counted.times),
@@ -534,14 +529,7 @@ impl Words {
         let mut out: Vec<String> = known
             .iter()
             .filter(|(_, phrase)| !phrase.is_empty())
-            .filter_map(|(name, phrase)| {
-                let n = facts.get(*name)?;
-                Some(
-                    phrase
-                        .replace("{n}", &n.to_string())
-                        .replace("{s}", plural_s(*n)),
-                )
-            })
+            .filter_map(|(name, words)| Some(phrase(words, *facts.get(*name)?)))
             .collect();
         out.extend(
             facts
@@ -564,6 +552,13 @@ impl Words {
     pub fn band<'a>(&self, band: &'a str) -> &'a str {
         self.bands.get(band).copied().unwrap_or(band)
     }
+}
+
+/// A phrase of a stage's words with its number: `{n}` the number, `{s}` a plural's `s`.
+fn phrase(words: &str, n: u64) -> String {
+    words
+        .replace("{n}", &n.to_string())
+        .replace("{s}", plural_s(n))
 }
 
 /// The key of [`Words::reasons`] for reasons any stage gives.

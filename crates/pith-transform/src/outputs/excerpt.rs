@@ -186,10 +186,11 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         // The line, the definition it sits in, then its neighbours (a search's lines are each
         // their own), each while it fits.
         let neighbours = kind != Kind::Search;
+        let definition = definition_above(&content, i);
         let around = [
             Some(i),
-            definition_above(&content, i),
-            definition_above(&content, i).and_then(|j| parent_heading(&content, j)),
+            definition,
+            definition.and_then(|j| parent_heading(&content, j)),
             heading_above(&content, i, kind),
             i.checked_sub(1).filter(|_| neighbours),
             i.checked_add(1).filter(|&j| neighbours && j < total),

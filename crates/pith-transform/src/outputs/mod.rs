@@ -26,7 +26,7 @@
 mod breakpoint;
 pub mod excerpt;
 mod remembered;
-mod transcript;
+pub(crate) mod transcript;
 mod walk;
 
 use std::collections::HashMap;

@@ -257,6 +257,15 @@ fn chat(element: &str, start: usize) -> Result<Turn<'_>, Unreadable> {
     Ok(turn)
 }
 
+/// Whether a Responses item (its `type`, `message` when it has none, and its `role`) is the
+/// model's: an assistant message, a call, its reasoning; not an output or a person's message.
+pub(crate) fn is_model_item(kind: &str, role: Option<&str>) -> bool {
+    match kind {
+        "message" => role == Some("assistant"),
+        k => !k.ends_with("_output"),
+    }
+}
+
 /// A Responses item, into the last turn when it continues the model's, else a turn of its own.
 fn responses<'a>(
     element: &'a str,
@@ -287,10 +296,7 @@ fn responses<'a>(
     let item: Item<'a> = serde_json::from_str(element)?;
     let kind_name = item.kind.clone().unwrap_or(Cow::Borrowed("message"));
     let kind = kind_name.as_ref();
-    let model = match kind {
-        "message" => item.role.as_deref() == Some("assistant"),
-        k => !k.ends_with("_output"),
-    };
+    let model = is_model_item(kind, item.role.as_deref());
     if !(model && turns.last().is_some_and(|t| t.model)) {
         turns.push(Turn {
             start,

@@ -222,13 +222,12 @@ fn render(shown: &TeamReport, filtered_by_time: bool) -> String {
 /// The held-out conversations against the rest, a group per client and models.
 fn render_holdout(out: &mut String, h: &pith_ledger::report::holdout::HoldoutComparison) {
     out.push_str("held out (no transform) against transformed, per conversation:\n");
-    let usd = |v: Option<f64>| v.map_or("unknown price".to_owned(), |u| format!("${u:.4}"));
     let arm = |a: &pith_ledger::report::holdout::Arm| {
         format!(
             "{} conversation{}, {} each, {:.1} requests each, cache hit {:.0}%",
             a.conversations,
             plural_s(a.conversations),
-            usd(a.cost_per_conversation_usd),
+            usd_or_unknown(a.cost_per_conversation_usd),
             a.requests_per_conversation,
             100.0 * a.cache_hit_share
         )
@@ -254,6 +253,11 @@ fn render_holdout(out: &mut String, h: &pith_ledger::report::holdout::HoldoutCom
             arm(&g.transformed)
         ));
     }
+}
+
+/// `$0.0123`, or "unknown price" without a known price.
+fn usd_or_unknown(usd: Option<f64>) -> String {
+    usd.map_or("unknown price".to_owned(), |u| format!("${u:.4}"))
 }
 
 /// `-$0.0123` or `+$0.0123` (a figure that rounds to nothing, `$0.0000`).
@@ -395,8 +399,7 @@ fn render_transform(out: &mut String, words: &Words, stage: &str, tt: &Transform
             .collect();
         out.push_str(&format!(
             "  saved (estimate, at each request's cache state): {}{}\n",
-            tt.estimated_saved_usd
-                .map_or("unknown price".to_owned(), |u| format!("${u:.4}")),
+            usd_or_unknown(tt.estimated_saved_usd),
             format_args!("; tokens {}", bands.join(", "))
         ));
     }
@@ -404,8 +407,7 @@ fn render_transform(out: &mut String, words: &Words, stage: &str, tt: &Transform
         out.push_str(&format!(
             "  cache busts it caused: {} tokens billed again instead of read from the cache, {} (taken off saved)\n",
             tt.bust_tokens_billed_again,
-            tt.bust_charged_usd
-                .map_or("unknown price".to_owned(), |u| format!("${u:.4}"))
+            usd_or_unknown(tt.bust_charged_usd)
         ));
     }
     if let Some(said) = tt.came_back.and_then(|c| words.came_back(stage, &c)) {

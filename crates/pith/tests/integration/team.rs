@@ -194,6 +194,21 @@ fn doctor(
         .collect()
 }
 
+/// The team report, once it holds `requests` rows and this machine has nothing left to ship.
+fn team_report_with(home: &std::path::Path, url: &str, requests: u64) -> Value {
+    let mut report = Value::Null;
+    wait_for(
+        "the proxies' rows in the team report",
+        SHIPPED_WITHIN,
+        || {
+            report = team_stats(home, url, &[]);
+            // The shipper moves its cursor just after the commit that made the rows visible.
+            requests_in(&report) == requests && report["team"]["local_backlog"].as_u64() == Some(0)
+        },
+    );
+    report
+}
+
 fn requests_in(report: &Value) -> u64 {
     report["total"]["requests"].as_u64().unwrap()
 }
@@ -218,16 +233,7 @@ fn two_proxies_ship_to_one_database_and_stats_and_the_dashboard_aggregate_both()
     send_requests(&mock, &a, "ses_a", 3);
     send_requests(&mock, &b, "ses_b", 2);
 
-    let mut report = Value::Null;
-    wait_for(
-        "both proxies' rows in the team report",
-        SHIPPED_WITHIN,
-        || {
-            report = team_stats(a.home.path(), &url, &[]);
-            // The shipper moves its cursor just after the commit that made the rows visible.
-            requests_in(&report) == 5 && report["team"]["local_backlog"].as_u64() == Some(0)
-        },
-    );
+    let report = team_report_with(a.home.path(), &url, 5);
     let sessions: Vec<&str> = report["sessions"]
         .as_array()
         .unwrap()
@@ -334,15 +340,7 @@ fn two_proxies_on_one_database_keep_a_conversation_in_one_arm() {
             assert_eq!(received == sent, kept, "{tag}: held out {kept}");
         }
     }
-    let mut report = Value::Null;
-    wait_for(
-        "both proxies' rows in the team report",
-        SHIPPED_WITHIN,
-        || {
-            report = team_stats(a.home.path(), &url, &[]);
-            requests_in(&report) == 4 && report["team"]["local_backlog"].as_u64() == Some(0)
-        },
-    );
+    let report = team_report_with(a.home.path(), &url, 4);
     let group = &report["holdout"]["groups"][0];
     for arm in ["held_out", "transformed"] {
         assert_eq!(group[arm]["conversations"], 1, "{arm}: {group}");

@@ -19,6 +19,7 @@ request, in this fixed order (a server scripting FIFO replies queues them in thi
     openai.responses.create              responses.create, non-streamed
     openai.responses.stream              responses.create(stream=True)
     openai.responses.stream.tool         same, with one tool defined
+    openai.responses.input_tokens        responses.input_tokens.count
 
 `--calls` runs a subset (same relative order). `--prompt` replaces the user message (default
 "Say hello."), e.g. with a pin command that pith answers itself. `--more-tools N` adds N
@@ -35,6 +36,7 @@ call name to what the SDK parsed (keys in call order):
                               MessageStream yielded them (it drops `ping`, and adds its own
                               "text" / "input_json" events)
     anthropic.messages.count_tokens  {"input_tokens"}
+    openai.responses.input_tokens    {"object", "input_tokens"}
     openai.chat.*             {"text", "finish_reason",
                                "usage": {"prompt_tokens", "completion_tokens", "total_tokens",
                                          "cached_tokens", "cache_write_tokens"} or null,
@@ -151,6 +153,14 @@ def anthropic_count_tokens(client):
         messages=[{"role": "user", "content": PROMPT}],
     )
     return {"input_tokens": count.input_tokens}
+
+
+def responses_input_tokens(client):
+    count = client.responses.input_tokens.count(
+        model=OPENAI_MODEL,
+        input=[{"role": "user", "content": PROMPT}],
+    )
+    return {"object": count.object, "input_tokens": count.input_tokens}
 
 
 def chat_usage(usage):
@@ -314,6 +324,7 @@ def calls(anthropic_client, openai_client):
         ("openai.responses.create", lambda: responses_create(o)),
         ("openai.responses.stream", lambda: responses_stream(o, None)),
         ("openai.responses.stream.tool", lambda: responses_stream(o, [RESPONSES_TOOL])),
+        ("openai.responses.input_tokens", lambda: responses_input_tokens(o)),
     ]
 
 

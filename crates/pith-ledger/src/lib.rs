@@ -42,7 +42,7 @@ use pith_store::history::{History, Turn};
 use pith_store::ledger::{DAMAGED_ENTRIES, DROPPED_ROWS, Derivation, Ledger, Row, WriteBatch};
 
 pub use history::{HistorySink, Labels};
-pub use record::{Record, Report};
+pub use record::{ProviderCount, Record, Report};
 pub use row::keep_conversation_facts;
 pub use spool::{
     DEFAULT_LIMIT as DEFAULT_SPOOL_LIMIT, SpoolConfig, SpoolError, dir_beside as spool_dir,
@@ -307,6 +307,29 @@ impl Drop for Submission {
     }
 }
 
+/// A finished record waiting for one more fact ([`LedgerSink::hold`]): submitted when dropped.
+pub struct Held {
+    sink: LedgerSink,
+    record: Option<Record>,
+}
+
+impl Held {
+    /// The record, to fill in what it waited for.
+    pub fn record_mut(&mut self) -> Option<&mut Record> {
+        self.record.as_mut()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(record) = self.record.take() {
+            // Submitted before the hold is let go, so a flush never finds neither.
+            self.sink.submit(record);
+        }
+        self.sink.shared.submitting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// How often the writer drains the spool while requests keep coming. Requests then never pay
 /// for waking it (a futex call and, on a busy machine, a context switch on their core); rows
 /// reach SQLite at most this much later.
@@ -475,6 +498,19 @@ impl LedgerSink {
             record: Some(record),
         };
         runtime.spawn_blocking(move || drop(submission));
+    }
+
+    /// Keep a finished record that waits for one more fact (the provider's count of its body,
+    /// asked beside the request): it is submitted when the [`Held`] is dropped, and
+    /// [`LedgerSink::flush`] waits for it meanwhile. A runtime shutting down drops it, so it
+    /// is kept either way. The wait is the holder's to bound; a kill -9 within it leaves the
+    /// row `interrupted` (the `opened` entry), still in the ledger once.
+    pub fn hold(&self, record: Record) -> Held {
+        self.shared.submitting.fetch_add(1, Ordering::SeqCst);
+        Held {
+            sink: self.clone(),
+            record: Some(record),
+        }
     }
 
     /// Append a record to the spool now. One that cannot be kept is counted and logged.

@@ -73,6 +73,57 @@ pub struct Record {
     pub total_ms: f64,
     /// What each transform stage did, in pipeline order.
     pub transforms: Vec<Report>,
+    /// What the provider's token counter said of the client's own body, for a request a stage
+    /// changed that was sampled for counting (`[proxy] provider_counts`).
+    pub provider_count: Option<ProviderCount>,
+}
+
+/// The provider's own count of a client's body (its free token counter: Anthropic
+/// `count_tokens`, OpenAI `responses/input_tokens`), asked beside the request, never on its
+/// path: how pith's estimate of what a stage kept out is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderCount {
+    /// The counter said the client's body is this many input tokens.
+    Counted(u64),
+    /// The counter answered 429 (its own rate limit): counted here, never retried.
+    RateLimited,
+    /// The counter failed otherwise: another error status, no answer within its bound, or an
+    /// answer without a count.
+    Failed,
+    /// Sampled, but not asked: the counter had said 429 and its wait had not passed.
+    Paused,
+}
+
+impl ProviderCount {
+    /// The name the ledger keeps (`requests.provider_count_outcome`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderCount::Counted(_) => "counted",
+            ProviderCount::RateLimited => "rate_limited",
+            ProviderCount::Failed => "failed",
+            ProviderCount::Paused => "paused",
+        }
+    }
+
+    /// The tokens counted, when the counter counted.
+    pub fn tokens(self) -> Option<u64> {
+        match self {
+            ProviderCount::Counted(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The count an outcome name and a token count stand for ([`ProviderCount::as_str`]'s
+    /// inverse); `None` for a name pith does not write.
+    pub fn parse(outcome: &str, tokens: Option<u64>) -> Option<ProviderCount> {
+        Some(match outcome {
+            "counted" => ProviderCount::Counted(tokens?),
+            "rate_limited" => ProviderCount::RateLimited,
+            "failed" => ProviderCount::Failed,
+            "paused" => ProviderCount::Paused,
+            _ => return None,
+        })
+    }
 }
 
 impl Record {

@@ -10,7 +10,7 @@ use pith_store::ledger::{
 use pith_wire::fingerprint::Fingerprint;
 use pith_wire::{Wire, encoding, prompt, request, usage};
 
-use super::record::{Record, Report, ReportResult};
+use super::record::{ProviderCount, Record, Report, ReportResult};
 use crate::history::Labels;
 
 /// The fact of a stage that answered the request itself: the ledger prices such a request as
@@ -167,6 +167,8 @@ pub(super) fn core_row(r: &Record) -> Row {
         // The sink names it (one proxy, one name).
         instance: None,
         derivations_pending: has_derivations(r),
+        provider_count_outcome: r.provider_count.map(|c| c.as_str().to_owned()),
+        provider_count_tokens: r.provider_count.and_then(ProviderCount::tokens),
     }
 }
 

@@ -45,7 +45,7 @@ use pith_transform::{FactKind, Site};
 use pith_wire::request::{Anatomy, RequestFacts};
 use pith_wire::{Provider, Wire};
 
-use super::record::{Record, Report, ReportFact, ReportResult};
+use super::record::{ProviderCount, Record, Report, ReportFact, ReportResult};
 
 /// Ledger counter: the generation of the segment the writers have read into.
 pub const SPOOL_GENERATION: &str = "spool_generation";
@@ -876,6 +876,11 @@ const WITH_REQUEST_ENCODING: u8 = 0x40;
 /// Set in an entry's kind byte when the record's `prompt_facts` follow its request encoding
 /// (only then: an entry without them reads as an older pith wrote it).
 const WITH_PROMPT_FACTS: u8 = 0x20;
+/// Set in an entry's kind byte when the record's `provider_count` follows everything else.
+const WITH_PROVIDER_COUNT: u8 = 0x10;
+/// Every flag an entry's kind byte can carry.
+const FLAGS: u8 =
+    WITH_CONVERSATION | WITH_REQUEST_ENCODING | WITH_PROMPT_FACTS | WITH_PROVIDER_COUNT;
 
 /// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.
 pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
@@ -885,7 +890,15 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     } else {
         0
     };
-    put_u8(b, kind | WITH_CONVERSATION | WITH_REQUEST_ENCODING | facts);
+    let count = if r.provider_count.is_some() {
+        WITH_PROVIDER_COUNT
+    } else {
+        0
+    };
+    put_u8(
+        b,
+        kind | WITH_CONVERSATION | WITH_REQUEST_ENCODING | facts | count,
+    );
     put_i64(b, r.ts_ms);
     put_i64(b, r.arrival_us);
     put_bytes(b, r.client.as_bytes());
@@ -932,6 +945,10 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     });
     if let Some(f) = &r.prompt_facts {
         put_prompt_facts(b, f);
+    }
+    if let Some(count) = r.provider_count {
+        put_bytes(b, count.as_str().as_bytes());
+        put_opt(b, count.tokens(), put_u64);
     }
 }
 
@@ -1155,7 +1172,7 @@ fn read_prompt_facts(r: &mut Reader<'_>) -> Option<RequestFacts> {
 pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let mut r = Reader { rest: payload };
     let tagged = r.u8()?;
-    let kind = tagged & !(WITH_CONVERSATION | WITH_REQUEST_ENCODING | WITH_PROMPT_FACTS);
+    let kind = tagged & !FLAGS;
     if kind != FINISHED && kind != OPENED {
         return None;
     }
@@ -1192,6 +1209,12 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let total_ms = r.f64()?;
     let transforms = read_reports(&mut r)?;
     let (conversation_body, request_encoding, prompt_facts) = read_trailer(&mut r, tagged)?;
+    let provider_count = if tagged & WITH_PROVIDER_COUNT != 0 {
+        let outcome = r.string()?;
+        ProviderCount::parse(&outcome, r.opt(Reader::u64)?)
+    } else {
+        None
+    };
     if !r.rest.is_empty() {
         return None;
     }
@@ -1225,6 +1248,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
             ttfb_ms,
             total_ms,
             transforms,
+            provider_count,
         },
     ))
 }
@@ -1280,6 +1304,7 @@ mod tests {
                     result: ReportResult::Failed("boom".into()),
                 },
             ],
+            provider_count: None,
         }
     }
 
@@ -1300,6 +1325,7 @@ mod tests {
                 metadata_session: None,
                 first_user_hash: Some("h-0123456789abcdef".into()),
             }),
+            provider_count: Some(ProviderCount::Counted(48_213)),
             ..full_record(3)
         };
         let mut buf = Vec::new();
@@ -1312,6 +1338,19 @@ mod tests {
         // Every cut of the payload is refused, never misread.
         for cut in 0..buf.len() {
             assert!(decode(&buf[..cut]).is_none(), "cut at {cut}");
+        }
+        for count in [
+            ProviderCount::RateLimited,
+            ProviderCount::Failed,
+            ProviderCount::Paused,
+        ] {
+            let counted = Record {
+                provider_count: Some(count),
+                ..full_record(4)
+            };
+            buf.clear();
+            encode(&counted, FINISHED, &mut buf);
+            assert_eq!(decode(&buf).unwrap().1.provider_count, Some(count));
         }
         let minimal = Record::default();
         buf.clear();

@@ -103,6 +103,10 @@ pub struct ProxyConfig {
     /// Who each request belongs to: the proxy's own account, or, with keys (a gateway), the
     /// account of the key in its [`crate::own_headers::ACCOUNT_KEY_HEADER`] header (required then).
     pub accounts: crate::Accounts,
+    /// The share (0 to 1) of the requests a stage changed whose client body the provider's
+    /// own token counter is asked to count, beside the request (`crate::provider_count`);
+    /// 0: never.
+    pub provider_counts: f64,
 }
 
 impl ProxyConfig {

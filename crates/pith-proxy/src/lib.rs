@@ -20,6 +20,7 @@ mod fault;
 mod last_check;
 mod own_headers;
 pub mod own_pages;
+pub mod provider_count;
 mod request;
 pub mod rewrite;
 pub mod search_trip;

@@ -94,6 +94,7 @@ impl Proxy {
                 .max_body
                 .saturating_mul(crate::request::budget::BODIES_AT_THE_LIMIT),
         );
+        let config_counts = config.provider_counts;
         let state = Arc::new(State {
             decode_budget,
             client: upstream::client(config.timeouts.pool_idle)?,
@@ -104,6 +105,7 @@ impl Proxy {
             activity: Arc::new(Activity::new()),
             refused: crate::last_check::Refused::default(),
             relay_stop: tokio::sync::watch::Sender::new(crate::state::Stop::Running),
+            counter: Arc::new(crate::provider_count::Counter::new(config_counts)),
         });
         Ok(Proxy { listener, state })
     }

@@ -30,6 +30,8 @@ pub(crate) struct State {
     pub relay_stop: tokio::sync::watch::Sender<Stop>,
     /// The memory compressed request bodies may take decoded, all at once.
     pub decode_budget: Arc<crate::request::budget::DecodeBudget>,
+    /// Which changed requests the provider is asked to count, and its pause after a 429.
+    pub counter: Arc<crate::provider_count::Counter>,
 }
 
 /// One relayed WebSocket, counted among the open ones ([`Activity::admit_relay`]) while it

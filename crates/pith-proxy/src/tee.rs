@@ -23,8 +23,9 @@ use pith_wire::sse::EventSplitter;
 use pith_wire::{Provider, Wire};
 
 use pith_ledger::LedgerSink;
-use pith_ledger::Record;
+use pith_ledger::{ProviderCount, Record};
 use pith_transform::StageReport;
+use tokio::sync::oneshot;
 
 use crate::rewrite::{BodyRewriter, EventRewriter, Hold, Rewrite, Rewriter};
 
@@ -69,6 +70,8 @@ pub(crate) struct Pending {
     pub record: Record,
     pub recorder: Recorder,
     pub started: Instant,
+    /// The provider's count of the client's body, when one was asked: the record waits for it.
+    pub provider_count: Option<oneshot::Receiver<ProviderCount>>,
 }
 
 impl Pending {
@@ -90,6 +93,31 @@ impl Pending {
         };
         if error.is_some() {
             self.record.error = error;
+        }
+        let Some(mut count) = self.provider_count.take() else {
+            return self.recorder.sink.submit(self.record);
+        };
+        match count.try_recv() {
+            Ok(counted) => self.record.provider_count = Some(counted),
+            Err(oneshot::error::TryRecvError::Closed) => {
+                self.record.provider_count = Some(ProviderCount::Failed);
+            }
+            Err(oneshot::error::TryRecvError::Empty) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    // The count is still on its way (bounded by its own timeout): the record
+                    // waits for it beside the answer, which has gone out already. Held, it is
+                    // kept even if the wait is cut, as `failed`.
+                    self.record.provider_count = Some(ProviderCount::Failed);
+                    let mut held = self.recorder.sink.hold(self.record);
+                    runtime.spawn(async move {
+                        if let (Ok(counted), Some(record)) = (count.await, held.record_mut()) {
+                            record.provider_count = Some(counted);
+                        }
+                    });
+                    return;
+                }
+                self.record.provider_count = Some(ProviderCount::Failed);
+            }
         }
         self.recorder.sink.submit(self.record);
     }

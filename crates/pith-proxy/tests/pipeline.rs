@@ -121,6 +121,7 @@ async fn start_with(
         timeouts: pith_proxy::Timeouts::default(),
         token: None,
         accounts: pith_proxy::Accounts::default(),
+        provider_counts: 0.0,
     })
     .await
     .unwrap();

@@ -227,6 +227,7 @@ struct BuiltinDefaults {
     messages: Arc<Prepared>,
     messages_stream: Arc<Prepared>,
     count_tokens: Arc<Prepared>,
+    input_tokens: Arc<Prepared>,
     chat: Arc<Prepared>,
     chat_stream: Arc<Prepared>,
     chat_stream_usage: Arc<Prepared>,
@@ -247,6 +248,9 @@ impl BuiltinDefaults {
                 DEFAULT_USAGE,
             ))),
             count_tokens: Prepared::new(Reply::json(fixtures::anthropic::count_tokens(
+                DEFAULT_USAGE.prompt_total(),
+            ))),
+            input_tokens: Prepared::new(Reply::json(fixtures::responses::input_tokens(
                 DEFAULT_USAGE.prompt_total(),
             ))),
             chat: Prepared::new(Reply::json(fixtures::chat::completion(
@@ -275,6 +279,7 @@ enum Wire {
     CountTokens,
     Chat,
     Responses,
+    InputTokens,
 }
 
 impl Wire {
@@ -284,9 +289,56 @@ impl Wire {
             "/v1/messages/count_tokens" => Some(Wire::CountTokens),
             "/v1/chat/completions" => Some(Wire::Chat),
             "/v1/responses" => Some(Wire::Responses),
+            "/v1/responses/input_tokens" => Some(Wire::InputTokens),
             _ => None,
         }
     }
+}
+
+/// The reply of a mock that counts ([`MockUpstream::count_prompts`],
+/// [`MockUpstream::limit_counters`]) to a request it answers itself: a counter's count by the
+/// mock's tokenizer (or its 429), an answer whose usage is the prompt's tokens; `None` for
+/// what the built-in defaults answer.
+fn counted_reply(state: &Counting, uri: &Uri, body: &[u8]) -> Option<Arc<Prepared>> {
+    let wire = Wire::of(uri.path())?;
+    let counter = matches!(wire, Wire::CountTokens | Wire::InputTokens);
+    if counter && state.counters_limited {
+        let message = "mock upstream: the token counter's rate limit";
+        let body = match wire {
+            Wire::CountTokens => fixtures::anthropic::error_body(429, message),
+            _ => fixtures::openai_error_body(429, message),
+        };
+        let reply = Reply::json_status(429, body).with_header("retry-after", "30");
+        return Some(Prepared::new(reply));
+    }
+    let tokens = fixtures::tokens::prompt_tokens(body);
+    if counter {
+        let answer = match wire {
+            Wire::CountTokens => fixtures::anthropic::count_tokens(tokens),
+            _ => fixtures::responses::input_tokens(tokens),
+        };
+        return Some(Prepared::new(Reply::json(answer)));
+    }
+    if !state.prompts {
+        return None;
+    }
+    let usage = fixtures::Usage {
+        input: tokens,
+        output: 9,
+        cache_write: 0,
+        cache_write_1h: 0,
+        cache_read: 0,
+    };
+    let stream = stream_flags(body)?.stream;
+    let text = DEFAULT_DELTAS.concat();
+    let reply = match wire {
+        Wire::Messages if stream => Reply::sse(fixtures::anthropic::stream(DEFAULT_DELTAS, usage)),
+        Wire::Messages => Reply::json(fixtures::anthropic::message(&text, usage)),
+        Wire::Responses if stream => Reply::sse(fixtures::responses::stream(DEFAULT_DELTAS, usage)),
+        Wire::Responses => Reply::json(fixtures::responses::response(&text, usage)),
+        _ => return None,
+    };
+    Some(Prepared::new(reply))
 }
 
 fn default_reply(builtin: &BuiltinDefaults, method: &str, uri: &Uri, body: &[u8]) -> Arc<Prepared> {
@@ -301,7 +353,9 @@ fn default_reply(builtin: &BuiltinDefaults, method: &str, uri: &Uri, body: &[u8]
         let message = "mock upstream: request body is not valid JSON";
         let error = match wire {
             Wire::Messages | Wire::CountTokens => fixtures::anthropic::error_body(400, message),
-            Wire::Chat | Wire::Responses => fixtures::openai_error_body(400, message),
+            Wire::Chat | Wire::Responses | Wire::InputTokens => {
+                fixtures::openai_error_body(400, message)
+            }
         };
         return Prepared::new(Reply::json_status(400, error));
     };
@@ -310,6 +364,7 @@ fn default_reply(builtin: &BuiltinDefaults, method: &str, uri: &Uri, body: &[u8]
         Wire::Messages if stream => Arc::clone(&builtin.messages_stream),
         Wire::Messages => Arc::clone(&builtin.messages),
         Wire::CountTokens => Arc::clone(&builtin.count_tokens),
+        Wire::InputTokens => Arc::clone(&builtin.input_tokens),
         Wire::Chat if !stream => Arc::clone(&builtin.chat),
         Wire::Chat => {
             if flags.include_usage {
@@ -339,6 +394,16 @@ struct State {
     request_count: usize,
     aborted_streams: usize,
     not_recording: bool,
+    counting: Counting,
+}
+
+/// How the mock counts tokens, when a test asks it to.
+#[derive(Default, Clone, Copy)]
+struct Counting {
+    /// The default answers report the prompt's own tokens as their usage.
+    prompts: bool,
+    /// The token counters answer 429.
+    counters_limited: bool,
 }
 
 /// State shared between the test thread and the server thread. A std mutex (not tokio's) so
@@ -484,7 +549,7 @@ impl MockUpstream {
     ///
     /// The built-in default depends on the path and the body's `"stream"` field: an Anthropic
     /// message or event stream for `/v1/messages`, `{"input_tokens": N}` for
-    /// `/v1/messages/count_tokens`, a completion or chunk stream for `/v1/chat/completions`
+    /// `/v1/messages/count_tokens` (and, with `"object"`, for `/v1/responses/input_tokens`), a completion or chunk stream for `/v1/chat/completions`
     /// (with the usage chunk only when `stream_options.include_usage` is true), a response or
     /// event stream for `/v1/responses`, all with [`DEFAULT_DELTAS`] and [`DEFAULT_USAGE`];
     /// a 400 in the provider's error shape when such a body is not JSON; and for any other path
@@ -492,6 +557,21 @@ impl MockUpstream {
     pub fn set_default(&self, reply: Reply) {
         let prepared = Prepared::new(reply);
         self.shared.lock().custom_default = Some(prepared);
+    }
+
+    /// Count as a provider does: the token counters (`/v1/messages/count_tokens`,
+    /// `/v1/responses/input_tokens`) answer by the mock's tokenizer
+    /// ([`fixtures::tokens::prompt_tokens`]), never taking a scripted reply, and the default
+    /// answers to Messages and Responses requests report that many uncached input tokens, so
+    /// a count of a body and the usage of the same body agree.
+    pub fn count_prompts(&self, on: bool) {
+        self.shared.lock().counting.prompts = on;
+    }
+
+    /// The token counters answer 429 in the provider's error shape, with `retry-after: 30`
+    /// (their own rate limit), until turned off.
+    pub fn limit_counters(&self, on: bool) {
+        self.shared.lock().counting.counters_limited = on;
     }
 
     /// Every recorded request so far, in arrival order.
@@ -618,13 +698,26 @@ async fn handle(
     let scripted = {
         let mut state = shared.lock();
         state.request_count += 1;
-        let scripted = state
-            .queue
-            .iter()
-            .position(|q| q.when.as_ref().is_none_or(|when| when(&body)))
-            .and_then(|at| state.queue.remove(at))
-            .map(|q| q.reply)
-            .or_else(|| state.custom_default.clone());
+        // A counter's request is the counter's to answer, never a scripted turn's.
+        let counter = matches!(
+            Wire::of(parts.uri.path()),
+            Some(Wire::CountTokens | Wire::InputTokens)
+        );
+        let counting = state.counting;
+        let scripted = if counter && (counting.prompts || counting.counters_limited) {
+            counted_reply(&counting, &parts.uri, &body)
+        } else {
+            state
+                .queue
+                .iter()
+                .position(|q| q.when.as_ref().is_none_or(|when| when(&body)))
+                .and_then(|at| state.queue.remove(at))
+                .map(|q| q.reply)
+                .or_else(|| state.custom_default.clone())
+                .or_else(|| {
+                    counted_reply(&counting, &parts.uri, &body).filter(|_| counting.prompts)
+                })
+        };
         if !state.not_recording {
             state.received.push(Recorded {
                 method: parts.method.as_str().to_owned(),

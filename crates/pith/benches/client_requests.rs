@@ -11,6 +11,9 @@
 //!   off by default; issue 48), target `trim`;
 //! - `pith, hold-out deciding`: this build with `PITH_HOLDOUT` set so small that no body is
 //!   held out: the hold-out's decision on every request (issue 49), target `holdout`;
+//! - `pith, every change counted`: this build asking the provider's token counter for every
+//!   request a stage changed (`PITH_PROVIDER_COUNTS=1`, off by default; issue 49), target
+//!   `counts`;
 //! - `bare relay`: this build with every stage, the ledger and history off (what forwarding
 //!   alone costs, the floor the stages are measured against);
 //! - `build before`: with `PITH_BENCH_BEFORE=/path/to/pith`, another binary on its defaults.
@@ -27,7 +30,7 @@
 //! Run: `PITH_BENCH_BEFORE=/path/to/old/pith cargo bench -p pith --bench client_requests`
 //! (env: `PITH_BENCH_ROUNDS`, default 400 requests per target, body and mode;
 //! `PITH_BENCH_MODES=back-to-back,paced` for a subset; `PITH_BENCH_BODIES=claude,opencode,
-//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,trim,holdout`
+//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,trim,holdout,counts`
 //! likewise).
 //! The older figures' method (one identical body, no user agent) is `proxy_overhead`'s.
 #![expect(
@@ -318,6 +321,15 @@ fn main() {
                 &mock.url(),
                 &[],
                 &[("PITH_HOLDOUT", "0.000001")],
+            )),
+            // The provider asked to count every changed request (the worst case of
+            // `[proxy] provider_counts`): what asking beside the request costs it.
+            "counts" => targets.push(start(
+                "pith, every change counted",
+                this,
+                &mock.url(),
+                &[],
+                &[("PITH_PROVIDER_COUNTS", "1")],
             )),
             "bare" => targets.push(start(
                 "bare relay",

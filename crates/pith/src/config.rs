@@ -77,6 +77,11 @@ pub struct ProxyConfig {
     /// The share of conversations (0 to 0.5) that pass through with no transform, to compare
     /// against (default 0: none; env `PITH_HOLDOUT`).
     pub holdout: Option<f64>,
+    /// The share (0 to 1) of the requests a stage changed whose original body the provider's
+    /// own token counter is asked to count, beside the request, with the client's
+    /// credentials: what checks pith's estimate of its savings (default 0: never; env
+    /// `PITH_PROVIDER_COUNTS`).
+    pub provider_counts: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -52,6 +52,7 @@ pub enum Var {
     Pins,
     TrimOutputs,
     Holdout,
+    ProviderCounts,
     SmallToolChars,
     MinDeferredChars,
     /// Team mode and the gateway.
@@ -85,7 +86,7 @@ pub enum Var {
 
 impl Var {
     /// Every variable, for the snapshot.
-    const ALL: [Var; 42] = [
+    const ALL: [Var; 43] = [
         Var::Home,
         Var::Listen,
         Var::AnthropicUpstream,
@@ -106,6 +107,7 @@ impl Var {
         Var::Pins,
         Var::TrimOutputs,
         Var::Holdout,
+        Var::ProviderCounts,
         Var::SmallToolChars,
         Var::MinDeferredChars,
         Var::Account,
@@ -153,6 +155,7 @@ impl Var {
             Var::Pins => "PITH_PINS",
             Var::TrimOutputs => "PITH_TRIM_OUTPUTS",
             Var::Holdout => "PITH_HOLDOUT",
+            Var::ProviderCounts => "PITH_PROVIDER_COUNTS",
             Var::SmallToolChars => "PITH_SMALL_TOOL_CHARS",
             Var::MinDeferredChars => "PITH_MIN_DEFERRED_CHARS",
             Var::Account => "PITH_ACCOUNT",

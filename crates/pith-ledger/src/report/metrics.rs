@@ -12,6 +12,7 @@ pub fn metrics(r: &Report) -> String {
         account_families(r),
         vec![instance_family(r)],
         transform_families(r),
+        count_families(r),
         ledger_families(r),
         latency_families(r),
         vec![bust_family(r)],
@@ -176,6 +177,40 @@ fn transform_families(r: &Report) -> Vec<Family> {
             "counter",
             "Transform stages that failed and were skipped (fail open).",
             single(r.transform_failures as f64),
+        ),
+    ]
+}
+
+/// The provider's own counts of sampled changed requests (`[proxy] provider_counts`), by how
+/// each ended, and what they and pith's estimate say the stages kept out of those compared.
+fn count_families(r: &Report) -> Vec<Family> {
+    let c = r.provider_counts.clone().unwrap_or_default();
+    let by_outcome = [
+        ("counted", c.counted),
+        ("rate_limited", c.rate_limited),
+        ("failed", c.failed),
+        ("paused", c.paused),
+    ]
+    .iter()
+    .map(|(outcome, n)| (format!("{{outcome=\"{outcome}\"}}"), *n as f64))
+    .collect();
+    vec![
+        family(
+            "pith_provider_counts_total",
+            "counter",
+            "Sampled changed requests the provider's token counter was asked to count, by how \
+             it ended (rate_limited: its 429, never retried; paused: not asked during its wait).",
+            by_outcome,
+        ),
+        family(
+            "pith_kept_out_tokens",
+            "gauge",
+            "Tokens the stages kept out of the compared requests, by the provider's count and by \
+             pith's estimate.",
+            vec![
+                ("{by=\"provider\"}".to_owned(), c.counted_kept_out as f64),
+                ("{by=\"pith\"}".to_owned(), c.estimated_kept_out as f64),
+            ],
         ),
     ]
 }

@@ -4,6 +4,7 @@
 //! stage did and is estimated to have saved, priced at the model's list price ([`prices`]).
 //! Rendering it for people is the binary's.
 
+pub mod counted;
 pub mod holdout;
 pub mod metrics;
 pub mod prices;
@@ -291,6 +292,10 @@ pub struct Report {
     /// (`[proxy] holdout`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holdout: Option<holdout::HoldoutComparison>,
+    /// The provider's own counts of sampled requests against pith's estimate, when any was
+    /// sampled (`[proxy] provider_counts`); every other saving figure is pith's estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_counts: Option<counted::ProviderCounts>,
     /// Stage failures, summed.
     pub transform_failures: u64,
     /// Requests the proxy served but could not keep for the ledger (its spool at its limit or
@@ -439,6 +444,7 @@ fn build_report(
         total: sums.total,
         transforms,
         holdout,
+        provider_counts: counted::summarize(&ledger.provider_counts(filter)?),
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
         damaged_spool_entries: ledger.counter(DAMAGED_ENTRIES)?,
         refused_requests: refusals(ledger)?,

@@ -60,6 +60,9 @@ pub(crate) struct Context {
     pub content_encoding: Option<String>,
     /// The account the request belongs to: the proxy's own until its key names another.
     pub account: String,
+    /// The provider's count of the client's body, when this changed request was sampled
+    /// (`crate::provider_count`): its record waits for it.
+    pub provider_count: Option<tokio::sync::oneshot::Receiver<pith_ledger::ProviderCount>>,
     /// Where the record goes; `None` once it was built (or when no ledger is kept).
     recorder: Option<Recorder>,
 }
@@ -98,6 +101,7 @@ impl Context {
             response_is_sse: false,
             content_encoding: None,
             account,
+            provider_count: None,
             recorder,
         }
     }
@@ -154,6 +158,7 @@ impl Context {
             record,
             recorder,
             started: self.started,
+            provider_count: self.provider_count.take(),
         })
     }
 }

@@ -90,6 +90,9 @@ pub(crate) async fn serve(
             Err(fault) => return Ok(answer_fault(ctx, &fault)),
         };
     }
+    if changed {
+        ask_for_count(&state, &mut ctx);
+    }
     Ok(respond(&state, ctx, response))
 }
 
@@ -560,6 +563,31 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
         .clone()
         .unwrap_or_else(|| ctx.body.clone());
     Upstream { body, headers }
+}
+
+/// A changed request sampled for the provider's count: the count is asked once the provider's
+/// answer has started (so it never competes with sending the request; a model's answer takes
+/// far longer than a count), beside the answer (`crate::provider_count`), and the record
+/// waits for it. A request resent as the client sent it went up unchanged: not counted.
+fn ask_for_count(state: &State, ctx: &mut Context) {
+    let (Some(wire), true) = (ctx.wire, ctx.upstream_body.is_some()) else {
+        return;
+    };
+    if ctx.method != Method::POST {
+        return;
+    }
+    let (base, path) = state.config.upstream_for(ctx.provider, &ctx.path_and_query);
+    if !std::ptr::eq(base, &state.config.chatgpt) {
+        ctx.provider_count = crate::provider_count::start(
+            &state.counter,
+            &state.client,
+            base,
+            wire,
+            &path,
+            &ctx.headers,
+            ctx.prompt().clone(),
+        );
+    }
 }
 
 /// The pipeline over the request's prompt (on the three wires): its failures logged and

@@ -247,6 +247,20 @@ pub(crate) const SHARED: &[Column] = &[
         |r| Cell::Real(Some(r.total_ms)),
         |w, v| w.row.total_ms = real(v)?.unwrap_or(0.0)
     ),
+    column!(
+        "provider_count_outcome",
+        Text,
+        false,
+        |r| Cell::Text(r.provider_count_outcome.as_deref()),
+        |w, v| w.row.provider_count_outcome = text(v)?
+    ),
+    column!(
+        "provider_count_tokens",
+        Int,
+        false,
+        |r| Cell::Int(r.provider_count_tokens.map(to_i64)),
+        |w, v| w.row.provider_count_tokens = int(v)?.map(to_u64)
+    ),
 ];
 
 fn int(v: Value) -> Result<Option<i64>, String> {
@@ -341,6 +355,8 @@ mod tests {
             }),
             ttfb_ms: Some(13.5),
             total_ms: 14.5,
+            provider_count_outcome: Some("counted".into()),
+            provider_count_tokens: Some(15),
             ..Row::default()
         }
     }

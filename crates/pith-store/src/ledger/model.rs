@@ -150,6 +150,31 @@ pub struct Row {
     /// can be written and parse the body after. Such a row is not shipped to a team ledger
     /// until they have come. Never set on a row read back.
     pub derivations_pending: bool,
+    /// What the provider's token counter said of the client's own body, for a request a
+    /// stage changed that was sampled for counting: `counted`, `rate_limited`, `failed` or
+    /// `paused` (`pith_ledger::ProviderCount`); `None` when it was not sampled, and for rows
+    /// written before ledger schema 10.
+    pub provider_count_outcome: Option<String>,
+    /// The input tokens the counter counted in the client's own body, with `counted`.
+    pub provider_count_tokens: Option<u64>,
+}
+
+/// A request sampled for the provider's own count of the client's body
+/// ([`Row::provider_count_outcome`]), with what the report compares it to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCounted {
+    /// How the count ended: `counted`, `rate_limited`, `failed`, `paused`.
+    pub outcome: String,
+    /// The tokens the provider counted in the client's own body, when it counted.
+    pub counted: Option<u64>,
+    /// The prompt tokens the provider billed for the body pith sent (its usage: uncached,
+    /// cache writes and reads together), when the answer reported usage.
+    pub billed: Option<u64>,
+    /// The tokens pith estimated its stages kept out of this request, net of what they added
+    /// (its savings, all rates together); `None` without usage (nothing was estimated).
+    pub estimated: Option<i64>,
+    /// The request went up changed (not resent as the client sent it after a refusal).
+    pub changed: bool,
 }
 
 /// The derivations of a row written with [`Row::derivations_pending`], found by its arrival.

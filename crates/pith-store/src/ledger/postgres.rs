@@ -91,6 +91,12 @@ ALTER TABLE requests ALTER COLUMN account SET NOT NULL;
 -- `instance` is the id of the ledger it came from). NULL for rows before it.
 ALTER TABLE requests ADD COLUMN served_by TEXT;
 ",
+    "
+-- Schema 4: what the provider's own token counter said of the client's body, for the sampled
+-- requests a stage changed (as the proxies' ledgers keep it, schema 10 there).
+ALTER TABLE requests ADD COLUMN provider_count_outcome TEXT;
+ALTER TABLE requests ADD COLUMN provider_count_tokens BIGINT;
+",
 ];
 
 /// The team's own columns of a pushed row, after `local_id` and the columns both databases

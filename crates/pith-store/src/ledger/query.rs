@@ -348,6 +348,33 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The requests `filter` covers that were sampled for the provider's count, in arrival
+    /// order (the partial index `requests_provider_counted` holds only them).
+    pub fn provider_counts(&self, filter: &Filter) -> Result<Vec<ProviderCounted>, StoreError> {
+        let sql = format!(
+            "SELECT requests.provider_count_outcome, requests.provider_count_tokens,
+                    requests.input_tokens + coalesce(requests.cache_write_tokens, 0)
+                        + coalesce(requests.cache_read_tokens, 0),
+                    (SELECT sum(s.tokens) FROM savings s
+                     WHERE s.request_id = requests.id AND substr(s.stage, 1, length(?3)) != ?3),
+                    requests.bytes_upstream != requests.bytes_client
+             FROM requests
+             WHERE requests.provider_count_outcome IS NOT NULL AND {FILTERED}
+             ORDER BY requests.ts_ms, requests.id"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![filter.since_ms, filter.session, BUST_CHARGE], |r| {
+            Ok(ProviderCounted {
+                outcome: r.get(0)?,
+                counted: r.get::<_, Option<i64>>(1)?.map(to_u64),
+                billed: r.get::<_, Option<i64>>(2)?.map(to_u64),
+                estimated: r.get(3)?,
+                changed: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// What each transform stage did over the rows `filter` covers, stages sorted by name.
     pub fn stage_totals(&self, filter: &Filter) -> Result<Vec<StageTotals>, StoreError> {
         if filter.since_ms.is_none() && filter.session.is_none() {

@@ -14,6 +14,8 @@
 //!    for the chart; `open_requests`, the answers started when the writers last committed;
 //! 8. each request's `instance`, and totals per instance;
 //! 9. `derivations_pending`: a row may be written before its fingerprints and history turn.
+//! 10. what the provider's token counter said of a sampled request's own body
+//!     (`provider_count_outcome`, `provider_count_tokens`).
 
 pub(super) const MIGRATIONS: &[&str] = &["
 CREATE TABLE requests (
@@ -391,4 +393,12 @@ FROM requests HAVING count(*) > 0;
 -- the team shipper stops before.
 ALTER TABLE requests ADD COLUMN derivations_pending INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX requests_derivations_pending ON requests (arrival_us) WHERE derivations_pending = 1;
+", "
+-- Schema 10: what the provider's own token counter said of the client's body, for the requests
+-- a stage changed that were sampled for counting (`[proxy] provider_counts`): how it ended
+-- (counted, rate_limited, failed, paused) and, counted, the tokens. NULL: not sampled. The
+-- partial index holds only the sampled rows, which the report's comparison reads.
+ALTER TABLE requests ADD COLUMN provider_count_outcome TEXT;
+ALTER TABLE requests ADD COLUMN provider_count_tokens INTEGER;
+CREATE INDEX requests_provider_counted ON requests (ts_ms) WHERE provider_count_outcome IS NOT NULL;
 "];

@@ -122,7 +122,7 @@ fn a_newer_schema_is_refused_naming_both_versions_and_never_the_password() {
         .unwrap();
     let text = pith_testkit::errors::chain(&err);
     assert!(
-        text.contains("ledger schema") && text.contains("version 9") && text.contains("(3)"),
+        text.contains("ledger schema") && text.contains("version 9") && text.contains("(4)"),
         "{text}"
     );
     assert!(text.contains("pith:***@127.0.0.1"), "{text}");

@@ -35,9 +35,14 @@ fn script() -> PathBuf {
 }
 
 fn run_script(mock: &MockUpstream) -> Value {
+    run_script_with(mock, &[])
+}
+
+fn run_script_with(mock: &MockUpstream, args: &[&str]) -> Value {
     let output = Command::new(python())
         .arg(script())
         .args(["--base-url", &mock.url(), "--api-key", "sk-test-mock"])
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -210,7 +215,8 @@ fn official_sdks_parse_fixture_replies_exactly() {
             "/v1/chat/completions",
             "/v1/responses",
             "/v1/responses",
-            "/v1/responses"
+            "/v1/responses",
+            "/v1/responses/input_tokens"
         ]
     );
     // anthropic 2.14 sends the API key as a bearer token, not as x-api-key.
@@ -228,6 +234,36 @@ fn official_sdks_parse_fixture_replies_exactly() {
     assert_eq!(chat_stream["stream_options"]["include_usage"], true);
     assert_eq!(received[9].body_json().unwrap()["stream"], true);
     assert_eq!(mock.aborted_streams(), 0);
+}
+
+/// A mock that counts as a provider does: both official SDKs read its token counters, each
+/// count the mock's tokenizer over the prompt the SDK sent.
+#[test]
+fn official_sdks_read_the_mock_token_counters() {
+    let mock = MockUpstream::start().unwrap();
+    mock.count_prompts(true);
+    let results = run_script_with(
+        &mock,
+        &[
+            "--calls",
+            "anthropic.messages.count_tokens,openai.responses.input_tokens",
+        ],
+    );
+    let received = mock.received();
+    let counted = |path: &str| {
+        let r = received.iter().find(|r| r.path() == path).unwrap();
+        fixtures::tokens::prompt_tokens(&r.body)
+    };
+    let anthropic = counted("/v1/messages/count_tokens");
+    assert!(anthropic > 0);
+    assert_eq!(
+        results["anthropic.messages.count_tokens"],
+        json!({"input_tokens": anthropic})
+    );
+    assert_eq!(
+        results["openai.responses.input_tokens"],
+        json!({"object": "response.input_tokens", "input_tokens": counted("/v1/responses/input_tokens")})
+    );
 }
 
 #[test]
@@ -249,6 +285,10 @@ fn official_sdks_accept_the_default_replies() {
         results["anthropic.messages.count_tokens"]["input_tokens"],
         usage.prompt_total()
     );
+    assert_eq!(
+        results["openai.responses.input_tokens"],
+        json!({"object": "response.input_tokens", "input_tokens": usage.prompt_total()})
+    );
     for name in [
         "openai.chat.create",
         "openai.chat.stream",
@@ -269,5 +309,5 @@ fn official_sdks_accept_the_default_replies() {
             "{name}"
         );
     }
-    assert_eq!(mock.request_count(), 11);
+    assert_eq!(mock.request_count(), 12);
 }

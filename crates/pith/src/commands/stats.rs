@@ -215,8 +215,62 @@ fn render(shown: &TeamReport, filtered_by_time: bool) -> String {
     if let Some(holdout) = &r.holdout {
         render_holdout(&mut out, holdout);
     }
+    render_provider_counts(&mut out, r);
     render_tail(&mut out, r);
     out
+}
+
+/// The provider's own counts of the sampled requests against pith's estimate; without any,
+/// that every saving shown is estimated, and how to have some counted.
+fn render_provider_counts(out: &mut String, r: &Report) {
+    let Some(c) = &r.provider_counts else {
+        if r.total.estimated_saved_usd.is_some() {
+            out.push_str(
+                "every saving above is pith's estimate (4 characters a token): set [proxy] \
+                 provider_counts = 0.1 to have the provider count a tenth of the requests pith \
+                 changed\n",
+            );
+        }
+        return;
+    };
+    let mut not_counted = Vec::new();
+    for (n, what) in [
+        (
+            c.rate_limited,
+            "rate limited by the counter (429, not retried)",
+        ),
+        (c.failed, "failed"),
+        (c.paused, "not asked while the counter's 429 wait lasted"),
+    ] {
+        if n > 0 {
+            not_counted.push(format!("{n} {what}"));
+        }
+    }
+    let not_counted = if not_counted.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", not_counted.join(", "))
+    };
+    out.push_str(&format!(
+        "counted by the provider: {} of {} sampled request{} counted{not_counted}\n",
+        c.counted,
+        c.sampled,
+        plural_s(c.sampled)
+    ));
+    if c.compared == 0 {
+        out.push_str("  no counted request with usage yet to compare the estimate with\n");
+        return;
+    }
+    let off = c.estimate_error.map_or(String::new(), |e| {
+        format!(" ({:+.1}% off the count)", 100.0 * e)
+    });
+    out.push_str(&format!(
+        "  kept out of {} request{}: {} tokens counted by the provider, {} estimated by pith{off}\n",
+        c.compared,
+        plural_s(c.compared),
+        c.counted_kept_out,
+        c.estimated_kept_out,
+    ));
 }
 
 /// The held-out conversations against the rest, a group per client and models.

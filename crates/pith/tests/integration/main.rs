@@ -40,6 +40,7 @@ mod modes;
 mod opencode;
 mod outputs;
 mod pins;
+mod provider_counts;
 mod proxy;
 mod run;
 mod search_trip;

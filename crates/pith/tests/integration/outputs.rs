@@ -218,7 +218,7 @@ fn a_shortened_output_names_its_call_and_pith_mcp_returns_it_whole() {
 
 /// A capture's first tool output with a turn of the model after it, made a long file read (as
 /// the client's `cat -n`/read shows it); the path to that output's text.
-fn openai_with_long_output(id: &str) -> (Capture, Vec<u8>, Vec<String>) {
+pub(crate) fn openai_with_long_output(id: &str) -> (Capture, Vec<u8>, Vec<String>) {
     let cap = fixtures::captures()
         .unwrap()
         .into_iter()

@@ -252,8 +252,8 @@ fn stats_refuses_what_is_not_a_ledger_it_can_read_and_changes_nothing() {
     pith_store::sqlite::open(&old, &["CREATE TABLE requests (id INTEGER PRIMARY KEY);"]).unwrap();
 
     let new = dir.path().join("new.db");
-    // One version past the ledger's (schema 9).
-    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 10]).unwrap());
+    // One version past the ledger's (schema 10).
+    drop(pith_store::sqlite::open(&new, &["SELECT 1;"; 11]).unwrap());
     let err = refused(&new);
     assert!(err.contains("newer than this pith"), "{err}");
 }

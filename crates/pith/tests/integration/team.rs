@@ -591,7 +591,7 @@ fn with_postgresql_killed_requests_stay_fast_and_every_row_arrives_once_after() 
     assert!(
         checks["team"]
             .1
-            .contains("schema versions: history 4, ledger 3, search_blocks 1"),
+            .contains("schema versions: history 4, ledger 4, search_blocks 1"),
         "{checks:?}"
     );
     assert_eq!(checks["team backlog"].0, "ok", "{checks:?}");

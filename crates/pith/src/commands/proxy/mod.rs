@@ -293,6 +293,7 @@ async fn serve(plan: &Plan, started: &Started, config: &Config) -> anyhow::Resul
             own: plan.account.clone(),
             keys: plan.keys.clone(),
         },
+        provider_counts: plan.provider_counts,
     })
     .await?;
     let addr = proxy.local_addr()?;

@@ -42,6 +42,8 @@ pub struct Plan {
     pub trim_outputs: Option<pith_transform::outputs::OutputsOptions>,
     /// The share of conversations held out from every transform.
     pub holdout: f64,
+    /// The share of changed requests the provider is asked to count.
+    pub provider_counts: f64,
     /// Tool deferral's options, when it is on, and the embedding ranker's when one is set.
     pub defer: Option<DeferOptions>,
     pub embeddings: Option<EmbedConfig>,
@@ -133,6 +135,7 @@ impl Plan {
             pins: pins_on(config)?,
             trim_outputs: trim_outputs(config)?,
             holdout: holdout(config)?,
+            provider_counts: provider_counts(config)?,
             embeddings: match defer {
                 Some(_) => embeddings(config)?,
                 None => None,
@@ -476,6 +479,33 @@ fn holdout(config: &Config) -> anyhow::Result<f64> {
         (0.0..=0.5).contains(&share),
         "{source} = {share} is out of range: a share of conversations from 0 (none held out) to \
          0.5 (e.g. 0.1 for a tenth)"
+    );
+    Ok(share)
+}
+
+/// The share of changed requests whose original body the provider counts:
+/// `PITH_PROVIDER_COUNTS`, else `proxy.provider_counts`, else 0 (never).
+fn provider_counts(config: &Config) -> anyhow::Result<f64> {
+    let (share, source) = match env::text(Var::ProviderCounts) {
+        Some(text) => (
+            text.trim().parse::<f64>().map_err(|_| {
+                anyhow::anyhow!(
+                    "PITH_PROVIDER_COUNTS={text:?} is not a share of requests; use a number from \
+                     0 to 1 (e.g. 0.1 to have the provider count a tenth of the requests pith \
+                     changed)"
+                )
+            })?,
+            "PITH_PROVIDER_COUNTS",
+        ),
+        None => (
+            config.proxy.provider_counts.unwrap_or(0.0),
+            "proxy.provider_counts",
+        ),
+    };
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&share),
+        "{source} = {share} is out of range: a share of the requests pith changed, from 0 \
+         (never counted) to 1 (every one)"
     );
     Ok(share)
 }

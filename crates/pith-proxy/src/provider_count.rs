@@ -6,19 +6,26 @@
 //! is free to use but is subject to requests per minute rate limits", Anthropic's token
 //! counting page), OpenAI `POST /v1/responses/input_tokens` (`client.responses.inputTokens.count`
 //! in the official SDK: `{"object": "response.input_tokens", "input_tokens": N}`). It goes
-//! beside the request, never on its path: a task started once the request is on its way
-//! up, its answer put in the request's record when the answer ends (`tee::Pending::finish`
-//! waits for it there, within [`COUNT_TIMEOUT`], without holding the client's answer). It
-//! carries the client's own credentials and nothing else of pith's.
+//! beside the request, never on its path: a task started once the provider's answer has begun
+//! (a ledger kept, the answer a success), its result put in the request's record when the
+//! answer ends (`tee::Pending::finish` waits for it there, within [`COUNT_TIMEOUT`], without
+//! holding the client's answer). It carries the client's credentials, API version and betas,
+//! organization and project, and user agent ([`CARRIED`]): nothing else of the request and
+//! nothing of pith's.
 //!
 //! The counter has its own rate limits: a 429 is recorded on the row (`rate_limited`), never
-//! retried, and pauses counting for its `retry-after` (at most [`MAX_PAUSE`]); requests sampled
+//! retried, and pauses counting for its `retry-after` (at most [`MAX_PAUSE`]); another refusal
+//! (a 4xx: a gateway without the counter, credentials it does not take) pauses it for
+//! [`MAX_PAUSE`], recorded `failed`. A pause is per counter and credential (a gateway's
+//! accounts each have their own limits), and the longer of two is kept; requests sampled
 //! meanwhile are recorded `paused` and not asked. Nothing of the count reaches the client.
 //!
 //! Only the fields each counter documents are sent (Anthropic's count takes no `max_tokens`,
 //! `stream` or `metadata`; OpenAI's no `stream`, `store` or `include`), each as the client's
 //! own bytes: the body is cut from the client's, never re-serialized.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -43,9 +50,15 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(600);
 pub const DEFAULT_PAUSE: Duration = Duration::from_secs(60);
 /// The most of a counter's answer read (a count is a few dozen bytes).
 const MAX_ANSWER: usize = 64 << 10;
+/// A count above this is not one (no prompt is a billion tokens): `failed`.
+const MAX_COUNT: u64 = 1_000_000_000;
+/// The most pauses kept at once (one per counter and credential); past it, those over are
+/// forgotten first.
+const MAX_PAUSES: usize = 1024;
 
-/// The client headers a count carries: its credentials and the API's version and betas.
-/// Nothing else of the request, and nothing of pith's.
+/// The client headers a count carries: its credentials, the API's version and betas, the
+/// organization and project it bills, and its user agent. Nothing else of the request, and
+/// nothing of pith's.
 const CARRIED: &[&str] = &[
     "authorization",
     "x-api-key",
@@ -62,8 +75,8 @@ pub(crate) struct Counter {
     share: f64,
     /// Changed requests seen: every `1 / share`-th is sampled, evenly, from the first.
     seen: AtomicU64,
-    /// Until when a 429 asked for quiet.
-    paused_until: Mutex<Option<Instant>>,
+    /// Until when each counter asked for quiet, by [`pause_key`].
+    paused_until: Mutex<HashMap<u64, Instant>>,
 }
 
 impl Counter {
@@ -72,7 +85,7 @@ impl Counter {
         Counter {
             share: share.clamp(0.0, 1.0),
             seen: AtomicU64::new(0),
-            paused_until: Mutex::new(None),
+            paused_until: Mutex::new(HashMap::new()),
         }
     }
 
@@ -87,25 +100,53 @@ impl Counter {
         ((n + 1.0) * self.share).ceil() > (n * self.share).ceil()
     }
 
-    fn paused(&self) -> bool {
-        let until = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
-        until.is_some_and(|t| Instant::now() < t)
+    fn paused(&self, key: u64) -> bool {
+        let pauses = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+        pauses.get(&key).is_some_and(|t| Instant::now() < *t)
     }
 
-    fn pause(&self, retry_after: Option<&HeaderValue>) {
-        let wait = retry_after
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(DEFAULT_PAUSE, Duration::from_secs)
-            .min(MAX_PAUSE);
-        *self.paused_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
+    /// Quiet for `wait` on the counter and credential `key`; a longer pause already running
+    /// stays.
+    fn pause(&self, key: u64, wait: Duration) {
+        let now = Instant::now();
+        let mut pauses = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+        if pauses.len() >= MAX_PAUSES {
+            pauses.retain(|_, until| *until > now);
+            if pauses.len() >= MAX_PAUSES {
+                pauses.clear();
+            }
+        }
+        let until = pauses.entry(key).or_insert(now);
+        *until = (*until).max(now + wait.min(MAX_PAUSE));
     }
+}
+
+/// The pause a 429's `retry-after` asks for (seconds; [`DEFAULT_PAUSE`] when it says none).
+fn retry_after(value: Option<&HeaderValue>) -> Duration {
+    value
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_PAUSE, Duration::from_secs)
+}
+
+/// Which pause a count falls under: its counter (the URL without the query) and the
+/// credential it carries, hashed (never kept).
+fn pause_key(uri: &http::Uri, headers: &HeaderMap) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    uri.authority().map(|a| a.as_str()).hash(&mut h);
+    uri.path().hash(&mut h);
+    for name in ["authorization", "x-api-key"] {
+        headers.get(name).map(HeaderValue::as_bytes).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// What a count needs of a request, taken before the request moves on.
 struct Asked {
     uri: http::Uri,
     headers: HeaderMap,
+    /// Its counter's and credential's pause.
+    key: u64,
     /// The client's own body (shared, not copied).
     body: Bytes,
 }
@@ -133,17 +174,20 @@ pub(crate) fn start(
         return None;
     }
     let (tell, answer) = oneshot::channel();
-    if counter.paused() {
-        let _ = tell.send(ProviderCount::Paused);
-        return Some(answer);
-    }
     let Ok(uri) = upstream.join(&count_path) else {
         let _ = tell.send(ProviderCount::Failed);
         return Some(answer);
     };
+    let headers = carried(client_headers);
+    let key = pause_key(&uri, &headers);
+    if counter.paused(key) {
+        let _ = tell.send(ProviderCount::Paused);
+        return Some(answer);
+    }
     let asked = Asked {
         uri,
-        headers: carried(client_headers),
+        headers,
+        key,
         body,
     };
     let (counter, client) = (std::sync::Arc::clone(counter), client.clone());
@@ -171,12 +215,27 @@ async fn ask(counter: &Counter, client: &HttpClient, wire: Wire, asked: Asked) -
     let Ok(response) = client.request(req).await else {
         return ProviderCount::Failed;
     };
-    if response.status() == StatusCode::TOO_MANY_REQUESTS {
-        counter.pause(response.headers().get(header::RETRY_AFTER));
-        tracing::info!("the provider's token counter is rate limited: counting paused");
+    let status = response.status();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        let wait = retry_after(response.headers().get(header::RETRY_AFTER));
+        counter.pause(asked.key, wait);
+        tracing::info!(
+            wait_s = wait.min(MAX_PAUSE).as_secs(),
+            "the provider's token counter is rate limited: counting paused"
+        );
         return ProviderCount::RateLimited;
     }
-    if !response.status().is_success() {
+    if status.is_client_error() {
+        // Asking again would be refused again (no such counter behind this upstream,
+        // credentials it does not take, a body it does not take).
+        counter.pause(asked.key, MAX_PAUSE);
+        tracing::info!(
+            status = status.as_u16(),
+            "the provider's token counter refused a count: counting paused for 10 minutes"
+        );
+        return ProviderCount::Failed;
+    }
+    if !status.is_success() {
         return ProviderCount::Failed;
     }
     match Limited::new(response.into_body(), MAX_ANSWER)
@@ -288,6 +347,7 @@ fn input_tokens(answer: &[u8]) -> Option<u64> {
     serde_json::from_slice::<Count>(answer)
         .ok()
         .map(|c| c.input_tokens)
+        .filter(|&n| n <= MAX_COUNT)
 }
 
 #[cfg(test)]
@@ -347,18 +407,38 @@ mod tests {
     #[test]
     fn only_credentials_and_versions_are_carried() {
         let mut h = HeaderMap::new();
-        h.insert("x-api-key", HeaderValue::from_static("sk-ant-1"));
-        h.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-        h.insert("x-claude-code-session-id", HeaderValue::from_static("s"));
-        h.insert("content-length", HeaderValue::from_static("99"));
-        h.insert(
-            crate::own_headers::TOKEN_HEADER,
-            HeaderValue::from_static("t"),
-        );
+        for (name, value) in [
+            ("x-api-key", "sk-ant-1"),
+            ("authorization", "Bearer sk-ant-oat01"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "oauth-2025-04-20"),
+            ("user-agent", "claude-cli/2.1.328"),
+            ("x-claude-code-session-id", "s"),
+            ("content-length", "99"),
+            (crate::own_headers::TOKEN_HEADER, "t"),
+            (crate::own_headers::ACCOUNT_KEY_HEADER, "k"),
+            (crate::own_headers::AGENT_TYPE_HEADER, "a"),
+        ] {
+            h.insert(
+                http::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
         let out = carried(&h);
         let mut names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
         names.sort_unstable();
-        assert_eq!(names, ["anthropic-version", "content-type", "x-api-key"]);
+        assert_eq!(
+            names,
+            [
+                "anthropic-beta",
+                "anthropic-version",
+                "authorization",
+                "content-type",
+                "user-agent",
+                "x-api-key"
+            ]
+        );
+        assert_eq!(out["authorization"], "Bearer sk-ant-oat01");
     }
 
     #[test]
@@ -369,5 +449,42 @@ mod tests {
             Some(11)
         );
         assert_eq!(input_tokens(br#"{"type":"error"}"#), None);
+        assert_eq!(
+            input_tokens(br#"{"input_tokens":18446744073709551615}"#),
+            None,
+            "no prompt is that long"
+        );
+    }
+
+    #[test]
+    fn a_pause_is_per_counter_and_credential_and_the_longer_stays() {
+        let c = Counter::new(1.0);
+        let uri = |u: &str| u.parse::<http::Uri>().unwrap();
+        let key = |u: &str, k: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert("x-api-key", HeaderValue::from_static(k));
+            pause_key(&uri(u), &h)
+        };
+        let anthropic = key("http://a/v1/messages/count_tokens?beta=true", "one");
+        assert_eq!(
+            anthropic,
+            key("http://a/v1/messages/count_tokens", "one"),
+            "the query is not the counter"
+        );
+        c.pause(anthropic, Duration::from_secs(60));
+        assert!(c.paused(anthropic));
+        assert!(!c.paused(key("http://a/v1/messages/count_tokens", "two")));
+        assert!(!c.paused(key("http://a/v1/responses/input_tokens", "one")));
+        c.pause(anthropic, Duration::from_secs(1));
+        let until = c.paused_until.lock().unwrap()[&anthropic];
+        assert!(
+            until > Instant::now() + Duration::from_secs(30),
+            "the longer stays"
+        );
+        assert_eq!(
+            retry_after(Some(&HeaderValue::from_static("30"))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(retry_after(None), DEFAULT_PAUSE);
     }
 }

@@ -108,10 +108,13 @@ impl Pending {
                     // waits for it beside the answer, which has gone out already. Held, it is
                     // kept even if the wait is cut, as `failed`.
                     self.record.provider_count = Some(ProviderCount::Failed);
-                    let mut held = self.recorder.sink.hold(self.record);
+                    let mut wait = CountWait {
+                        held: self.recorder.sink.hold(self.record),
+                        count,
+                    };
                     runtime.spawn(async move {
-                        if let (Ok(counted), Some(record)) = (count.await, held.record_mut()) {
-                            record.provider_count = Some(counted);
+                        if let Ok(counted) = (&mut wait.count).await {
+                            wait.set(counted);
                         }
                     });
                     return;
@@ -120,6 +123,29 @@ impl Pending {
             }
         }
         self.recorder.sink.submit(self.record);
+    }
+}
+
+/// A finished record waiting for the provider's count of its body. Dropped unfinished (the
+/// runtime shutting down), it takes a count that has come but was not yet read.
+struct CountWait {
+    held: pith_ledger::Held,
+    count: oneshot::Receiver<ProviderCount>,
+}
+
+impl CountWait {
+    fn set(&mut self, counted: ProviderCount) {
+        if let Some(record) = self.held.record_mut() {
+            record.provider_count = Some(counted);
+        }
+    }
+}
+
+impl Drop for CountWait {
+    fn drop(&mut self) {
+        if let Ok(counted) = self.count.try_recv() {
+            self.set(counted);
+        }
     }
 }
 

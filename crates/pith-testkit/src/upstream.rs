@@ -296,28 +296,38 @@ impl Wire {
 }
 
 /// The reply of a mock that counts ([`MockUpstream::count_prompts`],
-/// [`MockUpstream::limit_counters`]) to a request it answers itself: a counter's count by the
-/// mock's tokenizer (or its 429), an answer whose usage is the prompt's tokens; `None` for
-/// what the built-in defaults answer.
+/// [`MockUpstream::refuse_counts`], [`MockUpstream::delay_counts`]) to a request it answers
+/// itself: a counter's count by the mock's tokenizer (or its refusal), an answer whose usage is
+/// the prompt's tokens; `None` for what the built-in defaults answer.
 fn counted_reply(state: &Counting, uri: &Uri, body: &[u8]) -> Option<Arc<Prepared>> {
     let wire = Wire::of(uri.path())?;
     let counter = matches!(wire, Wire::CountTokens | Wire::InputTokens);
-    if counter && state.counters_limited {
-        let message = "mock upstream: the token counter's rate limit";
-        let body = match wire {
-            Wire::CountTokens => fixtures::anthropic::error_body(429, message),
-            _ => fixtures::openai_error_body(429, message),
-        };
-        let reply = Reply::json_status(429, body).with_header("retry-after", "30");
-        return Some(Prepared::new(reply));
-    }
     let tokens = fixtures::tokens::prompt_tokens(body);
     if counter {
-        let answer = match wire {
-            Wire::CountTokens => fixtures::anthropic::count_tokens(tokens),
-            _ => fixtures::responses::input_tokens(tokens),
+        let (status, answer) = match (state.refuse, &wire) {
+            (Some(status), Wire::CountTokens) => (
+                status,
+                fixtures::anthropic::error_body(status, "mock upstream: the counter refused"),
+            ),
+            (Some(status), _) => (
+                status,
+                fixtures::openai_error_body(status, "mock upstream: the counter refused"),
+            ),
+            (None, Wire::CountTokens) => (200, fixtures::anthropic::count_tokens(tokens)),
+            (None, _) => (200, fixtures::responses::input_tokens(tokens)),
         };
-        return Some(Prepared::new(Reply::json(answer)));
+        let mut reply = Reply::Stream {
+            status,
+            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            chunks: vec![Chunk {
+                delay: state.delay,
+                bytes: answer,
+            }],
+        };
+        if status == 429 {
+            reply = reply.with_header("retry-after", "30");
+        }
+        return Some(Prepared::new(reply));
     }
     if !state.prompts {
         return None;
@@ -402,8 +412,17 @@ struct State {
 struct Counting {
     /// The default answers report the prompt's own tokens as their usage.
     prompts: bool,
-    /// The token counters answer 429.
-    counters_limited: bool,
+    /// The token counters answer this error status instead.
+    refuse: Option<u16>,
+    /// The token counters answer after this long.
+    delay: Duration,
+}
+
+impl Counting {
+    /// The counters are the mock's own to answer.
+    fn counters(&self) -> bool {
+        self.prompts || self.refuse.is_some() || !self.delay.is_zero()
+    }
 }
 
 /// State shared between the test thread and the server thread. A std mutex (not tokio's) so
@@ -568,10 +587,15 @@ impl MockUpstream {
         self.shared.lock().counting.prompts = on;
     }
 
-    /// The token counters answer 429 in the provider's error shape, with `retry-after: 30`
-    /// (their own rate limit), until turned off.
-    pub fn limit_counters(&self, on: bool) {
-        self.shared.lock().counting.counters_limited = on;
+    /// The token counters answer `status` in the provider's error shape (429 with
+    /// `retry-after: 30`, their own rate limit), until given `None`.
+    pub fn refuse_counts(&self, status: Option<u16>) {
+        self.shared.lock().counting.refuse = status;
+    }
+
+    /// The token counters (counting or refusing) answer after `delay`.
+    pub fn delay_counts(&self, delay: Duration) {
+        self.shared.lock().counting.delay = delay;
     }
 
     /// Every recorded request so far, in arrival order.
@@ -704,7 +728,7 @@ async fn handle(
             Some(Wire::CountTokens | Wire::InputTokens)
         );
         let counting = state.counting;
-        let scripted = if counter && (counting.prompts || counting.counters_limited) {
+        let scripted = if counter && counting.counters() {
             counted_reply(&counting, &parts.uri, &body)
         } else {
             state

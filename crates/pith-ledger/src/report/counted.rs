@@ -6,7 +6,7 @@
 //! is what the stages kept out *by the provider's count*, beside pith's estimate for the same
 //! request: the figure a user can check, and how far the estimate is off.
 
-use pith_store::ledger::ProviderCounted;
+use pith_store::ledger::ProviderCountSums;
 use serde::Serialize;
 
 /// The sampled requests' counts, and the estimate against them.
@@ -36,84 +36,59 @@ pub struct ProviderCounts {
     pub estimate_error: Option<f64>,
 }
 
-/// The counts over the sampled rows; `None` when none was sampled.
-pub fn summarize(rows: &[ProviderCounted]) -> Option<ProviderCounts> {
-    if rows.is_empty() {
+/// The counts the ledger summed over the sampled rows; `None` when none was sampled.
+pub fn summarize(sums: &ProviderCountSums) -> Option<ProviderCounts> {
+    if sums.sampled == 0 {
         return None;
     }
-    let mut c = ProviderCounts {
-        sampled: rows.len() as u64,
-        ..ProviderCounts::default()
-    };
-    for row in rows {
-        match row.outcome.as_str() {
-            "counted" => c.counted += 1,
-            "rate_limited" => c.rate_limited += 1,
-            "paused" => c.paused += 1,
-            _ => c.failed += 1,
-        }
-        if let (Some(counted), Some(billed), Some(estimated), true) =
-            (row.counted, row.billed, row.estimated, row.changed)
-        {
-            c.compared += 1;
-            c.counted_kept_out += i64::try_from(counted).unwrap_or(i64::MAX)
-                - i64::try_from(billed).unwrap_or(i64::MAX);
-            c.estimated_kept_out += estimated;
-        }
-    }
-    if c.counted_kept_out != 0 {
-        c.estimate_error = Some(
-            (c.estimated_kept_out - c.counted_kept_out) as f64 / c.counted_kept_out.abs() as f64,
-        );
-    }
-    Some(c)
+    let (counted, estimated) = (sums.counted_kept_out, sums.estimated_kept_out);
+    Some(ProviderCounts {
+        sampled: sums.sampled,
+        counted: sums.counted,
+        rate_limited: sums.rate_limited,
+        failed: sums.failed,
+        paused: sums.paused,
+        compared: sums.compared,
+        counted_kept_out: counted,
+        estimated_kept_out: estimated,
+        estimate_error: (counted != 0)
+            .then(|| (estimated as f64 - counted as f64) / (counted as f64).abs()),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn row(outcome: &str, counted: Option<u64>, billed: Option<u64>, est: i64) -> ProviderCounted {
-        ProviderCounted {
-            outcome: outcome.to_owned(),
-            counted,
-            billed,
-            estimated: billed.map(|_| est),
-            changed: true,
-        }
-    }
-
     #[test]
-    fn the_estimate_is_compared_on_counted_requests_with_usage_only() {
-        assert_eq!(summarize(&[]), None, "nothing sampled: no section");
-        let rows = [
-            row("counted", Some(10_000), Some(6_000), 4_400),
-            row("counted", Some(5_000), Some(4_000), 900),
-            // Counted, but the answer reported no usage: not compared.
-            row("counted", Some(7_000), None, 0),
-            row("rate_limited", None, Some(3_000), 500),
-            row("failed", None, Some(3_000), 500),
-            row("paused", None, Some(3_000), 500),
-            ProviderCounted {
-                changed: false,
-                ..row("counted", Some(9_000), Some(9_000), 800)
-            },
-        ];
-        let c = summarize(&rows).unwrap();
+    fn the_estimate_is_measured_against_the_count() {
         assert_eq!(
-            (
-                c.sampled,
-                c.counted,
-                c.rate_limited,
-                c.failed,
-                c.paused,
-                c.compared
-            ),
-            (7, 4, 1, 1, 1, 2)
+            summarize(&ProviderCountSums::default()),
+            None,
+            "nothing sampled"
         );
-        assert_eq!(c.counted_kept_out, 5_000);
-        assert_eq!(c.estimated_kept_out, 5_300);
+        let sums = ProviderCountSums {
+            sampled: 7,
+            counted: 4,
+            rate_limited: 1,
+            paused: 1,
+            failed: 1,
+            compared: 2,
+            counted_kept_out: 5_000,
+            estimated_kept_out: 5_300,
+        };
+        let c = summarize(&sums).unwrap();
+        assert_eq!((c.sampled, c.compared, c.failed), (7, 2, 1));
         let error = c.estimate_error.unwrap();
         assert!((error - 0.06).abs() < 1e-9, "{error}");
+        let nothing_kept_out = summarize(&ProviderCountSums {
+            counted_kept_out: 0,
+            ..sums
+        })
+        .unwrap();
+        assert_eq!(
+            nothing_kept_out.estimate_error, None,
+            "no ratio to a zero count"
+        );
     }
 }

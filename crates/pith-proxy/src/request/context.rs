@@ -111,6 +111,11 @@ impl Context {
         self.whole_prompt.as_ref().unwrap_or(&self.body)
     }
 
+    /// Whether a ledger record of this request will be kept.
+    pub fn recorded(&self) -> bool {
+        self.recorder.is_some()
+    }
+
     /// Keep no ledger record of this request (pith's own pages).
     pub fn forget(&mut self) {
         self.recorder = None;

@@ -90,7 +90,7 @@ pub(crate) async fn serve(
             Err(fault) => return Ok(answer_fault(ctx, &fault)),
         };
     }
-    if changed {
+    if changed && response.status().is_success() {
         ask_for_count(&state, &mut ctx);
     }
     Ok(respond(&state, ctx, response))
@@ -568,9 +568,11 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
 /// A changed request sampled for the provider's count: the count is asked once the provider's
 /// answer has started (so it never competes with sending the request; a model's answer takes
 /// far longer than a count), beside the answer (`crate::provider_count`), and the record
-/// waits for it. A request resent as the client sent it went up unchanged: not counted.
+/// waits for it. Only an answered request is counted (a refused one has no usage to compare
+/// with), only when a ledger keeps the count, and not one resent as the client sent it (it
+/// went up unchanged).
 fn ask_for_count(state: &State, ctx: &mut Context) {
-    let (Some(wire), true) = (ctx.wire, ctx.upstream_body.is_some()) else {
+    let (Some(wire), true, true) = (ctx.wire, ctx.upstream_body.is_some(), ctx.recorded()) else {
         return;
     };
     if ctx.method != Method::POST {

@@ -159,22 +159,28 @@ pub struct Row {
     pub provider_count_tokens: Option<u64>,
 }
 
-/// A request sampled for the provider's own count of the client's body
-/// ([`Row::provider_count_outcome`]), with what the report compares it to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderCounted {
-    /// How the count ended: `counted`, `rate_limited`, `failed`, `paused`.
-    pub outcome: String,
-    /// The tokens the provider counted in the client's own body, when it counted.
-    pub counted: Option<u64>,
-    /// The prompt tokens the provider billed for the body pith sent (its usage: uncached,
-    /// cache writes and reads together), when the answer reported usage.
-    pub billed: Option<u64>,
-    /// The tokens pith estimated its stages kept out of this request, net of what they added
-    /// (its savings, all rates together); `None` without usage (nothing was estimated).
-    pub estimated: Option<i64>,
-    /// The request went up changed (not resent as the client sent it after a refusal).
-    pub changed: bool,
+/// The requests sampled for the provider's own count of the client's body
+/// ([`Row::provider_count_outcome`]), summed, with what the report compares the counts to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderCountSums {
+    /// Sampled requests.
+    pub sampled: u64,
+    /// Counted (`counted`).
+    pub counted: u64,
+    /// The counter's 429 (`rate_limited`).
+    pub rate_limited: u64,
+    /// Not asked during a pause (`paused`).
+    pub paused: u64,
+    /// Any other end (`failed`, or a name a newer pith wrote).
+    pub failed: u64,
+    /// Counted requests whose answer reported usage: those compared.
+    pub compared: u64,
+    /// Over those: the tokens counted in the clients' own bodies less the prompt tokens billed
+    /// for the bodies pith sent (usage: uncached, cache writes and reads together).
+    pub counted_kept_out: i64,
+    /// Over the same: what pith estimated its stages kept out (their savings, every rate, net
+    /// of what they added; a request with none counts 0).
+    pub estimated_kept_out: i64,
 }
 
 /// The derivations of a row written with [`Row::derivations_pending`], found by its arrival.

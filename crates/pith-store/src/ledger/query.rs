@@ -348,31 +348,46 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The requests `filter` covers that were sampled for the provider's count, in arrival
-    /// order (the partial index `requests_provider_counted` holds only them).
-    pub fn provider_counts(&self, filter: &Filter) -> Result<Vec<ProviderCounted>, StoreError> {
+    /// The requests `filter` covers that were sampled for the provider's count, summed (the
+    /// partial index `requests_provider_counted` holds only them).
+    pub fn provider_counts(&self, filter: &Filter) -> Result<ProviderCountSums, StoreError> {
         let sql = format!(
-            "SELECT requests.provider_count_outcome, requests.provider_count_tokens,
-                    requests.input_tokens + coalesce(requests.cache_write_tokens, 0)
-                        + coalesce(requests.cache_read_tokens, 0),
-                    (SELECT sum(s.tokens) FROM savings s
-                     WHERE s.request_id = requests.id AND substr(s.stage, 1, length(?3)) != ?3),
-                    requests.bytes_upstream != requests.bytes_client
-             FROM requests
-             WHERE requests.provider_count_outcome IS NOT NULL AND {FILTERED}
-             ORDER BY requests.ts_ms, requests.id"
+            "WITH sampled AS (
+                 SELECT requests.provider_count_outcome AS outcome,
+                        requests.provider_count_tokens AS counted,
+                        requests.input_tokens + coalesce(requests.cache_write_tokens, 0)
+                            + coalesce(requests.cache_read_tokens, 0) AS billed,
+                        coalesce((SELECT sum(s.tokens) FROM savings s
+                                  WHERE s.request_id = requests.id
+                                    AND substr(s.stage, 1, length(?3)) != ?3), 0) AS estimated
+                 FROM requests
+                 WHERE requests.provider_count_outcome IS NOT NULL AND {FILTERED})
+             SELECT count(*),
+                    coalesce(sum(outcome = 'counted'), 0),
+                    coalesce(sum(outcome = 'rate_limited'), 0),
+                    coalesce(sum(outcome = 'paused'), 0),
+                    coalesce(sum(outcome NOT IN ('counted', 'rate_limited', 'paused')), 0),
+                    coalesce(sum(counted IS NOT NULL AND billed IS NOT NULL), 0),
+                    coalesce(sum(CASE WHEN counted IS NOT NULL AND billed IS NOT NULL
+                                      THEN counted - billed END), 0),
+                    coalesce(sum(CASE WHEN counted IS NOT NULL AND billed IS NOT NULL
+                                      THEN estimated END), 0)
+             FROM sampled"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![filter.since_ms, filter.session, BUST_CHARGE], |r| {
-            Ok(ProviderCounted {
-                outcome: r.get(0)?,
-                counted: r.get::<_, Option<i64>>(1)?.map(to_u64),
-                billed: r.get::<_, Option<i64>>(2)?.map(to_u64),
-                estimated: r.get(3)?,
-                changed: r.get(4)?,
+        let sums = stmt.query_row(params![filter.since_ms, filter.session, BUST_CHARGE], |r| {
+            Ok(ProviderCountSums {
+                sampled: to_u64(r.get(0)?),
+                counted: to_u64(r.get(1)?),
+                rate_limited: to_u64(r.get(2)?),
+                paused: to_u64(r.get(3)?),
+                failed: to_u64(r.get(4)?),
+                compared: to_u64(r.get(5)?),
+                counted_kept_out: r.get(6)?,
+                estimated_kept_out: r.get(7)?,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(sums)
     }
 
     /// What each transform stage did over the rows `filter` covers, stages sorted by name.

@@ -795,3 +795,73 @@ fn a_sessions_requests_come_in_arrival_order_with_the_bust_named() {
         ("pith", Some("tool definitions: 2, then 1"))
     );
 }
+
+/// The sampled rows summed: each outcome counted, and only counted rows with usage compared
+/// (the count less the prompt billed; the savings of the same rows, bust charges aside, 0 for
+/// a changed row with none); a row not sampled is in none of it.
+#[test]
+fn provider_counts_sum_the_sampled_rows_and_compare_those_with_usage() {
+    let mut l = Ledger::open_in_memory().unwrap();
+    let row = |outcome: Option<&str>,
+               counted: Option<u64>,
+               input: Option<u64>,
+               saved: &[(&str, i64)]| Row {
+        ts_ms: 1,
+        provider_count_outcome: outcome.map(str::to_owned),
+        provider_count_tokens: counted,
+        usage: input.map(|input| Usage {
+            input,
+            cache_write: 100,
+            cache_read: 1_000,
+            ..Usage::default()
+        }),
+        savings: saved
+            .iter()
+            .map(|(stage, tokens)| Saving {
+                stage: (*stage).into(),
+                band: "cache_read".into(),
+                tokens: *tokens,
+            })
+            .collect(),
+        ..Row::default()
+    };
+    l.insert(&[
+        row(
+            Some("counted"),
+            Some(5_000),
+            Some(900),
+            &[("defer", 2_500), ("outputs", 600)],
+        ),
+        // A charge for a bust the stage caused is not what it kept out.
+        row(
+            Some("counted"),
+            Some(3_000),
+            Some(400),
+            &[("defer", 1_000), ("bust:defer", -700)],
+        ),
+        // Counted, but no usage: not compared.
+        row(Some("counted"), Some(9_000), None, &[]),
+        // Counted, with usage, and no saving row: compared, estimated 0.
+        row(Some("counted"), Some(2_000), Some(800), &[]),
+        row(Some("rate_limited"), None, Some(10), &[("defer", 50)]),
+        row(Some("paused"), None, Some(10), &[("defer", 50)]),
+        row(Some("failed"), None, Some(10), &[("defer", 50)]),
+        row(None, None, Some(10), &[("defer", 50)]),
+    ])
+    .unwrap();
+    let sums = l.provider_counts(&Filter::default()).unwrap();
+    assert_eq!(
+        sums,
+        ProviderCountSums {
+            sampled: 7,
+            counted: 4,
+            rate_limited: 1,
+            paused: 1,
+            failed: 1,
+            compared: 3,
+            // (5000 - 2000) + (3000 - 1500) + (2000 - 1900)
+            counted_kept_out: 3_000 + 1_500 + 100,
+            estimated_kept_out: 3_100 + 1_000,
+        }
+    );
+}

@@ -214,16 +214,7 @@ fn a_share_out_of_range_is_refused_with_what_to_set() {
             "PITH_HOLDOUT=\"a tenth\" is not a share of conversations",
         ),
     ] {
-        let home = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pith"))
-            .args(["proxy", "--listen", "127.0.0.1:0", "--no-ledger"])
-            .env("PITH_HOME", home.path())
-            .env_remove("PITH_CONFIG")
-            .env("PITH_HOLDOUT", value)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{value}");
-        let err = String::from_utf8(out.stderr).unwrap();
+        let err = proxy_refuses_with("PITH_HOLDOUT", value);
         assert!(err.contains(said), "{value}: {err}");
         assert!(err.contains("0.1 for a tenth"), "{err}");
     }

@@ -188,7 +188,7 @@ fn the_provider_counts_a_changed_requests_own_body_and_stats_and_the_page_compar
 #[test]
 fn a_429_from_the_counter_is_counted_never_retried_and_never_seen_by_the_client() {
     let mock = MockUpstream::start().unwrap();
-    mock.limit_counters(true);
+    mock.refuse_counts(Some(429));
     let pith = PithProxy::start(
         &mock.url(),
         &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", "1")],
@@ -290,16 +290,70 @@ fn a_share_out_of_range_is_refused_with_what_to_set() {
             "PITH_PROVIDER_COUNTS=\"half\" is not a share of requests",
         ),
     ] {
-        let home = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pith"))
-            .args(["proxy", "--listen", "127.0.0.1:0", "--no-ledger"])
-            .env("PITH_HOME", home.path())
-            .env_remove("PITH_CONFIG")
-            .env("PITH_PROVIDER_COUNTS", value)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{value}");
-        let err = String::from_utf8(out.stderr).unwrap();
+        let err = proxy_refuses_with("PITH_PROVIDER_COUNTS", value);
         assert!(err.contains(said), "{value}: {err}");
     }
+}
+
+/// The row waits for a count that comes after the answer's end, and takes one that came
+/// before it; at a share of a half, every other changed request is counted, from the first.
+#[test]
+fn a_late_count_is_waited_for_a_ready_one_taken_and_a_share_samples_every_other() {
+    use pith_testkit::Reply;
+    use pith_testkit::fixtures::{self, DEFAULT_DELTAS, DEFAULT_USAGE};
+    let mock = MockUpstream::start().unwrap();
+    mock.count_prompts(true);
+    let pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", "0.5")],
+    );
+    let claude = claude_code_request();
+    let expected = prompt_tokens(&claude.0);
+    // 1st (sampled): the count comes 400 ms after the answer has ended.
+    mock.delay_counts(std::time::Duration::from_millis(400));
+    send(&pith, &claude);
+    // 2nd: not sampled.
+    send(&pith, &claude);
+    // 3rd (sampled): the answer's body comes 400 ms after its head, the count at once.
+    mock.delay_counts(std::time::Duration::ZERO);
+    let mut chunks = fixtures::split_at_events(
+        &fixtures::anthropic::stream(DEFAULT_DELTAS, DEFAULT_USAGE),
+        std::time::Duration::ZERO,
+    );
+    chunks[0].delay = std::time::Duration::from_millis(400);
+    mock.push(Reply::stream(chunks));
+    send(&pith, &claude);
+    send(&pith, &claude);
+    let rows = pith.wait_rows(4);
+    let kept: Vec<(Option<&str>, Option<u64>)> = rows
+        .iter()
+        .map(|r| (r.provider_count_outcome.as_deref(), r.provider_count_tokens))
+        .collect();
+    let counted = (Some("counted"), Some(expected));
+    assert_eq!(kept, [counted, (None, None), counted, (None, None)]);
+    assert_eq!(on(&mock, "/v1/messages/count_tokens").len(), 2);
+}
+
+/// A counter that is not there (a 404: a gateway without it): that row says `failed`, and the
+/// counter is not asked again for a while (the next says `paused`); the clients see nothing.
+#[test]
+fn a_counter_that_refuses_is_not_asked_again_for_a_while() {
+    let mock = MockUpstream::start().unwrap();
+    mock.refuse_counts(Some(404));
+    let pith = PithProxy::start(
+        &mock.url(),
+        &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", "1")],
+    );
+    let claude = claude_code_request();
+    for n in 1..=2 {
+        send(&pith, &claude);
+        pith.wait_rows(n);
+    }
+    let rows = pith.wait_rows(2);
+    let outcomes: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| r.provider_count_outcome.as_deref())
+        .collect();
+    assert_eq!(outcomes, [Some("failed"), Some("paused")]);
+    assert_eq!(on(&mock, "/v1/messages/count_tokens").len(), 1);
 }

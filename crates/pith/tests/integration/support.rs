@@ -515,3 +515,18 @@ pub fn message_blocks(body: &serde_json::Value) -> impl Iterator<Item = &serde_j
         .filter_map(|m| m["content"].as_array())
         .flatten()
 }
+
+/// `pith proxy` started in a fresh home with `var=value`: it must refuse to start; what it
+/// said on stderr.
+pub fn proxy_refuses_with(var: &str, value: &str) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(pith_bin())
+        .args(["proxy", "--listen", "127.0.0.1:0", "--no-ledger"])
+        .env("PITH_HOME", home.path())
+        .env_remove("PITH_CONFIG")
+        .env(var, value)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{var}={value} started");
+    String::from_utf8(out.stderr).unwrap()
+}

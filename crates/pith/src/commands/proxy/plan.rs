@@ -463,49 +463,53 @@ fn trim_outputs(
 /// The held-out share of conversations: `PITH_HOLDOUT`, else `proxy.holdout`, else 0 (none).
 /// At most a half: the held-out arm is the comparison, not the product.
 fn holdout(config: &Config) -> anyhow::Result<f64> {
-    let (share, source) = match env::text(Var::Holdout) {
-        Some(text) => (
-            text.trim().parse::<f64>().map_err(|_| {
-                anyhow::anyhow!(
-                    "PITH_HOLDOUT={text:?} is not a share of conversations; use a number from 0 \
-                     to 0.5 (e.g. 0.1 for a tenth)"
-                )
-            })?,
-            "PITH_HOLDOUT",
-        ),
-        None => (config.proxy.holdout.unwrap_or(0.0), "proxy.holdout"),
-    };
-    anyhow::ensure!(
-        (0.0..=0.5).contains(&share),
-        "{source} = {share} is out of range: a share of conversations from 0 (none held out) to \
-         0.5 (e.g. 0.1 for a tenth)"
-    );
-    Ok(share)
+    share(
+        (Var::Holdout, config.proxy.holdout, "proxy.holdout"),
+        0.5,
+        "conversations",
+        "e.g. 0.1 for a tenth",
+    )
 }
 
 /// The share of changed requests whose original body the provider counts:
 /// `PITH_PROVIDER_COUNTS`, else `proxy.provider_counts`, else 0 (never).
 fn provider_counts(config: &Config) -> anyhow::Result<f64> {
-    let (share, source) = match env::text(Var::ProviderCounts) {
+    share(
+        (
+            Var::ProviderCounts,
+            config.proxy.provider_counts,
+            "proxy.provider_counts",
+        ),
+        1.0,
+        "requests",
+        "e.g. 0.1 to have the provider count a tenth of the requests pith changed",
+    )
+}
+
+/// A share setting: its variable, else its config key's value, else 0; a number from 0 to
+/// `max`, of `of`, which `example` illustrates in what a refusal says.
+fn share(
+    (var, configured, key): (Var, Option<f64>, &str),
+    max: f64,
+    of: &str,
+    example: &str,
+) -> anyhow::Result<f64> {
+    let (share, source) = match env::text(var) {
         Some(text) => (
             text.trim().parse::<f64>().map_err(|_| {
                 anyhow::anyhow!(
-                    "PITH_PROVIDER_COUNTS={text:?} is not a share of requests; use a number from \
-                     0 to 1 (e.g. 0.1 to have the provider count a tenth of the requests pith \
-                     changed)"
+                    "{}={text:?} is not a share of {of}; use a number from 0 to {max} \
+                     ({example})",
+                    var.name()
                 )
             })?,
-            "PITH_PROVIDER_COUNTS",
+            var.name(),
         ),
-        None => (
-            config.proxy.provider_counts.unwrap_or(0.0),
-            "proxy.provider_counts",
-        ),
+        None => (configured.unwrap_or(0.0), key),
     };
     anyhow::ensure!(
-        (0.0..=1.0).contains(&share),
-        "{source} = {share} is out of range: a share of the requests pith changed, from 0 \
-         (never counted) to 1 (every one)"
+        (0.0..=max).contains(&share),
+        "{source} = {share} is out of range: a share of {of} from 0 to {max} ({example})"
     );
     Ok(share)
 }

@@ -26,6 +26,14 @@ fn claude_code_request() -> (Vec<u8>, Vec<(String, String)>, String) {
     (body, capture_headers(&cap), cap.path.clone())
 }
 
+/// pith with excerpts on (they change Claude Code's request) and `share` of its changes counted.
+fn counting(mock: &MockUpstream, share: &str) -> PithProxy {
+    PithProxy::start(
+        &mock.url(),
+        &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", share)],
+    )
+}
+
 fn send(pith: &PithProxy, (body, headers, path): &(Vec<u8>, Vec<(String, String)>, String)) {
     let (status, _, _) = exchange(
         "POST",
@@ -56,10 +64,7 @@ fn the_provider_counts_a_changed_requests_own_body_and_stats_and_the_page_compar
     );
     mock.clear_received();
 
-    let pith = PithProxy::start(
-        &mock.url(),
-        &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", "1")],
-    );
+    let pith = counting(&mock, "1");
     for _ in 0..3 {
         send(&pith, &claude);
     }
@@ -189,10 +194,7 @@ fn the_provider_counts_a_changed_requests_own_body_and_stats_and_the_page_compar
 fn a_429_from_the_counter_is_counted_never_retried_and_never_seen_by_the_client() {
     let mock = MockUpstream::start().unwrap();
     mock.refuse_counts(Some(429));
-    let pith = PithProxy::start(
-        &mock.url(),
-        &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", "1")],
-    );
+    let pith = counting(&mock, "1");
     let claude = claude_code_request();
     for n in 1..=3 {
         let (body, headers, path) = &claude;
@@ -303,10 +305,7 @@ fn a_late_count_is_waited_for_a_ready_one_taken_and_a_share_samples_every_other(
     use pith_testkit::fixtures::{self, DEFAULT_DELTAS, DEFAULT_USAGE};
     let mock = MockUpstream::start().unwrap();
     mock.count_prompts(true);
-    let pith = PithProxy::start(
-        &mock.url(),
-        &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", "0.5")],
-    );
+    let pith = counting(&mock, "0.5");
     let claude = claude_code_request();
     let expected = prompt_tokens(&claude.0);
     // 1st (sampled): the count comes 400 ms after the answer has ended.
@@ -340,10 +339,7 @@ fn a_late_count_is_waited_for_a_ready_one_taken_and_a_share_samples_every_other(
 fn a_counter_that_refuses_is_not_asked_again_for_a_while() {
     let mock = MockUpstream::start().unwrap();
     mock.refuse_counts(Some(404));
-    let pith = PithProxy::start(
-        &mock.url(),
-        &[("PITH_TRIM_OUTPUTS", "1"), ("PITH_PROVIDER_COUNTS", "1")],
-    );
+    let pith = counting(&mock, "1");
     let claude = claude_code_request();
     for n in 1..=2 {
         send(&pith, &claude);

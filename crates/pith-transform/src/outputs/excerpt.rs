@@ -19,6 +19,8 @@
 //! A pure function of its inputs: the same output, call and later turn give the same bytes,
 //! which is what lets every later request of a session send the excerpt unchanged.
 
+use std::collections::HashMap;
+
 use memchr::memmem;
 
 /// What produced an output, for what it keeps regardless.
@@ -363,6 +365,17 @@ fn heading_above(content: &[&str], i: usize, kind: Kind) -> Option<usize> {
     if kind == Kind::File {
         return None;
     }
+    // A listing of several directories (`ls a/ b/`, `ls -R`): an entry's directory is the
+    // `path:` line its block of entries starts under.
+    let is_directory =
+        |l: &str| l.len() > 1 && l.ends_with(':') && !l.contains(char::is_whitespace);
+    if let Some(j) = (i.saturating_sub(COMMIT_MAX)..i)
+        .rev()
+        .take_while(|&j| !content[j].trim().is_empty())
+        .find(|&j| is_directory(content[j]))
+    {
+        return Some(j);
+    }
     (i.saturating_sub(COMMIT_MAX)..i).rev().find(|&j| {
         content[j].strip_prefix("commit ").is_some_and(|rest| {
             rest.as_bytes()
@@ -640,20 +653,30 @@ fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
     let mut seen = std::collections::HashSet::new();
     let n = content.len() as f64;
     for (strings, weight) in sources {
-        for term in strings.iter().flat_map(|s| terms(s)) {
-            if !seen.insert(term.clone()) {
-                continue;
+        // A token of the query (`crates/pith-ledger/Cargo.toml`) counts once on a line: its
+        // best-matching part, not each of its parts (a line holding `Cargo.toml` is one
+        // match of that path, not three).
+        for token in strings.iter().flat_map(|s| token_terms(s)) {
+            let mut best: HashMap<usize, f64> = HashMap::new();
+            for term in token {
+                if !seen.insert(term.clone()) {
+                    continue;
+                }
+                let finder = memmem::Finder::new(term.as_bytes());
+                let holding: Vec<usize> = (0..lower.len())
+                    .filter(|&i| finder.find(lower[i].as_bytes()).is_some())
+                    .collect();
+                if holding.is_empty() {
+                    continue;
+                }
+                let rarity = (1.0 + n / holding.len() as f64).ln();
+                for i in holding {
+                    let b = best.entry(i).or_default();
+                    *b = b.max(weight * rarity);
+                }
             }
-            let finder = memmem::Finder::new(term.as_bytes());
-            let holding: Vec<usize> = (0..lower.len())
-                .filter(|&i| finder.find(lower[i].as_bytes()).is_some())
-                .collect();
-            if holding.is_empty() {
-                continue;
-            }
-            let rarity = (1.0 + n / holding.len() as f64).ln();
-            for i in holding {
-                scores[i] += weight * rarity;
+            for (i, s) in best {
+                scores[i] += s;
             }
         }
     }
@@ -674,10 +697,40 @@ fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
             scores[i] += PHRASE_WEIGHT;
         }
     }
+    // A type the call looked for or the model's text names: where it is built or declared
+    // (`Saving {`: a struct literal a change of the type must follow), as a quoted phrase,
+    // before its mentions (a doc comment naming it).
+    let built: Vec<String> = query
+        .call
+        .iter()
+        .chain(&query.later_text)
+        .flat_map(|s| type_names(s))
+        .map(|t| format!("{t} {{"))
+        .collect();
+    for (i, line) in content.iter().enumerate() {
+        if built.iter().any(|b| line.contains(b.as_str())) {
+            scores[i] += PHRASE_WEIGHT;
+        }
+    }
     scores
 }
 
-/// What a quoted phrase or a named definition adds to a line's score: more than any term.
+/// The type names in `s`: words of a capital and lowercase letters (`Saving`, `LedgerSink`),
+/// at least [`MIN_TYPE`] long.
+fn type_names(s: &str) -> impl Iterator<Item = &str> {
+    s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| {
+            w.len() >= MIN_TYPE
+                && w.starts_with(|c: char| c.is_ascii_uppercase())
+                && w.chars().any(|c| c.is_ascii_lowercase())
+        })
+}
+
+/// The shortest type name [`type_names`] takes.
+const MIN_TYPE: usize = 4;
+
+/// What a quoted phrase, a named definition or a named type's literal adds to a line's score:
+/// more than any term.
 const PHRASE_WEIGHT: f64 = 20.0;
 
 /// The quoted segments of a later input (a command's `'…'` or `"…"`) long enough to name
@@ -744,19 +797,24 @@ fn defines_one_of(line: &str, names: &[&str]) -> bool {
     })
 }
 
-/// The terms of a query string, lowercased: its words of letters, digits and `_` at least
-/// [`MIN_TERM`] long, and its paths (words holding a `/` or a `.`) whole.
-fn terms(s: &str) -> Vec<String> {
+/// The terms of a query string, lowercased, by the token they come from: a token's path (a
+/// word holding a `/` or a `.`) whole, then its words of letters, digits and `_` at least
+/// [`MIN_TERM`] long.
+fn token_terms(s: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for token in s.split(|c: char| c.is_whitespace() || "\"'`,;()[]{}<>=|&*?+^$\\".contains(c)) {
         let token = token.trim_matches(|c: char| c == ':' || c == '.');
+        let mut terms = Vec::new();
         if token.len() >= MIN_TERM && (token.contains('/') || token.contains('.')) {
-            out.push(token.to_lowercase());
+            terms.push(token.to_lowercase());
         }
         for word in token.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
             if word.len() >= MIN_TERM && !word.bytes().all(|b| b.is_ascii_digit()) {
-                out.push(word.to_lowercase());
+                terms.push(word.to_lowercase());
             }
+        }
+        if !terms.is_empty() {
+            out.push(terms);
         }
     }
     out
@@ -1108,5 +1166,68 @@ mod tests {
         ));
         assert_eq!(found_text("error: 12: x"), "error: 12: x");
         assert_eq!(found_text("a b:12:c"), "a b:12:c");
+    }
+
+    /// A search for a type (`Saving`): the lines that build it (`Saving {`, a struct literal a
+    /// change of the type must follow) rank above the many that only mention it.
+    #[test]
+    fn a_searched_types_literals_come_before_its_mentions() {
+        let mut found = vec!["Found 90 matches".to_string(), "/src/a.rs:".to_string()];
+        found.extend((0..80).map(|i| {
+            format!(
+                "  Line {i}: /// the savings of a session, per model and account: {}",
+                "saving and savings ".repeat(4)
+            )
+        }));
+        found[30] = "  Line 28:         savings: vec![Saving {".into();
+        found[60] = "  Line 58:         .map(|s| Saving {".into();
+        let query = Query {
+            call: vec!["Saving|savings", "/src"],
+            later_text: vec!["the struct literals are the places to update"],
+            ..Query::default()
+        };
+        let e = excerpt(&found.join("\n"), Kind::Search, &query).expect("shortened");
+        assert!(e.kept.contains(&30) && e.kept.contains(&60), "{:?}", e.kept);
+        assert_eq!(
+            type_names("Saving|savings the Event, an x").collect::<Vec<_>>(),
+            ["Saving", "Event"]
+        );
+    }
+
+    /// A token of the query counts once on a line: a line holding `Cargo.toml` scores as one
+    /// match of `crates/a/Cargo.toml`, as much as a line holding only its `toml`, not as its
+    /// three parts together (which buried a listing's `benches` under every `Cargo.toml`).
+    #[test]
+    fn a_query_token_counts_once_on_a_line() {
+        let mut content = vec!["x Cargo.toml", "y toml", "z cargo"];
+        content.extend(std::iter::repeat_n("filler", 20));
+        let query = Query {
+            later_inputs: vec!["crates/a/Cargo.toml"],
+            ..Query::default()
+        };
+        let s = scores(&content, &query);
+        assert!(s[0] > 0.0);
+        assert!((s[0] - s[1]).abs() < 1e-9, "{} against {}", s[0], s[1]);
+    }
+
+    /// A listing of several directories (`ls crates/*/`): an entry's directory is the `path:`
+    /// line its block starts under, never one across a blank line.
+    #[test]
+    fn a_listed_entry_comes_with_its_directory() {
+        let listing = [
+            "crates/a/:",
+            "total 8",
+            "-rw-r--r-- 1 root root 864 Dec 5 21:15 Cargo.toml",
+            "drwxr-xr-x 2 root root 4096 Dec 6 02:39 benches",
+            "",
+            "crates/b/:",
+            "total 8",
+            "drwxr-xr-x 2 root root 4096 Dec 6 02:37 src",
+            "",
+            "drwxr-xr-x 2 root root 4096 Dec 6 02:37 loose",
+        ];
+        assert_eq!(heading_above(&listing, 3, Kind::Shell), Some(0));
+        assert_eq!(heading_above(&listing, 7, Kind::Shell), Some(5));
+        assert_eq!(heading_above(&listing, 9, Kind::Shell), None);
     }
 }

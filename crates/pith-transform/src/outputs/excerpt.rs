@@ -698,8 +698,8 @@ fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
         }
     }
     // A type the call looked for or the model's text names: where it is built or declared
-    // (`Saving {`: a struct literal a change of the type must follow), as a quoted phrase,
-    // before its mentions (a doc comment naming it).
+    // (`Saving {`: a struct literal a change of the type must follow, not a function's
+    // `-> Saving {`), as a quoted phrase, before its mentions (a doc comment naming it).
     let built: Vec<String> = query
         .call
         .iter()
@@ -708,7 +708,11 @@ fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
         .map(|t| format!("{t} {{"))
         .collect();
     for (i, line) in content.iter().enumerate() {
-        if built.iter().any(|b| line.contains(b.as_str())) {
+        let builds = |b: &String| {
+            line.match_indices(b.as_str())
+                .any(|(at, _)| !line[..at].trim_end().ends_with("->"))
+        };
+        if built.iter().any(builds) {
             scores[i] += PHRASE_WEIGHT;
         }
     }
@@ -1192,6 +1196,10 @@ mod tests {
             type_names("Saving|savings the Event, an x").collect::<Vec<_>>(),
             ["Saving", "Event"]
         );
+        // A function that returns one does not build it.
+        let content = ["fn make() -> Saving {", "let s = Saving {", "x"];
+        let s = scores(&content, &query);
+        assert!(s[1] >= s[0] + PHRASE_WEIGHT, "{s:?}");
     }
 
     /// A token of the query counts once on a line: a line holding `Cargo.toml` scores as one

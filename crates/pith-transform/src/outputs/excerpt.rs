@@ -692,9 +692,13 @@ fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
         }
     }
     let named: Vec<&str> = query.later_text.iter().flat_map(|t| named(t)).collect();
+    // ... and the lines calling them, below their definitions.
+    let calls: Vec<String> = named.iter().map(|n| format!("{n}(")).collect();
     for (i, line) in content.iter().enumerate() {
         if defines_one_of(line, &named) {
             scores[i] += PHRASE_WEIGHT;
+        } else if calls.iter().any(|c| line.contains(c.as_str())) {
+            scores[i] += PHRASE_WEIGHT / 2.0;
         }
     }
     // A type the call looked for or the model's text names: where it is built or declared
@@ -768,8 +772,14 @@ fn named(text: &str) -> Vec<&str> {
         out.push(inside.trim_end_matches("()"));
         ticks.next();
     }
-    // A type's name in prose (`LedgerSink is defined in …`): a word in CamelCase.
+    // A type's name in prose (`LedgerSink is defined in …`): a word in CamelCase; a
+    // function's or a field's: a word in snake case (`write_interrupted turns …`).
     for word in text.split(|c: char| !is_name(c)) {
+        let snake = word.contains('_') && word.chars().any(|c| c.is_ascii_lowercase());
+        if snake {
+            out.push(word.trim_matches('_'));
+            continue;
+        }
         let mut chars = word.chars();
         let camel = chars.next().is_some_and(|c| c.is_ascii_uppercase())
             && chars.any(|c| c.is_ascii_lowercase())
@@ -1237,5 +1247,22 @@ mod tests {
         assert_eq!(heading_above(&listing, 3, Kind::Shell), Some(0));
         assert_eq!(heading_above(&listing, 7, Kind::Shell), Some(5));
         assert_eq!(heading_above(&listing, 9, Kind::Shell), None);
+    }
+
+    /// The functions the text names: a line calling one (`flag(args)`) ranks above one that
+    /// only holds its word; a snake-case word of prose (`write_interrupted turns …`) names one.
+    #[test]
+    fn a_named_functions_calls_rank_and_snake_case_prose_names_one() {
+        assert_eq!(
+            named("write_interrupted (lib.rs:1066) turns each record"),
+            ["write_interrupted"]
+        );
+        let content = ["let profile = flag(args, x);", "// the flag says so", "x"];
+        let query = Query {
+            later_text: vec!["it reads `flag()`"],
+            ..Query::default()
+        };
+        let s = scores(&content, &query);
+        assert!(s[0] >= s[1] + PHRASE_WEIGHT / 2.0, "{s:?}");
     }
 }

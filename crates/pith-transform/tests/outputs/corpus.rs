@@ -30,7 +30,7 @@ struct Later {
 }
 
 /// The share of needed lines kept that the ranking may not fall below.
-const RECALL_FLOOR: f64 = 0.895;
+const RECALL_FLOOR: f64 = 0.91;
 
 #[test]
 fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
@@ -114,7 +114,7 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
         quoted_missed.is_empty(),
         "quoted lines dropped: {quoted_missed:?}"
     );
-    // Issue 48's goal is 95%; the ranking reaches 89.5% today (BENCHMARKS.md): this floor
+    // Issue 48's goal is 95%; the ranking reaches 91.0% today (BENCHMARKS.md): this floor
     // keeps it from sliding back while it is improved, and rises with it.
     assert!(
         recall >= RECALL_FLOOR,

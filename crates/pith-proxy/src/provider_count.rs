@@ -34,7 +34,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use pith_ledger::ProviderCount;
+use pith_ledger::{Held, LedgerSink, ProviderCount, Record};
 use pith_wire::Wire;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -89,13 +89,15 @@ impl Counter {
         }
     }
 
+    /// Whether any request is counted (off, the default, the request path asks nothing more).
+    pub(crate) fn is_on(&self) -> bool {
+        self.share > 0.0
+    }
+
     /// Whether this changed request is one of the share: one is taken each time
     /// `seen × share` rounded up climbs, so a share of 0.25 takes the 1st, 5th, 9th... (a
-    /// short session still gets a count) and 1 takes every one.
+    /// short session still gets a count), 1 takes every one and 0 none.
     fn sampled(&self) -> bool {
-        if self.share <= 0.0 {
-            return false;
-        }
         let n = self.seen.fetch_add(1, Ordering::Relaxed) as f64;
         ((n + 1.0) * self.share).ceil() > (n * self.share).ceil()
     }
@@ -152,9 +154,9 @@ struct Asked {
 }
 
 /// The count of a request a stage changed, when it is sampled: `body` is the client's own
-/// (decoded when it came compressed), `path_and_query` its target, `upstream` where it goes.
-/// `None` when it is not counted (not sampled, not a wire with a counter, not the provider's
-/// own path, a body whose fields cannot be cut out); otherwise what the counter's task will
+/// (decoded when it came compressed), `path_and_query` its target there, `upstream` where it
+/// goes. `None` when it is not counted (not sampled, not a wire with a counter, not the
+/// provider's own path: the ChatGPT backend's is not); otherwise what the counter's task will
 /// answer, started at once, or `paused` without asking.
 pub(crate) fn start(
     counter: &std::sync::Arc<Counter>,
@@ -165,10 +167,6 @@ pub(crate) fn start(
     client_headers: &HeaderMap,
     body: Bytes,
 ) -> Option<oneshot::Receiver<ProviderCount>> {
-    if counter.share <= 0.0 {
-        // Off (the default): nothing else is looked at.
-        return None;
-    }
     let count_path = count_path(wire, path_and_query)?;
     if !counter.sampled() {
         return None;
@@ -198,6 +196,63 @@ pub(crate) fn start(
         let _ = tell.send(count);
     });
     Some(answer)
+}
+
+/// Keep `record` in the ledger with the provider's count, when one was asked: at once when it
+/// has come (or failed), else when it comes, held beside the answer that has gone out already
+/// (bounded by the count's own timeout). A count cut short (no runtime, the wait dropped) is
+/// `failed`.
+pub(crate) fn keep(
+    sink: &LedgerSink,
+    mut record: Record,
+    count: Option<oneshot::Receiver<ProviderCount>>,
+) {
+    let Some(mut count) = count else {
+        return sink.submit(record);
+    };
+    record.provider_count = Some(ProviderCount::Failed);
+    match count.try_recv() {
+        Ok(counted) => record.provider_count = Some(counted),
+        Err(oneshot::error::TryRecvError::Empty) => {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let mut wait = CountWait {
+                    held: sink.hold(record),
+                    count,
+                };
+                runtime.spawn(async move {
+                    if let Ok(counted) = (&mut wait.count).await {
+                        wait.set(counted);
+                    }
+                });
+                return;
+            }
+        }
+        Err(oneshot::error::TryRecvError::Closed) => {}
+    }
+    sink.submit(record);
+}
+
+/// A finished record waiting for the provider's count of its body. Dropped unfinished (the
+/// runtime shutting down), it takes a count that has come but was not yet read.
+struct CountWait {
+    held: Held,
+    count: oneshot::Receiver<ProviderCount>,
+}
+
+impl CountWait {
+    fn set(&mut self, counted: ProviderCount) {
+        if let Some(record) = self.held.record_mut() {
+            record.provider_count = Some(counted);
+        }
+    }
+}
+
+impl Drop for CountWait {
+    fn drop(&mut self) {
+        if let Ok(counted) = self.count.try_recv() {
+            self.set(counted);
+        }
+    }
 }
 
 /// Ask the counter once: the client's body cut to the counter's fields on the blocking pool

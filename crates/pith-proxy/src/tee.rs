@@ -94,58 +94,7 @@ impl Pending {
         if error.is_some() {
             self.record.error = error;
         }
-        let Some(mut count) = self.provider_count.take() else {
-            return self.recorder.sink.submit(self.record);
-        };
-        match count.try_recv() {
-            Ok(counted) => self.record.provider_count = Some(counted),
-            Err(oneshot::error::TryRecvError::Closed) => {
-                self.record.provider_count = Some(ProviderCount::Failed);
-            }
-            Err(oneshot::error::TryRecvError::Empty) => {
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    // The count is still on its way (bounded by its own timeout): the record
-                    // waits for it beside the answer, which has gone out already. Held, it is
-                    // kept even if the wait is cut, as `failed`.
-                    self.record.provider_count = Some(ProviderCount::Failed);
-                    let mut wait = CountWait {
-                        held: self.recorder.sink.hold(self.record),
-                        count,
-                    };
-                    runtime.spawn(async move {
-                        if let Ok(counted) = (&mut wait.count).await {
-                            wait.set(counted);
-                        }
-                    });
-                    return;
-                }
-                self.record.provider_count = Some(ProviderCount::Failed);
-            }
-        }
-        self.recorder.sink.submit(self.record);
-    }
-}
-
-/// A finished record waiting for the provider's count of its body. Dropped unfinished (the
-/// runtime shutting down), it takes a count that has come but was not yet read.
-struct CountWait {
-    held: pith_ledger::Held,
-    count: oneshot::Receiver<ProviderCount>,
-}
-
-impl CountWait {
-    fn set(&mut self, counted: ProviderCount) {
-        if let Some(record) = self.held.record_mut() {
-            record.provider_count = Some(counted);
-        }
-    }
-}
-
-impl Drop for CountWait {
-    fn drop(&mut self) {
-        if let Ok(counted) = self.count.try_recv() {
-            self.set(counted);
-        }
+        crate::provider_count::keep(&self.recorder.sink, self.record, self.provider_count);
     }
 }
 

@@ -302,6 +302,10 @@ impl Wire {
 fn counted_reply(state: &Counting, uri: &Uri, body: &[u8]) -> Option<Arc<Prepared>> {
     let wire = Wire::of(uri.path())?;
     let counter = matches!(wire, Wire::CountTokens | Wire::InputTokens);
+    if counter && !state.counters() {
+        // The built-in default counts.
+        return None;
+    }
     let tokens = fixtures::tokens::prompt_tokens(body);
     if counter {
         let (status, answer) = match (state.refuse, &wire) {
@@ -738,9 +742,7 @@ async fn handle(
                 .and_then(|at| state.queue.remove(at))
                 .map(|q| q.reply)
                 .or_else(|| state.custom_default.clone())
-                .or_else(|| {
-                    counted_reply(&counting, &parts.uri, &body).filter(|_| counting.prompts)
-                })
+                .or_else(|| counted_reply(&counting, &parts.uri, &body))
         };
         if !state.not_recording {
             state.received.push(Recorded {

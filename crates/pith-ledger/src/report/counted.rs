@@ -9,50 +9,32 @@
 use pith_store::ledger::ProviderCountSums;
 use serde::Serialize;
 
-/// The sampled requests' counts, and the estimate against them.
+/// The sampled requests' counts as the ledger summed them (`sampled`, `counted`,
+/// `rate_limited` (the counter's 429, never retried, never seen by the client), `failed`,
+/// `paused` (not asked during a 429's wait), `compared` (counted, gone up changed, with usage),
+/// `counted_kept_out` (the counts of the clients' bodies less the prompt billed for what pith
+/// sent) and `estimated_kept_out` (pith's estimate over the same)), and the estimate against
+/// the count.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
 pub struct ProviderCounts {
-    /// Requests sampled for a count (a stage changed them, the share picked them).
-    pub sampled: u64,
-    /// The counter counted them.
-    pub counted: u64,
-    /// The counter answered 429 (its own rate limit): counted here, never retried, never
-    /// seen by the client.
-    pub rate_limited: u64,
-    /// The counter failed otherwise (an error status, no answer in time, no count in it).
-    pub failed: u64,
-    /// Sampled while the counter's 429 wait lasted: not asked.
-    pub paused: u64,
-    /// Counted requests that went up changed and whose answer reported usage: the ones
-    /// compared below.
-    pub compared: u64,
-    /// What the stages kept out of them by the provider's count: its count of each client's
-    /// body, less the prompt tokens it billed for the body pith sent.
-    pub counted_kept_out: i64,
-    /// What pith estimated they kept out, over the same requests.
-    pub estimated_kept_out: i64,
+    /// The sums, at the top level of the JSON.
+    #[serde(flatten)]
+    pub sums: ProviderCountSums,
     /// How far the estimate was from the count: (estimated − counted) / counted; `None` until
     /// a comparison has a count that is not zero.
     pub estimate_error: Option<f64>,
 }
 
 /// The counts the ledger summed over the sampled rows; `None` when none was sampled.
-pub fn summarize(sums: &ProviderCountSums) -> Option<ProviderCounts> {
+pub fn summarize(sums: ProviderCountSums) -> Option<ProviderCounts> {
     if sums.sampled == 0 {
         return None;
     }
     let (counted, estimated) = (sums.counted_kept_out, sums.estimated_kept_out);
     Some(ProviderCounts {
-        sampled: sums.sampled,
-        counted: sums.counted,
-        rate_limited: sums.rate_limited,
-        failed: sums.failed,
-        paused: sums.paused,
-        compared: sums.compared,
-        counted_kept_out: counted,
-        estimated_kept_out: estimated,
         estimate_error: (counted != 0)
             .then(|| (estimated as f64 - counted as f64) / (counted as f64).abs()),
+        sums,
     })
 }
 
@@ -63,7 +45,7 @@ mod tests {
     #[test]
     fn the_estimate_is_measured_against_the_count() {
         assert_eq!(
-            summarize(&ProviderCountSums::default()),
+            summarize(ProviderCountSums::default()),
             None,
             "nothing sampled"
         );
@@ -77,11 +59,12 @@ mod tests {
             counted_kept_out: 5_000,
             estimated_kept_out: 5_300,
         };
-        let c = summarize(&sums).unwrap();
-        assert_eq!((c.sampled, c.compared, c.failed), (7, 2, 1));
+        let c = summarize(sums.clone()).unwrap();
+        let s = &c.sums;
+        assert_eq!((s.sampled, s.compared, s.failed), (7, 2, 1));
         let error = c.estimate_error.unwrap();
         assert!((error - 0.06).abs() < 1e-9, "{error}");
-        let nothing_kept_out = summarize(&ProviderCountSums {
+        let nothing_kept_out = summarize(ProviderCountSums {
             counted_kept_out: 0,
             ..sums
         })

@@ -184,7 +184,11 @@ fn transform_families(r: &Report) -> Vec<Family> {
 /// The provider's own counts of sampled changed requests (`[proxy] provider_counts`), by how
 /// each ended, and what they and pith's estimate say the stages kept out of those compared.
 fn count_families(r: &Report) -> Vec<Family> {
-    let c = r.provider_counts.clone().unwrap_or_default();
+    let c = r
+        .provider_counts
+        .as_ref()
+        .map(|c| c.sums.clone())
+        .unwrap_or_default();
     let by_outcome = [
         ("counted", c.counted),
         ("rate_limited", c.rate_limited),

@@ -444,7 +444,7 @@ fn build_report(
         total: sums.total,
         transforms,
         holdout,
-        provider_counts: counted::summarize(&ledger.provider_counts(filter)?),
+        provider_counts: counted::summarize(ledger.provider_counts(filter)?),
         dropped_rows: ledger.counter(DROPPED_ROWS)?,
         damaged_spool_entries: ledger.counter(DAMAGED_ENTRIES)?,
         refused_requests: refusals(ledger)?,

@@ -570,26 +570,25 @@ async fn transform_request(state: &Arc<State>, ctx: &mut Context) -> Upstream {
 /// far longer than a count), beside the answer (`crate::provider_count`), and the record
 /// waits for it. Only an answered request is counted (a refused one has no usage to compare
 /// with), only when a ledger keeps the count, and not one resent as the client sent it (it
-/// went up unchanged).
+/// went up unchanged). Off (the default), one comparison.
 fn ask_for_count(state: &State, ctx: &mut Context) {
-    let (Some(wire), true, true) = (ctx.wire, ctx.upstream_body.is_some(), ctx.recorded()) else {
+    if !state.counter.is_on() || ctx.upstream_body.is_none() || !ctx.recorded() {
+        return;
+    }
+    // A wire is a POST's.
+    let Some(wire) = ctx.wire else {
         return;
     };
-    if ctx.method != Method::POST {
-        return;
-    }
     let (base, path) = state.config.upstream_for(ctx.provider, &ctx.path_and_query);
-    if !std::ptr::eq(base, &state.config.chatgpt) {
-        ctx.provider_count = crate::provider_count::start(
-            &state.counter,
-            &state.client,
-            base,
-            wire,
-            &path,
-            &ctx.headers,
-            ctx.prompt().clone(),
-        );
-    }
+    ctx.provider_count = crate::provider_count::start(
+        &state.counter,
+        &state.client,
+        base,
+        wire,
+        &path,
+        &ctx.headers,
+        ctx.prompt().clone(),
+    );
 }
 
 /// The pipeline over the request's prompt (on the three wires): its failures logged and

@@ -161,7 +161,7 @@ pub struct Row {
 
 /// The requests sampled for the provider's own count of the client's body
 /// ([`Row::provider_count_outcome`]), summed, with what the report compares the counts to.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ProviderCountSums {
     /// Sampled requests.
     pub sampled: u64,

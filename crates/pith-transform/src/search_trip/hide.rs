@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::is_search_block;
+use crate::splice::span_of;
 
 /// The ledger's name for the proxy's hiding half (its report: the searches it hid).
 pub const NAME: &str = "search_hide";
@@ -18,7 +19,6 @@ pub const NAME: &str = "search_hide";
 /// Its fact: tool searches hid from an answer, each one the model searching for a tool pith
 /// deferred.
 pub const SEARCHES: &str = "searches";
-use crate::splice::span_of;
 
 /// What the client receives in place of one event.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -223,7 +223,7 @@ fn render(shown: &TeamReport, filtered_by_time: bool) -> String {
 /// The provider's own counts of the sampled requests against pith's estimate; without any,
 /// that every saving shown is estimated, and how to have some counted.
 fn render_provider_counts(out: &mut String, r: &Report) {
-    let Some(c) = &r.provider_counts else {
+    let Some(counts) = &r.provider_counts else {
         if r.total.estimated_saved_usd.is_some() {
             out.push_str(
                 "every saving above is pith's estimate (4 characters a token): set [proxy] \
@@ -233,6 +233,7 @@ fn render_provider_counts(out: &mut String, r: &Report) {
         }
         return;
     };
+    let c = &counts.sums;
     let mut not_counted = Vec::new();
     for (n, what) in [
         (
@@ -261,7 +262,7 @@ fn render_provider_counts(out: &mut String, r: &Report) {
         out.push_str("  no counted request with usage yet to compare the estimate with\n");
         return;
     }
-    let off = c.estimate_error.map_or(String::new(), |e| {
+    let off = counts.estimate_error.map_or(String::new(), |e| {
         format!(" ({:+.1}% off the count)", 100.0 * e)
     });
     out.push_str(&format!(

@@ -8,8 +8,8 @@
 //! in the official SDK: `{"object": "response.input_tokens", "input_tokens": N}`). It goes
 //! beside the request, never on its path: a task started once the provider's answer has begun
 //! (a ledger kept, the answer a success), its result put in the request's record when the
-//! answer ends (`tee::Pending::finish` waits for it there, within [`COUNT_TIMEOUT`], without
-//! holding the client's answer). It carries the client's credentials, API version and betas,
+//! answer ends (`keep`, from `tee::Pending::finish`, waits for it there, within
+//! [`COUNT_TIMEOUT`], without holding the client's answer). It carries the client's credentials, API version and betas,
 //! organization and project, and user agent ([`CARRIED`]): nothing else of the request and
 //! nothing of pith's.
 //!

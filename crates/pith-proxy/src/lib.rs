@@ -17,6 +17,7 @@
 pub mod accounts;
 mod config;
 mod fault;
+mod gather;
 mod last_check;
 mod own_headers;
 pub mod own_pages;

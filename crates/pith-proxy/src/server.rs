@@ -220,7 +220,8 @@ impl Proxy {
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();
         let mut stopping = stopping.clone();
-        connections.spawn(async move {
+        // Turns counted for the answers' bodies (`gather`: a burst goes on in one write).
+        connections.spawn(crate::gather::counting_turns(async move {
             let mut conn = std::pin::pin!(conn);
             let ended = tokio::select! {
                 ended = conn.as_mut() => ended,
@@ -232,7 +233,7 @@ impl Proxy {
             if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-        });
+        }));
     }
 }
 

@@ -27,6 +27,7 @@ use pith_ledger::{ProviderCount, Record};
 use pith_transform::StageReport;
 use tokio::sync::oneshot;
 
+use crate::gather::Gather;
 use crate::rewrite::{BodyRewriter, EventRewriter, Hold, Rewrite, Rewriter};
 
 /// Where a request's record goes, and whether the proxy is cutting requests at shutdown.
@@ -186,8 +187,8 @@ fn last_sequence_number(chunk: &[u8]) -> Option<u64> {
 pub(crate) enum ProxyBody {
     /// A body pith made (errors) or nothing.
     Full(Option<Bytes>),
-    /// An upstream body streaming through.
-    Tee(Box<Tee<Incoming>>),
+    /// An upstream body streaming through, what came at once handed on at once.
+    Tee(Box<Gather<Tee<Incoming>>>),
     /// pith's own stream (the dashboard's live events), chunk by chunk until its sender ends.
     Events(tokio::sync::mpsc::Receiver<Bytes>),
 }
@@ -195,6 +196,10 @@ pub(crate) enum ProxyBody {
 impl ProxyBody {
     pub(crate) fn full(bytes: Bytes) -> Self {
         ProxyBody::Full(Some(bytes))
+    }
+
+    pub(crate) fn tee(tee: Tee<Incoming>) -> Self {
+        ProxyBody::Tee(Box::new(Gather::new(tee)))
     }
 }
 
@@ -499,7 +504,7 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             ProxyBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Tee(tee) => tee.poll(cx),
+            ProxyBody::Tee(tee) => Pin::new(tee.as_mut()).poll_frame(cx),
             ProxyBody::Events(rx) => rx
                 .poll_recv(cx)
                 .map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),
@@ -518,15 +523,27 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Full(None) => SizeHint::with_exact(0),
-            // A rewriter may change the length.
-            ProxyBody::Tee(tee) if tee.rewriting.is_some() => SizeHint::default(),
-            ProxyBody::Tee(tee) => tee.inner.size_hint(),
+            ProxyBody::Tee(tee) => tee.size_hint(),
             ProxyBody::Events(_) => SizeHint::default(),
         }
     }
 }
 
-impl<B: Body> Tee<B> {
+impl<B> Body for Tee<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BodyError> + std::fmt::Display,
+{
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.get_mut().poll(cx)
+    }
+
     fn is_end_stream(&self) -> bool {
         if self.tail.is_some() {
             return false;
@@ -534,6 +551,14 @@ impl<B: Body> Tee<B> {
         match &self.rewriting {
             Some(r) => self.upstream_done && r.ready.is_empty() && r.hold.is_none(),
             None => self.upstream_done || self.inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.rewriting {
+            // A rewriter may change the length.
+            Some(_) => SizeHint::default(),
+            None => self.inner.size_hint(),
         }
     }
 }

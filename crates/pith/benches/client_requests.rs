@@ -16,7 +16,8 @@
 //!   `counts`;
 //! - `bare relay`: this build with every stage, the ledger and history off (what forwarding
 //!   alone costs, the floor the stages are measured against);
-//! - `build before`: with `PITH_BENCH_BEFORE=/path/to/pith`, another binary on its defaults.
+//! - `build before`: with `PITH_BENCH_BEFORE=/path/to/pith`, another binary on its defaults;
+//!   `bare-before`, that binary as a bare relay (what a change to forwarding itself moved).
 //!
 //! Two modes: back to back (the next request as soon as the last answer's last byte is in),
 //! and paced (a request every 10 ms, 100 a second, so the ledger's writers run between
@@ -30,7 +31,7 @@
 //! Run: `PITH_BENCH_BEFORE=/path/to/old/pith cargo bench -p pith --bench client_requests`
 //! (env: `PITH_BENCH_ROUNDS`, default 400 requests per target, body and mode;
 //! `PITH_BENCH_MODES=back-to-back,paced` for a subset; `PITH_BENCH_BODIES=claude,opencode,
-//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,trim,holdout,counts`
+//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,bare-before,trim,holdout,counts`
 //! likewise).
 //! The older figures' method (one identical body, no user agent) is `proxy_overhead`'s.
 #![expect(
@@ -341,6 +342,17 @@ fn main() {
             "before" => {
                 if let Ok(bin) = std::env::var("PITH_BENCH_BEFORE") {
                     targets.push(start("build before", &bin, &mock.url(), &[], &[]));
+                }
+            }
+            "bare-before" => {
+                if let Ok(bin) = std::env::var("PITH_BENCH_BEFORE") {
+                    targets.push(start(
+                        "bare relay, build before",
+                        &bin,
+                        &mock.url(),
+                        &["--no-ledger"],
+                        &bare_env,
+                    ));
                 }
             }
             other => panic!("PITH_BENCH_TARGETS: unknown target {other}"),

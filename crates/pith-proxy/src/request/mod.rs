@@ -821,7 +821,7 @@ fn respond(state: &State, mut ctx: Context, response: Response<Incoming>) -> Res
         p.recorder.sink.opened(&p.record);
     }
     let tee = Tee::new(incoming, pending, rewriter, idle);
-    Response::from_parts(parts, ProxyBody::Tee(Box::new(tee)))
+    Response::from_parts(parts, ProxyBody::tee(tee))
 }
 
 /// The request ends with a fault pith answers in the provider's shape.

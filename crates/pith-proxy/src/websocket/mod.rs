@@ -309,7 +309,7 @@ async fn connect(
 fn refused_as_it_was(state: &State, upstream: Response<Incoming>) -> Response<ProxyBody> {
     let (parts, body) = upstream.into_parts();
     let idle = Idle::new(state.config.timeouts.upstream_idle, Provider::OpenAi, None);
-    let mut res = Response::new(ProxyBody::Tee(Box::new(Tee::new(body, None, None, idle))));
+    let mut res = Response::new(ProxyBody::tee(Tee::new(body, None, None, idle)));
     *res.status_mut() = parts.status;
     for (name, value) in crossing(&parts.headers) {
         res.headers_mut().append(name, value);

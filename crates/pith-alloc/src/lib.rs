@@ -8,8 +8,9 @@
 //!
 //! The proxy calls [`release_free_memory`] off its event loop when a burst of connections is
 //! over, and after large bodies: [`freed`] adds up pieces of at least [`LARGE`] and says when
-//! [`WORTH_RELEASING`] is due. This is the one crate with `unsafe` code (the one FFI call);
-//! every other crate forbids it.
+//! [`WORTH_RELEASING`] is due. This is the one crate with `unsafe` code (its two FFI calls);
+//! every other crate forbids it. [`steady_thresholds`] fixes when the allocator maps a piece
+//! of its own and how much free memory its heap keeps, for the proxy's large bodies.
 
 pub mod release;
 
@@ -43,6 +44,42 @@ pub fn freed(bytes: usize) -> bool {
             .is_ok()
 }
 
+/// Bodies up to this size come from the allocator's heap, not from a mapping of their own.
+pub const MAPPED_FROM: usize = 8 << 20;
+
+/// Free memory the heap keeps at its top between requests, rather than giving it back and
+/// faulting it in again on the next one.
+pub const KEPT_AT_TOP: usize = 16 << 20;
+
+/// Fix the allocator's thresholds for a process that handles bodies of megabytes one after
+/// another (the proxy), instead of glibc's, which move with the largest mapped piece freed: a
+/// change that made the ledger's spool buffer smaller lowered them, and the request path's
+/// 1.3 MB bodies then came from fresh pages on every request (1.9 ms more on the event loop,
+/// BENCHMARKS.md, stop 59). Free memory still goes back through [`release_free_memory`] after
+/// large bodies and bursts. Whether glibc took both; elsewhere nothing to set.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn steady_thresholds() -> bool {
+    let (Ok(mapped_from), Ok(kept_at_top)) = (
+        libc::c_int::try_from(MAPPED_FROM),
+        libc::c_int::try_from(KEPT_AT_TOP),
+    ) else {
+        return false;
+    };
+    #[expect(unsafe_code, reason = "glibc's mallopt")]
+    // SAFETY: mallopt takes two integers and no pointers; glibc applies it under its own lock.
+    let set = unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, mapped_from) == 1
+            && libc::mallopt(libc::M_TRIM_THRESHOLD, kept_at_top) == 1
+    };
+    set
+}
+
+/// Fix the allocator's thresholds (nothing to set off glibc).
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn steady_thresholds() -> bool {
+    false
+}
+
 /// Ask the allocator to return its free pages to the OS; whether it gave anything back.
 /// It walks and locks every arena, so call it at a quiet moment (after a burst), not per
 /// request. Elsewhere than glibc it does nothing and says `false`: those allocators return
@@ -65,6 +102,12 @@ pub fn release_free_memory() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn glibc_takes_the_thresholds() {
+        assert!(steady_thresholds());
+    }
 
     #[test]
     fn large_pieces_freed_make_a_release_due_once_they_add_up() {

@@ -135,6 +135,8 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     }
     crate::logging::init();
     raise_descriptor_limit();
+    // Bodies of megabytes one after another: the allocator keeps their pages between requests.
+    pith_alloc::steady_thresholds();
     let plan = Plan::resolve(&args, config)?;
     let started = Started::open(&plan)?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -55,8 +55,7 @@ fn in_share(h: u64, share: f64) -> bool {
 /// turn (all of them while the model has not answered yet), each element's bytes as sent.
 pub fn opening_hash(wire: Wire, body: &[u8]) -> Option<u64> {
     let key = wire.history_member().as_bytes();
-    let history = skim::member_forward(body, key)?;
-    let open = history.value.start;
+    let open = skim::member_value_start(body, key)?;
     if body.get(open) != Some(&b'[') {
         return None;
     }

@@ -49,6 +49,17 @@ pub fn object_members(json: &[u8]) -> Option<Vec<Member>> {
 
 /// The member whose key's opening quote is at `at`: its key and its value's span.
 fn member_at(json: &[u8], at: usize) -> Option<Member> {
+    let (key, start) = member_key_at(json, at)?;
+    let end = value_end(json, start)?;
+    Some(Member {
+        key,
+        value: start..end,
+    })
+}
+
+/// The key of the member whose opening quote is at `at` (its span inside the quotes), and
+/// where its value starts (not read).
+fn member_key_at(json: &[u8], at: usize) -> Option<(Range<usize>, usize)> {
     if json.get(at) != Some(&b'"') {
         return None;
     }
@@ -57,12 +68,7 @@ fn member_at(json: &[u8], at: usize) -> Option<Member> {
     if json.get(colon) != Some(&b':') {
         return None;
     }
-    let start = skip_ws(json, colon + 1);
-    let end = value_end(json, start)?;
-    Some(Member {
-        key: at + 1..key_end - 1,
-        value: start..end,
-    })
+    Some((at + 1..key_end - 1, skip_ws(json, colon + 1)))
 }
 
 /// The spans of the elements of the array that `json` holds (whitespace around it allowed).
@@ -91,6 +97,30 @@ pub fn member_forward(json: &[u8], key: &[u8]) -> Option<Member> {
             return Some(member);
         }
         at = skip_ws(json, member.value.end);
+        match json.get(at) {
+            Some(b',') => at = skip_ws(json, at + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// Where the value of the first member whose key's bytes are `key` starts, found from the front
+/// as [`member_forward`] finds it, without reading that value: a history's start, for a caller
+/// that reads its elements one at a time and stops early (the hold-out's opening, deferral's
+/// marks, the outputs stage's new turns), where skimming a long conversation to its end would
+/// cost a pass over it on every request.
+pub fn member_value_start(json: &[u8], key: &[u8]) -> Option<usize> {
+    let mut at = skip_ws(json, 0);
+    if json.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_ws(json, at + 1);
+    loop {
+        let (found, start) = member_key_at(json, at)?;
+        if json[found] == *key {
+            return Some(start);
+        }
+        at = skip_ws(json, value_end(json, start)?);
         match json.get(at) {
             Some(b',') => at = skip_ws(json, at + 1),
             _ => return None,
@@ -423,6 +453,14 @@ mod tests {
         assert_eq!(first_element(b"[ ]", 0), None);
         assert_eq!(member_forward(json, b"absent"), None);
         assert_eq!(member_forward(br#"{"a":1 "b":2}"#, b"b"), None);
+        // The value's start alone, its value never read (here it is cut short).
+        assert_eq!(member_value_start(json, b"messages"), Some(start));
+        assert_eq!(member_value_start(json, b"absent"), None);
+        assert_eq!(member_value_start(br#"{"a":1 "b":2}"#, b"b"), None);
+        let cut = br#"{"model":"m","messages": [{"a":1}, {"b""#;
+        assert_eq!(member_forward(cut, b"messages"), None);
+        assert_eq!(member_value_start(cut, b"messages"), Some(25));
+        assert_eq!(member_value_start(br#"{"x":[1,"#, b"messages"), None);
     }
 
     #[test]

@@ -94,12 +94,12 @@ impl Conversations {
     /// JSON (the body is not, either).
     fn read_from_mark(&self, wire: Wire, body: &str) -> Option<Option<Read>> {
         let bytes = body.as_bytes();
-        let array = skim::member_forward(bytes, wire.history_member().as_bytes())?.value;
-        if bytes.get(array.start) != Some(&b'[') {
+        let open = skim::member_value_start(bytes, wire.history_member().as_bytes())?;
+        if bytes.get(open) != Some(&b'[') {
             return None;
         }
         // Only the first message is skimmed here: the rest is read from the mark on.
-        let first = skim::first_element(bytes, array.start)?;
+        let first = skim::first_element(bytes, open)?;
         let mut hasher = XxHash3_128::new();
         hasher.write(&bytes[..first.end]);
         let opening = hasher.finish_128();

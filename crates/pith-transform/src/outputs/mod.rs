@@ -157,10 +157,9 @@ impl Stage for OutputsStage {
         }
         let bytes = body.as_bytes();
         let key = request.wire.history_member().as_bytes();
-        let Some(history) = skim::member_forward(bytes, key) else {
+        let Some(open) = skim::member_value_start(bytes, key) else {
             return Ok(Outcome::Unchanged(unless_invalid(body, reason::NONE_LONG)));
         };
-        let open = history.value.start;
         if bytes.get(open) != Some(&b'[') {
             return Ok(Outcome::Unchanged(unless_invalid(body, reason::NONE_LONG)));
         }
@@ -170,10 +169,12 @@ impl Stage for OutputsStage {
         let fetchable = self.options.originals_kept && offers_pith_tool_output(body);
         let session = session_key(request.wire, fetchable, &bytes[first]);
         let (decided, hasher) = self.sessions.find(session, bytes, open);
-        let Some((elements, _)) = skim::elements_after(bytes, open + decided.len.max(1), true)
+        let Some((elements, close)) = skim::elements_after(bytes, open + decided.len.max(1), true)
         else {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
         };
+        // The history's span, its `]` found by the read of its new elements.
+        let history = open..close + 1;
         #[cfg(test)]
         self.elements_read
             .fetch_add(elements.len(), std::sync::atomic::Ordering::Relaxed);
@@ -217,8 +218,8 @@ impl Stage for OutputsStage {
                 }
             }
         }
-        let outcome = walk.into_outcome(history.value.clone());
-        if matches!(outcome, Outcome::Edited(_)) && invalid_outside(body, &history.value) {
+        let outcome = walk.into_outcome(history.clone());
+        if matches!(outcome, Outcome::Edited(_)) && invalid_outside(body, &history) {
             return Ok(Outcome::Unchanged(reason::UNREADABLE));
         }
         Ok(outcome)

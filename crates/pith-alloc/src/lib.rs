@@ -86,7 +86,7 @@ pub fn steady_thresholds() -> bool {
 /// memory themselves, or have no such call.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn release_free_memory() -> bool {
-    #[expect(unsafe_code, reason = "the one FFI call: glibc's malloc_trim")]
+    #[expect(unsafe_code, reason = "glibc's malloc_trim")]
     // SAFETY: malloc_trim takes no pointers and reads no caller state; glibc serializes it
     // with every other allocator call through the arenas' own locks.
     let released = unsafe { libc::malloc_trim(0) };

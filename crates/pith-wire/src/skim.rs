@@ -86,22 +86,12 @@ pub fn array_elements(json: &[u8]) -> Option<Vec<Range<usize>>> {
 /// the history array near the front of the body and the tools after it, so this finds a
 /// history's start without reading the history.
 pub fn member_forward(json: &[u8], key: &[u8]) -> Option<Member> {
-    let mut at = skip_ws(json, 0);
-    if json.get(at) != Some(&b'{') {
-        return None;
-    }
-    at = skip_ws(json, at + 1);
-    loop {
-        let member = member_at(json, at)?;
-        if json[member.key.clone()] == *key {
-            return Some(member);
-        }
-        at = skip_ws(json, member.value.end);
-        match json.get(at) {
-            Some(b',') => at = skip_ws(json, at + 1),
-            _ => return None,
-        }
-    }
+    let (key, start) = find_member(json, key)?;
+    let end = value_end(json, start)?;
+    Some(Member {
+        key,
+        value: start..end,
+    })
 }
 
 /// Where the value of the first member whose key's bytes are `key` starts, found from the front
@@ -110,6 +100,11 @@ pub fn member_forward(json: &[u8], key: &[u8]) -> Option<Member> {
 /// marks, the outputs stage's new turns), where skimming a long conversation to its end would
 /// cost a pass over it on every request.
 pub fn member_value_start(json: &[u8], key: &[u8]) -> Option<usize> {
+    find_member(json, key).map(|(_, start)| start)
+}
+
+/// The key span and value start of the first member keyed `key`, the values before it skimmed.
+fn find_member(json: &[u8], key: &[u8]) -> Option<(Range<usize>, usize)> {
     let mut at = skip_ws(json, 0);
     if json.get(at) != Some(&b'{') {
         return None;
@@ -117,8 +112,8 @@ pub fn member_value_start(json: &[u8], key: &[u8]) -> Option<usize> {
     at = skip_ws(json, at + 1);
     loop {
         let (found, start) = member_key_at(json, at)?;
-        if json[found] == *key {
-            return Some(start);
+        if json[found.clone()] == *key {
+            return Some((found, start));
         }
         at = skip_ws(json, value_end(json, start)?);
         match json.get(at) {

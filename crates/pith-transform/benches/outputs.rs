@@ -4,6 +4,9 @@
 //! first through one proxy), and the same conversation with 1 KB outputs (about 190 KB, none
 //! long enough: what a session pays that the stage changes nothing in), next to a plain
 //! validating parse of each body for ratios. Wall time and the benchmark thread's CPU time.
+//! And the excerpt's own cost, paid once per call id: every output of the hand-marked corpus
+//! (`pith-testkit/fixtures/outputs`, 52 real outputs, 12k lines) ranked and cut, next to
+//! lowercasing their lines (the least the ranking reads them with).
 //!
 //! `cargo bench -p pith-transform --bench outputs`
 
@@ -13,6 +16,8 @@ use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use http::HeaderMap;
 use pith_testkit::bench::{ThreadCpu, capture_body, grown_conversation};
+use pith_testkit::fixtures::output_cases;
+use pith_transform::outputs::excerpt::{Query, excerpt, kind_of_call, strings_of};
 use pith_transform::outputs::{OutputsOptions, OutputsStage};
 use pith_transform::{Outcome, Request, Stage};
 use pith_wire::Wire;
@@ -63,7 +68,50 @@ fn run_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>, body: &[u8], shor
     group.finish();
 }
 
+/// Every corpus output excerpted for what came after it, as the stage does at its first sight.
+fn excerpt_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>) {
+    let cases = match output_cases() {
+        Ok(cases) => cases,
+        Err(e) => panic!("the excerpt corpus in pith-testkit/fixtures/outputs: {e}"),
+    };
+    let queries: Vec<Query<'_>> = cases
+        .iter()
+        .map(|case| {
+            let mut query = Query::default();
+            strings_of(&case.input, &mut query.call);
+            query.later_text.push(&case.later.text);
+            for input in &case.later.tool_inputs {
+                strings_of(input, &mut query.later_inputs);
+            }
+            query
+        })
+        .collect();
+    group.bench_function("excerpt_every_case", |b| {
+        b.iter(|| {
+            let mut shown = 0;
+            for (case, query) in cases.iter().zip(&queries) {
+                let kind = kind_of_call(&case.tool, &case.input);
+                shown += excerpt(black_box(&case.output), kind, query).map_or(0, |e| e.shown);
+            }
+            shown
+        })
+    });
+    group.bench_function("baseline_lowercase_every_line", |b| {
+        b.iter(|| {
+            let mut bytes = 0;
+            for case in &cases {
+                for line in black_box(&case.output).split('\n') {
+                    bytes += line.to_lowercase().len();
+                }
+            }
+            bytes
+        })
+    });
+    group.finish();
+}
+
 fn wall(c: &mut Criterion) {
+    excerpt_group(c.benchmark_group("excerpt_corpus"));
     for (name, body, shortens) in bodies() {
         run_group(
             c.benchmark_group(format!("outputs_{name}")),
@@ -74,6 +122,7 @@ fn wall(c: &mut Criterion) {
 }
 
 fn cpu(c: &mut Criterion<ThreadCpu>) {
+    excerpt_group(c.benchmark_group("excerpt_corpus_cpu"));
     for (name, body, shortens) in bodies() {
         run_group(
             c.benchmark_group(format!("outputs_{name}_cpu")),

@@ -2,59 +2,30 @@
 //! (pith's own files read, its tree searched, its test and build logs) in each client's
 //! format, each with the lines a later step of the task needed marked by hand. The goal (issue
 //! 48): an excerpt keeps at least 95% of the needed lines at no more than a quarter of the
-//! output, and every line a later tool input quoted. The quoted lines and the quarter hold
-//! now; the share of needed lines is held at its floor ([`RECALL_FLOOR`]) until it gets there.
+//! output, and every line a later tool input quoted. The quoted lines and the quarter hold;
+//! the share of needed lines is held at its floor ([`RECALL_FLOOR`]) until it gets there.
 
-use pith_testkit::fixtures::fixtures_dir;
-use pith_transform::outputs::excerpt::{Query, excerpt, kind_of_call, strings_of};
-use serde::Deserialize;
-use serde_json::Value;
+use pith_testkit::fixtures::{OutputCase, output_cases};
+use pith_transform::outputs::excerpt::{Excerpt, Query, excerpt, kind_of_call, strings_of};
 
-#[derive(Deserialize)]
-struct Case {
-    client: String,
-    tool: String,
-    input: Value,
-    output: String,
-    later: Later,
-    needed: Vec<usize>,
-    quoted: Vec<usize>,
-}
-
-#[derive(Deserialize)]
-struct Later {
-    #[serde(default)]
-    text: String,
-    #[serde(default)]
-    tool_inputs: Vec<Value>,
-}
-
-/// The share of needed lines kept that the ranking may not fall below.
-const RECALL_FLOOR: f64 = 0.91;
+/// The share of needed lines kept that the ranking may not fall below (92.5% on the 52 cases
+/// at stop 60, BENCHMARKS.md; the goal is 95%).
+const RECALL_FLOOR: f64 = 0.92;
 
 #[test]
 fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
-    let dir = fixtures_dir().unwrap().join("outputs");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    paths.sort();
-    assert!(
-        paths.len() >= 30,
-        "{} cases in {}",
-        paths.len(),
-        dir.display()
-    );
+    let cases = output_cases().unwrap();
+    assert!(cases.len() >= 30, "{} cases", cases.len());
     let (mut needed, mut needed_kept, mut quoted_missed) = (0, 0, Vec::new());
     let (mut output_chars, mut shown_chars, mut whole) = (0, 0, Vec::new());
     let mut missed = Vec::new();
+    // `PITH_CORPUS_SHOW=013` prints the cases whose names start so, line by line: what the
+    // excerpt kept and which lines were needed (what a change of the ranking is judged by).
+    let show = std::env::var("PITH_CORPUS_SHOW").ok();
     println!("| case | client | tool | lines | shown | needed kept | size |");
     println!("|---|---|---|---:|---:|---:|---:|");
-    for path in &paths {
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let case: Case = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    for case in &cases {
+        let name = &case.name;
         let mut query = Query::default();
         strings_of(&case.input, &mut query.call);
         query.later_text.push(&case.later.text);
@@ -68,6 +39,9 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
                 .is_none_or(|e| e.kept.binary_search(&(n - 1)).is_ok())
         };
         let case_kept = case.needed.iter().filter(|n| kept(**n)).count();
+        if show.as_deref().is_some_and(|s| name.starts_with(s)) {
+            println!("{}", shown_case(case, e.as_ref()));
+        }
         let out_lines: Vec<&str> = case.output.split('\n').collect();
         for n in case.needed.iter().filter(|n| !kept(**n)) {
             let line: String = out_lines[n - 1].chars().take(110).collect();
@@ -101,7 +75,7 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
     println!(
         "\n{} cases: needed lines kept {needed_kept}/{needed} ({:.1}%), shown {:.1}% of the \
          outputs' characters, {} left whole",
-        paths.len(),
+        cases.len(),
         100.0 * recall,
         100.0 * size,
         whole.len()
@@ -114,12 +88,33 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
         quoted_missed.is_empty(),
         "quoted lines dropped: {quoted_missed:?}"
     );
-    // Issue 48's goal is 95%; the ranking reaches 91.0% today (BENCHMARKS.md): this floor
-    // keeps it from sliding back while it is improved, and rises with it.
     assert!(
         recall >= RECALL_FLOOR,
         "needed lines kept: {:.1}% (goal 95%)",
         100.0 * recall
     );
     assert!(size <= 0.25, "shown: {:.1}% of the outputs", 100.0 * size);
+}
+
+/// One case's output, a line a row: `K` kept, `N` needed, `!` needed and not kept.
+fn shown_case(case: &OutputCase, e: Option<&Excerpt>) -> String {
+    use std::fmt::Write;
+    let mut out = format!("\n---- {}: {} {}\n", case.name, case.tool, case.input);
+    let _ = writeln!(out, "later text: {}", case.later.text);
+    for input in &case.later.tool_inputs {
+        let _ = writeln!(out, "later input: {input}");
+    }
+    for (i, line) in case.output.split('\n').enumerate() {
+        let kept = e.is_none_or(|e| e.kept.binary_search(&i).is_ok());
+        let needed = case.needed.contains(&(i + 1));
+        let mark = match (kept, needed) {
+            (true, true) => "KN",
+            (true, false) => "K ",
+            (false, true) => "! ",
+            (false, false) => "  ",
+        };
+        let line: String = line.chars().take(140).collect();
+        let _ = writeln!(out, "{mark} {:>4} {line}", i + 1);
+    }
+    out
 }

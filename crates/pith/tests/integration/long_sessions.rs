@@ -24,7 +24,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("skim.rs", include_str!("../../../pith-wire/src/skim.rs")),
     (
         "excerpt.rs",
-        include_str!("../../../pith-transform/src/outputs/excerpt.rs"),
+        include_str!("../../../pith-transform/src/outputs/excerpt/mod.rs"),
     ),
     (
         "transcript.rs",

@@ -12,7 +12,7 @@ use crate::support::*;
 /// One of pith's files as a file read shows it: each line after its number (`number` writes
 /// it: Claude Code's Read `12`, `cat -n`'s `    12`) and a tab.
 fn numbered_source(number: impl Fn(usize) -> String) -> String {
-    let source = include_str!("../../../pith-transform/src/outputs/excerpt.rs");
+    let source = include_str!("../../../pith-transform/src/outputs/excerpt/mod.rs");
     let lines: Vec<String> = source
         .lines()
         .enumerate()
@@ -311,7 +311,7 @@ fn session_files(work: &std::path::Path) -> &'static str {
         ("skim.rs", include_str!("../../../pith-wire/src/skim.rs")),
         (
             "excerpt.rs",
-            include_str!("../../../pith-transform/src/outputs/excerpt.rs"),
+            include_str!("../../../pith-transform/src/outputs/excerpt/mod.rs"),
         ),
     ];
     for (name, text) in files {

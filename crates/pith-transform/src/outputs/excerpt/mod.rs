@@ -19,9 +19,18 @@
 //! A pure function of its inputs: the same output, call and later turn give the same bytes,
 //! which is what lets every later request of a session send the excerpt unchanged.
 
-use std::collections::HashMap;
+mod around;
+mod must_keep;
+mod score;
 
-use memchr::memmem;
+use around::{
+    block_opened, definitions_above, diff_sides, documented_below, enclosing_block, group_under,
+    heading_above, parent_heading, sentence_rest,
+};
+use must_keep::{
+    SEARCH_PROBLEMS_MAX, is_log_problem, mark_ends, mark_problems, mark_quoted, names_a_problem,
+};
+use score::scores;
 
 /// What produced an output, for what it keeps regardless.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +62,34 @@ pub fn kind_of(tool: &str, command: Option<&str>) -> Kind {
         c.split_whitespace()
             .any(|word| word.trim_end_matches([';', '|', ')']).ends_with(".log"))
     });
+    // git's commands that show commits and changes print a document, not a log: no summary at
+    // its end, and `error` on a line of it is code or prose that names one, not a failure.
+    let git_shows = program == Some("git")
+        && command
+            .is_some_and(|c| matches!(git_subcommand(c), Some("show" | "diff" | "log" | "blame")));
     match program {
+        Some("git") if git_shows => Kind::File,
         Some("cat" | "sed" | "nl" | "head" | "tail" | "less" | "bat") if shows_a_log => Kind::Shell,
         Some("cat" | "sed" | "nl" | "head" | "tail" | "less" | "bat") => Kind::File,
         Some("grep" | "rg" | "find" | "fd" | "ls" | "tree" | "git-ls-files") => Kind::Search,
         _ => Kind::Shell,
     }
+}
+
+/// The subcommand of a `git` command line (`show` in `git -C repo --no-pager show HEAD`):
+/// the first word after `git` that is not an option or the value of `-C` or `-c`.
+fn git_subcommand(command: &str) -> Option<&str> {
+    let mut words = command.split_whitespace().skip(1);
+    while let Some(word) = words.next() {
+        match word {
+            "-C" | "-c" => {
+                words.next();
+            }
+            _ if word.starts_with('-') => {}
+            _ => return Some(word),
+        }
+    }
+    None
 }
 
 /// [`kind_of`] for a call by its input (the command a shell tool ran is its `command`, a
@@ -111,21 +142,14 @@ pub struct Excerpt {
 
 /// Outputs with fewer lines are never shortened: there is little to rank.
 pub const MIN_LINES: usize = 40;
+
 /// The share of the output's characters an excerpt may take (as a fraction 1/N), unless the
 /// lines it must keep take more.
 const BUDGET_DIVISOR: usize = 4;
+
 /// The must-keep lines may take at most this share of the output (as a fraction 1/N), else the
 /// output is not worth shortening.
 const MUST_KEEP_DIVISOR: usize = 2;
-/// A later line shorter than this is quoted only as part of a block of two or more.
-const DISTINCTIVE: usize = 8;
-/// A term shorter than this does not rank lines.
-const MIN_TERM: usize = 3;
-/// Lines after an error that locate it (a compiler's `-->` and source lines), at most.
-const ERROR_TAIL: usize = 6;
-/// First and last lines of a command's output kept: what ran, and its summary.
-const LOG_HEAD: usize = 2;
-const LOG_TAIL: usize = 3;
 
 /// The excerpt of `output` for `query`, or `None` when shortening is not worth it (too few
 /// lines, or what must be kept is most of it).
@@ -138,6 +162,7 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
     let content: Vec<&str> = lines.iter().map(|l| content_of(l)).collect();
     let mut keep = vec![false; total];
     mark_quoted(&content, &query.later_inputs, &mut keep);
+    let quoted = keep.clone();
     match kind {
         Kind::Shell => {
             mark_problems(&content, &mut keep);
@@ -166,7 +191,9 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         return None;
     }
     let budget = (output.len() / BUDGET_DIVISOR).max(shown.spent);
-    let scores = scores(&content, query);
+    let sides = diff_sides(&content);
+    let definitions = definitions_above(&content);
+    let scores = scores(&content, &sides, query);
     let mut ranked: Vec<usize> = (0..total).filter(|&i| scores[i] > 0.0).collect();
     // Best first; among equals the earlier line (a deterministic order).
     ranked.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
@@ -175,8 +202,8 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
     for &i in ranked.iter().take(HEAD_START) {
         for j in [
             Some(i),
-            definition_above(&content, i),
-            heading_above(&content, i, kind),
+            definitions[i],
+            heading_above(&content, &sides, i, kind),
         ]
         .into_iter()
         .flatten()
@@ -188,22 +215,39 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         // The line, the definition it sits in, then its neighbours (a search's lines are each
         // their own), each while it fits.
         let neighbours = kind != Kind::Search;
-        let definition = definition_above(&content, i);
+        let definition = definitions[i];
+        let heading = heading_above(&content, &sides, i, kind);
         let around = [
             Some(i),
             definition,
             definition.and_then(|j| parent_heading(&content, j)),
-            heading_above(&content, i, kind),
+            documented_below(&content, i),
+            heading,
+            // A diff's file line has its commit above it.
+            heading.and_then(|h| heading_above(&content, &sides, h, kind)),
             i.checked_sub(1).filter(|_| neighbours),
             i.checked_add(1).filter(|&j| neighbours && j < total),
         ];
         for j in around.into_iter().flatten() {
             shown.add_within(j, budget, &mut keep);
         }
-        // A short block the line (or the next) opens, to its close: a list of values under
-        // the key the query found, a struct literal's fields.
         if kind != Kind::Search {
-            for j in block_opened(&content, i).chain(block_opened(&content, i + 1)) {
+            // A line an edit quoted, with the short block it sits in (the arms of the match
+            // an edit adds one to); a prose line with the rest of its sentence; a short block
+            // the line (or the next) opens, to its close (a list of values under the key the
+            // query found, a struct literal's fields).
+            let enclosing = if quoted[i] {
+                enclosing_block(&content, i)
+            } else {
+                None
+            };
+            let blocks = enclosing
+                .into_iter()
+                .flatten()
+                .chain(sentence_rest(&content, i))
+                .chain(block_opened(&content, i))
+                .chain(block_opened(&content, i + 1));
+            for j in blocks {
                 shown.add_within(j, budget, &mut keep);
             }
         }
@@ -227,24 +271,8 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
     })
 }
 
-/// The lines under line `i` when it heads a group (it is not indented and the lines after it
-/// are), at most a screen of them.
-fn group_under(lines: &[&str], i: usize) -> std::ops::Range<usize> {
-    let indented = |l: &str| l.starts_with(' ') || l.starts_with('\t');
-    if indented(lines[i]) || lines[i].trim().is_empty() {
-        return i + 1..i + 1;
-    }
-    let end = (i + 1..lines.len().min(i + 1 + GROUP_MAX))
-        .find(|&j| !indented(lines[j]))
-        .unwrap_or(lines.len().min(i + 1 + GROUP_MAX));
-    i + 1..end
-}
-
 /// Ranked lines kept with their definition or heading before any line's context.
 const HEAD_START: usize = 10;
-
-/// Matches under one heading shown with it, at most.
-const GROUP_MAX: usize = 30;
 
 /// What the kept lines cost as rendered: each line and its newline, each run of lines not
 /// shown as its marker line.
@@ -292,131 +320,6 @@ impl<'l> Shown<'l> {
     }
 }
 
-/// Words a line that defines something starts with (after its indentation and `pub`).
-const DEFINES: &[&str] = &[
-    "fn ",
-    "async fn ",
-    "struct ",
-    "enum ",
-    "impl ",
-    "impl<",
-    "trait ",
-    "mod ",
-    "const ",
-    "static ",
-    "type ",
-    "macro_rules!",
-    "#",
-    "def ",
-    "class ",
-    "function ",
-    "func ",
-];
-
-/// The nearest line above `i` (within a screen) that starts a definition or a heading: what
-/// the model needs to know where a kept line sits.
-fn definition_above(content: &[&str], i: usize) -> Option<usize> {
-    (i.saturating_sub(60)..i)
-        .rev()
-        .find(|&j| DEFINES.iter().any(|d| declared(content[j]).starts_with(d)))
-}
-
-/// A line's declaration as a definition starts: without a diff's `+`, `-` or ` ` (a `git
-/// show` shows a definition it adds as `+fn name(`), its indent and a visibility.
-fn declared(line: &str) -> &str {
-    let line = line.strip_prefix(['+', '-']).unwrap_or(line).trim_start();
-    line.strip_prefix("pub(crate) ")
-        .or_else(|| line.strip_prefix("pub(super) "))
-        .or_else(|| line.strip_prefix("pub "))
-        .unwrap_or(line)
-}
-
-/// A Markdown heading's level (`## Invariants` is 2), `None` for any other line.
-fn heading_level(line: &str) -> Option<usize> {
-    let level = line.bytes().take_while(|&b| b == b'#').count();
-    ((1..=6).contains(&level) && line[level..].starts_with(' ')).then_some(level)
-}
-
-/// The heading a Markdown heading sits under (the nearest above it of a higher level), so a
-/// kept section says which part of the document it is in.
-fn parent_heading(content: &[&str], j: usize) -> Option<usize> {
-    let level = heading_level(content[j])?;
-    (0..j)
-        .rev()
-        .find(|&k| heading_level(content[k]).is_some_and(|l| l < level))
-}
-
-/// The line that heads line `i`'s group, above it: a table's header row for a row (`| … |`),
-/// the file a search's indented match is listed under (OpenCode's grep: the path, then `Line
-/// N: …` indented), the commit a line of `git log` or `git show` belongs to. What the model
-/// needs to read a kept line where it sits.
-fn heading_above(content: &[&str], i: usize, kind: Kind) -> Option<usize> {
-    let row = |l: &str| l.trim_start().starts_with('|');
-    if row(content[i]) {
-        let first = (0..i).rev().take_while(|&j| row(content[j])).last()?;
-        return Some(first);
-    }
-    let indented = |l: &str| l.starts_with(' ') || l.starts_with('\t');
-    if kind == Kind::Search && indented(content[i]) {
-        return (i.saturating_sub(GROUP_MAX)..i)
-            .rev()
-            .find(|&j| !indented(content[j]) && !content[j].trim().is_empty());
-    }
-    if kind == Kind::File {
-        return None;
-    }
-    // A listing of several directories (`ls a/ b/`, `ls -R`): an entry's directory is the
-    // `path:` line its block of entries starts under.
-    let is_directory =
-        |l: &str| l.len() > 1 && l.ends_with(':') && !l.contains(char::is_whitespace);
-    if let Some(j) = (i.saturating_sub(COMMIT_MAX)..i)
-        .rev()
-        .take_while(|&j| !content[j].trim().is_empty())
-        .find(|&j| is_directory(content[j]))
-    {
-        return Some(j);
-    }
-    (i.saturating_sub(COMMIT_MAX)..i).rev().find(|&j| {
-        content[j].strip_prefix("commit ").is_some_and(|rest| {
-            rest.as_bytes()
-                .get(..40)
-                .is_some_and(|id| id.iter().all(u8::is_ascii_hexdigit))
-        })
-    })
-}
-
-/// The lines of the short block line `i` opens (it ends with `[`, `{` or `(`), through the
-/// line that closes it; none when it opens none or the block is longer than [`BLOCK_MAX`].
-fn block_opened(content: &[&str], i: usize) -> std::ops::Range<usize> {
-    let none = i + 1..i + 1;
-    let Some(line) = content.get(i).map(|l| l.trim_end()) else {
-        return none;
-    };
-    if !line.ends_with(['[', '{', '(']) {
-        return none;
-    }
-    let mut depth = 0i32;
-    for (j, text) in content.iter().enumerate().take(i + 1 + BLOCK_MAX).skip(i) {
-        for c in text.chars() {
-            match c {
-                '[' | '{' | '(' => depth += 1,
-                ']' | '}' | ')' => depth -= 1,
-                _ => {}
-            }
-        }
-        if depth <= 0 {
-            return i + 1..j + 1;
-        }
-    }
-    none
-}
-
-/// Lines of a block shown with the line that opens it, at most.
-const BLOCK_MAX: usize = 16;
-
-/// Lines of one commit looked through for its `commit` line, at most.
-const COMMIT_MAX: usize = 400;
-
 /// A line's text without the line number a client put before it (Claude Code's `12\t` or
 /// `    12→`, OpenCode's `12: `), for matching against what the model quoted.
 fn content_of(line: &str) -> &str {
@@ -433,405 +336,6 @@ fn content_of(line: &str) -> &str {
         .or_else(|| rest.strip_prefix('→'))
         .or_else(|| rest.strip_prefix(": "))
         .unwrap_or(line)
-}
-
-/// A search's line without what the search put before the text it found: `grep -n`'s
-/// `path:12:` or `rg`'s, OpenCode's `Line 12: `.
-fn found_text(line: &str) -> &str {
-    if let Some(rest) = line.trim_start().strip_prefix("Line ")
-        && let Some((number, text)) = rest.split_once(": ")
-        && !number.is_empty()
-        && number.bytes().all(|b| b.is_ascii_digit())
-    {
-        return text;
-    }
-    let mut parts = line.splitn(3, ':');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(path), Some(number), Some(text))
-            if !path.is_empty()
-                && !path.contains(char::is_whitespace)
-                && !number.is_empty()
-                && number.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            text
-        }
-        _ => line,
-    }
-}
-
-/// Marks the lines a later tool input quoted: each block of two or more of its lines found in
-/// the output in order, and each distinctive line of it found alone.
-fn mark_quoted(content: &[&str], later_inputs: &[&str], keep: &mut [bool]) {
-    for input in later_inputs {
-        let wanted: Vec<&str> = input.lines().map(str::trim).collect();
-        if wanted.len() >= 2 {
-            mark_blocks(content, &wanted, keep);
-        }
-        for old in patch_old_sides(input) {
-            if old.len() >= 2 {
-                mark_blocks(content, &old, keep);
-            }
-        }
-        for w in &wanted {
-            if w.len() < DISTINCTIVE {
-                continue;
-            }
-            for (i, line) in content.iter().enumerate() {
-                let line = line.trim();
-                if line == *w || (line.len() >= DISTINCTIVE && w.contains(line)) {
-                    keep[i] = true;
-                }
-            }
-        }
-    }
-}
-
-/// The old side of each hunk of a patch (Codex's `apply_patch`, a unified diff): its context
-/// and removed lines without their first character, trimmed, which followed each other in the
-/// file the output showed. Nothing for an input that is not a patch.
-fn patch_old_sides(input: &str) -> Vec<Vec<&str>> {
-    if !(input.starts_with("*** Begin Patch")
-        || input.starts_with("--- ")
-        || input.starts_with("diff "))
-    {
-        return Vec::new();
-    }
-    let mut hunks = vec![Vec::new()];
-    for line in input.lines() {
-        let old = match line.as_bytes().first() {
-            _ if line.starts_with("---") || line.starts_with("+++") => None,
-            Some(b'-' | b' ') => Some(line[1..].trim()),
-            Some(b'+') => continue,
-            _ => None,
-        };
-        match (old, hunks.last_mut()) {
-            (Some(old), Some(hunk)) => hunk.push(old),
-            (None, Some(hunk)) if !hunk.is_empty() => hunks.push(Vec::new()),
-            _ => {}
-        }
-    }
-    hunks
-}
-
-/// Marks every place the lines of `wanted` (trimmed, empty ones too) follow each other in the
-/// output, trimmed alike.
-fn mark_blocks(content: &[&str], wanted: &[&str], keep: &mut [bool]) {
-    if wanted.len() > content.len() {
-        return;
-    }
-    for start in 0..=content.len() - wanted.len() {
-        let fits = wanted
-            .iter()
-            .enumerate()
-            .all(|(k, w)| content[start + k].trim() == *w);
-        if fits {
-            keep[start..start + wanted.len()].fill(true);
-        }
-    }
-}
-
-/// Whether a line a search found reads as a log's problem, not as code that mentions one (a
-/// search of source finds `StoreError` and `error: &Error` everywhere): a failed test or a
-/// panic, or a compiler's `error:` / `error[E…]` starting the line or its text after a
-/// search's `path:` or `path:line:` prefix.
-fn is_log_problem(line: &str) -> bool {
-    if line.contains("FAILED") || line.contains("panicked at") {
-        return true;
-    }
-    let starts_problem = |text: &str| {
-        let text = text.trim_start();
-        text.starts_with("error: ") || text.starts_with("error[E")
-    };
-    let mut rest = line;
-    for _ in 0..3 {
-        if starts_problem(rest) {
-            return true;
-        }
-        match rest.split_once(':') {
-            Some((_, after)) => rest = after,
-            None => break,
-        }
-    }
-    false
-}
-
-/// A search's problem lines are kept regardless when there are at most this many.
-const SEARCH_PROBLEMS_MAX: usize = 8;
-
-/// A problem line longer than this is not kept regardless.
-const PROBLEM_LINE_MAX: usize = 2_000;
-
-/// Words that make a log line a problem the model must see.
-const PROBLEM_WORDS: &[&str] = &[
-    "error",
-    "Error",
-    "ERROR",
-    "FAILED",
-    "failed",
-    "FAIL",
-    "failure",
-    "panicked",
-    "warning",
-    "Warning",
-    "WARN",
-    "fatal",
-    "Fatal",
-    "Traceback",
-    "Exception",
-    "assertion",
-];
-
-/// Marks a log's problems: each line naming one, and the indented or arrowed lines after it
-/// that say where it is.
-fn mark_problems(content: &[&str], keep: &mut [bool]) {
-    for (i, line) in content.iter().enumerate() {
-        if !names_a_problem(line) {
-            continue;
-        }
-        keep[i] = true;
-        for j in i + 1..(i + 1 + ERROR_TAIL).min(content.len()) {
-            let next = content[j];
-            let locates = next.starts_with(' ')
-                || next.starts_with('\t')
-                || next.contains("-->")
-                || is_source_gutter(next);
-            if next.trim().is_empty() || !locates {
-                break;
-            }
-            keep[j] = true;
-        }
-    }
-}
-
-/// Whether a line is a compiler's quoted source under a diagnostic (rustc's and clang's
-/// `178 | pub fn usage_of<E>(`): the line number, a gutter, the source.
-fn is_source_gutter(line: &str) -> bool {
-    line.split_once(" |")
-        .is_some_and(|(number, _)| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Whether a log line names a problem: a problem word in it, but not a test that passed or was
-/// ignored (its name may hold one: `unknown_keys_are_errors ... ok`) and not a count of none
-/// (`0 failed`).
-fn names_a_problem(line: &str) -> bool {
-    let line = line.trim();
-    // A dump on one line (an assertion's `Debug` of a whole struct) is ranked like any other:
-    // kept regardless, it alone could cost more than the excerpt may.
-    if line.len() > PROBLEM_LINE_MAX {
-        return false;
-    }
-    if line.starts_with("test ") && (line.ends_with(" ... ok") || line.ends_with(" ... ignored")) {
-        return false;
-    }
-    PROBLEM_WORDS.iter().any(|w| {
-        line.match_indices(w).any(|(at, _)| {
-            let count = line[..at]
-                .trim_end()
-                .rsplit(|c: char| !c.is_ascii_digit())
-                .next();
-            count != Some("0")
-        })
-    })
-}
-
-/// Marks a command output's first and last lines (the last non-empty ones).
-fn mark_ends(total: usize, keep: &mut [bool]) {
-    keep[..LOG_HEAD.min(total)].fill(true);
-    keep[total.saturating_sub(LOG_TAIL + 1)..total].fill(true);
-}
-
-/// Each line's score: the weight of every query term it holds, each term weighted by its
-/// source and by how few lines hold it.
-fn scores(content: &[&str], query: &Query<'_>) -> Vec<f64> {
-    let mut scores = vec![0.0; content.len()];
-    let lower: Vec<String> = content.iter().map(|l| l.to_lowercase()).collect();
-    let sources: [(&[&str], f64); 3] = [
-        (&query.later_inputs, 3.0),
-        (&query.call, 2.0),
-        (&query.later_text, 1.5),
-    ];
-    let mut seen = std::collections::HashSet::new();
-    let n = content.len() as f64;
-    for (strings, weight) in sources {
-        // A token of the query (`crates/pith-ledger/Cargo.toml`) counts once on a line: its
-        // best-matching part, not each of its parts (a line holding `Cargo.toml` is one
-        // match of that path, not three).
-        for token in strings.iter().flat_map(|s| token_terms(s)) {
-            let mut best: HashMap<usize, f64> = HashMap::new();
-            for term in token {
-                if !seen.insert(term.clone()) {
-                    continue;
-                }
-                let finder = memmem::Finder::new(term.as_bytes());
-                let holding: Vec<usize> = (0..lower.len())
-                    .filter(|&i| finder.find(lower[i].as_bytes()).is_some())
-                    .collect();
-                if holding.is_empty() {
-                    continue;
-                }
-                let rarity = (1.0 + n / holding.len() as f64).ln();
-                for i in holding {
-                    let b = best.entry(i).or_default();
-                    *b = b.max(weight * rarity);
-                }
-            }
-            for (i, s) in best {
-                scores[i] += s;
-            }
-        }
-    }
-    // What a later step searched for in so many words (a quoted pattern of a command), and
-    // the definitions of the names the model's text called or quoted: above any term.
-    let phrases = query.later_inputs.iter().flat_map(|s| quoted(s));
-    for phrase in phrases.map(str::to_lowercase) {
-        let finder = memmem::Finder::new(phrase.as_bytes());
-        for (i, line) in lower.iter().enumerate() {
-            if finder.find(line.as_bytes()).is_some() {
-                scores[i] += PHRASE_WEIGHT;
-            }
-        }
-    }
-    let named: Vec<&str> = query.later_text.iter().flat_map(|t| named(t)).collect();
-    // ... and the lines calling them, below their definitions.
-    let calls: Vec<String> = named.iter().map(|n| format!("{n}(")).collect();
-    for (i, line) in content.iter().enumerate() {
-        if defines_one_of(line, &named) {
-            scores[i] += PHRASE_WEIGHT;
-        } else if calls.iter().any(|c| line.contains(c.as_str())) {
-            scores[i] += PHRASE_WEIGHT / 2.0;
-        }
-    }
-    // A type the call looked for or the model's text names: where it is built or declared
-    // (`Saving {`: a struct literal a change of the type must follow, not a function's
-    // `-> Saving {`), as a quoted phrase, before its mentions (a doc comment naming it).
-    let built: Vec<String> = query
-        .call
-        .iter()
-        .chain(&query.later_text)
-        .flat_map(|s| type_names(s))
-        .map(|t| format!("{t} {{"))
-        .collect();
-    for (i, line) in content.iter().enumerate() {
-        let builds = |b: &String| {
-            line.match_indices(b.as_str())
-                .any(|(at, _)| !line[..at].trim_end().ends_with("->"))
-        };
-        if built.iter().any(builds) {
-            scores[i] += PHRASE_WEIGHT;
-        }
-    }
-    scores
-}
-
-/// The type names in `s`: words of a capital and lowercase letters (`Saving`, `LedgerSink`),
-/// at least [`MIN_TYPE`] long.
-fn type_names(s: &str) -> impl Iterator<Item = &str> {
-    s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .filter(|w| {
-            w.len() >= MIN_TYPE
-                && w.starts_with(|c: char| c.is_ascii_uppercase())
-                && w.chars().any(|c| c.is_ascii_lowercase())
-        })
-}
-
-/// The shortest type name [`type_names`] takes.
-const MIN_TYPE: usize = 4;
-
-/// What a quoted phrase, a named definition or a named type's literal adds to a line's score:
-/// more than any term.
-const PHRASE_WEIGHT: f64 = 20.0;
-
-/// The quoted segments of a later input (a command's `'…'` or `"…"`) long enough to name
-/// something.
-fn quoted(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    for quote in ['\'', '"'] {
-        // Between a quote and the next: the odd pieces that have a closing quote after them.
-        let pieces: Vec<&str> = s.split(quote).collect();
-        for k in (1..pieces.len().saturating_sub(1)).step_by(2) {
-            let inside = pieces[k];
-            if inside.len() >= DISTINCTIVE && !inside.contains('\n') {
-                out.push(inside);
-            }
-        }
-    }
-    out
-}
-
-/// The names the model's text calls (`name(`) or quotes in backticks: what it will use.
-fn named(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let is_name = |c: char| c.is_alphanumeric() || c == '_';
-    for (at, _) in text.match_indices('(') {
-        let start = text[..at].rfind(|c: char| !is_name(c)).map_or(0, |i| i + 1);
-        out.push(&text[start..at]);
-    }
-    let mut ticks = text.split('`');
-    ticks.next();
-    while let Some(inside) = ticks.next() {
-        out.push(inside.trim_end_matches("()"));
-        ticks.next();
-    }
-    // A type's name in prose (`LedgerSink is defined in …`): a word in CamelCase; a
-    // function's or a field's: a word in snake case (`write_interrupted turns …`).
-    for word in text.split(|c: char| !is_name(c)) {
-        let snake = word.contains('_') && word.chars().any(|c| c.is_ascii_lowercase());
-        if snake {
-            out.push(word.trim_matches('_'));
-            continue;
-        }
-        let mut chars = word.chars();
-        let camel = chars.next().is_some_and(|c| c.is_ascii_uppercase())
-            && chars.any(|c| c.is_ascii_lowercase())
-            && word.chars().skip(1).any(|c| c.is_ascii_uppercase());
-        if camel {
-            out.push(word);
-        }
-    }
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|n| n.len() >= 4 && n.chars().all(is_name) && seen.insert(*n));
-    out
-}
-
-/// Whether `line` defines one of `names` (`fn flag(`, `const ACCOUNT_ID_RULE`, `def parse`).
-fn defines_one_of(line: &str, names: &[&str]) -> bool {
-    if names.is_empty() {
-        return false;
-    }
-    let line = found_text(line);
-    let line = declared(line);
-    DEFINES.iter().filter(|d| **d != "#").any(|d| {
-        line.strip_prefix(d).is_some_and(|rest| {
-            names.iter().any(|n| {
-                rest.strip_prefix(n).is_some_and(|after| {
-                    !after.starts_with(|c: char| c.is_alphanumeric() || c == '_')
-                })
-            })
-        })
-    })
-}
-
-/// The terms of a query string, lowercased, by the token they come from: a token's path (a
-/// word holding a `/` or a `.`) whole, then its words of letters, digits and `_` at least
-/// [`MIN_TERM`] long.
-fn token_terms(s: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for token in s.split(|c: char| c.is_whitespace() || "\"'`,;()[]{}<>=|&*?+^$\\".contains(c)) {
-        let token = token.trim_matches(|c: char| c == ':' || c == '.');
-        let mut terms = Vec::new();
-        if token.len() >= MIN_TERM && (token.contains('/') || token.contains('.')) {
-            terms.push(token.to_lowercase());
-        }
-        for word in token.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-            if word.len() >= MIN_TERM && !word.bytes().all(|b| b.is_ascii_digit()) {
-                terms.push(word.to_lowercase());
-            }
-        }
-        if !terms.is_empty() {
-            out.push(terms);
-        }
-    }
-    out
 }
 
 /// The kept lines in order, each run of lines not kept as one marker line.
@@ -867,6 +371,9 @@ fn gap(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::around::*;
+    use super::must_keep::*;
+    use super::score::*;
     use super::*;
 
     fn numbered(lines: &[String]) -> String {
@@ -1078,7 +585,10 @@ mod tests {
         };
         let e = excerpt(&log.join("\n"), Kind::Shell, &query).expect("shortened");
         assert!(e.kept.contains(&60) && e.kept.contains(&10), "{:?}", e.kept);
-        assert_eq!(heading_above(&["commit é"; 2], 1, Kind::Shell), None);
+        assert_eq!(
+            heading_above(&["commit é"; 2], &[None; 2], 1, Kind::Shell),
+            None
+        );
 
         let mut file = source(300);
         file[200] = "members = [".into();
@@ -1094,6 +604,115 @@ mod tests {
             assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
         }
         assert_eq!(block_opened(&["a = [", "1,"], 0), 1..1, "an unclosed block");
+    }
+
+    /// git's commits and diffs are documents, not logs; a diff's kept line comes with its
+    /// file's `diff` line and that file's commit, and a change's added lines rank above the
+    /// lines around them.
+    #[test]
+    fn a_diff_is_read_for_what_it_added_and_where() {
+        for command in [
+            "git show 0e875d6",
+            "git -C /work/repo --no-pager log -p",
+            "git diff",
+        ] {
+            assert_eq!(kind_of("Bash", Some(command)), Kind::File, "{command}");
+        }
+        assert_eq!(kind_of("Bash", Some("git status")), Kind::Shell);
+        assert_eq!(
+            kind_of("Bash", Some("git -c core.pager=cat push")),
+            Kind::Shell
+        );
+
+        let mut diff = vec![format!("commit {}", "ab12".repeat(10)), String::new()];
+        diff.push("    Retry uploads".into());
+        diff.push(String::new());
+        for file in ["upload", "download"] {
+            diff.push(format!("diff --git a/src/{file}.rs b/src/{file}.rs"));
+            diff.push(format!("--- a/src/{file}.rs"));
+            diff.push(format!("+++ b/src/{file}.rs"));
+            diff.push("@@ -1,80 +1,81 @@".into());
+            for n in 0..80 {
+                diff.push(format!(" let value_{n} = compute_{n}(input, {n});"));
+            }
+        }
+        // The same words on a line the change kept and on the line it added, far below.
+        diff[30] = " // the backoff between attempts".into();
+        diff[150] = "+    let backoff = attempts * 2; // the backoff between attempts".into();
+        let output = diff.join("\n");
+        let query = Query {
+            later_text: vec!["the backoff between attempts doubles"],
+            ..Query::default()
+        };
+        let e = excerpt(&output, Kind::File, &query).expect("shortened");
+        let sides = diff_sides(&diff.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            (sides[30], sides[150], sides[4]),
+            (Some(b' '), Some(b'+'), None)
+        );
+        let download = 4 + 84;
+        assert!(
+            e.kept.contains(&150) && e.kept.contains(&download) && e.kept.contains(&0),
+            "{:?}",
+            e.kept
+        );
+        let content: Vec<&str> = diff.iter().map(String::as_str).collect();
+        let s = scores(&content, &sides, &query);
+        assert!(s[150] > s[30], "{} against {}", s[150], s[30]);
+    }
+
+    /// A kept doc comment comes with the item it documents; a prose line cut mid-sentence with
+    /// the rest of its sentence; a line an edit quoted with the short block it sits in.
+    #[test]
+    fn a_doc_comments_item_a_sentences_end_and_an_edited_lines_block_come_with_it() {
+        let mut file = source(300);
+        file[100] = "/// Strictly greater than any arrival handed out before.".into();
+        file[101] = "#[inline]".into();
+        file[102] = "pub fn next_stamp(&self) -> i64 {".into();
+        let query = Query {
+            later_text: vec!["arrivals are strictly greater"],
+            ..Query::default()
+        };
+        let e = excerpt(&numbered(&file), Kind::File, &query).expect("shortened");
+        assert!(e.kept.contains(&102), "{:?}", e.kept);
+        let content: Vec<&str> = file.iter().map(String::as_str).collect();
+        assert_eq!(documented_below(&content, 101), None, "not a doc comment");
+
+        let mut doc = source(300);
+        doc[150] = "Set `[store] url` (or `PITH_STORE_URL`) on".into();
+        doc[151] = "each machine, pointing at the database the team shares, and".into();
+        doc[152] = "`[account] id` to who the machine's requests belong to.".into();
+        doc[153] = "The next sentence starts here and is not needed".into();
+        let query = Query {
+            later_text: vec!["PITH_STORE_URL sets it"],
+            ..Query::default()
+        };
+        let e = excerpt(&numbered(&doc), Kind::File, &query).expect("shortened");
+        assert!(e.kept.contains(&152), "{:?}", e.kept);
+        let content: Vec<&str> = doc.iter().map(String::as_str).collect();
+        assert_eq!(sentence_rest(&content, 150), 151..153);
+        assert_eq!(sentence_rest(&content, 152), 153..153, "ends its sentence");
+        assert_eq!(sentence_rest(&content, 10), 11..11, "code");
+
+        let mut code = source(300);
+        code[200] = "        match field {".into();
+        code[201] = "            b\"event\" => self.event = value,".into();
+        code[202] = "            b\"data\" => self.data = value,".into();
+        code[203] = "            _ => {}".into();
+        code[204] = "        }".into();
+        let query = Query {
+            later_inputs: vec![
+                "            b\"event\" => self.event = value,\n            b\"data\" => self.data = value,",
+            ],
+            ..Query::default()
+        };
+        let e = excerpt(&numbered(&code), Kind::File, &query).expect("shortened");
+        for n in 200..=204 {
+            assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
+        }
+        let content: Vec<&str> = code.iter().map(String::as_str).collect();
+        assert_eq!(enclosing_block(&content, 203), Some(200..205));
+        assert_eq!(enclosing_block(&content, 10), None);
     }
     /// A compiler's quoted source comes with its diagnostic, a kept section with the heading
     /// it sits under, and a definition a diff adds counts as one.
@@ -1208,7 +827,7 @@ mod tests {
         );
         // A function that returns one does not build it.
         let content = ["fn make() -> Saving {", "let s = Saving {", "x"];
-        let s = scores(&content, &query);
+        let s = scores(&content, &diff_sides(&content), &query);
         assert!(s[1] >= s[0] + PHRASE_WEIGHT, "{s:?}");
     }
 
@@ -1223,7 +842,7 @@ mod tests {
             later_inputs: vec!["crates/a/Cargo.toml"],
             ..Query::default()
         };
-        let s = scores(&content, &query);
+        let s = scores(&content, &diff_sides(&content), &query);
         assert!(s[0] > 0.0);
         assert!((s[0] - s[1]).abs() < 1e-9, "{} against {}", s[0], s[1]);
     }
@@ -1244,9 +863,18 @@ mod tests {
             "",
             "drwxr-xr-x 2 root root 4096 Dec 6 02:37 loose",
         ];
-        assert_eq!(heading_above(&listing, 3, Kind::Shell), Some(0));
-        assert_eq!(heading_above(&listing, 7, Kind::Shell), Some(5));
-        assert_eq!(heading_above(&listing, 9, Kind::Shell), None);
+        assert_eq!(
+            heading_above(&listing, &diff_sides(&listing), 3, Kind::Shell),
+            Some(0)
+        );
+        assert_eq!(
+            heading_above(&listing, &diff_sides(&listing), 7, Kind::Shell),
+            Some(5)
+        );
+        assert_eq!(
+            heading_above(&listing, &diff_sides(&listing), 9, Kind::Shell),
+            None
+        );
     }
 
     /// The functions the text names: a line calling one (`flag(args)`) ranks above one that
@@ -1262,7 +890,7 @@ mod tests {
             later_text: vec!["it reads `flag()`"],
             ..Query::default()
         };
-        let s = scores(&content, &query);
+        let s = scores(&content, &diff_sides(&content), &query);
         assert!(s[0] >= s[1] + PHRASE_WEIGHT / 2.0, "{s:?}");
     }
 }

@@ -1,0 +1,245 @@
+//! Each line's score for the query: the terms of the call and of what came after, weighted
+//! by source and rarity; quoted phrases, named definitions and built types above any term.
+
+use std::collections::HashMap;
+
+use memchr::memmem;
+
+use super::Query;
+use super::around::{DEFINES, declared};
+use super::must_keep::DISTINCTIVE;
+
+/// A term shorter than this does not rank lines.
+pub(super) const MIN_TERM: usize = 3;
+
+/// A search's line without what the search put before the text it found: `grep -n`'s
+/// `path:12:` or `rg`'s, OpenCode's `Line 12: `.
+pub(super) fn found_text(line: &str) -> &str {
+    if let Some(rest) = line.trim_start().strip_prefix("Line ")
+        && let Some((number, text)) = rest.split_once(": ")
+        && !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
+    {
+        return text;
+    }
+    let mut parts = line.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(path), Some(number), Some(text))
+            if !path.is_empty()
+                && !path.contains(char::is_whitespace)
+                && !number.is_empty()
+                && number.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            text
+        }
+        _ => line,
+    }
+}
+
+/// Each line's score: the weight of every query term it holds, each term weighted by its
+/// source and by how few lines hold it.
+pub(super) fn scores(content: &[&str], sides: &[Option<u8>], query: &Query<'_>) -> Vec<f64> {
+    let mut scores = vec![0.0; content.len()];
+    let lower: Vec<String> = content.iter().map(|l| l.to_lowercase()).collect();
+    let sources: [(&[&str], f64); 3] = [
+        (&query.later_inputs, 3.0),
+        (&query.call, 2.0),
+        (&query.later_text, 1.5),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    let n = content.len() as f64;
+    for (strings, weight) in sources {
+        // A token of the query (`crates/pith-ledger/Cargo.toml`) counts once on a line: its
+        // best-matching part, not each of its parts (a line holding `Cargo.toml` is one
+        // match of that path, not three).
+        for token in strings.iter().flat_map(|s| token_terms(s)) {
+            let mut best: HashMap<usize, f64> = HashMap::new();
+            for term in token {
+                if !seen.insert(term.clone()) {
+                    continue;
+                }
+                let finder = memmem::Finder::new(term.as_bytes());
+                let holding: Vec<usize> = (0..lower.len())
+                    .filter(|&i| finder.find(lower[i].as_bytes()).is_some())
+                    .collect();
+                if holding.is_empty() {
+                    continue;
+                }
+                let rarity = (1.0 + n / holding.len() as f64).ln();
+                for i in holding {
+                    let b = best.entry(i).or_default();
+                    *b = b.max(weight * rarity);
+                }
+            }
+            for (i, s) in best {
+                scores[i] += s;
+            }
+        }
+    }
+    // A diff is read for what it changed: the lines a change added rank above the lines
+    // around them (the file still has those) and the lines it removed.
+    for (i, side) in sides.iter().enumerate() {
+        match side {
+            Some(b'+') => scores[i] *= ADDED_WEIGHT,
+            Some(_) => scores[i] *= UNCHANGED_WEIGHT,
+            None => {}
+        }
+    }
+    // What a later step searched for in so many words (a quoted pattern of a command), and
+    // the definitions of the names the model's text called or quoted: above any term.
+    let phrases = query.later_inputs.iter().flat_map(|s| quoted(s));
+    for phrase in phrases.map(str::to_lowercase) {
+        let finder = memmem::Finder::new(phrase.as_bytes());
+        for (i, line) in lower.iter().enumerate() {
+            if finder.find(line.as_bytes()).is_some() {
+                scores[i] += PHRASE_WEIGHT;
+            }
+        }
+    }
+    let named: Vec<&str> = query.later_text.iter().flat_map(|t| named(t)).collect();
+    // ... and the lines calling them, below their definitions.
+    let calls: Vec<String> = named.iter().map(|n| format!("{n}(")).collect();
+    for (i, line) in content.iter().enumerate() {
+        if defines_one_of(line, &named) {
+            scores[i] += PHRASE_WEIGHT;
+        } else if calls.iter().any(|c| line.contains(c.as_str())) {
+            scores[i] += PHRASE_WEIGHT / 2.0;
+        }
+    }
+    // A type the call looked for or the model's text names: where it is built or declared
+    // (`Saving {`: a struct literal a change of the type must follow, not a function's
+    // `-> Saving {`), as a quoted phrase, before its mentions (a doc comment naming it).
+    let built: Vec<String> = query
+        .call
+        .iter()
+        .chain(&query.later_text)
+        .flat_map(|s| type_names(s))
+        .map(|t| format!("{t} {{"))
+        .collect();
+    for (i, line) in content.iter().enumerate() {
+        let builds = |b: &String| {
+            line.match_indices(b.as_str())
+                .any(|(at, _)| !line[..at].trim_end().ends_with("->"))
+        };
+        if built.iter().any(builds) {
+            scores[i] += PHRASE_WEIGHT;
+        }
+    }
+    scores
+}
+
+/// The type names in `s`: words of a capital and lowercase letters (`Saving`, `LedgerSink`),
+/// at least [`MIN_TYPE`] long.
+pub(super) fn type_names(s: &str) -> impl Iterator<Item = &str> {
+    s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| {
+            w.len() >= MIN_TYPE
+                && w.starts_with(|c: char| c.is_ascii_uppercase())
+                && w.chars().any(|c| c.is_ascii_lowercase())
+        })
+}
+
+/// The shortest type name [`type_names`] takes.
+pub(super) const MIN_TYPE: usize = 4;
+
+/// What a diff's added line's terms count for, against a line outside a diff.
+pub(super) const ADDED_WEIGHT: f64 = 1.5;
+/// What a diff's context or removed line's terms count for.
+pub(super) const UNCHANGED_WEIGHT: f64 = 0.5;
+
+/// What a quoted phrase, a named definition or a named type's literal adds to a line's score:
+/// more than any term.
+pub(super) const PHRASE_WEIGHT: f64 = 20.0;
+
+/// The quoted segments of a later input (a command's `'…'` or `"…"`) long enough to name
+/// something.
+pub(super) fn quoted(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for quote in ['\'', '"'] {
+        // Between a quote and the next: the odd pieces that have a closing quote after them.
+        let pieces: Vec<&str> = s.split(quote).collect();
+        for k in (1..pieces.len().saturating_sub(1)).step_by(2) {
+            let inside = pieces[k];
+            if inside.len() >= DISTINCTIVE && !inside.contains('\n') {
+                out.push(inside);
+            }
+        }
+    }
+    out
+}
+
+/// The names the model's text calls (`name(`) or quotes in backticks: what it will use.
+pub(super) fn named(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let is_name = |c: char| c.is_alphanumeric() || c == '_';
+    for (at, _) in text.match_indices('(') {
+        let start = text[..at].rfind(|c: char| !is_name(c)).map_or(0, |i| i + 1);
+        out.push(&text[start..at]);
+    }
+    let mut ticks = text.split('`');
+    ticks.next();
+    while let Some(inside) = ticks.next() {
+        out.push(inside.trim_end_matches("()"));
+        ticks.next();
+    }
+    // A type's name in prose (`LedgerSink is defined in …`): a word in CamelCase; a
+    // function's or a field's: a word in snake case (`write_interrupted turns …`).
+    for word in text.split(|c: char| !is_name(c)) {
+        let snake = word.contains('_') && word.chars().any(|c| c.is_ascii_lowercase());
+        if snake {
+            out.push(word.trim_matches('_'));
+            continue;
+        }
+        let mut chars = word.chars();
+        let camel = chars.next().is_some_and(|c| c.is_ascii_uppercase())
+            && chars.any(|c| c.is_ascii_lowercase())
+            && word.chars().skip(1).any(|c| c.is_ascii_uppercase());
+        if camel {
+            out.push(word);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|n| n.len() >= 4 && n.chars().all(is_name) && seen.insert(*n));
+    out
+}
+
+/// Whether `line` defines one of `names` (`fn flag(`, `const ACCOUNT_ID_RULE`, `def parse`).
+pub(super) fn defines_one_of(line: &str, names: &[&str]) -> bool {
+    if names.is_empty() {
+        return false;
+    }
+    let line = found_text(line);
+    let line = declared(line);
+    DEFINES.iter().filter(|d| **d != "#").any(|d| {
+        line.strip_prefix(d).is_some_and(|rest| {
+            names.iter().any(|n| {
+                rest.strip_prefix(n).is_some_and(|after| {
+                    !after.starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                })
+            })
+        })
+    })
+}
+
+/// The terms of a query string, lowercased, by the token they come from: a token's path (a
+/// word holding a `/` or a `.`) whole, then its words of letters, digits and `_` at least
+/// [`MIN_TERM`] long.
+pub(super) fn token_terms(s: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for token in s.split(|c: char| c.is_whitespace() || "\"'`,;()[]{}<>=|&*?+^$\\".contains(c)) {
+        let token = token.trim_matches(|c: char| c == ':' || c == '.');
+        let mut terms = Vec::new();
+        if token.len() >= MIN_TERM && (token.contains('/') || token.contains('.')) {
+            terms.push(token.to_lowercase());
+        }
+        for word in token.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if word.len() >= MIN_TERM && !word.bytes().all(|b| b.is_ascii_digit()) {
+                terms.push(word.to_lowercase());
+            }
+        }
+        if !terms.is_empty() {
+            out.push(terms);
+        }
+    }
+    out
+}

@@ -150,8 +150,9 @@ pub(super) fn parent_heading(content: &[&str], j: usize) -> Option<usize> {
 
 /// The line that heads line `i`'s group, above it: a table's header row for a row (`| … |`),
 /// the file a search's indented match is listed under (OpenCode's grep: the path, then `Line
-/// N: …` indented), the `diff` line of the file a diff's line changes, the commit a line of
-/// `git log` or `git show` belongs to. What the model needs to read a kept line where it sits.
+/// N: …` indented), the hunk a diff's line is in and the `diff` line of the hunk's file, the
+/// commit a line of `git log` or `git show` belongs to. What the model needs to read a kept
+/// line where it sits; [`headings_above`] follows them up.
 pub(super) fn heading_above(
     content: &[&str],
     sides: &[Option<u8>],
@@ -169,10 +170,18 @@ pub(super) fn heading_above(
             .rev()
             .find(|&j| !indented(content[j]) && !content[j].trim().is_empty());
     }
-    if sides[i].is_some() {
-        return (i.saturating_sub(COMMIT_MAX)..i)
+    // A diff's line is under its hunk's `@@ -98,6 +104,30 @@` (where in the file: what a
+    // patch or a read at an offset is written from), the hunk under its file's `diff` line.
+    let above = |prefix: &str| {
+        (i.saturating_sub(COMMIT_MAX)..i)
             .rev()
-            .find(|&j| content[j].starts_with("diff "));
+            .find(|&j| content[j].starts_with(prefix))
+    };
+    if sides[i].is_some() {
+        return above("@@ ");
+    }
+    if content[i].starts_with("@@ ") {
+        return above("diff ");
     }
     // A listing of several directories (`ls a/ b/`, `ls -R`): an entry's directory is the
     // `path:` line its block of entries starts under (not a file's `key:`).
@@ -194,6 +203,22 @@ pub(super) fn heading_above(
         })
     })
 }
+
+/// The headings above line `i`, nearest first: a diff's line, its hunk, its file, its commit.
+pub(super) fn headings_above<'c>(
+    content: &'c [&str],
+    sides: &'c [Option<u8>],
+    i: usize,
+    kind: Kind,
+) -> impl Iterator<Item = usize> + 'c {
+    std::iter::successors(heading_above(content, sides, i, kind), move |&h| {
+        heading_above(content, sides, h, kind)
+    })
+    .take(HEADINGS_MAX)
+}
+
+/// Headings followed up from a line, at most.
+const HEADINGS_MAX: usize = 3;
 
 /// The short block line `i` sits in, from the line that opens it to the line that closes it;
 /// `None` when none within [`BLOCK_MAX`] lines above holds it.

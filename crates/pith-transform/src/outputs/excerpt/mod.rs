@@ -25,7 +25,7 @@ mod score;
 
 use around::{
     block_opened, definitions_above, diff_sides, documented_below, enclosing_block, group_under,
-    heading_above, parent_heading, sentence_rest,
+    headings_above, parent_heading, sentence_rest,
 };
 use must_keep::{
     SEARCH_PROBLEMS_MAX, is_log_problem, mark_ends, mark_problems, mark_quoted, names_a_problem,
@@ -200,14 +200,8 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
     // The best lines and where they sit come before any line's context: a long line's
     // neighbours or a search's group could otherwise spend the budget before the next best.
     for &i in ranked.iter().take(HEAD_START) {
-        for j in [
-            Some(i),
-            definitions[i],
-            heading_above(&content, &sides, i, kind),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        let sits = [Some(i), definitions[i]].into_iter().flatten();
+        for j in sits.chain(headings_above(&content, &sides, i, kind)) {
             shown.add_within(j, budget, &mut keep);
         }
     }
@@ -216,19 +210,20 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         // their own), each while it fits.
         let neighbours = kind != Kind::Search;
         let definition = definitions[i];
-        let heading = heading_above(&content, &sides, i, kind);
-        let around = [
+        let sits = [
             Some(i),
             definition,
             definition.and_then(|j| parent_heading(&content, j)),
             documented_below(&content, i),
-            heading,
-            // A diff's file line has its commit above it.
-            heading.and_then(|h| heading_above(&content, &sides, h, kind)),
+        ];
+        let beside = [
             i.checked_sub(1).filter(|_| neighbours),
             i.checked_add(1).filter(|&j| neighbours && j < total),
         ];
-        for j in around.into_iter().flatten() {
+        let around = (sits.into_iter().flatten())
+            .chain(headings_above(&content, &sides, i, kind))
+            .chain(beside.into_iter().flatten());
+        for j in around {
             shown.add_within(j, budget, &mut keep);
         }
         if kind != Kind::Search {
@@ -607,8 +602,8 @@ mod tests {
     }
 
     /// git's commits and diffs are documents, not logs; a diff's kept line comes with its
-    /// file's `diff` line and that file's commit, and a change's added lines rank above the
-    /// lines around them.
+    /// hunk's `@@` line, its file's `diff` line and that file's commit, and a change's added
+    /// lines rank above the lines around them.
     #[test]
     fn a_diff_is_read_for_what_it_added_and_where() {
         for command in [
@@ -650,12 +645,11 @@ mod tests {
             (sides[30], sides[150], sides[4]),
             (Some(b' '), Some(b'+'), None)
         );
-        let download = 4 + 84;
-        assert!(
-            e.kept.contains(&150) && e.kept.contains(&download) && e.kept.contains(&0),
-            "{:?}",
-            e.kept
-        );
+        // The added line, its hunk, its file, its commit.
+        let (download, hunk) = (4 + 84, 4 + 84 + 3);
+        for n in [150, hunk, download, 0] {
+            assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
+        }
         let content: Vec<&str> = diff.iter().map(String::as_str).collect();
         let s = scores(&content, &sides, &query);
         assert!(s[150] > s[30], "{} against {}", s[150], s[30]);

@@ -63,8 +63,10 @@ pub const WORDS: crate::stage::StageWords = crate::stage::StageWords {
     stage: NAME,
     name: "tool output excerpts",
     facts: &[
-        ("first", "shortened {n} tool output{s}"),
-        ("outputs", "sent {n} excerpt{s} in place of whole outputs"),
+        // "New" and "sent" apart: a window of a session's later requests sends excerpts made
+        // before it ("0 new outputs shortened, 4 excerpts sent", not "shortened 0, sent 4").
+        ("first", "{n} new tool output{s} shortened"),
+        ("outputs", "{n} excerpt{s} sent in place of whole outputs"),
         (
             "asked_again",
             "{n} whole output{s} asked for again (the call repeated, or pith's tool_output)",

@@ -3,6 +3,9 @@
 //! parses of the conversation, what the writers did before), against one read
 //! (`pith_wire::prompt::derive`) in the same run; and the fingerprint alone (history off); each
 //! next to one validating parse of the same body that builds nothing, the ratio's baseline.
+//! And the fingerprint of what was sent when a stage changed only the tools (deferral, on
+//! every request of a session it defers in): the sent body read whole, against the client's
+//! fingerprint with the sent tools spliced in (`Fingerprint::with_tools_of`).
 //!
 //! Run: `cargo bench -p pith-ledger --bench ledger_row`.
 #![expect(clippy::expect_used, reason = "a bench stops loudly on a broken setup")]
@@ -49,6 +52,17 @@ fn long_session() -> Vec<u8> {
     body.to_string().into_bytes()
 }
 
+/// `body` with its tools array cut to its first three and a search tool, as deferral sends
+/// it; `None` without tools.
+fn tools_deferred(body: &[u8]) -> Option<Vec<u8>> {
+    let tools = pith_wire::skim::member_forward(body, b"tools")?.value;
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&body[tools.clone()]).ok()?;
+    let search = serde_json::json!({"name": "tool_search", "input_schema": {"type": "object"}});
+    let kept: Vec<serde_json::Value> = listed.into_iter().take(3).chain([search]).collect();
+    let kept = serde_json::to_vec(&kept).ok()?;
+    Some([&body[..tools.start], &kept, &body[tools.end..]].concat())
+}
+
 fn reads(c: &mut Criterion<ThreadCpu>) {
     let bodies = BODIES
         .iter()
@@ -77,6 +91,15 @@ fn reads(c: &mut Criterion<ThreadCpu>) {
         group.bench_function("fingerprint alone", |b| {
             b.iter(|| derive(wire, black_box(&body), false));
         });
+        if let Some(sent) = tools_deferred(&body) {
+            let client = Fingerprint::of(wire, &body).expect("a capture's fingerprint");
+            group.bench_function("sent fingerprint, tools changed: read whole", |b| {
+                b.iter(|| Fingerprint::of(wire, black_box(&sent)));
+            });
+            group.bench_function("sent fingerprint, tools changed: spliced", |b| {
+                b.iter(|| client.with_tools_of(black_box(&body), black_box(&sent)));
+            });
+        }
         group.finish();
     }
 }

@@ -184,13 +184,19 @@ pub(super) fn derivations(r: &Record, history: Option<&Labels>) -> (Derivation, 
         return (derivation, None);
     };
     // A WebSocket create: the prompt is the conversation, not the frame.
-    let asked = prompt_of(r);
-    let read = prompt::derive(wire, &asked, history.is_some());
-    let asked = read.fingerprint.map(|f| f.to_bytes());
+    let prompt = prompt_of(r);
+    let read = prompt::derive(wire, &prompt, history.is_some());
+    let asked = read.fingerprint.as_ref().map(Fingerprint::to_bytes);
     match &r.upstream_body {
-        // A stage changed what was sent: its fingerprint too, from its own (hashing) parse.
+        // A stage changed what was sent: its fingerprint too. Deferral's edit (the tools
+        // alone) takes the client's conversation segments as they are; any other, a parse
+        // of its own.
         Some(sent) => {
-            derivation.fingerprint = Fingerprint::of(wire, sent).map(|f| f.to_bytes());
+            let spliced = (read.fingerprint.as_ref())
+                .filter(|_| r.conversation_body.is_none())
+                .and_then(|client| client.with_tools_of(&prompt, sent));
+            let sent = spliced.or_else(|| Fingerprint::of(wire, sent));
+            derivation.fingerprint = sent.map(|f| f.to_bytes());
             derivation.client_fingerprint = asked;
         }
         None => derivation.fingerprint = asked,
@@ -422,6 +428,41 @@ mod tests {
         for name in [Some(row.client), row.session, row.model] {
             let name = name.unwrap();
             assert!(name.len() <= MAX_NAME + 3, "{}", name.len());
+        }
+    }
+
+    /// A request a stage changed gets the sent body's fingerprint and the client's: spliced
+    /// when only the tools changed (deferral), read whole otherwise, the same either way.
+    #[test]
+    fn a_changed_requests_fingerprints_are_the_sent_bodys_and_the_clients() {
+        let text = concat!(
+            r#"{"model":"claude-opus-5-5","#,
+            r#""tools":[{"name":"a","input_schema":{}},{"name":"b","input_schema":{}}],"#,
+            r#""system":[{"type":"text","text":"you code","cache_control":{"type":"ephemeral"}}],"#,
+            r#""messages":[{"role":"user","content":[{"type":"text","text":"hi","#,
+            r#""cache_control":{"type":"ephemeral"}}]}]}"#
+        );
+        let client = text.as_bytes().to_vec();
+        let tools_changed = text.replace(r#"{"name":"b","input_schema":{}}"#, r#"{"name":"s"}"#);
+        let system_changed = text.replace("you code", "you code well");
+        assert!(tools_changed != text && system_changed != text);
+        for sent in [tools_changed, system_changed] {
+            let record = Record {
+                wire: Some(Wire::AnthropicMessages),
+                path: "/v1/messages".into(),
+                request_body: bytes::Bytes::from(client.clone()),
+                upstream_body: Some(bytes::Bytes::from(sent.clone())),
+                ..Record::default()
+            };
+            let (derivation, _) = derivations(&record, None);
+            let of =
+                |body: &[u8]| Fingerprint::of(Wire::AnthropicMessages, body).map(|f| f.to_bytes());
+            assert_eq!(derivation.fingerprint, of(sent.as_bytes()));
+            assert_eq!(derivation.client_fingerprint, of(&client));
+            assert!(
+                derivation.fingerprint.is_some()
+                    && derivation.fingerprint != derivation.client_fingerprint
+            );
         }
     }
 

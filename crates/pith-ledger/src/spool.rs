@@ -43,6 +43,7 @@ use bytes::Bytes;
 use pith_outcome::RequestOutcome;
 use pith_transform::{FactKind, Site};
 use pith_wire::request::{Anatomy, RequestFacts};
+use pith_wire::skim::{common_prefix, common_suffix};
 use pith_wire::{Provider, Wire};
 
 use super::record::{ProviderCount, Record, Report, ReportFact, ReportResult};
@@ -928,31 +929,6 @@ impl<'a> Span<'a> {
         sent.extend_from_slice(&client[tail..]);
         Some(Bytes::from(sent))
     }
-}
-
-/// How many bytes `a` and `b` start with alike (compared a block at a time: `memcmp`).
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    let n = a.len().min(b.len());
-    let mut at = 0;
-    for step in [4096, 64, 1] {
-        while at + step <= n && a[at..at + step] == b[at..at + step] {
-            at += step;
-        }
-    }
-    at
-}
-
-/// How many bytes `a` and `b` end with alike.
-fn common_suffix(a: &[u8], b: &[u8]) -> usize {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
-    let mut kept = 0;
-    for step in [4096, 64, 1] {
-        while kept + step <= n && a[n - kept - step..n - kept] == b[n - kept - step..n - kept] {
-            kept += step;
-        }
-    }
-    kept
 }
 
 /// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.

@@ -11,7 +11,9 @@
 //! ledger's writers compute two fingerprints of every edited request, and that round trip cost
 //! 2.5 full parses of a 54 KB body (BENCHMARKS.md). When the writer has parsed the conversation
 //! into a `Value` for the history anyway, [`Fingerprint::of_parsed`] takes the same hash over
-//! that value instead of parsing it again. The stored form says which
+//! that value instead of parsing it again; and when a stage changed only the tools of what
+//! was sent (deferral), [`Fingerprint::with_tools_of`] takes the sent body's from the
+//! client's, hashing the sent tools alone. The stored form says which
 //! hashing it holds; a fingerprint of an older one reads as none, so no bust is counted
 //! between hashes of two kinds.
 
@@ -295,6 +297,63 @@ impl Fingerprint {
                 None => {}
             },
         }
+        Some(fp)
+    }
+
+    /// The fingerprint of `sent` from this one, the fingerprint of `client`, when `sent` is
+    /// `client` with bytes changed only inside its `tools` array (deferral's edit, made to every
+    /// request of a session it defers in): the sent tools hashed, every other segment taken as
+    /// it is, so the conversation is not read a second time. `None` when the change reaches
+    /// outside the tools array or the sent array does not read: the caller reads `sent` whole
+    /// ([`Fingerprint::of`]), which this always equals when it answers.
+    pub fn with_tools_of(&self, client: &[u8], sent: &[u8]) -> Option<Fingerprint> {
+        let layout = self.layout?;
+        let prefix = crate::skim::common_prefix(client, sent);
+        let suffix = crate::skim::common_suffix(&client[prefix..], &sent[prefix..]);
+        let tools = crate::skim::member_forward(client, b"tools")?.value;
+        // Strictly inside the array's brackets: the sent array starts where the client's did.
+        if prefix <= tools.start || client.len() - suffix >= tools.end {
+            return None;
+        }
+        let sent_end = (tools.end + sent.len()).checked_sub(client.len())?;
+        let sent_tools: Vec<&RawValue> =
+            serde_json::from_slice(sent.get(tools.start..sent_end)?).ok()?;
+        let [tools_at, system_at, conversation_at] =
+            [layout.tools_at, layout.system_at, layout.conversation_at].map(|b| b as usize);
+        let (head, after) = (
+            self.segments.get(..tools_at)?,
+            self.segments.get(system_at..)?,
+        );
+        let mut fp = Fingerprint {
+            segments: Vec::with_capacity(head.len() + sent_tools.len() + after.len()),
+            automatic: self.automatic,
+            ..Fingerprint::default()
+        };
+        fp.segments.extend_from_slice(head);
+        let before_tools = self
+            .breakpoints
+            .iter()
+            .filter(|b| (**b as usize) < tools_at);
+        fp.breakpoints.extend(before_tools);
+        for tool in &sent_tools {
+            fp.push(tool.get())?;
+        }
+        let new_system_at = fp.segments.len();
+        for b in self
+            .breakpoints
+            .iter()
+            .filter(|b| (**b as usize) >= system_at)
+        {
+            let moved = *b as usize - system_at + new_system_at;
+            fp.breakpoints.push(u32::try_from(moved).ok()?);
+        }
+        fp.segments.extend_from_slice(after);
+        let here = |at: usize| u32::try_from(at).ok();
+        fp.layout = Some(Layout {
+            tools_at: layout.tools_at,
+            system_at: here(new_system_at)?,
+            conversation_at: here(conversation_at - system_at + new_system_at)?,
+        });
         Some(fp)
     }
 
@@ -817,6 +876,72 @@ mod tests {
     fn turn(messages: Value, tools: Value) -> Value {
         json!({"model": "m", "system": [{"type": "text", "text": "s"}], "tools": tools,
                "messages": messages})
+    }
+
+    /// Every capture with tools, each wire: a change inside its tools array (one tool dropped,
+    /// a tool added with a cache marker, every tool but one replaced, the array emptied) gives
+    /// the sent body's fingerprint from the client's exactly as a read of the sent body does;
+    /// a change reaching outside the array gives none.
+    #[test]
+    fn a_change_of_the_tools_alone_is_spliced_into_the_clients_fingerprint() {
+        let captures = pith_testkit::fixtures::captures().unwrap();
+        let (mut spliced, mut refused) = (0, 0);
+        for capture in &captures {
+            let path = capture.path.split('?').next().unwrap_or_default();
+            let Some(wire) = Wire::from_path(path) else {
+                continue;
+            };
+            let client = &capture.body[..];
+            let (Some(fp), Some(tools)) = (
+                Fingerprint::of(wire, client),
+                crate::skim::member_forward(client, b"tools"),
+            ) else {
+                continue;
+            };
+            let Ok(listed) = serde_json::from_slice::<Vec<Value>>(&client[tools.value.clone()])
+            else {
+                continue;
+            };
+            let added = json!({"name": "tool_search", "description": "find a deferred tool",
+                               "input_schema": {"type": "object"},
+                               "cache_control": {"type": "ephemeral"}});
+            let edits: [Vec<Value>; 4] = [
+                listed.iter().skip(1).cloned().collect(),
+                listed.iter().cloned().chain([added.clone()]).collect(),
+                listed.iter().take(1).cloned().chain([added]).collect(),
+                Vec::new(),
+            ];
+            let with_tools = |tools_json: &[u8]| -> Vec<u8> {
+                let range = tools.value.clone();
+                [&client[..range.start], tools_json, &client[range.end..]].concat()
+            };
+            for edit in edits {
+                let sent = with_tools(&serde_json::to_vec(&edit).unwrap());
+                let whole = Fingerprint::of(wire, &sent);
+                match fp.with_tools_of(client, &sent) {
+                    Some(spliced_fp) => {
+                        assert_eq!(Some(spliced_fp), whole, "{}", capture.id());
+                        spliced += 1;
+                    }
+                    // Only when the edit's bytes reach the array's brackets (`[]` from `[`…).
+                    None => assert!(edit.is_empty() || listed.is_empty(), "{}", capture.id()),
+                }
+            }
+            // The model changed too (a letter of its name, so every place after it stays
+            // where it was): outside the tools, refused.
+            let mut sent = with_tools(b"[]");
+            let model = crate::skim::member_forward(&sent, b"model").map(|m| m.value);
+            if let Some(model) = model.filter(|m| m.start < tools.value.start && m.len() > 2) {
+                let letter = &mut sent[model.start + 1];
+                *letter = if *letter == b'x' { b'y' } else { b'x' };
+                assert_eq!(fp.with_tools_of(client, &sent), None, "{}", capture.id());
+                refused += 1;
+            }
+        }
+        assert!(
+            spliced > 40 && refused > 5,
+            "{spliced} spliced, {refused} refused"
+        );
     }
 
     #[test]

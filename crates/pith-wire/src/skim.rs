@@ -23,6 +23,31 @@ pub struct Member {
     pub value: Range<usize>,
 }
 
+/// How many bytes `a` and `b` start with alike (compared a block at a time: `memcmp`).
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut at = 0;
+    for step in [4096, 64, 1] {
+        while at + step <= n && a[at..at + step] == b[at..at + step] {
+            at += step;
+        }
+    }
+    at
+}
+
+/// How many bytes `a` and `b` end with alike (a block at a time, as [`common_prefix`]).
+pub fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+    let mut kept = 0;
+    for step in [4096, 64, 1] {
+        while kept + step <= n && a[n - kept - step..n - kept] == b[n - kept - step..n - kept] {
+            kept += step;
+        }
+    }
+    kept
+}
+
 /// The members of the object that `json` holds (whitespace around it allowed), with spans into
 /// `json`. `None` when the bytes do not have an object's structure.
 pub fn object_members(json: &[u8]) -> Option<Vec<Member>> {

@@ -19,6 +19,8 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
     let (mut needed, mut needed_kept, mut quoted_missed) = (0, 0, Vec::new());
     let (mut output_chars, mut shown_chars, mut whole) = (0, 0, Vec::new());
     let mut missed = Vec::new();
+    // Needed lines kept and needed, by the set a case was made in (held-out sets apart).
+    let mut by_batch: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     // `PITH_CORPUS_SHOW=013` prints the cases whose names start so, line by line: what the
     // excerpt kept and which lines were needed (what a change of the ranking is judged by).
     let show = std::env::var("PITH_CORPUS_SHOW").ok();
@@ -49,6 +51,11 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
         }
         needed += case.needed.len();
         needed_kept += case_kept;
+        let batch = by_batch
+            .entry(case.batch.as_deref().unwrap_or("the rules' own cases"))
+            .or_default();
+        batch.0 += case_kept;
+        batch.1 += case.needed.len();
         quoted_missed.extend(
             case.quoted
                 .iter()
@@ -80,6 +87,12 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
         100.0 * size,
         whole.len()
     );
+    for (batch, (kept, of)) in &by_batch {
+        println!(
+            "  {batch}: {kept}/{of} ({:.1}%)",
+            100.0 * *kept as f64 / *of as f64
+        );
+    }
     println!("\nneeded lines not kept:");
     for m in &missed {
         println!("  {m}");

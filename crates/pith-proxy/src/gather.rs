@@ -29,8 +29,6 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::tee::BodyError;
-
 /// What a burst gathers before it goes on without waiting for more: a few writes' worth.
 const MAX_GATHERED: usize = 64 << 10;
 
@@ -38,7 +36,8 @@ const MAX_GATHERED: usize = 64 << 10;
 /// write it saves).
 const ALONE: usize = 16 << 10;
 
-type Polled = Option<Result<Frame<Bytes>, BodyError>>;
+/// What a poll of a body with error `E` gives when ready.
+type Polled<E> = Option<Result<Frame<Bytes>, E>>;
 
 thread_local! {
     /// Polls of counted tasks on this thread; 0 while none ever ran here.
@@ -59,8 +58,8 @@ fn turn() -> u64 {
     TURNS.with(Cell::get)
 }
 
-/// A body whose data frames ready at once are handed on as one.
-pub(crate) struct Gather<B> {
+/// A body whose data frames ready at once are handed on as one (its errors as `B`'s).
+pub(crate) struct Gather<B: Body> {
     inner: B,
     /// Data taken from `inner` and not yet handed on, in order.
     gathered: Vec<Bytes>,
@@ -68,10 +67,10 @@ pub(crate) struct Gather<B> {
     /// The turn in which this body yielded for more, since `inner` last gave data.
     yielded_in: Option<u64>,
     /// What `inner` gave after `gathered` (its end, an error, trailers): handed on next.
-    after: Option<Polled>,
+    after: Option<Polled<B::Error>>,
 }
 
-impl<B> Gather<B> {
+impl<B: Body> Gather<B> {
     pub(crate) fn new(inner: B) -> Gather<B> {
         Gather {
             inner,
@@ -83,7 +82,7 @@ impl<B> Gather<B> {
     }
 
     /// The gathered data as one frame.
-    fn hand_on(&mut self) -> Poll<Polled> {
+    fn hand_on(&mut self) -> Poll<Polled<B::Error>> {
         self.yielded_in = None;
         self.gathered_len = 0;
         let data = match self.gathered.len() {
@@ -103,12 +102,13 @@ impl<B> Gather<B> {
 
 impl<B> Body for Gather<B>
 where
-    B: Body<Data = Bytes, Error = BodyError> + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Unpin,
 {
     type Data = Bytes;
-    type Error = BodyError;
+    type Error = B::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Polled> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Polled<B::Error>> {
         let this = self.get_mut();
         if let Some(after) = this.after.take() {
             return Poll::Ready(after);
@@ -224,6 +224,9 @@ mod tests {
             Pin::new(&mut self.inner).poll_shutdown(cx)
         }
     }
+
+    /// The error a body hands hyper (as `tee`'s bodies do).
+    type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
     fn boxed(e: hyper::Error) -> BodyError {
         Box::new(e)

@@ -50,7 +50,7 @@ pub(super) fn definitions_above(content: &[&str]) -> Vec<Option<usize>> {
     let mut above = Vec::with_capacity(content.len());
     for (i, line) in content.iter().enumerate() {
         above.push(last.filter(|&j| i - j <= SCREEN));
-        if DEFINES.iter().any(|d| declared(line).starts_with(d)) {
+        if starts_definition(line) || declared(line).starts_with('#') {
             last = Some(i);
         }
     }
@@ -71,11 +71,14 @@ pub(super) fn documented_below(content: &[&str], i: usize) -> Option<usize> {
     }
     let j = (i + 1..content.len().min(i + 1 + DOC_MAX))
         .find(|&j| !(code(content[j]).starts_with("///") || code(content[j]).starts_with("#[")))?;
-    DEFINES
-        .iter()
-        .filter(|d| **d != "#")
-        .any(|d| declared(content[j]).starts_with(d))
-        .then_some(j)
+    starts_definition(content[j]).then_some(j)
+}
+
+/// Whether a line starts a definition (`fn`, `struct`, `def`, …; not a `#` heading or
+/// attribute).
+fn starts_definition(line: &str) -> bool {
+    let line = declared(line);
+    DEFINES.iter().any(|d| *d != "#" && line.starts_with(d))
 }
 
 /// The lines after line `i` that finish its sentence when it stops mid-sentence (a paragraph

@@ -64,9 +64,8 @@ pub fn kind_of(tool: &str, command: Option<&str>) -> Kind {
     });
     // git's commands that show commits and changes print a document, not a log: no summary at
     // its end, and `error` on a line of it is code or prose that names one, not a failure.
-    let git_shows = program == Some("git")
-        && command
-            .is_some_and(|c| matches!(git_subcommand(c), Some("show" | "diff" | "log" | "blame")));
+    let git_shows = command
+        .is_some_and(|c| matches!(git_subcommand(c), Some("show" | "diff" | "log" | "blame")));
     match program {
         Some("git") if git_shows => Kind::File,
         Some("cat" | "sed" | "nl" | "head" | "tail" | "less" | "bat") if shows_a_log => Kind::Shell,

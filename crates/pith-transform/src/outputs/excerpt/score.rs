@@ -40,8 +40,7 @@ pub(super) fn found_text(line: &str) -> &str {
 /// source and by how few lines hold it.
 pub(super) fn scores(content: &[&str], sides: &[Option<u8>], query: &Query<'_>) -> Vec<f64> {
     let mut scores = vec![0.0; content.len()];
-    let lower: Vec<String> = content.iter().map(|l| l.to_lowercase()).collect();
-    let text = Lowered::new(&lower);
+    let text = Lowered::new(content);
     let sources: [(&[&str], f64); 3] = [
         (&query.later_inputs, 3.0),
         (&query.call, 2.0),
@@ -132,12 +131,12 @@ struct Lowered {
 }
 
 impl Lowered {
-    fn new(lines: &[String]) -> Lowered {
+    fn new(lines: &[&str]) -> Lowered {
         let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
         let mut starts = Vec::with_capacity(lines.len());
         for line in lines {
             starts.push(text.len());
-            text.push_str(line);
+            text.push_str(&line.to_lowercase());
             text.push('\n');
         }
         Lowered { text, starts }
@@ -284,11 +283,7 @@ mod tests {
 
     #[test]
     fn the_lines_holding_a_needle_are_each_found_once_in_order() {
-        let lines: Vec<String> = ["ab ab", "", "xab", "none", "ab"]
-            .iter()
-            .map(|l| l.to_string())
-            .collect();
-        let text = Lowered::new(&lines);
+        let text = Lowered::new(&["ab ab", "", "xab", "none", "ab"]);
         assert_eq!(text.lines_holding("ab"), [0, 2, 4]);
         assert_eq!(text.lines_holding("none"), [3]);
         assert_eq!(text.lines_holding("zz"), Vec::<usize>::new());

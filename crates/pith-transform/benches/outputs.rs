@@ -17,7 +17,7 @@ use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use http::HeaderMap;
 use pith_testkit::bench::{ThreadCpu, capture_body, grown_conversation};
 use pith_testkit::fixtures::output_cases;
-use pith_transform::outputs::excerpt::{Query, excerpt, kind_of_call, strings_of};
+use pith_transform::outputs::excerpt::{Query, excerpt, kind_of_call};
 use pith_transform::outputs::{OutputsOptions, OutputsStage};
 use pith_transform::{Outcome, Request, Stage};
 use pith_wire::Wire;
@@ -77,12 +77,12 @@ fn excerpt_group<M: Measurement>(mut group: BenchmarkGroup<'_, M>) {
     let queries: Vec<Query<'_>> = cases
         .iter()
         .map(|case| {
-            let mut query = Query::default();
-            strings_of(&case.input, &mut query.call);
+            let mut query = Query::of_call(&case.input);
             query.later_text.push(&case.later.text);
-            for input in &case.later.tool_inputs {
-                strings_of(input, &mut query.later_inputs);
-            }
+            case.later
+                .tool_inputs
+                .iter()
+                .for_each(|v| query.add_later_input(v));
             query
         })
         .collect();

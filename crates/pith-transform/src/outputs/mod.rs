@@ -39,7 +39,7 @@ use twox_hash::XxHash3_128;
 
 use crate::splice::{quote, span_of};
 use crate::stage::{Outcome, Request, Splice, Stage, StageError};
-use excerpt::{Excerpt, Query, kind_of_call, strings_of};
+use excerpt::{Excerpt, Query, kind_of_call};
 use remembered::{Remembered, session_key};
 use transcript::{Call, Output, Turn};
 use walk::Walk;
@@ -384,8 +384,6 @@ fn memo_key(id: &str, output: &str, next: &Turn<'_>, fetchable: bool) -> u128 {
 /// the call's input or the next turn does not decode: then nothing says what to keep).
 fn replacement(call: &Call<'_>, text: &str, next: &Turn<'_>, fetchable: bool) -> Option<Arc<str>> {
     let input = call.input.value().ok()?;
-    let mut call_strings = Vec::new();
-    strings_of(&input, &mut call_strings);
     let later_text: Vec<String> = next
         .texts
         .iter()
@@ -398,15 +396,9 @@ fn replacement(call: &Call<'_>, text: &str, next: &Turn<'_>, fetchable: bool) ->
         .map(|c| c.input.value())
         .collect::<Result<_, _>>()
         .ok()?;
-    let mut later_inputs = Vec::new();
-    for v in &later {
-        strings_of(v, &mut later_inputs);
-    }
-    let query = Query {
-        call: call_strings,
-        later_text: later_text.iter().map(String::as_str).collect(),
-        later_inputs,
-    };
+    let mut query = Query::of_call(&input);
+    query.later_text = later_text.iter().map(String::as_str).collect();
+    later.iter().for_each(|v| query.add_later_input(v));
     let excerpt = excerpt::excerpt(text, kind_of_call(&call.name, &input), &query)?;
     let fetch = fetchable.then_some(call.id.as_ref());
     let shown = format!("{}\n{}", header(&excerpt, fetch), excerpt.text);

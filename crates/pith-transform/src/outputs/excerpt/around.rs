@@ -264,6 +264,26 @@ pub(super) const BLOCK_MAX: usize = 16;
 /// Lines of one commit looked through for its `commit` line, at most.
 pub(super) const COMMIT_MAX: usize = 400;
 
+/// For each line of a test run, the summary line of the test binary it belongs to: cargo's
+/// `test result: …` that closes the run a `Running …` (or `Doc-tests …`) line opened. A
+/// test's line read without it does not say whether the binary passed.
+pub(super) fn section_results(content: &[&str]) -> Vec<Option<usize>> {
+    let mut out = vec![None; content.len()];
+    let mut result = None;
+    for i in (0..content.len()).rev() {
+        let line = content[i].trim_start();
+        if line.starts_with("test result: ") {
+            result = Some(i);
+        }
+        out[i] = result;
+        // Above a binary's opening line is the binary before it.
+        if line.starts_with("Running ") || line.starts_with("Doc-tests ") {
+            result = None;
+        }
+    }
+    out
+}
+
 /// Each line's side in a diff's hunk (`+`, `-` or ` `), `None` outside hunks.
 pub(super) fn diff_sides(content: &[&str]) -> Vec<Option<u8>> {
     let mut out = vec![None; content.len()];

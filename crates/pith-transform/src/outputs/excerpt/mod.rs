@@ -11,6 +11,7 @@
 //!   included): lines holding the terms
 //!   of the call's input (the pattern, the path, the command) and of what came after (the
 //!   model's text, its later tool inputs), each term weighted by how rare it is in the output,
+//!   a line the model named by its number (or read again from an offset) as high as a quote,
 //!   each chosen line with the definition it sits in and its neighbours when they fit; a log's
 //!   first and last lines, a search's first.
 //! - **Said**: the caller puts a header before the excerpt; a run of lines not shown is one
@@ -21,15 +22,17 @@
 
 mod around;
 mod must_keep;
+mod numbered;
 mod score;
 
 use around::{
     block_opened, definitions_above, diff_sides, documented_below, enclosing_block, group_under,
-    headings_above, parent_heading, sentence_rest,
+    headings_above, parent_heading, section_results, sentence_rest,
 };
 use must_keep::{
     SEARCH_PROBLEMS_MAX, is_log_problem, mark_ends, mark_problems, mark_quoted, names_a_problem,
 };
+use numbered::{LineRef, line_refs, pointed_at, read_range};
 use score::scores;
 
 /// What produced an output, for what it keeps regardless.
@@ -124,6 +127,25 @@ pub struct Query<'a> {
     /// The strings of the tool inputs the model sent after the output (an Edit's
     /// `old_string`, a path it opened, a command it ran).
     pub later_inputs: Vec<&'a str>,
+    /// The lines later file reads opened (a Read's `offset` and `limit`): numbers, which
+    /// the strings above leave out.
+    pub(crate) later_reads: Vec<LineRef<'a>>,
+}
+
+impl<'a> Query<'a> {
+    /// The query for a call whose input is `input`.
+    pub fn of_call(input: &'a serde_json::Value) -> Query<'a> {
+        let mut query = Query::default();
+        strings_of(input, &mut query.call);
+        query
+    }
+
+    /// Adds a tool input the model sent after the output: its strings, and the lines it
+    /// reads when it is a file read from an offset.
+    pub fn add_later_input(&mut self, input: &'a serde_json::Value) {
+        strings_of(input, &mut self.later_inputs);
+        self.later_reads.extend(read_range(input));
+    }
 }
 
 /// An excerpt of an output.
@@ -192,7 +214,16 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
     let budget = (output.len() / BUDGET_DIVISOR).max(shown.spent);
     let sides = diff_sides(&content);
     let definitions = definitions_above(&content);
-    let scores = scores(&content, &sides, query);
+    let results = match kind {
+        Kind::Shell => section_results(&content),
+        _ => vec![None; total],
+    };
+    let refs: Vec<_> = (query.later_text.iter().chain(&query.later_inputs))
+        .flat_map(|s| line_refs(s))
+        .chain(query.later_reads.iter().cloned())
+        .collect();
+    let pointed = pointed_at(&lines, &refs, &query.call);
+    let scores = scores(&content, &sides, &pointed, query);
     let mut ranked: Vec<usize> = (0..total).filter(|&i| scores[i] > 0.0).collect();
     // Best first; among equals the earlier line (a deterministic order).
     ranked.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
@@ -214,6 +245,7 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
             definition,
             definition.and_then(|j| parent_heading(&content, j)),
             documented_below(&content, i),
+            results[i],
         ];
         let beside = [
             i.checked_sub(1).filter(|_| neighbours),
@@ -400,6 +432,7 @@ mod tests {
                 old,
                 "fn retry_backoff(attempt: u32) -> Duration {\n    Duration::from_millis(100 << attempt)\n}",
             ],
+            ..Query::default()
         };
         let e = excerpt(&output, Kind::File, &query).unwrap();
         for n in [121, 122, 123] {
@@ -452,7 +485,7 @@ mod tests {
         let query = Query {
             call: vec!["compute_42"],
             later_text: vec!["value_300 looks wrong"],
-            later_inputs: vec![],
+            ..Query::default()
         };
         let a = excerpt(&output, Kind::File, &query).unwrap();
         let b = excerpt(&output, Kind::File, &query).unwrap();
@@ -482,6 +515,7 @@ mod tests {
             call: vec!["cat -n src/codex.rs"],
             later_text: vec!["provider() already calls flag(args, names); nothing to add."],
             later_inputs: vec!["grep -n 'grown to ~1.3 MB' BENCHMARKS.md"],
+            ..Query::default()
         };
         let e = excerpt(&output, Kind::File, &query).expect("shortened");
         assert!(e.kept.contains(&40), "the definition of flag: {:?}", e.kept);
@@ -650,8 +684,106 @@ mod tests {
             assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
         }
         let content: Vec<&str> = diff.iter().map(String::as_str).collect();
-        let s = scores(&content, &sides, &query);
+        let s = scores(&content, &sides, &[], &query);
         assert!(s[150] > s[30], "{} against {}", s[150], s[30]);
+    }
+
+    /// A search's line the model named by its number ("lines 95 and 119", a Read from an
+    /// offset), though its words are every other line's.
+    #[test]
+    fn a_line_named_by_its_number_is_kept() {
+        let mut grep: Vec<String> = (1..=120)
+            .map(|n| {
+                format!(
+                    "/w/src/args.rs:{}:    #[arg(long, default_value_t = 50)]",
+                    n * 3
+                )
+            })
+            .collect();
+        grep[0] = "/w/src/other.rs:119:    #[arg(long, default_value_t = 50)]".into();
+        let output = grep.join("\n");
+        let text = "args.rs has default_value_t = 50 at lines 96 and 300.";
+        let query = Query {
+            later_text: vec![text],
+            ..Query::default()
+        };
+        let e = excerpt(&output, Kind::Search, &query).expect("shortened");
+        // Line 96 is the 32nd match, line 300 the 100th: both kept.
+        for n in [31, 99] {
+            assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
+        }
+        // A Read of args.rs from line 351 (limit 3): the matches at 351 and 354.
+        let read = serde_json::json!({"file_path": "/w/src/args.rs", "offset": 351, "limit": 4});
+        let mut query = Query::default();
+        query.add_later_input(&read);
+        let e = excerpt(&output, Kind::Search, &query).expect("shortened");
+        assert!(
+            e.kept.contains(&116) && e.kept.contains(&117),
+            "{:?}",
+            e.kept
+        );
+    }
+
+    /// A test's line in a run of many binaries comes with its binary's `test result:` line;
+    /// in a log of many commits the one a later step named is read first.
+    #[test]
+    fn a_tests_binary_result_and_a_named_commits_lines_come_first() {
+        let mut log = Vec::new();
+        for crate_name in ["alpha", "beta", "gamma", "delta"] {
+            log.push(format!(
+                "     Running unittests src/lib.rs (target/debug/deps/{crate_name}-0f)"
+            ));
+            log.push(String::new());
+            log.push("running 30 tests".into());
+            for n in 0..30 {
+                log.push(format!("test {crate_name}::tests::case_{n} ... ok"));
+            }
+            log.push(String::new());
+            log.push(format!(
+                "test result: ok. 30 passed; 0 failed; finished in 0.0{}s",
+                log.len() % 10
+            ));
+            log.push(String::new());
+        }
+        let output = log.join("\n");
+        let query = Query {
+            later_text: vec!["run beta's case_17 again"],
+            ..Query::default()
+        };
+        let e = excerpt(&output, Kind::Shell, &query).expect("shortened");
+        let (case, result) = (36 + 3 + 17, 36 + 34);
+        assert!(log[result].starts_with("test result"), "{}", log[result]);
+        for n in [case, result] {
+            assert!(e.kept.contains(&n), "{n}: {:?}", e.kept);
+        }
+
+        let mut commits = Vec::new();
+        for (id, n) in [
+            ("aaaa1111", 0),
+            ("bbbb2222", 1),
+            ("cccc3333", 2),
+            ("dddd4444", 3),
+        ] {
+            commits.push(format!("commit {}", id.repeat(5)));
+            commits.push(format!("    Change {n}"));
+            commits.push(String::new());
+            commits.push(" crates/alloc/src/lib.rs | 47 ++++++++-".into());
+            for m in 0..30 {
+                commits.push(format!(" crates/other_{n}_{m}/src/lib.rs | 2 +"));
+            }
+        }
+        let output = commits.join("\n");
+        let show = "git show cccc3333 -- crates/alloc/src/lib.rs";
+        let query = Query {
+            later_inputs: vec![show],
+            ..Query::default()
+        };
+        let e = excerpt(&output, Kind::File, &query).expect("shortened");
+        let content: Vec<&str> = commits.iter().map(String::as_str).collect();
+        let s = scores(&content, &diff_sides(&content), &[], &query);
+        let (named, other) = (2 * 34 + 3, 3);
+        assert!(s[named] > s[other], "{} against {}", s[named], s[other]);
+        assert!(e.kept.contains(&named), "{:?}", e.kept);
     }
 
     /// A kept doc comment comes with the item it documents; a prose line cut mid-sentence with
@@ -820,7 +952,7 @@ mod tests {
         );
         // A function that returns one does not build it.
         let content = ["fn make() -> Saving {", "let s = Saving {", "x"];
-        let s = scores(&content, &diff_sides(&content), &query);
+        let s = scores(&content, &diff_sides(&content), &[], &query);
         assert!(s[1] >= s[0] + PHRASE_WEIGHT, "{s:?}");
     }
 
@@ -835,7 +967,7 @@ mod tests {
             later_inputs: vec!["crates/a/Cargo.toml"],
             ..Query::default()
         };
-        let s = scores(&content, &diff_sides(&content), &query);
+        let s = scores(&content, &diff_sides(&content), &[], &query);
         assert!(s[0] > 0.0);
         assert!((s[0] - s[1]).abs() < 1e-9, "{} against {}", s[0], s[1]);
     }
@@ -883,7 +1015,7 @@ mod tests {
             later_text: vec!["it reads `flag()`"],
             ..Query::default()
         };
-        let s = scores(&content, &diff_sides(&content), &query);
+        let s = scores(&content, &diff_sides(&content), &[], &query);
         assert!(s[0] >= s[1] + PHRASE_WEIGHT / 2.0, "{s:?}");
     }
 }

@@ -38,7 +38,12 @@ pub(super) fn found_text(line: &str) -> &str {
 
 /// Each line's score: the weight of every query term it holds, each term weighted by its
 /// source and by how few lines hold it.
-pub(super) fn scores(content: &[&str], sides: &[Option<u8>], query: &Query<'_>) -> Vec<f64> {
+pub(super) fn scores(
+    content: &[&str],
+    sides: &[Option<u8>],
+    pointed: &[Option<bool>],
+    query: &Query<'_>,
+) -> Vec<f64> {
     let mut scores = vec![0.0; content.len()];
     let text = Lowered::new(content);
     let sources: [(&[&str], f64); 3] = [
@@ -82,12 +87,29 @@ pub(super) fn scores(content: &[&str], sides: &[Option<u8>], query: &Query<'_>) 
             None => {}
         }
     }
+    // A log of several commits: the one a later step named (`git show ba7ffcc`) is what
+    // the model went on with; its lines rank above the same terms in the others'.
+    let named_commits = commits_named(content, query);
+    for (i, named) in named_commits.iter().enumerate() {
+        if *named {
+            scores[i] *= NAMED_COMMIT_WEIGHT;
+        }
+    }
     // What a later step searched for in so many words (a quoted pattern of a command), and
     // the definitions of the names the model's text called or quoted: above any term.
     let phrases = query.later_inputs.iter().flat_map(|s| quoted(s));
     for phrase in phrases.map(str::to_lowercase) {
         for i in text.lines_holding(&phrase) {
             scores[i] += PHRASE_WEIGHT;
+        }
+    }
+    // A line a later step named by its number, as a quoted phrase; a line inside a range it
+    // named, half that.
+    for (i, pointed) in pointed.iter().enumerate() {
+        match pointed {
+            Some(true) => scores[i] += PHRASE_WEIGHT,
+            Some(false) => scores[i] += PHRASE_WEIGHT / 2.0,
+            None => {}
         }
     }
     let named: Vec<&str> = query.later_text.iter().flat_map(|t| named(t)).collect();
@@ -120,6 +142,37 @@ pub(super) fn scores(content: &[&str], sides: &[Option<u8>], query: &Query<'_>) 
         }
     }
     scores
+}
+
+/// How much more a line of a commit a later step named counts.
+pub(super) const NAMED_COMMIT_WEIGHT: f64 = 2.0;
+
+/// The shortest commit id a later step is taken to name a commit by (git's default abbrev).
+const SHORT_ID: usize = 7;
+
+/// For each line, whether it belongs to a commit (from its `commit <id>` line to the next)
+/// whose id, shortened to at least [`SHORT_ID`] digits, a later step's text or input holds.
+fn commits_named(content: &[&str], query: &Query<'_>) -> Vec<bool> {
+    let mut out = vec![false; content.len()];
+    let later = || query.later_text.iter().chain(&query.later_inputs);
+    let ids: Vec<&str> = later()
+        .flat_map(|s| s.split(|c: char| !c.is_ascii_alphanumeric()))
+        .filter(|w| w.len() >= SHORT_ID && w.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect();
+    if ids.is_empty() {
+        return out;
+    }
+    let mut inside = false;
+    for (i, line) in content.iter().enumerate() {
+        if let Some(rest) = line.strip_prefix("commit ") {
+            let id = rest.split_whitespace().next().unwrap_or("");
+            inside = id.len() >= SHORT_ID
+                && id.bytes().all(|b| b.is_ascii_hexdigit())
+                && ids.iter().any(|w| id.starts_with(&w.to_ascii_lowercase()));
+        }
+        out[i] = inside;
+    }
+    out
 }
 
 /// An output's lowercased lines as one text, searched whole: one pass of a term's searcher

@@ -1,0 +1,309 @@
+//! Lines a later step pointed at by their number: the model's "lines 95 and 119", a
+//! `history.rs:119`, a `sed -n '80,125p'`. An output that numbers its lines (a file read in
+//! any client's format, `grep -n`, OpenCode's grep) is matched by those numbers, which the
+//! term ranking cannot see (numbers are not terms: most of them are noise).
+
+/// A range longer than this is where the model went on reading, not a line it pointed at.
+pub(super) const RANGE_MAX: u64 = 60;
+
+/// A line number a later step named, with the path it came with (`history.rs:119`) if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LineRef<'a> {
+    pub path: Option<&'a str>,
+    pub first: u64,
+    pub last: u64,
+}
+
+impl LineRef<'_> {
+    /// Whether this reference names one line, not a range.
+    pub fn is_single(&self) -> bool {
+        self.first == self.last
+    }
+}
+
+/// The lines a file read opens from an offset: Claude Code's `Read` (`file_path`, `offset`,
+/// `limit`), OpenCode's `read` (`filePath`, `offset`, `limit`). A read from the top, or
+/// of more than [`RANGE_MAX`] lines, points at nothing.
+pub(super) fn read_range(input: &serde_json::Value) -> Option<LineRef<'_>> {
+    let path = ["file_path", "filePath", "path"]
+        .iter()
+        .find_map(|k| input.get(k)?.as_str())?;
+    let first = input.get("offset")?.as_u64().filter(|&n| n > 1)?;
+    let limit = input.get("limit").and_then(serde_json::Value::as_u64);
+    let last = first + limit.unwrap_or(RANGE_MAX).clamp(1, RANGE_MAX) - 1;
+    Some(LineRef {
+        path: Some(path),
+        first,
+        last,
+    })
+}
+
+/// The line numbers `text` names: `line 12`, `lines 95 and 119`, `lines 80-125` (`to`,
+/// `through`, an en dash), `L12`, `path.rs:12`, and a `sed -n 'A,Bp'` range.
+pub(super) fn line_refs(text: &str) -> Vec<LineRef<'_>> {
+    let mut out = Vec::new();
+    let lower = text.to_ascii_lowercase();
+    // "line 12", "lines 95 and 119", "lines 80-125".
+    for (at, _) in lower.match_indices("line") {
+        if at > 0 && lower.as_bytes()[at - 1].is_ascii_alphanumeric() {
+            continue;
+        }
+        let mut rest = &lower[at + 4..];
+        rest = rest.strip_prefix('s').unwrap_or(rest);
+        if !rest.starts_with(' ') {
+            continue;
+        }
+        out.extend(number_list(rest));
+    }
+    // `path.rs:12` (a path with an extension, then a line number): grep's and compilers' form.
+    for (at, _) in text.match_indices(':') {
+        let before = &text[..at];
+        let start = before
+            .rfind(|c: char| c.is_whitespace() || "\"'`(,[{<".contains(c))
+            .map_or(0, |i| i + 1);
+        let path = &before[start..];
+        let named_file = !path.contains(':')
+            && path
+                .rsplit('/')
+                .next()
+                .is_some_and(|name| name.contains('.') && !name.ends_with('.'));
+        if !named_file {
+            continue;
+        }
+        if let Some((n, _)) = leading_number(&text[at + 1..]) {
+            out.push(LineRef {
+                path: Some(path),
+                first: n,
+                last: n,
+            });
+        }
+    }
+    // `sed -n '80,125p'`.
+    for (at, _) in text.match_indices("p'") {
+        let before = &text[..at];
+        let start = before
+            .rfind(|c: char| !(c.is_ascii_digit() || c == ','))
+            .map_or(0, |i| i + 1);
+        if let Some((a, b)) = before[start..].split_once(',')
+            && let (Ok(first), Ok(last)) = (a.parse::<u64>(), b.parse::<u64>())
+            && first <= last
+        {
+            // The file it prints: the word after the script.
+            let path = text[at + 2..].split_whitespace().next();
+            out.push(LineRef { path, first, last });
+        }
+    }
+    out.retain(|r| r.last - r.first < RANGE_MAX);
+    out
+}
+
+/// The numbers after `line`/`lines`: ` 12`, ` 95 and 119`, ` 95, 101 and 119`, ` 80-125`.
+fn number_list(mut rest: &str) -> Vec<LineRef<'static>> {
+    let mut out = Vec::new();
+    loop {
+        rest = rest.trim_start();
+        let Some((first, after)) = leading_number(rest) else {
+            break;
+        };
+        // After the first, a number is the list's only where the list could end: "line 86
+        // and 50 at lines 95" is not line 50.
+        let ends_list = after.is_empty()
+            || after.starts_with(|c: char| !(c == ' ' || c.is_alphanumeric()))
+            || [" and ", " or ", " to ", " through ", " of ", " in "]
+                .iter()
+                .any(|w| after.starts_with(w));
+        if !out.is_empty() && !ends_list {
+            break;
+        }
+        rest = after;
+        let range_end = ["-", "–", " to ", " through "]
+            .iter()
+            .find_map(|sep| rest.strip_prefix(sep))
+            .and_then(|r| leading_number(r.trim_start()));
+        let last = match range_end {
+            Some((last, after)) if last >= first => {
+                rest = after;
+                last
+            }
+            _ => first,
+        };
+        out.push(LineRef {
+            path: None,
+            first,
+            last,
+        });
+        let next = [",", " and ", ", and ", " or "]
+            .iter()
+            .find_map(|sep| rest.strip_prefix(sep));
+        match next {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    out
+}
+
+/// A number at the start of `s` (not part of a longer word), and what follows it.
+fn leading_number(s: &str) -> Option<(u64, &str)> {
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    if end == 0 || s[end..].starts_with(|c: char| c.is_alphabetic() || c == '_') {
+        return None;
+    }
+    Some((s[..end].parse().ok()?, &s[end..]))
+}
+
+/// The number a line of an output carries for the file it shows, with that file's path when
+/// the line names it: a file read's `12\t`, `    12→`, `12: `; `grep -n`'s `path:12:`;
+/// OpenCode's grep `  Line 12: `.
+pub(super) fn own_number(line: &str) -> Option<(Option<&str>, u64)> {
+    let trimmed = line.trim_start();
+    if let Some(rest) = trimmed.strip_prefix("Line ")
+        && let Some((n, after)) = leading_number(rest)
+        && after.starts_with(": ")
+    {
+        return Some((None, n));
+    }
+    if let Some((n, after)) = leading_number(trimmed)
+        && (after.starts_with('\t') || after.starts_with('→') || after.starts_with(": "))
+    {
+        return Some((None, n));
+    }
+    let mut parts = line.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(path), Some(number), Some(_)) if !path.is_empty() && !path.contains(' ') => {
+            let (n, after) = leading_number(number)?;
+            after.is_empty().then_some((Some(path), n))
+        }
+        _ => None,
+    }
+}
+
+/// Whether two paths name the same file: equal, or one ends with the other at a `/`.
+fn same_file(a: &str, b: &str) -> bool {
+    let ends = |long: &str, short: &str| {
+        long.strip_suffix(short)
+            .is_some_and(|head| head.is_empty() || head.ends_with('/'))
+    };
+    ends(a, b) || ends(b, a)
+}
+
+/// For each line of the output, whether a later step pointed at it by number: `Some(true)`
+/// for a line named alone, `Some(false)` for one inside a named range. `call` is the call's
+/// input strings (a file read's path: what a line without a path of its own belongs to).
+pub(super) fn pointed_at(lines: &[&str], refs: &[LineRef<'_>], call: &[&str]) -> Vec<Option<bool>> {
+    let mut out = vec![None; lines.len()];
+    if refs.is_empty() {
+        return out;
+    }
+    for (i, line) in lines.iter().enumerate() {
+        let Some((own_path, n)) = own_number(line) else {
+            continue;
+        };
+        for r in refs {
+            if n < r.first || n > r.last {
+                continue;
+            }
+            let file_matches = match (r.path, own_path) {
+                (None, _) => true,
+                (Some(p), Some(q)) => same_file(p, q),
+                (Some(p), None) => call.iter().any(|c| same_file(c.trim(), p)),
+            };
+            if file_matches {
+                let single = r.is_single();
+                out[i] = Some(out[i].unwrap_or(false) || single);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbers(text: &str) -> Vec<(Option<&str>, u64, u64)> {
+        line_refs(text)
+            .into_iter()
+            .map(|r| (r.path, r.first, r.last))
+            .collect()
+    }
+
+    #[test]
+    fn the_ways_a_model_names_a_line_are_read() {
+        assert_eq!(
+            numbers("history.rs has 10 at line 86 and 50 at lines 95 and 119."),
+            [(None, 86, 86), (None, 95, 95), (None, 119, 119)]
+        );
+        assert_eq!(
+            numbers("see lines 80-125, then Line 7"),
+            [(None, 80, 125), (None, 7, 7)]
+        );
+        assert_eq!(
+            numbers("the panic at crates/pith/src/main.rs:45:9 and inline 3"),
+            [(Some("crates/pith/src/main.rs"), 45, 45)]
+        );
+        assert_eq!(
+            numbers("sed -n '200,240p' src/lib.rs"),
+            [(Some("src/lib.rs"), 200, 240)]
+        );
+        // Not a line: a word that holds "line", a number that starts a word, a range too
+        // long to be pointing, a time.
+        assert!(numbers("pipelines 3, a line 4th, lines 1-500, at 12:30").is_empty());
+    }
+
+    #[test]
+    fn a_read_from_an_offset_opens_its_lines_and_a_read_from_the_top_none() {
+        let read = serde_json::json!({"file_path": "/w/a.rs", "offset": 80, "limit": 45});
+        assert_eq!(
+            read_range(&read),
+            Some(LineRef {
+                path: Some("/w/a.rs"),
+                first: 80,
+                last: 124
+            })
+        );
+        let open = serde_json::json!({"filePath": "/w/a.rs", "offset": 80});
+        assert_eq!(read_range(&open).map(|r| r.last), Some(80 + RANGE_MAX - 1));
+        let top = serde_json::json!({"file_path": "/w/a.rs", "limit": 45});
+        assert_eq!(read_range(&top), None);
+    }
+
+    #[test]
+    fn each_clients_numbered_line_gives_its_number_and_its_path_if_it_has_one() {
+        assert_eq!(own_number("   119\t#[arg(long)]"), Some((None, 119)));
+        assert_eq!(own_number("    12→fn main() {"), Some((None, 12)));
+        assert_eq!(own_number("12: fn main() {"), Some((None, 12)));
+        assert_eq!(
+            own_number("  Line 282: pub struct LedgerSink {"),
+            Some((None, 282))
+        );
+        assert_eq!(
+            own_number("src/history.rs:119:    #[arg(long)]"),
+            Some((Some("src/history.rs"), 119))
+        );
+        assert_eq!(own_number("test result: ok. 12 passed"), None);
+        assert_eq!(own_number("12 passed; 0 failed"), None);
+        assert_eq!(own_number("001-a.json:7: x"), Some((Some("001-a.json"), 7)));
+    }
+
+    #[test]
+    fn a_named_line_is_matched_in_its_own_file_only() {
+        let lines = [
+            "/w/crates/pith/src/commands/history.rs:95:    #[arg(long, default_value_t = 50)]",
+            "/w/crates/pith/src/commands/stats.rs:119:    #[arg(long)]",
+            "/w/crates/pith/src/commands/history.rs:119:    #[arg(long, default_value_t = 50)]",
+        ];
+        let refs = line_refs("history.rs:119 is the one");
+        assert_eq!(pointed_at(&lines, &refs, &[]), [None, None, Some(true)]);
+        let refs = line_refs("lines 90-100");
+        assert_eq!(pointed_at(&lines, &refs, &[]), [Some(false), None, None]);
+        // A read's lines carry no path: the call's path is theirs.
+        let read = ["   119\tx", "   120\ty"];
+        let refs = line_refs("main.rs:120");
+        assert_eq!(
+            pointed_at(&read, &refs, &["/w/src/main.rs"]),
+            [None, Some(true)]
+        );
+        assert_eq!(pointed_at(&read, &refs, &["/w/src/lib.rs"]), [None, None]);
+    }
+}

@@ -161,8 +161,10 @@ pub struct Excerpt {
     pub total: usize,
 }
 
-/// Outputs with fewer lines are never shortened: there is little to rank.
-pub const MIN_LINES: usize = 40;
+/// Outputs with fewer lines are never shortened: there is little to rank. (The stage shortens
+/// only outputs of 4,000 characters and more, `min_chars`: a read of a Markdown table of 39
+/// long rows is worth ranking.)
+pub const MIN_LINES: usize = 20;
 
 /// The share of the output's characters an excerpt may take (as a fraction 1/N), unless the
 /// lines it must keep take more.
@@ -466,7 +468,7 @@ mod tests {
 
     #[test]
     fn a_short_output_or_one_that_is_mostly_needed_stays_whole() {
-        let short = source(20).join("\n");
+        let short = source(MIN_LINES - 1).join("\n");
         assert_eq!(excerpt(&short, Kind::File, &Query::default()), None);
         let lines = source(100);
         let output = lines.join("\n");
@@ -561,6 +563,10 @@ mod tests {
             "test config::unknown_keys_are_errors ... FAILED"
         ));
         assert!(!names_a_problem(&format!("left: {}", "error ".repeat(500))));
+        // A name that holds a word (a benchmark's JSON): a field, not a problem.
+        assert!(!names_a_problem("\"standard_error\": 142.38927389653904"));
+        assert!(!names_a_problem("let warning_count = 3;"));
+        assert!(names_a_problem("error: could not compile `pith` (lib)"));
 
         let mut found: Vec<String> = (0..300)
             .map(|i| format!("src/m{i}.rs:{i}:    Err(StoreError::Io(e)) => return Err(e),"))
@@ -784,6 +790,46 @@ mod tests {
         let (named, other) = (2 * 34 + 3, 3);
         assert!(s[named] > s[other], "{} against {}", s[named], s[other]);
         assert!(e.kept.contains(&named), "{:?}", e.kept);
+    }
+
+    /// A figure the model cited is kept as a quote; a line an input holds that the output
+    /// repeats everywhere is not kept at every place.
+    #[test]
+    fn a_cited_figure_is_kept_and_a_line_repeated_everywhere_is_not_quoted() {
+        let mut log: Vec<String> = (0..120)
+            .map(|n| format!("| body {} | pith | 0.{n:03} | +0.{:03} |", n % 4, n + 100))
+            .collect();
+        log[77] = "| body 1 | pith | 0.362 | +2.864 |".into();
+        let output = log.join("\n");
+        let text = "pith's added p99 on body 1 is +2.864: run it again";
+        let query = Query {
+            later_text: vec![text],
+            ..Query::default()
+        };
+        let e = excerpt(&output, Kind::Shell, &query).expect("shortened");
+        assert!(e.kept.contains(&77), "{:?}", e.kept);
+        // As high as a quoted phrase: above what its words alone would give it.
+        let content: Vec<&str> = log.iter().map(String::as_str).collect();
+        let s = scores(&content, &diff_sides(&content), &[], &query);
+        assert!(s[77] > PHRASE_WEIGHT, "{}", s[77]);
+
+        let mut toml = Vec::new();
+        for n in 0..60 {
+            toml.extend([
+                "[[query]]".to_owned(),
+                "tree = \"pith\"".to_owned(),
+                format!("pattern = \"word_{n}\""),
+                String::new(),
+            ]);
+        }
+        let output = toml.join("\n");
+        let edit = "[[query]]\ntree = \"pith\"\npattern = \"hmac\"";
+        let query = Query {
+            later_inputs: vec![edit],
+            ..Query::default()
+        };
+        let e = excerpt(&output, Kind::File, &query).expect("shortened");
+        assert!(e.shown < 60, "{} of {} lines shown", e.shown, e.total);
     }
 
     /// A kept doc comment comes with the item it documents; a prose line cut mid-sentence with

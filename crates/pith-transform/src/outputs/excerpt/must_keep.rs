@@ -15,6 +15,9 @@ pub(super) const ERROR_TAIL: usize = 6;
 pub(super) const LOG_HEAD: usize = 2;
 pub(super) const LOG_TAIL: usize = 3;
 
+/// A line a later input holds that the output has more often than this is not kept alone.
+pub(super) const QUOTED_REPEATS_MAX: usize = 3;
+
 /// Marks the lines a later tool input quoted: each block of two or more of its lines found in
 /// the output in order, and each distinctive line of it found alone.
 pub(super) fn mark_quoted(content: &[&str], later_inputs: &[&str], keep: &mut [bool]) {
@@ -32,11 +35,17 @@ pub(super) fn mark_quoted(content: &[&str], later_inputs: &[&str], keep: &mut [b
             if w.len() < DISTINCTIVE {
                 continue;
             }
-            for (i, line) in content.iter().enumerate() {
-                let line = line.trim();
-                if line == *w || (line.len() >= DISTINCTIVE && w.contains(line)) {
-                    keep[i] = true;
-                }
+            let found: Vec<usize> = (0..content.len())
+                .filter(|&i| {
+                    let line = content[i].trim();
+                    line == *w || (line.len() >= DISTINCTIVE && w.contains(line))
+                })
+                .collect();
+            // A line the output repeats (`[[query]]`, `tree = "pith"` of a list of entries)
+            // says nothing about which one the input was copied from: the blocks above
+            // place it when it was.
+            if found.len() <= QUOTED_REPEATS_MAX {
+                found.into_iter().for_each(|i| keep[i] = true);
             }
         }
     }
@@ -179,13 +188,18 @@ pub(super) fn names_a_problem(line: &str) -> bool {
     if line.starts_with("test ") && (line.ends_with(" ... ok") || line.ends_with(" ... ignored")) {
         return false;
     }
+    let bytes = line.as_bytes();
     PROBLEM_FINDERS.iter().any(|finder| {
-        finder.find_iter(line.as_bytes()).any(|at| {
+        finder.find_iter(bytes).any(|at| {
+            // Part of a name in snake case (`standard_error`, `error_count`): a field, not a
+            // problem.
+            let end = at + finder.needle().len();
+            let in_name = (at > 0 && bytes[at - 1] == b'_') || bytes.get(end) == Some(&b'_');
             let count = line[..at]
                 .trim_end()
                 .rsplit(|c: char| !c.is_ascii_digit())
                 .next();
-            count != Some("0")
+            !in_name && count != Some("0")
         })
     })
 }

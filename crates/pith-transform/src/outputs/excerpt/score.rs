@@ -112,6 +112,15 @@ pub(super) fn scores(
             None => {}
         }
     }
+    // A figure the model cited from the output (`+2.864 against +1.850`): found on few
+    // lines, it is a quote of them, though numbers are not terms.
+    let figures = (query.later_text.iter().chain(&query.later_inputs)).flat_map(|s| figures(s));
+    for figure in figures {
+        let holding = text.lines_holding(figure);
+        if holding.len() <= FIGURE_LINES_MAX {
+            holding.into_iter().for_each(|i| scores[i] += PHRASE_WEIGHT);
+        }
+    }
     let named: Vec<&str> = query.later_text.iter().flat_map(|t| named(t)).collect();
     // ... and the lines calling them, below their definitions.
     let calls: Vec<String> = named.iter().map(|n| format!("{n}(")).collect();
@@ -142,6 +151,26 @@ pub(super) fn scores(
         }
     }
     scores
+}
+
+/// A figure found on more lines than this is not taken as a quote of any of them.
+pub(super) const FIGURE_LINES_MAX: usize = 3;
+
+/// The figures in `s` with a decimal point or separator (`2.864`, `1,850.5`), four
+/// characters at least: what a model copies from a measurement, where `1.0` or a count is
+/// everywhere.
+pub(super) fn figures(s: &str) -> impl Iterator<Item = &str> {
+    s.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+        .map(|w| w.trim_matches(|c| c == '.' || c == ','))
+        .filter(|w| {
+            let b = w.as_bytes();
+            w.len() >= 4
+                && (1..b.len().saturating_sub(1)).any(|k| {
+                    matches!(b[k], b'.' | b',')
+                        && b[k - 1].is_ascii_digit()
+                        && b[k + 1].is_ascii_digit()
+                })
+        })
 }
 
 /// How much more a line of a commit a later step named counts.
@@ -333,6 +362,13 @@ pub(super) fn token_terms(s: &str) -> Vec<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn figures_are_numbers_with_a_point_or_a_separator() {
+        let found: Vec<&str> =
+            figures("+2.864 against +1,850, at 1.0, 300 requests, v1.2.3.").collect();
+        assert_eq!(found, ["2.864", "1,850", "1.2.3"]);
+    }
 
     #[test]
     fn the_lines_holding_a_needle_are_each_found_once_in_order() {

@@ -43,10 +43,10 @@ use bytes::Bytes;
 use pith_outcome::RequestOutcome;
 use pith_transform::{FactKind, Site};
 use pith_wire::request::{Anatomy, RequestFacts};
-use pith_wire::skim::{common_prefix, common_suffix};
 use pith_wire::{Provider, Wire};
 
 use super::record::{ProviderCount, Record, Report, ReportFact, ReportResult};
+use crate::edits::{Edit, edits_of, rebuild};
 
 /// Ledger counter: the generation of the segment the writers have read into.
 pub const SPOOL_GENERATION: &str = "spool_generation";
@@ -880,55 +880,30 @@ const WITH_PROMPT_FACTS: u8 = 0x20;
 /// Set in an entry's kind byte when the record's `provider_count` follows everything else.
 const WITH_PROVIDER_COUNT: u8 = 0x10;
 /// Set in an entry's kind byte when its upstream body is written as the request body with one
-/// span replaced ([`Span`]) rather than whole.
+/// span replaced (what a pith before the edits wrote; read still).
 const WITH_UPSTREAM_SPAN: u8 = 0x08;
+/// Set in an entry's kind byte when its upstream body is written as the request body with the
+/// places it changed replaced ([`crate::edits`]).
+const WITH_UPSTREAM_EDITS: u8 = 0x04;
 /// Every flag an entry's kind byte can carry.
 const FLAGS: u8 = WITH_CONVERSATION
     | WITH_REQUEST_ENCODING
     | WITH_PROMPT_FACTS
     | WITH_PROVIDER_COUNT
-    | WITH_UPSTREAM_SPAN;
+    | WITH_UPSTREAM_SPAN
+    | WITH_UPSTREAM_EDITS;
 
-/// The body a stage sent upstream, as what it shares with the client's body: a stage edits a
-/// few places (deferral the `tools` array, pins the last message), so on a long conversation
-/// the two bodies are the same but for one span, and writing the sent body whole wrote the
-/// conversation twice per request (2.6 MB for a 1.3 MB one; for the 56 KB Claude Code body,
-/// 82 KB of its 110).
-struct Span<'a> {
-    /// Bytes both bodies start with.
-    prefix: usize,
-    /// Bytes both bodies end with (after the prefix in either).
-    suffix: usize,
-    /// The sent body's bytes between them.
-    middle: &'a [u8],
-}
-
-impl<'a> Span<'a> {
-    /// `sent` as `client`'s bytes with one span replaced, when that is smaller than `sent`.
-    fn of(client: &[u8], sent: &'a [u8]) -> Option<Span<'a>> {
-        let prefix = common_prefix(client, sent);
-        let suffix = common_suffix(&client[prefix..], &sent[prefix..]);
-        let middle = &sent[prefix..sent.len() - suffix];
-        // Two lengths more than the whole body's one.
-        (middle.len() + 16 < sent.len()).then_some(Span {
-            prefix,
-            suffix,
-            middle,
-        })
-    }
-
-    /// The sent body again, from the client's.
-    fn rebuild(client: &[u8], prefix: usize, suffix: usize, middle: &[u8]) -> Option<Bytes> {
-        let tail = client.len().checked_sub(suffix)?;
-        if prefix > tail {
-            return None;
-        }
-        let mut sent = Vec::with_capacity(prefix + middle.len() + suffix);
-        sent.extend_from_slice(&client[..prefix]);
-        sent.extend_from_slice(middle);
-        sent.extend_from_slice(&client[tail..]);
-        Some(Bytes::from(sent))
-    }
+/// The body a stage sent upstream as the client's with its edits, when that is smaller than
+/// the sent body whole: the conversation is written once, not twice (2.6 MB for a 1.3 MB one),
+/// and deferral's few insertions in the `tools` array are written without the array.
+fn sent_edits<'s>(client: &[u8], sent: &'s [u8]) -> Option<Vec<Edit<'s>>> {
+    let edits = edits_of(client, sent);
+    // A count, then each edit's two positions and its replacement's length and bytes.
+    let size: usize = 8 + edits
+        .iter()
+        .map(|e| 24 + e.replacement.len())
+        .sum::<usize>();
+    (size < sent.len()).then_some(edits)
 }
 
 /// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.
@@ -945,9 +920,9 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
         0
     };
     let sent = r.upstream_body.as_deref().filter(|_| bodies);
-    let span = sent.and_then(|sent| Span::of(&r.request_body, sent));
-    let spanned = if span.is_some() {
-        WITH_UPSTREAM_SPAN
+    let edits = sent.and_then(|sent| sent_edits(&r.request_body, sent));
+    let spanned = if edits.is_some() {
+        WITH_UPSTREAM_EDITS
     } else {
         0
     };
@@ -973,11 +948,14 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     put_bytes(b, r.outcome.as_str().as_bytes());
     put_opt(b, r.error.as_deref(), |b, v| put_bytes(b, v.as_bytes()));
     put_bytes(b, if bodies { &r.request_body } else { &[] });
-    match span {
-        Some(span) => put_opt(b, Some(span), |b, span| {
-            put_u64(b, span.prefix as u64);
-            put_u64(b, span.suffix as u64);
-            put_bytes(b, span.middle);
+    match edits {
+        Some(edits) => put_opt(b, Some(edits), |b, edits| {
+            put_u64(b, edits.len() as u64);
+            for e in edits {
+                put_u64(b, e.start as u64);
+                put_u64(b, e.end as u64);
+                put_bytes(b, e.replacement);
+            }
         }),
         None => put_opt(b, sent, put_bytes),
     }
@@ -1256,11 +1234,39 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     let outcome = RequestOutcome::parse(&r.string()?);
     let error = r.opt(Reader::string)?;
     let request_body = Bytes::copy_from_slice(r.bytes()?);
-    let upstream_body = if tagged & WITH_UPSTREAM_SPAN != 0 {
+    let upstream_body = if tagged & WITH_UPSTREAM_EDITS != 0 {
+        r.opt(|r| {
+            let count = usize::try_from(r.u64()?).ok()?;
+            // Each edit takes 24 bytes at least: a count past what is left is damage.
+            if count > r.rest.len() / 24 {
+                return None;
+            }
+            let mut edits = Vec::with_capacity(count);
+            for _ in 0..count {
+                let start = usize::try_from(r.u64()?).ok()?;
+                let end = usize::try_from(r.u64()?).ok()?;
+                let replacement = r.bytes()?;
+                edits.push(Edit {
+                    start,
+                    end,
+                    replacement,
+                });
+            }
+            rebuild(&request_body, &edits).map(Bytes::from)
+        })?
+    } else if tagged & WITH_UPSTREAM_SPAN != 0 {
+        // One span, as a pith before the edits wrote it.
         r.opt(|r| {
             let prefix = usize::try_from(r.u64()?).ok()?;
             let suffix = usize::try_from(r.u64()?).ok()?;
-            Span::rebuild(&request_body, prefix, suffix, r.bytes()?)
+            let replacement = r.bytes()?;
+            let end = request_body.len().checked_sub(suffix)?;
+            let span = Edit {
+                start: prefix,
+                end,
+                replacement,
+            };
+            rebuild(&request_body, &[span]).map(Bytes::from)
         })?
     } else {
         r.opt(|r| r.bytes().map(Bytes::copy_from_slice))?
@@ -1382,7 +1388,7 @@ mod tests {
     /// A record read back equals the one appended, field for field (the response's chunks
     /// come back as one).
     #[test]
-    fn an_upstream_body_is_written_as_the_span_a_stage_changed() {
+    fn an_upstream_body_is_written_as_the_places_a_stage_changed() {
         let conversation = "{\"role\":\"user\",\"content\":\"é read src/lib.rs\"},".repeat(2_000);
         let client = format!(
             "{{\"messages\":[{conversation}],\"tools\":[{{\"name\":\"Read\"}},{{\"name\":\"Glob\"}}],\"stream\":true}}"
@@ -1417,6 +1423,34 @@ mod tests {
         for cut in 0..spanned.len() {
             assert!(decode(&spanned[..cut]).is_none(), "cut at {cut}");
         }
+    }
+
+    /// An entry a pith before the edits wrote (the sent body as one span of the client's)
+    /// reads back as it was.
+    #[test]
+    fn an_upstream_body_written_as_one_span_still_reads_back() {
+        let client = "{\"messages\":[1,2,3],\"tools\":[{\"name\":\"Glob\"}],\"stream\":true}";
+        let sent = client.replace("Glob", "tool_search");
+        let record = Record {
+            request_body: Bytes::from(client),
+            upstream_body: None,
+            ..full_record(5)
+        };
+        let mut entry = Vec::new();
+        encode(&record, FINISHED, &mut entry);
+        // Where the sent body goes: right after the client's, an option's "none".
+        let at = memchr::memmem::find(&entry, client.as_bytes()).unwrap() + client.len();
+        assert_eq!(entry[at], 0);
+        let prefix = client.find("Glob").unwrap();
+        let suffix = client.len() - prefix - "Glob".len();
+        let mut span = vec![1];
+        put_u64(&mut span, prefix as u64);
+        put_u64(&mut span, suffix as u64);
+        put_bytes(&mut span, b"tool_search");
+        entry.splice(at..at + 1, span);
+        entry[0] |= WITH_UPSTREAM_SPAN;
+        let (_, back) = decode(&entry).unwrap();
+        assert_eq!(back.upstream_body.as_deref(), Some(sent.as_bytes()));
     }
 
     /// Bodies alike at either end, at both, at neither, one inside the other, empty, equal:

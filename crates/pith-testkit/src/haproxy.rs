@@ -135,6 +135,11 @@ impl Haproxy {
         self.addr
     }
 
+    /// Its process id (for a benchmark's CPU and memory figures).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `http://` and its address.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)

@@ -17,7 +17,10 @@
 //! - `bare relay`: this build with every stage, the ledger and history off (what forwarding
 //!   alone costs, the floor the stages are measured against);
 //! - `build before`: with `PITH_BENCH_BEFORE=/path/to/pith`, another binary on its defaults;
-//!   `bare-before`, that binary as a bare relay (what a change to forwarding itself moved).
+//!   `bare-before`, that binary as a bare relay (what a change to forwarding itself moved);
+//! - `haproxy`: Debian's HAProxy with the gateway config the project ships, in front of the
+//!   mock: what a relay that is not pith costs on this machine (a floor for the goals' added
+//!   time, measured beside them).
 //!
 //! Two modes: back to back (the next request as soon as the last answer's last byte is in),
 //! and paced (a request every 10 ms, 100 a second, so the ledger's writers run between
@@ -31,8 +34,8 @@
 //! Run: `PITH_BENCH_BEFORE=/path/to/old/pith cargo bench -p pith --bench client_requests`
 //! (env: `PITH_BENCH_ROUNDS`, default 400 requests per target, body and mode;
 //! `PITH_BENCH_MODES=back-to-back,paced` for a subset; `PITH_BENCH_BODIES=claude,opencode,
-//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,bare-before,trim,holdout,counts`
-//! likewise).
+//! codex,long` for a subset; `PITH_BENCH_TARGETS=pith,no-ledger,bare,before,bare-before,trim,holdout,counts,haproxy`
+//! likewise; `haproxy` needs it installed, as `scripts/test` does).
 //! The older figures' method (one identical body, no user agent) is `proxy_overhead`'s.
 #![expect(
     clippy::unwrap_used,
@@ -64,12 +67,29 @@ const WARM_UP: usize = 20;
 /// The paced mode's gap between request starts.
 const PACE: Duration = Duration::from_millis(10);
 
-/// One `pith proxy` under measurement.
+/// One relay under measurement.
 struct Target {
     name: &'static str,
     url: String,
-    child: Child,
-    _home: tempfile::TempDir,
+    process: Process,
+}
+
+/// What runs a target: a `pith proxy` in a home of its own, or HAProxy (stopped when dropped).
+enum Process {
+    Pith {
+        child: Child,
+        _home: tempfile::TempDir,
+    },
+    Haproxy(pith_testkit::haproxy::Haproxy),
+}
+
+impl Process {
+    fn pid(&self) -> u32 {
+        match self {
+            Process::Pith { child, .. } => child.id(),
+            Process::Haproxy(haproxy) => haproxy.pid(),
+        }
+    }
 }
 
 /// A `pith proxy` of `bin` in front of `mock`, in a home of its own, with `flags` and `env`.
@@ -94,8 +114,24 @@ fn start(
     Target {
         name,
         url: format!("http://{addr}"),
-        child,
-        _home: home,
+        process: Process::Pith { child, _home: home },
+    }
+}
+
+/// HAProxy in front of `mock`. The shipped config's health checks ask for pith's
+/// `/pith/health`, which the mock does not serve as pith does; asked every hour, the server is
+/// taken out (two failed checks) only long after a run.
+fn haproxy(mock: &str) -> Target {
+    let addr = mock
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the mock's address");
+    let haproxy = pith_testkit::haproxy::Haproxy::start(&[addr], Duration::from_secs(3600))
+        .expect("haproxy (installed by scripts/test)");
+    Target {
+        name: "haproxy",
+        url: haproxy.url(),
+        process: Process::Haproxy(haproxy),
     }
 }
 
@@ -355,12 +391,13 @@ fn main() {
                     ));
                 }
             }
+            "haproxy" => targets.push(haproxy(&mock.url())),
             other => panic!("PITH_BENCH_TARGETS: unknown target {other}"),
         }
     }
     let idle: Vec<u64> = targets
         .iter()
-        .map(|t| memory_kib(t.child.id()).0 / 1024)
+        .map(|t| memory_kib(t.process.pid()).0 / 1024)
         .collect();
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -392,14 +429,14 @@ fn main() {
         );
         println!("|---|---|---:|---:|---:|---:|---:|---:|");
         for body in &bodies {
-            let cpu_before: Vec<_> = targets.iter().map(|t| cpu_us(t.child.id())).collect();
+            let cpu_before: Vec<_> = targets.iter().map(|t| cpu_us(t.process.pid())).collect();
             let times = rt.block_on(measure(&client, &mock.url(), &targets, body, rounds, paced));
             let sent = (rounds + WARM_UP) as u64;
             let cpu: Vec<(u64, u64)> = targets
                 .iter()
                 .zip(cpu_before)
                 .map(|(t, (main, others))| {
-                    let (main_after, others_after) = cpu_us(t.child.id());
+                    let (main_after, others_after) = cpu_us(t.process.pid());
                     (
                         main_after.saturating_sub(main) / sent,
                         others_after.saturating_sub(others) / sent,
@@ -422,14 +459,16 @@ fn main() {
     }
     println!();
     for (target, idle) in targets.iter().zip(idle) {
-        let (_, peak) = memory_kib(target.child.id());
+        let (_, peak) = memory_kib(target.process.pid());
         println!(
             "{}: resident {idle} MiB idle, peak {} MiB",
             target.name,
             peak / 1024
         );
     }
-    for mut target in targets {
-        let _ = target.child.kill();
+    for target in targets {
+        if let Process::Pith { mut child, .. } = target.process {
+            let _ = child.kill();
+        }
     }
 }

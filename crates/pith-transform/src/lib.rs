@@ -7,6 +7,7 @@
 //! byte prefixes). The [`Pipeline`] runs stages in order and fails open: a stage that errors,
 //! panics or produces invalid JSON leaves the request as it was and is reported as failed.
 
+mod checked;
 pub mod defer;
 pub mod holdout;
 pub mod outputs;

@@ -5,12 +5,14 @@
 //! it was before that stage; [`PipelineResult`] holds one [`StageReport`] per stage, in
 //! pipeline order, which the ledger stores. The JSON check parses only the value the edit says
 //! its splices lie in (`Edit::within`) when it says one: a whole-body parse of a 1.3 MB
-//! conversation was a fifth of a request's CPU.
+//! conversation was a fifth of a request's CPU; such a value parsed once is remembered
+//! ([`crate::checked`]).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use http::HeaderMap;
 
+use crate::checked::{Checked, parses};
 use crate::splice::apply_splices;
 use crate::stage::{Fact, HeaderEdit, Outcome, Request, Stage};
 
@@ -115,6 +117,8 @@ pub struct Pipeline {
     may_block: bool,
     /// The share of conversations held out from every stage ([`crate::holdout`]).
     holdout: f64,
+    /// The edited values that were JSON lately.
+    checked: Checked,
 }
 
 impl Pipeline {
@@ -230,7 +234,7 @@ impl Pipeline {
             };
             if let Some(b) = &new_body {
                 // A stage only edits what it parsed, so an unparseable result is the stage's bug.
-                if !still_json(b, &edit) {
+                if !self.still_json(name, b, &edit) {
                     let error = "edit produced invalid JSON".to_owned();
                     result.reports.push(report(StageResult::Failed(error)));
                     continue;
@@ -255,30 +259,32 @@ impl Pipeline {
     }
 }
 
-/// Whether `edited` (the body after `edit`'s splices) is JSON: the value the edit says it
-/// stays inside ([`Edit::within`], the stage's word that the span was one whole value of the
-/// body it parsed) is still one value, or, without one, the whole body parses.
-fn still_json(edited: &[u8], edit: &crate::stage::Edit) -> bool {
-    let is_json = |b: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok();
-    let Some(within) = &edit.within else {
-        return is_json(edited);
-    };
-    if !edit
-        .splices
-        .iter()
-        .all(|s| s.range.start >= within.start && s.range.end <= within.end)
-    {
-        return is_json(edited);
-    }
-    let grown: isize = edit
-        .splices
-        .iter()
-        .map(|s| s.replacement.len() as isize - s.range.len() as isize)
-        .sum();
-    let end = within.end.checked_add_signed(grown);
-    match end.and_then(|end| edited.get(within.start..end)) {
-        Some(value) => is_json(value),
-        None => false,
+impl Pipeline {
+    /// Whether `edited` (the body after `edit`'s splices by `stage`) is JSON: the value the
+    /// edit says it stays inside ([`Edit::within`], the stage's word that the span was one
+    /// whole value of the body it parsed) is still one value, or, without one, the whole body
+    /// parses.
+    fn still_json(&self, stage: &'static str, edited: &[u8], edit: &crate::stage::Edit) -> bool {
+        let Some(within) = &edit.within else {
+            return parses(edited);
+        };
+        if !edit
+            .splices
+            .iter()
+            .all(|s| s.range.start >= within.start && s.range.end <= within.end)
+        {
+            return parses(edited);
+        }
+        let grown: isize = edit
+            .splices
+            .iter()
+            .map(|s| s.replacement.len() as isize - s.range.len() as isize)
+            .sum();
+        let end = within.end.checked_add_signed(grown);
+        match end.and_then(|end| edited.get(within.start..end)) {
+            Some(value) => self.checked.is_json(stage, value),
+            None => false,
+        }
     }
 }
 

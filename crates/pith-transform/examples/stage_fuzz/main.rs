@@ -540,6 +540,12 @@ fn check(stage: &Arc<dyn Stage>, wire: Wire, body: &[u8]) -> Checked {
     {
         violations.push("pipeline: forwarded invalid JSON".into());
     }
+    // The pipeline's check remembers the values that parsed: the same request again comes out
+    // the same (a broken edit refused again, never taken for one remembered).
+    let again = pipeline.run(&request);
+    if again.body != result.body || again.failures().count() != result.failures().count() {
+        violations.push("pipeline: the same request run again came out otherwise".into());
+    }
     for (name, error) in result.failures() {
         violations.push(format!("pipeline: stage {name} failed: {error}"));
     }

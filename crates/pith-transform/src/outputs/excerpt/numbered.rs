@@ -6,6 +6,12 @@
 /// A range longer than this is where the model went on reading, not a line it pointed at.
 pub(super) const RANGE_MAX: u64 = 60;
 
+/// The references one text gives at most: each is checked against every numbered line.
+const REFS_MAX: usize = 256;
+
+/// The longest path taken after a `sed` script: the text is the model's, of any length.
+const SED_PATH_MAX: usize = 512;
+
 /// A line number a later step named, with the path it came with (`history.rs:119`) if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LineRef<'a> {
@@ -30,7 +36,7 @@ pub(super) fn read_range(input: &serde_json::Value) -> Option<LineRef<'_>> {
         .find_map(|k| input.get(k)?.as_str())?;
     let first = input.get("offset")?.as_u64().filter(|&n| n > 1)?;
     let limit = input.get("limit").and_then(serde_json::Value::as_u64);
-    let last = first + limit.unwrap_or(RANGE_MAX).clamp(1, RANGE_MAX) - 1;
+    let last = first.checked_add(limit.unwrap_or(RANGE_MAX).clamp(1, RANGE_MAX) - 1)?;
     Some(LineRef {
         path: Some(path),
         first,
@@ -56,17 +62,19 @@ pub(super) fn line_refs(text: &str) -> Vec<LineRef<'_>> {
         out.extend(number_list(rest));
     }
     // `path.rs:12` (a path with an extension, then a line number): grep's and compilers' form.
+    // The path is looked for back to the colon before at most, so the text is read once
+    // however many colons it has; a path that runs into one is none (`a:b.rs:1`).
     for (at, _) in text.match_indices(':') {
         let before = &text[..at];
-        let start = before
-            .rfind(|c: char| c.is_whitespace() || "\"'`(,[{<".contains(c))
-            .map_or(0, |i| i + 1);
-        let path = &before[start..];
-        let named_file = !path.contains(':')
-            && path
-                .rsplit('/')
-                .next()
-                .is_some_and(|name| name.contains('.') && !name.ends_with('.'));
+        let stop = before.rfind(|c: char| c.is_whitespace() || "\"'`(,[{<:".contains(c));
+        if stop.is_some_and(|i| before.as_bytes()[i] == b':') {
+            continue;
+        }
+        let path = &before[stop.map_or(0, |i| i + 1)..];
+        let named_file = path
+            .rsplit('/')
+            .next()
+            .is_some_and(|name| name.contains('.') && !name.ends_with('.'));
         if !named_file {
             continue;
         }
@@ -89,12 +97,31 @@ pub(super) fn line_refs(text: &str) -> Vec<LineRef<'_>> {
             && first <= last
         {
             // The file it prints: the word after the script.
-            let path = text[at + 2..].split_whitespace().next();
-            out.push(LineRef { path, first, last });
+            out.push(LineRef {
+                path: word_after(&text[at + 2..]),
+                first,
+                last,
+            });
         }
     }
     out.retain(|r| r.last - r.first < RANGE_MAX);
+    out.truncate(REFS_MAX);
     out
+}
+
+/// The word `rest` starts with (after spaces), if it ends within [`SED_PATH_MAX`] bytes.
+fn word_after(rest: &str) -> Option<&str> {
+    let rest = rest.trim_start_matches(' ');
+    let end = match rest
+        .bytes()
+        .take(SED_PATH_MAX + 1)
+        .position(|b| b.is_ascii_whitespace())
+    {
+        Some(end) => end,
+        None if rest.len() <= SED_PATH_MAX => rest.len(),
+        None => return None,
+    };
+    Some(&rest[..end]).filter(|w| !w.is_empty())
 }
 
 /// The numbers after `line`/`lines`: ` 12`, ` 95 and 119`, ` 95, 101 and 119`, ` 80-125`.
@@ -134,7 +161,8 @@ fn number_list(mut rest: &str) -> Vec<LineRef<'static>> {
         });
         let next = [",", " and ", ", and ", " or "]
             .iter()
-            .find_map(|sep| rest.strip_prefix(sep));
+            .find_map(|sep| rest.strip_prefix(sep))
+            .filter(|_| out.len() < REFS_MAX);
         match next {
             Some(r) => rest = r,
             None => break,
@@ -266,6 +294,34 @@ mod tests {
         assert_eq!(read_range(&open).map(|r| r.last), Some(80 + RANGE_MAX - 1));
         let top = serde_json::json!({"file_path": "/w/a.rs", "limit": 45});
         assert_eq!(read_range(&top), None);
+        let past_the_end = serde_json::json!({"file_path": "/w/a.rs", "offset": u64::MAX});
+        assert_eq!(read_range(&past_the_end), None);
+    }
+
+    /// The model's text is any length: a megabyte of colons, `sed` scripts or line numbers
+    /// is read once (each colon's path looked for back to the colon before, a `sed` path
+    /// only so far) and gives a bounded number of references. Read back to the text's start
+    /// from every colon, this test took minutes.
+    #[test]
+    fn a_long_text_of_colons_scripts_and_numbers_is_read_once() {
+        let colons = "a.b:".repeat(250_000);
+        assert!(
+            numbers(&colons).is_empty(),
+            "a path that runs into a colon is none"
+        );
+        let scripts = "1,2p'".repeat(200_000);
+        let refs = line_refs(&scripts);
+        assert_eq!(refs.len(), REFS_MAX);
+        assert!(
+            refs.iter().all(|r| r.path.is_none()),
+            "no word ends in reach"
+        );
+        let listed = format!("lines {}", "7, ".repeat(100_000));
+        assert_eq!(line_refs(&listed).len(), REFS_MAX);
+        assert_eq!(
+            numbers(&format!("sed -n '3,4p' {}", "x".repeat(SED_PATH_MAX + 1))),
+            [(None, 3, 4)]
+        );
     }
 
     #[test]

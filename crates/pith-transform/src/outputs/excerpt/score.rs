@@ -98,7 +98,7 @@ pub(super) fn scores(
     // What a later step searched for in so many words (a quoted pattern of a command), and
     // the definitions of the names the model's text called or quoted: above any term.
     let phrases = query.later_inputs.iter().flat_map(|s| quoted(s));
-    for phrase in phrases.map(str::to_lowercase) {
+    for phrase in distinct(phrases.map(str::to_lowercase)) {
         for i in text.lines_holding(&phrase) {
             scores[i] += PHRASE_WEIGHT;
         }
@@ -115,7 +115,7 @@ pub(super) fn scores(
     // A figure the model cited from the output (`+2.864 against +1.850`): found on few
     // lines, it is a quote of them, though numbers are not terms.
     let figures = (query.later_text.iter().chain(&query.later_inputs)).flat_map(|s| figures(s));
-    for figure in figures {
+    for figure in distinct(figures) {
         let holding = text.lines_holding(figure);
         if holding.len() <= FIGURE_LINES_MAX {
             holding.into_iter().for_each(|i| scores[i] += PHRASE_WEIGHT);
@@ -173,6 +173,19 @@ pub(super) fn figures(s: &str) -> impl Iterator<Item = &str> {
         })
 }
 
+/// How many quoted phrases, figures or commit ids the ranking looks for at most: each is a
+/// search of the whole output, and a later step's text or input is any length.
+const SEARCHED_MAX: usize = 64;
+
+/// The first [`SEARCHED_MAX`] distinct items of `items`, in order.
+fn distinct<T: Eq + std::hash::Hash + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut seen = std::collections::HashSet::new();
+    items
+        .filter(|item| seen.insert(item.clone()))
+        .take(SEARCHED_MAX)
+        .collect()
+}
+
 /// How much more a line of a commit a later step named counts.
 pub(super) const NAMED_COMMIT_WEIGHT: f64 = 2.0;
 
@@ -184,10 +197,12 @@ const SHORT_ID: usize = 7;
 fn commits_named(content: &[&str], query: &Query<'_>) -> Vec<bool> {
     let mut out = vec![false; content.len()];
     let later = || query.later_text.iter().chain(&query.later_inputs);
-    let ids: Vec<&str> = later()
-        .flat_map(|s| s.split(|c: char| !c.is_ascii_alphanumeric()))
-        .filter(|w| w.len() >= SHORT_ID && w.bytes().all(|b| b.is_ascii_hexdigit()))
-        .collect();
+    let ids = distinct(
+        later()
+            .flat_map(|s| s.split(|c: char| !c.is_ascii_alphanumeric()))
+            .filter(|w| w.len() >= SHORT_ID && w.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_ascii_lowercase),
+    );
     if ids.is_empty() {
         return out;
     }
@@ -197,7 +212,7 @@ fn commits_named(content: &[&str], query: &Query<'_>) -> Vec<bool> {
             let id = rest.split_whitespace().next().unwrap_or("");
             inside = id.len() >= SHORT_ID
                 && id.bytes().all(|b| b.is_ascii_hexdigit())
-                && ids.iter().any(|w| id.starts_with(&w.to_ascii_lowercase()));
+                && ids.iter().any(|w| id.starts_with(w.as_str()));
         }
         out[i] = inside;
     }

@@ -26,6 +26,22 @@ const ANCHOR: usize = 16;
 /// How far past a difference the other body is searched for where they meet again.
 const WINDOW: usize = 4096;
 
+/// How far into the client's bytes an anchor from the sent body is searched for.
+const FAR: usize = 256 << 10;
+
+/// How far into the sent body's bytes those anchors are taken (a marker line is short).
+const MARKER_MAX: usize = 256;
+
+/// How many line starts in those bytes are tried.
+const LINES_TRIED: usize = 2;
+
+/// The bytes two places must go on alike for to be where the bodies meet again.
+const MEET_MIN: usize = 64;
+
+/// Bytes the far searches of one body may read, as a multiple of its length: what differs
+/// everywhere is found to be one edit in time linear in the body.
+const FAR_READS: usize = 4;
+
 /// At most this many edits: past them, the rest of what differs is one edit.
 pub(crate) const EDITS_MAX: usize = 64;
 
@@ -37,10 +53,11 @@ pub(crate) fn edits_of<'s>(client: &[u8], sent: &'s [u8]) -> Vec<Edit<'s>> {
     let (client_end, sent_end) = (client.len() - suffix, sent.len() - suffix);
     let mut edits = Vec::new();
     let (mut i, mut j) = (prefix, prefix);
+    let mut budget = FAR_READS.saturating_mul(client.len());
     // Here the two differ at once (or one of them has nothing left before the suffix).
     while i < client_end || j < sent_end {
         let meet = (edits.len() + 1 < EDITS_MAX)
-            .then(|| meeting(&client[i..client_end], &sent[j..sent_end]))
+            .then(|| meeting(&client[i..client_end], &sent[j..sent_end], &mut budget))
             .flatten();
         let Some((skipped, inserted)) = meet else {
             edits.push(Edit {
@@ -66,17 +83,33 @@ pub(crate) fn edits_of<'s>(client: &[u8], sent: &'s [u8]) -> Vec<Edit<'s>> {
 
 /// Where `client` and `sent`, which differ at their first byte, hold the same [`ANCHOR`]
 /// bytes again: the client's bytes skipped and the sent bytes put in their place. An
-/// insertion or a removal is looked for first, then a replacement (an anchor taken further
-/// and further into the client's bytes). `None` when they do not meet within [`WINDOW`].
-fn meeting(client: &[u8], sent: &[u8]) -> Option<(usize, usize)> {
+/// insertion or a removal is looked for first, then a replacement: an anchor taken further and
+/// further into the client's bytes (within [`WINDOW`]) and searched in the sent body's next
+/// [`WINDOW`] bytes; then one taken where a line starts in the sent body's first
+/// [`MARKER_MAX`] bytes and searched in the client's next [`FAR`] bytes (a marker line the
+/// outputs stage put where tens of kilobytes of an output's lines were), while `budget`
+/// (bytes such far searches may still read) lasts. A place is taken only where the two go on alike for [`MEET_MIN`] bytes
+/// or to their ends: text repeats (`    }`, `of the file");`), and a meeting taken on a
+/// repeat is a run of wrong edits. `None` when they do not meet.
+fn meeting(client: &[u8], sent: &[u8], budget: &mut usize) -> Option<(usize, usize)> {
     if client.len() < ANCHOR || sent.len() < ANCHOR {
         return None;
     }
-    fn window(b: &[u8]) -> &[u8] {
-        &b[..b.len().min(WINDOW + ANCHOR)]
+    fn window(b: &[u8], size: usize) -> &[u8] {
+        &b[..b.len().min(size + ANCHOR)]
     }
-    let inserted = memmem::find(&window(sent)[1..], &client[..ANCHOR]).map(|at| (0, at + 1));
-    let removed = memmem::find(&window(client)[1..], &sent[..ANCHOR]).map(|at| (at + 1, 0));
+    let meets = |(skipped, put): (usize, usize)| {
+        let (c, s) = (&client[skipped..], &sent[put..]);
+        let (c, s) = (&c[..c.len().min(MEET_MIN)], &s[..s.len().min(MEET_MIN)]);
+        let alike = common_prefix(c, s);
+        alike == MEET_MIN || alike == c.len() || alike == s.len()
+    };
+    let inserted = memmem::find(&window(sent, WINDOW)[1..], &client[..ANCHOR])
+        .map(|at| (0, at + 1))
+        .filter(|&m| meets(m));
+    let removed = memmem::find(&window(client, WINDOW)[1..], &sent[..ANCHOR])
+        .map(|at| (at + 1, 0))
+        .filter(|&m| meets(m));
     let best = [inserted, removed]
         .into_iter()
         .flatten()
@@ -87,10 +120,28 @@ fn meeting(client: &[u8], sent: &[u8]) -> Option<(usize, usize)> {
     let mut skipped = 1;
     while skipped + ANCHOR <= client.len() && skipped <= WINDOW {
         let anchor = &client[skipped..skipped + ANCHOR];
-        if let Some(at) = memmem::find(window(sent), anchor) {
+        if let Some(at) = memmem::find(window(sent, WINDOW), anchor)
+            && meets((skipped, at))
+        {
             return Some((skipped, at));
         }
         skipped *= 2;
+    }
+    // A marker line in place of an output's lines: where the next line of the sent body
+    // starts (after a newline, escaped as JSON strings have it), searched far in the client's.
+    let far = window(client, FAR);
+    let line_starts = memmem::find_iter(window(sent, MARKER_MAX), b"\\n").map(|at| at + 2);
+    for put in line_starts.take(LINES_TRIED) {
+        if put + ANCHOR > sent.len() || *budget == 0 {
+            break;
+        }
+        let found = memmem::find(&far[1..], &sent[put..put + ANCHOR]).map(|at| at + 1);
+        *budget = budget.saturating_sub(found.map_or(far.len(), |at| at + ANCHOR));
+        if let Some(at) = found
+            && meets((at, put))
+        {
+            return Some((at, put));
+        }
     }
     None
 }
@@ -155,6 +206,44 @@ mod tests {
         assert_eq!(edits.len(), 21, "{edits:?}");
         let kept: usize = edits.iter().map(|e| e.replacement.len() + 24).sum();
         assert!(kept < 1_200, "{kept} bytes kept of {}", sent.len());
+        assert_eq!(
+            rebuild(client.as_bytes(), &edits).as_deref(),
+            Some(sent.as_bytes())
+        );
+    }
+
+    /// An output the outputs stage shortened (a line said before it, runs of lines of
+    /// kilobytes each given way to a marker) is kept as a few small edits, not as the rest of
+    /// the body from the first run on, though its lines repeat text that could pass for
+    /// where the two meet.
+    #[test]
+    fn an_excerpts_markers_in_place_of_long_runs_are_small_edits() {
+        let lines: Vec<String> = (0..600)
+            .map(|k| format!("    let value_{k} = compute({k}, \"line {k} of the file\");"))
+            .collect();
+        let body =
+            |lines: &[String]| format!("{{\"messages\":[{:?}],\"stream\":true}}", lines.join("\n"));
+        let client = body(&lines);
+        let mut shown: Vec<String> = vec!["[pith: 160 of 600 lines shown]".into()];
+        for (k, line) in lines.iter().enumerate() {
+            match k {
+                40..=199 | 240..=449 | 480..=599 => {
+                    if [40, 240, 480].contains(&k) {
+                        shown.push("[... lines not shown ...]".into());
+                    }
+                }
+                _ => shown.push(line.clone()),
+            }
+        }
+        let sent = body(&shown);
+        let edits = edits_of(client.as_bytes(), sent.as_bytes());
+        let kept: usize = edits.iter().map(|e| e.replacement.len() + 24).sum();
+        assert!(edits.len() <= 6, "{} edits", edits.len());
+        let shape: Vec<(usize, usize, usize)> = edits
+            .iter()
+            .map(|e| (e.start, e.end, e.replacement.len()))
+            .collect();
+        assert!(kept < 400, "{kept} bytes kept of {}: {shape:?}", sent.len());
         assert_eq!(
             rebuild(client.as_bytes(), &edits).as_deref(),
             Some(sent.as_bytes())

@@ -48,7 +48,11 @@ pub(crate) const EDITS_MAX: usize = 64;
 /// `sent` as `client` with edits, in order and apart: the bytes the two share at either end
 /// and between the edits compared alike. An empty list when they are equal.
 pub(crate) fn edits_of<'s>(client: &[u8], sent: &'s [u8]) -> Vec<Edit<'s>> {
-    let prefix = common_prefix(client, sent);
+    edits_after(client, sent, common_prefix(client, sent))
+}
+
+/// [`edits_of`] when the bodies' common prefix is known to be `prefix` bytes long.
+pub(crate) fn edits_after<'s>(client: &[u8], sent: &'s [u8], prefix: usize) -> Vec<Edit<'s>> {
     let suffix = common_suffix(&client[prefix..], &sent[prefix..]);
     let (client_end, sent_end) = (client.len() - suffix, sent.len() - suffix);
     let mut edits = Vec::new();

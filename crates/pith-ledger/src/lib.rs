@@ -25,6 +25,7 @@
 //! [`LedgerSink::flush`] is the barrier for whoever reads the ledger right after a request
 //! (`/pith/api/flush`, and every integration test that waits for rows or history).
 
+mod bases;
 mod edits;
 mod history;
 mod record;

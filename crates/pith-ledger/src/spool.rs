@@ -46,6 +46,7 @@ use pith_wire::request::{Anatomy, RequestFacts};
 use pith_wire::{Provider, Wire};
 
 use super::record::{ProviderCount, Record, Report, ReportFact, ReportResult};
+use crate::bases::{BaseCache, Bases, OnBase};
 use crate::edits::{Edit, edits_of, rebuild};
 
 /// Ledger counter: the generation of the segment the writers have read into.
@@ -66,6 +67,9 @@ const FINISHED: u8 = 1;
 /// appended when the response headers go to the client, so a request cut by `kill -9`
 /// mid-answer still gets its row.
 pub(super) const OPENED: u8 = 2;
+/// A finished request whose client body is an earlier entry's of the segment with edits
+/// ([`crate::bases`]); read back as [`FINISHED`].
+const FINISHED_ON_BASE: u8 = 3;
 /// A segment this large is closed and the next one started (by the request path, about once
 /// per 140 Claude Code requests), so space is given back as the writers finish each one; at
 /// most this much that the writers have read stays on disk.
@@ -158,6 +162,8 @@ struct Appender {
     generation: u64,
     len: u64,
     buf: Vec<u8>,
+    /// Bodies of this segment written whole, for the next ones to be written on.
+    bases: Bases,
 }
 
 /// The spool, shared by the request path (appending) and the writers (reading).
@@ -185,6 +191,8 @@ pub(crate) struct Spool {
     paused_at_ms: AtomicU64,
     /// Segments below this generation have been removed.
     removed_below: AtomicU64,
+    /// The readers' last bases.
+    base_cache: BaseCache,
 }
 
 fn pack(generation: u64, len: u64) -> u64 {
@@ -342,6 +350,7 @@ impl Spool {
                 generation,
                 len: 0,
                 buf: Vec::new(),
+                bases: Bases::default(),
             }),
             backlog: AtomicU64::new(backlog),
             pending: AtomicU64::new(pending),
@@ -350,6 +359,7 @@ impl Spool {
             epoch: Instant::now(),
             paused_at_ms: AtomicU64::new(u64::MAX),
             removed_below: AtomicU64::new(resume.generation),
+            base_cache: BaseCache::default(),
         };
         Ok((spool, read_from))
     }
@@ -419,9 +429,16 @@ impl Spool {
     fn append_entry(&self, record: &Record, kind: u8) -> Result<(), NotKept> {
         let mut a = self.appender();
         let a = &mut *a;
+        // Before a base is chosen: a base is in the segment its entry goes to.
+        if a.len >= SEGMENT_BYTES {
+            self.rotate(a).map_err(NotKept::Io)?;
+        }
+        let on_base = (kind == FINISHED)
+            .then(|| a.bases.on_base(&record.request_body))
+            .flatten();
         a.buf.clear();
         a.buf.extend_from_slice(&[0; HEADER]);
-        encode(record, kind, &mut a.buf);
+        encode_on(record, kind, on_base.as_ref(), &mut a.buf);
         let payload = a.buf.len() - HEADER;
         let size = u32::try_from(payload).map_err(|_| NotKept::Full)?;
         let crc = crc32fast::hash(&a.buf[HEADER..]);
@@ -432,9 +449,6 @@ impl Spool {
         if self.backlog.load(Ordering::SeqCst).saturating_add(total) > self.limit {
             return Err(NotKept::Full);
         }
-        if a.len >= SEGMENT_BYTES {
-            self.rotate(a).map_err(NotKept::Io)?;
-        }
         if let Err(e) = a.file.write_all(&a.buf) {
             // A short write leaves part of an entry: cut it off so the segment stays readable,
             // and start a new segment if even that fails.
@@ -442,6 +456,9 @@ impl Spool {
                 let _ = self.rotate(a);
             }
             return Err(NotKept::Io(e));
+        }
+        if kind == FINISHED && on_base.is_none() {
+            a.bases.written_whole(a.len, &record.request_body);
         }
         a.len += total;
         // Big buffers are not kept between appends.
@@ -462,6 +479,7 @@ impl Spool {
         a.file = file;
         a.generation += 1;
         a.len = 0;
+        a.bases.clear();
         self.published
             .store(pack(a.generation, 0), Ordering::SeqCst);
         Ok(())
@@ -542,6 +560,7 @@ impl Spool {
             };
             let advanced = read_segment(
                 &file,
+                &self.base_cache,
                 len,
                 &mut at,
                 current,
@@ -742,13 +761,45 @@ enum Entry {
     Torn,
 }
 
-fn read_entry(file: &File, at: u64, len: u64) -> Entry {
+fn read_entry(file: &File, at: u64, len: u64, (generation, bases): (u64, &BaseCache)) -> Entry {
+    let (payload, total) = match read_payload(file, at, len) {
+        Ok(read) => read,
+        Err(entry) => return entry,
+    };
+    // A base is an entry written whole earlier in the same segment: kept, or read from it.
+    let mut base = |offset: u64, base_len: u64| {
+        if offset >= at {
+            return None;
+        }
+        let body = bases.get(generation, offset).or_else(|| {
+            let (payload, _) = read_payload(file, offset, len).ok()?;
+            match decode(&payload)? {
+                (FINISHED, record) => Some(record.request_body),
+                _ => None,
+            }
+        })?;
+        (body.len() as u64 == base_len).then_some(body)
+    };
+    match decode_on(&payload, &mut base) {
+        Some((FINISHED, record)) => {
+            bases.keep(generation, at, &record.request_body);
+            Entry::Record(Box::new(record), total)
+        }
+        Some((FINISHED_ON_BASE, record)) => Entry::Record(Box::new(record), total),
+        Some((_, record)) => Entry::Opened(Box::new(record), total),
+        None => Entry::Damaged(total),
+    }
+}
+
+/// The payload of the entry at `at` and the entry's whole size, its checksum checked; or what
+/// the reader makes of it when it cannot be had.
+fn read_payload(file: &File, at: u64, len: u64) -> Result<(Vec<u8>, u64), Entry> {
     if at >= len {
-        return Entry::End;
+        return Err(Entry::End);
     }
     let mut header = [0u8; HEADER];
     if at + HEADER as u64 > len || file.read_exact_at(&mut header, at).is_err() {
-        return Entry::Torn;
+        return Err(Entry::Torn);
     }
     let (magic, size, crc) = (
         le32(&header[0..4]),
@@ -757,23 +808,19 @@ fn read_entry(file: &File, at: u64, len: u64) -> Entry {
     );
     let total = HEADER as u64 + u64::from(size);
     if magic != MAGIC || at + total > len {
-        return Entry::Torn;
+        return Err(Entry::Torn);
     }
     let mut payload = vec![0u8; size as usize];
     if file
         .read_exact_at(&mut payload, at + HEADER as u64)
         .is_err()
     {
-        return Entry::Torn;
+        return Err(Entry::Torn);
     }
     if crc32fast::hash(&payload) != crc {
-        return Entry::Damaged(total);
+        return Err(Entry::Damaged(total));
     }
-    match decode(&payload) {
-        Some((FINISHED, record)) => Entry::Record(Box::new(record), total),
-        Some((_, record)) => Entry::Opened(Box::new(record), total),
-        None => Entry::Damaged(total),
-    }
+    Ok((payload, total))
 }
 
 // The payload: fields in a fixed order, integers little-endian, strings and bodies with a
@@ -908,7 +955,14 @@ fn sent_edits<'s>(client: &[u8], sent: &'s [u8]) -> Option<Vec<Edit<'s>>> {
 
 /// The entry for `r`: `kind` [`FINISHED`] with its bodies, [`OPENED`] without.
 pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
+    encode_on(r, kind, None, b);
+}
+
+/// [`encode`], the client's body written as `on_base` says when it says (a finished request's
+/// only).
+fn encode_on(r: &Record, kind: u8, on_base: Option<&OnBase<'_>>, b: &mut Vec<u8>) {
     let bodies = kind == FINISHED;
+    let on_base = on_base.filter(|_| bodies);
     let facts = if r.prompt_facts.is_some() {
         WITH_PROMPT_FACTS
     } else {
@@ -925,6 +979,11 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
         WITH_UPSTREAM_EDITS
     } else {
         0
+    };
+    let kind = if on_base.is_some() {
+        FINISHED_ON_BASE
+    } else {
+        kind
     };
     put_u8(
         b,
@@ -947,16 +1006,16 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
     put_opt(b, r.status, |b, s| b.extend_from_slice(&s.to_le_bytes()));
     put_bytes(b, r.outcome.as_str().as_bytes());
     put_opt(b, r.error.as_deref(), |b, v| put_bytes(b, v.as_bytes()));
-    put_bytes(b, if bodies { &r.request_body } else { &[] });
+    match on_base {
+        Some(on) => {
+            put_u64(b, on.offset);
+            put_u64(b, on.base_len);
+            put_edits(b, &on.edits);
+        }
+        None => put_bytes(b, if bodies { &r.request_body } else { &[] }),
+    }
     match edits {
-        Some(edits) => put_opt(b, Some(edits), |b, edits| {
-            put_u64(b, edits.len() as u64);
-            for e in edits {
-                put_u64(b, e.start as u64);
-                put_u64(b, e.end as u64);
-                put_bytes(b, e.replacement);
-            }
-        }),
+        Some(edits) => put_opt(b, Some(edits), |b, edits| put_edits(b, &edits)),
         None => put_opt(b, sent, put_bytes),
     }
     put_u64(b, r.bytes_upstream);
@@ -991,6 +1050,37 @@ pub(super) fn encode(r: &Record, kind: u8, b: &mut Vec<u8>) {
         put_bytes(b, count.as_str().as_bytes());
         put_opt(b, count.tokens(), put_u64);
     }
+}
+
+/// Edits of a body (read back by [`read_edits`]).
+fn put_edits(b: &mut Vec<u8>, edits: &[Edit<'_>]) {
+    put_u64(b, edits.len() as u64);
+    for e in edits {
+        put_u64(b, e.start as u64);
+        put_u64(b, e.end as u64);
+        put_bytes(b, e.replacement);
+    }
+}
+
+/// Edits [`put_edits`] wrote.
+fn read_edits<'p>(r: &mut Reader<'p>) -> Option<Vec<Edit<'p>>> {
+    let count = usize::try_from(r.u64()?).ok()?;
+    // Each edit takes 24 bytes at least: a count past what is left is damage.
+    if count > r.rest.len() / 24 {
+        return None;
+    }
+    let mut edits = Vec::with_capacity(count);
+    for _ in 0..count {
+        let start = usize::try_from(r.u64()?).ok()?;
+        let end = usize::try_from(r.u64()?).ok()?;
+        let replacement = r.bytes()?;
+        edits.push(Edit {
+            start,
+            end,
+            replacement,
+        });
+    }
+    Some(edits)
 }
 
 /// The stage reports (read back by [`read_reports`]).
@@ -1082,6 +1172,7 @@ impl<'a> Reader<'a> {
 /// whether any was taken.
 fn read_segment(
     file: &File,
+    bases: &BaseCache,
     len: u64,
     at: &mut Position,
     current: u64,
@@ -1090,7 +1181,7 @@ fn read_segment(
 ) -> bool {
     let mut advanced = false;
     while batch.records.len() < max_entries && batch.weight < max_bytes {
-        match read_entry(file, at.offset, len) {
+        match read_entry(file, at.offset, len, (at.generation, bases)) {
             Entry::Opened(record, size) => {
                 batch.opened.push(*record);
                 at.offset += size;
@@ -1211,10 +1302,19 @@ fn read_prompt_facts(r: &mut Reader<'_>) -> Option<RequestFacts> {
 
 /// An entry's kind and record.
 pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
+    decode_on(payload, &mut |_, _| None)
+}
+
+/// [`decode`], with the body of the entry at an offset of the same segment, of a length, from
+/// `base` (for a [`FINISHED_ON_BASE`] entry, whose kind is returned as such).
+fn decode_on(
+    payload: &[u8],
+    base: &mut dyn FnMut(u64, u64) -> Option<Bytes>,
+) -> Option<(u8, Record)> {
     let mut r = Reader { rest: payload };
     let tagged = r.u8()?;
     let kind = tagged & !FLAGS;
-    if kind != FINISHED && kind != OPENED {
+    if kind != FINISHED && kind != OPENED && kind != FINISHED_ON_BASE {
         return None;
     }
     let ts_ms = r.i64()?;
@@ -1233,25 +1333,16 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u8, Record)> {
     })?;
     let outcome = RequestOutcome::parse(&r.string()?);
     let error = r.opt(Reader::string)?;
-    let request_body = Bytes::copy_from_slice(r.bytes()?);
+    let request_body = if kind == FINISHED_ON_BASE {
+        let (offset, base_len) = (r.u64()?, r.u64()?);
+        let edits = read_edits(&mut r)?;
+        Bytes::from(rebuild(&base(offset, base_len)?, &edits)?)
+    } else {
+        Bytes::copy_from_slice(r.bytes()?)
+    };
     let upstream_body = if tagged & WITH_UPSTREAM_EDITS != 0 {
         r.opt(|r| {
-            let count = usize::try_from(r.u64()?).ok()?;
-            // Each edit takes 24 bytes at least: a count past what is left is damage.
-            if count > r.rest.len() / 24 {
-                return None;
-            }
-            let mut edits = Vec::with_capacity(count);
-            for _ in 0..count {
-                let start = usize::try_from(r.u64()?).ok()?;
-                let end = usize::try_from(r.u64()?).ok()?;
-                let replacement = r.bytes()?;
-                edits.push(Edit {
-                    start,
-                    end,
-                    replacement,
-                });
-            }
+            let edits = read_edits(r)?;
             rebuild(&request_body, &edits).map(Bytes::from)
         })?
     } else if tagged & WITH_UPSTREAM_SPAN != 0 {
@@ -1656,6 +1747,138 @@ mod tests {
         let got: Vec<i64> = batch.records.iter().map(|r| r.ts_ms % 1000).collect();
         assert_eq!(got, [1, 2]);
         assert_eq!(batch.skipped, 0);
+    }
+
+    /// A conversation's body with `turns` turns of about a kilobyte and its tools after them.
+    fn conversation(turns: usize, word: &str) -> String {
+        let messages: Vec<String> = (0..turns)
+            .map(|k| {
+                format!(
+                    "{{\"role\":\"user\",\"content\":\"{word} {k}: {}\"}}",
+                    "y".repeat(1000)
+                )
+            })
+            .collect();
+        format!(
+            "{{\"messages\":[{}],\"tools\":[{}],\"stream\":true}}",
+            messages.join(","),
+            "{\"name\":\"Glob\"},".repeat(600) + "{\"name\":\"Read\"}"
+        )
+    }
+
+    fn segment_files(dir: &Path) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "spool"))
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// A session's next request is spooled as its last body with what is new, and reads back
+    /// whole, also by a reader that has not seen the base (after a restart).
+    #[test]
+    fn a_conversations_next_request_is_written_as_its_last_with_what_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, start) =
+            Spool::open(&config(dir.path(), 1 << 30), Position::default()).unwrap();
+        let records: Vec<Record> = (0..6)
+            .map(|k| {
+                let client = conversation(20 + k, "turn");
+                // Every other request sent as a stage changed it.
+                let sent = (k % 2 == 1).then(|| client.replace("\"Read\"", "\"tool_search\""));
+                Record {
+                    request_body: Bytes::from(client),
+                    upstream_body: sent.map(Bytes::from),
+                    ..full_record(k as i64)
+                }
+            })
+            .collect();
+        for r in &records {
+            spool.append(r).unwrap();
+        }
+        let whole: usize = records.iter().map(|r| r.request_body.len()).sum();
+        let written = std::fs::metadata(&segment_files(dir.path())[0])
+            .unwrap()
+            .len() as usize;
+        assert!(
+            written < whole / 3,
+            "{written} bytes written for {whole} bytes of bodies"
+        );
+        let batch = spool.read(start, 100, u64::MAX);
+        assert_eq!(batch.skipped, 0);
+        let back = |batch: &ReadBatch| -> Vec<(Bytes, Option<Bytes>)> {
+            batch
+                .records
+                .iter()
+                .map(|r| (r.request_body.clone(), r.upstream_body.clone()))
+                .collect()
+        };
+        let sent: Vec<(Bytes, Option<Bytes>)> = records
+            .iter()
+            .map(|r| (r.request_body.clone(), r.upstream_body.clone()))
+            .collect();
+        assert_eq!(back(&batch), sent);
+        // A reader with no base kept reads the base from the segment.
+        spool.base_cache.clear();
+        let later = spool.read(batch.ends[1], 100, u64::MAX);
+        assert_eq!(later.skipped, 0);
+        assert_eq!(back(&later), sent[2..]);
+    }
+
+    /// A base is in the segment its entries are: the first entry of a new segment is written
+    /// whole, though the one before it in the last segment is its conversation's.
+    #[test]
+    fn a_new_segments_first_entry_is_written_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, start) =
+            Spool::open(&config(dir.path(), 1 << 30), Position::default()).unwrap();
+        let first = Record {
+            request_body: Bytes::from(conversation(20, "turn")),
+            ..full_record(1)
+        };
+        let filler = Record {
+            request_body: Bytes::from(vec![b'z'; SEGMENT_BYTES as usize]),
+            ..full_record(2)
+        };
+        let next = Record {
+            request_body: Bytes::from(conversation(21, "turn")),
+            ..full_record(3)
+        };
+        for r in [&first, &filler, &next] {
+            spool.append(r).unwrap();
+        }
+        let files = segment_files(dir.path());
+        assert_eq!(files.len(), 2, "{files:?}");
+        let second = std::fs::read(&files[1]).unwrap();
+        assert_eq!(second[HEADER] & !FLAGS, FINISHED, "written whole");
+        let batch = spool.read(start, 100, u64::MAX);
+        assert_eq!(batch.records.len(), 3);
+        assert_eq!(batch.records[2].request_body, next.request_body);
+    }
+
+    /// An entry whose base cannot be read is skipped and counted, as a damaged one is.
+    #[test]
+    fn an_entry_on_a_damaged_base_is_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, start) =
+            Spool::open(&config(dir.path(), 1 << 30), Position::default()).unwrap();
+        for k in 0..2 {
+            spool
+                .append(&Record {
+                    request_body: Bytes::from(conversation(20 + k, "turn")),
+                    ..full_record(k as i64)
+                })
+                .unwrap();
+        }
+        let file = &segment_files(dir.path())[0];
+        let mut bytes = std::fs::read(file).unwrap();
+        bytes[HEADER + 100] ^= 1;
+        std::fs::write(file, &bytes).unwrap();
+        let batch = spool.read(start, 100, u64::MAX);
+        assert!(batch.records.is_empty());
+        assert_eq!(batch.skipped, 2);
     }
 
     /// Past its limit the spool refuses a record instead of growing.

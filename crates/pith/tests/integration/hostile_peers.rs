@@ -107,8 +107,11 @@ fn requests_lost_to_a_full_spool_are_counted_once_and_not_as_interrupted() {
     lock.busy_timeout(Duration::from_secs(10)).unwrap();
     lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let sent = 6;
-    let big = "x".repeat(400_000);
-    assert_eq!(send_messages(&pith, "full", sent, &big), sent);
+    // Messages that share nothing: none is spooled as another's with edits.
+    for i in 0..sent {
+        let big = unrepeated_text(i as u64, 400_000);
+        assert_eq!(send_messages(&pith, &format!("full{i}"), 1, &big), 1);
+    }
     lock.execute_batch("COMMIT").unwrap();
     drop(lock);
     let report = settled_stats(&pith, |r| {

@@ -24,10 +24,21 @@ fn claude_body() -> Bytes {
     Bytes::from(text.replace("\"stream\":true", "\"stream\":false"))
 }
 
-/// Send `n` requests, `concurrency` at a time, each in its own session `tag-i`; returns the
-/// sessions whose whole answer came back 200.
+/// Send `n` requests of Claude Code's body, `concurrency` at a time, each in its own session
+/// `tag-i`; returns the sessions whose whole answer came back 200.
 fn burst(pith: &PithProxy, tag: &str, n: usize, concurrency: usize) -> Vec<String> {
     let body = claude_body();
+    burst_of(pith, tag, n, concurrency, |_| body.clone())
+}
+
+/// [`burst`] with request `i`'s body `body(i)`.
+fn burst_of(
+    pith: &PithProxy,
+    tag: &str,
+    n: usize,
+    concurrency: usize,
+    body: impl Fn(usize) -> Bytes,
+) -> Vec<String> {
     let url = format!("{}/v1/messages", pith.url());
     runtime().block_on(async {
         let c = client();
@@ -45,7 +56,7 @@ fn burst(pith: &PithProxy, tag: &str, n: usize, concurrency: usize) -> Vec<Strin
                             ("content-type", "application/json"),
                             ("x-claude-code-session-id", &session),
                         ]),
-                        body.clone(),
+                        body(i),
                     );
                     let c = c.clone();
                     async move {
@@ -310,7 +321,15 @@ fn a_full_disk_under_the_spool_keeps_serving_and_counts_what_it_lost() {
     let db = pith.ledger_path();
     let lock = WriteLock::take(&db);
     let sent = 80;
-    let answered = burst(&pith, "full", sent, 10);
+    // Bodies of 54 KB that share nothing: none is spooled as another's with edits.
+    let answered = burst_of(&pith, "full", sent, 10, |i| {
+        let body = serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 5,
+            "messages": [{"role": "user", "content": unrepeated_text(i as u64, 54_000)}],
+        });
+        Bytes::from(body.to_string())
+    });
     assert_eq!(
         answered.len(),
         sent,

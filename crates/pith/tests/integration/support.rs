@@ -530,3 +530,18 @@ pub fn proxy_refuses_with(var: &str, value: &str) -> String {
     assert!(!out.status.success(), "{var}={value} started");
     String::from_utf8(out.stderr).unwrap()
 }
+
+/// `len` lowercase letters that no other `seed` gives, nor any other place of the same text:
+/// the body of a request the spool cannot write as another's with edits (a test that must
+/// fill the spool sends such bodies).
+pub fn unrepeated_text(seed: u64, len: usize) -> String {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            char::from(b'a' + (state % 26) as u8)
+        })
+        .collect()
+}

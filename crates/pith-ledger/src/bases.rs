@@ -17,7 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use bytes::Bytes;
 use pith_wire::skim::{common_prefix, common_suffix};
 
-use crate::edits::{Edit, edits_after};
+use crate::edits::{Edit, edits_between};
 
 /// Bodies shorter than this are written whole (a base's place and edits would save little).
 pub(crate) const BASE_MIN: usize = 16 << 10;
@@ -63,7 +63,7 @@ impl Bases {
             if prefix + suffix < body.len() / 2 {
                 continue;
             }
-            let edits = edits_after(base, body, prefix);
+            let edits = edits_between(base, body, prefix, suffix);
             let size: usize = 24
                 + edits
                     .iter()
@@ -82,11 +82,8 @@ impl Bases {
 
     /// The entry at `offset` was written with `body` whole.
     pub fn written_whole(&mut self, offset: u64, body: &Bytes) {
-        if (BASE_MIN..=BASE_BYTES_MAX).contains(&body.len()) {
-            if self.kept.len() == BASES {
-                self.kept.pop_front();
-            }
-            self.kept.push_back((offset, body.clone()));
+        if worth_keeping(body) {
+            keep_last(&mut self.kept, (offset, body.clone()));
         }
     }
 
@@ -94,6 +91,19 @@ impl Bases {
     pub fn clear(&mut self) {
         self.kept.clear();
     }
+}
+
+/// Whether `body` may be a base: long enough to be written on, short enough to hold.
+fn worth_keeping(body: &Bytes) -> bool {
+    (BASE_MIN..=BASE_BYTES_MAX).contains(&body.len())
+}
+
+/// Add `base` to `kept`, the oldest given up past [`BASES`].
+fn keep_last<T>(kept: &mut VecDeque<T>, base: T) {
+    if kept.len() == BASES {
+        kept.pop_front();
+    }
+    kept.push_back(base);
 }
 
 /// A reader's last bases: `(generation, offset)` of an entry written whole, and its client
@@ -114,20 +124,16 @@ impl BaseCache {
 
     /// Keep `body`, of the entry at `offset` in segment `generation`, written whole.
     pub fn keep(&self, generation: u64, offset: u64, body: &Bytes) {
-        if !(BASE_MIN..=BASE_BYTES_MAX).contains(&body.len()) {
+        if !worth_keeping(body) {
             return;
         }
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        if kept
+        if !kept
             .iter()
             .any(|(g, o, _)| *g == generation && *o == offset)
         {
-            return;
+            keep_last(&mut kept, (generation, offset, body.clone()));
         }
-        if kept.len() == BASES {
-            kept.pop_front();
-        }
-        kept.push_back((generation, offset, body.clone()));
     }
 
     /// Tests: forget every base, as a reader after a restart.

@@ -48,12 +48,19 @@ pub(crate) const EDITS_MAX: usize = 64;
 /// `sent` as `client` with edits, in order and apart: the bytes the two share at either end
 /// and between the edits compared alike. An empty list when they are equal.
 pub(crate) fn edits_of<'s>(client: &[u8], sent: &'s [u8]) -> Vec<Edit<'s>> {
-    edits_after(client, sent, common_prefix(client, sent))
+    let prefix = common_prefix(client, sent);
+    let suffix = common_suffix(&client[prefix..], &sent[prefix..]);
+    edits_between(client, sent, prefix, suffix)
 }
 
-/// [`edits_of`] when the bodies' common prefix is known to be `prefix` bytes long.
-pub(crate) fn edits_after<'s>(client: &[u8], sent: &'s [u8], prefix: usize) -> Vec<Edit<'s>> {
-    let suffix = common_suffix(&client[prefix..], &sent[prefix..]);
+/// [`edits_of`] when the bodies are known to share `prefix` bytes at their start and, after
+/// those, `suffix` at their end.
+pub(crate) fn edits_between<'s>(
+    client: &[u8],
+    sent: &'s [u8],
+    prefix: usize,
+    suffix: usize,
+) -> Vec<Edit<'s>> {
     let (client_end, sent_end) = (client.len() - suffix, sent.len() - suffix);
     let mut edits = Vec::new();
     let (mut i, mut j) = (prefix, prefix);
@@ -92,9 +99,9 @@ pub(crate) fn edits_after<'s>(client: &[u8], sent: &'s [u8], prefix: usize) -> V
 /// [`WINDOW`] bytes; then one taken where a line starts in the sent body's first
 /// [`MARKER_MAX`] bytes and searched in the client's next [`FAR`] bytes (a marker line the
 /// outputs stage put where tens of kilobytes of an output's lines were), while `budget`
-/// (bytes such far searches may still read) lasts. A place is taken only where the two go on alike for [`MEET_MIN`] bytes
-/// or to their ends: text repeats (`    }`, `of the file");`), and a meeting taken on a
-/// repeat is a run of wrong edits. `None` when they do not meet.
+/// (bytes such far searches may still read) lasts. A place is taken only where the two go on
+/// alike for [`MEET_MIN`] bytes or to their ends: text repeats (`    }`, `of the file");`),
+/// and a meeting taken on a repeat is a run of wrong edits. `None` when they do not meet.
 fn meeting(client: &[u8], sent: &[u8], budget: &mut usize) -> Option<(usize, usize)> {
     if client.len() < ANCHOR || sent.len() < ANCHOR {
         return None;

@@ -773,10 +773,12 @@ fn read_entry(file: &File, at: u64, len: u64, (generation, bases): (u64, &BaseCa
         }
         let body = bases.get(generation, offset).or_else(|| {
             let (payload, _) = read_payload(file, offset, len).ok()?;
-            match decode(&payload)? {
-                (FINISHED, record) => Some(record.request_body),
-                _ => None,
-            }
+            let (FINISHED, record) = decode(&payload)? else {
+                return None;
+            };
+            // Read once: the conversation's next entries are on it too.
+            bases.keep(generation, offset, &record.request_body);
+            Some(record.request_body)
         })?;
         (body.len() as u64 == base_len).then_some(body)
     };
@@ -1766,14 +1768,13 @@ mod tests {
         )
     }
 
+    /// The segment files in `dir`, oldest first.
     fn segment_files(dir: &Path) -> Vec<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        segments(dir)
             .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "spool"))
-            .collect();
-        found.sort();
-        found
+            .into_iter()
+            .map(|(_, p, _)| p)
+            .collect()
     }
 
     /// A session's next request is spooled as its last body with what is new, and reads back

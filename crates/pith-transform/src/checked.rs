@@ -20,7 +20,7 @@ use twox_hash::XxHash3_128;
 const PER_STAGE: usize = 8;
 
 /// Values longer than this are parsed every time (tool lists are tens of kilobytes).
-pub(crate) const REMEMBERED_BYTES_MAX: usize = 256 << 10;
+const REMEMBERED_BYTES_MAX: usize = 256 << 10;
 
 /// The values that parsed lately, a few per stage, the most recently used last.
 pub(crate) struct Checked {

@@ -16,6 +16,7 @@ mod pipeline;
 pub mod search_trip;
 mod splice;
 mod stage;
+mod stopwords;
 pub mod words;
 
 pub use defer::{DeferOptions, DeferStage, SearchVariant, ToolRanker, ToolText};

@@ -2,82 +2,10 @@
 
 pub use pith_rank::{ToolRanker, ToolText};
 
+use crate::stopwords::is_stopword;
+
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
-
-/// Words too common to say anything about relevance. A `match` compiles to length and byte
-/// comparisons, which matters: this runs for every word of every description.
-fn is_stopword(word: &str) -> bool {
-    matches!(
-        word,
-        "a" | "about"
-            | "after"
-            | "all"
-            | "also"
-            | "an"
-            | "and"
-            | "any"
-            | "are"
-            | "as"
-            | "at"
-            | "be"
-            | "been"
-            | "before"
-            | "but"
-            | "by"
-            | "can"
-            | "could"
-            | "do"
-            | "does"
-            | "for"
-            | "from"
-            | "had"
-            | "has"
-            | "have"
-            | "how"
-            | "i"
-            | "if"
-            | "in"
-            | "into"
-            | "is"
-            | "it"
-            | "its"
-            | "me"
-            | "my"
-            | "no"
-            | "not"
-            | "of"
-            | "on"
-            | "or"
-            | "our"
-            | "please"
-            | "should"
-            | "so"
-            | "than"
-            | "that"
-            | "the"
-            | "their"
-            | "them"
-            | "then"
-            | "there"
-            | "these"
-            | "they"
-            | "this"
-            | "those"
-            | "to"
-            | "use"
-            | "was"
-            | "we"
-            | "what"
-            | "when"
-            | "which"
-            | "will"
-            | "with"
-            | "would"
-            | "you"
-            | "your"
-    )
-}
 
 /// Light plural folding (`fails` -> `fail`, `searches` -> `search`), no dictionary.
 fn stem(word: &str) -> &str {

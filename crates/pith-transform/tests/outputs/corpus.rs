@@ -8,9 +8,11 @@
 use pith_testkit::fixtures::{OutputCase, output_cases};
 use pith_transform::outputs::excerpt::{Excerpt, Query, excerpt, kind_of_call};
 
-/// The share of needed lines kept that the ranking may not fall below (92.5% on the 84 cases
-/// at stop 61, BENCHMARKS.md; the goal is 95%).
-const RECALL_FLOOR: f64 = 0.92;
+/// The share of needed lines kept that the ranking may not fall below (88.7% on the 108
+/// cases at stop 63, BENCHMARKS.md; the goal is 95%). Each held-out set added lowers what the
+/// corpus measures: sets (e) and (f), whose next steps name the lines they needed more
+/// loosely, kept 70% and 84%.
+const RECALL_FLOOR: f64 = 0.88;
 
 #[test]
 fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
@@ -24,6 +26,10 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
     // `PITH_CORPUS_SHOW=013` prints the cases whose names start so, line by line: what the
     // excerpt kept and which lines were needed (what a change of the ranking is judged by).
     let show = std::env::var("PITH_CORPUS_SHOW").ok();
+    // `PITH_CORPUS_DUMP=dir` writes each case's output and what the excerpt shows of it
+    // (`NNN-slug.output`, `NNN-slug.excerpt`), for measuring the share in a real tokenizer's
+    // tokens (`fixtures/outputs/tokens.cjs`).
+    let dump = std::env::var_os("PITH_CORPUS_DUMP").map(std::path::PathBuf::from);
     println!("| case | client | tool | lines | shown | needed kept | size |");
     println!("|---|---|---|---:|---:|---:|---:|");
     for case in &cases {
@@ -41,6 +47,11 @@ fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {
                 .is_none_or(|e| e.kept.binary_search(&(n - 1)).is_ok())
         };
         let case_kept = case.needed.iter().filter(|n| kept(**n)).count();
+        if let Some(dir) = &dump {
+            let shown = e.as_ref().map_or(case.output.as_str(), |e| e.text.as_str());
+            std::fs::write(dir.join(format!("{name}.output")), &case.output).unwrap();
+            std::fs::write(dir.join(format!("{name}.excerpt")), shown).unwrap();
+        }
         if show.as_deref().is_some_and(|s| name.starts_with(s)) {
             println!("{}", shown_case(case, e.as_ref()));
         }

@@ -33,7 +33,7 @@ use must_keep::{
     SEARCH_PROBLEMS_MAX, is_log_problem, mark_ends, mark_problems, mark_quoted, names_a_problem,
 };
 use numbered::{LineRef, line_refs, pointed_at, read_range};
-use score::scores;
+use score::scores_with;
 
 /// What produced an output, for what it keeps regardless.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,10 +225,14 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         .chain(query.later_reads.iter().cloned())
         .collect();
     let pointed = pointed_at(&lines, &refs, &query.call);
-    let scores = scores(&content, &sides, &pointed, query);
-    let mut ranked: Vec<usize> = (0..total).filter(|&i| scores[i] > 0.0).collect();
-    // Best first; among equals the earlier line (a deterministic order).
-    ranked.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    // A call's paths name the files it read or showed, which a read's or a log's lines do not
+    // hold, and which a multi-file output (`tail` of several files, a `git show` of several)
+    // holds only in each file's header: ranked by them, every header would outrank the
+    // lines the model went on with. A search's lines each carry theirs, where they rank
+    // nothing (every line holds them) or tell the files apart (a glob's pattern).
+    let call_paths_rank = kind == Kind::Search;
+    let scores = scores_with(&content, &sides, &pointed, query, call_paths_rank);
+    let ranked = ranked(&scores, &lines);
     // The best lines and where they sit come before any line's context: a long line's
     // neighbours or a search's group could otherwise spend the budget before the next best.
     for &i in ranked.iter().take(HEAD_START) {
@@ -297,6 +301,24 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         kept,
         total,
     })
+}
+
+/// How much a line's length lowers its rank: its score is divided by its cost to this power.
+/// A line of 400 characters spends what five of 80 do, so at an equal score the short line
+/// comes first; a small power, as a line's score says more than its length (0.25: the
+/// held-out sets (e) and (f) kept 4 and 2 more needed lines, BENCHMARKS.md).
+const LENGTH_DAMPING: f64 = 0.25;
+
+/// The lines with a score, best for what they cost first (a long line spends the budget of
+/// several short ones, [`LENGTH_DAMPING`]); among equals the earlier line (a deterministic
+/// order).
+fn ranked(scores: &[f64], lines: &[&str]) -> Vec<usize> {
+    let rank: Vec<f64> = (scores.iter().zip(lines))
+        .map(|(score, line)| score / ((line.len() + 1) as f64).powf(LENGTH_DAMPING))
+        .collect();
+    let mut ranked: Vec<usize> = (0..scores.len()).filter(|&i| scores[i] > 0.0).collect();
+    ranked.sort_by(|&a, &b| rank[b].total_cmp(&rank[a]).then(a.cmp(&b)));
+    ranked
 }
 
 /// Ranked lines kept with their definition or heading before any line's context.
@@ -830,6 +852,75 @@ mod tests {
         };
         let e = excerpt(&output, Kind::File, &query).expect("shortened");
         assert!(e.shown < 60, "{} of {} lines shown", e.shown, e.total);
+    }
+
+    /// At an equal score the shorter line ranks first; a line scoring much more ranks first
+    /// whatever its length.
+    #[test]
+    fn a_long_line_ranks_below_a_short_one_of_the_same_score() {
+        let long = "x".repeat(400);
+        let lines = ["", long.as_str(), "short", "", "tie"];
+        assert_eq!(ranked(&[0.0, 5.0, 5.0, 0.0, 5.0], &lines), [4, 2, 1]);
+        assert_eq!(ranked(&[0.0, 20.0, 5.0, 0.0, 0.0], &lines), [1, 2]);
+    }
+
+    /// A `tail` of several files: the call's path is in every file's header, and ranks none of
+    /// them; the line the model's text went on with is kept.
+    #[test]
+    fn a_calls_paths_rank_no_header_of_a_file_output() {
+        let mut lines = Vec::new();
+        for k in 0..6 {
+            lines.push(format!("==> fixtures/recall/case_{k}/recorded.txt <=="));
+            lines.extend((0..30).map(|n| format!("  step {n} of case {k} ran")));
+            lines.push(String::new());
+        }
+        lines[4 * 32 + 9] = "  File \"/root/.pyenv/versions/3.11.7/lib/json.py\"".into();
+        let output = lines.join("\n");
+        let call = "tail -n +1 fixtures/recall/*/recorded.txt";
+        let query = Query {
+            call: vec![call],
+            later_text: vec!["The traceback names the pyenv install: machine-specific."],
+            ..Query::default()
+        };
+        let content: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let kind = kind_of("exec_command", Some(call));
+        assert_eq!(kind, Kind::File);
+        let s = scores_with(&content, &diff_sides(&content), &[], &query, false);
+        assert_eq!(s[0], 0.0, "a header ranked by the call's path");
+        assert!(s[4 * 32 + 9] > 0.0);
+        // With the call's paths as terms, every header outranks the traceback's line.
+        let with_paths = scores(&content, &diff_sides(&content), &[], &query);
+        assert!(with_paths[0] > with_paths[4 * 32 + 9], "{with_paths:?}");
+        let e = excerpt(&output, kind, &query).expect("shortened");
+        assert!(e.kept.contains(&(4 * 32 + 9)), "{:?}", e.kept);
+    }
+
+    /// What the model's prose quoted in double quotes from the output ranks as a quote when few
+    /// lines hold it; its prose's common words rank nothing.
+    #[test]
+    fn a_phrase_the_model_cited_is_kept_and_its_common_words_rank_nothing() {
+        let mut lines: Vec<String> = (0..200)
+            .map(|n| format!("src/pump.rs:{n}:    wait_{n}(); // turns between idle pith"))
+            .collect();
+        lines[3] = "src/pump.rs:3:    let the_timer = with(before);".into();
+        lines[150] = "src/pump.rs:266:    Some((Normal, \"pith: idle between turns\")),".into();
+        let output = lines.join("\n");
+        let text = "With no request open the socket closes with \"pith: idle between turns\".";
+        let query = Query {
+            later_text: vec![text],
+            ..Query::default()
+        };
+        let content: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let s = scores(&content, &diff_sides(&content), &[], &query);
+        // Its words are on every line: the quote is what sets it above them.
+        assert!(
+            s[150] > PHRASE_WEIGHT && s[151] < PHRASE_WEIGHT / 2.0,
+            "{s:?}"
+        );
+        // `the`, `with`, `before` are not terms of the prose.
+        assert_eq!(s[3], 0.0, "{}", s[3]);
+        let e = excerpt(&output, Kind::Search, &query).expect("shortened");
+        assert!(e.kept.contains(&150), "{:?}", e.kept);
     }
 
     /// A kept doc comment comes with the item it documents; a prose line cut mid-sentence with

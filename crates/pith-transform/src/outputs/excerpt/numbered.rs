@@ -198,12 +198,69 @@ pub(super) fn own_number(line: &str) -> Option<(Option<&str>, u64)> {
     }
     let mut parts = line.splitn(3, ':');
     match (parts.next(), parts.next(), parts.next()) {
-        (Some(path), Some(number), Some(_)) if !path.is_empty() && !path.contains(' ') => {
+        (Some(path), Some(number), Some(_))
+            if !path.is_empty() && !path.contains(' ') && !is_an_hour(path) =>
+        {
             let (n, after) = leading_number(number)?;
             after.is_empty().then_some((Some(path), n))
         }
         _ => None,
     }
+}
+
+/// Whether what stands before a line's first `:` is a clock's hour, not a path: two digits
+/// alone or after a date's `T` or a bracket (`12:30:00`, `2026-12-07T12:30:00Z`,
+/// `[12:30:00]`), so a log's times are not read as `path:line:`.
+fn is_an_hour(before: &str) -> bool {
+    let b = before.as_bytes();
+    let Some(split) = b.len().checked_sub(2) else {
+        return false;
+    };
+    b[split..].iter().all(u8::is_ascii_digit)
+        && (split == 0 || matches!(b[split - 1], b'T' | b'[' | b'('))
+}
+
+/// For each line of a diff (`git show`, `git log -p`, `git diff`), the file and line number
+/// it has in the file as changed, from its hunk's `@@ -a,b +c,d @@` and its file's `+++ b/`
+/// line: an added or unchanged line is where a later read of that file finds it (a read of
+/// `skim.rs` from line 100 opens the function the commit added there). A removed line has
+/// none; neither has any line outside a hunk.
+fn diff_numbers<'l>(lines: &[&'l str]) -> Vec<Option<(&'l str, u64)>> {
+    let mut out = vec![None; lines.len()];
+    let mut path: Option<&str> = None;
+    let mut next: Option<u64> = None;
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(file) = line.strip_prefix("+++ ") {
+            path = file
+                .strip_prefix("b/")
+                .or((file != "/dev/null").then_some(file));
+            next = None;
+            continue;
+        }
+        if line.starts_with("diff ") || line.starts_with("commit ") {
+            (path, next) = (None, None);
+            continue;
+        }
+        if let Some(hunk) = line.strip_prefix("@@ -") {
+            next = hunk
+                .split_once(" +")
+                .and_then(|(_, new)| leading_number(new))
+                .map(|(n, _)| n);
+            continue;
+        }
+        let (Some(file), Some(n)) = (path, next) else {
+            continue;
+        };
+        match line.as_bytes().first() {
+            Some(b'-') => {}
+            Some(b'+' | b' ') | None => {
+                out[i] = Some((file, n));
+                next = n.checked_add(1);
+            }
+            Some(_) => next = None,
+        }
+    }
+    out
 }
 
 /// Whether two paths name the same file: equal, or one ends with the other at a `/`.
@@ -223,15 +280,21 @@ pub(super) fn pointed_at(lines: &[&str], refs: &[LineRef<'_>], call: &[&str]) ->
     if refs.is_empty() {
         return out;
     }
+    let in_diff = diff_numbers(lines);
     for (i, line) in lines.iter().enumerate() {
-        let Some((own_path, n)) = own_number(line) else {
-            continue;
+        let (own_path, n, of_diff) = match (own_number(line), in_diff[i]) {
+            (Some((path, n)), _) => (path, n, false),
+            (None, Some((path, n))) => (Some(path), n, true),
+            (None, None) => continue,
         };
         for r in refs {
             if n < r.first || n > r.last {
                 continue;
             }
             let file_matches = match (r.path, own_path) {
+                // A diff shows several files, each numbered twice: a number alone names
+                // none of its lines.
+                (None, _) if of_diff => false,
                 (None, _) => true,
                 (Some(p), Some(q)) => same_file(p, q),
                 (Some(p), None) => call.iter().any(|c| same_file(c.trim(), p)),
@@ -340,6 +403,53 @@ mod tests {
         assert_eq!(own_number("test result: ok. 12 passed"), None);
         assert_eq!(own_number("12 passed; 0 failed"), None);
         assert_eq!(own_number("001-a.json:7: x"), Some((Some("001-a.json"), 7)));
+        // A log's times are no `path:line:`.
+        assert_eq!(own_number("12:30:00 INFO pith: ready"), None);
+        assert_eq!(own_number("[09:30:00] listening"), None);
+        assert_eq!(own_number("2026-12-07T12:30:00Z INFO x"), None);
+        assert_eq!(own_number("src/a12:30:x"), Some((Some("src/a12"), 30)));
+    }
+
+    #[test]
+    fn a_diffs_lines_are_numbered_as_in_the_file_it_changed() {
+        let diff = [
+            "diff --git a/src/skim.rs b/src/skim.rs",
+            "--- a/src/skim.rs",
+            "+++ b/src/skim.rs",
+            "@@ -98,3 +100,4 @@ fn walk() {",
+            " fn member_value_start() {",
+            "-    old();",
+            "+    new();",
+            "+    newer();",
+            "",
+            "diff --git a/src/other.rs b/src/other.rs",
+            "+++ b/src/other.rs",
+            "@@ -1 +101 @@",
+            "+fn other() {}",
+        ];
+        let numbers: Vec<_> = diff_numbers(&diff).into_iter().flatten().collect();
+        assert_eq!(
+            numbers,
+            [
+                ("src/skim.rs", 100),
+                ("src/skim.rs", 101),
+                ("src/skim.rs", 102),
+                ("src/skim.rs", 103),
+                ("src/other.rs", 101)
+            ]
+        );
+        // A later read of the file from line 101 points at its lines there, not at the
+        // other file's line 101, and a number alone at no line of a diff.
+        let read = serde_json::json!({"file_path": "/w/src/skim.rs", "offset": 101, "limit": 2});
+        let refs: Vec<_> = read_range(&read).into_iter().collect();
+        let pointed = pointed_at(&diff, &refs, &[]);
+        let at: Vec<usize> = (0..diff.len()).filter(|&i| pointed[i].is_some()).collect();
+        assert_eq!(at, [6, 7]);
+        assert!(
+            pointed_at(&diff, &line_refs("line 101"), &[])
+                .iter()
+                .all(Option::is_none)
+        );
     }
 
     #[test]

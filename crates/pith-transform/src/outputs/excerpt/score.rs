@@ -36,30 +36,54 @@ pub(super) fn found_text(line: &str) -> &str {
     }
 }
 
-/// Each line's score: the weight of every query term it holds, each term weighted by its
-/// source and by how few lines hold it.
+/// [`scores_with`] the call's paths ranking lines too.
+#[cfg(test)]
 pub(super) fn scores(
     content: &[&str],
     sides: &[Option<u8>],
     pointed: &[Option<bool>],
     query: &Query<'_>,
 ) -> Vec<f64> {
+    scores_with(content, sides, pointed, query, true)
+}
+
+/// Each line's score: the weight of every query term it holds, each term weighted by its
+/// source and by how few lines hold it; the call's paths (its tokens holding a `/` or a `.`) are
+/// terms only with `call_paths_rank`.
+pub(super) fn scores_with(
+    content: &[&str],
+    sides: &[Option<u8>],
+    pointed: &[Option<bool>],
+    query: &Query<'_>,
+    call_paths_rank: bool,
+) -> Vec<f64> {
     let mut scores = vec![0.0; content.len()];
     let text = Lowered::new(content);
-    let sources: [(&[&str], f64); 3] = [
-        (&query.later_inputs, 3.0),
-        (&query.call, 2.0),
-        (&query.later_text, 1.5),
+    // Each source's strings and their weight.
+    let sources: [(Source, &[&str], f64); 3] = [
+        (Source::LaterInput, &query.later_inputs, 3.0),
+        (Source::Call, &query.call, 2.0),
+        (Source::Prose, &query.later_text, 1.5),
     ];
     let mut seen = std::collections::HashSet::new();
     let n = content.len() as f64;
-    for (strings, weight) in sources {
+    for (source, strings, weight) in sources {
+        let skip_paths = source == Source::Call && !call_paths_rank;
+        let from_prose = source == Source::Prose;
         // A token of the query (`crates/pith-ledger/Cargo.toml`) counts once on a line: its
         // best-matching part, not each of its parts (a line holding `Cargo.toml` is one
         // match of that path, not three).
         for token in strings.iter().flat_map(|s| token_terms(s)) {
+            if skip_paths && token.first().is_some_and(|t| t.contains(['/', '.'])) {
+                continue;
+            }
             let mut best: HashMap<usize, f64> = HashMap::new();
             for term in token {
+                // The model's prose brings English with its names: "the", "with", "before"
+                // are found on many lines and say nothing of which.
+                if from_prose && crate::stopwords::is_stopword(&term) {
+                    continue;
+                }
                 if !seen.insert(term.clone()) {
                     continue;
                 }
@@ -121,6 +145,18 @@ pub(super) fn scores(
             holding.into_iter().for_each(|i| scores[i] += PHRASE_WEIGHT);
         }
     }
+    // What the model's text cited from the output in double quotes (`closes the socket with
+    // "pith: idle between turns"`): found on few lines, a quote of them. (Single quotes in
+    // prose are mostly apostrophes.)
+    let cited = (query.later_text.iter())
+        .flat_map(|s| quoted_by(s, '"'))
+        .map(str::to_lowercase);
+    for phrase in distinct(cited) {
+        let holding = text.lines_holding(&phrase);
+        if holding.len() <= FIGURE_LINES_MAX {
+            holding.into_iter().for_each(|i| scores[i] += PHRASE_WEIGHT);
+        }
+    }
     let named: Vec<&str> = query.later_text.iter().flat_map(|t| named(t)).collect();
     // ... and the lines calling them, below their definitions.
     let calls: Vec<String> = named.iter().map(|n| format!("{n}(")).collect();
@@ -151,6 +187,17 @@ pub(super) fn scores(
         }
     }
     scores
+}
+
+/// Where a query's strings come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The inputs of the calls after the output (an edit's old text, a read's path).
+    LaterInput,
+    /// The call's own input (the pattern, the path, the command).
+    Call,
+    /// The model's text after the output.
+    Prose,
 }
 
 /// A figure found on more lines than this is not taken as a quote of any of them.
@@ -284,18 +331,21 @@ pub(super) const PHRASE_WEIGHT: f64 = 20.0;
 /// The quoted segments of a later input (a command's `'…'` or `"…"`) long enough to name
 /// something.
 pub(super) fn quoted(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    for quote in ['\'', '"'] {
-        // Between a quote and the next: the odd pieces that have a closing quote after them.
-        let pieces: Vec<&str> = s.split(quote).collect();
-        for k in (1..pieces.len().saturating_sub(1)).step_by(2) {
-            let inside = pieces[k];
-            if inside.len() >= DISTINCTIVE && !inside.contains('\n') {
-                out.push(inside);
-            }
-        }
-    }
+    let mut out = quoted_by(s, '\'');
+    out.extend(quoted_by(s, '"'));
     out
+}
+
+/// The segments of `s` between a `quote` and the next, on one line and long enough to name
+/// something.
+fn quoted_by(s: &str, quote: char) -> Vec<&str> {
+    // Between a quote and the next: the odd pieces that have a closing quote after them.
+    let pieces: Vec<&str> = s.split(quote).collect();
+    (1..pieces.len().saturating_sub(1))
+        .step_by(2)
+        .map(|k| pieces[k])
+        .filter(|inside| inside.len() >= DISTINCTIVE && !inside.contains('\n'))
+        .collect()
 }
 
 /// The names the model's text calls (`name(`) or quotes in backticks: what it will use.

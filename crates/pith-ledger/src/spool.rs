@@ -1882,7 +1882,8 @@ mod tests {
         assert_eq!(batch.skipped, 2);
     }
 
-    /// Past its limit the spool refuses a record instead of growing.
+    /// A compressed body is decoded by the writer: it ends its batch, so one batch never
+    /// holds more than one decoded body.
     #[test]
     fn a_body_the_writer_decodes_is_read_in_a_batch_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
@@ -1905,6 +1906,7 @@ mod tests {
         assert_eq!(sizes, [2, 2]);
     }
 
+    /// Past its limit the spool refuses a record instead of growing.
     #[test]
     fn the_limit_refuses_without_writing() {
         let dir = tempfile::tempdir().unwrap();

@@ -283,24 +283,3 @@ pub(super) fn section_results(content: &[&str]) -> Vec<Option<usize>> {
     }
     out
 }
-
-/// Each line's side in a diff's hunk (`+`, `-` or ` `), `None` outside hunks.
-pub(super) fn diff_sides(content: &[&str]) -> Vec<Option<u8>> {
-    let mut out = vec![None; content.len()];
-    let mut in_hunk = false;
-    for (i, line) in content.iter().enumerate() {
-        if line.starts_with("@@ ") {
-            in_hunk = true;
-            continue;
-        }
-        if !in_hunk {
-            continue;
-        }
-        match line.as_bytes().first() {
-            Some(&c @ (b'+' | b'-' | b' ')) => out[i] = Some(c),
-            None => out[i] = Some(b' '),
-            _ => in_hunk = false,
-        }
-    }
-    out
-}

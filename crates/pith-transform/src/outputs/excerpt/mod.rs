@@ -21,14 +21,16 @@
 //! which is what lets every later request of a session send the excerpt unchanged.
 
 mod around;
+mod diff;
 mod must_keep;
 mod numbered;
 mod score;
 
 use around::{
-    block_opened, definitions_above, diff_sides, documented_below, enclosing_block, group_under,
+    block_opened, definitions_above, documented_below, enclosing_block, group_under,
     headings_above, parent_heading, section_results, sentence_rest,
 };
+use diff::hunk_lines;
 use must_keep::{
     SEARCH_PROBLEMS_MAX, is_log_problem, mark_ends, mark_problems, mark_quoted, names_a_problem,
 };
@@ -214,7 +216,8 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         return None;
     }
     let budget = (output.len() / BUDGET_DIVISOR).max(shown.spent);
-    let sides = diff_sides(&content);
+    let hunks = hunk_lines(&content);
+    let sides: Vec<Option<u8>> = hunks.iter().map(|h| h.map(|h| h.side)).collect();
     let definitions = definitions_above(&content);
     let results = match kind {
         Kind::Shell => section_results(&content),
@@ -224,11 +227,13 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
         .flat_map(|s| line_refs(s))
         .chain(query.later_reads.iter().cloned())
         .collect();
-    let pointed = pointed_at(&lines, &refs, &query.call);
-    // A call's paths name the files it read or showed, which a read's or a log's lines do not
-    // hold, and which a multi-file output (`tail` of several files, a `git show` of several)
-    // holds only in each file's header: ranked by them, every header would outrank the
-    // lines the model went on with. A search's lines each carry theirs, where they rank
+    let pointed = pointed_at(&lines, &hunks, &refs, &query.call);
+    // A call's paths name the files it read, showed or ran on, which their lines do not hold,
+    // and which a multi-file output (`tail` of several files, a `git show` of several) holds
+    // only in each file's header: ranked by them, every header would outrank the lines the
+    // model went on with. (A pattern piped to `grep` with a `.` in it is on every line the
+    // command prints, where it ranks nothing either way: kept as a term for a log, it cost
+    // two needed lines of the corpus.) A search's lines each carry theirs, where they rank
     // nothing (every line holds them) or tell the files apart (a glob's pattern).
     let call_paths_rank = kind == Kind::Search;
     let scores = scores_with(&content, &sides, &pointed, query, call_paths_rank);
@@ -304,14 +309,14 @@ pub fn excerpt(output: &str, kind: Kind, query: &Query<'_>) -> Option<Excerpt> {
 }
 
 /// How much a line's length lowers its rank: its score is divided by its cost to this power.
-/// A line of 400 characters spends what five of 80 do, so at an equal score the short line
+/// A line of 400 bytes spends what five of 80 do, so at an equal score the short line
 /// comes first; a small power, as a line's score says more than its length (0.25: the
-/// held-out sets (e) and (f) kept 4 and 2 more needed lines, BENCHMARKS.md).
+/// held-out sets (e) and (f) kept 2 and 4 more needed lines, BENCHMARKS.md).
 const LENGTH_DAMPING: f64 = 0.25;
 
-/// The lines with a score, best for what they cost first (a long line spends the budget of
-/// several short ones, [`LENGTH_DAMPING`]); among equals the earlier line (a deterministic
-/// order).
+/// The lines with a score, best for what they cost in bytes first (a long line spends the
+/// budget of several short ones, [`LENGTH_DAMPING`]); among equals the earlier line (a
+/// deterministic order).
 fn ranked(scores: &[f64], lines: &[&str]) -> Vec<usize> {
     let rank: Vec<f64> = (scores.iter().zip(lines))
         .map(|(score, line)| score / ((line.len() + 1) as f64).powf(LENGTH_DAMPING))
@@ -425,6 +430,7 @@ mod tests {
     use super::must_keep::*;
     use super::score::*;
     use super::*;
+    use crate::outputs::excerpt::diff::diff_sides;
 
     fn numbered(lines: &[String]) -> String {
         lines

@@ -3,6 +3,8 @@
 //! any client's format, `grep -n`, OpenCode's grep) is matched by those numbers, which the
 //! term ranking cannot see (numbers are not terms: most of them are noise).
 
+use super::diff::HunkLine;
+
 /// A range longer than this is where the model went on reading, not a line it pointed at.
 pub(super) const RANGE_MAX: u64 = 60;
 
@@ -208,59 +210,20 @@ pub(super) fn own_number(line: &str) -> Option<(Option<&str>, u64)> {
     }
 }
 
-/// Whether what stands before a line's first `:` is a clock's hour, not a path: two digits
-/// alone or after a date's `T` or a bracket (`12:30:00`, `2026-12-07T12:30:00Z`,
-/// `[12:30:00]`), so a log's times are not read as `path:line:`.
+/// Whether what stands before a line's first `:` is a clock's hour, not a path: one or two
+/// digits alone, after a bracket, or after a date's `T` (`12:30:00`, `[9:30:00]`,
+/// `2026-12-07T12:30:00Z`), so a log's times are not read as `path:line:`.
 fn is_an_hour(before: &str) -> bool {
     let b = before.as_bytes();
-    let Some(split) = b.len().checked_sub(2) else {
+    let digits = b.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    if !(1..=2).contains(&digits) {
         return false;
-    };
-    b[split..].iter().all(u8::is_ascii_digit)
-        && (split == 0 || matches!(b[split - 1], b'T' | b'[' | b'('))
-}
-
-/// For each line of a diff (`git show`, `git log -p`, `git diff`), the file and line number
-/// it has in the file as changed, from its hunk's `@@ -a,b +c,d @@` and its file's `+++ b/`
-/// line: an added or unchanged line is where a later read of that file finds it (a read of
-/// `skim.rs` from line 100 opens the function the commit added there). A removed line has
-/// none; neither has any line outside a hunk.
-fn diff_numbers<'l>(lines: &[&'l str]) -> Vec<Option<(&'l str, u64)>> {
-    let mut out = vec![None; lines.len()];
-    let mut path: Option<&str> = None;
-    let mut next: Option<u64> = None;
-    for (i, line) in lines.iter().enumerate() {
-        if let Some(file) = line.strip_prefix("+++ ") {
-            path = file
-                .strip_prefix("b/")
-                .or((file != "/dev/null").then_some(file));
-            next = None;
-            continue;
-        }
-        if line.starts_with("diff ") || line.starts_with("commit ") {
-            (path, next) = (None, None);
-            continue;
-        }
-        if let Some(hunk) = line.strip_prefix("@@ -") {
-            next = hunk
-                .split_once(" +")
-                .and_then(|(_, new)| leading_number(new))
-                .map(|(n, _)| n);
-            continue;
-        }
-        let (Some(file), Some(n)) = (path, next) else {
-            continue;
-        };
-        match line.as_bytes().first() {
-            Some(b'-') => {}
-            Some(b'+' | b' ') | None => {
-                out[i] = Some((file, n));
-                next = n.checked_add(1);
-            }
-            Some(_) => next = None,
-        }
     }
-    out
+    match &b[..b.len() - digits] {
+        [] | [b'['] | [b'('] => true,
+        [.., day, b'T'] => day.is_ascii_digit(),
+        _ => false,
+    }
 }
 
 /// Whether two paths name the same file: equal, or one ends with the other at a `/`.
@@ -274,18 +237,30 @@ fn same_file(a: &str, b: &str) -> bool {
 
 /// For each line of the output, whether a later step pointed at it by number: `Some(true)`
 /// for a line named alone, `Some(false)` for one inside a named range. `call` is the call's
-/// input strings (a file read's path: what a line without a path of its own belongs to).
-pub(super) fn pointed_at(lines: &[&str], refs: &[LineRef<'_>], call: &[&str]) -> Vec<Option<bool>> {
+/// input strings (a file read's path: what a line without a path of its own belongs to);
+/// `hunks` each line's place in a diff, if it is in one (a diff's lines carry its numbers).
+pub(super) fn pointed_at(
+    lines: &[&str],
+    hunks: &[Option<HunkLine<'_>>],
+    refs: &[LineRef<'_>],
+    call: &[&str],
+) -> Vec<Option<bool>> {
     let mut out = vec![None; lines.len()];
     if refs.is_empty() {
         return out;
     }
-    let in_diff = diff_numbers(lines);
     for (i, line) in lines.iter().enumerate() {
-        let (own_path, n, of_diff) = match (own_number(line), in_diff[i]) {
-            (Some((path, n)), _) => (path, n, false),
-            (None, Some((path, n))) => (Some(path), n, true),
-            (None, None) => continue,
+        // A diff's line carries the number its hunk gives it, whatever its text looks like
+        // (` 404: "Not found"` is a line of YAML); a removed line none.
+        let (own_path, n, of_diff) = match hunks.get(i).copied().flatten() {
+            Some(hunk) => match hunk.at {
+                Some((path, n)) => (Some(path), n, true),
+                None => continue,
+            },
+            None => match own_number(line) {
+                Some((path, n)) => (path, n, false),
+                None => continue,
+            },
         };
         for r in refs {
             if n < r.first || n > r.last {
@@ -407,11 +382,17 @@ mod tests {
         assert_eq!(own_number("12:30:00 INFO pith: ready"), None);
         assert_eq!(own_number("[09:30:00] listening"), None);
         assert_eq!(own_number("2026-12-07T12:30:00Z INFO x"), None);
+        assert_eq!(own_number("9:30:00 x"), None);
+        assert_eq!(own_number("[9:30:00] x"), None);
         assert_eq!(own_number("src/a12:30:x"), Some((Some("src/a12"), 30)));
+        assert_eq!(
+            own_number("data/TEST01:5:x"),
+            Some((Some("data/TEST01"), 5))
+        );
     }
 
     #[test]
-    fn a_diffs_lines_are_numbered_as_in_the_file_it_changed() {
+    fn a_read_of_a_changed_file_points_at_the_diffs_lines() {
         let diff = [
             "diff --git a/src/skim.rs b/src/skim.rs",
             "--- a/src/skim.rs",
@@ -420,36 +401,26 @@ mod tests {
             " fn member_value_start() {",
             "-    old();",
             "+    new();",
-            "+    newer();",
+            " 404: not a line number",
             "",
             "diff --git a/src/other.rs b/src/other.rs",
             "+++ b/src/other.rs",
             "@@ -1 +101 @@",
             "+fn other() {}",
         ];
-        let numbers: Vec<_> = diff_numbers(&diff).into_iter().flatten().collect();
-        assert_eq!(
-            numbers,
-            [
-                ("src/skim.rs", 100),
-                ("src/skim.rs", 101),
-                ("src/skim.rs", 102),
-                ("src/skim.rs", 103),
-                ("src/other.rs", 101)
-            ]
-        );
+        let hunks = super::super::diff::hunk_lines(&diff);
         // A later read of the file from line 101 points at its lines there, not at the
-        // other file's line 101, and a number alone at no line of a diff.
+        // other file's line 101; a number alone at no line of a diff, not even at one whose
+        // text starts like a numbered line.
         let read = serde_json::json!({"file_path": "/w/src/skim.rs", "offset": 101, "limit": 2});
         let refs: Vec<_> = read_range(&read).into_iter().collect();
-        let pointed = pointed_at(&diff, &refs, &[]);
+        let pointed = pointed_at(&diff, &hunks, &refs, &[]);
         let at: Vec<usize> = (0..diff.len()).filter(|&i| pointed[i].is_some()).collect();
         assert_eq!(at, [6, 7]);
-        assert!(
-            pointed_at(&diff, &line_refs("line 101"), &[])
-                .iter()
-                .all(Option::is_none)
-        );
+        for bare in ["line 101", "line 404"] {
+            let pointed = pointed_at(&diff, &hunks, &line_refs(bare), &[]);
+            assert!(pointed.iter().all(Option::is_none), "{bare}");
+        }
     }
 
     #[test]
@@ -460,16 +431,25 @@ mod tests {
             "/w/crates/pith/src/commands/history.rs:119:    #[arg(long, default_value_t = 50)]",
         ];
         let refs = line_refs("history.rs:119 is the one");
-        assert_eq!(pointed_at(&lines, &refs, &[]), [None, None, Some(true)]);
+        assert_eq!(
+            pointed_at(&lines, &[], &refs, &[]),
+            [None, None, Some(true)]
+        );
         let refs = line_refs("lines 90-100");
-        assert_eq!(pointed_at(&lines, &refs, &[]), [Some(false), None, None]);
+        assert_eq!(
+            pointed_at(&lines, &[], &refs, &[]),
+            [Some(false), None, None]
+        );
         // A read's lines carry no path: the call's path is theirs.
         let read = ["   119\tx", "   120\ty"];
         let refs = line_refs("main.rs:120");
         assert_eq!(
-            pointed_at(&read, &refs, &["/w/src/main.rs"]),
+            pointed_at(&read, &[], &refs, &["/w/src/main.rs"]),
             [None, Some(true)]
         );
-        assert_eq!(pointed_at(&read, &refs, &["/w/src/lib.rs"]), [None, None]);
+        assert_eq!(
+            pointed_at(&read, &[], &refs, &["/w/src/lib.rs"]),
+            [None, None]
+        );
     }
 }

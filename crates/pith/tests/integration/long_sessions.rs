@@ -15,30 +15,37 @@ use crate::clients;
 use crate::support::*;
 
 /// The project: pith's own sources as a stranger's project would hold them (long files the
-/// session reads whole).
+/// session reads whole), kept as they stood at stop 63 so every change is measured on the
+/// same session (`pith-testkit/fixtures/long_session/README.md`).
 const SOURCES: &[(&str, &str)] = &[
     (
         "history.rs",
-        include_str!("../../../pith-store/src/history/mod.rs"),
+        include_str!("../../../pith-testkit/fixtures/long_session/history.rs.txt"),
     ),
-    ("skim.rs", include_str!("../../../pith-wire/src/skim.rs")),
+    (
+        "skim.rs",
+        include_str!("../../../pith-testkit/fixtures/long_session/skim.rs.txt"),
+    ),
     (
         "excerpt.rs",
-        include_str!("../../../pith-transform/src/outputs/excerpt/mod.rs"),
+        include_str!("../../../pith-testkit/fixtures/long_session/excerpt.rs.txt"),
     ),
     (
         "transcript.rs",
-        include_str!("../../../pith-proxy/src/websocket/transcript.rs"),
+        include_str!("../../../pith-testkit/fixtures/long_session/transcript.rs.txt"),
     ),
     (
         "defer.rs",
-        include_str!("../../../pith-transform/src/defer/mod.rs"),
+        include_str!("../../../pith-testkit/fixtures/long_session/defer.rs.txt"),
     ),
     (
         "request.rs",
-        include_str!("../../../pith-proxy/src/request/mod.rs"),
+        include_str!("../../../pith-testkit/fixtures/long_session/request.rs.txt"),
     ),
-    ("ledger.rs", include_str!("../../../pith-ledger/src/lib.rs")),
+    (
+        "ledger.rs",
+        include_str!("../../../pith-testkit/fixtures/long_session/ledger.rs.txt"),
+    ),
 ];
 
 const TASK: &str = "review these modules: read them, then mark each line you checked";

@@ -17,7 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use bytes::Bytes;
 use pith_wire::skim::{common_prefix, common_suffix};
 
-use crate::edits::{Edit, edits_between};
+use crate::edits::{EDIT_BYTES, Edit, edits_between};
 
 /// Bodies shorter than this are written whole (a base's place and edits would save little).
 pub(crate) const BASE_MIN: usize = 16 << 10;
@@ -64,10 +64,11 @@ impl Bases {
                 continue;
             }
             let edits = edits_between(base, body, prefix, suffix);
-            let size: usize = 24
+            // The base's place and length and the edits' count, then the edits.
+            let size: usize = 3 * 8
                 + edits
                     .iter()
-                    .map(|e| 24 + e.replacement.len())
+                    .map(|e| EDIT_BYTES + e.replacement.len())
                     .sum::<usize>();
             if size <= most {
                 return Some(OnBase {

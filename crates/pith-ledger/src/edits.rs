@@ -42,6 +42,10 @@ const MEET_MIN: usize = 64;
 /// everywhere is found to be one edit in time linear in the body.
 const FAR_READS: usize = 4;
 
+/// What the spool writes for an edit besides its replacement's bytes: its start, its end and
+/// the replacement's length, eight bytes each.
+pub(crate) const EDIT_BYTES: usize = 24;
+
 /// At most this many edits: past them, the rest of what differs is one edit.
 pub(crate) const EDITS_MAX: usize = 64;
 
@@ -215,7 +219,7 @@ mod tests {
         let edits = edits_of(client.as_bytes(), sent.as_bytes());
         // The last insertion and the search tool a byte apart are one edit.
         assert_eq!(edits.len(), 21, "{edits:?}");
-        let kept: usize = edits.iter().map(|e| e.replacement.len() + 24).sum();
+        let kept: usize = edits.iter().map(|e| e.replacement.len() + EDIT_BYTES).sum();
         assert!(kept < 1_200, "{kept} bytes kept of {}", sent.len());
         assert_eq!(
             rebuild(client.as_bytes(), &edits).as_deref(),
@@ -248,7 +252,7 @@ mod tests {
         }
         let sent = body(&shown);
         let edits = edits_of(client.as_bytes(), sent.as_bytes());
-        let kept: usize = edits.iter().map(|e| e.replacement.len() + 24).sum();
+        let kept: usize = edits.iter().map(|e| e.replacement.len() + EDIT_BYTES).sum();
         assert!(edits.len() <= 6, "{} edits", edits.len());
         let shape: Vec<(usize, usize, usize)> = edits
             .iter()

@@ -47,7 +47,7 @@ use pith_wire::{Provider, Wire};
 
 use super::record::{ProviderCount, Record, Report, ReportFact, ReportResult};
 use crate::bases::{BaseCache, Bases, OnBase};
-use crate::edits::{Edit, edits_of, rebuild};
+use crate::edits::{EDIT_BYTES, Edit, edits_of, rebuild};
 
 /// Ledger counter: the generation of the segment the writers have read into.
 pub const SPOOL_GENERATION: &str = "spool_generation";
@@ -1067,8 +1067,8 @@ fn put_edits(b: &mut Vec<u8>, edits: &[Edit<'_>]) {
 /// Edits [`put_edits`] wrote.
 fn read_edits<'p>(r: &mut Reader<'p>) -> Option<Vec<Edit<'p>>> {
     let count = usize::try_from(r.u64()?).ok()?;
-    // Each edit takes 24 bytes at least: a count past what is left is damage.
-    if count > r.rest.len() / 24 {
+    // Each edit takes EDIT_BYTES at least: a count past what is left is damage.
+    if count > r.rest.len() / EDIT_BYTES {
         return None;
     }
     let mut edits = Vec::with_capacity(count);

@@ -136,23 +136,20 @@ pub(super) fn scores_with(
             None => {}
         }
     }
-    // A figure the model cited from the output (`+2.864 against +1.850`): found on few
-    // lines, it is a quote of them, though numbers are not terms.
+    // A figure the model cited from the output (`+2.864 against +1.850`), and what its text
+    // cited in double quotes (`closes the socket with "pith: idle between turns"`; single
+    // quotes in prose are mostly apostrophes): found on few lines, a quote of them, though
+    // numbers are not terms.
     let figures = (query.later_text.iter().chain(&query.later_inputs)).flat_map(|s| figures(s));
-    for figure in distinct(figures) {
-        let holding = text.lines_holding(figure);
-        if holding.len() <= FIGURE_LINES_MAX {
-            holding.into_iter().for_each(|i| scores[i] += PHRASE_WEIGHT);
-        }
-    }
-    // What the model's text cited from the output in double quotes (`closes the socket with
-    // "pith: idle between turns"`): found on few lines, a quote of them. (Single quotes in
-    // prose are mostly apostrophes.)
     let cited = (query.later_text.iter())
         .flat_map(|s| quoted_by(s, '"'))
         .map(str::to_lowercase);
-    for phrase in distinct(cited) {
-        let holding = text.lines_holding(&phrase);
+    let cited = distinct(cited);
+    let quotes = distinct(figures)
+        .into_iter()
+        .chain(cited.iter().map(String::as_str));
+    for quote in quotes {
+        let holding = text.lines_holding(quote);
         if holding.len() <= FIGURE_LINES_MAX {
             holding.into_iter().for_each(|i| scores[i] += PHRASE_WEIGHT);
         }

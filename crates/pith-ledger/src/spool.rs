@@ -1193,15 +1193,17 @@ fn read_segment(
                 advanced = true;
             }
             Entry::Record(record, size) => {
-                // A body the writer decodes may decode to the body limit, and a batch's
-                // prompts are held together while its derivations are read: it weighs a
-                // whole batch, whatever its size on disk.
-                let decoded = if record.request_encoding.is_some() {
+                // A batch is held whole while its derivations are read, so it weighs what it
+                // holds: a body written as an edit of its conversation's last is a few bytes
+                // on disk and the whole body once read (48 MiB of rebuilt 1.3 MB bodies in
+                // one batch of a 4 MiB limit, before this counted them). A body the writer
+                // decodes may decode to the body limit: it weighs a whole batch.
+                let held = if record.request_encoding.is_some() {
                     max_bytes
                 } else {
-                    0
+                    record.body_bytes() as u64
                 };
-                batch.weight += size.max(decoded);
+                batch.weight += size.max(held);
                 batch.records.push(*record);
                 at.offset += size;
                 batch.ends.push(*at);
@@ -1904,6 +1906,48 @@ mod tests {
         .collect();
         // The plain record before it shares its batch; the compressed one ends it.
         assert_eq!(sizes, [2, 2]);
+    }
+
+    /// A batch's limit bounds the bodies it holds once read, not their bytes on disk: a
+    /// conversation's requests are written as edits of the one before, a few bytes each, and
+    /// each reads back whole.
+    #[test]
+    fn a_batch_weighs_its_bodies_as_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, start) =
+            Spool::open(&config(dir.path(), 1 << 30), Position::default()).unwrap();
+        let records: Vec<Record> = (0..40)
+            .map(|k| Record {
+                request_body: Bytes::from(conversation(200 + k, "turn")),
+                ..full_record(k as i64)
+            })
+            .collect();
+        for r in &records {
+            spool.append(r).unwrap();
+        }
+        let written = std::fs::metadata(&segment_files(dir.path())[0])
+            .unwrap()
+            .len();
+        let limit: u64 = 1 << 20;
+        assert!(written < limit, "all 40 fit the limit on disk: {written}");
+        let largest = records.iter().map(Record::body_bytes).max().unwrap() as u64;
+        let mut at = start;
+        let mut read = 0;
+        loop {
+            let batch = spool.read(at, 100, limit);
+            if batch.records.is_empty() {
+                break;
+            }
+            let held: u64 = batch.records.iter().map(|r| r.body_bytes() as u64).sum();
+            assert!(
+                held < limit + largest,
+                "{held} bytes of bodies held in a batch of {} records",
+                batch.records.len()
+            );
+            read += batch.records.len();
+            at = batch.end;
+        }
+        assert_eq!(read, records.len());
     }
 
     /// Past its limit the spool refuses a record instead of growing.

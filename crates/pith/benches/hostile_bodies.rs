@@ -5,11 +5,18 @@
 //! - `under_limit`: PITH_BENCH_LARGE (default 60) zstd bodies of about 2 KB that each decode to
 //!   a valid Responses request of 60 MB (under the 64 MiB body limit), all sent at once.
 //!
+//! - `long_outputs`: with tool output excerpts on (`PITH_TRIM_OUTPUTS=1`), PITH_BENCH_SESSIONS
+//!   (default 300) sessions one after another, each a Codex request whose file read returned
+//!   1.5 MB and whose model turn came after it: each output's excerpt (a quarter of it) is
+//!   what the stage remembers, and its memory must stay bounded (`outputs/memo.rs`,
+//!   `outputs/remembered.rs`); RSS is read once all are answered, and at its peak.
+//!
 //! Each load runs on a fresh proxy with its own PITH_HOME and ledger. With PITH_BENCH_BEFORE set
 //! to another `pith` binary (e.g. one built before a change), each load runs on it too, in the
 //! same run.
 //!
-//! Run: `cargo bench -p pith --bench hostile_bodies`.
+//! Run: `cargo bench -p pith --bench hostile_bodies` (`PITH_BENCH_LOADS=bombs,under_limit,
+//! long_outputs` for a subset).
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -30,6 +37,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use pith_testkit::bench::env_list;
 use pith_testkit::bombs::{self, Piece};
 use pith_testkit::fixtures::{self, responses};
 use pith_testkit::{MockUpstream, Reply};
@@ -37,8 +45,11 @@ use support::{env_usize, memory_kib, spawn_pith};
 
 const MIB: u64 = 1 << 20;
 
-fn start_pith(bin: &str, upstream: &str, home: &Path) -> (Child, SocketAddr) {
+fn start_pith(bin: &str, upstream: &str, home: &Path, trim: bool) -> (Child, SocketAddr) {
     let mut cmd = Command::new(bin);
+    if trim {
+        cmd.env("PITH_TRIM_OUTPUTS", "1");
+    }
     cmd.args(["proxy", "--listen", "127.0.0.1:0"])
         .args([
             "--anthropic-upstream",
@@ -84,7 +95,7 @@ fn run(bin: &str, bodies: &[Bytes]) -> Figures {
         fixtures::DEFAULT_USAGE,
     )));
     let home = tempfile::tempdir().unwrap();
-    let (mut child, addr) = start_pith(bin, &upstream.url(), home.path());
+    let (mut child, addr) = start_pith(bin, &upstream.url(), home.path(), false);
     let pid = child.id();
     let (rss_before, _) = memory_kib(pid);
     let peak_spool = Arc::new(AtomicU64::new(0));
@@ -159,6 +170,104 @@ fn run(bin: &str, bodies: &[Bytes]) -> Figures {
     }
 }
 
+/// A Codex request of session `s`: its file read returned `output_bytes` of numbered lines,
+/// and the model answered after it (so the read rides as an excerpt).
+fn long_output_body(s: usize, output_bytes: usize) -> Bytes {
+    let mut output = String::with_capacity(output_bytes + 100);
+    let mut i = 1;
+    while output.len() < output_bytes {
+        output.push_str(&format!(
+            "{i:6}\t    let value_{i} = compute_{s}_{i}(input, {i});\n"
+        ));
+        i += 1;
+    }
+    let body = serde_json::json!({
+        "model": "gpt-5.5", "stream": true, "store": false,
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": format!("session {s}: read the module")}]},
+            {"type": "function_call", "call_id": format!("call_{s}"), "name": "shell",
+             "arguments": serde_json::json!({"command": ["bash", "-lc", format!("cat -n src/m{s}.rs")]}).to_string()},
+            {"type": "function_call_output", "call_id": format!("call_{s}"), "output": output},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": format!("value_{} is what compute returns.", 17 + s)}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}
+        ]
+    });
+    Bytes::from(body.to_string())
+}
+
+/// What a proxy held while taking one load after another.
+struct Retained {
+    answered: usize,
+    sent: usize,
+    rss_before: u64,
+    rss_after: u64,
+    peak_rss: u64,
+    took: Duration,
+}
+
+/// Send `bodies` one after another to a fresh proxy with excerpts on; its RSS once all are
+/// answered and at its peak.
+fn run_sequential(bin: &str, bodies: &[Bytes]) -> Retained {
+    let upstream = MockUpstream::start().unwrap();
+    upstream.set_default(Reply::sse(responses::stream(
+        &["Hi."],
+        fixtures::DEFAULT_USAGE,
+    )));
+    let home = tempfile::tempdir().unwrap();
+    let (mut child, addr) = start_pith(bin, &upstream.url(), home.path(), true);
+    let pid = child.id();
+    let (rss_before, _) = memory_kib(pid);
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let answered = rt.block_on(async {
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let mut answered = 0;
+        for (s, body) in bodies.iter().enumerate() {
+            let req = http::Request::post(format!("http://{addr}/v1/responses"))
+                .header("content-type", "application/json")
+                .header("user-agent", "codex_exec/0.169.0")
+                .header("session-id", format!("bench-outputs-{s}"))
+                .body(Full::new(body.clone()))
+                .unwrap();
+            let res = client.request(req).await.unwrap();
+            answered += usize::from(res.status() == 200);
+            let _ = res.into_body().collect().await;
+            if s == 0 {
+                // The load measures what the stage keeps only if it shortened the output.
+                let up = upstream.received()[0].body.len();
+                assert!(
+                    up < body.len() / 2,
+                    "{bin}: the first output was not shortened: {up} of {} bytes sent",
+                    body.len()
+                );
+                upstream.set_recording(false);
+            }
+        }
+        let flush = http::Request::get(format!("http://{addr}/pith/api/flush"))
+            .header("host", "127.0.0.1")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let flushed = client.request(flush).await.unwrap();
+        let _ = flushed.into_body().collect().await;
+        answered
+    });
+    let took = started.elapsed();
+    let (rss_after, peak_rss) = memory_kib(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    Retained {
+        answered,
+        sent: bodies.len(),
+        rss_before: rss_before << 10,
+        rss_after: rss_after << 10,
+        peak_rss: peak_rss << 10,
+        took,
+    }
+}
+
 fn print(load: &str, binary: &str, f: &Figures) {
     let ok = f.statuses.iter().filter(|s| **s == 200).count();
     println!(
@@ -203,10 +312,35 @@ fn main() {
         "| load | binary | answered | RSS before | peak RSS | spool peak | rows | lost | took |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (load, bodies) in &loads {
+    let wanted = env_list("PITH_BENCH_LOADS", "bombs,under_limit,long_outputs");
+    for (load, bodies) in loads.iter().filter(|(l, _)| wanted.iter().any(|w| w == l)) {
         for (name, bin) in &binaries {
             let figures = run(bin, bodies);
             print(load, name, &figures);
         }
+    }
+    if !wanted.iter().any(|w| w == "long_outputs") {
+        return;
+    }
+    let n_sessions = env_usize("PITH_BENCH_SESSIONS", 300);
+    let bodies: Vec<Bytes> = (0..n_sessions)
+        .map(|s| long_output_body(s, 1_500_000))
+        .collect();
+    println!(
+        "\nlong_outputs: {n_sessions} sessions one after another, each a 1.5 MB file read \
+         shortened\n| binary | answered | RSS before | RSS after | peak RSS | took |\n\
+         |---|---:|---:|---:|---:|---:|"
+    );
+    for (name, bin) in &binaries {
+        let r = run_sequential(bin, &bodies);
+        println!(
+            "| {name} | {}/{} | {} MiB | **{} MiB** | {} MiB | {:.1} s |",
+            r.answered,
+            r.sent,
+            r.rss_before / MIB,
+            r.rss_after / MIB,
+            r.peak_rss / MIB,
+            r.took.as_secs_f64()
+        );
     }
 }

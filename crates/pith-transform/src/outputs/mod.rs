@@ -25,13 +25,13 @@
 
 mod breakpoint;
 pub mod excerpt;
+mod memo;
 mod remembered;
 pub(crate) mod transcript;
 mod walk;
 
-use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use pith_wire::skim;
 use serde_json::value::RawValue;
@@ -40,6 +40,7 @@ use twox_hash::XxHash3_128;
 use crate::splice::{quote, span_of};
 use crate::stage::{Outcome, Request, Splice, Stage, StageError};
 use excerpt::{Excerpt, Query, kind_of_call};
+use memo::Memo;
 use remembered::{Remembered, session_key};
 use transcript::{Call, Output, Turn};
 use walk::Walk;
@@ -115,15 +116,11 @@ impl Default for OutputsOptions {
     }
 }
 
-/// Excerpts remembered (per call, output and next message), at most.
-const MEMO_MAX: usize = 4_096;
-
 /// The stage.
 pub struct OutputsStage {
     options: OutputsOptions,
-    /// The replacement for each (call id, output, next message) ranked so far; `None`: left
-    /// whole.
-    memo: Mutex<HashMap<u128, Option<Arc<str>>>>,
+    /// The replacement for each (call id, output, next message) ranked so far.
+    memo: Memo,
     /// Per conversation (by its first history element), what its turns up to its last model
     /// turn decided: the next request reads only the turns after them.
     sessions: Remembered,
@@ -137,10 +134,20 @@ impl OutputsStage {
     pub fn new(options: OutputsOptions) -> OutputsStage {
         OutputsStage {
             options,
-            memo: Mutex::new(HashMap::new()),
+            memo: Memo::default(),
             sessions: Remembered::default(),
             #[cfg(test)]
             elements_read: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// A stage whose memo and remembered conversations each hold at most `bytes_max` bytes.
+    #[cfg(test)]
+    fn with_bytes_max(options: OutputsOptions, bytes_max: usize) -> OutputsStage {
+        OutputsStage {
+            memo: Memo::with_bytes_max(bytes_max),
+            sessions: Remembered::with_bytes_max(bytes_max),
+            ..OutputsStage::new(options)
         }
     }
 }
@@ -330,13 +337,7 @@ impl OutputsStage {
             return Ok(false);
         };
         let key = memo_key(&call.id, raw.get(), next, edit.fetchable);
-        let remembered = self
-            .memo
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        let replacement = match remembered {
+        let replacement = match self.memo.get(key) {
             Some(r) => r,
             None => {
                 // Text that does not decode (a lone surrogate's escape) is left whole.
@@ -344,12 +345,7 @@ impl OutputsStage {
                     .ok()
                     .filter(|text| self.long_enough(text))
                     .and_then(|text| replacement(call, &text, next, edit.fetchable));
-
-                let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
-                if memo.len() >= MEMO_MAX {
-                    memo.clear();
-                }
-                memo.insert(key, made.clone());
+                self.memo.insert(key, made.clone());
                 made
             }
         };

@@ -21,11 +21,37 @@ const ALIKE_MAX: usize = 4;
 /// Bytes before where the decided turns end that a lookup compares first (by hash), before
 /// hashing all of them.
 const BOUNDARY: usize = 256;
+/// What the conversations remembered hold, at most ([`Decided::weight`]: their excerpts and
+/// their unanswered calls' inputs, a stranger's bytes): past it they are all forgotten, and
+/// each one's next request reads its whole history again (and sends the same bytes).
+const BYTES_MAX: usize = 32 << 20;
 
 /// The conversations remembered: several per first history element, the latest first (two
 /// sessions that open alike, the same first prompt, do not evict each other).
+pub(super) struct Remembered {
+    sessions: Mutex<Sessions>,
+    bytes_max: usize,
+}
+
 #[derive(Default)]
-pub(super) struct Remembered(Mutex<HashMap<u128, Vec<Arc<Decided>>>>);
+struct Sessions {
+    by_key: HashMap<u128, Vec<Arc<Decided>>>,
+    /// The weight of all of them.
+    bytes: usize,
+}
+
+impl Sessions {
+    fn clear(&mut self) {
+        self.by_key.clear();
+        self.bytes = 0;
+    }
+}
+
+impl Default for Remembered {
+    fn default() -> Remembered {
+        Remembered::with_bytes_max(BYTES_MAX)
+    }
+}
 
 /// What a conversation's turns before its last model turn decided, which no later request of
 /// it can change (a conversation grows at its end, and an output's excerpt is fixed by the
@@ -65,6 +91,21 @@ pub(super) struct Pending {
     pub(super) repeat: bool,
 }
 
+impl Decided {
+    /// The bytes it holds that grow with what the session sent: its excerpts (shared with the
+    /// memo and the session's earlier requests, counted here all the same), its unanswered
+    /// calls and the calls seen.
+    pub(super) fn weight(&self) -> usize {
+        let splices: usize = self.splices.iter().map(|(_, r)| r.len()).sum();
+        let pending: usize = self
+            .pending
+            .iter()
+            .map(|(id, p)| id.len() + p.name.len() + p.input.get().len())
+            .sum();
+        splices + pending + self.seen.len() * std::mem::size_of::<u128>()
+    }
+}
+
 impl Pending {
     pub(super) fn call<'d>(&'d self, id: &'d str) -> Call<'d> {
         Call {
@@ -80,6 +121,14 @@ impl Pending {
 }
 
 impl Remembered {
+    /// Conversations holding at most `bytes_max` bytes ([`Decided::weight`]).
+    pub(super) fn with_bytes_max(bytes_max: usize) -> Remembered {
+        Remembered {
+            sessions: Mutex::new(Sessions::default()),
+            bytes_max,
+        }
+    }
+
     /// What the conversation's remembered turns decided, when the body's history still starts
     /// with their bytes, and the hasher over those bytes (the next snapshot goes on from it);
     /// else nothing (every turn is read).
@@ -90,9 +139,10 @@ impl Remembered {
         open: usize,
     ) -> (Arc<Decided>, XxHash3_128) {
         let remembered = self
-            .0
+            .sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .by_key
             .get(&session)
             .cloned()
             .unwrap_or_default();
@@ -115,14 +165,40 @@ impl Remembered {
     /// Remembers `decided`, which goes on from `from` (what this request found remembered,
     /// replaced by it), as the latest of the conversations that open alike.
     pub(super) fn keep(&self, session: u128, from: &Arc<Decided>, decided: Decided) {
-        let mut sessions = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if sessions.len() >= SESSIONS_MAX && !sessions.contains_key(&session) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        if sessions.by_key.len() >= SESSIONS_MAX && !sessions.by_key.contains_key(&session) {
             sessions.clear();
         }
-        let alike = sessions.entry(session).or_default();
-        alike.retain(|d| !Arc::ptr_eq(d, from) && d.hash != decided.hash);
+        // What `decided` replaces leaves first, so a session's own growth is not counted twice.
+        if let Some(alike) = sessions.by_key.get_mut(&session) {
+            let before: usize = alike.iter().map(|d| d.weight()).sum();
+            alike.retain(|d| !Arc::ptr_eq(d, from) && d.hash != decided.hash);
+            let after: usize = alike.iter().map(|d| d.weight()).sum();
+            sessions.bytes = sessions.bytes.saturating_sub(before - after);
+        }
+        let weight = decided.weight();
+        if sessions.bytes + weight > self.bytes_max {
+            sessions.clear();
+        }
+        if weight > self.bytes_max {
+            return;
+        }
+        let alike = sessions.by_key.entry(session).or_default();
         alike.insert(0, Arc::new(decided));
-        alike.truncate(ALIKE_MAX);
+        let dropped: usize = alike
+            .drain(alike.len().min(ALIKE_MAX)..)
+            .map(|d| d.weight())
+            .sum();
+        sessions.bytes = sessions.bytes + weight - dropped;
+    }
+
+    /// The weight of the conversations held now.
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
     }
 }
 

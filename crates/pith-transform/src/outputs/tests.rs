@@ -680,3 +680,48 @@ fn sessions_that_open_alike_do_not_evict_each_other() {
         }
     }
 }
+
+/// What the stage remembers is bounded in bytes, not only in entries: many sessions, each
+/// reading long files, through a stage that holds a few of their excerpts at most. Past the
+/// bound it forgets and ranks again, and every request still sends what a fresh stage sends.
+#[test]
+fn what_the_stage_remembers_stays_within_its_bytes() {
+    const BYTES_MAX: usize = 1_500;
+    let wire = Wire::AnthropicMessages;
+    let stage = OutputsStage::with_bytes_max(OutputsOptions::default(), BYTES_MAX);
+    let unbounded = OutputsStage::new(OutputsOptions::default());
+    let sessions: Vec<Vec<String>> = (0..6)
+        .map(|s| {
+            session(wire, 14, s)
+                .into_iter()
+                .map(|b| b.replacen("work through the retry module", &format!("module {s}"), 1))
+                .collect()
+        })
+        .collect();
+    for n in 0..14 {
+        for (s, bodies) in sessions.iter().enumerate() {
+            let fresh = OutputsStage::new(OutputsOptions::default());
+            assert!(
+                sent(&stage, wire, &bodies[n]) == sent(&fresh, wire, &bodies[n]),
+                "session {s} request {n}"
+            );
+            sent(&unbounded, wire, &bodies[n]);
+            assert!(
+                stage.memo.bytes() <= BYTES_MAX,
+                "memo {}",
+                stage.memo.bytes()
+            );
+            assert!(
+                stage.sessions.bytes() <= BYTES_MAX,
+                "sessions {}",
+                stage.sessions.bytes()
+            );
+        }
+    }
+    // Unbounded, the same requests leave several times as much: the bound was reached.
+    let (memo, sessions) = (unbounded.memo.bytes(), unbounded.sessions.bytes());
+    assert!(
+        memo > 3 * BYTES_MAX && sessions > 3 * BYTES_MAX,
+        "unbounded: memo {memo}, sessions {sessions}"
+    );
+}

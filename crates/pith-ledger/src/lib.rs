@@ -55,8 +55,9 @@ use spool::{
 
 /// Rows written per transaction at most.
 const BATCH: usize = 256;
-/// Spool bytes read per transaction at most (about: one entry may be larger): the batch is
-/// held decoded while it is parsed, so this bounds what the writers add to the proxy's memory
+/// Bytes read per transaction at most (about: one entry may be larger), each entry weighed by
+/// its bodies as read (`ReadBatch::weight`): the batch is held decoded while it is parsed, so
+/// this bounds what the writers add to the proxy's memory
 /// (16 MiB added about 25 MiB to the peak of a burst of 2,000 Claude Code requests).
 const BATCH_BYTES: u64 = 4 << 20;
 

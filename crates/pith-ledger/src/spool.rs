@@ -725,8 +725,8 @@ fn backlog_of(path: &Path, from: u64) -> std::io::Result<(u64, u64)> {
 }
 
 impl ReadBatch {
-    /// What it weighs against a read's `max_bytes`: its bytes, and a whole batch for each body
-    /// the writer will decode.
+    /// What it weighs against a read's `max_bytes`: each entry's bytes or, more, its bodies as
+    /// read, and a whole batch for each body the writer will decode.
     pub fn weight(&self) -> u64 {
         self.weight
     }
@@ -744,8 +744,9 @@ pub(crate) struct ReadBatch {
     /// Entries that could not be read back, skipped.
     pub skipped: u64,
     bytes: u64,
-    /// What the batch costs the writers in memory, bounded by a read's `max_bytes`: its bytes,
-    /// and a whole batch for each body the writer will decode.
+    /// What the batch costs the writers in memory, bounded by a read's `max_bytes`: each
+    /// entry's bytes or, more, its bodies as read, and a whole batch for each body the writer
+    /// will decode.
     weight: u64,
     entries: u64,
 }
@@ -1195,7 +1196,7 @@ fn read_segment(
             Entry::Record(record, size) => {
                 // A batch is held whole while its derivations are read, so it weighs what it
                 // holds: a body written as an edit of its conversation's last is a few bytes
-                // on disk and the whole body once read (48 MiB of rebuilt 1.3 MB bodies in
+                // on disk and the whole body once read (50 MiB of rebuilt 1.3 MB bodies in
                 // one batch of a 4 MiB limit, before this counted them). A body the writer
                 // decodes may decode to the body limit: it weighs a whole batch.
                 let held = if record.request_encoding.is_some() {

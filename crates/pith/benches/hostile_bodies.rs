@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pith_testkit::bench::env_list;
 use pith_testkit::bombs::{self, Piece};
@@ -85,17 +86,34 @@ struct Figures {
     took: Duration,
 }
 
-/// Send every body in `bodies` at once to a fresh proxy (`bin`), sampling the spool's size
-/// until every request is answered and the ledger has caught up.
-fn run(bin: &str, bodies: &[Bytes]) -> Figures {
+/// A mock upstream answering every request with a short Responses stream, and a fresh proxy
+/// (`bin`, excerpts on with `trim`) in front of it with a home of its own.
+fn start(bin: &str, trim: bool) -> (MockUpstream, tempfile::TempDir, Child, SocketAddr) {
     let upstream = MockUpstream::start().unwrap();
-    upstream.set_recording(false);
     upstream.set_default(Reply::sse(responses::stream(
         &["Hi."],
         fixtures::DEFAULT_USAGE,
     )));
     let home = tempfile::tempdir().unwrap();
-    let (mut child, addr) = start_pith(bin, &upstream.url(), home.path(), false);
+    let (child, addr) = start_pith(bin, &upstream.url(), home.path(), trim);
+    (upstream, home, child, addr)
+}
+
+/// Waits for the ledger to catch up: the flush barrier answers once the spool is written.
+async fn flush(client: &Client<HttpConnector, Full<Bytes>>, addr: SocketAddr) {
+    let flush = http::Request::get(format!("http://{addr}/pith/api/flush"))
+        .header("host", "127.0.0.1")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let flushed = client.request(flush).await.unwrap();
+    let _ = flushed.into_body().collect().await;
+}
+
+/// Send every body in `bodies` at once to a fresh proxy (`bin`), sampling the spool's size
+/// until every request is answered and the ledger has caught up.
+fn run(bin: &str, bodies: &[Bytes]) -> Figures {
+    let (upstream, home, mut child, addr) = start(bin, false);
+    upstream.set_recording(false);
     let pid = child.id();
     let (rss_before, _) = memory_kib(pid);
     let peak_spool = Arc::new(AtomicU64::new(0));
@@ -137,13 +155,7 @@ fn run(bin: &str, bodies: &[Bytes]) -> Figures {
             }
         });
         let statuses = futures_util::future::join_all(sends).await;
-        // The ledger catches up: the flush barrier answers once the spool is written.
-        let flush = http::Request::get(format!("http://{addr}/pith/api/flush"))
-            .header("host", "127.0.0.1")
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let flushed = client.request(flush).await.unwrap();
-        let _ = flushed.into_body().collect().await;
+        flush(&client, addr).await;
         statuses
     });
     let took = started.elapsed();
@@ -205,16 +217,11 @@ struct Retained {
     took: Duration,
 }
 
-/// Send `bodies` one after another to a fresh proxy with excerpts on; its RSS once all are
+/// Send `sessions` long-output requests one after another to a fresh proxy with excerpts on,
+/// each made as it is sent (the bench's own memory stays flat); the proxy's RSS once all are
 /// answered and at its peak.
-fn run_sequential(bin: &str, bodies: &[Bytes]) -> Retained {
-    let upstream = MockUpstream::start().unwrap();
-    upstream.set_default(Reply::sse(responses::stream(
-        &["Hi."],
-        fixtures::DEFAULT_USAGE,
-    )));
-    let home = tempfile::tempdir().unwrap();
-    let (mut child, addr) = start_pith(bin, &upstream.url(), home.path(), true);
+fn run_sequential(bin: &str, sessions: usize) -> Retained {
+    let (upstream, _home, mut child, addr) = start(bin, true);
     let pid = child.id();
     let (rss_before, _) = memory_kib(pid);
     let started = Instant::now();
@@ -225,7 +232,8 @@ fn run_sequential(bin: &str, bodies: &[Bytes]) -> Retained {
     let answered = rt.block_on(async {
         let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let mut answered = 0;
-        for (s, body) in bodies.iter().enumerate() {
+        for s in 0..sessions {
+            let body = long_output_body(s, 1_500_000);
             let req = http::Request::post(format!("http://{addr}/v1/responses"))
                 .header("content-type", "application/json")
                 .header("user-agent", "codex_exec/0.169.0")
@@ -246,12 +254,7 @@ fn run_sequential(bin: &str, bodies: &[Bytes]) -> Retained {
                 upstream.set_recording(false);
             }
         }
-        let flush = http::Request::get(format!("http://{addr}/pith/api/flush"))
-            .header("host", "127.0.0.1")
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let flushed = client.request(flush).await.unwrap();
-        let _ = flushed.into_body().collect().await;
+        flush(&client, addr).await;
         answered
     });
     let took = started.elapsed();
@@ -260,7 +263,7 @@ fn run_sequential(bin: &str, bodies: &[Bytes]) -> Retained {
     let _ = child.wait();
     Retained {
         answered,
-        sent: bodies.len(),
+        sent: sessions,
         rss_before: rss_before << 10,
         rss_after: rss_after << 10,
         peak_rss: peak_rss << 10,
@@ -323,16 +326,13 @@ fn main() {
         return;
     }
     let n_sessions = env_usize("PITH_BENCH_SESSIONS", 300);
-    let bodies: Vec<Bytes> = (0..n_sessions)
-        .map(|s| long_output_body(s, 1_500_000))
-        .collect();
     println!(
         "\nlong_outputs: {n_sessions} sessions one after another, each a 1.5 MB file read \
          shortened\n| binary | answered | RSS before | RSS after | peak RSS | took |\n\
          |---|---:|---:|---:|---:|---:|"
     );
     for (name, bin) in &binaries {
-        let r = run_sequential(bin, &bodies);
+        let r = run_sequential(bin, n_sessions);
         println!(
             "| {name} | {}/{} | {} MiB | **{} MiB** | {} MiB | {:.1} s |",
             r.answered,

@@ -47,21 +47,33 @@ impl Memo {
         self.lock().excerpts.get(&key).cloned()
     }
 
-    /// Remembers what `key` was ranked to, starting over first when it would not fit.
+    /// Remembers what `key` was ranked to, starting over first when it would not fit; one
+    /// larger than the whole memo is not remembered (and makes nothing else forgotten).
     pub(super) fn insert(&self, key: u128, made: Option<Arc<str>>) {
         let size = made.as_deref().map_or(0, str::len);
-        let mut inner = self.lock();
-        if inner.excerpts.len() >= ENTRIES_MAX || inner.bytes + size > self.bytes_max {
-            inner.excerpts.clear();
-            inner.bytes = 0;
-        }
         if size > self.bytes_max {
             return;
         }
-        if let Some(Some(old)) = inner.excerpts.insert(key, made) {
-            inner.bytes -= old.len();
-        }
+        let mut inner = self.lock();
+        // The same key ranked again (two requests at once): it replaces itself.
+        let replaced = inner
+            .excerpts
+            .get(&key)
+            .map(|old| old.as_deref().map_or(0, str::len));
+        let forgotten = if (replaced.is_none() && inner.excerpts.len() >= ENTRIES_MAX)
+            || inner.bytes - replaced.unwrap_or(0) + size > self.bytes_max
+        {
+            inner.bytes = 0;
+            std::mem::take(&mut inner.excerpts)
+        } else {
+            inner.bytes -= replaced.unwrap_or(0);
+            HashMap::new()
+        };
+        inner.excerpts.insert(key, made);
         inner.bytes += size;
+        drop(inner);
+        // Freed after the lock: other requests do not wait on it.
+        drop(forgotten);
     }
 
     /// The excerpts' bytes held now.
@@ -97,8 +109,10 @@ mod tests {
             memo.get(4).flatten().as_deref(),
             Some("d".repeat(20).as_str())
         );
-        // One larger than the whole memo is not kept (it is ranked again when asked).
+        // One larger than the whole memo is not kept (it is ranked again when asked), and
+        // the rest stay.
         memo.insert(5, Some(Arc::from("e".repeat(101))));
-        assert_eq!((memo.get(5), memo.bytes()), (None, 0));
+        assert_eq!((memo.get(5), memo.bytes()), (None, 20));
+        assert!(memo.get(4).is_some());
     }
 }

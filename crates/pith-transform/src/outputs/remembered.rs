@@ -21,9 +21,9 @@ const ALIKE_MAX: usize = 4;
 /// Bytes before where the decided turns end that a lookup compares first (by hash), before
 /// hashing all of them.
 const BOUNDARY: usize = 256;
-/// What the conversations remembered hold, at most ([`Decided::weight`]: their excerpts and
-/// their unanswered calls' inputs, a stranger's bytes): past it they are all forgotten, and
-/// each one's next request reads its whole history again (and sends the same bytes).
+/// What the conversations remembered hold, at most ([`Decided::weight`]: their excerpts, their
+/// unanswered calls and the calls seen, a stranger's bytes): past it they are all forgotten,
+/// and each one's next request reads its whole history again (and sends the same bytes).
 const BYTES_MAX: usize = 32 << 20;
 
 /// The conversations remembered: several per first history element, the latest first (two
@@ -41,9 +41,11 @@ struct Sessions {
 }
 
 impl Sessions {
-    fn clear(&mut self) {
-        self.by_key.clear();
+    /// Forgets them all; what they held, for the caller to free once it has let go of the lock.
+    #[must_use]
+    fn take(&mut self) -> HashMap<u128, Vec<Arc<Decided>>> {
         self.bytes = 0;
+        std::mem::take(&mut self.by_key)
     }
 }
 
@@ -80,6 +82,8 @@ pub(super) struct Decided {
     pub(super) seen: HashSet<u128>,
     /// Calls with no output yet, by id.
     pub(super) pending: HashMap<String, Pending>,
+    /// What it holds ([`Decided::weigh`]), set when it is remembered.
+    pub(super) weight: usize,
 }
 
 /// A call carried forward without its body.
@@ -91,18 +95,31 @@ pub(super) struct Pending {
     pub(super) repeat: bool,
 }
 
+/// What each excerpt costs beside its text: its place in the list (a range and a pointer) and
+/// the `Arc`'s counts.
+const SPLICE_OVERHEAD: usize = 48;
+/// What each unanswered call costs beside its strings: its map slot, its `Pending`, the
+/// strings' own headers.
+const PENDING_OVERHEAD: usize = 128;
+/// What each call seen costs: a hash set's slot of 16 bytes, at its load factor.
+const SEEN_BYTES: usize = 24;
+
 impl Decided {
     /// The bytes it holds that grow with what the session sent: its excerpts (shared with the
     /// memo and the session's earlier requests, counted here all the same), its unanswered
     /// calls and the calls seen.
-    pub(super) fn weight(&self) -> usize {
-        let splices: usize = self.splices.iter().map(|(_, r)| r.len()).sum();
+    fn weigh(&self) -> usize {
+        let splices: usize = self
+            .splices
+            .iter()
+            .map(|(_, r)| r.len() + SPLICE_OVERHEAD)
+            .sum();
         let pending: usize = self
             .pending
             .iter()
-            .map(|(id, p)| id.len() + p.name.len() + p.input.get().len())
+            .map(|(id, p)| id.len() + p.name.len() + p.input.get().len() + PENDING_OVERHEAD)
             .sum();
-        splices + pending + self.seen.len() * std::mem::size_of::<u128>()
+        splices + pending + self.seen.capacity().max(self.seen.len()) * SEEN_BYTES
     }
 }
 
@@ -164,41 +181,47 @@ impl Remembered {
 
     /// Remembers `decided`, which goes on from `from` (what this request found remembered,
     /// replaced by it), as the latest of the conversations that open alike.
-    pub(super) fn keep(&self, session: u128, from: &Arc<Decided>, decided: Decided) {
+    pub(super) fn keep(&self, session: u128, from: &Arc<Decided>, mut decided: Decided) {
+        decided.weight = decided.weigh();
+        let weight = decided.weight;
+        if weight > self.bytes_max {
+            // Larger than all of them: not remembered, and nothing else forgotten for it.
+            return;
+        }
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut forgotten = Vec::new();
         if sessions.by_key.len() >= SESSIONS_MAX && !sessions.by_key.contains_key(&session) {
-            sessions.clear();
+            forgotten.push(sessions.take());
         }
         // What `decided` replaces leaves first, so a session's own growth is not counted twice.
         if let Some(alike) = sessions.by_key.get_mut(&session) {
-            let before: usize = alike.iter().map(|d| d.weight()).sum();
+            let before: usize = alike.iter().map(|d| d.weight).sum();
             alike.retain(|d| !Arc::ptr_eq(d, from) && d.hash != decided.hash);
-            let after: usize = alike.iter().map(|d| d.weight()).sum();
+            let after: usize = alike.iter().map(|d| d.weight).sum();
             sessions.bytes = sessions.bytes.saturating_sub(before - after);
         }
-        let weight = decided.weight();
         if sessions.bytes + weight > self.bytes_max {
-            sessions.clear();
-        }
-        if weight > self.bytes_max {
-            return;
+            forgotten.push(sessions.take());
         }
         let alike = sessions.by_key.entry(session).or_default();
         alike.insert(0, Arc::new(decided));
         let dropped: usize = alike
             .drain(alike.len().min(ALIKE_MAX)..)
-            .map(|d| d.weight())
+            .map(|d| d.weight)
             .sum();
         sessions.bytes = sessions.bytes + weight - dropped;
+        drop(sessions);
+        // Freed after the lock: other requests' lookups do not wait on it.
+        drop(forgotten);
     }
 
-    /// The weight of the conversations held now.
+    /// The weight of the conversations held now, as counted and as recounted from each
+    /// (the two must agree).
     #[cfg(test)]
-    pub(super) fn bytes(&self) -> usize {
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .bytes
+    pub(super) fn bytes(&self) -> (usize, usize) {
+        let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let recounted = sessions.by_key.values().flatten().map(|d| d.weigh()).sum();
+        (sessions.bytes, recounted)
     }
 }
 

@@ -684,9 +684,11 @@ fn sessions_that_open_alike_do_not_evict_each_other() {
 /// What the stage remembers is bounded in bytes, not only in entries: many sessions, each
 /// reading long files, through a stage that holds a few of their excerpts at most. Past the
 /// bound it forgets and ranks again, and every request still sends what a fresh stage sends.
+/// (That a session's next request reads only its new turns is the tests' above, at the
+/// stage's own bounds.)
 #[test]
 fn what_the_stage_remembers_stays_within_its_bytes() {
-    const BYTES_MAX: usize = 1_500;
+    const BYTES_MAX: usize = 1_400;
     let wire = Wire::AnthropicMessages;
     let stage = OutputsStage::with_bytes_max(OutputsOptions::default(), BYTES_MAX);
     let unbounded = OutputsStage::new(OutputsOptions::default());
@@ -698,6 +700,7 @@ fn what_the_stage_remembers_stays_within_its_bytes() {
                 .collect()
         })
         .collect();
+    let (mut most_memo, mut most_sessions) = (0, 0);
     for n in 0..14 {
         for (s, bodies) in sessions.iter().enumerate() {
             let fresh = OutputsStage::new(OutputsOptions::default());
@@ -706,22 +709,26 @@ fn what_the_stage_remembers_stays_within_its_bytes() {
                 "session {s} request {n}"
             );
             sent(&unbounded, wire, &bodies[n]);
+            let memo = stage.memo.bytes();
+            let (counted, recounted) = stage.sessions.bytes();
+            assert_eq!(counted, recounted, "session {s} request {n}");
             assert!(
-                stage.memo.bytes() <= BYTES_MAX,
-                "memo {}",
-                stage.memo.bytes()
+                memo <= BYTES_MAX && counted <= BYTES_MAX,
+                "{memo} {counted}"
             );
-            assert!(
-                stage.sessions.bytes() <= BYTES_MAX,
-                "sessions {}",
-                stage.sessions.bytes()
-            );
+            most_memo = most_memo.max(memo);
+            most_sessions = most_sessions.max(counted);
         }
     }
-    // Unbounded, the same requests leave several times as much: the bound was reached.
-    let (memo, sessions) = (unbounded.memo.bytes(), unbounded.sessions.bytes());
+    // The bound was reached: unbounded, the same requests leave several times as much, and
+    // bounded, each held more than half of it at some point.
+    let (memo, (sessions, _)) = (unbounded.memo.bytes(), unbounded.sessions.bytes());
     assert!(
         memo > 3 * BYTES_MAX && sessions > 3 * BYTES_MAX,
         "unbounded: memo {memo}, sessions {sessions}"
+    );
+    assert!(
+        most_memo > BYTES_MAX / 2 && most_sessions > BYTES_MAX / 2,
+        "bounded at most: memo {most_memo}, sessions {most_sessions}"
     );
 }

@@ -171,6 +171,7 @@ impl<'d, 'a> Walk<'d, 'a> {
             first: self.first,
             seen: self.seen.clone(),
             pending,
+            weight: 0,
         }
     }
 

@@ -79,8 +79,9 @@ pub(super) fn scores_with(
             }
             let mut best: HashMap<usize, f64> = HashMap::new();
             // The prose says "asserts" and "parsed" of the code's `assert_eq!` and `parse`:
-            // its words match by their stems too (the code's own names are matched as written).
-            let token: Vec<String> = if from_prose {
+            // its words match by their stems too (a path and a name are matched as written).
+            let is_path = token.first().is_some_and(|t| t.contains(['/', '.']));
+            let token: Vec<String> = if from_prose && !is_path {
                 token
                     .iter()
                     .flat_map(|t| std::iter::once(t.clone()).chain(prose_stem(t)))
@@ -408,13 +409,10 @@ pub(super) fn defines_one_of(line: &str, names: &[&str]) -> bool {
     })
 }
 
-/// The terms of a query string, lowercased, by the token they come from: a token's path (a
-/// word holding a `/` or a `.`) whole, then its words of letters, digits and `_` at least
-/// [`MIN_TERM`] long.
 /// An English word of the model's prose without its inflection (`asserts`, `parsed`,
 /// `matching`, `entries`: `assert`, `pars`, `match`, `entr`), matched inside the output's
-/// words as every term is; a name (`a/b`, `x.rs`, `snake_case`) or a short word has none.
-/// Tried wider (`-ly`, `-er`, `-ion`; roots of three letters; the later tool inputs' words
+/// words as every term is; a `snake_case` name or a short word has none (nor do a path's
+/// words: the caller stems only tokens without a path). Tried wider (`-ly`, `-er`, `-ion`; roots of three letters; the later tool inputs' words
 /// too): each kept fewer of the corpus's needed lines (BENCHMARKS.md, stop 64).
 fn prose_stem(word: &str) -> Option<String> {
     if word.contains(['/', '.', '_']) {
@@ -430,6 +428,9 @@ fn prose_stem(word: &str) -> Option<String> {
     None
 }
 
+/// The terms of a query string, lowercased, by the token they come from: a token's path (a
+/// word holding a `/` or a `.`) whole, then its words of letters, digits and `_` at least
+/// [`MIN_TERM`] long.
 pub(super) fn token_terms(s: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for token in s.split(|c: char| c.is_whitespace() || "\"'`,;()[]{}<>=|&*?+^$\\".contains(c)) {

@@ -238,3 +238,57 @@ pub(super) fn session_key(wire: Wire, fetchable: bool, first: &[u8]) -> u128 {
 pub(super) fn boundary_hash(prefix: &[u8]) -> u128 {
     XxHash3_128::oneshot(&prefix[prefix.len().saturating_sub(BOUNDARY)..])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A decided conversation with one excerpt of `excerpt` bytes, told apart by `hash`.
+    fn decided(hash: u128, excerpt: usize) -> Decided {
+        Decided {
+            hash,
+            splices: vec![(0..1, Arc::from("x".repeat(excerpt)))],
+            ..Decided::default()
+        }
+    }
+
+    /// Each way `keep` lets an entry go keeps the count equal to a recount: the one a request
+    /// went on from, one with the same bytes, the oldest past four alike; one larger than the
+    /// bound is not kept and makes nothing else forgotten; one that does not fit makes the
+    /// rest forgotten.
+    #[test]
+    fn keeping_counts_what_it_holds_whatever_it_lets_go() {
+        let each = decided(0, 1_000).weigh();
+        let remembered = Remembered::with_bytes_max(10 * each);
+        let none = Arc::default();
+        let counted = |r: &Remembered| {
+            let (counted, recounted) = r.bytes();
+            assert_eq!(counted, recounted);
+            counted
+        };
+        remembered.keep(1, &none, decided(10, 1_000));
+        // A request whose history is the remembered one's goes on from it: it is replaced.
+        let from = Arc::clone(&remembered.sessions.lock().unwrap().by_key[&1][0]);
+        remembered.keep(1, &from, decided(11, 1_000));
+        assert_eq!(counted(&remembered), each);
+        // The same bytes again: replaced too.
+        remembered.keep(1, &none, decided(11, 1_000));
+        assert_eq!(counted(&remembered), each);
+        // Alike sessions: four at most.
+        for h in 12..20 {
+            remembered.keep(1, &none, decided(h, 1_000));
+        }
+        assert_eq!(counted(&remembered), 4 * each);
+        remembered.keep(2, &none, decided(30, 1_000));
+        assert_eq!(counted(&remembered), 5 * each);
+        // Larger than the bound: not kept, nothing forgotten.
+        remembered.keep(3, &none, decided(40, 20_000));
+        assert_eq!(counted(&remembered), 5 * each);
+        // One that does not fit beside the rest: they are forgotten, it is kept.
+        let big = decided(50, 8 * 1_000);
+        let big_weight = big.weigh();
+        remembered.keep(4, &none, big);
+        assert_eq!(counted(&remembered), big_weight);
+        assert!(!remembered.sessions.lock().unwrap().by_key.contains_key(&1));
+    }
+}

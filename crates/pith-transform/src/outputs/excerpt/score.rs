@@ -74,13 +74,13 @@ pub(super) fn scores_with(
         // best-matching part, not each of its parts (a line holding `Cargo.toml` is one
         // match of that path, not three).
         for token in strings.iter().flat_map(|s| token_terms(s)) {
-            if skip_paths && token.first().is_some_and(|t| t.contains(['/', '.'])) {
+            let is_path = token.first().is_some_and(|t| t.contains(['/', '.']));
+            if skip_paths && is_path {
                 continue;
             }
             let mut best: HashMap<usize, f64> = HashMap::new();
             // The prose says "asserts" and "parsed" of the code's `assert_eq!` and `parse`:
             // its words match by their stems too (a path and a name are matched as written).
-            let is_path = token.first().is_some_and(|t| t.contains(['/', '.']));
             let token: Vec<String> = if from_prose && !is_path {
                 token
                     .iter()
@@ -412,8 +412,9 @@ pub(super) fn defines_one_of(line: &str, names: &[&str]) -> bool {
 /// An English word of the model's prose without its inflection (`asserts`, `parsed`,
 /// `matching`, `entries`: `assert`, `pars`, `match`, `entr`), matched inside the output's
 /// words as every term is; a `snake_case` name or a short word has none (nor do a path's
-/// words: the caller stems only tokens without a path). Tried wider (`-ly`, `-er`, `-ion`; roots of three letters; the later tool inputs' words
-/// too): each kept fewer of the corpus's needed lines (BENCHMARKS.md, stop 64).
+/// words: the caller stems only tokens without a path). Tried wider (`-ly`, `-er`, `-ion`;
+/// roots of three letters; the later tool inputs' words too): each kept fewer of the corpus's
+/// needed lines (BENCHMARKS.md, stop 64).
 fn prose_stem(word: &str) -> Option<String> {
     if word.contains(['/', '.', '_']) {
         return None;

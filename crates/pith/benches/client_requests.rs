@@ -469,6 +469,7 @@ fn main() {
     for target in targets {
         if let Process::Pith { mut child, .. } = target.process {
             let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

@@ -289,40 +289,54 @@ fn main() {
     let n_bombs = env_usize("PITH_BENCH_BOMBS", 48);
     let gib = env_usize("PITH_BENCH_BOMB_GIB", 4) as u64;
     let n_large = env_usize("PITH_BENCH_LARGE", 60);
-    let bomb = Bytes::from(bombs::zstd_bomb(gib << 30));
-    let large = Bytes::from(bombs::zstd(&[
-        Piece::Bytes(
-            br#"{"model":"gpt-5.5","stream":true,"store":false,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":""#,
-        ),
-        Piece::Repeat(b'x', 60_000_000),
-        Piece::Bytes(br#""}]}]}"#),
-    ]));
-    let loads = [
-        ("bombs", vec![bomb.clone(); n_bombs]),
-        ("under_limit", vec![large.clone(); n_large]),
-    ];
+    let wanted = env_list("PITH_BENCH_LOADS", "bombs,under_limit,long_outputs");
+    let wants = |load: &str| wanted.iter().any(|w| w == load);
+    // Each load's bodies are made only when it runs (the bomb alone takes seconds to make).
+    let bomb = wants("bombs").then(|| Bytes::from(bombs::zstd_bomb(gib << 30)));
+    let large = wants("under_limit").then(|| {
+        Bytes::from(bombs::zstd(&[
+            Piece::Bytes(
+                br#"{"model":"gpt-5.5","stream":true,"store":false,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":""#,
+            ),
+            Piece::Repeat(b'x', 60_000_000),
+            Piece::Bytes(br#""}]}]}"#),
+        ]))
+    });
     let mut binaries = vec![("this build", env!("CARGO_BIN_EXE_pith").to_owned())];
     if let Ok(before) = std::env::var("PITH_BENCH_BEFORE") {
         binaries.push(("PITH_BENCH_BEFORE", before));
     }
-    println!(
-        "bombs: {n_bombs} x {} KB decoding to {gib} GiB each; under_limit: {n_large} x {} KB \
-         decoding to 60 MB each",
-        bomb.len() / 1000,
-        large.len() / 1000
-    );
-    println!(
-        "| load | binary | answered | RSS before | peak RSS | spool peak | rows | lost | took |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    let wanted = env_list("PITH_BENCH_LOADS", "bombs,under_limit,long_outputs");
-    for (load, bodies) in loads.iter().filter(|(l, _)| wanted.iter().any(|w| w == l)) {
+    let loads = [
+        ("bombs", bomb.map(|b| vec![b; n_bombs])),
+        ("under_limit", large.map(|b| vec![b; n_large])),
+    ];
+    for (load, bodies) in &loads {
+        let Some(bodies) = bodies else { continue };
+        println!(
+            "{load}: {} x {} KB decoding to {}",
+            bodies.len(),
+            bodies.first().map_or(0, |b| b.len() / 1000),
+            if *load == "bombs" {
+                format!("{gib} GiB each")
+            } else {
+                "60 MB each".to_owned()
+            }
+        );
+    }
+    if loads.iter().any(|(_, bodies)| bodies.is_some()) {
+        println!(
+            "| load | binary | answered | RSS before | peak RSS | spool peak | rows | lost | took |"
+        );
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    }
+    for (load, bodies) in &loads {
+        let Some(bodies) = bodies else { continue };
         for (name, bin) in &binaries {
             let figures = run(bin, bodies);
             print(load, name, &figures);
         }
     }
-    if !wanted.iter().any(|w| w == "long_outputs") {
+    if !wants("long_outputs") {
         return;
     }
     let n_sessions = env_usize("PITH_BENCH_SESSIONS", 300);

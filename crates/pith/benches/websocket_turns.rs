@@ -214,8 +214,8 @@ fn main() {
         .unwrap();
     let http_home = tempfile::tempdir().unwrap();
     let ws_home = tempfile::tempdir().unwrap();
-    let (mut http_pith, http_addr) = start_pith(&http_mock.url(), http_home.path());
-    let (mut ws_pith, ws_addr) = start_pith(&socket_mock.url(), ws_home.path());
+    let (http_pith, http_addr) = start_pith(&http_mock.url(), http_home.path());
+    let (ws_pith, ws_addr) = start_pith(&socket_mock.url(), ws_home.path());
     let direct_ws = socket_mock.url().trim_start_matches("http://").to_owned();
     let through_ws = ws_addr.to_string();
 
@@ -297,6 +297,8 @@ fn main() {
         "flood": {"frames_mb": flood_mb, "rss_before_mib": before / 1024, "peak_rss_mib": peak / 1024},
     });
     println!("{}", serde_json::to_string_pretty(&result).unwrap());
-    let _ = http_pith.kill();
-    let _ = ws_pith.kill();
+    for mut pith in [http_pith, ws_pith] {
+        let _ = pith.kill();
+        let _ = pith.wait();
+    }
 }

@@ -63,7 +63,8 @@ pub(super) fn line_refs(text: &str) -> Vec<LineRef<'_>> {
         }
         out.extend(number_list(rest));
     }
-    // `path.rs:12` (a path with an extension, then a line number): grep's and compilers' form.
+    // `path.rs:12` (a path with an extension, then a line number, a range or a list): grep's
+    // and compilers' form.
     // The path is looked for back to the colon before at most, so the text is read once
     // however many colons it has; a path that runs into one is none (`a:b.rs:1`).
     for (at, _) in text.match_indices(':') {
@@ -80,12 +81,14 @@ pub(super) fn line_refs(text: &str) -> Vec<LineRef<'_>> {
         if !named_file {
             continue;
         }
-        if let Some((n, _)) = leading_number(&text[at + 1..]) {
-            out.push(LineRef {
+        // The number right after the colon, and a range or list it starts (`sqlite.rs:438-441`,
+        // `sqlite.rs:148, 171, 370`), read as after `lines`.
+        let numbers = &text[at + 1..];
+        if numbers.starts_with(|c: char| c.is_ascii_digit()) {
+            out.extend(number_list(numbers).into_iter().map(|r| LineRef {
                 path: Some(path),
-                first: n,
-                last: n,
-            });
+                ..r
+            }));
         }
     }
     // `sed -n '80,125p'`.
@@ -235,6 +238,21 @@ fn same_file(a: &str, b: &str) -> bool {
     ends(a, b) || ends(b, a)
 }
 
+/// The path a line names when it heads a group of matches: not indented, one path-like word
+/// (a `/` or a `.` in it, no space) ending in `:`.
+fn heading_path(line: &str) -> Option<&str> {
+    let path = line.strip_suffix(':')?;
+    let path_like = !path.is_empty()
+        && !path.contains(char::is_whitespace)
+        && (path.contains('/') || path.contains('.'));
+    (path_like && !is_indented(line)).then_some(path)
+}
+
+/// Whether a line is indented (a match under a heading).
+fn is_indented(line: &str) -> bool {
+    line.starts_with(' ') || line.starts_with('\t')
+}
+
 /// For each line of the output, whether a later step pointed at it by number: `Some(true)`
 /// for a line named alone, `Some(false)` for one inside a named range. `call` is the call's
 /// input strings (a file read's path: what a line without a path of its own belongs to);
@@ -249,7 +267,11 @@ pub(super) fn pointed_at(
     if refs.is_empty() {
         return out;
     }
+    // The file a grouped search's heading names (OpenCode's grep: `path:` and its matches
+    // indented under it, `  Line 12: ...`), for the lines under it that carry no path.
+    let mut heading: Option<&str> = None;
     for (i, line) in lines.iter().enumerate() {
+        heading = heading_path(line).or(heading.filter(|_| is_indented(line)));
         // A diff's line carries the number its hunk gives it, whatever its text looks like
         // (` 404: "Not found"` is a line of YAML); a removed line none.
         let (own_path, n, of_diff) = match hunks.get(i).copied().flatten() {
@@ -272,7 +294,10 @@ pub(super) fn pointed_at(
                 (None, _) if of_diff => false,
                 (None, _) => true,
                 (Some(p), Some(q)) => same_file(p, q),
-                (Some(p), None) => call.iter().any(|c| same_file(c.trim(), p)),
+                (Some(p), None) => match heading {
+                    Some(h) => same_file(h, p),
+                    None => call.iter().any(|c| same_file(c.trim(), p)),
+                },
             };
             if file_matches {
                 let single = r.is_single();
@@ -307,6 +332,21 @@ mod tests {
         assert_eq!(
             numbers("the panic at crates/pith/src/main.rs:45:9 and inline 3"),
             [(Some("crates/pith/src/main.rs"), 45, 45)]
+        );
+        assert_eq!(
+            numbers("BUSY_TIMEOUT (sqlite.rs:148, 171, 370), the mode (sqlite.rs:438-441)"),
+            [
+                (Some("sqlite.rs"), 148, 148),
+                (Some("sqlite.rs"), 171, 171),
+                (Some("sqlite.rs"), 370, 370),
+                (Some("sqlite.rs"), 438, 441)
+            ]
+        );
+        // A path's list ends where a number is not a line's: "12, 2024 was" is line 12; a
+        // number after a space is not the path's.
+        assert_eq!(
+            numbers("a.rs:12, 2024 was the year; config.rs: 12 fields"),
+            [(Some("a.rs"), 12, 12)]
         );
         assert_eq!(
             numbers("sed -n '200,240p' src/lib.rs"),
@@ -450,6 +490,33 @@ mod tests {
         assert_eq!(
             pointed_at(&read, &[], &refs, &["/w/src/lib.rs"]),
             [None, None]
+        );
+    }
+
+    #[test]
+    fn a_grouped_searchs_lines_belong_to_the_file_their_heading_names() {
+        // OpenCode's grep: each file's matches under its path, a blank line between files.
+        let grep = [
+            "Found 3 matches",
+            "/w/crates/pith/src/dashboard/mod.rs:",
+            "  Line 64:     draining: Arc<AtomicBool>,",
+            "",
+            "/w/crates/pith/src/config.rs:",
+            "  Line 64:     pub drain: Option<String>,",
+            "  Line 70:     pub listen: String,",
+        ];
+        let call = ["drain", "/w/crates/pith"];
+        let refs = line_refs("proxy.drain (config.rs:64) sets it");
+        assert_eq!(
+            pointed_at(&grep, &[], &refs, &call),
+            [None, None, None, None, None, Some(true), None]
+        );
+        // A line not under a heading keeps the call's path.
+        let refs = line_refs("mod.rs:64");
+        let after_blank = ["/w/a/mod.rs:", "", "  Line 64: x"];
+        assert_eq!(
+            pointed_at(&after_blank, &[], &refs, &["/w/b"]),
+            [None, None, None]
         );
     }
 }

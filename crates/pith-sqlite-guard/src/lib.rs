@@ -74,6 +74,12 @@ impl Deadline {
 /// few microseconds of work between looks.
 const PROGRESS_STEPS: i32 = 1000;
 
+/// The longest string or blob a distrusted database may make or hold (SQLite's
+/// `SQLITE_LIMIT_LENGTH`; its default is a billion bytes): one step of SQLite's machine, which
+/// the [`Deadline`] cannot stop, builds a value at once (`printf('%.*c', 400000000, 'x')` in a
+/// planted trigger or generated column), so this bounds the memory one step can take.
+pub const VALUE_MAX: i32 = 64 << 20;
+
 /// What [`distrust`] requires of a schema.
 #[derive(Debug, Clone, Copy)]
 pub enum Schema<'a> {
@@ -86,7 +92,8 @@ pub enum Schema<'a> {
 }
 
 /// Treat `conn`'s database (the file at `path`) as a stranger's: no function with side effects
-/// runs from its schema (`trusted_schema = OFF`), its schema must be as `schema` says, and a
+/// runs from its schema (`trusted_schema = OFF`), no value is longer than [`VALUE_MAX`], its
+/// schema must be as `schema` says, and a
 /// statement running past the returned [`Deadline`] (armed now; `limit` from each
 /// [`Deadline::arm`]) is interrupted.
 pub fn distrust(
@@ -109,6 +116,8 @@ pub fn distrust(
     conn.progress_handler(PROGRESS_STEPS, Some(move || check.passed()))
         .map_err(sql)?;
     conn.pragma_update(None, "trusted_schema", "OFF")
+        .map_err(sql)?;
+    conn.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH, VALUE_MAX)
         .map_err(sql)?;
     let found: Vec<(String, String)> = conn
         .prepare("SELECT type, name FROM sqlite_master")
@@ -243,6 +252,42 @@ mod tests {
         deadline.arm();
         let one: i64 = conn.query_row("SELECT x FROM a", [], |r| r.get(0)).unwrap();
         assert_eq!(one, 1);
+    }
+
+    /// A generated column can make a value of hundreds of MB in one step the deadline cannot
+    /// stop: the length limit refuses it before it is built.
+    #[test]
+    fn a_value_past_the_limit_is_refused_not_built() {
+        let (_d, path, mut conn) = db(&format!(
+            "CREATE TABLE a (x, big AS (printf('%.*c', {}, 'x')));",
+            VALUE_MAX as i64 * 4
+        ));
+        let deadline = distrust(
+            &mut conn,
+            &path,
+            Schema::Exactly(&[("table", "a")]),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        deadline.arm();
+        let err = conn
+            .execute("INSERT INTO a (x) VALUES (1)", [])
+            .unwrap_err();
+        assert_eq!(
+            err.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::TooBig),
+            "{err}"
+        );
+        let err = conn
+            .query_row("SELECT printf('%.*c', 100000000, 'x')", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .unwrap_err();
+        assert_eq!(err.sqlite_error_code(), Some(rusqlite::ErrorCode::TooBig));
+        let small: String = conn
+            .query_row("SELECT printf('%.*c', 1000, 'x')", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(small.len(), 1000);
     }
 
     #[test]

@@ -153,6 +153,19 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// `migrations[i]` is the SQL batch that takes the schema from version `i` to `i + 1`; each runs
 /// in its own transaction, so a crash mid-migration leaves the previous version intact.
 pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> {
+    open_guarded(path, migrations, None)
+}
+
+/// What checks a database before a migration runs on it (a file a stranger may have written:
+/// its triggers fire on the migration's writes), given the version the file claims.
+pub type BeforeMigrating<'a> = &'a dyn Fn(&mut Connection, &Path, usize) -> Result<(), StoreError>;
+
+/// [`open`], with `guard` run first when a migration is due.
+pub fn open_guarded(
+    path: &Path,
+    migrations: &[&str],
+    guard: Option<BeforeMigrating<'_>>,
+) -> Result<Connection, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         create_private_dir(dir).map_err(|source| StoreError::CreateDir {
             path: dir.to_owned(),
@@ -163,7 +176,7 @@ pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> 
         path: path.to_owned(),
         source,
     })?;
-    let conn = Connection::open(path).map_err(|source| StoreError::Open {
+    let mut conn = Connection::open(path).map_err(|source| StoreError::Open {
         path: path.to_owned(),
         source,
     })?;
@@ -172,7 +185,7 @@ pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> 
         path: path.to_owned(),
         source,
     })?;
-    migrate(&conn, path, migrations)?;
+    migrate_guarded(&mut conn, path, migrations, guard)?;
     Ok(conn)
 }
 
@@ -190,14 +203,24 @@ pub fn open_existing_waiting(
     migrations: &[&str],
     busy: Duration,
 ) -> Result<Connection, StoreError> {
+    open_existing_guarded(path, migrations, busy, None)
+}
+
+/// [`open_existing_waiting`], with `guard` run first when a migration is due.
+pub fn open_existing_guarded(
+    path: &Path,
+    migrations: &[&str],
+    busy: Duration,
+    guard: Option<BeforeMigrating<'_>>,
+) -> Result<Connection, StoreError> {
     let open_error = |source| StoreError::Open {
         path: path.to_owned(),
         source,
     };
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(open_error)?;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(open_error)?;
     configure(&conn, busy).map_err(open_error)?;
-    migrate(&conn, path, migrations)?;
+    migrate_guarded(&mut conn, path, migrations, guard)?;
     Ok(conn)
 }
 
@@ -385,6 +408,23 @@ fn configure(conn: &Connection, busy: Duration) -> rusqlite::Result<()> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
+}
+
+/// [`migrate`], with `guard` run first when the file's version is older than the newest.
+fn migrate_guarded(
+    conn: &mut Connection,
+    path: &Path,
+    migrations: &[&str],
+    guard: Option<BeforeMigrating<'_>>,
+) -> Result<(), StoreError> {
+    if let Some(guard) = guard {
+        let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let current = usize::try_from(current).unwrap_or(0);
+        if current < migrations.len() {
+            guard(conn, path, current)?;
+        }
+    }
+    migrate(conn, path, migrations)
 }
 
 fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<(), StoreError> {

@@ -15,7 +15,8 @@ use super::excerpt::excerpt;
 use super::schema::MIGRATIONS;
 use super::schema::OBJECTS;
 use crate::sqlite::{
-    StoreError, open, open_existing, open_existing_waiting, open_in_memory, open_read_only_waiting,
+    BUSY_TIMEOUT, StoreError, open_existing_guarded, open_guarded, open_in_memory,
+    open_read_only_waiting,
 };
 use pith_sqlite_guard::{Deadline, Schema, distrust};
 
@@ -52,15 +53,40 @@ pub struct SqliteBrain {
     deadline: Option<Deadline>,
 }
 
+/// A brain file may be a stranger's, and a migration writes to it (its triggers fire, its views
+/// are read): before one runs, the file must hold exactly what pith's migrations make at the
+/// version it claims, under the guard (`trusted_schema` off, each statement within `limit`).
+fn before_migrating(
+    limit: Duration,
+) -> impl Fn(&mut Connection, &Path, usize) -> Result<(), StoreError> {
+    move |conn, path, version| {
+        let made = open_in_memory(&MIGRATIONS[..version])?;
+        let objects: Vec<(String, String)> = made
+            .prepare("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let expected: Vec<(&str, &str)> = objects
+            .iter()
+            .map(|(kind, name)| (kind.as_str(), name.as_str()))
+            .collect();
+        distrust(conn, path, Schema::Exactly(&expected), limit)?;
+        Ok(())
+    }
+}
+
 impl SqliteBrain {
     /// Open (creating if needed) a brain database file.
     pub fn open(path: &Path) -> Result<SqliteBrain, StoreError> {
-        SqliteBrain::checked(open(path, MIGRATIONS)?, path, STATEMENT_LIMIT)
+        let guard = before_migrating(STATEMENT_LIMIT);
+        let conn = open_guarded(path, MIGRATIONS, Some(&guard))?;
+        SqliteBrain::checked(conn, path, STATEMENT_LIMIT)
     }
 
     /// Open a brain database file only if it exists; never creates or chmods a file (reads).
     pub fn open_existing(path: &Path) -> Result<SqliteBrain, StoreError> {
-        SqliteBrain::checked(open_existing(path, MIGRATIONS)?, path, STATEMENT_LIMIT)
+        let guard = before_migrating(STATEMENT_LIMIT);
+        let conn = open_existing_guarded(path, MIGRATIONS, BUSY_TIMEOUT, Some(&guard))?;
+        SqliteBrain::checked(conn, path, STATEMENT_LIMIT)
     }
 
     /// Open an existing brain database file to read it, changing nothing (no file, mode or
@@ -74,7 +100,8 @@ impl SqliteBrain {
     /// `pith hook`'s writer for a captured fix. It never merges the index (a rewrite holds the
     /// write lock longer than another hook waits for it); the next CLI or MCP write does.
     pub fn open_existing_waiting(path: &Path, busy: Duration) -> Result<SqliteBrain, StoreError> {
-        let conn = open_existing_waiting(path, MIGRATIONS, busy)?;
+        let guard = before_migrating(HOOK_STATEMENT_LIMIT);
+        let conn = open_existing_guarded(path, MIGRATIONS, busy, Some(&guard))?;
         let mut brain = SqliteBrain::checked(conn, path, HOOK_STATEMENT_LIMIT)?;
         brain.merge_every = None;
         Ok(brain)
@@ -1348,6 +1375,78 @@ mod tests {
         assert!(err.to_string().contains("interrupt"), "{err}");
         // The next call has its own time, and reads work.
         assert!(brain.get("m-1").unwrap().is_some());
+    }
+
+    /// A brain at schema 1 with one memory, and a raw connection to it: what a repository can
+    /// commit for the next migration to run on.
+    fn planted_old() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("brain.db");
+        let old = crate::sqlite::open(&path, &MIGRATIONS[..1]).unwrap();
+        old.execute(
+            "INSERT INTO memories (id, kind, title, created_at, updated_at)
+             VALUES ('m-old1', 'note', 'from schema 1', 10, 20)",
+            [],
+        )
+        .unwrap();
+        (dir, path, old)
+    }
+
+    /// An endless statement, for a planted trigger's body.
+    const SPIN: &str = "SELECT count(*) FROM (WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL \
+                        SELECT x + 1 FROM r) SELECT x FROM r)";
+
+    /// Migration 2 updates every memory: a trigger a stranger planted on that update ran with
+    /// no guard at all (the check came after the migration), and hung every opener.
+    #[test]
+    fn an_old_brains_planted_trigger_is_refused_before_the_migration_runs() {
+        let (_dir, path, old) = planted_old();
+        old.execute_batch(&format!(
+            "CREATE TRIGGER spin AFTER UPDATE ON memories BEGIN {SPIN}; END;"
+        ))
+        .unwrap();
+        drop(old);
+        for opened in [
+            SqliteBrain::open(&path).map(drop),
+            SqliteBrain::open_existing(&path).map(drop),
+            SqliteBrain::open_existing_waiting(&path, Duration::from_millis(100)).map(drop),
+        ] {
+            let err = opened.unwrap_err().to_string();
+            assert!(
+                err.contains("trigger spin that pith does not make"),
+                "{err}"
+            );
+        }
+        let version: i64 = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 1, "not migrated");
+    }
+
+    /// The same under one of pith's own names: it passes the check, and the migration runs
+    /// under the deadline, which stops it.
+    #[test]
+    fn an_old_brains_trigger_under_piths_name_runs_under_the_deadline() {
+        let (_dir, path, old) = planted_old();
+        old.execute_batch(&format!(
+            "DROP TRIGGER memories_fts_reindex;
+             CREATE TRIGGER memories_fts_reindex AFTER UPDATE ON memories BEGIN {SPIN}; END;"
+        ))
+        .unwrap();
+        drop(old);
+        let err = SqliteBrain::open_existing_waiting(&path, Duration::from_millis(100))
+            .map(drop)
+            .unwrap_err();
+        match err {
+            StoreError::Migrate {
+                version, source, ..
+            } => {
+                assert_eq!(version, 2);
+                assert!(pith_sqlite_guard::interrupted(&source), "{source}");
+            }
+            other => panic!("{other}"),
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use report::{Candidate, RankPolicy, Ranker, Ranking, SearchReport, search_workspace};
-pub use walk::search;
+pub use walk::{IGNORE_FILE_MAX, NotSearched, search};
 
 /// Page size when the caller does not choose one.
 pub const DEFAULT_MAX_RESULTS: usize = 50;
@@ -134,6 +134,9 @@ pub struct SearchResults {
     pub offset: usize,
     /// The page size used (after clamping).
     pub max_results: usize,
+    /// Directories left out because an ignore file in them is not a plain file.
+    #[serde(default)]
+    pub not_searched: NotSearched,
 }
 
 impl SearchResults {
@@ -186,6 +189,19 @@ pub enum SearchError {
     PathNotFound {
         /// The path as given.
         path: String,
+    },
+    /// An ignore file the walk would read from the search's start or a directory above it is
+    /// not a plain file.
+    #[error(
+        "not searched: {path:?} is in the workspace but {why}; pith reads .gitignore and \
+         .ignore only as regular files of at most 1 MiB (replace it with one, or search \
+         another path)"
+    )]
+    UnsafeIgnoreFile {
+        /// The directory, relative to the workspace root (`""` for the root).
+        path: String,
+        /// What is wrong with its ignore file.
+        why: String,
     },
     /// The workspace root itself cannot be used.
     #[error("cannot use workspace root {root}")]

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::walk::{Collected, collect};
-use crate::{MAX_LINE_CHARS, MAX_OFFSET, Match, SearchError, SearchRequest};
+use crate::{MAX_LINE_CHARS, MAX_OFFSET, Match, NotSearched, SearchError, SearchRequest};
 
 /// One search result offered to a ranker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -109,6 +109,9 @@ pub struct SearchReport {
     pub next_offset: Option<usize>,
     /// Whether a ranker ordered `matches`.
     pub ranking: Ranking,
+    /// Directories left out because an ignore file in them is not a plain file.
+    #[serde(skip_serializing_if = "NotSearched::is_empty")]
+    pub not_searched: NotSearched,
 }
 
 /// Searches like [`crate::search`] and, when `ranker` is given, the request is a first page
@@ -161,6 +164,7 @@ pub fn search_workspace(
         max_results,
         next_offset,
         ranking,
+        not_searched: page.not_searched,
     })
 }
 
@@ -220,6 +224,7 @@ fn ranked_report(
         max_results,
         next_offset: None,
         ranking: Ranking::Ranked { by },
+        not_searched: collected.not_searched,
     }
 }
 
@@ -296,6 +301,21 @@ impl SearchReport {
         if !matches!(self.ranking, Ranking::Ranked { .. }) {
             out.push_str(&self.summary_line(&matches, &files));
             out.push('\n');
+        }
+        if self.not_searched.total > 0 {
+            let named: Vec<String> = self.not_searched.dirs.iter().map(|d| one_line(d)).collect();
+            let more = self.not_searched.total - named.len() as u64;
+            let _ = writeln!(
+                out,
+                "Not searched: {} (pith reads .gitignore and .ignore only as regular files of at \
+                 most 1 MiB){}.",
+                named.join(", "),
+                if more > 0 {
+                    format!(" and {more} more directories")
+                } else {
+                    String::new()
+                }
+            );
         }
         if self.matches.iter().any(|found| found.truncated) {
             let _ = writeln!(

@@ -34,7 +34,35 @@ pub(crate) struct Collected {
     pub(crate) first: Vec<Match>,
     pub(crate) total_matches: u64,
     pub(crate) files_with_matches: u64,
+    pub(crate) not_searched: NotSearched,
 }
+
+/// Directories the walk left out because an ignore file in them is not a plain file
+/// ([`unsafe_ignore_file`]): the first few, and how many in all.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NotSearched {
+    /// The first [`NOT_SEARCHED_NAMED`] of them, relative to the workspace root, with why.
+    pub dirs: Vec<String>,
+    /// How many in all.
+    pub total: u64,
+}
+
+impl NotSearched {
+    /// Whether the walk left nothing out.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+}
+
+/// How many left-out directories a result names (the rest are counted).
+pub const NOT_SEARCHED_NAMED: usize = 8;
+
+/// The largest `.gitignore` or `.ignore` the walk reads.
+pub const IGNORE_FILE_MAX: u64 = 1 << 20;
+
+/// The longest line a search holds (grep-searcher's heap limit; a file with a longer one is
+/// skipped): a file from the workspace is a stranger's, and one line of it could be gigabytes.
+const LINE_BYTES_MAX: usize = 16 << 20;
 
 impl Collected {
     pub(crate) fn into_page(self, offset: usize, max_results: usize) -> SearchResults {
@@ -49,6 +77,7 @@ impl Collected {
             files_with_matches: self.files_with_matches,
             offset,
             max_results,
+            not_searched: self.not_searched,
         }
     }
 }
@@ -71,6 +100,16 @@ pub(crate) fn collect(
         source,
     })?;
     let start = resolve_start(&root, req.path.as_deref())?;
+    // The walk reads the ignore files of the start and of every directory above it up to the
+    // root: each must be a plain file.
+    for dir in start.ancestors().take_while(|dir| dir.starts_with(&root)) {
+        if let Some(why) = unsafe_ignore_file(dir) {
+            return Err(SearchError::UnsafeIgnoreFile {
+                path: relative_path(&root, dir),
+                why,
+            });
+        }
+    }
     let matcher = build_matcher(req)?;
     let overrides = build_overrides(&root, &req.globs)?;
 
@@ -80,12 +119,36 @@ pub(crate) fn collect(
         files_with_matches: AtomicU64::new(0),
         best: Mutex::new(BinaryHeap::new()),
     };
+    let not_searched = Arc::new(Mutex::new(NotSearched::default()));
     let mut walker = WalkBuilder::new(&start);
+    let left_out = Arc::clone(&not_searched);
+    let walk_root = root.clone();
     walker
         // A workspace that is not (yet) a git repository still means its .gitignore.
         .require_git(false)
+        // `.git/info/exclude` is not read: to find it the walker follows a `.git` file's
+        // `gitdir:` to wherever it points, outside the workspace too.
+        .git_exclude(false)
         .overrides(overrides)
-        .filter_entry(|entry| entry.file_name() != ".git");
+        .filter_entry(move |entry| {
+            if entry.file_name() == ".git" {
+                return false;
+            }
+            // The walker reads a directory's ignore files as it enters it, following links,
+            // whole: one that is a link (to `/dev/zero`, a terminal) or huge leaves it out.
+            if entry.file_type().is_some_and(|kind| kind.is_dir())
+                && let Some(why) = unsafe_ignore_file(entry.path())
+            {
+                let mut left = left_out.lock().unwrap_or_else(PoisonError::into_inner);
+                if left.dirs.len() < NOT_SEARCHED_NAMED {
+                    let dir = relative_path(&walk_root, entry.path());
+                    left.dirs.push(format!("{dir} ({why})"));
+                }
+                left.total += 1;
+                return false;
+            }
+            true
+        });
     walker.build_parallel().run(|| {
         let mut worker = Worker {
             root: &root,
@@ -93,6 +156,7 @@ pub(crate) fn collect(
             searcher: SearcherBuilder::new()
                 .line_number(true)
                 .binary_detection(BinaryDetection::quit(b'\x00'))
+                .heap_limit(Some(LINE_BYTES_MAX))
                 .build(),
             shared: &shared,
         };
@@ -119,7 +183,36 @@ pub(crate) fn collect(
             .collect(),
         total_matches: shared.total_matches.into_inner(),
         files_with_matches: shared.files_with_matches.into_inner(),
+        not_searched: std::mem::take(
+            &mut not_searched.lock().unwrap_or_else(PoisonError::into_inner),
+        ),
     })
+}
+
+/// Why a directory's `.gitignore` or `.ignore` cannot be read as a plain file (a link, a
+/// device or FIFO, larger than [`IGNORE_FILE_MAX`]), if one cannot. The walker opens them
+/// itself, following links and reading them whole.
+fn unsafe_ignore_file(dir: &Path) -> Option<String> {
+    for name in [".gitignore", ".ignore"] {
+        let why = match std::fs::symlink_metadata(dir.join(name)) {
+            // None there, or the search's start is a file.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                continue;
+            }
+            Err(_) => "cannot be looked at",
+            Ok(meta) if meta.file_type().is_symlink() => "is a link",
+            Ok(meta) if !meta.is_file() => "is not a regular file",
+            Ok(meta) if meta.len() > IGNORE_FILE_MAX => "is larger than 1 MiB",
+            Ok(_) => continue,
+        };
+        return Some(format!("its {name} {why}"));
+    }
+    None
 }
 
 /// The search start: the root, or `path` inside it. Refuses anything that resolves (also
@@ -301,6 +394,8 @@ impl Worker<'_> {
 }
 
 /// `path` relative to `root`, `/`-separated on every platform.
+/// `path` relative to `root`, as shown: a control character in a name (a file a stranger named
+/// `a\nsrc/x.rs:1: ...` would add a line to the listing the model reads) is escaped.
 fn relative_path(root: &Path, path: &Path) -> String {
     let relative = path.strip_prefix(root).unwrap_or(path);
     let mut out = String::new();
@@ -308,7 +403,13 @@ fn relative_path(root: &Path, path: &Path) -> String {
         if !out.is_empty() {
             out.push('/');
         }
-        out.push_str(&component.as_os_str().to_string_lossy());
+        for c in component.as_os_str().to_string_lossy().chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
     }
     out
 }

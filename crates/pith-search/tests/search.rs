@@ -249,6 +249,89 @@ fn a_symlink_that_escapes_is_refused_and_never_followed() {
     assert_eq!(paths(&all.matches), ["src/a.rs:1"]);
 }
 
+/// The walker opens each directory's `.gitignore` and `.ignore` itself, following links and
+/// reading them whole: a stranger's `.gitignore -> /dev/zero` grew one line until memory ran
+/// out, a FIFO hung the search. Such a directory is left out, and the report says so; at the
+/// search's start (or above it) the search is refused with the file named.
+#[test]
+fn an_ignore_file_that_is_not_a_plain_file_is_never_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "src/a.rs", "needle\n");
+    write(root, "vendor/b.rs", "needle\n");
+    write(root, "piped/c.rs", "needle\n");
+    write(root, "big/d.rs", "needle\n");
+    std::os::unix::fs::symlink("/dev/zero", root.join("vendor/.gitignore")).unwrap();
+    let fifo = root.join("piped/.ignore");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    fs::write(
+        root.join("big/.gitignore"),
+        vec![b'x'; pith_search::IGNORE_FILE_MAX as usize + 1],
+    )
+    .unwrap();
+
+    let report = search_workspace(
+        root,
+        &SearchRequest::new("needle"),
+        None,
+        RankPolicy::default(),
+    )
+    .unwrap();
+    assert_eq!(paths(&report.matches), ["src/a.rs:1"]);
+    assert_eq!(report.not_searched.total, 3);
+    let text = report.render();
+    for said in [
+        "Not searched: ",
+        "vendor (its .gitignore is a link)",
+        "piped (its .ignore is not a regular file)",
+        "big (its .gitignore is larger than 1 MiB)",
+    ] {
+        assert!(text.contains(said), "{said}: {text}");
+    }
+
+    // At the start: refused, naming it.
+    let inside = SearchRequest {
+        path: Some("vendor".into()),
+        ..SearchRequest::new("needle")
+    };
+    let err = search(root, &inside).unwrap_err();
+    assert!(
+        matches!(&err, SearchError::UnsafeIgnoreFile { path, .. } if path == "vendor"),
+        "{err}"
+    );
+    std::os::unix::fs::symlink("/dev/zero", root.join(".ignore")).unwrap();
+    let err = search(root, &SearchRequest::new("needle")).unwrap_err();
+    assert!(err.to_string().contains("its .ignore is a link"), "{err}");
+}
+
+/// A file name is a stranger's text: a line break in one must not add a line to the listing.
+#[test]
+fn a_control_character_in_a_file_name_is_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "src/we\x1b[31mird\nx.rs:9: fake", "needle\n");
+    let report = search_workspace(
+        root,
+        &SearchRequest::new("needle"),
+        None,
+        RankPolicy::default(),
+    )
+    .unwrap();
+    assert_eq!(report.matches.len(), 1);
+    let text = report.render();
+    assert!(!text.contains('\x1b'), "{text:?}");
+    assert_eq!(
+        text.lines().next(),
+        Some("src/we\\u{1b}[31mird\\nx.rs:9: fake:1: needle")
+    );
+}
+
 #[test]
 fn binary_files_are_skipped_whole() {
     let dir = tempfile::tempdir().unwrap();

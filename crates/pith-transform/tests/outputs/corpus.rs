@@ -8,11 +8,11 @@
 use pith_testkit::fixtures::{OutputCase, output_cases};
 use pith_transform::outputs::excerpt::{Excerpt, Query, excerpt, kind_of_call};
 
-/// The share of needed lines kept that the ranking may not fall below (89.6% on the 108
-/// cases at stop 64, BENCHMARKS.md; the goal is 95%). Each held-out set added lowers what the
-/// corpus measures: sets (e) and (f), whose next steps name the lines they needed more
-/// loosely, kept 73% and 84%.
-const RECALL_FLOOR: f64 = 0.89;
+/// The share of needed lines kept that the ranking may not fall below (87.4% on the 120
+/// cases at stop 65, BENCHMARKS.md; the goal is 95%). Each held-out set added lowers what the
+/// corpus measures: sets (e), (f) and (g), whose next steps name the lines they needed more
+/// loosely, kept 74%, 86% and 69%.
+const RECALL_FLOOR: f64 = 0.87;
 
 #[test]
 fn excerpts_keep_what_later_steps_needed_at_a_quarter_of_the_output() {

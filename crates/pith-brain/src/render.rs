@@ -37,7 +37,8 @@ pub struct Hints {
 
 /// `path:3-9`.
 pub fn evidence_name(e: &Evidence) -> String {
-    let mut s = e.path.clone();
+    // A path came from the project (a file a stranger named) or from a brain's file.
+    let mut s = escape(&e.path, false);
     if let Some(l) = e.lines {
         let _ = write_range(&mut s, l);
     }
@@ -50,7 +51,7 @@ fn state_word(state: &EvidenceState) -> String {
         EvidenceState::Changed => "changed".into(),
         EvidenceState::Gone => "gone".into(),
         EvidenceState::Unrecorded => "no hash recorded".into(),
-        EvidenceState::Unreadable { reason } => format!("unreadable: {reason}"),
+        EvidenceState::Unreadable { reason } => format!("unreadable: {}", one_line(reason, 200)),
     }
 }
 
@@ -72,7 +73,7 @@ pub fn status(status: &Status) -> String {
 pub fn headline_line(c: &Checked) -> String {
     format!(
         "{} {} [{}] {}",
-        c.memory.id,
+        id(&c.memory.id),
         c.memory.kind,
         status(&c.status),
         title(&c.memory.title)
@@ -87,6 +88,15 @@ pub fn headline_line(c: &Checked) -> String {
 pub fn one_line(text: &str, max: usize) -> String {
     escape(&clip(text, max), false)
 }
+
+/// A memory's id as printed: pith makes them `m-` and hex, but a brain file that came with a
+/// project holds whatever its author wrote.
+fn id(text: &str) -> String {
+    one_line(text, MAX_ID_CHARS)
+}
+
+/// The longest id shown whole.
+const MAX_ID_CHARS: usize = 80;
 
 fn title(text: &str) -> String {
     one_line(text, MAX_TITLE_CHARS)
@@ -121,6 +131,12 @@ fn needs_escape(c: char, keep_lines: bool) -> bool {
         )
 }
 
+/// Text of any length as a terminal shows it (an error message that quotes what a user, a
+/// file or a database gave it): escaped like [`one_line`], its line breaks and tabs kept.
+pub fn printable(text: &str) -> String {
+    escape(text, true)
+}
+
 /// `text` with every character [`one_line`] escapes escaped; `keep_lines` leaves line breaks
 /// and tabs (a body).
 fn escape(text: &str, keep_lines: bool) -> String {
@@ -153,7 +169,7 @@ fn body(text: &str) -> String {
 /// A whole memory.
 pub fn memory(c: &Checked) -> String {
     let m = &c.memory;
-    let mut out = format!("{} {}: {}\n", m.id, m.kind, title(&m.title));
+    let mut out = format!("{} {}: {}\n", id(&m.id), m.kind, title(&m.title));
     let _ = writeln!(out, "status: {}", status(&c.status));
     if let Some(h) = &m.headline {
         let _ = writeln!(out, "error: {}", one_line(h, MAX_HEADLINE_CHARS));
@@ -239,7 +255,7 @@ pub fn list(items: &[Checked]) -> String {
         let _ = write!(
             out,
             "{:<8} {:<8} {:<10} {}",
-            m.id,
+            id(&m.id),
             m.kind.as_str(),
             c.status.freshness.as_str(),
             title(&m.title)
@@ -254,7 +270,7 @@ pub fn list(items: &[Checked]) -> String {
 
 /// What a verification found and what to do about it.
 pub fn verification(v: &Verification, hints: &Hints) -> String {
-    let mut out = format!("{} {}: ", v.id, title(&v.title));
+    let mut out = format!("{} {}: ", id(&v.id), title(&v.title));
     match &v.accepted {
         Some(old) => {
             let _ = writeln!(
@@ -282,8 +298,8 @@ pub fn verification(v: &Verification, hints: &Hints) -> String {
         let _ = writeln!(
             out,
             "The memory may no longer hold. If it still does: {}; if not: {}.",
-            hints.accept.replace("<id>", &v.id),
-            hints.forget.replace("<id>", &v.id)
+            hints.accept.replace("<id>", &id(&v.id)),
+            hints.forget.replace("<id>", &id(&v.id))
         );
     }
     out
@@ -313,7 +329,7 @@ pub fn pointer_line(refs: &[MemoryRef], hints: &Hints) -> Option<String> {
     let mut items: Vec<String> = refs
         .iter()
         .take(SHOWN)
-        .map(|r| format!("{} {}: {}", r.id, r.kind, one_line(&r.title, 80)))
+        .map(|r| format!("{} {}: {}", id(&r.id), r.kind, one_line(&r.title, 80)))
         .collect();
     if n > SHOWN {
         items.push(format!("{} more", n - SHOWN));
@@ -332,7 +348,7 @@ pub fn saved(c: &Checked) -> String {
     let m = &c.memory;
     format!(
         "saved {} ({}, {}): {}\n",
-        m.id,
+        id(&m.id),
         m.kind,
         status(&c.status),
         title(&m.title)
@@ -354,15 +370,15 @@ pub fn saved_with_evidence(c: &Checked) -> String {
 pub fn trashed(m: &Memory, hints: &Hints) -> String {
     format!(
         "{} {}: moved to the trash; {} brings it back\n",
-        m.id,
+        id(&m.id),
         title(&m.title),
-        hints.restore.replace("<id>", &m.id)
+        hints.restore.replace("<id>", &id(&m.id))
     )
 }
 
 /// A memory brought back from the trash.
 pub fn restored(m: &Memory) -> String {
-    format!("{} {}: restored\n", m.id, title(&m.title))
+    format!("{} {}: restored\n", id(&m.id), title(&m.title))
 }
 
 /// The JSON form of evidence checks (`--json`): path, lines, hash, and what became of it.

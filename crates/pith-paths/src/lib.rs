@@ -7,12 +7,15 @@
 //! the search crate's ripgrep libraries for one rule.
 //!
 //! [`private`] and [`own`] hold the other rules for paths: how pith creates and opens files of
-//! its own, in its own home ([`private`]) and in a project, a stranger's ([`own`]).
+//! its own, in its own home ([`private`]) and in a project, a stranger's ([`own`]); [`small`]
+//! how it reads a small settings file that may be a stranger's.
 
 #[cfg(unix)]
 pub mod own;
 #[cfg(unix)]
 pub mod private;
+#[cfg(unix)]
+pub mod small;
 
 use std::path::{Component, Path, PathBuf};
 

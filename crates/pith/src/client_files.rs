@@ -32,10 +32,15 @@ impl Files for Disk {
     }
 
     fn read(&self, path: &Path) -> Option<Value> {
-        let text = std::fs::read_to_string(path).ok()?;
+        let text = pith_paths::small::read_small_file(path, SETTINGS_BYTES_MAX).ok()?;
         parse(path, &text)
     }
 }
+
+/// The largest client settings file pith reads (Claude Code's `~/.claude.json` keeps every
+/// project's history and grows to megabytes): a project's `.mcp.json` or `opencode.json` that
+/// is a FIFO, a device or huge is not read (it hung or exhausted `pith doctor`, `run`, `setup`).
+pub const SETTINGS_BYTES_MAX: u64 = 64 << 20;
 
 /// A settings file's text as JSON: TOML by its extension, else JSON with comments.
 pub fn parse(path: &Path, text: &str) -> Option<Value> {

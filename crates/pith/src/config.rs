@@ -166,7 +166,7 @@ impl Config {
     /// empty when neither has any. Each account id and key is checked, and a key given to two
     /// accounts is refused; an error names the account, never the key.
     pub fn account_keys(&self) -> anyhow::Result<pith_proxy::AccountKeys> {
-        match env::path(Var::AccountKeys) {
+        match env::absolute_path(Var::AccountKeys)? {
             Some(path) => {
                 let table = read_keys_file(&path)?;
                 keys_from(&table, &format!("{} (PITH_ACCOUNT_KEYS)", path.display()))
@@ -308,6 +308,12 @@ impl Config {
         let path = match explicit {
             Some(p) => {
                 anyhow::ensure!(
+                    !(p.is_relative() && from_the_environment(p)),
+                    "PITH_CONFIG is a relative path ({p:?}): set it to an absolute one (a \
+                     relative one would be found in whatever directory pith runs in, a cloned \
+                     project's too), or pass --config"
+                );
+                anyhow::ensure!(
                     p.exists(),
                     "config file {} does not exist (given by --config or PITH_CONFIG)",
                     p.display()
@@ -319,7 +325,9 @@ impl Config {
         let Some(path) = path else {
             return Ok(Config::default());
         };
-        let text = std::fs::read_to_string(&path)
+        // Named by a flag or a variable, it may be anything: a FIFO hung every command (the
+        // hook too), `/dev/zero` took gigabytes.
+        let text = pith_paths::small::read_small_file(&path, CONFIG_BYTES_MAX)
             .with_context(|| format!("cannot read config file {}", path.display()))?;
         let mut config: Config = toml::from_str(&text)
             .with_context(|| format!("invalid config file {}", path.display()))?;
@@ -381,10 +389,13 @@ pub fn is_model_path(value: &str) -> bool {
     value.contains('/') || value.contains(std::path::MAIN_SEPARATOR) || value.starts_with('.')
 }
 
+/// The largest config or account keys file pith reads.
+const CONFIG_BYTES_MAX: u64 = 1 << 20;
+
 /// The file `PITH_ACCOUNT_KEYS` names: `account = "key"` lines, as `[account.keys]` holds them.
 fn read_keys_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
     let named = "named by PITH_ACCOUNT_KEYS";
-    let text = std::fs::read_to_string(path).with_context(|| {
+    let text = pith_paths::small::read_small_file(path, CONFIG_BYTES_MAX).with_context(|| {
         format!(
             "cannot read the account keys file {} ({named})",
             path.display()
@@ -454,9 +465,17 @@ fn check_private(home: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the config path given came from `PITH_CONFIG`, not from `--config` on the command
+/// line (which wins when both are given, as clap reads them).
+fn from_the_environment(path: &Path) -> bool {
+    let flag_given = std::env::args_os()
+        .any(|arg| arg == "--config" || arg.to_string_lossy().starts_with("--config="));
+    !flag_given && std::env::var_os("PITH_CONFIG").is_some_and(|v| Path::new(&v) == path)
+}
+
 /// pith's own data directory: `$PITH_HOME`, else the platform data dir + `pith`.
 pub fn pith_home() -> anyhow::Result<PathBuf> {
-    if let Some(home) = env::path(Var::Home) {
+    if let Some(home) = env::absolute_path(Var::Home)? {
         check_private(&home)?;
         return Ok(home);
     }

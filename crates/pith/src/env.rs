@@ -223,6 +223,22 @@ pub fn path(var: Var) -> Option<PathBuf> {
         .map(|(_, raw)| PathBuf::from(raw))
 }
 
+/// The variable as a path that must be absolute: pith runs in directories the user did not
+/// write (a cloned project), and a relative `PITH_HOME` or key file would be found there.
+pub fn absolute_path(var: Var) -> anyhow::Result<Option<PathBuf>> {
+    let Some(path) = path(var) else {
+        return Ok(None);
+    };
+    anyhow::ensure!(
+        path.is_absolute(),
+        "{} is a relative path ({:?}): set it to an absolute one (a relative one would be \
+         found in whatever directory pith runs in, a cloned project's too)",
+        var.name(),
+        path
+    );
+    Ok(Some(path))
+}
+
 pub use crate::switch::parse_switch;
 
 /// A switch; anything else is an error naming the variable.

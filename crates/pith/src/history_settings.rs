@@ -39,7 +39,7 @@ impl HistorySettings {
         let config = &full.history;
         let home = pith_home()?;
         let record = env::flag(Var::History)?.or(config.record).unwrap_or(true);
-        let path = env::path(Var::HistoryPath)
+        let path = env::absolute_path(Var::HistoryPath)?
             .or_else(|| config.path.clone())
             .unwrap_or_else(|| home.join("history.db"));
         let key = match env::text(Var::HistoryTokenKey) {

@@ -28,6 +28,7 @@ mod switch;
 mod team;
 mod workspace;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -136,7 +137,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("pith: error: {e:#}");
+            // An error quotes what it was given (an id, a query, a path, a database's own
+            // names): escaped, and written even when nobody reads stderr (a closed pipe).
+            let message = pith_brain::render::printable(&format!("{e:#}"));
+            let _ = writeln!(std::io::stderr().lock(), "pith: error: {message}");
             ExitCode::FAILURE
         }
     }

@@ -9,6 +9,7 @@
 //! nothing listens (every request of that client fails), or naming pith's port while no pith
 //! answers there.
 
+use pith_brain::render::printable;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -80,6 +81,23 @@ impl Report {
     }
 }
 
+/// The settings a proxy resolves as it starts (the config's and the `PITH_*` variables'): one
+/// it would refuse fails here, as it would stop `pith proxy` and leave `pith run`'s client
+/// going straight to its provider.
+fn check_proxy_settings(report: &mut Report, config: &Config) {
+    match crate::commands::proxy::check_settings(config) {
+        Ok(()) => report.ok(
+            "proxy settings",
+            "the config's and the environment's proxy settings are valid",
+        ),
+        Err(e) => report.fail(
+            "proxy settings",
+            format!("{e:#}"),
+            "fix that setting: `pith proxy` refuses to start until then",
+        ),
+    }
+}
+
 /// Runs apart from the other commands: a config that does not parse is a failed check here,
 /// not an error before any check.
 pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
@@ -102,6 +120,13 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
             Config::default()
         }
     };
+    if report
+        .checks
+        .iter()
+        .all(|c| !matches!(c.status, Status::Fail))
+    {
+        check_proxy_settings(&mut report, &config);
+    }
     let exe = std::env::current_exe()
         .ok()
         .map(|e| e.canonicalize().unwrap_or(e));
@@ -130,8 +155,15 @@ pub fn run(args: Args, config_path: Option<&Path>) -> anyhow::Result<ExitCode> {
                 Status::Fail => "FAIL",
             };
             match &c.fix {
-                Some(fix) => println!("{status} {}: {} -> {fix}", c.check, c.detail),
-                None => println!("{status} {}: {}", c.check, c.detail),
+                // A detail quotes what it found (a project's settings, a path, an error):
+                // escaped, so a stranger's value cannot rewrite the terminal.
+                Some(fix) => println!(
+                    "{status} {}: {} -> {}",
+                    c.check,
+                    printable(&c.detail),
+                    printable(fix)
+                ),
+                None => println!("{status} {}: {}", c.check, printable(&c.detail)),
             }
         }
     }

@@ -227,6 +227,10 @@ fn ensure(
         Probe::Other(what) => return Err(taken(what)),
         Probe::Nothing => {}
     }
+    // A setting the proxy would refuse stops it at once, its reason only in its log: say it
+    // here instead of waiting for an answer that will not come.
+    crate::commands::proxy::check_settings(config)
+        .map_err(|e| format!("a pith proxy cannot start here: {e:#}"))?;
     let log = background::log_path(home);
     let late = || {
         format!(

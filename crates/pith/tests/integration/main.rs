@@ -47,6 +47,7 @@ mod search_trip;
 mod service;
 mod setup;
 mod stats;
+mod stranger_input;
 mod support;
 mod team;
 mod untrusted_project;

@@ -531,15 +531,53 @@ fn a_missing_client_starts_no_proxy() {
     assert!(health(shared.addr).is_none(), "a proxy answers");
 }
 
+/// A setting the proxy would refuse is named at once, and the client goes straight to its
+/// provider (before stop 65 it waited two seconds for a proxy that had already exited, and the
+/// reason was only in the proxy's log).
 #[test]
-fn a_proxy_that_does_not_come_up_means_straight_to_the_provider_after_two_seconds() {
+fn a_setting_the_proxy_refuses_is_named_and_the_client_goes_straight_at_once() {
     let mock = MockUpstream::start().unwrap();
     let mut shared = Shared::new(&mock, free_port(), tempfile::tempdir().unwrap());
-    // The proxy pith run starts exits at once: its upstream is not a URL.
     shared.env.retain(|(k, _)| *k != "PITH_ANTHROPIC_UPSTREAM");
     shared
         .env
         .push(("PITH_ANTHROPIC_UPSTREAM", "not a url".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = fake_client(dir.path(), "claude", "echo \"base=$ANTHROPIC_BASE_URL\"");
+    let started = Instant::now();
+    let out = pith_run(&shared, &path, &["claude"])
+        .env("ANTHROPIC_BASE_URL", mock.url())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("base={}\n", mock.url())
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("pith: a pith proxy cannot start here: ")
+            && stderr.contains("not a url")
+            && stderr
+                .trim_end()
+                .ends_with("claude runs straight to its provider."),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(shared.started(), 0, "no proxy was started");
+}
+
+#[test]
+fn a_proxy_that_does_not_come_up_means_straight_to_the_provider_after_two_seconds() {
+    let mock = MockUpstream::start().unwrap();
+    let shared = Shared::new(&mock, free_port(), tempfile::tempdir().unwrap());
+    // The proxy pith run starts exits at once: its ledger's path is a directory (its settings
+    // are valid; what it opens is not).
+    std::fs::create_dir(shared.home.path().join("ledger.db")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = fake_client(dir.path(), "claude", "echo \"base=$ANTHROPIC_BASE_URL\"");
     let started = Instant::now();
@@ -569,7 +607,7 @@ fn a_proxy_that_does_not_come_up_means_straight_to_the_provider_after_two_second
         "{elapsed:?}"
     );
     // The proxy's own reason is in its log.
-    assert!(shared.log().contains("not a url"), "{}", shared.log());
+    assert!(shared.log().contains("ledger.db"), "{}", shared.log());
 }
 
 #[test]

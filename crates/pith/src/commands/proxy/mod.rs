@@ -127,6 +127,20 @@ fn detach() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether a proxy would start with `config` and this process's environment: every setting it
+/// resolves (the config's and the `PITH_*` variables'), nothing opened or bound. `pith doctor`
+/// and `pith run` check it first, so a setting the proxy would refuse is named where the user
+/// looks, not only in the background proxy's log.
+pub fn check_settings(config: &Config) -> anyhow::Result<()> {
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        args: Args,
+    }
+    let defaults = <Defaults as clap::Parser>::try_parse_from(["pith"])?;
+    Plan::resolve(&defaults.args, config).map(drop)
+}
+
 /// `pith proxy` in three phases: resolve every setting ([`Plan`]), open what the proxy writes
 /// to ([`Started`]), serve until a signal or the idle stop; then stop each part in turn.
 pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {

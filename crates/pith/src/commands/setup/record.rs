@@ -160,7 +160,7 @@ impl Record {
 
 /// A config file's text, `None` when it does not exist.
 pub fn read_config(path: &Path) -> anyhow::Result<Option<String>> {
-    match std::fs::read_to_string(path) {
+    match pith_paths::small::read_small_file(path, crate::client_files::SETTINGS_BYTES_MAX) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),

@@ -65,6 +65,9 @@ pub const MAX_HEADLINE_CHARS: usize = 1000;
 pub const MAX_TAGS: usize = 32;
 /// Longest tag accepted, in characters (after normalization).
 pub const MAX_TAG_CHARS: usize = 64;
+/// Most evidence on one memory: each item is a file hashed on every check, and a brain that
+/// came with a project can claim any number (only this many of a memory's are read).
+pub const MAX_EVIDENCE: usize = 32;
 /// Longest search snippet, in characters: a few words of the body around the match.
 pub const MAX_SNIPPET_CHARS: usize = 300;
 
@@ -601,6 +604,13 @@ fn validate(new: &NewMemory) -> Result<Valid, BrainError> {
         return Err(BrainError::Invalid(format!(
             "headline is {chars} characters, over the limit of {MAX_HEADLINE_CHARS}; give \
              the error's first line and put the rest in the body"
+        )));
+    }
+    if new.evidence.len() > MAX_EVIDENCE {
+        return Err(BrainError::Invalid(format!(
+            "{} pieces of evidence, over the limit of {MAX_EVIDENCE}; cite the files (or line \
+             ranges) the memory is about",
+            new.evidence.len()
         )));
     }
     let tags = normalize_tags(&new.tags);

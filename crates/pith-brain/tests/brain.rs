@@ -222,4 +222,14 @@ fn limits_are_stated_with_what_to_do_and_kept() {
     m.tags = vec!["g".repeat(pith_brain::MAX_TAG_CHARS + 1)];
     let err = refused(&mut brain, m);
     assert!(err.contains("65 characters") && err.contains("64"), "{err}");
+
+    let cited: Vec<String> = (1..=pith_brain::MAX_EVIDENCE + 1)
+        .map(|i| format!("src/ledger.rs:{i}"))
+        .collect();
+    let cited: Vec<&str> = cited.iter().map(String::as_str).collect();
+    let err = refused(&mut brain, fix("Much evidence", &cited));
+    assert!(
+        err.contains("33 pieces of evidence") && err.contains("32"),
+        "{err}"
+    );
 }

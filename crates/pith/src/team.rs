@@ -103,11 +103,21 @@ pub(crate) fn sync_brain(
     };
     let root = ws.root().to_path_buf();
     let existed = pith_brain::Brain::db_path(&root).exists();
+    let origins = pith_brain::origin::Origins::new(&crate::config::pith_home()?);
+    // A brain that came with the project is a stranger's: synced, its memories would reach the
+    // whole team as the team's (and win every conflict with the times they claim), and the
+    // team's would be written into a file pith did not make.
+    anyhow::ensure!(
+        !existed || origins.of(&root) == pith_brain::origin::Origin::Own,
+        "{} came with the project (this user's pith did not make it): it is not synced with \
+         the team brain; review it and run `pith memory trust`, or move it away",
+        pith_brain::Brain::db_path(&root).display()
+    );
     let mut local = pith_store::brain::open_workspace_sqlite(ws)?;
     // A brain the sync made holds the team's memories, from the database the user named:
     // recorded as theirs, like one their own save made.
     if !existed {
-        pith_brain::origin::Origins::new(&crate::config::pith_home()?)
+        origins
             .remember(&root)
             .map_err(|e| anyhow::anyhow!("cannot record the new brain as yours: {e}"))?;
     }

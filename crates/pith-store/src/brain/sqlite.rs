@@ -175,9 +175,11 @@ impl SqliteBrain {
     fn load_evidence(&self, seq: i64) -> Result<Vec<Evidence>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT path, line_start, line_end, hash, size, mtime_ns
-             FROM evidence WHERE memory_seq = ?1 ORDER BY ord",
+             FROM evidence WHERE memory_seq = ?1 ORDER BY ord LIMIT ?2",
         )?;
-        let rows = stmt.query_map([seq], |r| {
+        // A brain from a project may hold any number; pith saves at most this many.
+        let most = pith_brain::MAX_EVIDENCE as i64;
+        let rows = stmt.query_map(rusqlite::params![seq, most], |r| {
             let start: Option<u32> = r.get(1)?;
             let end: Option<u32> = r.get(2)?;
             Ok(Evidence {
@@ -1375,6 +1377,25 @@ mod tests {
         assert!(err.to_string().contains("interrupt"), "{err}");
         // The next call has its own time, and reads work.
         assert!(brain.get("m-1").unwrap().is_some());
+    }
+
+    /// Each piece of evidence is a file hashed on every check: a brain from a project that
+    /// gave one memory 100,000 of them (all one large file) had every `pith memory list` hash
+    /// terabytes. Only as many as pith saves are read.
+    #[test]
+    fn a_memory_gives_at_most_the_evidence_pith_saves() {
+        let (_dir, path, conn) = planted();
+        conn.execute_batch(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000)
+             INSERT INTO evidence (memory_seq, ord, path, line_start, line_end, hash, size,
+                                   mtime_ns)
+             SELECT 1, i, 'big.bin', NULL, NULL, 'ab', 1, NULL FROM n;",
+        )
+        .unwrap();
+        drop(conn);
+        let mut s = SqliteBrain::open_existing(&path).unwrap();
+        let m = s.get("m-1").unwrap().unwrap();
+        assert_eq!(m.evidence.len(), pith_brain::MAX_EVIDENCE);
     }
 
     /// A brain at schema 1 with one memory, and a raw connection to it: what a repository can

@@ -517,7 +517,9 @@ fn list(settings: &HistorySettings, a: ListArgs, trashed: bool) -> anyhow::Resul
     if conversations.is_empty() {
         println!(
             "{}",
-            if trashed {
+            if a.limit == 0 {
+                "--limit 0: no conversations listed"
+            } else if trashed {
                 "the trash is empty"
             } else {
                 "no conversations"

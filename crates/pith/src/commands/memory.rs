@@ -219,7 +219,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
             };
             let items = brain.list(&filter)?;
             let as_json = items.iter().map(render::memory_json).collect();
-            emit(a.json, as_json, || list_text(&items, a.trash, &root))
+            emit(a.json, as_json, || list_text(&items, &a, &root))
         }
         MemoryCommand::Forget(a) => {
             let m = brain.forget(&a.id).map_err(|e| explain(e, &root))?;
@@ -272,7 +272,7 @@ fn without_brain(command: MemoryCommand, root: &Path, config: &Config) -> anyhow
                 render::search(&found, &HINTS)
             })
         }
-        MemoryCommand::List(a) => emit(a.json, json!([]), || list_text(&[], a.trash, root)),
+        MemoryCommand::List(a) => emit(a.json, json!([]), || list_text(&[], &a, root)),
         MemoryCommand::Verify(VerifyArgs { id: None, json, .. }) => {
             emit(json, json!([]), || "no memories to verify\n".to_owned())
         }
@@ -283,15 +283,22 @@ fn without_brain(command: MemoryCommand, root: &Path, config: &Config) -> anyhow
     }
 }
 
-fn list_text(items: &[Checked], trash: bool, root: &Path) -> String {
+/// The list, or what an empty one means: none asked for, none of the kind, an empty trash,
+/// or no memory at all yet.
+fn list_text(items: &[Checked], a: &ListArgs, root: &Path) -> String {
     if !items.is_empty() {
         render::list(items)
-    } else if trash {
+    } else if a.limit == Some(0) {
+        "--limit 0: no memories listed\n".to_owned()
+    } else if let Some(kind) = a.kind {
+        let place = if a.trash { "in the trash" } else { "here" };
+        format!("no {kind} memories {place}; `pith memory list` shows every kind\n")
+    } else if a.trash {
         "the trash is empty\n".to_owned()
     } else {
         format!(
             "no memories in {} yet; `pith memory add` saves one\n",
-            root.display()
+            render::one_line(&root.display().to_string(), 300)
         )
     }
 }

@@ -270,8 +270,11 @@ fn start_detached(listen: SocketAddr, config: &Config, idle: &str) -> anyhow::Re
     if let Some(path) = &config.source {
         cmd.arg("--config").arg(path);
     }
+    // The shared proxy serves every project and outlives this one: it does not keep a
+    // stranger's directory as its own (anything relative it met would be found there).
     cmd.args(["proxy", "--detach", "--listen", &listen.to_string()])
         .args(["--idle-stop", idle])
+        .current_dir("/")
         .stdin(std::process::Stdio::null());
     let status = cmd.status().context("cannot start pith proxy")?;
     anyhow::ensure!(status.success(), "pith proxy --detach failed ({status})");

@@ -445,7 +445,13 @@ impl Dashboard {
                 self.report_page(ledger, team, query, matches!(page, LedgerPage::Metrics))
             }
             LedgerPage::Events => match Viewer::admit(&self.viewers) {
-                Some(viewer) => events(viewer, Arc::clone(&self.readers), ledger.to_owned(), query),
+                Some(viewer) => events(
+                    viewer,
+                    Arc::clone(&self.readers),
+                    Arc::clone(&self.draining),
+                    ledger.to_owned(),
+                    query,
+                ),
                 None => error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!(
@@ -551,7 +557,7 @@ const KEEPALIVE_EVERY: u32 = 30;
 /// `/pith/api/events`: each new request as a server-sent event (`event: request`, the row as
 /// `/pith/api/requests` gives it), from `?after=ID` (default: from now). A thread per viewer
 /// reads the ledger every half second through the shared connections; it ends when the viewer
-/// goes away.
+/// goes away or the proxy stops (the browser's `EventSource` reconnects to the next one).
 /// One open live stream, counted while it lives.
 struct Viewer(Arc<AtomicUsize>);
 
@@ -573,7 +579,13 @@ impl Drop for Viewer {
     }
 }
 
-fn events(viewer: Viewer, readers: Arc<Readers>, ledger: PathBuf, query: &str) -> OwnPage {
+fn events(
+    viewer: Viewer,
+    readers: Arc<Readers>,
+    draining: Arc<AtomicBool>,
+    ledger: PathBuf,
+    query: &str,
+) -> OwnPage {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let start = query_value(query, "after").and_then(|a| a.parse::<i64>().ok());
     let spawned = std::thread::Builder::new()
@@ -599,8 +611,9 @@ fn events(viewer: Viewer, readers: Arc<Readers>, ledger: PathBuf, query: &str) -
             loop {
                 std::thread::sleep(EVENTS_EVERY);
                 // The viewer went away (hyper dropped the body): free its place now, not at
-                // the next keep-alive.
-                if tx.is_closed() {
+                // the next keep-alive. A proxy stopping ends the stream: an open dashboard tab
+                // held every SIGTERM for the whole grace period.
+                if tx.is_closed() || draining.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(mut rows) = recent(500, Some(last)) else {

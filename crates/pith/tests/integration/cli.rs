@@ -5,7 +5,7 @@ use std::process::Command;
 /// `pith <command…> --help` with nothing from this machine in it: no `PITH_*` value clap would
 /// print beside its `[env: …]`, and the width clap wraps at when stdout is not a terminal.
 fn help_of(path: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let out = Command::new(crate::support::pith_bin())
         .args(path)
         .arg("--help")
         .env_clear()
@@ -81,7 +81,7 @@ fn every_commands_help_is_a_snapshot() {
 #[test]
 fn subcommand_help_teaches_setup_and_pricing() {
     let help = |cmd: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+        let out = Command::new(crate::support::pith_bin())
             .args([cmd, "--help"])
             .output()
             .unwrap();
@@ -117,7 +117,7 @@ fn an_error_names_its_cause_once() {
     let addr = taken.local_addr().unwrap();
     let cause = std::net::TcpListener::bind(addr).unwrap_err().to_string();
     let home = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let out = Command::new(crate::support::pith_bin())
         .args(["proxy", "--listen", &addr.to_string()])
         .env("PITH_HOME", home.path())
         .env_remove("PITH_CONFIG")

@@ -753,6 +753,34 @@ fn the_live_stream_sends_each_new_request_as_an_event() {
     );
 }
 
+/// An open dashboard tab held every SIGTERM for the whole grace period (5 s), the proxy
+/// logging "grace period over; closing remaining connections": a stopping proxy ends its live
+/// streams (the browser's `EventSource` reconnects to the next proxy).
+#[test]
+fn a_stopping_proxy_ends_its_live_streams_at_once() {
+    use std::io::Read;
+    let mock = MockUpstream::start().unwrap();
+    let mut pith = PithProxy::start(&mock.url(), &[]);
+    let (head, mut reader) = open_events(&pith);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let started = std::time::Instant::now();
+    let status = pith.stop();
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "stopped after {took:?} (the grace period is 5 s)"
+    );
+    // The stream ended (not cut): what remains reads to its end.
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    assert!(
+        !pith.stderr().contains("grace period over"),
+        "{}",
+        pith.stderr()
+    );
+}
+
 /// `pith statusline` with `payload` on stdin.
 fn statusline(pith: &PithProxy, payload: &str) -> (bool, String) {
     use std::io::Write;

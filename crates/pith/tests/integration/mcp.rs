@@ -45,7 +45,7 @@ fn mcp_python_sdk_client_drives_every_tool() {
     // The history the history tools find, delete, restore and search.
     let home = ws.path().join(".pith-home");
     let claude = super::history::claude_projects_with_junk();
-    let imported = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let imported = Command::new(crate::support::pith_bin())
         .args(["history", "import", "--claude-dir"])
         .arg(claude.path())
         .arg("--codex-home")
@@ -93,7 +93,7 @@ fn mcp_python_sdk_client_drives_every_tool() {
         ])
     );
     // The trashed conversation was restored: the history is as it was imported.
-    let listed = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let listed = Command::new(crate::support::pith_bin())
         .args(["history", "trash", "list", "--json"])
         .env_remove("PITH_CONFIG")
         .env("PITH_HOME", &home)
@@ -110,7 +110,7 @@ fn mcp_python_sdk_client_drives_every_tool() {
 #[test]
 fn mcp_stdout_is_protocol_only() {
     let ws = super::memory::workspace();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let mut child = Command::new(crate::support::pith_bin())
         .args(["mcp", "--workspace"])
         .arg(ws.path())
         .env_remove("PITH_CONFIG")
@@ -644,7 +644,7 @@ fn mcp_search_workspace_is_unranked_by_default_and_fails_open() {
 #[test]
 fn mcp_rejects_a_mistyped_prefilter_switch() {
     let ws = super::memory::workspace();
-    let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let out = Command::new(crate::support::pith_bin())
         .args(["mcp", "--workspace"])
         .arg(ws.path())
         .env("PITH_LOCAL_PREFILTER", "yes please")

@@ -20,7 +20,7 @@ pub(crate) fn workspace() -> tempfile::TempDir {
 }
 
 fn pith_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pith"))
+    Command::new(crate::support::pith_bin())
         .args(args)
         .current_dir(dir)
         .env_remove("PITH_CONFIG")
@@ -125,6 +125,15 @@ fn memory_cli_human_output() {
     let ids = [ids[0], ids[1], (note.as_str(), "m-NOTE")];
 
     snapshot("list", &scrub(&ok(dir, &["memory", "list"]), &ids));
+    // An empty list says why: none asked for, none of the kind (it said "no memories yet").
+    assert_eq!(
+        ok(dir, &["memory", "list", "--limit", "0"]),
+        "--limit 0: no memories listed\n"
+    );
+    assert_eq!(
+        ok(dir, &["memory", "list", "--kind", "decision"]),
+        "no decision memories here; `pith memory list` shows every kind\n"
+    );
     snapshot(
         "search",
         &scrub(&ok(dir, &["memory", "search", "busy", "sqlite"]), &ids),

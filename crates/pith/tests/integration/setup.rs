@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn setup(dir: &Path, codex_home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pith"))
+    Command::new(crate::support::pith_bin())
         .arg("setup")
         .args(args)
         .current_dir(dir)
@@ -707,7 +707,7 @@ fn setup_opencode_writes_the_users_config_by_default_and_has_no_local_scope() {
 /// `pith setup <client>` in its default scope, with `home` as the client's home the way the
 /// real-client runs set it (`CLAUDE_CONFIG_DIR=$HOME/.claude`, `CODEX_HOME=$HOME/.codex`).
 fn setup_for_real_client(dir: &Path, home: &Path, client: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pith"))
+    let out = Command::new(crate::support::pith_bin())
         .args(["setup", client, "--command", env!("CARGO_BIN_EXE_pith")])
         .current_dir(dir)
         .env("HOME", home)

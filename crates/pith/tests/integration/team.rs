@@ -658,19 +658,26 @@ fn a_store_url_that_is_not_postgres_is_refused_saying_what_is_accepted() {
 
 /// `pith memory sync --json` in `root` with `url` as the team store.
 fn memory_sync(root: &std::path::Path, url: &str) -> Value {
-    let out = Command::new(pith_bin())
-        .args(["memory", "sync", "--json", "--workspace"])
-        .arg(root)
-        .env("PITH_STORE_URL", url)
-        .env_remove("PITH_CONFIG")
-        .output()
-        .unwrap();
+    let out = memory_sync_output(root, url);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `pith memory sync --json` in `root`, as it ended; the brains the hook tests make are this
+/// test process's user's own (`hook::test_home`).
+fn memory_sync_output(root: &std::path::Path, url: &str) -> std::process::Output {
+    Command::new(pith_bin())
+        .args(["memory", "sync", "--json", "--workspace"])
+        .arg(root)
+        .env("PITH_STORE_URL", url)
+        .env("PITH_HOME", crate::hook::test_home())
+        .env_remove("PITH_CONFIG")
+        .output()
+        .unwrap()
 }
 
 /// A clone of `origin` at another path.
@@ -737,6 +744,32 @@ fn a_fix_saved_in_one_clone_is_noted_by_the_other_clones_hook_after_a_sync() {
     assert_eq!(evidence_state(&a.root, &a.fix), "fresh");
 }
 
+/// Stop 65's review: a brain committed to a repository (a fork the team's clones share a
+/// first commit with) was pushed to the team brain whole, its memories winning every conflict
+/// with the times they claimed, and pulled into every teammate's brain as the team's own.
+#[test]
+fn a_brain_that_came_with_the_project_is_not_synced() {
+    use crate::hook::seeded;
+    let url = PgServer::shared().database().unwrap();
+    let a = seeded();
+    // The same brain as a clone brings it: a file this user's pith did not make.
+    let db = a.root.join(".pith/brain.db");
+    let copy = a.root.join(".pith/brain.db.copy");
+    std::fs::copy(&db, &copy).unwrap();
+    std::fs::rename(&copy, &db).unwrap();
+    let out = memory_sync_output(&a.root, &url);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("came with the project") && err.contains("pith memory trust"),
+        "{err}"
+    );
+    // Nothing reached the team brain: a clone that syncs gets nothing.
+    let (_b_dir, b) = clone_of(&a.root);
+    let got = memory_sync(&b, &url);
+    assert_eq!(got["new"].as_u64(), Some(0), "{got}");
+}
+
 #[test]
 fn pith_mcp_keeps_its_workspaces_brain_synced_in_the_background() {
     use crate::hook::{claude_payload, hook, note, seeded};
@@ -749,6 +782,7 @@ fn pith_mcp_keeps_its_workspaces_brain_synced_in_the_background() {
         .args(["mcp", "--workspace"])
         .arg(&b)
         .env("PITH_STORE_URL", &url)
+        .env("PITH_HOME", crate::hook::test_home())
         .env_remove("PITH_CONFIG")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())

@@ -143,7 +143,7 @@ impl Plan {
             defer,
             searches,
             timeouts: timeouts(&config.proxy)?,
-            token: config.proxy_token(),
+            token: token_for(listen, config.proxy_token())?,
             instance: instance_name(config)?,
             drain: drain_of(config, listen)?,
             grace: grace_of(config, listen)?,
@@ -170,6 +170,25 @@ impl Plan {
 }
 
 /// How long the health check fails on a stop before the proxy stops accepting.
+/// The access token, checked: beyond loopback it is all that stands between the network and
+/// the user's provider credentials, so it must be as long as an account key (a 5-character
+/// token was accepted).
+fn token_for(listen: SocketAddr, token: Option<String>) -> anyhow::Result<Option<String>> {
+    let min = pith_proxy::accounts::MIN_KEY_CHARS;
+    if let Some(t) = &token
+        && !listen.ip().is_loopback()
+    {
+        let chars = t.chars().count();
+        anyhow::ensure!(
+            chars >= min,
+            "the access token ([proxy] token or PITH_PROXY_TOKEN) is {chars} characters long; \
+             listening on {listen}, beyond loopback, it needs at least {min} (e.g. the output \
+             of `openssl rand -hex 24`)"
+        );
+    }
+    Ok(token)
+}
+
 fn drain_of(config: &Config, listen: SocketAddr) -> anyhow::Result<Duration> {
     let default = if listen.ip().is_loopback() {
         Duration::ZERO

@@ -193,11 +193,19 @@ impl TeamBrain {
 
 /// The repository `root` is a clone of, by its root commit; `None` outside a git repository
 /// or one without commits (nothing to share by).
+///
+/// The repository is a stranger's, and git runs what its config says when it fetches: a
+/// partial clone's missing object is fetched from its promisor remote, whose `uploadpack`
+/// command is any command (a repository unpacked from an archive keeps its `.git/config`). So
+/// no object is fetched (`GIT_NO_LAZY_FETCH`, and no transport allowed at all).
 pub fn repository_of(root: &Path) -> Option<String> {
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(root)
+        .args(["-c", "protocol.allow=never", "-c", "core.fsmonitor=false"])
         .args(["rev-list", "--max-parents=0", "HEAD"])
+        .env("GIT_NO_LAZY_FETCH", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output()

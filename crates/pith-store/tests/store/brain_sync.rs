@@ -115,3 +115,49 @@ fn the_newest_change_wins_and_a_different_memory_under_the_same_id_is_left_apart
     team.sync(REPO, &mut a).unwrap();
     assert_eq!(a.get("m-0002").unwrap().unwrap().title, "shared");
 }
+
+/// Stop 65's review: a repository unpacked from an archive keeps its `.git/config`, and `git
+/// rev-list` in a partial clone fetches a missing object from the promisor remote, running its
+/// `uploadpack` command: any command, on every team sync of `pith mcp`. Nothing is fetched.
+#[test]
+fn naming_a_repository_runs_nothing_its_git_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("r");
+    let marker = dir.path().join("ran");
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    std::fs::create_dir(&root).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    git(&[
+        "-c",
+        "user.email=a@b",
+        "-c",
+        "user.name=a",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+    ]);
+    git(&["config", "extensions.partialClone", "origin"]);
+    git(&["config", "remote.origin.promisor", "true"]);
+    git(&["config", "remote.origin.url", root.to_str().unwrap()]);
+    let command = format!("touch {}; false", marker.display());
+    git(&["config", "remote.origin.uploadpack", &command]);
+    // HEAD names a commit the repository does not have: git would fetch it.
+    std::fs::write(
+        root.join(".git/refs/heads/main"),
+        "1234567890123456789012345678901234567890\n",
+    )
+    .unwrap();
+    assert_eq!(pith_store::brain::postgres::repository_of(&root), None);
+    assert!(!marker.exists(), "the repository's uploadpack command ran");
+}

@@ -303,6 +303,24 @@ fn wiring(
     setup: &str,
 ) {
     let Some(cmd) = command else {
+        // A file that is there but cannot be read is not "not registered": setup would refuse
+        // to change it too.
+        if file.exists() && Disk.read(file).is_none() {
+            report.warn(
+                check,
+                format!(
+                    "{} cannot be read: not valid {}, or not a regular file of at most 64 MiB",
+                    file.display(),
+                    if crate::client_files::is_toml(file) {
+                        "TOML"
+                    } else {
+                        "JSON"
+                    }
+                ),
+                format!("fix it or move it away, then run `{setup}`"),
+            );
+            return;
+        }
         report.warn(
             check,
             format!("not registered in {}", file.display()),

@@ -261,6 +261,24 @@ fn doctor_names_a_stale_proxy_and_a_base_url_to_a_dead_port() {
     assert!(said.contains("kill 4242"), "{said}");
 }
 
+/// A client's settings file that does not parse is named as such: the doctor said "not
+/// registered, run `pith setup`", and setup then refused the same file.
+#[test]
+fn doctor_names_a_clients_settings_file_it_cannot_read() {
+    let env = Env::new();
+    let file = env.homes.path().join("claude/.claude.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "{\"mcpServers\": {").unwrap();
+    let (_, checks) = env.doctor();
+    assert_eq!(status(&checks, "claude-code mcp"), ["warn"], "{checks:#?}");
+    let said = detail(&checks, "claude-code mcp");
+    assert!(
+        said.contains(".claude.json cannot be read: not valid JSON")
+            && said.contains("fix it or move it away"),
+        "{said}"
+    );
+}
+
 #[test]
 fn doctor_reports_a_broken_config_and_goes_on() {
     let env = Env::new();

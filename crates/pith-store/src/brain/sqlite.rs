@@ -1259,15 +1259,7 @@ mod tests {
     /// its trash move the version, hits do not, and a synced write keeps the version it brings.
     #[test]
     fn schema_two_tracks_changes_and_leaves_hits_and_synced_writes_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("brain.db");
-        let old = crate::sqlite::open(&path, &MIGRATIONS[..1]).unwrap();
-        old.execute(
-            "INSERT INTO memories (id, kind, title, created_at, updated_at)
-             VALUES ('m-old1', 'note', 'from schema 1', 10, 20)",
-            [],
-        )
-        .unwrap();
+        let (_dir, path, old) = planted_old();
         drop(old);
         let mut s = SqliteBrain::open(&path).unwrap();
         let changed = s.changed_after(0, 10).unwrap();

@@ -60,6 +60,25 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `pith doctor` in `project`, its clients' homes under `homes` and a Claude Code on `PATH`.
+fn doctor_in(project: &Path, homes: &Path) -> Option<Output> {
+    let home = homes.join("home");
+    let (claude, client_homes) = (homes.join("claude"), homes.join("codex"));
+    let (_bin, path) = fake_claude();
+    pith_within(
+        project,
+        &["doctor"],
+        &[
+            ("PATH", &path),
+            ("HOME", home.to_str().unwrap()),
+            ("CLAUDE_CONFIG_DIR", claude.to_str().unwrap()),
+            ("CODEX_HOME", client_homes.to_str().unwrap()),
+            ("XDG_CONFIG_HOME", home.join(".config").to_str().unwrap()),
+        ],
+        WITHIN,
+    )
+}
+
 /// An evidence path is a file a stranger named (or a brain's row says anything); an id, a query
 /// or a path in an error message is what the user or a file gave. None reaches the terminal
 /// raw.
@@ -110,24 +129,7 @@ fn doctor_escapes_a_projects_settings() {
         r#"{"env": {"ANTHROPIC_BASE_URL": "https://x\u001b]52;c;b3duZWQ=\u0007.example"}}"#,
     )
     .unwrap();
-    let home = homes.path().join("home");
-    let (_bin, path) = fake_claude();
-    let out = pith_within(
-        project.path(),
-        &["doctor"],
-        &[
-            ("PATH", &path),
-            ("HOME", home.to_str().unwrap()),
-            (
-                "CLAUDE_CONFIG_DIR",
-                homes.path().join("claude").to_str().unwrap(),
-            ),
-            ("CODEX_HOME", homes.path().join("codex").to_str().unwrap()),
-            ("XDG_CONFIG_HOME", home.join(".config").to_str().unwrap()),
-        ],
-        WITHIN,
-    )
-    .unwrap();
+    let out = doctor_in(project.path(), homes.path()).expect("the doctor ends");
     let shown = text(&out.stdout);
     assert!(shown.contains(".example"), "the value is shown: {shown}");
     assert!(
@@ -221,24 +223,7 @@ fn a_fifo_or_a_device_where_a_config_or_settings_file_is_expected_is_refused_at_
     );
     std::os::unix::fs::symlink("/dev/zero", project.path().join("opencode.json")).unwrap();
     let homes = tempfile::tempdir().unwrap();
-    let home = homes.path().join("home");
-    let (_bin, path) = fake_claude();
-    let out = pith_within(
-        project.path(),
-        &["doctor"],
-        &[
-            ("PATH", &path),
-            ("HOME", home.to_str().unwrap()),
-            (
-                "CLAUDE_CONFIG_DIR",
-                homes.path().join("claude").to_str().unwrap(),
-            ),
-            ("CODEX_HOME", homes.path().join("codex").to_str().unwrap()),
-            ("XDG_CONFIG_HOME", home.join(".config").to_str().unwrap()),
-        ],
-        WITHIN,
-    )
-    .expect("the doctor ends");
+    let out = doctor_in(project.path(), homes.path()).expect("the doctor ends");
     assert!(
         text(&out.stdout).contains("claude-code"),
         "{}",

@@ -14,7 +14,6 @@
 pub mod own;
 #[cfg(unix)]
 pub mod private;
-#[cfg(unix)]
 pub mod small;
 
 use std::path::{Component, Path, PathBuf};

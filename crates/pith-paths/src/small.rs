@@ -4,38 +4,53 @@
 //! waits for a writer, `/dev/zero` never ends.
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// The text of the regular file at `path`, at most `max` bytes: opened without waiting (a FIFO
-/// does not block the open), refused unless it is a regular file, and refused when longer
-/// than `max` (read no further). Links are followed: the caller decides whether a link there
-/// is allowed.
+/// The text of the regular file at `path`, at most `max` bytes: refused unless it is a
+/// regular file (looked at before it is opened, and again once open), opened without waiting
+/// (a FIFO swapped in between does not block the open) and without becoming a controlling
+/// terminal, and refused when longer than `max` (read no further). Links are followed: the
+/// caller decides whether a link there is allowed.
 pub fn read_small_file(path: &Path, max: u64) -> std::io::Result<String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
+    let not_regular =
+        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+        options.custom_flags(flags.bits() as i32);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
     }
     let mut bytes = Vec::new();
     file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("larger than {} KiB", max / 1024),
+            format!("larger than {}", size(max)),
         ));
     }
     String::from_utf8(bytes)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
-#[cfg(test)]
+/// `bytes` as a person reads it: `64 MiB`, `2 KiB`.
+pub fn size(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes / 1024)
+    }
+}
+
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

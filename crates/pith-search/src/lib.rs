@@ -193,12 +193,12 @@ pub enum SearchError {
     /// An ignore file the walk would read from the search's start or a directory above it is
     /// not a plain file.
     #[error(
-        "not searched: {path:?} is in the workspace but {why}; pith reads .gitignore and \
-         .ignore only as regular files of at most 1 MiB (replace it with one, or search \
-         another path)"
+        "not searched: {path}: {why}; pith reads .gitignore and .ignore only as regular files \
+         of at most 1 MiB (a link to one inside the workspace is fine): replace it with one, \
+         or search another path"
     )]
     UnsafeIgnoreFile {
-        /// The directory, relative to the workspace root (`""` for the root).
+        /// The directory as said: "the workspace root", or quoted relative to it.
         path: String,
         /// What is wrong with its ignore file.
         why: String,

@@ -100,14 +100,16 @@ pub(crate) fn collect(
         source,
     })?;
     let start = resolve_start(&root, req.path.as_deref())?;
-    // The walk reads the ignore files of the start and of every directory above it up to the
-    // root: each must be a plain file.
-    for dir in start.ancestors().take_while(|dir| dir.starts_with(&root)) {
-        if let Some(why) = unsafe_ignore_file(dir) {
-            return Err(SearchError::UnsafeIgnoreFile {
-                path: relative_path(&root, dir),
-                why,
-            });
+    // The walk reads the ignore files of the start and of every directory above it, up to the
+    // file system's root: each must be a plain file.
+    for dir in start.ancestors() {
+        if let Some(why) = unsafe_ignore_file(dir, &root) {
+            let path = match dir.strip_prefix(&root) {
+                Ok(inside) if inside.as_os_str().is_empty() => "the workspace root".to_owned(),
+                Ok(_) => format!("{:?}", relative_path(&root, dir)),
+                Err(_) => format!("{:?} (above the workspace)", relative_path(&root, dir)),
+            };
+            return Err(SearchError::UnsafeIgnoreFile { path, why });
         }
     }
     let matcher = build_matcher(req)?;
@@ -137,7 +139,7 @@ pub(crate) fn collect(
             // The walker reads a directory's ignore files as it enters it, following links,
             // whole: one that is a link (to `/dev/zero`, a terminal) or huge leaves it out.
             if entry.file_type().is_some_and(|kind| kind.is_dir())
-                && let Some(why) = unsafe_ignore_file(entry.path())
+                && let Some(why) = unsafe_ignore_file(entry.path(), &walk_root)
             {
                 let mut left = left_out.lock().unwrap_or_else(PoisonError::into_inner);
                 if left.dirs.len() < NOT_SEARCHED_NAMED {
@@ -189,12 +191,16 @@ pub(crate) fn collect(
     })
 }
 
-/// Why a directory's `.gitignore` or `.ignore` cannot be read as a plain file (a link, a
-/// device or FIFO, larger than [`IGNORE_FILE_MAX`]), if one cannot. The walker opens them
-/// itself, following links and reading them whole.
-fn unsafe_ignore_file(dir: &Path) -> Option<String> {
+/// Why a directory's `.gitignore` or `.ignore` cannot be read as a plain file, if one cannot:
+/// a device or FIFO, larger than [`IGNORE_FILE_MAX`], or (inside the workspace `root`) a link
+/// that leads out of it or to anything but such a file. The walker opens them itself,
+/// following links and reading them whole. Above the workspace the directories are the
+/// user's (a dotfile manager's link is fine there).
+fn unsafe_ignore_file(dir: &Path, root: &Path) -> Option<String> {
+    let inside = dir.starts_with(root);
     for name in [".gitignore", ".ignore"] {
-        let why = match std::fs::symlink_metadata(dir.join(name)) {
+        let file = dir.join(name);
+        let why = match std::fs::symlink_metadata(&file) {
             // None there, or the search's start is a file.
             Err(e)
                 if matches!(
@@ -205,7 +211,18 @@ fn unsafe_ignore_file(dir: &Path) -> Option<String> {
                 continue;
             }
             Err(_) => "cannot be looked at",
-            Ok(meta) if meta.file_type().is_symlink() => "is a link",
+            Ok(meta) if meta.file_type().is_symlink() => {
+                match (file.canonicalize(), std::fs::metadata(&file)) {
+                    (Ok(target), _) if inside && !target.starts_with(root) => {
+                        "is a link out of the workspace"
+                    }
+                    (Ok(_), Ok(meta)) if meta.is_file() && meta.len() <= IGNORE_FILE_MAX => {
+                        continue;
+                    }
+                    (Ok(_), Ok(meta)) if meta.is_file() => "is larger than 1 MiB",
+                    _ => "is a link to something that is not a regular file",
+                }
+            }
             Ok(meta) if !meta.is_file() => "is not a regular file",
             Ok(meta) if meta.len() > IGNORE_FILE_MAX => "is larger than 1 MiB",
             Ok(_) => continue,
@@ -393,9 +410,9 @@ impl Worker<'_> {
     }
 }
 
-/// `path` relative to `root`, `/`-separated on every platform.
-/// `path` relative to `root`, as shown: a control character in a name (a file a stranger named
-/// `a\nsrc/x.rs:1: ...` would add a line to the listing the model reads) is escaped.
+/// `path` relative to `root`, `/`-separated on every platform, as shown: a control character
+/// in a name (a file a stranger named `a\nsrc/x.rs:1: ...` would add a line to the listing the
+/// model reads), a bidirectional override or a line separator is escaped.
 fn relative_path(root: &Path, path: &Path) -> String {
     let relative = path.strip_prefix(root).unwrap_or(path);
     let mut out = String::new();
@@ -404,7 +421,17 @@ fn relative_path(root: &Path, path: &Path) -> String {
             out.push('/');
         }
         for c in component.as_os_str().to_string_lossy().chars() {
-            if c.is_control() {
+            let reorders = matches!(
+                c,
+                '\u{202A}'..='\u{202E}'
+                    | '\u{2066}'..='\u{2069}'
+                    | '\u{200E}'
+                    | '\u{200F}'
+                    | '\u{061C}'
+                    | '\u{2028}'
+                    | '\u{2029}'
+            );
+            if c.is_control() || reorders {
                 out.extend(c.escape_default());
             } else {
                 out.push(c);

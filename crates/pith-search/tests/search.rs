@@ -288,7 +288,7 @@ fn an_ignore_file_that_is_not_a_plain_file_is_never_read() {
     let text = report.render();
     for said in [
         "Not searched: ",
-        "vendor (its .gitignore is a link)",
+        "vendor (its .gitignore is a link out of the workspace)",
         "piped (its .ignore is not a regular file)",
         "big (its .gitignore is larger than 1 MiB)",
     ] {
@@ -302,12 +302,45 @@ fn an_ignore_file_that_is_not_a_plain_file_is_never_read() {
     };
     let err = search(root, &inside).unwrap_err();
     assert!(
-        matches!(&err, SearchError::UnsafeIgnoreFile { path, .. } if path == "vendor"),
+        matches!(&err, SearchError::UnsafeIgnoreFile { path, .. } if path == "\"vendor\""),
         "{err}"
+    );
+    // A link to a plain file inside the workspace is read (a monorepo's shared ignore file);
+    // one out of it is not.
+    write(root, "shared/ignore-rules", "*.tmp\n");
+    write(root, "src/x.tmp", "needle\n");
+    std::os::unix::fs::symlink(root.join("shared/ignore-rules"), root.join("src/.ignore")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "rules", "*.rs\n");
+    write(root, "docs/y.md", "needle\n");
+    std::os::unix::fs::symlink(outside.path().join("rules"), root.join("docs/.gitignore")).unwrap();
+    let report = search_workspace(
+        root,
+        &SearchRequest::new("needle"),
+        None,
+        RankPolicy::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        paths(&report.matches),
+        ["src/a.rs:1"],
+        "x.tmp ignored through the link"
+    );
+    assert!(
+        report
+            .render()
+            .contains("docs (its .gitignore is a link out of the workspace)"),
+        "{}",
+        report.render()
     );
     std::os::unix::fs::symlink("/dev/zero", root.join(".ignore")).unwrap();
     let err = search(root, &SearchRequest::new("needle")).unwrap_err();
-    assert!(err.to_string().contains("its .ignore is a link"), "{err}");
+    assert!(
+        err.to_string().starts_with(
+            "not searched: the workspace root: its .ignore is a link out of the workspace"
+        ),
+        "{err}"
+    );
 }
 
 /// A file name is a stranger's text: a line break in one must not add a line to the listing.

@@ -19,6 +19,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use pith_sqlite_guard::Deadline;
 use rusqlite::{Connection, OpenFlags};
 
 /// A storage failure, with the file it concerns where there is one.
@@ -157,8 +158,10 @@ pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> 
 }
 
 /// What checks a database before a migration runs on it (a file a stranger may have written:
-/// its triggers fire on the migration's writes), given the version the file claims.
-pub type BeforeMigrating<'a> = &'a dyn Fn(&mut Connection, &Path, usize) -> Result<(), StoreError>;
+/// its triggers fire on the migration's writes), given the version the file claims; the
+/// deadline it returns, if any, is armed again before each migration.
+pub type BeforeMigrating<'a> =
+    &'a dyn Fn(&mut Connection, &Path, usize) -> Result<Option<Deadline>, StoreError>;
 
 /// [`open`], with `guard` run first when a migration is due.
 pub fn open_guarded(
@@ -417,17 +420,33 @@ fn migrate_guarded(
     migrations: &[&str],
     guard: Option<BeforeMigrating<'_>>,
 ) -> Result<(), StoreError> {
+    let mut deadline = None;
     if let Some(guard) = guard {
         let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let current = usize::try_from(current).unwrap_or(0);
         if current < migrations.len() {
-            guard(conn, path, current)?;
+            deadline = guard(conn, path, current)?;
         }
     }
-    migrate(conn, path, migrations)
+    migrate_each(conn, path, migrations, &|| {
+        if let Some(deadline) = &deadline {
+            deadline.arm();
+        }
+    })
 }
 
 fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<(), StoreError> {
+    migrate_each(conn, path, migrations, &|| {})
+}
+
+/// Run the migrations the file has not had, each in its own transaction, `before_each` called
+/// before each (a guard's deadline gives each its own time).
+fn migrate_each(
+    conn: &Connection,
+    path: &Path,
+    migrations: &[&str],
+    before_each: &dyn Fn(),
+) -> Result<(), StoreError> {
     let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let current = usize::try_from(current).unwrap_or(0);
     if current > migrations.len() {
@@ -439,6 +458,7 @@ fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<(), St
     }
     for (i, sql) in migrations.iter().enumerate().skip(current) {
         let version = i + 1;
+        before_each();
         // IMMEDIATE takes the write lock up front, and the version is re-read under it: two
         // processes opening a new file at once must not both run the same migration.
         let run = || -> rusqlite::Result<()> {

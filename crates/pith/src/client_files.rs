@@ -37,10 +37,12 @@ impl Files for Disk {
     }
 }
 
-/// The largest client settings file pith reads (Claude Code's `~/.claude.json` keeps every
-/// project's history and grows to megabytes): a project's `.mcp.json` or `opencode.json` that
-/// is a FIFO, a device or huge is not read (it hung or exhausted `pith doctor`, `run`, `setup`).
-pub const SETTINGS_BYTES_MAX: u64 = 64 << 20;
+/// The largest client settings file pith reads. Claude Code's `~/.claude.json` keeps every
+/// project's history: users report it past 100 MB, and `pith setup` must still edit it. What
+/// the bound is for is a file that never ends: a project's `.mcp.json` or `opencode.json` that
+/// is a FIFO or a device is refused before it is read (it hung or exhausted `pith doctor`,
+/// `run`, `setup`).
+pub const SETTINGS_BYTES_MAX: u64 = 1 << 30;
 
 /// A settings file's text as JSON: TOML by its extension, else JSON with comments.
 pub fn parse(path: &Path, text: &str) -> Option<Value> {

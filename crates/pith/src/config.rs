@@ -465,12 +465,11 @@ fn check_private(home: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether the config path given came from `PITH_CONFIG`, not from `--config` on the command
-/// line (which wins when both are given, as clap reads them).
+/// Whether the config path given is what `PITH_CONFIG` says (a `--config` on the command line
+/// giving the same relative path is taken for it: the user can give it absolute). The client's
+/// own arguments after `pith run` may hold a `--config` of theirs: argv says nothing here.
 fn from_the_environment(path: &Path) -> bool {
-    let flag_given = std::env::args_os()
-        .any(|arg| arg == "--config" || arg.to_string_lossy().starts_with("--config="));
-    !flag_given && std::env::var_os("PITH_CONFIG").is_some_and(|v| Path::new(&v) == path)
+    std::env::var_os("PITH_CONFIG").is_some_and(|v| Path::new(&v) == path)
 }
 
 /// pith's own data directory: `$PITH_HOME`, else the platform data dir + `pith`.

@@ -109,8 +109,9 @@ pub(crate) fn sync_brain(
     // team's would be written into a file pith did not make.
     anyhow::ensure!(
         !existed || origins.of(&root) == pith_brain::origin::Origin::Own,
-        "{} came with the project (this user's pith did not make it): it is not synced with \
-         the team brain; review it and run `pith memory trust`, or move it away",
+        "{} is not synced with the team brain: pith has no record of making it here (it came \
+         with the project, or an older pith made it, or the project was moved or copied); once \
+         you have reviewed it, `pith memory trust` records it as yours",
         pith_brain::Brain::db_path(&root).display()
     );
     let mut local = pith_store::brain::open_workspace_sqlite(ws)?;

@@ -191,6 +191,9 @@ impl TeamBrain {
     }
 }
 
+/// How long naming a repository may take (git answers in milliseconds).
+const GIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The repository `root` is a clone of, by its root commit; `None` outside a git repository
 /// or one without commits (nothing to share by).
 ///
@@ -198,8 +201,10 @@ impl TeamBrain {
 /// partial clone's missing object is fetched from its promisor remote, whose `uploadpack`
 /// command is any command (a repository unpacked from an archive keeps its `.git/config`). So
 /// no object is fetched (`GIT_NO_LAZY_FETCH`, and no transport allowed at all).
+/// A FIFO where git reads (`HEAD`, a config's `include.path`) would block it: it is stopped
+/// after [`GIT_WAIT`].
 pub fn repository_of(root: &Path) -> Option<String> {
-    let out = std::process::Command::new("git")
+    let mut child = std::process::Command::new("git")
         .arg("-C")
         .arg(root)
         .args(["-c", "protocol.allow=never", "-c", "core.fsmonitor=false"])
@@ -207,9 +212,21 @@ pub fn repository_of(root: &Path) -> Option<String> {
         .env("GIT_NO_LAZY_FETCH", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
-        .output()
+        .spawn()
         .ok()?;
+    let started = std::time::Instant::now();
+    // One line a root commit: the pipe fills only past a thousand of them (then none is named).
+    while child.try_wait().ok()?.is_none() {
+        if started.elapsed() > GIT_WAIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().ok()?;
     if !out.status.success() {
         return None;
     }

@@ -58,7 +58,7 @@ pub struct SqliteBrain {
 /// version it claims, under the guard (`trusted_schema` off, each statement within `limit`).
 fn before_migrating(
     limit: Duration,
-) -> impl Fn(&mut Connection, &Path, usize) -> Result<(), StoreError> {
+) -> impl Fn(&mut Connection, &Path, usize) -> Result<Option<Deadline>, StoreError> {
     move |conn, path, version| {
         let made = open_in_memory(&MIGRATIONS[..version])?;
         let objects: Vec<(String, String)> = made
@@ -69,8 +69,12 @@ fn before_migrating(
             .iter()
             .map(|(kind, name)| (kind.as_str(), name.as_str()))
             .collect();
-        distrust(conn, path, Schema::Exactly(&expected), limit)?;
-        Ok(())
+        Ok(Some(distrust(
+            conn,
+            path,
+            Schema::Exactly(&expected),
+            limit,
+        )?))
     }
 }
 
@@ -203,12 +207,35 @@ impl SqliteBrain {
     }
 }
 
+/// Replace a memory's evidence with `evidence`.
 fn write_evidence(
     tx: &rusqlite::Transaction<'_>,
     seq: i64,
     evidence: &[Evidence],
 ) -> rusqlite::Result<()> {
     tx.execute("DELETE FROM evidence WHERE memory_seq = ?1", [seq])?;
+    insert_evidence(tx, seq, evidence)
+}
+
+/// Replace the evidence a load gives (the first [`pith_brain::MAX_EVIDENCE`]) with `evidence`,
+/// as checked: a memory an older pith saved with more keeps the rest, unread.
+fn rewrite_read_evidence(
+    tx: &rusqlite::Transaction<'_>,
+    seq: i64,
+    evidence: &[Evidence],
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "DELETE FROM evidence WHERE memory_seq = ?1 AND ord < ?2",
+        params![seq, pith_brain::MAX_EVIDENCE as i64],
+    )?;
+    insert_evidence(tx, seq, evidence)
+}
+
+fn insert_evidence(
+    tx: &rusqlite::Transaction<'_>,
+    seq: i64,
+    evidence: &[Evidence],
+) -> rusqlite::Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO evidence (memory_seq, ord, path, line_start, line_end, hash, size, mtime_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -631,7 +658,7 @@ impl SqliteBrain {
             "UPDATE memories SET checked_status = ?2, checked_at = ?3 WHERE seq = ?1",
             params![seq, check.status.as_str(), check.at],
         )?;
-        write_evidence(&tx, seq, evidence)?;
+        rewrite_read_evidence(&tx, seq, evidence)?;
         tx.commit()?;
         Ok(true)
     }
@@ -1388,6 +1415,17 @@ mod tests {
         let mut s = SqliteBrain::open_existing(&path).unwrap();
         let m = s.get("m-1").unwrap().unwrap();
         assert_eq!(m.evidence.len(), pith_brain::MAX_EVIDENCE);
+        // A check writes back what it read, and leaves the rest (an older pith's memory).
+        let check = LastCheck {
+            status: Freshness::Fresh,
+            at: 9,
+        };
+        assert!(s.record_check("m-1", &m.evidence, &check).unwrap());
+        let rows: i64 = s
+            .conn
+            .query_row("SELECT count(*) FROM evidence", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1001);
     }
 
     /// A brain at schema 1 with one memory, and a raw connection to it: what a repository can

@@ -161,3 +161,32 @@ fn naming_a_repository_runs_nothing_its_git_config_names() {
     assert_eq!(pith_store::brain::postgres::repository_of(&root), None);
     assert!(!marker.exists(), "the repository's uploadpack command ran");
 }
+
+/// A FIFO where git reads (here `HEAD`) blocked git, and with it the sync, for ever.
+#[test]
+fn naming_a_repository_whose_head_is_a_fifo_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("r");
+    std::fs::create_dir(&root).unwrap();
+    let ok = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .arg(&root)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let head = root.join(".git/HEAD");
+    std::fs::remove_file(&head).unwrap();
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&head)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(pith_store::brain::postgres::repository_of(&root)));
+    let named = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("still waiting for git");
+    assert_eq!(named, None);
+}

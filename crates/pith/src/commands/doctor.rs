@@ -309,13 +309,14 @@ fn wiring(
             report.warn(
                 check,
                 format!(
-                    "{} cannot be read: not valid {}, or not a regular file of at most 64 MiB",
+                    "{} cannot be read: not valid {}, or not a regular file of at most {}",
                     file.display(),
                     if crate::client_files::is_toml(file) {
                         "TOML"
                     } else {
                         "JSON"
-                    }
+                    },
+                    pith_paths::small::size(crate::client_files::SETTINGS_BYTES_MAX)
                 ),
                 format!("fix it or move it away, then run `{setup}`"),
             );

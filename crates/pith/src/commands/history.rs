@@ -384,7 +384,10 @@ impl Importing<'_> {
             let imported = match import::read(*source, path) {
                 Ok(imported) => imported,
                 Err(e) => {
-                    eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
+                    eprintln!(
+                        "pith: skipped: {}",
+                        text(&format!("{:#}", anyhow::Error::new(e)))
+                    );
                     self.counts.failed += 1;
                     continue;
                 }
@@ -429,7 +432,10 @@ impl Importing<'_> {
                 Ok(summary.sessions)
             }
             Err(e) => {
-                eprintln!("pith: skipped: {:#}", anyhow::Error::new(e));
+                eprintln!(
+                    "pith: skipped: {}",
+                    text(&format!("{:#}", anyhow::Error::new(e)))
+                );
                 self.counts.failed += 1;
                 Ok(0)
             }
@@ -459,7 +465,7 @@ fn search(settings: &HistorySettings, a: SearchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if hits.is_empty() {
-        println!("no conversation matches \"{query}\"");
+        println!("no conversation matches {}", text(&format!("{query:?}")));
     }
     for hit in hits {
         println!(

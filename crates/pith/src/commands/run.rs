@@ -112,16 +112,23 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<ExitCode> {
                 eprintln!(
                     "pith: the proxy on {addr} is pith {}, this is pith {}; stop it to have this \
                      version start (`pith doctor` shows it).",
-                    health.version,
+                    shown(&health.version),
                     env!("CARGO_PKG_VERSION")
                 );
             }
             match wire(client, &client_args, addr, &health, token.as_deref()) {
                 Ok(w) => wiring = w,
-                Err(why) => eprintln!("pith: {why}; {program} runs straight to its provider."),
+                Err(why) => eprintln!(
+                    "pith: {}; {program} runs straight to its provider.",
+                    shown(&why)
+                ),
             }
         }
-        Err(why) => eprintln!("pith: {why}; {program} runs straight to its provider."),
+        // Why may quote what answered on the port (a server's status line, its version).
+        Err(why) => eprintln!(
+            "pith: {}; {program} runs straight to its provider.",
+            shown(&why)
+        ),
     }
 
     let mut cmd = Command::new(program);
@@ -264,6 +271,12 @@ fn ensure(
 
 /// `pith [--config FILE] proxy --detach --listen ADDR --idle-stop IDLE`, waited for (it returns
 /// as soon as the proxy process is started).
+/// Text that came from outside (what answered on a port, a setting's value) as a terminal
+/// shows it.
+fn shown(text: &str) -> String {
+    pith_brain::render::printable(text)
+}
+
 fn start_detached(listen: SocketAddr, config: &Config, idle: &str) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the pith binary to start its proxy")?;
     let mut cmd = Command::new(exe);

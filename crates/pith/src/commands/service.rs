@@ -192,7 +192,7 @@ pub fn run(args: Args, config: &Config) -> anyhow::Result<()> {
     let launch = Launch {
         exe,
         config: config.source.clone(),
-        pith_home: crate::env::path(crate::env::Var::Home),
+        pith_home: crate::env::absolute_path(crate::env::Var::Home)?,
     };
     match args.action {
         Action::Install { no_start, dry_run } => install(&path, &launch, no_start, dry_run),
@@ -282,8 +282,14 @@ fn status(path: &Path, launch: &Launch, config: &Config) -> anyhow::Result<()> {
     let listen = super::proxy::listen_addr(None, config)?;
     let addr = super::run::reachable(listen);
     match background::probe(addr, None, background::PROBE_TIMEOUT) {
-        Probe::Pith(h) => println!("proxy: pith {} answers on {addr}.", h.version),
-        Probe::Other(what) => println!("proxy: {addr} answers, but not as pith ({what})."),
+        Probe::Pith(h) => println!(
+            "proxy: pith {} answers on {addr}.",
+            pith_brain::render::one_line(&h.version, 80)
+        ),
+        Probe::Other(what) => println!(
+            "proxy: {addr} answers, but not as pith ({}).",
+            pith_brain::render::one_line(&what, 300)
+        ),
         Probe::Nothing => println!("proxy: nothing answers on {addr}."),
     }
     if path.exists() && !MACOS {

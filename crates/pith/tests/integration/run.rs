@@ -254,12 +254,15 @@ fn each_client_fixes_calc_through_a_proxy_pith_run_starts() {
         let h = health(shared.addr).expect("the shared proxy outlives its client");
         assert_eq!(h["pith"], env!("CARGO_PKG_VERSION"));
         // It serves every project: it keeps none as its working directory (stop 65's review).
-        let pid = h["pid"].as_u64().expect("health names its pid");
-        assert_eq!(
-            std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
-            std::path::Path::new("/"),
-            "{name}"
-        );
+        #[cfg(target_os = "linux")]
+        {
+            let pid = h["pid"].as_u64().expect("health names its pid");
+            assert_eq!(
+                std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+                std::path::Path::new("/"),
+                "{name}"
+            );
+        }
     }
 }
 

@@ -212,22 +212,26 @@ fn a_fifo_or_a_device_where_a_config_or_settings_file_is_expected_is_refused_at_
         assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty());
     }
 
-    // A project whose `.mcp.json` is a FIFO and whose `opencode.json` leads to `/dev/zero`.
+    // A project whose `.claude/settings.local.json` and `.mcp.json` are FIFOs and whose
+    // `opencode.json` leads to `/dev/zero`.
     let project = tempfile::tempdir().unwrap();
-    assert!(
-        Command::new("mkfifo")
-            .arg(project.path().join(".mcp.json"))
-            .status()
-            .unwrap()
-            .success()
-    );
+    std::fs::create_dir(project.path().join(".claude")).unwrap();
+    for fifo in [".claude/settings.local.json", ".mcp.json"] {
+        assert!(
+            Command::new("mkfifo")
+                .arg(project.path().join(fifo))
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
     std::os::unix::fs::symlink("/dev/zero", project.path().join("opencode.json")).unwrap();
     let homes = tempfile::tempdir().unwrap();
     let out = doctor_in(project.path(), homes.path()).expect("the doctor ends");
+    let shown = text(&out.stdout);
     assert!(
-        text(&out.stdout).contains("claude-code"),
-        "{}",
-        text(&out.stdout)
+        shown.contains("settings.local.json cannot be read: not valid JSON, or not a regular file"),
+        "{shown}"
     );
 }
 

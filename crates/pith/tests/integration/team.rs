@@ -761,7 +761,7 @@ fn a_brain_that_came_with_the_project_is_not_synced() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("came with the project") && err.contains("pith memory trust"),
+        err.contains("pith has no record of making it") && err.contains("pith memory trust"),
         "{err}"
     );
     // Nothing reached the team brain: a clone that syncs gets nothing.

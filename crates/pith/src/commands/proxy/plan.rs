@@ -169,7 +169,6 @@ impl Plan {
     }
 }
 
-/// How long the health check fails on a stop before the proxy stops accepting.
 /// The access token, checked: beyond loopback it is all that stands between the network and
 /// the user's provider credentials, so it must be as long as an account key (a 5-character
 /// token was accepted).
@@ -189,6 +188,7 @@ fn token_for(listen: SocketAddr, token: Option<String>) -> anyhow::Result<Option
     Ok(token)
 }
 
+/// How long the health check fails on a stop before the proxy stops accepting.
 fn drain_of(config: &Config, listen: SocketAddr) -> anyhow::Result<Duration> {
     let default = if listen.ip().is_loopback() {
         Duration::ZERO

@@ -343,6 +343,22 @@ fn an_ignore_file_that_is_not_a_plain_file_is_never_read() {
     );
 }
 
+/// `.git/info/exclude` is not read (the walker reached it through a `.git` file's `gitdir:`,
+/// anywhere on disk), and a line longer than the searcher holds skips its file, not the search.
+#[test]
+fn info_exclude_is_not_read_and_a_huge_line_skips_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, ".git/info/exclude", "excluded.rs\n");
+    write(root, "excluded.rs", "needle\n");
+    write(root, "src/a.rs", "needle\n");
+    let mut huge = vec![b'x'; 17 << 20];
+    huge.extend_from_slice(b" needle\n");
+    write(root, "huge.txt", huge);
+    let found = search(root, &SearchRequest::new("needle")).unwrap();
+    assert_eq!(paths(&found.matches), ["excluded.rs:1", "src/a.rs:1"]);
+}
+
 /// A file name is a stranger's text: a line break in one must not add a line to the listing.
 #[test]
 fn a_control_character_in_a_file_name_is_escaped() {

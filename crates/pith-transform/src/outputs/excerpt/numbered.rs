@@ -271,7 +271,13 @@ pub(super) fn pointed_at(
     // indented under it, `  Line 12: ...`), for the lines under it that carry no path.
     let mut heading: Option<&str> = None;
     for (i, line) in lines.iter().enumerate() {
-        heading = heading_path(line).or(heading.filter(|_| is_indented(line)));
+        // A heading is one only above a match of its own (`e.g.:` above a note is not).
+        let heads = lines
+            .get(i + 1)
+            .is_some_and(|next| is_indented(next) && next.trim_start().starts_with("Line "));
+        heading = heading_path(line)
+            .filter(|_| heads)
+            .or(heading.filter(|_| is_indented(line)));
         // A diff's line carries the number its hunk gives it, whatever its text looks like
         // (` 404: "Not found"` is a line of YAML); a removed line none.
         let (own_path, n, of_diff) = match hunks.get(i).copied().flatten() {

@@ -151,6 +151,12 @@ impl OwnDir {
     /// The names in this directory with what each is and when it was last changed (not
     /// followed), `.` and `..` left out.
     pub fn entries(&self) -> io::Result<Vec<Entry>> {
+        self.entries_at_most(usize::MAX)
+    }
+
+    /// [`OwnDir::entries`], the first `max` of them at most (a directory that came with a
+    /// project may hold any number).
+    pub fn entries_at_most(&self, max: usize) -> io::Result<Vec<Entry>> {
         let fd = rustix::fs::openat(
             &self.fd,
             ".",
@@ -158,7 +164,11 @@ impl OwnDir {
             Mode::empty(),
         )?;
         let mut out = Vec::new();
+        let me = rustix::process::geteuid().as_raw();
         for entry in rustix::fs::Dir::read_from(&fd)? {
+            if out.len() >= max {
+                break;
+            }
             let entry = entry?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
@@ -174,6 +184,7 @@ impl OwnDir {
                 name: name.to_owned(),
                 kind: EntryKind::of(&stat),
                 modified: modified(&stat),
+                private: stat.st_uid == me && stat.st_mode & 0o077 == 0,
             });
         }
         Ok(out)
@@ -249,6 +260,9 @@ pub struct Entry {
     pub kind: EntryKind,
     /// When it was last changed.
     pub modified: SystemTime,
+    /// Whether only its owner, this user, can read or write it: what pith makes (0600). A file
+    /// git checks out is 0644 or 0755, so one that came with a clone is not private.
+    pub private: bool,
 }
 
 fn modified(stat: &rustix::fs::Stat) -> SystemTime {

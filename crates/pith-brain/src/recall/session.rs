@@ -262,6 +262,10 @@ impl CaptureState {
     }
 }
 
+/// The entries of `.pith/session/` pruning reads at most (pith keeps [`MAX_SESSIONS`] sessions
+/// of at most three files each).
+const PRUNE_ENTRIES_MAX: usize = MAX_SESSIONS * 8;
+
 /// How often the ages of the sessions are looked at (a stamp file records the last time).
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -274,14 +278,18 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// directory listing, not a `stat` of every session). Failures are ignored: a session another
 /// process is removing is gone either way.
 fn prune(dir: &OwnDir, keep: &str) {
-    let Ok(entries) = dir.entries() else {
+    // A directory that came with a clone may hold any number of entries: a bounded read is
+    // enough to find what is old among pith's own.
+    let Ok(entries) = dir.entries_at_most(PRUNE_ENTRIES_MAX) else {
         return;
     };
     let mut by_stem: std::collections::HashMap<String, Vec<(String, SystemTime)>> =
         std::collections::HashMap::new();
     let mut stamped = None;
     for entry in entries {
-        if entry.kind != EntryKind::File {
+        // Only pith's own files: one a clone brought (0644, named as pith names them) is the
+        // project's, and never deleted.
+        if entry.kind != EntryKind::File || !entry.private {
             continue;
         }
         if entry.name == STAMP {
@@ -359,6 +367,7 @@ fn hash_hex(text: &str) -> String {
 mod tests {
     use super::*;
     use std::fs::OpenOptions;
+    use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
     impl Session {
@@ -487,11 +496,15 @@ mod tests {
         let earlier = sessions.join(hash_hex("earlier"));
         std::fs::create_dir(&earlier).unwrap();
         std::fs::write(earlier.join(hash_hex("k")), "").unwrap();
+        let cloned = sessions.join(format!("{}.{CLAIMS}", hash_hex("cloned")));
+        std::fs::write(&cloned, "").unwrap();
+        std::fs::set_permissions(&cloned, std::fs::Permissions::from_mode(0o644)).unwrap();
         let long_ago = SystemTime::now() - MAX_AGE - Duration::from_secs(60);
         for path in [
             old.path(),
             old.path().with_extension(CAPTURE),
             earlier.clone(),
+            cloned.clone(),
         ] {
             File::open(&path).unwrap().set_modified(long_ago).unwrap();
         }
@@ -501,6 +514,7 @@ mod tests {
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
                 .filter(|n| n.contains(".claims") || n.contains(".capture"))
                 .map(|n| n.split('.').next().unwrap().to_owned())
+                .filter(|stem| *stem != hash_hex("cloned"))
                 .collect();
             names.len()
         };
@@ -515,6 +529,8 @@ mod tests {
         );
         // A directory is never removed (an earlier version's session, or anyone's).
         assert!(earlier.join(hash_hex("k")).exists());
+        // Nor a file named as pith names them that a clone brought (git checks out 0644).
+        assert!(cloned.exists(), "a clone's file was deleted");
         assert!(held() >= MAX_SESSIONS * 3 / 4, "{}", held());
         // The newest are the ones kept.
         let claims = |name: &str| sessions.join(format!("{}.{CLAIMS}", hash_hex(name)));

@@ -73,6 +73,7 @@ struct ImportArgs {
     /// The agent type of the imported conversations: public or admin.
     #[arg(long, value_parser = parse_agent_type, default_value = "public")]
     agent_type: AgentType,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -85,6 +86,7 @@ struct SearchArgs {
     /// Most conversations to show.
     #[arg(long, default_value_t = 10)]
     limit: usize,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -94,6 +96,7 @@ struct ListArgs {
     /// Most conversations to show.
     #[arg(long, default_value_t = 50)]
     limit: usize,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -102,6 +105,7 @@ struct ListArgs {
 struct ShowArgs {
     /// Conversation id (from list or search), e.g. c-0123456789abcdef.
     id: String,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -121,6 +125,7 @@ struct CandidatesArgs {
     /// The token can be looked at but never deletes.
     #[arg(long)]
     dry_run: bool,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -132,6 +137,7 @@ struct DeleteArgs {
     token: String,
     /// Only these of the token's conversations (never others).
     ids: Vec<String>,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -158,6 +164,7 @@ struct RestoreArgs {
     /// Conversation ids.
     #[arg(required = true, num_args = 1..)]
     ids: Vec<String>,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -170,6 +177,7 @@ struct PurgeArgs {
     /// Do not ask (for scripts).
     #[arg(long)]
     yes: bool,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -645,6 +653,16 @@ fn delete(settings: &HistorySettings, a: DeleteArgs) -> anyhow::Result<()> {
 fn restore(settings: &HistorySettings, a: RestoreArgs) -> anyhow::Result<()> {
     let mut history = open(settings)?;
     let done = history.restore(&settings.account, &a.ids)?;
+    // Nothing restored is a failure, with each reason (it said "restored: 0" and exited 0).
+    anyhow::ensure!(
+        !done.changed.is_empty(),
+        "nothing restored: {} (`pith history trash list` shows what is in the trash)",
+        done.skipped
+            .iter()
+            .map(|s| format!("{}: {}", shown(&s.id), s.reason))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     print_changed(&done, "restored", a.json);
     Ok(())
 }

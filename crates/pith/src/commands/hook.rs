@@ -29,6 +29,11 @@ const READ_WITHIN: Duration = Duration::from_secs(5);
 const BUSY: Duration = Duration::from_millis(100);
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Reads one hook payload (JSON) on stdin and prints the host's answer: one line for the model, \
+or nothing. It always exits 0 and prints nothing else: a bad payload, a missing or broken brain \
+or config, a locked database or a panic all mean silence (a hook's failure would show as the \
+tool call's). With PITH_LOG set it logs to stderr, for debugging a setup.")]
 pub struct Args {}
 
 /// Answer one hook call. Never fails: every error is silence.

@@ -58,6 +58,7 @@ verifications stay on each machine, and evidence is checked against this checkou
 a memory can be fresh here and stale elsewhere. Needs [store] url or PITH_STORE_URL."
 )]
 struct SyncArgs {
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -70,6 +71,7 @@ adds to the agent's context from it begin \"pith, quoting a memory file that cam
 project\". A brain made by a pith from before this record needs the same one-time trust."
 )]
 struct TrustArgs {
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -94,6 +96,7 @@ struct AddArgs {
     /// taken from the current directory when it is inside the workspace, else from the root.
     #[arg(long = "evidence", value_name = "PATH[:START[-END]]")]
     evidence: Vec<String>,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -109,6 +112,7 @@ struct SearchArgs {
     /// Most results to show (at most 50).
     #[arg(long, default_value_t = 10)]
     limit: usize,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -117,6 +121,7 @@ struct SearchArgs {
 struct IdArgs {
     /// Memory id, e.g. m-7f3a.
     id: String,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -132,6 +137,7 @@ struct VerifyArgs {
     /// The memory still holds: record the files as they are now as its evidence.
     #[arg(long)]
     accept: bool,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }
@@ -147,6 +153,7 @@ struct ListArgs {
     /// Most memories to list.
     #[arg(long)]
     limit: Option<usize>,
+    /// Print JSON instead of text (for scripts).
     #[arg(long)]
     json: bool,
 }

@@ -38,7 +38,7 @@ Examples:
   pith stats --session 39dd4aa9-e8f6-4b73-8e36-c3a73b8de0ec --json"
 )]
 pub struct Args {
-    /// Only requests newer than this: a number with m, h, d or w (e.g. 30m, 12h, 1d, 2w).
+    /// Only requests newer than this: a number with ms, s, m, h, d or w (e.g. 30m, 12h, 1d, 2w).
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     since: Option<u64>,
 

@@ -370,6 +370,15 @@ fn a_deletion_token_deletes_once() {
         trash["conversations"].as_array().unwrap().is_empty(),
         "{trash}"
     );
+    // Restoring what is not there restores nothing, and fails saying why (it said "restored:
+    // 0" and exited 0).
+    let again = crate::history::pith(home.path(), &["history", "trash", "restore", "c-1"]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("nothing restored: c-1: no such conversation in this account"),
+        "{err}"
+    );
 }
 
 /// A directory holding a `claude` that exits 0 at once, for `pith run claude`.

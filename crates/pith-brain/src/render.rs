@@ -118,17 +118,7 @@ fn needs_escape(c: char, keep_lines: bool) -> bool {
     if keep_lines && matches!(c, '\n' | '\t') {
         return false;
     }
-    c.is_control()
-        || matches!(
-            c,
-            '\u{202A}'..='\u{202E}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{200E}'
-                | '\u{200F}'
-                | '\u{061C}'
-                | '\u{2028}'
-                | '\u{2029}'
-        )
+    pith_paths::shown::needs_escape(c)
 }
 
 /// Text of any length as a terminal shows it (an error message that quotes what a user, a

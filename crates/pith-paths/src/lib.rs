@@ -8,12 +8,14 @@
 //!
 //! [`private`] and [`own`] hold the other rules for paths: how pith creates and opens files of
 //! its own, in its own home ([`private`]) and in a project, a stranger's ([`own`]); [`small`]
-//! how it reads a small settings file that may be a stranger's.
+//! how it reads a small settings file that may be a stranger's; [`shown`] which characters of
+//! a stranger's name are escaped when shown.
 
 #[cfg(unix)]
 pub mod own;
 #[cfg(unix)]
 pub mod private;
+pub mod shown;
 pub mod small;
 
 use std::path::{Component, Path, PathBuf};

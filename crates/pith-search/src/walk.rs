@@ -200,7 +200,9 @@ fn unsafe_ignore_file(dir: &Path, root: &Path) -> Option<String> {
     let inside = dir.starts_with(root);
     for name in [".gitignore", ".ignore"] {
         let file = dir.join(name);
-        let why = match std::fs::symlink_metadata(&file) {
+        // The file as the walker will read it: a link followed, unless it leads out of the
+        // workspace from inside it.
+        let read = match std::fs::symlink_metadata(&file) {
             // None there, or the search's start is a file.
             Err(e)
                 if matches!(
@@ -210,19 +212,17 @@ fn unsafe_ignore_file(dir: &Path, root: &Path) -> Option<String> {
             {
                 continue;
             }
-            Err(_) => "cannot be looked at",
-            Ok(meta) if meta.file_type().is_symlink() => {
-                match (file.canonicalize(), std::fs::metadata(&file)) {
-                    (Ok(target), _) if inside && !target.starts_with(root) => {
-                        "is a link out of the workspace"
-                    }
-                    (Ok(_), Ok(meta)) if meta.is_file() && meta.len() <= IGNORE_FILE_MAX => {
-                        continue;
-                    }
-                    (Ok(_), Ok(meta)) if meta.is_file() => "is larger than 1 MiB",
-                    _ => "is a link to something that is not a regular file",
+            Err(_) => Err("cannot be looked at"),
+            Ok(meta) if meta.file_type().is_symlink() => match file.canonicalize() {
+                Ok(target) if inside && !target.starts_with(root) => {
+                    Err("is a link out of the workspace")
                 }
-            }
+                _ => std::fs::metadata(&file).map_err(|_| "is a link to nothing readable"),
+            },
+            Ok(meta) => Ok(meta),
+        };
+        let why = match read {
+            Err(why) => why,
             Ok(meta) if !meta.is_file() => "is not a regular file",
             Ok(meta) if meta.len() > IGNORE_FILE_MAX => "is larger than 1 MiB",
             Ok(_) => continue,
@@ -421,17 +421,7 @@ fn relative_path(root: &Path, path: &Path) -> String {
             out.push('/');
         }
         for c in component.as_os_str().to_string_lossy().chars() {
-            let reorders = matches!(
-                c,
-                '\u{202A}'..='\u{202E}'
-                    | '\u{2066}'..='\u{2069}'
-                    | '\u{200E}'
-                    | '\u{200F}'
-                    | '\u{061C}'
-                    | '\u{2028}'
-                    | '\u{2029}'
-            );
-            if c.is_control() || reorders {
+            if pith_paths::shown::needs_escape(c) {
                 out.extend(c.escape_default());
             } else {
                 out.push(c);

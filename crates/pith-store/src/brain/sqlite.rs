@@ -213,8 +213,7 @@ fn write_evidence(
     seq: i64,
     evidence: &[Evidence],
 ) -> rusqlite::Result<()> {
-    tx.execute("DELETE FROM evidence WHERE memory_seq = ?1", [seq])?;
-    insert_evidence(tx, seq, evidence)
+    replace_evidence(tx, seq, evidence, i64::MAX)
 }
 
 /// Replace the evidence a load gives (the first [`pith_brain::MAX_EVIDENCE`]) with `evidence`,
@@ -224,18 +223,20 @@ fn rewrite_read_evidence(
     seq: i64,
     evidence: &[Evidence],
 ) -> rusqlite::Result<()> {
-    tx.execute(
-        "DELETE FROM evidence WHERE memory_seq = ?1 AND ord < ?2",
-        params![seq, pith_brain::MAX_EVIDENCE as i64],
-    )?;
-    insert_evidence(tx, seq, evidence)
+    replace_evidence(tx, seq, evidence, pith_brain::MAX_EVIDENCE as i64)
 }
 
-fn insert_evidence(
+/// Replace the memory's rows before position `below` with `evidence`.
+fn replace_evidence(
     tx: &rusqlite::Transaction<'_>,
     seq: i64,
     evidence: &[Evidence],
+    below: i64,
 ) -> rusqlite::Result<()> {
+    tx.execute(
+        "DELETE FROM evidence WHERE memory_seq = ?1 AND ord < ?2",
+        params![seq, below],
+    )?;
     let mut stmt = tx.prepare_cached(
         "INSERT INTO evidence (memory_seq, ord, path, line_start, line_end, hash, size, mtime_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -495,25 +495,14 @@ fn listening_beyond_loopback_needs_an_access_token() {
     );
     // A short one is refused too (a new user's `PITH_PROXY_TOKEN=short` was accepted: the
     // build before serves, and is stopped here after 20 s).
-    let mut child = Command::new(pith_bin())
+    let mut short = Command::new(pith_bin());
+    short
         .args(["proxy", "--listen", "0.0.0.0:0", "--no-ledger"])
         .env("PITH_HOME", home.path())
         .env("PITH_PROXY_TOKEN", "short")
-        .env_remove("PITH_CONFIG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("a 5-character token was accepted beyond loopback");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+        .env_remove("PITH_CONFIG");
+    let out = crate::untrusted_project::output_within(short, b"", Duration::from_secs(20))
+        .expect("a 5-character token was accepted beyond loopback");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

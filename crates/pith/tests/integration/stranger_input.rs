@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::hook::{seeded, test_home};
 use crate::support::pith_bin;
 
-/// `pith ARGS` in `dir` with `env` set, ended after `within` (then `None`); stdin empty.
+/// `pith ARGS` in `dir` with `env` set and stdin empty, ended after `within` (then `None`).
 fn pith_within(
     dir: &Path,
     args: &[&str],
@@ -22,24 +22,11 @@ fn pith_within(
         .current_dir(dir)
         .env("PITH_HOME", test_home())
         .env_remove("PITH_CONFIG")
-        .env_remove("PITH_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env_remove("PITH_LOG");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap();
-    let started = Instant::now();
-    while started.elapsed() < within {
-        if child.try_wait().unwrap().is_some() {
-            return Some(child.wait_with_output().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+    crate::untrusted_project::output_within(cmd, b"", within)
 }
 
 const WITHIN: Duration = Duration::from_secs(30);

@@ -75,7 +75,7 @@ fn finding_2_the_hook_truncates_nothing_through_a_linked_prune_stamp() {
 
 /// `cmd`'s output with `input` on its stdin, given at most `within` (then killed): `None` when
 /// it did not end in time.
-fn output_within(mut cmd: Command, input: &[u8], within: Duration) -> Option<Output> {
+pub(crate) fn output_within(mut cmd: Command, input: &[u8], within: Duration) -> Option<Output> {
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
